@@ -1,0 +1,253 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// errVanished is the cause of a loss where the session still answers but no
+// longer holds the lock.
+var errVanished = errors.New("lock no longer held by its session")
+
+// Lock is a held advisory lock and the dedicated session that holds it. Its
+// methods are safe for concurrent use.
+type Lock struct {
+	key    int64
+	pid    int
+	logger *slog.Logger
+
+	// mu serializes every use of conn: WithTx, the self-check and Release.
+	mu   sync.Mutex
+	conn *pgx.Conn
+
+	// ctx is done once the lock is lost or released; its cause is what Err
+	// returns. It is only cancelled with mu held, so the first cause wins.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	checkerDone chan struct{}
+}
+
+func (l *Locker) newLock(conn *pgx.Conn, key int64) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	lk := &Lock{
+		key:         key,
+		pid:         int(conn.PgConn().PID()),
+		logger:      l.logger,
+		conn:        conn,
+		ctx:         ctx,
+		cancel:      cancel,
+		checkerDone: make(chan struct{}),
+	}
+	go lk.checkLoop(l.checkInterval, l.checkTimeout)
+	return lk
+}
+
+// Key returns the lock's key.
+func (lk *Lock) Key() int64 { return lk.key }
+
+// PID returns the backend pid of the session holding the lock, as shown in
+// pg_locks and pg_stat_activity.
+func (lk *Lock) PID() int { return lk.pid }
+
+// Done returns a channel closed when the lock is known to be lost or has been
+// released.
+func (lk *Lock) Done() <-chan struct{} { return lk.ctx.Done() }
+
+// Err returns nil while the lock is held, an error wrapping ErrLockLost with
+// its cause once it is known lost, and ErrReleased after Release.
+func (lk *Lock) Err() error { return context.Cause(lk.ctx) }
+
+// Context returns a context derived from parent that is also cancelled as
+// soon as the lock is lost or released, with the lock's Err as its cause
+// (see context.Cause). Call the CancelFunc when done with it.
+func (lk *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	if err := lk.Err(); err != nil {
+		cancel(err)
+		return ctx, func() {}
+	}
+	stop := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// WithTx runs fn in one transaction on the lock's session, after checking in
+// that transaction that the session still holds the lock, and commits if fn
+// returns nil. If the lock is lost, before or during the call, it returns an
+// error wrapping ErrLockLost and nothing fn wrote is committed; fn's own
+// errors are returned as they are. A cancelled ctx rolls back without ending
+// the session, so the lock stays held. Calls are serialized with each other,
+// with the self-check and with Release.
+func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if err := lk.Err(); err != nil {
+		return fmt.Errorf("locks: with tx: %w", err)
+	}
+
+	err := pgx.BeginFunc(ctx, txBeginner{lk.conn}, func(tx pgx.Tx) error {
+		held, err := verify(ctx, tx, lk.key)
+		if err != nil {
+			return fmt.Errorf("verify lock: %w", err)
+		}
+		if !held {
+			return errVanished
+		}
+		return fn(tx)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errVanished):
+		lk.lose(errVanished)
+	case lk.conn.IsClosed():
+		// pgx closes a connection it can no longer trust (network error,
+		// terminated backend, failed commit): the session and its lock are
+		// gone or going.
+		lk.lose(err)
+	default:
+		return err
+	}
+	return fmt.Errorf("locks: with tx: %w", lk.Err())
+}
+
+// Release unlocks the lock and closes its session. It runs even if ctx is
+// already cancelled, bounded by ReleaseTimeout, and waits for a WithTx in
+// progress to finish. Releasing a lock that is already released or lost does
+// nothing and returns nil. An error wrapping ErrLockLost means the session no
+// longer held the lock when Release ran.
+func (lk *Lock) Release(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	defer cancel()
+	defer func() { <-lk.checkerDone }()
+
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.ctx.Err() != nil {
+		return nil
+	}
+	lk.cancel(ErrReleased)
+
+	var unlocked bool
+	err := lk.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", lk.key).Scan(&unlocked)
+	// Closing ends the session, which frees the lock even if the unlock
+	// failed.
+	closeErr := lk.conn.Close(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("locks: release: %w", err)
+	case !unlocked:
+		return fmt.Errorf("locks: release: %w: %w", ErrLockLost, errVanished)
+	case closeErr != nil:
+		return fmt.Errorf("locks: release: close: %w", closeErr)
+	}
+	return nil
+}
+
+// checkLoop verifies the lock every interval until it is lost or released.
+func (lk *Lock) checkLoop(interval, timeout time.Duration) {
+	defer close(lk.checkerDone)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-lk.ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		// A WithTx in progress checks the lock itself, and Release is
+		// ending it: skip this round rather than queue behind them.
+		if !lk.mu.TryLock() {
+			continue
+		}
+		lk.check(timeout)
+		lk.mu.Unlock()
+	}
+}
+
+// check runs one self-check; the caller holds mu.
+func (lk *Lock) check(timeout time.Duration) {
+	if lk.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	held, err := verify(ctx, lk.conn, lk.key)
+	switch {
+	case err != nil:
+		// Unable to prove the lock is held counts as lost; lose closes the
+		// session so the server frees the lock if it still has it.
+		lk.lose(fmt.Errorf("self-check: %w", err))
+	case !held:
+		lk.lose(errVanished)
+	}
+}
+
+// lose marks the lock lost with cause, logs why and closes the session. The
+// caller holds mu.
+func (lk *Lock) lose(cause error) {
+	if lk.ctx.Err() != nil {
+		return
+	}
+	attrs := []any{slog.Int64("key", lk.key), slog.Int("pid", lk.pid), slog.String("error", cause.Error())}
+	if errors.Is(cause, errVanished) {
+		lk.logger.Warn("locks: lock lost: it vanished while its connection still answers; "+
+			"a transaction-mode connection pooler (such as PgBouncer in transaction mode) breaks session advisory locks, "+
+			"connect directly or in session mode", attrs...)
+	} else {
+		lk.logger.Warn("locks: lock lost: its connection failed; the server frees the lock when the session ends", attrs...)
+	}
+	lk.cancel(fmt.Errorf("%w: %w", ErrLockLost, cause))
+	closeConn(lk.conn)
+}
+
+// verify reports whether the session behind q holds the advisory lock key.
+func verify(ctx context.Context, q Querier, key int64) (bool, error) {
+	classid, objid := pgLocksIDs(key)
+	var held bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+		  AND classid = $1 AND objid = $2 AND objsubid = 1)`, classid, objid).Scan(&held)
+	return held, err
+}
+
+// txBeginner hands pgx.BeginFunc transactions whose end does not kill the
+// session when the caller's context is cancelled: pgx closes the connection
+// when a ROLLBACK or COMMIT fails, and a lock's connection closing is a lost
+// lock.
+type txBeginner struct{ conn *pgx.Conn }
+
+func (b txBeginner) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := b.conn.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cleanupTx{tx}, nil
+}
+
+type cleanupTx struct{ pgx.Tx }
+
+// Rollback runs even after ctx is cancelled.
+func (t cleanupTx) Rollback(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return t.Tx.Rollback(ctx)
+}
+
+// Commit does not start a COMMIT for a cancelled ctx: the caller gave up, so
+// the deferred Rollback ends the transaction instead.
+func (t cleanupTx) Commit(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return t.Tx.Commit(ctx)
+}

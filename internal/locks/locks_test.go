@@ -1,0 +1,514 @@
+package locks_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/locks"
+)
+
+const checkInterval = 100 * time.Millisecond
+
+type testBundle struct {
+	dsn        string
+	schema     string
+	connConfig *pgx.ConnConfig
+	pool       *pgxpool.Pool
+	locker     *locks.Locker
+	key        int64
+}
+
+// setup gives a test its own schema, a pool on it, a Locker checking every
+// checkInterval (unless cfg says otherwise) and a key no other test uses:
+// advisory locks are per database, not per schema.
+func setup(t *testing.T, cfg *locks.Config) *testBundle {
+	t.Helper()
+	dsn, schema := dbtest.NewSchema(t)
+	connConfig, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	if cfg == nil {
+		cfg = &locks.Config{CheckInterval: checkInterval}
+	}
+	locker, err := locks.New(connConfig, cfg)
+	require.NoError(t, err)
+	_, err = pool.Exec(context.Background(), "CREATE TABLE marks (id int PRIMARY KEY)")
+	require.NoError(t, err)
+	return &testBundle{
+		dsn:        dsn,
+		schema:     schema,
+		connConfig: connConfig,
+		pool:       pool,
+		locker:     locker,
+		key:        locks.Key(schema, t.Name()),
+	}
+}
+
+// newLocker returns another Locker on the same database, as a second daemon
+// would have.
+func (b *testBundle) newLocker(t *testing.T) *locks.Locker {
+	t.Helper()
+	locker, err := locks.New(b.connConfig, &locks.Config{CheckInterval: checkInterval})
+	require.NoError(t, err)
+	return locker
+}
+
+func (b *testBundle) tryAcquire(t *testing.T, locker *locks.Locker) *locks.Lock {
+	t.Helper()
+	lk, err := locker.TryAcquire(context.Background(), b.key)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lk.Release(context.Background()) })
+	return lk
+}
+
+func (b *testBundle) terminate(t *testing.T, pid int) {
+	t.Helper()
+	var ok bool
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", pid).Scan(&ok))
+	require.True(t, ok)
+}
+
+func (b *testBundle) markCount(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM marks").Scan(&n))
+	return n
+}
+
+func insertMark(id int) func(pgx.Tx) error {
+	return func(tx pgx.Tx) error {
+		_, err := tx.Exec(context.Background(), "INSERT INTO marks (id) VALUES ($1)", id)
+		return err
+	}
+}
+
+func waitDone(t *testing.T, lk *locks.Lock, within time.Duration) {
+	t.Helper()
+	select {
+	case <-lk.Done():
+	case <-time.After(within):
+		t.Fatalf("lock not reported lost within %s", within)
+	}
+}
+
+func TestKey(t *testing.T) {
+	t.Parallel()
+	// printf 'syncer\0sync' | sha256sum -> ba6af40444a8d052..., as int64.
+	require.Equal(t, int64(-5013926935954665390), locks.Key("syncer", "sync"))
+	require.NotEqual(t, locks.Key("syncer", "sync"), locks.Key("syncers", "ync"), "the separator keeps namespace and name apart")
+}
+
+func TestKeyMatchesSQLFormula(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	for _, tt := range []struct{ namespace, name string }{
+		{"syncer", "sync"},
+		{"", ""},
+		{"ns", "ünïcode name"},
+	} {
+		var got int64
+		err := pool.QueryRow(context.Background(), `SELECT ('x' || encode(substring(sha256(
+			convert_to($1, 'UTF8') || '\x00'::bytea || convert_to($2, 'UTF8'))
+			FROM 1 FOR 8), 'hex'))::bit(64)::bigint`, tt.namespace, tt.name).Scan(&got)
+		require.NoError(t, err)
+		require.Equal(t, locks.Key(tt.namespace, tt.name), got, "%q %q", tt.namespace, tt.name)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	connConfig, err := pgx.ParseConfig(dbtest.URL())
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name       string
+		connConfig *pgx.ConnConfig
+		cfg        *locks.Config
+		wantErr    string
+	}{
+		{"nil config is fine", connConfig, nil, ""},
+		{"no conn config", nil, nil, "connConfig"},
+		{"negative interval", connConfig, &locks.Config{CheckInterval: -1}, "CheckInterval"},
+		{"negative timeout", connConfig, &locks.Config{CheckTimeout: -1}, "CheckTimeout"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := locks.New(tt.connConfig, tt.cfg)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+func TestTryAcquire(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	other := b.newLocker(t)
+
+	lk := b.tryAcquire(t, b.locker)
+	require.Equal(t, b.key, lk.Key())
+	require.NoError(t, lk.Err())
+
+	start := time.Now()
+	_, err := other.TryAcquire(ctx, b.key)
+	require.ErrorIs(t, err, locks.ErrLockBusy)
+	require.Less(t, time.Since(start), 2*time.Second, "a busy try returns at once")
+
+	pid, held, err := b.locker.Holder(ctx, b.pool, b.key)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.Equal(t, lk.PID(), pid)
+
+	require.NoError(t, lk.Release(ctx))
+	_, held, err = b.locker.Holder(ctx, b.pool, b.key)
+	require.NoError(t, err)
+	require.False(t, held, "release unlocks before returning")
+
+	lk2 := b.tryAcquire(t, other)
+	require.NoError(t, lk2.Release(ctx))
+}
+
+func TestHolderNegativeAndPositiveKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	// Both halves of the key with the high bit set and clear, so the
+	// classid/objid mapping is tested as unsigned.
+	for _, key := range []int64{b.key | -1<<63 | 1<<31, (b.key &^ (-1 << 63)) &^ (1 << 31)} {
+		lk, err := b.locker.TryAcquire(ctx, key)
+		require.NoError(t, err)
+		pid, held, err := b.locker.Holder(ctx, b.pool, key)
+		require.NoError(t, err)
+		require.True(t, held)
+		require.Equal(t, lk.PID(), pid)
+		// The self-check uses the same mapping: the lock must survive it.
+		time.Sleep(3 * checkInterval)
+		require.NoError(t, lk.Err())
+		require.NoError(t, lk.Release(ctx))
+	}
+}
+
+func TestAcquireWaitsThenSucceeds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+
+	const holdFor = 300 * time.Millisecond
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		time.Sleep(holdFor)
+		_ = lk.Release(ctx)
+	})
+	start := time.Now()
+	lk2, err := b.newLocker(t).Acquire(ctx, b.key, 10*time.Second)
+	wg.Wait()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), holdFor-50*time.Millisecond)
+	require.NoError(t, lk2.Err())
+	require.ErrorIs(t, lk.Err(), locks.ErrReleased)
+
+	// The wait's lock_timeout must not stay on the session used by WithTx.
+	var lockTimeout string
+	require.NoError(t, lk2.WithTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&lockTimeout)
+	}))
+	require.Equal(t, "0", lockTimeout)
+	require.NoError(t, lk2.Release(ctx))
+}
+
+func TestAcquireTimesOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.tryAcquire(t, b.locker)
+
+	const timeout = 300 * time.Millisecond
+	start := time.Now()
+	_, err := b.newLocker(t).Acquire(context.Background(), b.key, timeout)
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, locks.ErrLockBusy)
+	require.GreaterOrEqual(t, elapsed, timeout)
+	require.Less(t, elapsed, timeout+3*time.Second)
+}
+
+func TestSessionSettings(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+
+	got := map[string]string{}
+	require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error {
+		for _, name := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
+			"idle_in_transaction_session_timeout", "application_name", "search_path"} {
+			var v string
+			if err := tx.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
+				return err
+			}
+			got[name] = v
+		}
+		return nil
+	}))
+	require.Equal(t, map[string]string{
+		"tcp_keepalives_idle":                 "10",
+		"tcp_keepalives_interval":             "5",
+		"tcp_keepalives_count":                "3",
+		"idle_in_transaction_session_timeout": "0",
+		"application_name":                    b.schema, // kept from the config
+		"search_path":                         b.schema,
+	}, got)
+}
+
+func TestWithTxCommitsAndReturnsFnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+
+	require.NoError(t, lk.WithTx(ctx, insertMark(1)))
+	errBoom := errors.New("boom")
+	err := lk.WithTx(ctx, func(tx pgx.Tx) error {
+		if err := insertMark(2)(tx); err != nil {
+			return err
+		}
+		return errBoom
+	})
+	require.ErrorIs(t, err, errBoom)
+	require.NoError(t, lk.Err(), "an error from fn does not lose the lock")
+	require.Equal(t, 1, b.markCount(t))
+}
+
+func TestWithTxCancelKeepsLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	lk := b.tryAcquire(t, b.locker)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := lk.WithTx(ctx, func(tx pgx.Tx) error {
+		if err := insertMark(1)(tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "SELECT pg_sleep(30)")
+		return err
+	})
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.NoError(t, lk.Err(), "cancelling a statement must not end the lock's session")
+	require.Equal(t, 0, b.markCount(t))
+
+	require.NoError(t, lk.WithTx(context.Background(), insertMark(2)))
+	require.NoError(t, lk.Release(context.Background()))
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	lk := b.tryAcquire(t, b.locker)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	lockCtx, lockCancel := lk.Context(context.Background())
+	defer lockCancel()
+	cancel()
+	require.NoError(t, lk.Release(ctx), "release runs even with a cancelled context")
+	require.NoError(t, lk.Release(ctx))
+	require.ErrorIs(t, lk.Err(), locks.ErrReleased)
+	<-lk.Done()
+	<-lockCtx.Done()
+	require.ErrorIs(t, context.Cause(lockCtx), locks.ErrReleased)
+	require.ErrorIs(t, lk.WithTx(context.Background(), insertMark(1)), locks.ErrReleased)
+	require.Equal(t, 0, b.markCount(t))
+}
+
+func TestLossByTerminatedBackend(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+	lockCtx, lockCancel := lk.Context(ctx)
+	defer lockCancel()
+
+	start := time.Now()
+	b.terminate(t, lk.PID())
+	waitDone(t, lk, 2*checkInterval+time.Second)
+	t.Logf("loss noticed after %s", time.Since(start))
+
+	require.ErrorIs(t, lk.Err(), locks.ErrLockLost)
+	select {
+	case <-lockCtx.Done():
+	case <-time.After(time.Second):
+		t.Fatal("lock context not cancelled")
+	}
+	require.ErrorIs(t, context.Cause(lockCtx), locks.ErrLockLost)
+
+	called := false
+	err := lk.WithTx(ctx, func(tx pgx.Tx) error {
+		called = true
+		return insertMark(1)(tx)
+	})
+	require.ErrorIs(t, err, locks.ErrLockLost)
+	require.False(t, called)
+	require.Equal(t, 0, b.markCount(t))
+	require.NoError(t, lk.Release(ctx), "releasing a lost lock does nothing")
+
+	// The server frees the lock as the terminated backend exits.
+	other := b.newLocker(t)
+	require.Eventually(t, func() bool {
+		lk2, err := other.TryAcquire(ctx, b.key)
+		if err != nil {
+			return false
+		}
+		require.NoError(t, lk2.Release(ctx))
+		return true
+	}, 5*time.Second, 20*time.Millisecond)
+}
+
+func TestLossDuringWithTxCommitsNothing(t *testing.T) {
+	t.Parallel()
+	// No self-check during the test: WithTx alone must notice.
+	b := setup(t, &locks.Config{CheckInterval: time.Hour})
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+
+	err := lk.WithTx(ctx, func(tx pgx.Tx) error {
+		if err := insertMark(1)(tx); err != nil {
+			return err
+		}
+		b.terminate(t, lk.PID())
+		return nil // the COMMIT meets a dead session
+	})
+	require.ErrorIs(t, err, locks.ErrLockLost)
+	require.ErrorIs(t, lk.Err(), locks.ErrLockLost)
+	waitDone(t, lk, time.Second)
+	require.Equal(t, 0, b.markCount(t))
+	require.ErrorIs(t, lk.WithTx(ctx, insertMark(2)), locks.ErrLockLost)
+	require.Equal(t, 0, b.markCount(t))
+}
+
+func TestLossNoticedByWithTxBeforeSelfCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &locks.Config{CheckInterval: time.Hour})
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+
+	b.terminate(t, lk.PID())
+	require.ErrorIs(t, lk.WithTx(ctx, insertMark(1)), locks.ErrLockLost)
+	waitDone(t, lk, time.Second)
+	require.Equal(t, 0, b.markCount(t))
+}
+
+// syncBuffer is a log destination safe for the self-check goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// A lock that vanishes while the connection answers is what a
+// transaction-mode pooler produces; unlocking on the session simulates it.
+func TestLossByVanishedLock(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name          string
+		checkInterval time.Duration
+	}{
+		{"self-check notices", checkInterval},
+		{"WithTx notices", time.Hour},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var logs syncBuffer
+			b := setup(t, &locks.Config{
+				CheckInterval: tt.checkInterval,
+				Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			ctx := context.Background()
+			lk := b.tryAcquire(t, b.locker)
+
+			require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "SELECT pg_advisory_unlock($1)", b.key)
+				return err
+			}))
+			if tt.checkInterval == time.Hour {
+				require.ErrorIs(t, lk.WithTx(ctx, insertMark(1)), locks.ErrLockLost)
+			}
+			waitDone(t, lk, 2*checkInterval+time.Second)
+			require.ErrorIs(t, lk.Err(), locks.ErrLockLost)
+			require.ErrorIs(t, lk.WithTx(ctx, insertMark(2)), locks.ErrLockLost)
+			require.Equal(t, 0, b.markCount(t))
+			require.Contains(t, logs.String(), "PgBouncer in transaction mode")
+			require.Equal(t, 1, bytes.Count([]byte(logs.String()), []byte("level=WARN")), "one warning per loss")
+		})
+	}
+}
+
+func TestNoOverlapAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `
+		CREATE TABLE inside (n int NOT NULL);
+		INSERT INTO inside VALUES (0);
+		CREATE TABLE entries (pid int NOT NULL, what text NOT NULL);
+		CREATE TABLE violations (pid int NOT NULL, n int NOT NULL)`)
+	require.NoError(t, err)
+
+	const children, rounds = 4, 10
+	cmds := make([]*exec.Cmd, children)
+	outs := make([]*syncBuffer, children)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(),
+			envHelper+"=overlap",
+			envDSN+"="+b.dsn,
+			envKey+"="+strconv.FormatInt(b.key, 10),
+			envRounds+"="+strconv.Itoa(rounds),
+		)
+		outs[i] = &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		require.NoError(t, cmd.Start())
+		cmds[i] = cmd
+	}
+	for i, cmd := range cmds {
+		require.NoError(t, cmd.Wait(), "child %d output:\n%s", i, outs[i].String())
+	}
+
+	var nViolations, nEntries, nPids, inside int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM violations").Scan(&nViolations))
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT pid) FROM entries").Scan(&nEntries, &nPids))
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT n FROM inside").Scan(&inside))
+	require.Equal(t, 0, nViolations, "some child saw another inside the critical section")
+	require.Equal(t, children*rounds, nEntries)
+	require.Equal(t, children, nPids)
+	require.Equal(t, 0, inside)
+}
