@@ -1,0 +1,51 @@
+package delivery
+
+import (
+	"errors"
+	"time"
+
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// Outcome is what the third party made of a batch, after any splitting.
+type Outcome struct {
+	// Accepted items are to be marked synced.
+	Accepted []thirdparty.Item
+	// Rejected items are to be recorded as failed for their version.
+	Rejected []Rejection
+	// Requests is how many HTTP requests the batch took.
+	Requests int
+}
+
+// Rejection is an item the third party refused, with its reason.
+type Rejection struct {
+	Item  thirdparty.Item
+	Error string
+}
+
+// ErrCredentials means the third party refused our credentials (401, 403).
+// Nothing is failed; pushing resumes once a later probe succeeds.
+var ErrCredentials = errors.New("delivery: third party refused the credentials")
+
+// ErrBreakerOpen means the circuit breaker is open: the third party was
+// failing and is not to be called before the error's RetryAfter.
+var ErrBreakerOpen = errors.New("delivery: circuit breaker open")
+
+// ErrGaveUp means transient failures went on for longer than the backoff's
+// maximum elapsed time. The rows stay pending for a later run.
+var ErrGaveUp = errors.New("delivery: gave up after transient failures")
+
+// WaitError carries how long the caller should wait before trying again. It
+// wraps one of the sentinel errors above (or a 429 that outlasted the
+// caller's patience).
+type WaitError struct {
+	Err  error
+	Wait time.Duration
+}
+
+func (e *WaitError) Error() string { return e.Err.Error() + " (retry in " + e.Wait.Round(time.Millisecond).String() + ")" }
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// RetryAfter tells a job how long to snooze.
+func (e *WaitError) RetryAfter() time.Duration { return e.Wait }

@@ -1,0 +1,471 @@
+// Package exporter is the only code that pushes rows to the third party. It
+// runs as River jobs: the live sync, and replays.
+//
+// Guarantees, each resting on one mechanism:
+//   - One pusher at a time, across all daemons: every push happens under the
+//     global export advisory lock, taken with a non-blocking try. A job that
+//     finds it busy snoozes, so no worker slot ever sleeps on the lock.
+//   - A lost lock marks nothing: marks, failures and checkpoints are written
+//     in a transaction on the connection that holds the lock, and the push in
+//     flight is cancelled the moment the lock is known lost.
+//   - Exactly the pushed versions are marked: a row updated while its batch
+//     was in flight stays pending and goes again, at its new version.
+//   - No high-water mark decides what is pending: every pass scans the
+//     pending index from the start, so a row whose id committed late is found.
+//   - The same batch after a crash: the batch about to be pushed is recorded
+//     (in the checkpoint, in the transaction that marks the previous one)
+//     before its push, and the next holder of the lock pushes it first, with
+//     the same Idempotency-Key.
+//   - Latency without a job per insert: a live sync job that has drained the
+//     table keeps the lock for a while and polls (gate shut) or waits for a
+//     notification (gate open), so a new row needs no River round trip.
+package exporter
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/metrics"
+	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// Defaults for Config.
+const (
+	BatchSizeDefault          = 500
+	BatchMaxBytesDefault      = 4 << 20
+	LockBusySnoozeDefault     = 250 * time.Millisecond
+	HotPollDefault            = 5 * time.Millisecond
+	HotLingerDefault          = 500 * time.Millisecond
+	ColdLingerDefault         = 5 * time.Second
+	MaxRunDefault             = 30 * time.Second
+	ReplayChunkBatchesDefault = 20
+	MarkTimeoutDefault        = 30 * time.Second
+)
+
+// LockNamespace and LockName name the export lock: locks.Key(LockNamespace,
+// LockName) is the key every daemon and replay takes before pushing.
+const (
+	LockNamespace = "syncer"
+	LockName      = "export"
+)
+
+// Pusher delivers one batch, handling retries, splits and the rate limit.
+type Pusher interface {
+	Deliver(ctx context.Context, key string, items []thirdparty.Item) (*delivery.Outcome, error)
+}
+
+// Config configures an Exporter.
+type Config struct {
+	// BatchSize is the most rows a batch holds. Defaults to BatchSizeDefault.
+	BatchSize int
+	// BatchMaxBytes is the most payload bytes a batch holds. Defaults to
+	// BatchMaxBytesDefault.
+	BatchMaxBytes int
+	// LockBusySnooze is how long a job snoozes when another session holds the
+	// export lock. Defaults to LockBusySnoozeDefault.
+	LockBusySnooze time.Duration
+	// HotPoll is how often a live job that has drained the table looks for
+	// new rows while writes are flowing. Defaults to HotPollDefault.
+	HotPoll time.Duration
+	// HotLinger is how long the live job keeps polling after it last found a
+	// row, before it opens the gate and waits for notifications. Defaults to
+	// HotLingerDefault.
+	HotLinger time.Duration
+	// ColdLinger is how long the live job keeps the lock waiting for a
+	// notification before it ends. Defaults to ColdLingerDefault.
+	ColdLinger time.Duration
+	// MaxRun bounds one execution of a job; a job with work left snoozes for
+	// zero and runs again, so River's stuck-job rescue stays meaningful.
+	// Defaults to MaxRunDefault.
+	MaxRun time.Duration
+	// ReplayChunkBatches is how many batches a replay pushes before it
+	// releases the lock. Defaults to ReplayChunkBatchesDefault.
+	ReplayChunkBatches int
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Metrics is optional.
+	Metrics *metrics.Metrics
+}
+
+// Exporter pushes rows under the export lock.
+type Exporter struct {
+	pool    *pgxpool.Pool
+	locker  *locks.Locker
+	pusher  Pusher
+	cfg     Config
+	logger  *slog.Logger
+	metrics *metrics.Metrics
+	lockKey int64
+
+	stopOnce sync.Once
+	stopping chan struct{}
+
+	mu     sync.Mutex
+	active bool
+	wake   chan struct{}
+}
+
+// New returns an Exporter.
+func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (*Exporter, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := *cfg
+	if c.BatchSize < 0 {
+		return nil, fmt.Errorf("exporter: BatchSize must be positive, got %d", c.BatchSize)
+	}
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.BatchMaxBytes = cmp.Or(c.BatchMaxBytes, BatchMaxBytesDefault)
+	c.LockBusySnooze = cmp.Or(c.LockBusySnooze, LockBusySnoozeDefault)
+	c.HotPoll = cmp.Or(c.HotPoll, HotPollDefault)
+	c.HotLinger = cmp.Or(c.HotLinger, HotLingerDefault)
+	c.ColdLinger = cmp.Or(c.ColdLinger, ColdLingerDefault)
+	c.MaxRun = cmp.Or(c.MaxRun, MaxRunDefault)
+	c.ReplayChunkBatches = cmp.Or(c.ReplayChunkBatches, ReplayChunkBatchesDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Exporter{
+		pool: pool, locker: locker, pusher: pusher, cfg: c, logger: c.Logger, metrics: c.Metrics,
+		lockKey:  locks.Key(LockNamespace, LockName),
+		stopping: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+	}, nil
+}
+
+// LockKey is the export lock's key.
+func (e *Exporter) LockKey() int64 { return e.lockKey }
+
+// Shutdown tells running jobs to start no new batch. The batch in flight
+// finishes (or is cancelled by the job's context), is marked, and the job
+// snoozes so River runs it again after the restart.
+func (e *Exporter) Shutdown() { e.stopOnce.Do(func() { close(e.stopping) }) }
+
+func (e *Exporter) isStopping() bool {
+	select {
+	case <-e.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wake implements outbox.Waker: a live job running here takes the
+// notification.
+func (e *Exporter) Wake() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.active {
+		return false
+	}
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+var _ outbox.Waker = (*Exporter)(nil)
+
+func (e *Exporter) activate() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.active = true
+}
+
+// deactivate stops taking wake-ups and reports whether one was taken that
+// the job has not handled yet.
+func (e *Exporter) deactivate() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.active = false
+	select {
+	case <-e.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// errStopping ends a pass because the daemon is shutting down.
+var errStopping = errors.New("exporter: shutting down")
+
+// source is what a pass exports: the live pending rows or a replay's range.
+type source struct {
+	checkpoint string
+	salt       string
+	// live sources only send rows that are still pending.
+	live  bool
+	fetch func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, error)
+}
+
+func (e *Exporter) liveSource() source {
+	return source{
+		checkpoint: checkpoint.Live,
+		live:       true,
+		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, error) {
+			return resources.Pending(ctx, e.pool, after, lim, nil)
+		},
+	}
+}
+
+func (e *Exporter) limits() resources.Limits {
+	return resources.Limits{Rows: e.cfg.BatchSize, Bytes: e.cfg.BatchMaxBytes}
+}
+
+func toItems(rows []resources.Row) []thirdparty.Item {
+	items := make([]thirdparty.Item, len(rows))
+	for i, r := range rows {
+		items[i] = thirdparty.Item{ID: r.ID, Version: r.Version, Payload: r.Payload}
+	}
+	return items
+}
+
+func inflightOf(key string, items []thirdparty.Item) *checkpoint.Inflight {
+	in := &checkpoint.Inflight{Key: key, IDs: make([]int64, len(items)), Versions: make([]int64, len(items))}
+	for i, it := range items {
+		in.IDs[i], in.Versions[i] = it.ID, it.Version
+	}
+	return in
+}
+
+type fetched struct {
+	rows []resources.Row
+	err  error
+}
+
+// passResult says what a pass did.
+type passResult struct {
+	rows    int
+	batches int
+	lastID  int64
+	// done is true when the pass reached the end of its source.
+	done bool
+}
+
+// pass pushes src's rows after startAfter, batch by batch, until the source
+// is exhausted or maxBatches were pushed (0: no limit). Reading the next
+// batch overlaps with pushing the current one.
+func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAfter int64, maxBatches int) (passResult, error) {
+	res := passResult{lastID: startAfter}
+	rctx, cancel := context.WithCancel(ctx)
+	ch := make(chan fetched, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(ch)
+		after := startAfter
+		for {
+			rows, err := src.fetch(rctx, after, e.limits())
+			select {
+			case ch <- fetched{rows, err}:
+			case <-rctx.Done():
+				return
+			}
+			if err != nil || len(rows) == 0 {
+				return
+			}
+			after = rows[len(rows)-1].ID
+		}
+	}()
+	defer func() {
+		cancel()
+		for range ch {
+		}
+		wg.Wait()
+	}()
+
+	next := func() ([]thirdparty.Item, error) {
+		f, ok := <-ch
+		if !ok {
+			return nil, ctx.Err()
+		}
+		if f.err != nil {
+			return nil, f.err
+		}
+		return toItems(f.rows), nil
+	}
+
+	cur, err := next()
+	if err != nil {
+		return res, err
+	}
+	if len(cur) == 0 {
+		res.done = true
+		return res, nil
+	}
+	key := thirdparty.IdempotencyKey(src.salt, cur)
+	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
+		return checkpoint.SetInflight(ctx, tx, src.checkpoint, inflightOf(key, cur))
+	}); err != nil {
+		return res, err
+	}
+	for {
+		if e.isStopping() {
+			return res, errStopping
+		}
+		out, err := e.push(ctx, key, cur)
+		if err != nil {
+			return res, err
+		}
+		// The batch is pushed: whatever happens to the read of the next one,
+		// this one's outcome is marked first.
+		var nxt []thirdparty.Item
+		var readErr error
+		if maxBatches == 0 || res.batches+1 < maxBatches {
+			nxt, readErr = next()
+		}
+		var nextInflight *checkpoint.Inflight
+		var nextKey string
+		if len(nxt) > 0 {
+			nextKey = thirdparty.IdempotencyKey(src.salt, nxt)
+			nextInflight = inflightOf(nextKey, nxt)
+		}
+		if err := e.mark(ctx, lk, src, cur, out, nextInflight); err != nil {
+			return res, err
+		}
+		res.rows += len(cur)
+		res.batches++
+		res.lastID = cur[len(cur)-1].ID
+		if readErr != nil {
+			return res, readErr
+		}
+		if len(nxt) == 0 {
+			// Either the source is exhausted or the batch limit was reached,
+			// in which case the source may hold more.
+			res.done = maxBatches == 0 || res.batches < maxBatches
+			return res, nil
+		}
+		cur, key = nxt, nextKey
+	}
+}
+
+// push delivers one batch and records metrics.
+func (e *Exporter) push(ctx context.Context, key string, items []thirdparty.Item) (*delivery.Outcome, error) {
+	start := time.Now()
+	out, err := e.pusher.Deliver(ctx, key, items)
+	if err != nil {
+		e.metrics.BatchError()
+		return nil, fmt.Errorf("exporter: push batch %s: %w", key, err)
+	}
+	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
+	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", key),
+		slog.Int("items", len(items)), slog.Int("accepted", len(out.Accepted)),
+		slog.Int("rejected", len(out.Rejected)), slog.Int("requests", out.Requests),
+		slog.Duration("took", time.Since(start)))
+	return out, nil
+}
+
+// mark writes a pushed batch's outcome, the checkpoint and the next batch in
+// flight in one transaction on the lock's connection. It runs even when the
+// job is being cancelled: what the third party accepted must be recorded.
+func (e *Exporter) mark(ctx context.Context, lk *locks.Lock, src source, items []thirdparty.Item, out *delivery.Outcome, next *checkpoint.Inflight) error {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
+	defer cancel()
+	var acc, rej resources.Versions
+	errs := make([]string, 0, len(out.Rejected))
+	for _, it := range out.Accepted {
+		acc.Add(it.ID, it.Version)
+	}
+	for _, r := range out.Rejected {
+		rej.Add(r.Item.ID, r.Item.Version)
+		errs = append(errs, r.Error)
+	}
+	err := lk.WithTx(mctx, func(tx pgx.Tx) error {
+		if _, err := resources.MarkSynced(mctx, tx, acc); err != nil {
+			return err
+		}
+		if _, err := resources.MarkFailed(mctx, tx, rej, errs); err != nil {
+			return err
+		}
+		return checkpoint.Advance(mctx, tx, src.checkpoint, checkpoint.Progress{
+			LastID: items[len(items)-1].ID, Rows: int64(acc.Len()), Failed: int64(rej.Len()),
+		}, next)
+	})
+	if err != nil {
+		return fmt.Errorf("exporter: mark batch: %w", err)
+	}
+	if rej.Len() > 0 {
+		e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
+			slog.Int("rejected", rej.Len()), slog.String("first_error", errs[0]))
+	}
+	return nil
+}
+
+// resume pushes the batch a previous holder recorded as in flight, if any,
+// before anything else, so it goes again as the same batch.
+func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, src source) (int64, error) {
+	cp, err := checkpoint.Get(ctx, e.pool, src.checkpoint)
+	if err != nil {
+		return 0, err
+	}
+	if cp.Inflight == nil {
+		return cp.LastID, nil
+	}
+	in := cp.Inflight
+	rows, err := e.pool.Query(ctx, `SELECT id, version, payload, synced_at IS NULL AND failed_at IS NULL
+		FROM resources WHERE id = ANY($1) ORDER BY id`, in.IDs)
+	if err != nil {
+		return 0, fmt.Errorf("exporter: load batch in flight: %w", err)
+	}
+	want := make(map[int64]int64, len(in.IDs))
+	for i, id := range in.IDs {
+		want[id] = in.Versions[i]
+	}
+	var items []thirdparty.Item
+	for rows.Next() {
+		var it thirdparty.Item
+		var pending bool
+		if err := rows.Scan(&it.ID, &it.Version, &it.Payload, &pending); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("exporter: load batch in flight: %w", err)
+		}
+		if it.Version == want[it.ID] && (pending || !src.live) {
+			items = append(items, it)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("exporter: load batch in flight: %w", err)
+	}
+	lastID := max(cp.LastID, in.IDs[len(in.IDs)-1])
+	if len(items) == 0 {
+		err := lk.WithTx(ctx, func(tx pgx.Tx) error { return checkpoint.SetInflight(ctx, tx, src.checkpoint, nil) })
+		return lastID, err
+	}
+	key := in.Key
+	if len(items) != len(in.IDs) {
+		// Some rows changed or were marked since: this is a different batch
+		// and must not reuse the key (a third party may check that a key's
+		// body never changes). Only these rows can reach it twice.
+		key = thirdparty.IdempotencyKey(src.salt, items)
+		e.logger.WarnContext(ctx, "exporter: batch in flight changed since it was recorded; resending the rest under a new key",
+			slog.String("recorded_key", in.Key), slog.String("idempotency_key", key),
+			slog.Int("recorded", len(in.IDs)), slog.Int("resent", len(items)))
+	} else {
+		e.logger.InfoContext(ctx, "exporter: resending the batch in flight at the last stop",
+			slog.String("idempotency_key", key), slog.Int("items", len(items)))
+	}
+	out, err := e.push(ctx, key, items)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.mark(ctx, lk, src, items, out, nil); err != nil {
+		return 0, err
+	}
+	return lastID, nil
+}

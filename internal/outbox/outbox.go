@@ -1,0 +1,329 @@
+// Package outbox relays the events that writers append to syncer_outbox into
+// River sync jobs, and controls the gate that decides whether writers append
+// events at all.
+//
+// Guarantees:
+//   - An event is deleted only in the transaction that made sure a sync job
+//     is pending (inserted one, or found one not yet running), or by a running
+//     sync job that will look at the table afterwards. So no event is dropped
+//     because a job was already running: River's uniqueness would count a
+//     running job as a duplicate, which is why the relay does its own check
+//     and does not use unique jobs.
+//   - At most one sync job is pending at a time, however many daemons relay:
+//     relays serialise on a transaction-level advisory lock.
+//   - A lost notification delays an export by at most PollInterval: the relay
+//     also polls, for events and for pending rows.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/resources"
+)
+
+// PollIntervalDefault is the default Config.PollInterval.
+const PollIntervalDefault = 2 * time.Second
+
+// relayLockKey serialises relays of all daemons on one database: the ASCII
+// of "syncrly!", fixed so operators can find it in pg_locks.
+const relayLockKey int64 = 0x7379_6e63_726c_7921
+
+// Execer runs a statement.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// SetArmed opens (armed) or shuts the gate. While armed, every statement that
+// inserts or changes a payload appends an event and notifies; while shut,
+// writers pay only for reading one row, and the sync job finds new rows by
+// polling. The change is not worth an fsync: after a crash the daemon starts
+// by draining anyway.
+func SetArmed(ctx context.Context, tx pgx.Tx, armed bool) error {
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+		return fmt.Errorf("outbox: gate: %w", err)
+	}
+	_, err := tx.Exec(ctx, `UPDATE syncer_gate SET armed = $1, armed_at = now() WHERE armed <> $1`, armed)
+	if err != nil {
+		return fmt.Errorf("outbox: gate: %w", err)
+	}
+	return nil
+}
+
+// Consume deletes every event no other relay is handling. The sync job calls
+// it before it scans the table, so the events it deletes are covered by that
+// scan.
+func Consume(ctx context.Context, db Execer) error {
+	_, err := db.Exec(ctx, `DELETE FROM syncer_outbox WHERE id IN
+		(SELECT id FROM syncer_outbox ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED)`)
+	if err != nil {
+		return fmt.Errorf("outbox: consume: %w", err)
+	}
+	return nil
+}
+
+// Pending counts events not yet relayed.
+func Pending(ctx context.Context, q resources.Querier) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM syncer_outbox`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: count: %w", err)
+	}
+	return n, nil
+}
+
+// Waker is the running sync job, seen from the relay.
+type Waker interface {
+	// Wake passes a notification to a sync job running in this process and
+	// reports whether one took it.
+	Wake() bool
+}
+
+// Config configures a Relay.
+type Config struct {
+	// Channel is the channel the outbox trigger notifies. Required.
+	Channel string
+	// PollInterval bounds the delay a lost notification can cause. Defaults
+	// to PollIntervalDefault.
+	PollInterval time.Duration
+	// LockHeld reports whether some session holds the export lock; the poll
+	// fallback enqueues no job while one does, since the holder is working.
+	// Optional.
+	LockHeld func(ctx context.Context) (bool, error)
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// OnStats, if set, receives the relay's counters after each round.
+	OnStats func(Stats)
+}
+
+// Stats counts what the relay did.
+type Stats struct {
+	Notifications int64
+	JobsInserted  int64
+	EventsRelayed int64
+	Connected     bool
+}
+
+// Relay turns outbox events into sync jobs.
+type Relay struct {
+	pool   *pgxpool.Pool
+	river  *river.Client[pgx.Tx]
+	waker  Waker
+	cfg    Config
+	logger *slog.Logger
+	stats  Stats
+}
+
+// New returns a relay. river may be an insert-only client.
+func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], waker Waker, cfg *Config) (*Relay, error) {
+	if cfg == nil || cfg.Channel == "" {
+		return nil, errors.New("outbox: Config.Channel is required")
+	}
+	c := *cfg
+	c.PollInterval = max(c.PollInterval, 0)
+	if c.PollInterval == 0 {
+		c.PollInterval = PollIntervalDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{pool: pool, river: riverClient, waker: waker, cfg: c, logger: c.Logger}, nil
+}
+
+// Run listens and relays until ctx is done. Connection failures are retried
+// with backoff and never end Run.
+func (r *Relay) Run(ctx context.Context) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = 5 * time.Second
+	bo.MaxElapsedTime = 0
+	for {
+		err := r.listen(ctx, bo)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.setConnected(false)
+		wait := bo.NextBackOff()
+		r.logger.WarnContext(ctx, "outbox: listener lost its connection; reconnecting",
+			slog.String("error", err.Error()), slog.Duration("retry_in", wait))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (r *Relay) setConnected(ok bool) {
+	r.stats.Connected = ok
+	if r.cfg.OnStats != nil {
+		r.cfg.OnStats(r.stats)
+	}
+}
+
+func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("outbox: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.cfg.Channel}.Sanitize()); err != nil {
+		return fmt.Errorf("outbox: listen: %w", err)
+	}
+	bo.Reset()
+	r.setConnected(true)
+	r.logger.DebugContext(ctx, "outbox: listening", slog.String("channel", r.cfg.Channel))
+
+	// Whatever happened while we were not listening is found by a poll.
+	if err := r.Poll(ctx); err != nil && ctx.Err() == nil {
+		r.logger.WarnContext(ctx, "outbox: poll failed", slog.String("error", err.Error()))
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil:
+			r.stats.Notifications++
+			// Several notifications may be queued; one relay round covers
+			// them all.
+			if err := r.Notified(ctx); err != nil && ctx.Err() == nil {
+				r.logger.WarnContext(ctx, "outbox: relay failed", slog.String("error", err.Error()))
+			}
+		case errors.Is(err, context.DeadlineExceeded):
+			if err := r.Poll(ctx); err != nil && ctx.Err() == nil {
+				r.logger.WarnContext(ctx, "outbox: poll failed", slog.String("error", err.Error()))
+			}
+		default:
+			return fmt.Errorf("outbox: wait: %w", err)
+		}
+	}
+}
+
+// Notified handles a notification: a sync job running here takes it, or the
+// pending events become a sync job.
+func (r *Relay) Notified(ctx context.Context) error {
+	if r.waker != nil && r.waker.Wake() {
+		return nil
+	}
+	_, err := r.relay(ctx, false)
+	return err
+}
+
+// Poll is the fallback for lost notifications and for rows written while no
+// daemon was armed: it relays pending events, and enqueues a sync job when
+// pending rows exist and nobody is exporting.
+func (r *Relay) Poll(ctx context.Context) error {
+	if r.waker != nil && r.waker.Wake() {
+		return nil
+	}
+	n, err := r.relay(ctx, false)
+	if err != nil || n > 0 {
+		return err
+	}
+	pending, err := resources.AnyPending(ctx, r.pool)
+	if err != nil || !pending {
+		return err
+	}
+	if r.cfg.LockHeld != nil {
+		held, err := r.cfg.LockHeld(ctx)
+		if err != nil {
+			return err
+		}
+		if held {
+			return nil
+		}
+	}
+	_, err = r.relay(ctx, true)
+	return err
+}
+
+// Kick makes sure a sync job is pending, events or not. The daemon calls it
+// at start, because rows may have been written while no daemon ran.
+func (r *Relay) Kick(ctx context.Context) error {
+	_, err := r.relay(ctx, true)
+	return err
+}
+
+// relay runs one round in one transaction and returns how many events it
+// relayed.
+func (r *Relay) relay(ctx context.Context, force bool) (int, error) {
+	var relayed int
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", relayLockKey); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT id FROM syncer_outbox ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 && !force {
+			return nil
+		}
+		inserted, err := r.ensureJob(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if len(ids) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM syncer_outbox WHERE id = ANY($1)`, ids); err != nil {
+				return err
+			}
+		}
+		relayed = len(ids)
+		if inserted {
+			r.stats.JobsInserted++
+		}
+		r.stats.EventsRelayed += int64(len(ids))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox: relay: %w", err)
+	}
+	if r.cfg.OnStats != nil {
+		r.cfg.OnStats(r.stats)
+	}
+	return relayed, nil
+}
+
+// pendingStates are the states of a job that has not started yet and so is
+// sure to look at the table after this transaction commits.
+var pendingStates = []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending,
+	rivertype.JobStateScheduled, rivertype.JobStateRetryable,
+}
+
+func (r *Relay) ensureJob(ctx context.Context, tx pgx.Tx) (bool, error) {
+	res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
+		Kinds(jobs.SyncArgs{}.Kind()).States(pendingStates...).First(1))
+	if err != nil {
+		return false, fmt.Errorf("list sync jobs: %w", err)
+	}
+	if len(res.Jobs) > 0 {
+		return false, nil
+	}
+	if _, err := r.river.InsertTx(ctx, tx, jobs.SyncArgs{}, &river.InsertOpts{Queue: jobs.Queue, MaxAttempts: 1000}); err != nil {
+		return false, fmt.Errorf("insert sync job: %w", err)
+	}
+	return true, nil
+}
+
+// Stats returns the relay's counters. It is only safe to call from the
+// goroutine that runs the relay or after Run returned; use Config.OnStats to
+// observe them concurrently.
+func (r *Relay) Stats() Stats { return r.stats }

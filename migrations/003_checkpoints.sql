@@ -1,0 +1,44 @@
+-- Where each export job is. Written in the same transaction as the marks of
+-- each batch, on the connection that holds the export lock. For the live sync
+-- last_id is progress information only, never a high-water mark: a row with
+-- a lower id can commit after a higher one was exported.
+--
+-- inflight_*: the batch about to be pushed, recorded before the push, so that
+-- after a crash the same rows go again as the same batch, with the same
+-- Idempotency-Key.
+CREATE TABLE {{schema}}.syncer_checkpoints (
+    name              text PRIMARY KEY,
+    last_id           bigint      NOT NULL DEFAULT 0,
+    rows_done         bigint      NOT NULL DEFAULT 0,
+    batches_done      bigint      NOT NULL DEFAULT 0,
+    rows_failed       bigint      NOT NULL DEFAULT 0,
+    inflight_key      text,
+    inflight_ids      bigint[],
+    inflight_versions bigint[],
+    started_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+
+-- A manual re-export. Its progress is its checkpoint, named 'replay:<id>'.
+CREATE TABLE {{schema}}.syncer_replays (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    from_id      bigint,
+    to_id        bigint,
+    since        timestamptz,
+    until        timestamptz,
+    failed_only  boolean     NOT NULL DEFAULT false,
+    total_rows   bigint      NOT NULL,
+    state        text        NOT NULL DEFAULT 'pending'
+                 CHECK (state IN ('pending', 'running', 'done', 'cancelled')),
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    finished_at  timestamptz
+);
+
+-- Small shared facts about the push path that every daemon must see: the
+-- circuit breaker's state (gobreaker's shared store) and whether the third
+-- party refused our credentials.
+CREATE TABLE {{schema}}.syncer_state (
+    key        text PRIMARY KEY,
+    value      bytea       NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);

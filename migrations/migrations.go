@@ -1,0 +1,179 @@
+// Package migrations holds syncer's SQL schema, embedded in the binary, and
+// applies it together with River's own migrations.
+//
+// Guarantees: each migration runs in one transaction together with the row
+// that records its version, so a migration is either wholly applied or not at
+// all; concurrent runs (two deploys, a daemon starting while `syncer migrate`
+// runs) serialise on an advisory lock and the second one changes nothing.
+// Migrations only add objects, so running them under live daemons is safe.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// lockKey serialises concurrent migrators across processes. It is
+// locks.Key("syncer", "migrate"), spelled out because migrations must not
+// depend on runtime packages.
+const lockKey int64 = 0x73796e6365726d67 // "syncermg"
+
+// Channel is the LISTEN/NOTIFY channel the outbox trigger notifies for the
+// tables in schema. Including the schema keeps two installations in one
+// database from waking each other.
+func Channel(schema string) string {
+	c := "syncer_outbox." + schema
+	if len(c) > 63 { // NAMEDATALEN - 1
+		c = c[:63]
+	}
+	return c
+}
+
+// Migration is one embedded SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// All returns the project's migrations in order.
+func All() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, rest, ok := strings.Cut(name, "_")
+		if !ok || !strings.HasSuffix(name, ".sql") {
+			return nil, fmt.Errorf("migrations: bad file name %q", name)
+		}
+		v, err := strconv.Atoi(num)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: bad version in %q: %w", name, err)
+		}
+		b, err := files.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Name: strings.TrimSuffix(rest, ".sql"), SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// Result says what Up did.
+type Result struct {
+	Schema       string
+	RiverApplied []int
+	Applied      []Migration
+}
+
+// Up brings the schema that pool's search_path points at (normally public)
+// to the current version: River's migrations first, then syncer's.
+func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Result, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: acquire connection: %w", err)
+	}
+	defer conn.Release()
+
+	var schema string
+	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return nil, fmt.Errorf("migrate: current schema: %w", err)
+	}
+	if schema == "" {
+		return nil, errors.New("migrate: no current schema: the search_path names no existing schema")
+	}
+
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
+		return nil, fmt.Errorf("migrate: take migration lock: %w", err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockKey)
+	}()
+
+	res := &Result{Schema: schema}
+
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger, Schema: schema})
+	if err != nil {
+		return nil, fmt.Errorf("migrate: river: %w", err)
+	}
+	rr, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: river: %w", err)
+	}
+	for _, v := range rr.Versions {
+		res.RiverApplied = append(res.RiverApplied, v.Version)
+	}
+
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	qschema := pgx.Identifier{schema}.Sanitize()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+qschema+`.syncer_migrations (
+		version    integer PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("migrate: version table: %w", err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.Query(ctx, `SELECT version FROM `+qschema+`.syncer_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read versions: %w", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read versions: %w", err)
+	}
+	for _, v := range versions {
+		applied[int(v)] = true
+	}
+
+	replacer := strings.NewReplacer(
+		"{{schema}}", qschema,
+		"{{channel}}", quoteLiteral(Channel(schema)),
+	)
+	for _, m := range all {
+		if applied[m.Version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, replacer.Replace(m.SQL)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+qschema+`.syncer_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("migrate: %03d_%s: %w", m.Version, m.Name, err)
+		}
+		logger.InfoContext(ctx, "migrate: applied", slog.Int("version", m.Version), slog.String("name", m.Name), slog.String("schema", schema))
+		res.Applied = append(res.Applied, m)
+	}
+	return res, nil
+}
+
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
