@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/migrations"
+)
+
+// RetryFailedCmd is `syncer retry-failed`.
+type RetryFailedCmd struct {
+	DB
+	ID []int64 `name:"id" help:"Only these rows (repeatable); all failed rows when absent."`
+}
+
+// Run clears the failures and wakes the daemons in the same transaction.
+func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
+	pool, err := database.Open(ctx, c.DatabaseURL, "syncer-retry-failed")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	schema, err := database.CurrentSchema(ctx, pool)
+	if err != nil {
+		return err
+	}
+	var n int64
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if n, err = resources.RetryFailed(ctx, tx, c.ID); err != nil || n == 0 {
+			return err
+		}
+		// Clearing failed_at is not a payload change, so no trigger fires:
+		// append the event and notify here, as the trigger would.
+		if _, err := tx.Exec(ctx, `INSERT INTO syncer_outbox (op) VALUES ('RETRY')`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, migrations.Channel(schema))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("retry failed rows: %w", err)
+	}
+	fmt.Fprintf(env.Stdout, "%d failed rows are eligible again\n", n)
+	return nil
+}

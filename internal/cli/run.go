@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"net/url"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// RunCmd is `syncer run`.
+type RunCmd struct {
+	DB
+	ThirdpartyURL   string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
+	ThirdpartyToken string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Never logged."`
+	BatchSize       int           `name:"batch-size" env:"SYNCER_BATCH_SIZE" default:"500" help:"Items a batch."`
+	BatchMaxBytes   int           `name:"batch-max-bytes" env:"SYNCER_BATCH_MAX_BYTES" default:"4194304" help:"Payload bytes a batch, at most."`
+	RateLimit       float64       `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party; 0 means no limit."`
+	RateBurst       int           `name:"rate-burst" env:"SYNCER_RATE_BURST" default:"1" help:"Burst of the rate limit."`
+	RequestTimeout  time.Duration `name:"request-timeout" env:"SYNCER_REQUEST_TIMEOUT" default:"10s" help:"Timeout of one request to the third party."`
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"SYNCER_SHUTDOWN_TIMEOUT" default:"30s" help:"How long the batch in flight may take to finish on SIGTERM."`
+	HTTPAddr        string        `name:"http-addr" env:"SYNCER_HTTP_ADDR" default:"127.0.0.1:8080" help:"Address of /healthz, /readyz and /metrics."`
+	Workers         int           `name:"workers" env:"SYNCER_WORKERS" default:"4" help:"River workers for syncer's queue."`
+	Pprof           bool          `name:"pprof" env:"SYNCER_PPROF" help:"Serve /debug/pprof/ on the HTTP address."`
+}
+
+// Validate names the first bad setting.
+func (c *RunCmd) Validate() error {
+	if err := c.DB.Validate(); err != nil {
+		return err
+	}
+	return validateExport(c.ThirdpartyURL, c.BatchSize, c.BatchMaxBytes, c.RateLimit, c.RateBurst, c.RequestTimeout, c.ShutdownTimeout, c.Workers)
+}
+
+func validateExport(tpURL string, batch, maxBytes int, rate float64, burst int, reqTimeout, shutdown time.Duration, workers int) error {
+	switch {
+	case tpURL == "":
+		return usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required")
+	case !validHTTPURL(tpURL):
+		return usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) must be an http or https URL")
+	case batch <= 0:
+		return usagef("--batch-size (SYNCER_BATCH_SIZE) must be positive, got %d", batch)
+	case maxBytes <= 0:
+		return usagef("--batch-max-bytes (SYNCER_BATCH_MAX_BYTES) must be positive, got %d", maxBytes)
+	case rate < 0:
+		return usagef("--rate-limit (SYNCER_RATE_LIMIT) must not be negative, got %v", rate)
+	case burst <= 0:
+		return usagef("--rate-burst (SYNCER_RATE_BURST) must be positive, got %d", burst)
+	case reqTimeout <= 0:
+		return usagef("--request-timeout (SYNCER_REQUEST_TIMEOUT) must be positive, got %s", reqTimeout)
+	case shutdown <= 0:
+		return usagef("--shutdown-timeout (SYNCER_SHUTDOWN_TIMEOUT) must be positive, got %s", shutdown)
+	case workers <= 0:
+		return usagef("--workers (SYNCER_WORKERS) must be positive, got %d", workers)
+	}
+	return nil
+}
+
+func validHTTPURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// Run runs the daemon until SIGTERM or SIGINT.
+func (c *RunCmd) Run(ctx context.Context, env *Env) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	pool, err := database.Open(ctx, c.DatabaseURL, "syncer")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return daemon.Run(ctx, pool, &daemon.Config{
+		ThirdParty: thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
+		Delivery:   delivery.Config{RateLimit: c.RateLimit, RateBurst: c.RateBurst},
+		Exporter: exporter.Config{
+			BatchSize:     c.BatchSize,
+			BatchMaxBytes: c.BatchMaxBytes,
+		},
+		HTTPAddr:        c.HTTPAddr,
+		Pprof:           c.Pprof,
+		ShutdownTimeout: c.ShutdownTimeout,
+		Workers:         c.Workers,
+		Logger:          env.Logger,
+	})
+}
