@@ -75,9 +75,9 @@ func New(client Client, cfg *Config) (*Deliverer, error) {
 	}, nil
 }
 
-// Deliver pushes items under key and returns what the third party made of
-// them.
-func (d *Deliverer) Deliver(ctx context.Context, key string, items []thirdparty.Item) (*Outcome, error) {
+// Deliver pushes a batch and returns what the third party made of it.
+func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
+	key, items := b.Key, b.Items
 	if err := d.limiter.Wait(ctx); err != nil {
 		return nil, fmt.Errorf("delivery: rate limit: %w", err)
 	}

@@ -7,6 +7,16 @@ import (
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
+// Batch is what the exporter asks to deliver.
+type Batch struct {
+	// Key is the batch's Idempotency-Key, thirdparty.IdempotencyKey(Salt,
+	// Items) or a key recorded for the same batch before a crash.
+	Key string
+	// Salt derives the keys of split halves, so they are as stable as Key.
+	Salt  string
+	Items []thirdparty.Item
+}
+
 // Outcome is what the third party made of a batch, after any splitting.
 type Outcome struct {
 	// Accepted items are to be marked synced.
@@ -43,7 +53,9 @@ type WaitError struct {
 	Wait time.Duration
 }
 
-func (e *WaitError) Error() string { return e.Err.Error() + " (retry in " + e.Wait.Round(time.Millisecond).String() + ")" }
+func (e *WaitError) Error() string {
+	return e.Err.Error() + " (retry in " + e.Wait.Round(time.Millisecond).String() + ")"
+}
 
 func (e *WaitError) Unwrap() error { return e.Err }
 

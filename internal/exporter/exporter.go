@@ -64,7 +64,7 @@ const (
 
 // Pusher delivers one batch, handling retries, splits and the rate limit.
 type Pusher interface {
-	Deliver(ctx context.Context, key string, items []thirdparty.Item) (*delivery.Outcome, error)
+	Deliver(ctx context.Context, b delivery.Batch) (*delivery.Outcome, error)
 }
 
 // Config configures an Exporter.
@@ -145,6 +145,9 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 		wake:     make(chan struct{}, 1),
 	}, nil
 }
+
+// BatchSize is the effective batch size.
+func (e *Exporter) BatchSize() int { return e.cfg.BatchSize }
 
 // LockKey is the export lock's key.
 func (e *Exporter) LockKey() int64 { return e.lockKey }
@@ -318,7 +321,7 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 		if e.isStopping() {
 			return res, errStopping
 		}
-		out, err := e.push(ctx, key, cur)
+		out, err := e.push(ctx, src, key, cur)
 		if err != nil {
 			return res, err
 		}
@@ -355,9 +358,9 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 }
 
 // push delivers one batch and records metrics.
-func (e *Exporter) push(ctx context.Context, key string, items []thirdparty.Item) (*delivery.Outcome, error) {
+func (e *Exporter) push(ctx context.Context, src source, key string, items []thirdparty.Item) (*delivery.Outcome, error) {
 	start := time.Now()
-	out, err := e.pusher.Deliver(ctx, key, items)
+	out, err := e.pusher.Deliver(ctx, delivery.Batch{Key: key, Salt: src.salt, Items: items})
 	if err != nil {
 		e.metrics.BatchError()
 		return nil, fmt.Errorf("exporter: push batch %s: %w", key, err)
@@ -460,7 +463,7 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, src source) (int6
 		e.logger.InfoContext(ctx, "exporter: resending the batch in flight at the last stop",
 			slog.String("idempotency_key", key), slog.Int("items", len(items)))
 	}
-	out, err := e.push(ctx, key, items)
+	out, err := e.push(ctx, src, key, items)
 	if err != nil {
 		return 0, err
 	}

@@ -201,7 +201,7 @@ func AnyPending(ctx context.Context, q Querier) (bool, error) {
 // Counts summarises the table for status.
 type Counts struct {
 	Total, Unsynced, Synced, Failed int64
-	OldestUnsyncedAge              time.Duration
+	OldestUnsyncedAge               time.Duration
 }
 
 // CountAll returns the table's counts. Unsynced counts every row not synced
