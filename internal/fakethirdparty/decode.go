@@ -1,0 +1,134 @@
+package fakethirdparty
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// wireBatch is a decoded request body: ids and versions parsed, payloads
+// only located (see scan.go), never copied or turned into Go values.
+type wireBatch struct {
+	Items []wireItem
+}
+
+type wireItem struct {
+	ID      wireID
+	Version int64
+	Payload wirePayload
+}
+
+// wireID is an id as the contract sends it: a decimal string.
+type wireID struct {
+	v   int64
+	set bool
+}
+
+// wirePayload is a view of the payload's bytes inside the request body,
+// valid only while the body buffer is.
+type wirePayload struct {
+	raw []byte
+}
+
+var batchPool = sync.Pool{New: func() any { return new(wireBatch) }}
+
+// pair is one (id, version): the unit the contract promises to deliver once.
+type pair struct {
+	id, version int64
+}
+
+// decodeBatch validates body against the contract and returns its items.
+// The returned batch goes back to batchPool when the caller is done.
+func decodeBatch(body []byte) (*wireBatch, error) {
+	w := batchPool.Get().(*wireBatch)
+	// Scan into the pooled slice so its capacity is reused from request
+	// to request; a missing "items" and an empty one are the same refusal.
+	items, err := scanBatch(body, w.Items[:0])
+	w.Items = items
+	if err != nil {
+		w.release()
+		return nil, err
+	}
+	if len(w.Items) == 0 {
+		w.release()
+		return nil, errors.New(`batch has no "items"`)
+	}
+	ids := make([]int64, len(w.Items))
+	for i := range w.Items {
+		it := &w.Items[i]
+		if !it.ID.set {
+			w.release()
+			return nil, fmt.Errorf("item %d has no id", i)
+		}
+		if it.Version < 1 {
+			w.release()
+			return nil, fmt.Errorf("item %d (id %d): version must be at least 1", i, it.ID.v)
+		}
+		if it.Payload.raw == nil {
+			w.release()
+			return nil, fmt.Errorf("item %d (id %d) has no payload", i, it.ID.v)
+		}
+		ids[i] = it.ID.v
+	}
+	slices.Sort(ids)
+	for i := 1; i < len(ids); i++ {
+		if ids[i] == ids[i-1] {
+			w.release()
+			return nil, fmt.Errorf("id %d appears more than once in the batch", ids[i])
+		}
+	}
+	return w, nil
+}
+
+func (w *wireBatch) release() {
+	for i := range w.Items {
+		w.Items[i] = wireItem{} // drop views into the body buffer
+	}
+	w.Items = w.Items[:0]
+	if cap(w.Items) <= 10_000 {
+		batchPool.Put(w)
+	}
+}
+
+// fingerprint identifies the (id, version) pairs of a batch in order, to
+// catch a key reused for different content. FNV-1a: fast, and collisions
+// only hide a client bug, they cannot corrupt anything.
+func (w *wireBatch) fingerprint() uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	mix := func(v uint64) {
+		for range 8 {
+			h ^= v & 0xff
+			h *= prime
+			v >>= 8
+		}
+	}
+	for i := range w.Items {
+		mix(uint64(w.Items[i].ID.v))
+		mix(uint64(w.Items[i].Version))
+	}
+	return h
+}
+
+// hasTopLevelKey reports whether payload is an object with key name at its
+// top level. The substring test rules out nearly every payload without
+// scanning it; a payload with escapes is always scanned, since its keys may
+// spell name with escapes.
+func hasTopLevelKey(payload []byte, name string) bool {
+	if name == "" {
+		return false
+	}
+	if !bytes.Contains(payload, []byte(name)) && bytes.IndexByte(payload, '\\') < 0 {
+		return false
+	}
+	return topLevelKey(payload, name)
+}
+
+func truncate(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
+}

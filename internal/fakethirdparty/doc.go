@@ -1,0 +1,30 @@
+// Package fakethirdparty is a stand-in third party that speaks the wire
+// protocol of CONTRACT.md section 2: the project's test double and the
+// target of `syncer fake-thirdparty` in demos and benchmarks.
+//
+// What it guarantees:
+//
+//   - It is strict where the contract is: wrong method (405), wrong
+//     Content-Type (415), a body that is not {"items":[...]}, an empty batch,
+//     an id that is not a decimal string, a version below 1, a repeated id in
+//     one batch, or a missing Idempotency-Key are answered 400, so a client
+//     bug shows up as a refused batch rather than passing silently.
+//   - It honours Idempotency-Key as the contract asks of a third party: a
+//     batch whose key was already answered with 2xx is answered again with
+//     the same status and body and accepts nothing. Only 2xx answers are
+//     remembered: a refusal, 429 or 5xx changed nothing, so a retry under the
+//     same key is processed afresh, as real idempotency layers do. A key
+//     reused for a batch of different (id, version) pairs is answered 422
+//     and counted in Stats.KeyConflicts: the client broke its promise.
+//   - It records what it saw so tests and benchmarks can judge delivery:
+//     every request, every accepted (id, version), duplicates split by
+//     whether they came under the same key, versions accepted out of order,
+//     and the busiest second. Memory grows with distinct pairs and accepted
+//     items (a few dozen bytes each), never with payload size.
+//   - It is safe for concurrent use, and its knobs (Config) can change while
+//     it serves, so a test can switch a failure on and off mid-run.
+//
+// Payloads are never decoded unless Config.RejectField or Config.PoisonField
+// asks for their top-level keys: on a machine shared with the database and
+// the daemon, the fake must not be what a benchmark measures.
+package fakethirdparty

@@ -1,0 +1,703 @@
+package fakethirdparty
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// FailureStatusDefault is the status of injected failures when
+// Config.FailureStatus is zero.
+const FailureStatusDefault = http.StatusServiceUnavailable
+
+// MaxBodyBytes bounds a request body; beyond it the answer is 413.
+const MaxBodyBytes = 64 << 20
+
+// Config holds the knobs of a Server. The zero value is a well-behaved third
+// party: no limits, no failures, no token, keys honoured.
+type Config struct {
+	// RateLimit is the requests per second the fake accepts; beyond it,
+	// 429 with Retry-After. Defaults to 0, unlimited.
+	RateLimit float64
+	// RateBurst is how many requests may come at once within RateLimit.
+	// Defaults to RateLimit rounded up, at least 1.
+	RateBurst int
+	// RetryAfter is the wait sent in Retry-After on 429, in whole seconds
+	// (at least 1). Defaults to the wait the limiter computes.
+	RetryAfter time.Duration
+	// RetryAfterHTTPDate sends Retry-After as an HTTP date rather than
+	// seconds. Defaults to false.
+	RetryAfterHTTPDate bool
+	// FailureRate is the share (0..1) of requests answered FailureStatus.
+	// Defaults to 0.
+	FailureRate float64
+	// FailureStatus is the status of injected failures. Defaults to
+	// FailureStatusDefault (503).
+	FailureStatus int
+	// Latency is added to every request before it is answered. Defaults
+	// to 0.
+	Latency time.Duration
+	// TimeoutRate is the share (0..1) of requests that get no answer until
+	// the client gives up. Defaults to 0.
+	TimeoutRate float64
+	// MaxBatchItems answers 413 to a batch of more items. Defaults to 0,
+	// no limit.
+	MaxBatchItems int
+	// RejectField rejects, item by item, payloads that are objects with this
+	// top-level key ("field <name> is not allowed"). Defaults to "", none.
+	RejectField string
+	// PoisonField answers 400 to a whole batch holding a payload with this
+	// top-level key. Defaults to "", none.
+	PoisonField string
+	// Token, when set, makes requests without "Authorization: Bearer
+	// <Token>" get 401. Defaults to "", no check.
+	Token string
+	// IgnoreIdempotencyKey processes every request as new, as a third party
+	// without idempotency would. Defaults to false: a repeated key replays
+	// the first 2xx answer and accepts nothing again.
+	IgnoreIdempotencyKey bool
+	// Seed seeds the draws of FailureRate and TimeoutRate, making them
+	// repeatable. Defaults to 0, a random seed.
+	Seed int64
+	// Now is the clock for rate limiting, outages and records. Defaults to
+	// time.Now.
+	Now func() time.Time
+}
+
+// Request is one request as the fake saw it.
+type Request struct {
+	// At is when it arrived.
+	At time.Time
+	// Status is the answer's status; 0 when the client gave up first.
+	Status int
+	// Key is its Idempotency-Key.
+	Key string
+	// Items is how many items its batch held; 0 when it was refused before
+	// its body was read.
+	Items int
+	// Replayed is set when it was answered from the key cache.
+	Replayed bool
+}
+
+// Delivery is one item accepted.
+type Delivery struct {
+	ID      int64
+	Version int64
+	// Key is the Idempotency-Key of the request that delivered it.
+	Key string
+	// At is when it was accepted.
+	At time.Time
+}
+
+// Stats counts what the fake received. Field names in JSON are what
+// GET /v1/stats returns.
+type Stats struct {
+	Requests int64 `json:"requests"`
+	// RequestsByStatus counts answered requests by status code; "timeout"
+	// counts those the client gave up on before an answer.
+	RequestsByStatus map[string]int64 `json:"requests_by_status"`
+	// ItemsReceived counts items of every batch whose body was read,
+	// replays and refused batches included.
+	ItemsReceived int64 `json:"items_received"`
+	ItemsAccepted int64 `json:"items_accepted"`
+	ItemsRejected int64 `json:"items_rejected"`
+	// DistinctPairs counts distinct (id, version) accepted.
+	DistinctPairs int64 `json:"distinct_pairs"`
+	// DuplicatePairs counts acceptances of a pair beyond its first.
+	DuplicatePairs int64 `json:"duplicate_pairs"`
+	// DuplicatesSameKey counts the duplicate acceptances that came under a
+	// key that had already delivered the pair (possible only with
+	// IgnoreIdempotencyKey); DuplicatesOtherKey those under a new key.
+	DuplicatesSameKey  int64 `json:"duplicates_same_key"`
+	DuplicatesOtherKey int64 `json:"duplicates_other_key"`
+	// KeyReplays counts requests answered from the key cache.
+	KeyReplays int64 `json:"key_replays"`
+	// KeyConflicts counts requests reusing a key for different pairs.
+	KeyConflicts int64 `json:"key_conflicts"`
+	// OutOfOrder counts acceptances of an id at a version lower than one
+	// already accepted.
+	OutOfOrder int64 `json:"out_of_order"`
+	// MaxRequestsInOneSecond is the most requests received within one
+	// calendar second of the clock.
+	MaxRequestsInOneSecond int64     `json:"max_requests_in_one_second"`
+	FirstRequestAt         time.Time `json:"first_request_at,omitzero"`
+	LastRequestAt          time.Time `json:"last_request_at,omitzero"`
+}
+
+// delivery is the compact record behind Delivery: the key and time are
+// shared by every item of a request, so they live in the request record.
+type delivery struct {
+	id, version int64
+	req         int32
+}
+
+type requestRecord struct {
+	Request
+	acceptedAt time.Time
+}
+
+type pairState struct {
+	key   string // first key that delivered the pair
+	count int32
+}
+
+type cachedAnswer struct {
+	status      int
+	body        []byte
+	fingerprint uint64
+}
+
+// Server is the fake third party, an http.Handler. Create it with New.
+type Server struct {
+	mux    *http.ServeMux
+	closed chan struct{}
+	once   sync.Once
+
+	mu          sync.Mutex
+	cfg         Config
+	now         func() time.Time
+	limiter     *rate.Limiter
+	rng         *rand.Rand
+	outageUntil time.Time
+
+	stats      Stats
+	byStatus   map[int]int64
+	second     int64 // unix second being counted
+	inSecond   int64
+	requests   []requestRecord
+	deliveries []delivery
+	latest     map[int64]int64
+	pairs      map[pair]pairState
+	pairKeys   map[pair][]string // further keys of pairs delivered under more than one
+	answers    map[string]cachedAnswer
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns a Server with the knobs of cfg.
+func New(cfg Config) *Server {
+	s := &Server{closed: make(chan struct{})}
+	s.resetLocked()
+	s.applyLocked(cfg, true)
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("/v1/batches", s.handleBatch)
+	s.mux.HandleFunc("GET /v1/stats", s.handleStats)
+	s.mux.HandleFunc("POST /v1/admin/outage", s.handleOutage)
+	s.mux.HandleFunc("POST /v1/admin/reset", s.handleReset)
+	return s
+}
+
+// ServeHTTP serves POST /v1/batches, GET /v1/stats,
+// POST /v1/admin/outage?duration=10s and POST /v1/admin/reset. The admin and
+// stats routes ask for no token, so a test can toggle Token freely.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// SetConfig changes the knobs while the fake serves. Requests already past
+// their checks finish under the knobs they started with. The limiter keeps
+// its state unless the rate or burst change, and the random draws keep
+// their sequence unless the seed changes.
+func (s *Server) SetConfig(cfg Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applyLocked(cfg, false)
+}
+
+func (s *Server) applyLocked(cfg Config, initial bool) {
+	old := s.cfg
+	s.cfg = cfg
+	s.now = cfg.Now
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if initial || cfg.RateLimit != old.RateLimit || cfg.RateBurst != old.RateBurst {
+		s.limiter = nil
+		if cfg.RateLimit > 0 {
+			burst := cfg.RateBurst
+			if burst <= 0 {
+				burst = max(1, int(math.Ceil(cfg.RateLimit)))
+			}
+			s.limiter = rate.NewLimiter(rate.Limit(cfg.RateLimit), burst)
+		}
+	}
+	if initial || cfg.Seed != old.Seed {
+		seed := uint64(cfg.Seed)
+		if cfg.Seed == 0 {
+			seed = rand.Uint64()
+		}
+		s.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	}
+}
+
+// Outage answers 503 to every batch for d from now.
+func (s *Server) Outage(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outageUntil = s.now().Add(d)
+}
+
+// Reset forgets everything received: records, stats, remembered keys, a
+// running outage and the limiter's debt. The knobs stay.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resetLocked()
+	s.applyLocked(s.cfg, true)
+}
+
+func (s *Server) resetLocked() {
+	s.stats = Stats{}
+	s.byStatus = map[int]int64{}
+	s.second, s.inSecond = 0, 0
+	s.requests = nil
+	s.deliveries = nil
+	s.latest = map[int64]int64{}
+	s.pairs = map[pair]pairState{}
+	s.pairKeys = map[pair][]string{}
+	s.answers = map[string]cachedAnswer{}
+	s.outageUntil = time.Time{}
+}
+
+// Close releases requests held by Latency or TimeoutRate, which otherwise
+// wait for their clients; call it before shutting the HTTP server down. A
+// released request gets no answer: its handler aborts with
+// http.ErrAbortHandler, which net/http turns into a dropped connection, so
+// the client sees a transport error rather than a 200 it would read as
+// "all accepted".
+func (s *Server) Close() {
+	s.once.Do(func() { close(s.closed) })
+}
+
+// Stats returns the counts so far.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.RequestsByStatus = make(map[string]int64, len(s.byStatus))
+	for code, n := range s.byStatus {
+		st.RequestsByStatus[statusLabel(code)] = n
+	}
+	return st
+}
+
+func statusLabel(code int) string {
+	if code == 0 {
+		return "timeout"
+	}
+	return strconv.Itoa(code)
+}
+
+// Requests returns every finished request, in the order they finished;
+// Stats.Requests also counts those still in flight.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.requests))
+	for i := range s.requests {
+		out[i] = s.requests[i].Request
+	}
+	return out
+}
+
+// Deliveries returns every item accepted, in the order of acceptance.
+func (s *Server) Deliveries() []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Delivery, len(s.deliveries))
+	for i, d := range s.deliveries {
+		rec := &s.requests[d.req]
+		out[i] = Delivery{ID: d.id, Version: d.version, Key: rec.Key, At: rec.acceptedAt}
+	}
+	return out
+}
+
+// Latest returns, for every id accepted, the highest version accepted.
+func (s *Server) Latest() map[int64]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int64]int64, len(s.latest))
+	for id, v := range s.latest {
+		out[id] = v
+	}
+	return out
+}
+
+// gate is what the checks before reading the body decided.
+type gate int
+
+const (
+	gatePass gate = iota
+	gateOutage
+	gateAuth
+	gateRateLimited
+	gateFailure
+	gateHang
+)
+
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+
+	s.mu.Lock()
+	arrival := s.now()
+	s.noteArrivalLocked(arrival)
+	cfg := s.cfg
+	s.mu.Unlock()
+
+	rec := requestRecord{Request: Request{At: arrival, Key: key}}
+
+	// The body is read first, whatever the answer will be: the server only
+	// notices a client that gives up (r.Context) once the body is consumed,
+	// and an unread body would cost the client its keep-alive connection.
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= 4<<20 {
+			bodyPool.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			s.refuse(w, &rec, http.StatusRequestEntityTooLarge, "body too large")
+			return
+		}
+		s.abandon(rec) // the client went away mid-body; does not return
+	}
+
+	if cfg.Latency > 0 && !s.wait(r, cfg.Latency) {
+		s.abandon(rec) // does not return
+	}
+
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.refuse(w, &rec, http.StatusMethodNotAllowed, "method must be POST")
+		return
+	}
+
+	s.mu.Lock()
+	now := s.now()
+	g, wait := s.gateLocked(cfg, r, now)
+	s.mu.Unlock()
+
+	switch g {
+	case gateOutage:
+		s.setRetryAfter(w, cfg, now, wait)
+		s.refuse(w, &rec, http.StatusServiceUnavailable, "outage")
+		return
+	case gateAuth:
+		s.refuse(w, &rec, http.StatusUnauthorized, "missing or wrong bearer token")
+		return
+	case gateRateLimited:
+		if cfg.RetryAfter > 0 {
+			wait = cfg.RetryAfter
+		}
+		s.setRetryAfter(w, cfg, now, wait)
+		s.refuse(w, &rec, http.StatusTooManyRequests, "rate limit exceeded")
+		return
+	case gateFailure:
+		s.refuse(w, &rec, cmp.Or(cfg.FailureStatus, FailureStatusDefault), "injected failure")
+		return
+	case gateHang:
+		s.wait(r, 0)
+		s.abandon(rec) // does not return
+	}
+
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		s.refuse(w, &rec, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		return
+	}
+	if key == "" && !cfg.IgnoreIdempotencyKey {
+		s.refuse(w, &rec, http.StatusBadRequest, "Idempotency-Key header is required")
+		return
+	}
+
+	batch, err := decodeBatch(buf.Bytes())
+	if err != nil {
+		s.refuse(w, &rec, http.StatusBadRequest, err.Error())
+		return
+	}
+	defer batch.release()
+	rec.Items = len(batch.Items)
+
+	// Everything that reads payloads happens here, outside the lock.
+	var poisoned bool
+	var rejected []int // indexes into batch.Items
+	if cfg.PoisonField != "" || cfg.RejectField != "" {
+		for i := range batch.Items {
+			p := batch.Items[i].Payload.raw
+			if hasTopLevelKey(p, cfg.PoisonField) {
+				poisoned = true
+				break
+			}
+			if hasTopLevelKey(p, cfg.RejectField) {
+				rejected = append(rejected, i)
+			}
+		}
+	}
+	fp := batch.fingerprint()
+
+	status, body := s.process(cfg, &rec, batch, fp, poisoned, rejected)
+	writeJSON(w, status, body)
+}
+
+// process applies a decoded batch under the lock and returns the answer.
+func (s *Server) process(cfg Config, rec *requestRecord, batch *wireBatch, fp uint64, poisoned bool, rejected []int) (int, []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.ItemsReceived += int64(len(batch.Items))
+
+	if !cfg.IgnoreIdempotencyKey {
+		if ans, ok := s.answers[rec.Key]; ok {
+			if ans.fingerprint != fp {
+				s.stats.KeyConflicts++
+				rec.Status = http.StatusUnprocessableEntity
+				s.recordLocked(*rec)
+				return rec.Status, errorBody("Idempotency-Key was already used for a batch of different items")
+			}
+			s.stats.KeyReplays++
+			rec.Status, rec.Replayed = ans.status, true
+			s.recordLocked(*rec)
+			return ans.status, ans.body
+		}
+	}
+	if cfg.MaxBatchItems > 0 && len(batch.Items) > cfg.MaxBatchItems {
+		rec.Status = http.StatusRequestEntityTooLarge
+		s.recordLocked(*rec)
+		return rec.Status, errorBody(fmt.Sprintf("batch holds %d items, at most %d allowed", len(batch.Items), cfg.MaxBatchItems))
+	}
+	if poisoned {
+		rec.Status = http.StatusBadRequest
+		s.recordLocked(*rec)
+		return rec.Status, errorBody(fmt.Sprintf("batch holds an item with field %s", cfg.PoisonField))
+	}
+
+	rec.Status = http.StatusOK
+	rec.acceptedAt = s.now()
+	reqIndex := int32(len(s.requests))
+	s.recordLocked(*rec)
+
+	next := 0 // walks rejected, which is in item order
+	for i := range batch.Items {
+		if next < len(rejected) && rejected[next] == i {
+			next++
+			continue
+		}
+		it := &batch.Items[i]
+		s.acceptLocked(pair{id: it.ID.v, version: it.Version}, rec.Key, reqIndex)
+	}
+	s.stats.ItemsAccepted += int64(len(batch.Items) - len(rejected))
+	s.stats.ItemsRejected += int64(len(rejected))
+
+	body := resultsBody(batch, rejected, cfg.RejectField)
+	if !cfg.IgnoreIdempotencyKey {
+		s.answers[rec.Key] = cachedAnswer{status: rec.Status, body: body, fingerprint: fp}
+	}
+	return rec.Status, body
+}
+
+func (s *Server) acceptLocked(p pair, key string, reqIndex int32) {
+	s.deliveries = append(s.deliveries, delivery{id: p.id, version: p.version, req: reqIndex})
+
+	if latest, ok := s.latest[p.id]; !ok || p.version > latest {
+		s.latest[p.id] = p.version
+	} else if p.version < latest {
+		s.stats.OutOfOrder++
+	}
+
+	st, seen := s.pairs[p]
+	if !seen {
+		s.pairs[p] = pairState{key: key, count: 1}
+		s.stats.DistinctPairs++
+		return
+	}
+	s.stats.DuplicatePairs++
+	st.count++
+	s.pairs[p] = st
+	if key == st.key || slices.Contains(s.pairKeys[p], key) {
+		s.stats.DuplicatesSameKey++
+		return
+	}
+	s.stats.DuplicatesOtherKey++
+	s.pairKeys[p] = append(s.pairKeys[p], key)
+}
+
+// gateLocked runs the checks that need no body, in the order a real API
+// would: availability, credentials, rate, then the injected faults.
+func (s *Server) gateLocked(cfg Config, r *http.Request, now time.Time) (gate, time.Duration) {
+	if now.Before(s.outageUntil) {
+		return gateOutage, s.outageUntil.Sub(now)
+	}
+	if cfg.Token != "" && r.Header.Get("Authorization") != "Bearer "+cfg.Token {
+		return gateAuth, 0
+	}
+	if s.limiter != nil {
+		res := s.limiter.ReserveN(now, 1)
+		if delay := res.DelayFrom(now); !res.OK() || delay > 0 {
+			// A refused request must not use up the tokens of later ones.
+			res.CancelAt(now)
+			return gateRateLimited, delay
+		}
+	}
+	if cfg.FailureRate > 0 && s.rng.Float64() < cfg.FailureRate {
+		return gateFailure, 0
+	}
+	if cfg.TimeoutRate > 0 && s.rng.Float64() < cfg.TimeoutRate {
+		return gateHang, 0
+	}
+	return gatePass, 0
+}
+
+func (s *Server) noteArrivalLocked(at time.Time) {
+	s.stats.Requests++
+	if s.stats.FirstRequestAt.IsZero() {
+		s.stats.FirstRequestAt = at
+	}
+	s.stats.LastRequestAt = at
+	if sec := at.Unix(); sec != s.second {
+		s.second, s.inSecond = sec, 0
+	}
+	s.inSecond++
+	s.stats.MaxRequestsInOneSecond = max(s.stats.MaxRequestsInOneSecond, s.inSecond)
+}
+
+func (s *Server) recordLocked(rec requestRecord) {
+	s.requests = append(s.requests, rec)
+	s.byStatus[rec.Status]++
+}
+
+// abandon records a request that gets no answer and drops its connection.
+// Returning from the handler instead would make net/http answer 200 with an
+// empty body, which the contract reads as "all accepted".
+func (s *Server) abandon(rec requestRecord) {
+	rec.Status = 0
+	s.record(rec)
+	panic(http.ErrAbortHandler)
+}
+
+func (s *Server) record(rec requestRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recordLocked(rec)
+}
+
+func (s *Server) refuse(w http.ResponseWriter, rec *requestRecord, status int, msg string) {
+	rec.Status = status
+	s.record(*rec)
+	writeJSON(w, status, errorBody(msg))
+}
+
+// wait holds the request for d (forever when d is 0) and reports whether it
+// should still be answered: not when the client gave up or the fake closed.
+func (s *Server) wait(r *http.Request, d time.Duration) bool {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-timeout:
+		return true
+	case <-r.Context().Done():
+		return false
+	case <-s.closed:
+		return false
+	}
+}
+
+// setRetryAfter sends a wait of whole seconds (at least 1, rounding up so a
+// client that obeys never comes back early), as seconds or as a date.
+func (s *Server) setRetryAfter(w http.ResponseWriter, cfg Config, now time.Time, wait time.Duration) {
+	secs := max(1, int64(math.Ceil(wait.Seconds())))
+	if !cfg.RetryAfterHTTPDate {
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		return
+	}
+	// A date has one-second resolution: round up to the next whole second.
+	at := now.Add(time.Duration(secs) * time.Second)
+	if t := at.Truncate(time.Second); !t.Equal(at) {
+		at = t.Add(time.Second)
+	}
+	w.Header().Set("Retry-After", at.UTC().Format(http.TimeFormat))
+}
+
+var emptyResults = []byte(`{"results":[]}`)
+
+// resultsBody lists only rejected items: the contract makes a missing item
+// accepted, and listing 500 acceptances would cost both sides for nothing.
+func resultsBody(batch *wireBatch, rejected []int, field string) []byte {
+	if len(rejected) == 0 {
+		return emptyResults
+	}
+	type result struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
+	out := struct {
+		Results []result `json:"results"`
+	}{Results: make([]result, len(rejected))}
+	msg := fmt.Sprintf("field %s is not allowed", field)
+	for i, idx := range rejected {
+		out.Results[i] = result{ID: strconv.FormatInt(batch.Items[idx].ID.v, 10), Status: "rejected", Error: msg}
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+func errorBody(msg string) []byte {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	return b
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	b, err := json.Marshal(s.Stats())
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, errorBody(err.Error()))
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (s *Server) handleOutage(w http.ResponseWriter, r *http.Request) {
+	d, err := time.ParseDuration(r.URL.Query().Get("duration"))
+	if err != nil || d < 0 {
+		writeJSON(w, http.StatusBadRequest, errorBody("duration must be a Go duration such as 10s"))
+		return
+	}
+	s.Outage(d)
+	s.mu.Lock()
+	until := s.outageUntil
+	s.mu.Unlock()
+	b, _ := json.Marshal(struct {
+		Until time.Time `json:"until"`
+	}{until})
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	s.Reset()
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,532 @@
+package thirdparty_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+type captured struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+type testBundle struct {
+	client *thirdparty.Client
+	server *httptest.Server
+	mu     sync.Mutex
+	reqs   []captured
+}
+
+func (b *testBundle) requests() []captured {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]captured(nil), b.reqs...)
+}
+
+// setup starts a server that records every request and answers with
+// handler, and a client pointed at it. cfg may be nil; its URL is set here.
+func setup(t *testing.T, handler http.HandlerFunc, cfg *thirdparty.Config) *testBundle {
+	t.Helper()
+	b := &testBundle{}
+	b.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		b.mu.Lock()
+		b.reqs = append(b.reqs, captured{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+		b.mu.Unlock()
+		if handler != nil {
+			handler(w, r)
+		}
+	}))
+	t.Cleanup(b.server.Close)
+	if cfg == nil {
+		cfg = &thirdparty.Config{}
+	}
+	cfg.URL = b.server.URL
+	client, err := thirdparty.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	b.client = client
+	return b
+}
+
+func items(n int) []thirdparty.Item {
+	out := make([]thirdparty.Item, n)
+	for i := range out {
+		out[i] = thirdparty.Item{ID: int64(i + 1), Version: int64(i%3 + 1), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"s":"x\"y"}`, i))}
+	}
+	return out
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  *thirdparty.Config
+		want string
+	}{
+		{"nil", nil, "config is required"},
+		{"empty URL", &thirdparty.Config{}, "URL is required"},
+		{"bad scheme", &thirdparty.Config{URL: "ftp://x"}, "URL scheme"},
+		{"unparseable", &thirdparty.Config{URL: "http://us:er@[::1"}, "URL is not a valid URL"},
+		{"no host", &thirdparty.Config{URL: "http:///path"}, "URL has no host"},
+		{"negative timeout", &thirdparty.Config{URL: "http://x", Timeout: -time.Second}, "Timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := thirdparty.New(tt.cfg)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+func TestPushBodyAndHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, &thirdparty.Config{Token: "s3cret"})
+	batch := []thirdparty.Item{
+		{ID: 42, Version: 3, Payload: json.RawMessage(`{"any":"json","nested":{"a":[1,2]}}`)},
+		{ID: 9007199254740993, Version: 1, Payload: json.RawMessage(`"text"`)},
+		{ID: 7, Version: 2},
+	}
+	res, err := b.client.Push(t.Context(), "syncer-abc", batch)
+	require.NoError(t, err)
+	require.Empty(t, res.Rejected)
+
+	reqs := b.requests()
+	require.Len(t, reqs, 1)
+	r := reqs[0]
+	require.Equal(t, http.MethodPost, r.Method)
+	require.Equal(t, "/v1/batches", r.Path)
+	require.Equal(t, "application/json", r.Header.Get("Content-Type"))
+	require.Equal(t, "syncer-abc", r.Header.Get("Idempotency-Key"))
+	require.Equal(t, "Bearer s3cret", r.Header.Get("Authorization"))
+	require.JSONEq(t, `{"items":[
+		{"id":"42","version":3,"payload":{"any":"json","nested":{"a":[1,2]}}},
+		{"id":"9007199254740993","version":1,"payload":"text"},
+		{"id":"7","version":2,"payload":null}]}`, string(r.Body))
+	// Large ids must survive as strings, not float64.
+	require.Contains(t, string(r.Body), `"id":"9007199254740993"`)
+}
+
+func TestPushNoTokenNoAuthorization(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	_, err := b.client.Push(t.Context(), "k", items(2))
+	require.NoError(t, err)
+	reqs := b.requests()
+	require.Len(t, reqs, 1)
+	_, ok := reqs[0].Header["Authorization"]
+	require.False(t, ok)
+}
+
+func TestPushBaseURLWithPath(t *testing.T) {
+	t.Parallel()
+	var path string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { path = r.URL.Path }))
+	t.Cleanup(srv.Close)
+	c, err := thirdparty.New(&thirdparty.Config{URL: srv.URL + "/api/"})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	_, err = c.Push(t.Context(), "k", items(1))
+	require.NoError(t, err)
+	require.Equal(t, "/api/v1/batches", path)
+}
+
+func TestPushEmptyBatchSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, nil)
+	res, err := b.client.Push(t.Context(), "k", nil)
+	require.NoError(t, err)
+	require.Empty(t, res.Rejected)
+	require.Empty(t, b.requests())
+
+	_, err = b.client.Push(t.Context(), "", items(1))
+	require.ErrorContains(t, err, "empty idempotency key")
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	a := []thirdparty.Item{{ID: 1, Version: 1}, {ID: 2, Version: 5}}
+	key := thirdparty.IdempotencyKey("", a)
+	require.True(t, strings.HasPrefix(key, "syncer-"))
+	require.Len(t, key, len("syncer-")+64)
+	// Pinned: the key must not change between releases, or batches in
+	// flight during an upgrade would be accepted twice.
+	require.Equal(t, key, thirdparty.IdempotencyKey("", []thirdparty.Item{
+		{ID: 1, Version: 1, Payload: json.RawMessage(`{"other":"payload"}`)},
+		{ID: 2, Version: 5},
+	}), "payload is not part of the key")
+
+	different := map[string][]thirdparty.Item{
+		"version":   {{ID: 1, Version: 2}, {ID: 2, Version: 5}},
+		"id":        {{ID: 3, Version: 1}, {ID: 2, Version: 5}},
+		"order":     {{ID: 2, Version: 5}, {ID: 1, Version: 1}},
+		"subset":    {{ID: 1, Version: 1}},
+		"superset":  {{ID: 1, Version: 1}, {ID: 2, Version: 5}, {ID: 3, Version: 1}},
+		"swap pair": {{ID: 1, Version: 1}, {ID: 5, Version: 2}},
+	}
+	seen := map[string]string{key: "base"}
+	for name, its := range different {
+		k := thirdparty.IdempotencyKey("", its)
+		require.NotContains(t, seen, k, "%s collides with %s", name, seen[k])
+		seen[k] = name
+	}
+	salted := thirdparty.IdempotencyKey("replay-1", a)
+	require.NotEqual(t, key, salted)
+	require.NotEqual(t, salted, thirdparty.IdempotencyKey("replay-2", a))
+	require.Equal(t, salted, thirdparty.IdempotencyKey("replay-1", a))
+}
+
+// goldenKey is SHA-256("syncer idempotency key v1\x00" || be64(len(salt)) || salt || be64(42) || be64(3)), computed outside Go.
+const goldenKey = "syncer-2088ed9e27cc61dab1b83e6275095203df2a43ad7e2c662366f13a13c00f14ab"
+
+func TestIdempotencyKeyPinned(t *testing.T) {
+	t.Parallel()
+	// A golden value: any change to the derivation shows up here.
+	got := thirdparty.IdempotencyKey("", []thirdparty.Item{{ID: 42, Version: 3}})
+	require.Equal(t, got, thirdparty.IdempotencyKey("", []thirdparty.Item{{ID: 42, Version: 3}}))
+	require.Equal(t, goldenKey, got)
+}
+
+func TestPushResults(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		body string
+		want []thirdparty.Rejection
+	}{
+		{"empty body", ``, nil},
+		{"empty object", `{}`, nil},
+		{"no results", `{"results":[]}`, nil},
+		{"all listed accepted", `{"results":[{"id":"1","status":"accepted"},{"id":"2","status":"accepted"}]}`, nil},
+		{"some rejected", `{"results":[{"id":"1","status":"accepted"},{"id":"2","status":"rejected","error":"bad field"},{"id":"3","status":"rejected"}]}`,
+			[]thirdparty.Rejection{{ID: 2, Error: "bad field"}, {ID: 3}}},
+		{"numeric id", `{"results":[{"id":2,"status":"rejected","error":"x"}]}`, []thirdparty.Rejection{{ID: 2, Error: "x"}}},
+		{"not json is accepted", `ok`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, tt.body)
+			}, nil)
+			res, err := b.client.Push(t.Context(), "k", items(3))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, res.Rejected)
+		})
+	}
+}
+
+func TestPushStatusClasses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		status int
+		class  thirdparty.Class
+	}{
+		{200, thirdparty.ClassNone},
+		{202, thirdparty.ClassNone},
+		{204, thirdparty.ClassNone},
+		{400, thirdparty.ClassBatchRefused},
+		{401, thirdparty.ClassAuth},
+		{403, thirdparty.ClassAuth},
+		{404, thirdparty.ClassTransient},
+		{408, thirdparty.ClassTransient},
+		{409, thirdparty.ClassTransient},
+		{413, thirdparty.ClassBatchRefused},
+		{422, thirdparty.ClassBatchRefused},
+		{429, thirdparty.ClassRateLimited},
+		{500, thirdparty.ClassTransient},
+		{502, thirdparty.ClassTransient},
+		{503, thirdparty.ClassTransient},
+		{504, thirdparty.ClassTransient},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.status), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tt.status)
+				_, _ = io.WriteString(w, `{"error":"because"}`)
+			}, nil)
+			_, err := b.client.Push(t.Context(), "k", items(2))
+			require.Equal(t, tt.class, thirdparty.Classify(err))
+			if tt.class == thirdparty.ClassNone {
+				require.NoError(t, err)
+				return
+			}
+			var e *thirdparty.Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, tt.status, e.StatusCode)
+			require.Equal(t, `{"error":"because"}`, e.Body)
+			require.ErrorContains(t, err, fmt.Sprint(tt.status))
+			require.Equal(t, tt.class == thirdparty.ClassTransient, e.Transient())
+			require.Equal(t, tt.class == thirdparty.ClassRateLimited, e.RateLimited())
+			require.Equal(t, tt.class == thirdparty.ClassBatchRefused, e.BatchRefused())
+			require.Equal(t, tt.class == thirdparty.ClassAuth, e.AuthRefused())
+			// Classification survives the caller's wrapping.
+			require.Equal(t, tt.class, thirdparty.Classify(fmt.Errorf("sync: %w", err)))
+		})
+	}
+}
+
+func TestClassifyOther(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, thirdparty.ClassNone, thirdparty.Classify(nil))
+	require.Equal(t, thirdparty.ClassTransient, thirdparty.Classify(errors.New("something")))
+	require.Equal(t, "rate_limited", thirdparty.ClassRateLimited.String())
+}
+
+func TestPushErrorBodyTruncated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(500)
+		_, _ = io.WriteString(w, strings.Repeat("x", 100_000))
+	}, nil)
+	_, err := b.client.Push(t.Context(), "k", items(1))
+	var e *thirdparty.Error
+	require.ErrorAs(t, err, &e)
+	require.LessOrEqual(t, len(e.Body), 512)
+	require.NotEmpty(t, e.Body)
+}
+
+func TestPushRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name   string
+		status int
+		header string
+		want   time.Duration
+	}{
+		{"seconds", 429, "7", 7 * time.Second},
+		{"http date", 429, now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{"date in the past", 429, now.Add(-time.Minute).Format(http.TimeFormat), 0},
+		{"absent", 429, "", 0},
+		{"garbage", 429, "soon", 0},
+		{"negative", 429, "-3", 0},
+		{"on 503", 503, "2", 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+				if tt.header != "" {
+					w.Header().Set("Retry-After", tt.header)
+				}
+				w.WriteHeader(tt.status)
+			}, &thirdparty.Config{Now: func() time.Time { return now }})
+			_, err := b.client.Push(t.Context(), "k", items(1))
+			var e *thirdparty.Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, tt.want, e.RetryAfter)
+		})
+	}
+}
+
+func TestPushTimeout(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}, &thirdparty.Config{Timeout: 100 * time.Millisecond})
+	defer close(release)
+	start := time.Now()
+	_, err := b.client.Push(t.Context(), "k", items(1))
+	require.Less(t, time.Since(start), 5*time.Second)
+	var e *thirdparty.Error
+	require.ErrorAs(t, err, &e)
+	require.True(t, e.Timeout)
+	require.True(t, e.Transient())
+	require.Equal(t, thirdparty.ClassTransient, thirdparty.Classify(err))
+	require.ErrorContains(t, err, "timed out")
+	require.NotErrorIs(t, err, context.Canceled)
+}
+
+func TestPushSlowBodyTimesOut(t *testing.T) {
+	t.Parallel()
+	// Headers come at once but the body never ends: the timeout must cover
+	// reading the answer too.
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		_, _ = io.WriteString(w, `{"results":[`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}, &thirdparty.Config{Timeout: 100 * time.Millisecond})
+	_, err := b.client.Push(t.Context(), "k", items(1))
+	require.Equal(t, thirdparty.ClassTransient, thirdparty.Classify(err))
+}
+
+func TestPushCallerCancel(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-r.Context().Done()
+	}, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-started
+		cancel()
+	}()
+	_, err := b.client.Push(ctx, "k", items(1))
+	require.ErrorIs(t, err, context.Canceled)
+	var e *thirdparty.Error
+	require.ErrorAs(t, err, &e)
+	require.False(t, e.Timeout)
+
+	// Already cancelled before the call.
+	_, err = b.client.Push(ctx, "k", items(1))
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestPushConnectionRefused(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	c, err := thirdparty.New(&thirdparty.Config{URL: "http://" + addr, Token: "tok-connrefused"})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	_, err = c.Push(t.Context(), "k", items(1))
+	var e *thirdparty.Error
+	require.ErrorAs(t, err, &e)
+	require.Zero(t, e.StatusCode)
+	require.NotNil(t, e.Err)
+	require.True(t, e.Transient())
+	require.Equal(t, thirdparty.ClassTransient, thirdparty.Classify(err))
+	require.NotContains(t, err.Error(), "tok-connrefused")
+}
+
+func TestTokenNeverInErrors(t *testing.T) {
+	t.Parallel()
+	const token = "tok-3f9a-very-secret"
+	// A server that echoes the Authorization header back in its error body.
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = fmt.Fprintf(w, "bad credentials: %s", r.Header.Get("Authorization"))
+	}, &thirdparty.Config{Token: token})
+	_, err := b.client.Push(t.Context(), "k", items(1))
+	require.Error(t, err)
+	require.Equal(t, thirdparty.ClassAuth, thirdparty.Classify(err))
+	require.NotContains(t, err.Error(), token)
+	require.NotContains(t, fmt.Sprintf("%+v %#v", err, err), token)
+	require.Contains(t, err.Error(), "[redacted]")
+
+	// Timeout path.
+	tb := setup(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+		&thirdparty.Config{Token: token, Timeout: 50 * time.Millisecond})
+	_, err = tb.client.Push(t.Context(), "k", items(1))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), token)
+}
+
+func TestPushReusesConnections(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	remotes := map[string]bool{}
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		remotes[r.RemoteAddr] = true
+		mu.Unlock()
+		// An answer with a body the client does not need must still be
+		// drained so the connection is reused.
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, strings.Repeat("y", 4096))
+	}, nil)
+	for range 20 {
+		_, err := b.client.Push(t.Context(), "k", items(5))
+		require.Error(t, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, remotes, 1)
+}
+
+func TestPushConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"results":[{"id":"1","status":"rejected","error":"no"}]}`)
+	}, nil)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 20 {
+				its := items(50)
+				res, err := b.client.Push(t.Context(), thirdparty.IdempotencyKey(fmt.Sprint(i, j), its), its)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(res.Rejected) != 1 {
+					t.Errorf("rejected: %v", res.Rejected)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range b.requests() {
+		var v struct {
+			Items []struct {
+				ID string `json:"id"`
+			} `json:"items"`
+		}
+		require.NoError(t, json.Unmarshal(r.Body, &v), "a pooled buffer was reused too early")
+		require.Len(t, v.Items, 50)
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	// 500 items of about 300 bytes: the size of a live-sync batch.
+	payload := json.RawMessage(`{"name":"` + strings.Repeat("a", 240) + `","count":12345,"tags":["x","y"]}`)
+	its := make([]thirdparty.Item, 500)
+	for i := range its {
+		its[i] = thirdparty.Item{ID: int64(1_000_000 + i), Version: 3, Payload: payload}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		thirdparty.EncodeForBenchmark(its)
+	}
+}
+
+func BenchmarkPush(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer srv.Close()
+	c, err := thirdparty.New(&thirdparty.Config{URL: srv.URL})
+	require.NoError(b, err)
+	defer c.Close()
+	payload := json.RawMessage(`{"name":"` + strings.Repeat("a", 240) + `","count":12345,"tags":["x","y"]}`)
+	its := make([]thirdparty.Item, 500)
+	for i := range its {
+		its[i] = thirdparty.Item{ID: int64(1_000_000 + i), Version: 3, Payload: payload}
+	}
+	key := thirdparty.IdempotencyKey("", its)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Push(context.Background(), key, its); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
