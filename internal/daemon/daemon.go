@@ -119,7 +119,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		return err
 	}
 	ecfg := c.Exporter
-	ecfg.Logger, ecfg.Metrics = logger, m
+	ecfg.Logger, ecfg.Metrics, ecfg.Schema = logger, m, schema
 	exp, err := exporter.New(pool, locker, deliverer, &ecfg)
 	if err != nil {
 		return err
@@ -145,6 +145,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 	var relayConnected atomic.Bool
 	relay, err := outbox.New(pool, riverClient, exp, &outbox.Config{
 		Channel:      migrations.Channel(schema),
+		LockKey:      locks.Key(exporter.LockNamespace, "relay:"+schema),
 		PollInterval: c.PollInterval,
 		LockHeld: func(ctx context.Context) (bool, error) {
 			_, held, err := locker.Holder(ctx, pool, exp.LockKey())

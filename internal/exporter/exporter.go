@@ -55,12 +55,14 @@ const (
 	MarkTimeoutDefault        = 30 * time.Second
 )
 
-// LockNamespace and LockName name the export lock: locks.Key(LockNamespace,
-// LockName) is the key every daemon and replay takes before pushing.
-const (
-	LockNamespace = "syncer"
-	LockName      = "export"
-)
+// LockNamespace is the namespace of the export lock's key.
+const LockNamespace = "syncer"
+
+// LockKey returns the key of the export lock of the installation in schema:
+// locks.Key("syncer", "export:"+schema). Advisory locks are per database, so
+// the schema is part of the name: two installations in one database must not
+// share a lock.
+func LockKey(schema string) int64 { return locks.Key(LockNamespace, "export:"+schema) }
 
 // Pusher delivers one batch, handling retries, splits and the rate limit.
 type Pusher interface {
@@ -91,6 +93,9 @@ type Config struct {
 	// zero and runs again, so River's stuck-job rescue stays meaningful.
 	// Defaults to MaxRunDefault.
 	MaxRun time.Duration
+	// Schema is the schema of the resources table, which names the export
+	// lock. Required.
+	Schema string
 	// ReplayChunkBatches is how many batches a replay pushes before it
 	// releases the lock. Defaults to ReplayChunkBatchesDefault.
 	ReplayChunkBatches int
@@ -124,6 +129,9 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 		cfg = &Config{}
 	}
 	c := *cfg
+	if c.Schema == "" {
+		return nil, errors.New("exporter: Config.Schema is required")
+	}
 	if c.BatchSize < 0 {
 		return nil, fmt.Errorf("exporter: BatchSize must be positive, got %d", c.BatchSize)
 	}
@@ -140,7 +148,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 	}
 	return &Exporter{
 		pool: pool, locker: locker, pusher: pusher, cfg: c, logger: c.Logger, metrics: c.Metrics,
-		lockKey:  locks.Key(LockNamespace, LockName),
+		lockKey:  LockKey(c.Schema),
 		stopping: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 	}, nil

@@ -36,9 +36,6 @@ import (
 // PollIntervalDefault is the default Config.PollInterval.
 const PollIntervalDefault = 2 * time.Second
 
-// relayLockKey serialises relays of all daemons on one database: the ASCII
-// of "syncrly!", fixed so operators can find it in pg_locks.
-const relayLockKey int64 = 0x7379_6e63_726c_7921
 
 // Execer runs a statement.
 type Execer interface {
@@ -93,6 +90,9 @@ type Waker interface {
 type Config struct {
 	// Channel is the channel the outbox trigger notifies. Required.
 	Channel string
+	// LockKey is the transaction-level advisory lock that serialises the
+	// relays of all daemons of one installation. Required.
+	LockKey int64
 	// PollInterval bounds the delay a lost notification can cause. Defaults
 	// to PollIntervalDefault.
 	PollInterval time.Duration
@@ -128,6 +128,9 @@ type Relay struct {
 func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], waker Waker, cfg *Config) (*Relay, error) {
 	if cfg == nil || cfg.Channel == "" {
 		return nil, errors.New("outbox: Config.Channel is required")
+	}
+	if cfg.LockKey == 0 {
+		return nil, errors.New("outbox: Config.LockKey is required")
 	}
 	c := *cfg
 	c.PollInterval = max(c.PollInterval, 0)
@@ -262,7 +265,7 @@ func (r *Relay) Kick(ctx context.Context) error {
 func (r *Relay) relay(ctx context.Context, force bool) (int, error) {
 	var relayed int
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", relayLockKey); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT id FROM syncer_outbox ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/exporter"
-	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
@@ -110,7 +109,11 @@ func Gather(ctx context.Context, pool *pgxpool.Pool) (*Report, error) {
 		return nil, err
 	}
 
-	key := locks.Key(exporter.LockNamespace, exporter.LockName)
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return nil, fmt.Errorf("status: schema: %w", err)
+	}
+	key := exporter.LockKey(schema)
 	var pid *int32
 	var app, addr *string
 	err = pool.QueryRow(ctx, `SELECT l.pid, a.application_name, host(a.client_addr)

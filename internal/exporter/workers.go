@@ -1,0 +1,343 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/resources"
+)
+
+// SyncWorker runs the live sync.
+type SyncWorker struct {
+	river.WorkerDefaults[jobs.SyncArgs]
+	e *Exporter
+}
+
+// SyncWorker returns the River worker of the live sync.
+func (e *Exporter) SyncWorker() *SyncWorker { return &SyncWorker{e: e} }
+
+// Timeout disables River's job timeout: executions bound themselves by
+// Config.MaxRun, and a timeout would cancel a push that must be marked.
+func (w *SyncWorker) Timeout(*river.Job[jobs.SyncArgs]) time.Duration { return -1 }
+
+// Work drains pending rows under the export lock, then lingers.
+func (w *SyncWorker) Work(ctx context.Context, job *river.Job[jobs.SyncArgs]) error {
+	return w.e.jobResult(ctx, w.e.workLive(ctx))
+}
+
+// ReplayWorker runs replays.
+type ReplayWorker struct {
+	river.WorkerDefaults[jobs.ReplayArgs]
+	e *Exporter
+}
+
+// ReplayWorker returns the River worker of replays.
+func (e *Exporter) ReplayWorker() *ReplayWorker { return &ReplayWorker{e: e} }
+
+// Timeout: see SyncWorker.Timeout.
+func (w *ReplayWorker) Timeout(*river.Job[jobs.ReplayArgs]) time.Duration { return -1 }
+
+// Work pushes one chunk of the replay, after draining live rows first so a
+// backfill never starves new inserts.
+func (w *ReplayWorker) Work(ctx context.Context, job *river.Job[jobs.ReplayArgs]) error {
+	return w.e.jobResult(ctx, w.e.workReplay(ctx, job.Args.ReplayID))
+}
+
+// errMore means the job has work left and should run again at once.
+var errMore = errors.New("exporter: more work")
+
+// retryAfter is an error that knows when to try again.
+type retryAfter interface{ RetryAfter() time.Duration }
+
+// jobResult turns the outcome of an execution into what River should do.
+// Expected conditions become snoozes, which cost no attempt; only unexpected
+// errors go through River's retry policy.
+func (e *Exporter) jobResult(ctx context.Context, err error) error {
+	var ra retryAfter
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errMore), errors.Is(err, errStopping):
+		return river.JobSnooze(0)
+	case errors.Is(err, locks.ErrLockBusy):
+		return river.JobSnooze(e.cfg.LockBusySnooze)
+	case errors.Is(err, locks.ErrLockLost):
+		e.logger.WarnContext(ctx, "exporter: export lock lost; stopped pushing, marked nothing more", slog.String("error", err.Error()))
+		return river.JobSnooze(e.cfg.LockBusySnooze)
+	case errors.As(err, &ra):
+		e.logger.WarnContext(ctx, "exporter: pausing", slog.String("error", err.Error()), slog.Duration("retry_in", ra.RetryAfter()))
+		return river.JobSnooze(max(ra.RetryAfter(), 0))
+	case ctx.Err() != nil:
+		// Cancelled by the shutdown timeout: the batch in flight was
+		// abandoned unmarked and is recorded, so the next run resends it.
+		return river.JobSnooze(0)
+	default:
+		e.logger.ErrorContext(ctx, "exporter: job failed", slog.String("error", err.Error()))
+		return err
+	}
+}
+
+// acquire takes the export lock or reports ErrLockBusy.
+func (e *Exporter) acquire(ctx context.Context) (*locks.Lock, error) {
+	lk, err := e.locker.TryAcquire(ctx, e.lockKey)
+	if err != nil {
+		return nil, err
+	}
+	e.metrics.SetLockHeld(true)
+	return lk, nil
+}
+
+func (e *Exporter) release(ctx context.Context, lk *locks.Lock) {
+	e.metrics.SetLockHeld(false)
+	if err := lk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locks.ErrLockLost) {
+		e.logger.WarnContext(ctx, "exporter: release lock", slog.String("error", err.Error()))
+	}
+}
+
+// lockCause returns the lock's loss as the error when ctx ended because of
+// it, so callers see ErrLockLost rather than a bare cancellation.
+func lockCause(ctx context.Context, lk *locks.Lock, err error) error {
+	if err != nil && lk.Err() != nil && !errors.Is(err, lk.Err()) {
+		return fmt.Errorf("%w (%w)", lk.Err(), err)
+	}
+	return err
+}
+
+func (e *Exporter) setGate(ctx context.Context, lk *locks.Lock, armed bool) error {
+	return lk.WithTx(ctx, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, armed) })
+}
+
+// drainLive pushes pending rows until a pass finds none, or for at most
+// maxBatches batches (0: no limit). It returns how many rows it pushed.
+func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, maxBatches int) (int, error) {
+	total := 0
+	for {
+		if err := outbox.Consume(ctx, e.pool); err != nil {
+			return total, err
+		}
+		res, err := e.pass(ctx, lk, e.liveSource(), 0, maxBatches)
+		total += res.rows
+		if err != nil || res.rows == 0 || maxBatches > 0 {
+			return total, err
+		}
+		// A pass that found rows may have been overtaken by rows with
+		// lower ids that committed late: look again from the start.
+	}
+}
+
+func (e *Exporter) workLive(ctx context.Context) error {
+	lk, err := e.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.release(ctx, lk)
+	lctx, cancel := lk.Context(ctx)
+	defer cancel()
+	err = e.live(lctx, lk)
+	return lockCause(lctx, lk, err)
+}
+
+func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
+	e.activate()
+	defer e.deactivate()
+	started := time.Now()
+	total := 0
+	defer func() {
+		if total > 0 {
+			e.logger.InfoContext(ctx, "exporter: live sync run", slog.Int("rows", total),
+				slog.Duration("took", time.Since(started)))
+		}
+	}()
+
+	if _, err := e.resume(ctx, lk, e.liveSource()); err != nil {
+		return err
+	}
+	hot := time.NewTimer(0)
+	defer hot.Stop()
+	for {
+		if err := e.setGate(ctx, lk, false); err != nil {
+			return err
+		}
+		n, err := e.drainLive(ctx, lk, 0)
+		total += n
+		if err != nil {
+			return err
+		}
+
+		// Hot: writes may be flowing; poll instead of making every writer
+		// notify.
+		lastFound := time.Now()
+		for time.Since(lastFound) < e.cfg.HotLinger {
+			if e.isStopping() {
+				return nil
+			}
+			if time.Since(started) > e.cfg.MaxRun {
+				return errMore
+			}
+			hot.Reset(e.cfg.HotPoll)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-e.stopping:
+				return nil
+			case <-e.wake:
+			case <-hot.C:
+			}
+			n, err := e.drainLive(ctx, lk, 0)
+			total += n
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				lastFound = time.Now()
+			}
+		}
+
+		// Cold: open the gate, then look once more (and for a few polls)
+		// for rows whose writers read the gate shut just before it opened.
+		if err := e.setGate(ctx, lk, true); err != nil {
+			return err
+		}
+		for range 4 {
+			n, err := e.drainLive(ctx, lk, 0)
+			total += n
+			if err != nil {
+				return err
+			}
+			time.Sleep(e.cfg.HotPoll)
+		}
+		cold := time.NewTimer(e.cfg.ColdLinger)
+		select {
+		case <-ctx.Done():
+			cold.Stop()
+			return ctx.Err()
+		case <-e.stopping:
+			cold.Stop()
+			return nil
+		case <-e.wake:
+			cold.Stop()
+			continue
+		case <-cold.C:
+		}
+		if time.Since(started) > e.cfg.MaxRun {
+			return nil
+		}
+		// Stop taking wake-ups; one that arrived meanwhile is handled here,
+		// any later one makes the relay enqueue a new job.
+		if !e.deactivate() {
+			return nil
+		}
+		e.activate()
+	}
+}
+
+// Replay is a replay's definition and state.
+type Replay struct {
+	ID        int64
+	Filter    resources.Filter
+	TotalRows int64
+	State     string
+}
+
+// LoadReplay reads a replay.
+func LoadReplay(ctx context.Context, q resources.Querier, id int64) (Replay, error) {
+	r := Replay{ID: id}
+	var fromID, toID *int64
+	var since, until *time.Time
+	err := q.QueryRow(ctx, `SELECT from_id, to_id, since, until, failed_only, total_rows, state
+		FROM syncer_replays WHERE id = $1`, id).
+		Scan(&fromID, &toID, &since, &until, &r.Filter.FailedOnly, &r.TotalRows, &r.State)
+	if err != nil {
+		return r, fmt.Errorf("exporter: load replay %d: %w", id, err)
+	}
+	if fromID != nil {
+		r.Filter.FromID = *fromID
+	}
+	if toID != nil {
+		r.Filter.ToID = *toID
+	}
+	if since != nil {
+		r.Filter.Since = *since
+	}
+	if until != nil {
+		r.Filter.Until = *until
+	}
+	return r, nil
+}
+
+func (e *Exporter) replaySource(r Replay) source {
+	return source{
+		checkpoint: checkpoint.Replay(r.ID),
+		// A different salt from the live sync: the third party must not take
+		// a replay for a retry of the original export.
+		salt: fmt.Sprintf("replay-%d", r.ID),
+		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, error) {
+			return resources.Matching(ctx, e.pool, r.Filter, after, lim, nil)
+		},
+	}
+}
+
+func (e *Exporter) workReplay(ctx context.Context, id int64) error {
+	r, err := LoadReplay(ctx, e.pool, id)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	}
+	if r.State == "done" || r.State == "cancelled" {
+		return nil
+	}
+	lk, err := e.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.release(ctx, lk)
+	lctx, cancel := lk.Context(ctx)
+	defer cancel()
+	err = e.replayChunk(lctx, lk, r)
+	return lockCause(lctx, lk, err)
+}
+
+func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) error {
+	if _, err := e.pool.Exec(ctx, `UPDATE syncer_replays SET state = 'running' WHERE id = $1 AND state = 'pending'`, r.ID); err != nil {
+		return fmt.Errorf("exporter: start replay: %w", err)
+	}
+	// Live rows first, bounded, so a long backfill does not delay them by
+	// more than one chunk.
+	if _, err := e.drainLive(ctx, lk, e.cfg.ReplayChunkBatches); err != nil {
+		return err
+	}
+	src := e.replaySource(r)
+	after, err := e.resume(ctx, lk, src)
+	if err != nil {
+		return err
+	}
+	res, err := e.pass(ctx, lk, src, after, e.cfg.ReplayChunkBatches)
+	if err != nil {
+		return err
+	}
+	if !res.done {
+		return errMore
+	}
+	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE syncer_replays SET state = 'done', finished_at = now() WHERE id = $1`, r.ID)
+		return err
+	}); err != nil {
+		return fmt.Errorf("exporter: finish replay: %w", err)
+	}
+	cp, _ := checkpoint.Get(ctx, e.pool, src.checkpoint)
+	e.logger.InfoContext(ctx, "exporter: replay done", slog.Int64("replay_id", r.ID),
+		slog.Int64("rows", cp.RowsDone), slog.Int64("failed", cp.RowsFailed))
+	return nil
+}
