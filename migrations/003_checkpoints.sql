@@ -13,6 +13,7 @@ CREATE TABLE {{schema}}.syncer_checkpoints (
     batches_done      bigint      NOT NULL DEFAULT 0,
     rows_failed       bigint      NOT NULL DEFAULT 0,
     inflight_key      text,
+    inflight_salt     text,
     inflight_ids      bigint[],
     inflight_versions bigint[],
     started_at        timestamptz NOT NULL DEFAULT now(),
@@ -42,3 +43,13 @@ CREATE TABLE {{schema}}.syncer_state (
     value      bytea       NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- The live sync's key salt. retry-failed bumps it in the transaction that
+-- clears the failures, so a retried row never reuses the Idempotency-Key
+-- under which the third party rejected it (a key-honouring third party
+-- would replay the rejection). Read in the same statement as each batch.
+CREATE TABLE {{schema}}.syncer_generation (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    live      bigint  NOT NULL DEFAULT 0
+);
+INSERT INTO {{schema}}.syncer_generation DEFAULT VALUES;

@@ -32,9 +32,20 @@ type DB interface {
 
 // Inflight is a batch recorded before its push.
 type Inflight struct {
-	Key      string
+	Key string
+	// Salt derived Key, and derives the keys of the batch's halves if the
+	// third party makes it split.
+	Salt     string
 	IDs      []int64
 	Versions []int64
+}
+
+// columns returns the nullable column values of an inflight record.
+func (in *Inflight) columns() (key, salt *string, ids, versions []int64) {
+	if in == nil {
+		return nil, nil, nil, nil
+	}
+	return &in.Key, &in.Salt, in.IDs, in.Versions
 }
 
 // Checkpoint is one job's position.
@@ -52,12 +63,12 @@ type Checkpoint struct {
 // Get returns the named checkpoint; a missing one is the zero position.
 func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 	cp := Checkpoint{Name: name}
-	var key *string
+	var key, salt *string
 	var ids, versions []int64
 	err := db.QueryRow(ctx, `SELECT last_id, rows_done, batches_done, rows_failed,
-			inflight_key, inflight_ids, inflight_versions, started_at, updated_at
+			inflight_key, inflight_salt, inflight_ids, inflight_versions, started_at, updated_at
 		FROM syncer_checkpoints WHERE name = $1`, name).
-		Scan(&cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &key, &ids, &versions, &cp.StartedAt, &cp.UpdatedAt)
+		Scan(&cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &key, &salt, &ids, &versions, &cp.StartedAt, &cp.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, nil
 	}
@@ -66,6 +77,9 @@ func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 	}
 	if key != nil {
 		cp.Inflight = &Inflight{Key: *key, IDs: ids, Versions: versions}
+		if salt != nil {
+			cp.Inflight.Salt = *salt
+		}
 	}
 	return cp, nil
 }
@@ -80,24 +94,21 @@ type Progress struct {
 // Advance records a finished batch and, in the same statement, the next
 // batch in flight (nil when none).
 func Advance(ctx context.Context, db DB, name string, p Progress, next *Inflight) error {
-	var key *string
-	var ids, versions []int64
-	if next != nil {
-		key, ids, versions = &next.Key, next.IDs, next.Versions
-	}
+	key, salt, ids, versions := next.columns()
 	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c
-			(name, last_id, rows_done, batches_done, rows_failed, inflight_key, inflight_ids, inflight_versions)
-		VALUES ($1, $2, $3, 1, $4, $5, $6, $7)
+			(name, last_id, rows_done, batches_done, rows_failed, inflight_key, inflight_salt, inflight_ids, inflight_versions)
+		VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8)
 		ON CONFLICT (name) DO UPDATE SET
-			last_id = EXCLUDED.last_id,
+			last_id = GREATEST(c.last_id, EXCLUDED.last_id),
 			rows_done = c.rows_done + EXCLUDED.rows_done,
 			batches_done = c.batches_done + 1,
 			rows_failed = c.rows_failed + EXCLUDED.rows_failed,
 			inflight_key = EXCLUDED.inflight_key,
+			inflight_salt = EXCLUDED.inflight_salt,
 			inflight_ids = EXCLUDED.inflight_ids,
 			inflight_versions = EXCLUDED.inflight_versions,
 			updated_at = now()`,
-		name, p.LastID, p.Rows, p.Failed, key, ids, versions)
+		name, p.LastID, p.Rows, p.Failed, key, salt, ids, versions)
 	if err != nil {
 		return fmt.Errorf("checkpoint: advance %s: %w", name, err)
 	}
@@ -107,16 +118,13 @@ func Advance(ctx context.Context, db DB, name string, p Progress, next *Inflight
 // SetInflight records the batch about to be pushed (nil clears it) without
 // counting progress.
 func SetInflight(ctx context.Context, db DB, name string, next *Inflight) error {
-	var key *string
-	var ids, versions []int64
-	if next != nil {
-		key, ids, versions = &next.Key, next.IDs, next.Versions
-	}
-	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, inflight_key, inflight_ids, inflight_versions)
-		VALUES ($1, $2, $3, $4)
+	key, salt, ids, versions := next.columns()
+	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, inflight_key, inflight_salt, inflight_ids, inflight_versions)
+		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (name) DO UPDATE SET inflight_key = EXCLUDED.inflight_key,
+			inflight_salt = EXCLUDED.inflight_salt,
 			inflight_ids = EXCLUDED.inflight_ids, inflight_versions = EXCLUDED.inflight_versions,
-			updated_at = now()`, name, key, ids, versions)
+			updated_at = now()`, name, key, salt, ids, versions)
 	if err != nil {
 		return fmt.Errorf("checkpoint: set inflight %s: %w", name, err)
 	}

@@ -217,18 +217,20 @@ var errStopping = errors.New("exporter: shutting down")
 // source is what a pass exports: the live pending rows or a replay's range.
 type source struct {
 	checkpoint string
-	salt       string
 	// live sources only send rows that are still pending.
 	live  bool
-	fetch func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, error)
+	// fetch returns the next batch and the salt of its key: a replay's own,
+	// or the live generation's (resources.LiveSalt) read with the rows.
+	fetch func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error)
 }
 
 func (e *Exporter) liveSource() source {
 	return source{
 		checkpoint: checkpoint.Live,
 		live:       true,
-		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, error) {
-			return resources.Pending(ctx, e.pool, after, lim, nil)
+		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error) {
+			rows, gen, err := resources.Pending(ctx, e.pool, after, lim, nil)
+			return rows, resources.LiveSalt(gen), err
 		},
 	}
 }
@@ -245,8 +247,8 @@ func toItems(rows []resources.Row) []thirdparty.Item {
 	return items
 }
 
-func inflightOf(key string, items []thirdparty.Item) *checkpoint.Inflight {
-	in := &checkpoint.Inflight{Key: key, IDs: make([]int64, len(items)), Versions: make([]int64, len(items))}
+func inflightOf(key, salt string, items []thirdparty.Item) *checkpoint.Inflight {
+	in := &checkpoint.Inflight{Key: key, Salt: salt, IDs: make([]int64, len(items)), Versions: make([]int64, len(items))}
 	for i, it := range items {
 		in.IDs[i], in.Versions[i] = it.ID, it.Version
 	}
@@ -255,6 +257,7 @@ func inflightOf(key string, items []thirdparty.Item) *checkpoint.Inflight {
 
 type fetched struct {
 	rows []resources.Row
+	salt string
 	err  error
 }
 
@@ -281,9 +284,9 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 		defer close(ch)
 		after := startAfter
 		for {
-			rows, err := src.fetch(rctx, after, e.limits())
+			rows, salt, err := src.fetch(rctx, after, e.limits())
 			select {
-			case ch <- fetched{rows, err}:
+			case ch <- fetched{rows, salt, err}:
 			case <-rctx.Done():
 				return
 			}
@@ -300,18 +303,18 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 		wg.Wait()
 	}()
 
-	next := func() ([]thirdparty.Item, error) {
+	next := func() ([]thirdparty.Item, string, error) {
 		f, ok := <-ch
 		if !ok {
-			return nil, ctx.Err()
+			return nil, "", ctx.Err()
 		}
 		if f.err != nil {
-			return nil, f.err
+			return nil, "", f.err
 		}
-		return toItems(f.rows), nil
+		return toItems(f.rows), f.salt, nil
 	}
 
-	cur, err := next()
+	cur, salt, err := next()
 	if err != nil {
 		return res, err
 	}
@@ -319,9 +322,9 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 		res.done = true
 		return res, nil
 	}
-	key := thirdparty.IdempotencyKey(src.salt, cur)
+	key := thirdparty.IdempotencyKey(salt, cur)
 	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
-		return checkpoint.SetInflight(ctx, tx, src.checkpoint, inflightOf(key, cur))
+		return checkpoint.SetInflight(ctx, tx, src.checkpoint, inflightOf(key, salt, cur))
 	}); err != nil {
 		return res, err
 	}
@@ -329,22 +332,23 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 		if e.isStopping() {
 			return res, errStopping
 		}
-		out, err := e.push(ctx, src, key, cur)
+		out, err := e.push(ctx, salt, key, cur)
 		if err != nil {
 			return res, err
 		}
 		// The batch is pushed: whatever happens to the read of the next one,
 		// this one's outcome is marked first.
 		var nxt []thirdparty.Item
+		var nextSalt string
 		var readErr error
 		if maxBatches == 0 || res.batches+1 < maxBatches {
-			nxt, readErr = next()
+			nxt, nextSalt, readErr = next()
 		}
 		var nextInflight *checkpoint.Inflight
 		var nextKey string
 		if len(nxt) > 0 {
-			nextKey = thirdparty.IdempotencyKey(src.salt, nxt)
-			nextInflight = inflightOf(nextKey, nxt)
+			nextKey = thirdparty.IdempotencyKey(nextSalt, nxt)
+			nextInflight = inflightOf(nextKey, nextSalt, nxt)
 		}
 		if err := e.mark(ctx, lk, src, cur, out, nextInflight); err != nil {
 			return res, err
@@ -361,14 +365,14 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 			res.done = maxBatches == 0 || res.batches < maxBatches
 			return res, nil
 		}
-		cur, key = nxt, nextKey
+		cur, key, salt = nxt, nextKey, nextSalt
 	}
 }
 
 // push delivers one batch and records metrics.
-func (e *Exporter) push(ctx context.Context, src source, key string, items []thirdparty.Item) (*delivery.Outcome, error) {
+func (e *Exporter) push(ctx context.Context, salt, key string, items []thirdparty.Item) (*delivery.Outcome, error) {
 	start := time.Now()
-	out, err := e.pusher.Deliver(ctx, delivery.Batch{Key: key, Salt: src.salt, Items: items})
+	out, err := e.pusher.Deliver(ctx, delivery.Batch{Key: key, Salt: salt, Items: items})
 	if err != nil {
 		e.metrics.BatchError()
 		return nil, fmt.Errorf("exporter: push batch %s: %w", key, err)
@@ -458,12 +462,12 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, src source) (int6
 		err := lk.WithTx(ctx, func(tx pgx.Tx) error { return checkpoint.SetInflight(ctx, tx, src.checkpoint, nil) })
 		return lastID, err
 	}
-	key := in.Key
+	key, salt := in.Key, in.Salt
 	if len(items) != len(in.IDs) {
 		// Some rows changed or were marked since: this is a different batch
 		// and must not reuse the key (a third party may check that a key's
 		// body never changes). Only these rows can reach it twice.
-		key = thirdparty.IdempotencyKey(src.salt, items)
+		key = thirdparty.IdempotencyKey(salt, items)
 		e.logger.WarnContext(ctx, "exporter: batch in flight changed since it was recorded; resending the rest under a new key",
 			slog.String("recorded_key", in.Key), slog.String("idempotency_key", key),
 			slog.Int("recorded", len(in.IDs)), slog.Int("resent", len(items)))
@@ -471,7 +475,7 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, src source) (int6
 		e.logger.InfoContext(ctx, "exporter: resending the batch in flight at the last stop",
 			slog.String("idempotency_key", key), slog.Int("items", len(items)))
 	}
-	out, err := e.push(ctx, src, key, items)
+	out, err := e.push(ctx, salt, key, items)
 	if err != nil {
 		return 0, err
 	}

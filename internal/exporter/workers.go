@@ -278,11 +278,11 @@ func LoadReplay(ctx context.Context, q resources.Querier, id int64) (Replay, err
 func (e *Exporter) replaySource(r Replay) source {
 	return source{
 		checkpoint: checkpoint.Replay(r.ID),
-		// A different salt from the live sync: the third party must not take
-		// a replay for a retry of the original export.
-		salt: fmt.Sprintf("replay-%d", r.ID),
-		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, error) {
-			return resources.Matching(ctx, e.pool, r.Filter, after, lim, nil)
+		// A different salt from the live sync (see fetch): the third party
+		// must not take a replay for a retry of the original export.
+		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error) {
+			rows, err := resources.Matching(ctx, e.pool, r.Filter, after, lim, nil)
+			return rows, fmt.Sprintf("replay-%d", r.ID), err
 		},
 	}
 }

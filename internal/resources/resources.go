@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,16 +48,20 @@ type Limits struct {
 }
 
 // Pending returns the next batch of pending rows with id > afterID, in id
-// order. It reads one row past a byte limit at most and leaves that row for
-// the next call. scratch, if non-nil, is reused to spare allocations.
-func Pending(ctx context.Context, q Querier, afterID int64, lim Limits, scratch []Row) ([]Row, error) {
-	rows, err := q.Query(ctx, `SELECT id, version, payload FROM resources
+// order, and the live generation read in the same statement (see
+// RetryFailed). It reads one row past a byte limit at most and leaves that
+// row for the next call. scratch, if non-nil, is reused to spare
+// allocations.
+func Pending(ctx context.Context, q Querier, afterID int64, lim Limits, scratch []Row) ([]Row, int64, error) {
+	rows, err := q.Query(ctx, `SELECT id, version, payload, (SELECT live FROM syncer_generation) FROM resources
 		WHERE synced_at IS NULL AND failed_at IS NULL AND id > $1
 		ORDER BY id LIMIT $2`, afterID, lim.Rows)
 	if err != nil {
-		return nil, fmt.Errorf("resources: select pending: %w", err)
+		return nil, 0, fmt.Errorf("resources: select pending: %w", err)
 	}
-	return collect(rows, lim, scratch[:0])
+	var gen int64
+	out, err := collect(rows, lim, scratch[:0], &gen)
+	return out, gen, err
 }
 
 // Filter selects rows for a replay.
@@ -105,15 +110,21 @@ func Matching(ctx context.Context, q Querier, f Filter, afterID int64, lim Limit
 	if err != nil {
 		return nil, fmt.Errorf("resources: select range: %w", err)
 	}
-	return collect(rows, lim, scratch[:0])
+	return collect(rows, lim, scratch[:0], nil)
 }
 
-func collect(rows pgx.Rows, lim Limits, out []Row) ([]Row, error) {
+// collect reads rows of (id, version, payload[, extra]).
+func collect(rows pgx.Rows, lim Limits, out []Row, extra *int64) ([]Row, error) {
 	defer rows.Close()
 	size := 0
+	dest := make([]any, 3, 4)
+	if extra != nil {
+		dest = append(dest, extra)
+	}
 	for rows.Next() {
 		var r Row
-		if err := rows.Scan(&r.ID, &r.Version, &r.Payload); err != nil {
+		dest[0], dest[1], dest[2] = &r.ID, &r.Version, &r.Payload
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("resources: scan: %w", err)
 		}
 		if lim.Bytes > 0 && len(out) > 0 && size+len(r.Payload) > lim.Bytes {
@@ -177,14 +188,32 @@ func MarkFailed(ctx context.Context, e Execer, v Versions, errs []string) (int64
 }
 
 // RetryFailed makes failed rows pending again: all of them when ids is
-// empty. It returns how many rows it changed.
+// empty. It returns how many rows it changed. It also bumps the live
+// generation, which salts the live sync's Idempotency-Keys: a retried row
+// goes out under a key the third party has not answered yet, even in a batch
+// of the same content as the one it rejected. Run it in a transaction.
 func RetryFailed(ctx context.Context, e Execer, ids []int64) (int64, error) {
 	tag, err := e.Exec(ctx, `UPDATE resources SET failed_at = NULL, sync_error = NULL, synced_at = NULL
 		WHERE failed_at IS NOT NULL AND (cardinality($1::bigint[]) = 0 OR id = ANY($1))`, ids)
 	if err != nil {
 		return 0, fmt.Errorf("resources: retry failed: %w", err)
 	}
+	if tag.RowsAffected() == 0 {
+		return 0, nil
+	}
+	if _, err := e.Exec(ctx, `UPDATE syncer_generation SET live = live + 1`); err != nil {
+		return 0, fmt.Errorf("resources: bump generation: %w", err)
+	}
 	return tag.RowsAffected(), nil
+}
+
+// LiveSalt is the key salt of the live sync at generation gen. Generation 0
+// has the empty salt.
+func LiveSalt(gen int64) string {
+	if gen == 0 {
+		return ""
+	}
+	return "live-" + strconv.FormatInt(gen, 10)
 }
 
 // AnyPending reports whether a pending row exists. It only touches the
