@@ -114,7 +114,8 @@ func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Result, 
 
 	res := &Result{Schema: schema}
 
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger, Schema: schema})
+	// River logs a line per migration; one summary line of ours is enough.
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler), Schema: schema})
 	if err != nil {
 		return nil, fmt.Errorf("migrate: river: %w", err)
 	}
@@ -124,6 +125,9 @@ func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Result, 
 	}
 	for _, v := range rr.Versions {
 		res.RiverApplied = append(res.RiverApplied, v.Version)
+	}
+	if len(res.RiverApplied) > 0 {
+		logger.InfoContext(ctx, "migrate: applied River migrations", slog.Any("versions", res.RiverApplied), slog.String("schema", schema))
 	}
 
 	all, err := All()

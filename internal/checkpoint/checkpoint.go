@@ -99,7 +99,7 @@ func Advance(ctx context.Context, db DB, name string, p Progress, next *Inflight
 			(name, last_id, rows_done, batches_done, rows_failed, inflight_key, inflight_salt, inflight_ids, inflight_versions)
 		VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8)
 		ON CONFLICT (name) DO UPDATE SET
-			last_id = GREATEST(c.last_id, EXCLUDED.last_id),
+			last_id = EXCLUDED.last_id,
 			rows_done = c.rows_done + EXCLUDED.rows_done,
 			batches_done = c.batches_done + 1,
 			rows_failed = c.rows_failed + EXCLUDED.rows_failed,

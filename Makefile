@@ -1,0 +1,33 @@
+# The two commands the README promises: `make demo` and `make test`.
+GO ?= go
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: build test test-short bench bench-tiny demo vet
+
+build:
+	$(GO) build -o bin/syncer ./cmd/syncer
+
+vet:
+	$(GO) vet ./...
+
+# Every test, against the local PostgreSQL (started if it is down), with the
+# race detector. Each test makes and drops its own schema.
+test:
+	./scripts/ensure-postgres.sh
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+# The benchmark of the README, at its default sizes (about 10 minutes).
+bench: build
+	./scripts/ensure-postgres.sh
+	./bin/syncer bench --json bench-default.json
+
+# The benchmark at a tiny size, so CI keeps it working.
+bench-tiny: build
+	./scripts/ensure-postgres.sh
+	./bin/syncer bench --size tiny
+
+# Migrate a scratch database, start the fake third party and the daemon,
+# insert rows and watch them arrive.
+demo:
+	./scripts/ensure-postgres.sh
+	./scripts/demo.sh
