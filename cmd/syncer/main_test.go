@@ -1,0 +1,315 @@
+package main
+
+// Process-level tests: the binary is built once and driven as a user would,
+// including SIGKILL and SIGTERM in the middle of a drain.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/migrations"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "syncer-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "syncer")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build syncer: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cleanEnv is the environment without any SYNCER_ or DATABASE_URL setting
+// of the machine, so tests see only what they set.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "SYNCER_") || strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "FAKE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func run(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = cleanEnv(env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return result{code, stdout.String(), stderr.String()}
+}
+
+func TestConfigurationErrors(t *testing.T) {
+	t.Parallel()
+	db := "DATABASE_URL=postgres://127.0.0.1:5432/test"
+	for _, tt := range []struct {
+		name  string
+		env   []string
+		args  []string
+		code  int
+		names string
+	}{
+		{"missing third-party URL", []string{db}, []string{"run"}, 2, "--thirdparty-url (SYNCER_THIRDPARTY_URL)"},
+		{"negative batch size", []string{db, "SYNCER_THIRDPARTY_URL=http://127.0.0.1:1", "SYNCER_BATCH_SIZE=-5"}, []string{"run"}, 2, "--batch-size (SYNCER_BATCH_SIZE)"},
+		{"negative batch size flag", []string{db}, []string{"run", "--thirdparty-url", "http://x", "--batch-size=-5"}, 2, "--batch-size"},
+		{"unknown flag", []string{db}, []string{"run", "--bogus"}, 2, "--bogus"},
+		{"unknown command", nil, []string{"frobnicate"}, 2, "frobnicate"},
+		{"missing database", nil, []string{"status"}, 2, "--database-url (DATABASE_URL)"},
+		{"bad duration", []string{db, "SYNCER_THIRDPARTY_URL=http://x", "SYNCER_SHUTDOWN_TIMEOUT=soon"}, []string{"run"}, 2, "shutdown-timeout"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := run(t, tt.env, tt.args...)
+			require.Equal(t, tt.code, r.code, "stderr: %s", r.stderr)
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			require.Len(t, lines, 1, "one line: %q", r.stderr)
+			require.Contains(t, lines[0], tt.names)
+		})
+	}
+}
+
+func TestUnreachableDatabaseNamesHostNotPassword(t *testing.T) {
+	t.Parallel()
+	// Port 1 on loopback refuses at once.
+	r := run(t, []string{"DATABASE_URL=postgres://alice:s3cr3t-pw@127.0.0.1:1/app", "SYNCER_THIRDPARTY_URL=http://127.0.0.1:9"}, "run")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "127.0.0.1")
+	require.NotContains(t, r.stderr, "s3cr3t-pw")
+	require.Len(t, strings.Split(strings.TrimSpace(r.stderr), "\n"), 1, r.stderr)
+	require.NotContains(t, r.stderr, "goroutine")
+}
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	t.Parallel()
+	for _, c := range []string{"migrate", "run", "replay", "status", "retry-failed", "fake-thirdparty", "bench"} {
+		r := run(t, nil, c, "--help")
+		require.Equal(t, 0, r.code, c)
+		require.Contains(t, r.stdout, "Usage: syncer "+c)
+	}
+}
+
+type env struct {
+	dsn     string
+	pool    *pgxpool.Pool
+	fake    *fakethirdparty.Server
+	fakeURL string
+}
+
+func setup(t *testing.T, cfg fakethirdparty.Config) *env {
+	t.Helper()
+	dsn, _ := dbtest.NewSchema(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = migrations.Up(context.Background(), pool, nil)
+	require.NoError(t, err)
+	fake := fakethirdparty.New(cfg)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	return &env{dsn: dsn, pool: pool, fake: fake, fakeURL: srv.URL}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// daemon starts `syncer run` and returns it.
+func (e *env) daemon(t *testing.T, extra ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(binary, "run", "--log-level", "warn", "--log-format", "json")
+	cmd.Env = cleanEnv(append([]string{
+		"DATABASE_URL=" + e.dsn,
+		"SYNCER_THIRDPARTY_URL=" + e.fakeURL,
+		"SYNCER_HTTP_ADDR=" + freeAddr(t),
+	}, extra...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("daemon stderr:\n%s", stderr.String())
+		}
+	})
+	return cmd
+}
+
+func (e *env) fill(t *testing.T, n int) {
+	t.Helper()
+	_, err := e.pool.Exec(context.Background(), `INSERT INTO resources (payload)
+		SELECT jsonb_build_object('n', g, 'pad', repeat('x', 200)) FROM generate_series(1, $1) g`, n)
+	require.NoError(t, err)
+}
+
+func (e *env) pending(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM resources WHERE synced_at IS NULL AND failed_at IS NULL`).Scan(&n))
+	return n
+}
+
+func (e *env) waitDrained(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for e.pending(t) > 0 {
+		require.True(t, time.Now().Before(deadline), "not drained after %s: %d pending", timeout, e.pending(t))
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sameKeyOnly asserts every (id, version) the fake accepted more than once
+// came with the same Idempotency-Key each time, and returns how many pairs
+// arrived more than once.
+func sameKeyOnly(t *testing.T, fake *fakethirdparty.Server) int {
+	t.Helper()
+	type pair struct{ id, version int64 }
+	keys := map[pair]string{}
+	repeats := 0
+	for _, d := range fake.Deliveries() {
+		p := pair{d.ID, d.Version}
+		if k, ok := keys[p]; ok {
+			repeats++
+			require.Equal(t, k, d.Key, "(%d, %d) arrived under two keys", d.ID, d.Version)
+			continue
+		}
+		keys[p] = d.Key
+	}
+	return repeats
+}
+
+func TestSIGKILLAtRandomMomentsLosesNothing(t *testing.T) {
+	t.Parallel()
+	// The fake takes every request as new, so a repeat shows up; latency
+	// makes the drain long enough to be killed in the middle.
+	e := setup(t, fakethirdparty.Config{IgnoreIdempotencyKey: true, Latency: 15 * time.Millisecond})
+	const rows = 30000
+	e.fill(t, rows)
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for i := range 5 {
+		cmd := e.daemon(t, "SYNCER_BATCH_SIZE=100")
+		// Let it reach the middle of a batch: startup takes ~100 ms.
+		time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		t.Logf("kill %d: %d rows still pending", i+1, e.pending(t))
+	}
+	e.daemon(t, "SYNCER_BATCH_SIZE=100")
+	e.waitDrained(t, 3*time.Minute)
+
+	latest := e.fake.Latest()
+	require.Len(t, latest, rows, "every row arrived")
+	repeats := sameKeyOnly(t, e.fake)
+	t.Logf("pairs that arrived twice (all under the same key): %d", repeats)
+	require.LessOrEqual(t, repeats, 5*100, "only the batch in flight at each kill goes again")
+}
+
+func TestSIGTERMFinishesTheBatchAndExitsZero(t *testing.T) {
+	t.Parallel()
+	e := setup(t, fakethirdparty.Config{IgnoreIdempotencyKey: true, Latency: 20 * time.Millisecond})
+	const rows = 20000
+	e.fill(t, rows)
+
+	cmd := e.daemon(t, "SYNCER_BATCH_SIZE=100", "SYNCER_SHUTDOWN_TIMEOUT=5s")
+	deadline := time.Now().Add(30 * time.Second)
+	for len(e.fake.Latest()) < 1000 {
+		require.True(t, time.Now().Before(deadline), "no progress")
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	err := cmd.Wait()
+	took := time.Since(start)
+	require.NoError(t, err, "exit status 0")
+	require.Less(t, took, 5*time.Second+2*time.Second, "exits within the shutdown timeout")
+	left := e.pending(t)
+	t.Logf("SIGTERM: exited 0 after %s with %d rows left", took.Round(time.Millisecond), left)
+	require.Positive(t, left, "stopped mid-drain")
+
+	e.daemon(t, "SYNCER_BATCH_SIZE=100")
+	e.waitDrained(t, 2*time.Minute)
+	require.Len(t, e.fake.Latest(), rows)
+	require.Zero(t, sameKeyOnly(t, e.fake), "the batch in flight finished, so nothing went twice")
+}
+
+func TestStatusJSONAgainstAHandFilledDatabase(t *testing.T) {
+	t.Parallel()
+	e := setup(t, fakethirdparty.Config{})
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `INSERT INTO resources (payload, synced_at, failed_at, sync_error, changed_at) VALUES
+		('{"a":1}', now(), NULL, NULL, now()),
+		('{"a":2}', now(), NULL, NULL, now()),
+		('{"a":3}', NULL, NULL, NULL, now() - interval '90 seconds'),
+		('{"a":4}', NULL, NULL, NULL, now() - interval '10 seconds'),
+		('{"a":5}', NULL, now(), 'field a is not allowed', now())`)
+	require.NoError(t, err)
+
+	r := run(t, []string{"DATABASE_URL=" + e.dsn}, "status", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	for _, k := range []string{"total", "unsynced", "synced", "failed", "outbox_pending"} {
+		require.IsType(t, float64(0), got[k], k)
+		require.Equal(t, got[k], float64(int64(got[k].(float64))), "%s is an integer", k)
+	}
+	require.Equal(t, float64(5), got["total"])
+	require.Equal(t, float64(3), got["unsynced"])
+	require.Equal(t, float64(2), got["synced"])
+	require.Equal(t, float64(1), got["failed"])
+	// The five inserts appended one event: no daemon has relayed it.
+	require.Equal(t, float64(1), got["outbox_pending"])
+	age := got["oldest_unsynced_age_seconds"].(float64)
+	require.InDelta(t, 90, age, 5)
+
+	r = run(t, []string{"DATABASE_URL=" + e.dsn}, "status")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "field a is not allowed")
+}
