@@ -17,17 +17,20 @@ import (
 // RunCmd is `syncer run`.
 type RunCmd struct {
 	DB
-	ThirdpartyURL   string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
-	ThirdpartyToken string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Never logged."`
-	BatchSize       int           `name:"batch-size" env:"SYNCER_BATCH_SIZE" default:"500" help:"Items a batch."`
-	BatchMaxBytes   int           `name:"batch-max-bytes" env:"SYNCER_BATCH_MAX_BYTES" default:"4194304" help:"Payload bytes a batch, at most."`
-	RateLimit       float64       `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party; 0 means no limit."`
-	RateBurst       int           `name:"rate-burst" env:"SYNCER_RATE_BURST" default:"1" help:"Burst of the rate limit."`
-	RequestTimeout  time.Duration `name:"request-timeout" env:"SYNCER_REQUEST_TIMEOUT" default:"10s" help:"Timeout of one request to the third party."`
-	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"SYNCER_SHUTDOWN_TIMEOUT" default:"30s" help:"How long the batch in flight may take to finish on SIGTERM."`
-	HTTPAddr        string        `name:"http-addr" env:"SYNCER_HTTP_ADDR" default:"127.0.0.1:8080" help:"Address of /healthz, /readyz and /metrics."`
-	Workers         int           `name:"workers" env:"SYNCER_WORKERS" default:"4" help:"River workers for syncer's queue."`
-	Pprof           bool          `name:"pprof" env:"SYNCER_PPROF" help:"Serve /debug/pprof/ on the HTTP address."`
+	ThirdpartyURL      string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
+	ThirdpartyToken    string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Never logged."`
+	BatchSize          int           `name:"batch-size" env:"SYNCER_BATCH_SIZE" default:"500" help:"Items a batch."`
+	BatchMaxBytes      int           `name:"batch-max-bytes" env:"SYNCER_BATCH_MAX_BYTES" default:"4194304" help:"Payload bytes a batch, at most."`
+	RateLimit          float64       `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party; 0 means no limit."`
+	RateBurst          int           `name:"rate-burst" env:"SYNCER_RATE_BURST" default:"1" help:"Burst of the rate limit."`
+	BreakerFailures    int           `name:"breaker-failures" env:"SYNCER_BREAKER_FAILURES" default:"5" help:"Consecutive transient failures that open the circuit breaker."`
+	BreakerOpenTimeout time.Duration `name:"breaker-open-timeout" env:"SYNCER_BREAKER_OPEN_TIMEOUT" default:"10s" help:"How long the circuit breaker stays open before a probe."`
+	BackoffMaxElapsed  time.Duration `name:"backoff-max-elapsed" env:"SYNCER_BACKOFF_MAX_ELAPSED" default:"60s" help:"How long one batch is retried after transient failures before the job pauses."`
+	RequestTimeout     time.Duration `name:"request-timeout" env:"SYNCER_REQUEST_TIMEOUT" default:"10s" help:"Timeout of one request to the third party."`
+	ShutdownTimeout    time.Duration `name:"shutdown-timeout" env:"SYNCER_SHUTDOWN_TIMEOUT" default:"30s" help:"How long the batch in flight may take to finish on SIGTERM."`
+	HTTPAddr           string        `name:"http-addr" env:"SYNCER_HTTP_ADDR" default:"127.0.0.1:8080" help:"Address of /healthz, /readyz and /metrics."`
+	Workers            int           `name:"workers" env:"SYNCER_WORKERS" default:"4" help:"River workers for syncer's queue."`
+	Pprof              bool          `name:"pprof" env:"SYNCER_PPROF" help:"Serve /debug/pprof/ on the HTTP address."`
 }
 
 // Validate names the first bad setting.
@@ -35,7 +38,22 @@ func (c *RunCmd) Validate() error {
 	if err := c.DB.Validate(); err != nil {
 		return err
 	}
-	return validateExport(c.ThirdpartyURL, c.BatchSize, c.BatchMaxBytes, c.RateLimit, c.RateBurst, c.RequestTimeout, c.ShutdownTimeout, c.Workers)
+	if err := validateExport(c.ThirdpartyURL, c.BatchSize, c.BatchMaxBytes, c.RateLimit, c.RateBurst, c.RequestTimeout, c.ShutdownTimeout, c.Workers); err != nil {
+		return err
+	}
+	return validateDelivery(c.BreakerFailures, c.BreakerOpenTimeout, c.BackoffMaxElapsed)
+}
+
+func validateDelivery(breakerFailures int, breakerOpen, maxElapsed time.Duration) error {
+	switch {
+	case breakerFailures <= 0:
+		return usagef("--breaker-failures (SYNCER_BREAKER_FAILURES) must be positive, got %d", breakerFailures)
+	case breakerOpen <= 0:
+		return usagef("--breaker-open-timeout (SYNCER_BREAKER_OPEN_TIMEOUT) must be positive, got %s", breakerOpen)
+	case maxElapsed <= 0:
+		return usagef("--backoff-max-elapsed (SYNCER_BACKOFF_MAX_ELAPSED) must be positive, got %s", maxElapsed)
+	}
+	return nil
 }
 
 func validateExport(tpURL string, batch, maxBytes int, rate float64, burst int, reqTimeout, shutdown time.Duration, workers int) error {
@@ -78,7 +96,13 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	defer pool.Close()
 	return daemon.Run(ctx, pool, &daemon.Config{
 		ThirdParty: thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
-		Delivery:   delivery.Config{RateLimit: c.RateLimit, RateBurst: c.RateBurst},
+		Delivery: delivery.Config{
+			RateLimit:          c.RateLimit,
+			RateBurst:          c.RateBurst,
+			BreakerFailures:    c.BreakerFailures,
+			BreakerOpenTimeout: c.BreakerOpenTimeout,
+			MaxElapsed:         c.BackoffMaxElapsed,
+		},
 		Exporter: exporter.Config{
 			BatchSize:     c.BatchSize,
 			BatchMaxBytes: c.BatchMaxBytes,

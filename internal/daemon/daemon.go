@@ -25,6 +25,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
@@ -108,9 +109,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		return err
 	}
 	defer tp.Close()
+	// The breaker's state and the credentials fact live in syncer_state, so
+	// a daemon that takes the export lock over inherits them.
+	shared, err := breakerstore.New(pool, &breakerstore.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
 	dcfg := c.Delivery
-	dcfg.Logger, dcfg.Metrics = logger, m
-	deliverer, err := delivery.New(tp, &dcfg)
+	dcfg.Logger, dcfg.Metrics, dcfg.State = logger, m, shared
+	deliverer, err := delivery.New(tp, shared, &dcfg)
 	if err != nil {
 		return err
 	}

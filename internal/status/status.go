@@ -89,9 +89,10 @@ type Failure struct {
 }
 
 // State keys in syncer_state that status reads. The delivery package writes
-// them.
+// them: KeyBreaker is where gobreaker keeps the shared state of the breaker
+// named delivery.BreakerName.
 const (
-	KeyBreaker     = "breaker"
+	KeyBreaker     = "gobreaker:state:thirdparty"
 	KeyCredentials = "credentials"
 )
 
