@@ -2,15 +2,76 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/syncer-dev/syncer/internal/bench"
 )
 
 // BenchCmd is `syncer bench`.
 type BenchCmd struct {
-	DB
+	DatabaseURL string   `name:"database-url" env:"DATABASE_URL" default:"postgres://127.0.0.1:5432/test" help:"PostgreSQL URL of a database the bench may create and drop scratch schemas in."`
+	Size        string   `name:"size" enum:"default,tiny" default:"default" help:"default: the sizes the targets are set for (about 10 minutes); tiny: 1-2% of them, under a minute, for CI."`
+	JSON        string   `name:"json" placeholder:"FILE" help:"Also write the report as JSON to FILE."`
+	Only        []string `name:"only" sep:"," placeholder:"SCENARIO,..." help:"Run only these scenarios: drain, latency, writer-overhead, memory, job-economy, recipe."`
+	Profile     string   `name:"profile" placeholder:"DIR" help:"Run the drain's daemon with --pprof and save a 10 s CPU profile of its drain in DIR."`
+	Binary      string   `name:"binary" hidden:"" help:"The syncer binary run as the daemon; defaults to this executable."`
 }
 
-// Run runs the benchmark.
+// Validate names the first bad setting.
+func (c *BenchCmd) Validate() error {
+	if c.DatabaseURL == "" {
+		return usagef("--database-url (DATABASE_URL) is required")
+	}
+	for _, s := range c.Only {
+		known := false
+		for _, k := range bench.Scenarios {
+			known = known || s == k
+		}
+		if !known {
+			return usagef("--only: unknown scenario %q", s)
+		}
+	}
+	return nil
+}
+
+// Run runs the scenarios and prints one table; progress goes to stderr.
 func (c *BenchCmd) Run(ctx context.Context, env *Env) error {
-	return errors.New("not built yet")
+	// Scratch schemas and daemons are cleaned up on SIGINT too.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	rep, err := bench.Run(ctx, &bench.Config{
+		DatabaseURL: c.DatabaseURL,
+		Size:        c.Size,
+		Only:        c.Only,
+		Binary:      c.Binary,
+		ProfileDir:  c.Profile,
+		Progress:    env.Stderr,
+		Logger:      env.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(env.Stdout); err != nil {
+		return err
+	}
+	if c.JSON != "" {
+		f, err := os.Create(c.JSON)
+		if err != nil {
+			return fmt.Errorf("write --json: %w", err)
+		}
+		if err := rep.WriteJSON(f); err != nil {
+			f.Close()
+			return fmt.Errorf("write --json: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("write --json: %w", err)
+		}
+	}
+	if rep.Failed() {
+		return fmt.Errorf("some scenarios could not be measured; see the table")
+	}
+	return nil
 }

@@ -1,0 +1,309 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Size names a set of Sizes.
+const (
+	SizeDefault = "default"
+	SizeTiny    = "tiny"
+)
+
+// Scenario names, as --only takes them, in the order they run.
+const (
+	ScenarioDrain          = "drain"
+	ScenarioLatency        = "latency"
+	ScenarioWriterOverhead = "writer-overhead"
+	ScenarioMemory         = "memory"
+	ScenarioJobEconomy     = "job-economy"
+	ScenarioRecipe         = "recipe"
+)
+
+// Scenarios lists every scenario in the order they run.
+var Scenarios = []string{
+	ScenarioDrain, ScenarioLatency, ScenarioWriterOverhead,
+	ScenarioMemory, ScenarioJobEconomy, ScenarioRecipe,
+}
+
+// rowNames are the rows each scenario adds to the table.
+var rowNames = map[string][]string{
+	ScenarioDrain:          {"drain"},
+	ScenarioLatency:        {"latency"},
+	ScenarioWriterOverhead: {"writer overhead"},
+	ScenarioMemory:         {"memory (small)", "memory (large)"},
+	ScenarioJobEconomy:     {"job economy: jobs", "job economy: lock wait"},
+	ScenarioRecipe:         {"recipe: drain", "recipe: burst export", "recipe: burst writers"},
+}
+
+// RowNames returns the names of the rows a run of scenarios prints, in order.
+func RowNames(scenarios []string) []string {
+	var out []string
+	for _, s := range Scenarios {
+		if slices.Contains(scenarios, s) {
+			out = append(out, rowNames[s]...)
+		}
+	}
+	return out
+}
+
+// Sizes are the amounts each scenario works on.
+type Sizes struct {
+	DrainRows         int
+	BatchSize         int
+	LatencyRate       int
+	LatencyFor        time.Duration
+	OverheadFor       time.Duration
+	Writers           int
+	MemorySmallRows   int
+	MemoryLargeRows   int
+	JobEconomyInserts int
+	RecipeDrainRows   int
+	RecipeDrainJobs   int
+	BurstInserts      int
+}
+
+// SizesFor returns the sizes named by size.
+func SizesFor(size string) (Sizes, error) {
+	switch size {
+	case SizeDefault, "":
+		return Sizes{
+			DrainRows: 200_000, BatchSize: 500,
+			LatencyRate: 500, LatencyFor: 20 * time.Second,
+			OverheadFor: 10 * time.Second, Writers: 8,
+			MemorySmallRows: 100_000, MemoryLargeRows: 1_000_000,
+			JobEconomyInserts: 10_000,
+			RecipeDrainRows:   200_000, RecipeDrainJobs: 2_000,
+			BurstInserts: 2_000,
+		}, nil
+	case SizeTiny:
+		return Sizes{
+			DrainRows: 3_000, BatchSize: 500,
+			LatencyRate: 200, LatencyFor: time.Second,
+			OverheadFor: 500 * time.Millisecond, Writers: 8,
+			MemorySmallRows: 2_000, MemoryLargeRows: 20_000,
+			JobEconomyInserts: 200,
+			RecipeDrainRows:   3_000, RecipeDrainJobs: 30,
+			BurstInserts: 50,
+		}, nil
+	}
+	return Sizes{}, fmt.Errorf("bench: unknown size %q (want %s or %s)", size, SizeDefault, SizeTiny)
+}
+
+// Config configures a run.
+type Config struct {
+	// DatabaseURL is a postgres:// URL of the database to work in. Scratch
+	// schemas are created in it and dropped. Required.
+	DatabaseURL string
+	// Size is SizeDefault or SizeTiny. Defaults to SizeDefault.
+	Size string
+	// Only limits the run to these scenarios. Defaults to all of Scenarios.
+	Only []string
+	// Binary is the syncer executable run as the daemon. Defaults to
+	// os.Executable().
+	Binary string
+	// ProfileDir, if set, runs the drain's daemon with --pprof and saves a
+	// CPU profile of its drain there as drain.cpu.pprof. Defaults to "", no
+	// profile.
+	ProfileDir string
+	// Progress receives a line as each step starts. Defaults to discarding.
+	Progress io.Writer
+	// Logger logs the bench's own warnings. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("bench: Config.DatabaseURL is required")
+	}
+	for _, s := range c.Only {
+		if !slices.Contains(Scenarios, s) {
+			return fmt.Errorf("bench: Config.Only: unknown scenario %q (want one of %s)", s, strings.Join(Scenarios, ", "))
+		}
+	}
+	return nil
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs       int    `json:"cpus"`
+	GoVersion  string `json:"go_version"`
+	PostgreSQL string `json:"postgresql"`
+}
+
+// Row is one line of the table.
+type Row struct {
+	Scenario string `json:"scenario"`
+	// Measured is syncer's result; Baseline the comparison measured in the
+	// same run; Figure the ratio or figure the target applies to.
+	Measured string `json:"measured"`
+	Baseline string `json:"baseline"`
+	Figure   string `json:"figure"`
+	Target   string `json:"target"`
+	Pass     bool   `json:"pass"`
+	// Error is set when the scenario could not be measured.
+	Error string `json:"error,omitempty"`
+	// Values holds the raw numbers behind the strings.
+	Values map[string]float64 `json:"values,omitempty"`
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Machine   Machine   `json:"machine"`
+	Size      string    `json:"size"`
+	StartedAt time.Time `json:"started_at"`
+	Took      string    `json:"took"`
+	Rows      []Row     `json:"rows"`
+	// Notes are observations worth reading with the table.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Failed reports whether some scenario could not be measured.
+func (r *Report) Failed() bool {
+	return slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Error != "" })
+}
+
+// Run runs the scenarios and returns the report. A scenario that fails is
+// reported in its rows; Run returns an error only when it cannot start.
+func Run(ctx context.Context, cfg *Config) (*Report, error) {
+	c := *cfg
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if c.Size == "" {
+		c.Size = SizeDefault
+	}
+	sizes, err := SizesFor(c.Size)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Only) == 0 {
+		c.Only = Scenarios
+	}
+	if c.Binary == "" {
+		if c.Binary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("bench: find the syncer binary: %w", err)
+		}
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &runner{cfg: c, sizes: sizes}
+	rep := &Report{Size: c.Size, StartedAt: time.Now()}
+	rep.Machine, err = r.machine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.report = rep
+	type step struct {
+		name string
+		fn   func(context.Context) ([]Row, error)
+	}
+	steps := []step{
+		{ScenarioDrain, r.drain},
+		{ScenarioLatency, r.latency},
+		{ScenarioWriterOverhead, r.writerOverhead},
+		{ScenarioMemory, r.memory},
+		{ScenarioJobEconomy, r.jobEconomy},
+		{ScenarioRecipe, r.recipe},
+	}
+	for _, s := range steps {
+		if !slices.Contains(c.Only, s.name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		r.progressf("== %s", s.name)
+		rows, err := s.fn(ctx)
+		if err != nil {
+			// Keep what was measured and mark the rest as errors, so the
+			// table still has every row.
+			have := map[string]bool{}
+			for _, row := range rows {
+				have[row.Scenario] = true
+			}
+			for _, name := range rowNames[s.name] {
+				if !have[name] {
+					rows = append(rows, Row{Scenario: name, Measured: "-", Baseline: "-", Figure: "-", Target: "-", Error: err.Error()})
+				}
+			}
+			r.progressf("   %s failed: %v", s.name, err)
+		}
+		rep.Rows = append(rep.Rows, rows...)
+	}
+	if c.Size == SizeTiny {
+		rep.Notes = append(rep.Notes, "size tiny: every scenario ran at 1-2% of its size; the figures say the code works, not how fast it is")
+	}
+	rep.Took = time.Since(rep.StartedAt).Round(time.Second).String()
+	return rep, nil
+}
+
+// machine describes the machine and the database.
+func (r *runner) machine(ctx context.Context) (Machine, error) {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	conn, err := r.connect(ctx, "")
+	if err != nil {
+		return m, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&m.PostgreSQL); err != nil {
+		return m, fmt.Errorf("bench: server version: %w", err)
+	}
+	return m, nil
+}
+
+// WriteTable prints the report for a terminal.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "machine: %d CPUs, %s, PostgreSQL %s; size %s; took %s\n\n",
+		r.Machine.CPUs, r.Machine.GoVersion, r.Machine.PostgreSQL, r.Size, r.Took)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tMEASURED (syncer)\tBASELINE (same run)\tFIGURE\tTARGET\tRESULT")
+	for _, row := range r.Rows {
+		res := "pass"
+		if !row.Pass {
+			res = "FAIL"
+		}
+		if row.Error != "" {
+			res = "ERROR"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Scenario, row.Measured, row.Baseline, row.Figure, row.Target, res)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, row := range r.Rows {
+		if row.Error != "" {
+			fmt.Fprintf(w, "\nerror in %s: %s", row.Scenario, row.Error)
+		}
+	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "\nnote: %s", n)
+		}
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+// WriteJSON writes the report as one JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

@@ -1,0 +1,437 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/jobs"
+)
+
+// drainLimit bounds a wait for a drain of n rows: generous, so a slow
+// machine reports a slow figure rather than an error.
+func drainLimit(n int) time.Duration { return 2*time.Minute + time.Duration(n)*time.Millisecond }
+
+// dbDrainProcedure is the database's own bound on draining: the same reads
+// and marks the exporter does (500 pending rows by keyset on the pending
+// index, then one UPDATE ... FROM unnest like resources.MarkSynced), with a
+// COMMIT per batch, and no network, no client and no third party.
+const dbDrainProcedure = `CREATE PROCEDURE bench_db_drain(batch int) LANGUAGE plpgsql AS $$
+DECLARE
+    last     bigint := 0;
+    ids      bigint[];
+    versions bigint[];
+    payloads jsonb[];
+BEGIN
+    LOOP
+        SELECT array_agg(id ORDER BY id), array_agg(version ORDER BY id), array_agg(payload ORDER BY id)
+          INTO ids, versions, payloads
+          FROM (SELECT id, version, payload FROM resources
+                 WHERE synced_at IS NULL AND failed_at IS NULL AND id > last
+                 ORDER BY id LIMIT batch) b;
+        EXIT WHEN ids IS NULL;
+        UPDATE resources r SET synced_at = now(), failed_at = NULL, sync_error = NULL
+          FROM unnest(ids, versions) AS b(id, version)
+         WHERE r.id = b.id AND r.version = b.version;
+        last := ids[cardinality(ids)];
+        COMMIT;
+    END LOOP;
+END
+$$`
+
+// dbDrainRate measures the database's bound on a fresh table of n rows.
+func (r *runner) dbDrainRate(ctx context.Context, n int) (float64, error) {
+	s, err := r.newScratch(ctx, "drain-db", false)
+	if err != nil {
+		return 0, err
+	}
+	defer s.drop(ctx)
+	if err := s.preload(ctx, n); err != nil {
+		return 0, err
+	}
+	if _, err := s.pool.Exec(ctx, dbDrainProcedure); err != nil {
+		return 0, fmt.Errorf("bench: create the drain procedure: %w", err)
+	}
+	start := time.Now()
+	if _, err := s.pool.Exec(ctx, fmt.Sprintf("CALL bench_db_drain(%d)", r.sizes.BatchSize)); err != nil {
+		return 0, fmt.Errorf("bench: run the drain procedure: %w", err)
+	}
+	took := time.Since(start)
+	if pending, err := s.anyPending(ctx); err != nil || pending {
+		return 0, fmt.Errorf("bench: the drain procedure left rows pending (%v)", err)
+	}
+	return float64(n) / took.Seconds(), nil
+}
+
+// drainResult is one drain of pre-inserted rows by the daemon.
+type drainResult struct {
+	rate    float64
+	took    time.Duration
+	peakRSS int64
+}
+
+// syncerDrain pre-inserts n rows with no daemon running, starts the daemon
+// and measures until the table is drained. profile, if set, is where a CPU
+// profile of the daemon is saved.
+func (r *runner) syncerDrain(ctx context.Context, label string, n int, profile string) (drainResult, error) {
+	var res drainResult
+	s, err := r.newScratch(ctx, label, false)
+	if err != nil {
+		return res, err
+	}
+	defer s.drop(ctx)
+	r.progressf("   %s: inserting %s rows", label, count(float64(n)))
+	if err := s.preload(ctx, n); err != nil {
+		return res, err
+	}
+	f, err := startFake()
+	if err != nil {
+		return res, err
+	}
+	defer f.close()
+	r.progressf("   %s: daemon draining", label)
+	d, err := r.startDaemon(ctx, s, f, profile != "")
+	if err != nil {
+		return res, err
+	}
+	defer d.stop()
+	profErr := make(chan error, 1)
+	if profile != "" {
+		go func() { profErr <- d.profile(ctx, 10, profile) }()
+	}
+	end, err := s.waitDrained(ctx, f.Server, int64(n), drainLimit(n))
+	if err != nil {
+		return res, err
+	}
+	res.took = end.Sub(d.started)
+	res.rate = float64(n) / res.took.Seconds()
+	if profile != "" {
+		if err := <-profErr; err != nil {
+			r.note("cpu profile not saved: %v", err)
+		} else {
+			r.note("cpu profile of the daemon's drain (10 s from its start): %s; read it with `go tool pprof -top %s`", profile, profile)
+		}
+	}
+	if res.peakRSS, err = d.peakRSS(); err != nil {
+		return res, err
+	}
+	if dup := f.Stats().DuplicatePairs; dup > 0 {
+		r.note("%s: the fake saw %d duplicate deliveries", label, dup)
+	}
+	return res, d.stop()
+}
+
+func (r *runner) drain(ctx context.Context) ([]Row, error) {
+	n := r.sizes.DrainRows
+	r.progressf("   database bound: %s rows, plpgsql loop", count(float64(n)))
+	dbRate, err := r.dbDrainRate(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	var profile string
+	if r.cfg.ProfileDir != "" {
+		profile = filepath.Join(r.cfg.ProfileDir, "drain.cpu.pprof")
+	}
+	res, err := r.syncerDrain(ctx, "drain", n, profile)
+	if err != nil {
+		return nil, err
+	}
+	r.syncerDrainRate = res.rate
+	ratio := res.rate / dbRate
+	return []Row{{
+		Scenario: "drain",
+		Measured: fmt.Sprintf("%s rows/s (%s rows in %.1f s)", count(res.rate), count(float64(n)), res.took.Seconds()),
+		Baseline: fmt.Sprintf("database bound %s rows/s", count(dbRate)),
+		Figure:   fmt.Sprintf("%.2fx", ratio),
+		Target:   ">= 0.60x",
+		Pass:     ratio >= 0.6,
+		Values:   map[string]float64{"rows": float64(n), "rows_per_s": res.rate, "db_rows_per_s": dbRate, "ratio": ratio, "peak_rss_bytes": float64(res.peakRSS)},
+	}}, nil
+}
+
+func (r *runner) latency(ctx context.Context) ([]Row, error) {
+	s, err := r.newScratch(ctx, "latency", false)
+	if err != nil {
+		return nil, err
+	}
+	defer s.drop(ctx)
+	f, err := startFake()
+	if err != nil {
+		return nil, err
+	}
+	defer f.close()
+	d, err := r.startDaemon(ctx, s, f, false)
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+
+	total := int(float64(r.sizes.LatencyRate) * r.sizes.LatencyFor.Seconds())
+	r.progressf("   %d inserts/s for %s from %d connections", r.sizes.LatencyRate, r.sizes.LatencyFor, r.sizes.Writers)
+	w, err := paced(ctx, s.pool, r.sizes.Writers, total, time.Second/time.Duration(r.sizes.LatencyRate))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.waitDrained(ctx, f.Server, int64(total), drainLimit(total)); err != nil {
+		return nil, err
+	}
+	if err := d.stop(); err != nil {
+		return nil, err
+	}
+	received := map[int64]time.Time{}
+	for _, dl := range f.Deliveries() {
+		if _, ok := received[dl.ID]; !ok {
+			received[dl.ID] = dl.At
+		}
+	}
+	lat := make([]time.Duration, 0, len(w.ids))
+	for i, id := range w.ids {
+		at, ok := received[id]
+		if !ok {
+			return nil, fmt.Errorf("bench: row %d was never delivered", id)
+		}
+		// The daemon can see a commit before the writer's Exec returns.
+		lat = append(lat, max(at.Sub(w.commits[i]), 0))
+	}
+	sortDurations(lat)
+	sortDurations(w.rtt)
+	p50, p99, pmax := percentile(lat, 0.50), percentile(lat, 0.99), lat[len(lat)-1]
+	return []Row{{
+		Scenario: "latency",
+		Measured: fmt.Sprintf("p50 %s, p99 %s, max %s (%s rows at %s/s)", ms(p50), ms(p99), ms(pmax), count(float64(len(lat))), count(w.rate())),
+		Baseline: fmt.Sprintf("insert round trip p50 %s, p99 %s", ms(percentile(w.rtt, 0.5)), ms(percentile(w.rtt, 0.99))),
+		Figure:   fmt.Sprintf("p50 %s, p99 %s", ms(p50), ms(p99)),
+		Target:   "p50 <= 10 ms, p99 <= 50 ms",
+		Pass:     p50 <= 10*time.Millisecond && p99 <= 50*time.Millisecond,
+		Values: map[string]float64{
+			"rows": float64(len(lat)), "inserts_per_s": w.rate(),
+			"p50_ms": msf(p50), "p99_ms": msf(p99), "max_ms": msf(pmax),
+			"insert_p50_ms": msf(percentile(w.rtt, 0.5)), "insert_p99_ms": msf(percentile(w.rtt, 0.99)),
+		},
+	}}, nil
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r *runner) writerOverhead(ctx context.Context) ([]Row, error) {
+	dur, writers := r.sizes.OverheadFor, r.sizes.Writers
+	plain, err := r.newScratch(ctx, "overhead-plain", true)
+	if err != nil {
+		return nil, err
+	}
+	defer plain.drop(ctx)
+	r.progressf("   plain: %d writers for %s, no triggers, no daemon", writers, dur)
+	base, err := write(ctx, plain.pool, writers, 0, dur, plainInsert, false)
+	if err != nil {
+		return nil, err
+	}
+	plain.drop(ctx)
+
+	s, err := r.newScratch(ctx, "overhead", false)
+	if err != nil {
+		return nil, err
+	}
+	defer s.drop(ctx)
+	f, err := startFake()
+	if err != nil {
+		return nil, err
+	}
+	defer f.close()
+	d, err := r.startDaemon(ctx, s, f, false)
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	r.progressf("   syncer: %d writers for %s, triggers on, daemon running", writers, dur)
+	got, err := write(ctx, s.pool, writers, 0, dur, plainInsert, false)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.waitDrained(ctx, f.Server, got.rows, drainLimit(int(got.rows))); err != nil {
+		return nil, err
+	}
+	if err := d.stop(); err != nil {
+		return nil, err
+	}
+	ratio := got.rate() / base.rate()
+	return []Row{{
+		Scenario: "writer overhead",
+		Measured: fmt.Sprintf("%s inserts/s (%d writers, daemon running)", count(got.rate()), writers),
+		Baseline: fmt.Sprintf("plain %s inserts/s", count(base.rate())),
+		Figure:   fmt.Sprintf("%.2fx", ratio),
+		Target:   ">= 0.80x",
+		Pass:     ratio >= 0.8,
+		Values:   map[string]float64{"inserts_per_s": got.rate(), "plain_inserts_per_s": base.rate(), "ratio": ratio},
+	}}, nil
+}
+
+func (r *runner) memory(ctx context.Context) ([]Row, error) {
+	const limit = 32 << 20
+	small, large := r.sizes.MemorySmallRows, r.sizes.MemoryLargeRows
+	rs, err := r.syncerDrain(ctx, "memory-small", small, "")
+	if err != nil {
+		return nil, err
+	}
+	rows := []Row{{
+		Scenario: "memory (small)",
+		Measured: fmt.Sprintf("peak RSS %s draining %s rows", mib(rs.peakRSS), count(float64(small))),
+		Baseline: "-",
+		Figure:   mib(rs.peakRSS),
+		Target:   "<= 32 MiB",
+		Pass:     rs.peakRSS <= limit,
+		Values:   map[string]float64{"rows": float64(small), "peak_rss_bytes": float64(rs.peakRSS), "rows_per_s": rs.rate},
+	}}
+	rl, err := r.syncerDrain(ctx, "memory-large", large, "")
+	if err != nil {
+		return rows, err
+	}
+	growth := float64(rl.peakRSS) / float64(rs.peakRSS)
+	rows = append(rows, Row{
+		Scenario: "memory (large)",
+		Measured: fmt.Sprintf("peak RSS %s draining %s rows", mib(rl.peakRSS), count(float64(large))),
+		Baseline: fmt.Sprintf("%s at %s rows", mib(rs.peakRSS), count(float64(small))),
+		Figure:   fmt.Sprintf("%s, %.2fx of small", mib(rl.peakRSS), growth),
+		Target:   "<= 32 MiB, growth <= 1.25x",
+		Pass:     rl.peakRSS <= limit && growth <= 1.25,
+		Values:   map[string]float64{"rows": float64(large), "peak_rss_bytes": float64(rl.peakRSS), "growth": growth, "rows_per_s": rl.rate},
+	})
+	return rows, nil
+}
+
+// waitIdle waits up to limit until no sync job is pending or running, so a
+// burst starts from the daemon's idle state and needs at least one new job.
+// It reports the jobs still there when it gave up: a daemon whose job
+// lingers longer than limit starts the burst with a job running.
+func (s *scratch) waitIdle(ctx context.Context, limit time.Duration) (string, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		var states []string
+		rows, err := s.pool.Query(ctx, `SELECT state::text || ' (attempt ' || attempt || ')' FROM river_job WHERE kind = $1
+			AND state IN ('available', 'pending', 'scheduled', 'retryable', 'running')`, jobs.SyncArgs{}.Kind())
+		if err == nil {
+			states, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return "", fmt.Errorf("bench: wait for an idle daemon: %w", err)
+		}
+		if len(states) == 0 {
+			return "", nil
+		}
+		if time.Now().After(deadline) {
+			return strings.Join(states, ", "), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// idleWait is how long a burst waits for an idle daemon: longer than the
+// exporter's hot and cold lingers (0.5 s + 5 s) at full size.
+func (r *runner) idleWait() time.Duration {
+	if r.cfg.Size == SizeTiny {
+		return 2 * time.Second
+	}
+	return 8 * time.Second
+}
+
+func (s *scratch) maxJobID(ctx context.Context) (int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM river_job`).Scan(&id)
+	return id, err
+}
+
+// burstResult is a burst of single-row inserts and its export.
+type burstResult struct {
+	writers   writeResult
+	exported  time.Duration // from the first insert until all were exported
+	lockWaitS float64
+	jobs      int64
+}
+
+// syncerBurst inserts n rows from the writers into an idle daemon's table
+// and measures until they are exported, counting the sync jobs it took.
+func (r *runner) syncerBurst(ctx context.Context, label string, n int) (burstResult, error) {
+	var res burstResult
+	s, err := r.newScratch(ctx, label, false)
+	if err != nil {
+		return res, err
+	}
+	defer s.drop(ctx)
+	f, err := startFake()
+	if err != nil {
+		return res, err
+	}
+	defer f.close()
+	d, err := r.startDaemon(ctx, s, f, false)
+	if err != nil {
+		return res, err
+	}
+	defer d.stop()
+	busy, err := s.waitIdle(ctx, r.idleWait())
+	if err != nil {
+		return res, err
+	}
+	if busy != "" {
+		r.note("%s: the daemon was not idle %s after it started (sync job %s); the burst began with its job running", label, r.idleWait(), busy)
+	}
+	before, err := s.maxJobID(ctx)
+	if err != nil {
+		return res, err
+	}
+	sampler, err := r.sampleLockWaits(ctx, s.name)
+	if err != nil {
+		return res, err
+	}
+	r.progressf("   %s: %s inserts from %d connections, daemon idle", label, count(float64(n)), r.sizes.Writers)
+	start := time.Now()
+	res.writers, err = write(ctx, s.pool, r.sizes.Writers, int64(n), 0, plainInsert, false)
+	if err != nil {
+		sampler.stop()
+		return res, err
+	}
+	end, err := s.waitDrained(ctx, f.Server, int64(n), drainLimit(n))
+	res.lockWaitS = sampler.stop()
+	if err != nil {
+		return res, err
+	}
+	res.exported = end.Sub(start)
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND id > $2`,
+		jobs.SyncArgs{}.Kind(), before).Scan(&res.jobs); err != nil {
+		return res, fmt.Errorf("bench: count sync jobs: %w", err)
+	}
+	return res, d.stop()
+}
+
+func (r *runner) jobEconomy(ctx context.Context) ([]Row, error) {
+	n := r.sizes.JobEconomyInserts
+	b, err := r.syncerBurst(ctx, "job-economy", n)
+	if err != nil {
+		return nil, err
+	}
+	per10k := float64(b.jobs) * 10_000 / float64(n)
+	r.jobLockWaitRow = len(r.report.Rows) + 2
+	return []Row{{
+		Scenario: "job economy: jobs",
+		Measured: fmt.Sprintf("%d sync jobs for %s inserts", b.jobs, count(float64(n))),
+		Baseline: "recipe: 10,000 (one per insert)",
+		Figure:   fmt.Sprintf("%.1f per 10,000 inserts", per10k),
+		Target:   "<= 20",
+		Pass:     per10k <= 20,
+		Values:   map[string]float64{"inserts": float64(n), "jobs": float64(b.jobs), "jobs_per_10k": per10k, "export_s": b.exported.Seconds()},
+	}, {
+		Scenario: "job economy: lock wait",
+		Measured: fmt.Sprintf("%.2f s waiting on advisory locks", b.lockWaitS),
+		Baseline: "-",
+		Figure:   fmt.Sprintf("%.2f s", b.lockWaitS),
+		Target:   "0 s",
+		Pass:     b.lockWaitS == 0,
+		Values:   map[string]float64{"lock_wait_s": b.lockWaitS},
+	}}, nil
+}
