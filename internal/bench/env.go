@@ -356,6 +356,44 @@ func (d *daemon) peakRSS() (int64, error) {
 	return 0, errors.New("bench: no VmHWM in /proc/<pid>/status")
 }
 
+// cpuSeconds returns the user and system CPU time the process used so far.
+func (d *daemon) cpuSeconds() (float64, error) {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(d.cmd.Process.Pid), "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("bench: read the daemon's cpu time: %w", err)
+	}
+	// Fields after the command name, which is in parentheses: utime and
+	// stime are the 12th and 13th of them, in clock ticks (100 a second on
+	// Linux).
+	_, rest, ok := strings.Cut(string(raw), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, errors.New("bench: unexpected /proc/<pid>/stat")
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100, nil
+}
+
+// metric returns the value of an unlabelled sample from the daemon's
+// /metrics.
+func (d *daemon) metric(ctx context.Context, name string) (float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.addr+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("bench: metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("bench: metrics: no %s", name)
+}
+
 // stop sends SIGTERM and waits; a daemon that does not stop in time is
 // killed. It returns an error when the daemon did not exit 0.
 func (d *daemon) stop() error {

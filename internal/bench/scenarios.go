@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +73,9 @@ type drainResult struct {
 	rate    float64
 	took    time.Duration
 	peakRSS int64
+	// cpu is the daemon's CPU time; push the time its pushes took (HTTP
+	// round trips to the fake, which decodes and records each batch).
+	cpu, push float64
 }
 
 // syncerDrain pre-inserts n rows with no daemon running, starts the daemon
@@ -119,6 +123,12 @@ func (r *runner) syncerDrain(ctx context.Context, label string, n int, profile s
 	if res.peakRSS, err = d.peakRSS(); err != nil {
 		return res, err
 	}
+	if res.cpu, err = d.cpuSeconds(); err != nil {
+		return res, err
+	}
+	if res.push, err = d.metric(ctx, "syncer_push_duration_seconds_sum"); err != nil {
+		return res, err
+	}
 	if dup := f.Stats().DuplicatePairs; dup > 0 {
 		r.note("%s: the fake saw %d duplicate deliveries", label, dup)
 	}
@@ -141,6 +151,8 @@ func (r *runner) drain(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	r.syncerDrainRate = res.rate
+	r.note("drain: the daemon used %.1f s of CPU in %.1f s (%.0f%% of one core); its pushes to the fake took %.1f s (%.0f%% of the drain)",
+		res.cpu, res.took.Seconds(), 100*res.cpu/res.took.Seconds(), res.push, 100*res.push/res.took.Seconds())
 	ratio := res.rate / dbRate
 	return []Row{{
 		Scenario: "drain",
@@ -149,7 +161,7 @@ func (r *runner) drain(ctx context.Context) ([]Row, error) {
 		Figure:   fmt.Sprintf("%.2fx", ratio),
 		Target:   ">= 0.60x",
 		Pass:     ratio >= 0.6,
-		Values:   map[string]float64{"rows": float64(n), "rows_per_s": res.rate, "db_rows_per_s": dbRate, "ratio": ratio, "peak_rss_bytes": float64(res.peakRSS)},
+		Values:   map[string]float64{"rows": float64(n), "rows_per_s": res.rate, "db_rows_per_s": dbRate, "ratio": ratio, "peak_rss_bytes": float64(res.peakRSS), "daemon_cpu_s": res.cpu, "push_s": res.push},
 	}}, nil
 }
 
@@ -189,13 +201,27 @@ func (r *runner) latency(ctx context.Context) ([]Row, error) {
 		}
 	}
 	lat := make([]time.Duration, 0, len(w.ids))
+	first := slices.MinFunc(w.commits, time.Time.Compare)
+	var slow int
+	var worst time.Duration
+	var worstAt time.Time
 	for i, id := range w.ids {
 		at, ok := received[id]
 		if !ok {
 			return nil, fmt.Errorf("bench: row %d was never delivered", id)
 		}
 		// The daemon can see a commit before the writer's Exec returns.
-		lat = append(lat, max(at.Sub(w.commits[i]), 0))
+		l := max(at.Sub(w.commits[i]), 0)
+		lat = append(lat, l)
+		if l > 100*time.Millisecond {
+			slow++
+		}
+		if l > worst {
+			worst, worstAt = l, w.commits[i]
+		}
+	}
+	if slow > 0 {
+		r.note("latency: %d rows took over 100 ms; the slowest (%s) was committed %.1f s into the run", slow, ms(worst), worstAt.Sub(first).Seconds())
 	}
 	sortDurations(lat)
 	sortDurations(w.rtt)
