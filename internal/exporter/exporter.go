@@ -52,6 +52,7 @@ const (
 	ColdLingerDefault         = 5 * time.Second
 	MaxRunDefault             = 30 * time.Second
 	ReplayChunkBatchesDefault = 20
+	ReplayHoldDefault         = 2 * time.Second
 	MarkTimeoutDefault        = 30 * time.Second
 )
 
@@ -99,6 +100,9 @@ type Config struct {
 	// ReplayChunkBatches is how many batches a replay pushes before it
 	// releases the lock. Defaults to ReplayChunkBatchesDefault.
 	ReplayChunkBatches int
+	// ReplayHold is how long a replay keeps the lock, chunk after chunk,
+	// before it gives it back. Defaults to ReplayHoldDefault.
+	ReplayHold time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Metrics is optional.
@@ -143,6 +147,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 	c.ColdLinger = cmp.Or(c.ColdLinger, ColdLingerDefault)
 	c.MaxRun = cmp.Or(c.MaxRun, MaxRunDefault)
 	c.ReplayChunkBatches = cmp.Or(c.ReplayChunkBatches, ReplayChunkBatchesDefault)
+	c.ReplayHold = cmp.Or(c.ReplayHold, ReplayHoldDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -187,6 +192,13 @@ func (e *Exporter) Wake() bool {
 	default:
 	}
 	return true
+}
+
+// Active implements outbox.Waker.
+func (e *Exporter) Active() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.active
 }
 
 var _ outbox.Waker = (*Exporter)(nil)

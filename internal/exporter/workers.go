@@ -175,14 +175,23 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 		}
 
 		// Hot: writes may be flowing; poll instead of making every writer
-		// notify.
+		// notify. A waiting replay gets the lock: it drains live rows
+		// itself between its chunks, and the open gate brings a new live
+		// job once it is done.
 		lastFound := time.Now()
+		lastReplayCheck := time.Time{}
 		for time.Since(lastFound) < e.cfg.HotLinger {
 			if e.isStopping() {
 				return nil
 			}
 			if time.Since(started) > e.cfg.MaxRun {
 				return errMore
+			}
+			if time.Since(lastReplayCheck) > 200*time.Millisecond {
+				lastReplayCheck = time.Now()
+				if yield, err := e.yieldToReplay(ctx, lk); yield || err != nil {
+					return err
+				}
 			}
 			hot.Reset(e.cfg.HotPoll)
 			select {
@@ -205,6 +214,9 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 
 		// Cold: open the gate, then look once more (and for a few polls)
 		// for rows whose writers read the gate shut just before it opened.
+		if yield, err := e.yieldToReplay(ctx, lk); yield || err != nil {
+			return err
+		}
 		if err := e.setGate(ctx, lk, true); err != nil {
 			return err
 		}
@@ -239,6 +251,20 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 		}
 		e.activate()
 	}
+}
+
+// yieldToReplay opens the gate and reports true when a replay is waiting
+// for the lock, so the live job can end instead of lingering.
+func (e *Exporter) yieldToReplay(ctx context.Context, lk *locks.Lock) (bool, error) {
+	var waiting bool
+	err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ('pending', 'running'))`).Scan(&waiting)
+	if err != nil {
+		return false, fmt.Errorf("exporter: replays waiting: %w", err)
+	}
+	if !waiting {
+		return false, nil
+	}
+	return true, e.setGate(ctx, lk, true)
 }
 
 // Replay is a replay's definition and state.
@@ -313,22 +339,33 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) er
 	if _, err := e.pool.Exec(ctx, `UPDATE syncer_replays SET state = 'running' WHERE id = $1 AND state = 'pending'`, r.ID); err != nil {
 		return fmt.Errorf("exporter: start replay: %w", err)
 	}
-	// Live rows first, bounded, so a long backfill does not delay them by
-	// more than one chunk.
-	if _, err := e.drainLive(ctx, lk, e.cfg.ReplayChunkBatches); err != nil {
-		return err
-	}
 	src := e.replaySource(r)
 	after, err := e.resume(ctx, lk, src)
 	if err != nil {
 		return err
 	}
-	res, err := e.pass(ctx, lk, src, after, e.cfg.ReplayChunkBatches)
-	if err != nil {
-		return err
-	}
-	if !res.done {
-		return errMore
+	// Chunks until ReplayHold has passed, then the lock goes back; live rows
+	// first in every chunk, so a long backfill delays them by at most one
+	// chunk.
+	held := time.Now()
+	for {
+		if _, err := e.drainLive(ctx, lk, e.cfg.ReplayChunkBatches); err != nil {
+			return err
+		}
+		chunkStart := time.Now()
+		res, err := e.pass(ctx, lk, src, after, e.cfg.ReplayChunkBatches)
+		e.logger.DebugContext(ctx, "exporter: replay chunk", slog.Int64("replay_id", r.ID), slog.Int("rows", res.rows),
+			slog.Int64("last_id", res.lastID), slog.Duration("took", time.Since(chunkStart)))
+		if err != nil {
+			return err
+		}
+		after = res.lastID
+		if res.done {
+			break
+		}
+		if e.isStopping() || time.Since(held) >= e.cfg.ReplayHold {
+			return errMore
+		}
 	}
 	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE syncer_replays SET state = 'done', finished_at = now() WHERE id = $1`, r.ID)

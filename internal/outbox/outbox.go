@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -84,6 +85,8 @@ type Waker interface {
 	// Wake passes a notification to a sync job running in this process and
 	// reports whether one took it.
 	Wake() bool
+	// Active reports whether a sync job runs in this process.
+	Active() bool
 }
 
 // Config configures a Relay.
@@ -121,7 +124,20 @@ type Relay struct {
 	waker  Waker
 	cfg    Config
 	logger *slog.Logger
-	stats  Stats
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// update changes the counters and reports them.
+func (r *Relay) update(f func(*Stats)) {
+	r.mu.Lock()
+	f(&r.stats)
+	s := r.stats
+	r.mu.Unlock()
+	if r.cfg.OnStats != nil {
+		r.cfg.OnStats(s)
+	}
 }
 
 // New returns a relay. river may be an insert-only client.
@@ -167,12 +183,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-func (r *Relay) setConnected(ok bool) {
-	r.stats.Connected = ok
-	if r.cfg.OnStats != nil {
-		r.cfg.OnStats(r.stats)
-	}
-}
+func (r *Relay) setConnected(ok bool) { r.update(func(s *Stats) { s.Connected = ok }) }
 
 func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
@@ -199,7 +210,7 @@ func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 		case ctx.Err() != nil:
 			return nil
 		case err == nil:
-			r.stats.Notifications++
+			r.update(func(s *Stats) { s.Notifications++ })
 			// Several notifications may be queued; one relay round covers
 			// them all.
 			if err := r.Notified(ctx); err != nil && ctx.Err() == nil {
@@ -221,18 +232,19 @@ func (r *Relay) Notified(ctx context.Context) error {
 	if r.waker != nil && r.waker.Wake() {
 		return nil
 	}
-	_, err := r.relay(ctx, false)
+	_, err := r.relay(ctx, false, false)
 	return err
 }
 
 // Poll is the fallback for lost notifications and for rows written while no
 // daemon was armed: it relays pending events, and enqueues a sync job when
-// pending rows exist and nobody is exporting.
+// pending rows exist and nobody is exporting. A sync job running here polls
+// for itself, so Poll leaves it alone.
 func (r *Relay) Poll(ctx context.Context) error {
-	if r.waker != nil && r.waker.Wake() {
+	if r.waker != nil && r.waker.Active() {
 		return nil
 	}
-	n, err := r.relay(ctx, false)
+	n, err := r.relay(ctx, false, false)
 	if err != nil || n > 0 {
 		return err
 	}
@@ -249,20 +261,24 @@ func (r *Relay) Poll(ctx context.Context) error {
 			return nil
 		}
 	}
-	_, err = r.relay(ctx, true)
+	// Nobody holds the lock, yet rows are pending: any running sync job is
+	// ending or belongs to a dead process.
+	_, err = r.relay(ctx, true, true)
 	return err
 }
 
 // Kick makes sure a sync job is pending, events or not. The daemon calls it
-// at start, because rows may have been written while no daemon ran.
+// at start, because rows may have been written while no daemon ran, and a
+// sync job left running by a killed daemon will never finish.
 func (r *Relay) Kick(ctx context.Context) error {
-	_, err := r.relay(ctx, true)
+	_, err := r.relay(ctx, true, true)
 	return err
 }
 
 // relay runs one round in one transaction and returns how many events it
-// relayed.
-func (r *Relay) relay(ctx context.Context, force bool) (int, error) {
+// relayed. force enqueues a job even without events; ignoreRunning does so
+// whatever sync jobs are running.
+func (r *Relay) relay(ctx context.Context, force, ignoreRunning bool) (int, error) {
 	var relayed int
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
@@ -279,7 +295,7 @@ func (r *Relay) relay(ctx context.Context, force bool) (int, error) {
 		if len(ids) == 0 && !force {
 			return nil
 		}
-		inserted, err := r.ensureJob(ctx, tx)
+		inserted, err := r.ensureJob(ctx, tx, ignoreRunning)
 		if err != nil {
 			return err
 		}
@@ -289,35 +305,49 @@ func (r *Relay) relay(ctx context.Context, force bool) (int, error) {
 			}
 		}
 		relayed = len(ids)
-		if inserted {
-			r.stats.JobsInserted++
-		}
-		r.stats.EventsRelayed += int64(len(ids))
+		r.update(func(s *Stats) {
+			if inserted {
+				s.JobsInserted++
+			}
+			s.EventsRelayed += int64(len(ids))
+		})
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("outbox: relay: %w", err)
 	}
-	if r.cfg.OnStats != nil {
-		r.cfg.OnStats(r.stats)
-	}
 	return relayed, nil
 }
 
-// pendingStates are the states of a job that has not started yet and so is
+// waitingStates are the states of a job that has not started yet and so is
 // sure to look at the table after this transaction commits.
-var pendingStates = []rivertype.JobState{
+var waitingStates = []rivertype.JobState{
 	rivertype.JobStateAvailable, rivertype.JobStatePending,
 	rivertype.JobStateScheduled, rivertype.JobStateRetryable,
 }
 
-func (r *Relay) ensureJob(ctx context.Context, tx pgx.Tx) (bool, error) {
+// ensureJob makes sure a sync job will look at the table after tx commits.
+// A waiting job will. A running one may be about to end (or belong to a dead
+// process), so it does not count: that is the trap of River's own
+// uniqueness. But a job that is trying the lock is running for a moment too,
+// so a second running job is taken as a sign that the work is covered, or
+// jobs would pile up while one holds the lock; the poll's ignoreRunning
+// round covers what that leaves.
+func (r *Relay) ensureJob(ctx context.Context, tx pgx.Tx, ignoreRunning bool) (bool, error) {
+	states := append([]rivertype.JobState{rivertype.JobStateRunning}, waitingStates...)
 	res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
-		Kinds(jobs.SyncArgs{}.Kind()).States(pendingStates...).First(1))
+		Kinds(jobs.SyncArgs{}.Kind()).States(states...).First(10))
 	if err != nil {
 		return false, fmt.Errorf("list sync jobs: %w", err)
 	}
-	if len(res.Jobs) > 0 {
+	running := 0
+	for _, j := range res.Jobs {
+		if j.State != rivertype.JobStateRunning {
+			return false, nil
+		}
+		running++
+	}
+	if running >= 2 && !ignoreRunning {
 		return false, nil
 	}
 	if _, err := r.river.InsertTx(ctx, tx, jobs.SyncArgs{}, &river.InsertOpts{Queue: jobs.Queue, MaxAttempts: 1000}); err != nil {
@@ -326,7 +356,9 @@ func (r *Relay) ensureJob(ctx context.Context, tx pgx.Tx) (bool, error) {
 	return true, nil
 }
 
-// Stats returns the relay's counters. It is only safe to call from the
-// goroutine that runs the relay or after Run returned; use Config.OnStats to
-// observe them concurrently.
-func (r *Relay) Stats() Stats { return r.stats }
+// Stats returns the relay's counters.
+func (r *Relay) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stats
+}

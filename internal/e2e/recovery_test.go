@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/cli"
+	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+)
+
+func (b *bundle) fill(t *testing.T, n int) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), `INSERT INTO resources (payload)
+		SELECT jsonb_build_object('n', g, 'pad', repeat('x', 200)) FROM generate_series(1, $1) g`, n)
+	require.NoError(t, err)
+}
+
+func TestLockHolderConnectionTerminatedMidDrain(t *testing.T) {
+	t.Parallel()
+	// The fake honours keys, as the contract's third party does.
+	b := setup(t, fakethirdparty.Config{Latency: 5 * time.Millisecond})
+	const rows = 20000
+	b.fill(t, rows)
+	b.startDaemon(t, func(c *daemon.Config) { c.Exporter.BatchSize = 200 })
+
+	for _, at := range []int{3000, 9000} {
+		waitFor(t, 60*time.Second, "progress", func() bool { return len(b.fake.Latest()) >= at })
+		r := b.report(t)
+		require.True(t, r.Lock.Held)
+		_, err := b.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, r.Lock.PID)
+		require.NoError(t, err)
+		t.Logf("terminated the lock holder's backend %d with %d rows delivered", r.Lock.PID, len(b.fake.Latest()))
+	}
+	b.waitDrained(t, 2*time.Minute)
+
+	st := b.fake.Stats()
+	require.Equal(t, rows, int(st.DistinctPairs))
+	require.Zero(t, st.DuplicatePairs, "no (id, version) accepted twice")
+	t.Logf("requests answered from the key cache (batches resent after the loss): %d", st.KeyReplays)
+}
+
+func TestDaemonSurvivesDroppedConnections(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Latency: 5 * time.Millisecond})
+	const rows = 20000
+	b.fill(t, rows)
+	d := b.startDaemon(t, func(c *daemon.Config) { c.Exporter.BatchSize = 200 })
+
+	waitFor(t, 60*time.Second, "progress", func() bool { return len(b.fake.Latest()) >= 2000 })
+	// End every session of the daemon (they carry the schema as their
+	// application_name, see dbtest); the test's own pool is spared.
+	var killed int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = current_setting('application_name') AND pid <> pg_backend_pid()
+		  AND pid NOT IN (SELECT pid FROM pg_stat_activity WHERE backend_type <> 'client backend')`).Scan(&killed))
+	t.Logf("terminated %d sessions", killed)
+	b.waitDrained(t, 2*time.Minute)
+	require.Equal(t, rows, int(b.fake.Stats().DistinctPairs))
+	require.Zero(t, b.fake.Stats().DuplicatePairs)
+
+	resp, err := http.Get("http://" + d.addr + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func TestReplaySurvivesRestartsAndDoesNotStarveLiveRows(t *testing.T) {
+	t.Parallel()
+	// The fake takes every request as new: each arrival counts.
+	b := setup(t, fakethirdparty.Config{IgnoreIdempotencyKey: true, Latency: 5 * time.Millisecond})
+	const rows = 50000
+	b.fill(t, rows)
+	mutate := func(c *daemon.Config) { c.Exporter.BatchSize = 250 }
+	d := b.startDaemon(t, mutate)
+	b.waitDrained(t, 2*time.Minute)
+	b.fake.Reset()
+
+	var out, errb bytes.Buffer
+	code := cli.Main(context.Background(), []string{"replay", "--database-url", b.dsn, "--from-id", "1", "--to-id", fmt.Sprint(rows), "--log-level", "error"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), fmt.Sprintf("%d rows", rows))
+
+	// Live inserts while the replay runs, with their commit times.
+	var mu sync.Mutex
+	committed := map[int64]time.Time{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			var id int64
+			if err := b.pool.QueryRow(context.Background(), `INSERT INTO resources (payload) VALUES ('{"live": true}') RETURNING id`).Scan(&id); err != nil {
+				return
+			}
+			mu.Lock()
+			committed[id] = time.Now()
+			mu.Unlock()
+		}
+	})
+
+	replayDone := func() int64 {
+		cp, err := checkpoint.Get(context.Background(), b.pool, checkpoint.Replay(1))
+		require.NoError(t, err)
+		return cp.RowsDone
+	}
+	for _, at := range []int64{12000, 30000} {
+		waitFor(t, 2*time.Minute, "replay progress", func() bool { return replayDone() >= at })
+		require.NoError(t, d.stop())
+		t.Logf("restarted the daemon with the replay at %d rows", replayDone())
+		d = b.startDaemon(t, mutate)
+	}
+	waitFor(t, 3*time.Minute, "replay done", func() bool {
+		var state string
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT state FROM syncer_replays WHERE id = 1`).Scan(&state))
+		return state == "done"
+	})
+	close(stop)
+	wg.Wait()
+	b.waitDrained(t, time.Minute)
+
+	type pair struct{ id, version int64 }
+	arrivals := map[pair]int{}
+	received := map[int64]time.Time{}
+	for _, dl := range b.fake.Deliveries() {
+		arrivals[pair{dl.ID, dl.Version}]++
+		if _, ok := received[dl.ID]; !ok {
+			received[dl.ID] = dl.At
+		}
+	}
+	for id := int64(1); id <= rows; id++ {
+		require.Equal(t, 1, arrivals[pair{id, 1}], "row %d sent exactly once by the replay", id)
+	}
+	var lags []time.Duration
+	for id, at := range committed {
+		got, ok := received[id]
+		require.True(t, ok, "live row %d exported", id)
+		lags = append(lags, got.Sub(at))
+	}
+	slices.Sort(lags)
+	require.NotEmpty(t, lags)
+	t.Logf("live rows during the replay: %d, lag p50 %s, max %s", len(lags), lags[len(lags)/2], lags[len(lags)-1])
+	require.Less(t, lags[len(lags)-1], 5*time.Second)
+}
