@@ -230,7 +230,7 @@ var errStopping = errors.New("exporter: shutting down")
 type source struct {
 	checkpoint string
 	// live sources only send rows that are still pending.
-	live  bool
+	live bool
 	// fetch returns the next batch and the salt of its key: a replay's own,
 	// or the live generation's (resources.LiveSalt) read with the rows.
 	fetch func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error)

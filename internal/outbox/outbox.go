@@ -37,6 +37,12 @@ import (
 // PollIntervalDefault is the default Config.PollInterval.
 const PollIntervalDefault = 2 * time.Second
 
+// probePayload marks the notification a relay sends itself to prove LISTEN
+// works; probeTimeout is how long it may take.
+const (
+	probePayload = "syncer-probe"
+	probeTimeout = 10 * time.Second
+)
 
 // Execer runs a statement.
 type Execer interface {
@@ -198,17 +204,34 @@ func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 	r.setConnected(true)
 	r.logger.DebugContext(ctx, "outbox: listening", slog.String("channel", r.cfg.Channel))
 
+	// A probe proves that notifications reach this session. Behind a
+	// transaction-mode pooler (PgBouncer's pool_mode=transaction) LISTEN
+	// silently hears nothing; the poll still exports, but seconds late.
+	probeSent := time.Now()
+	probeHeard, probeWarned := false, false
+	if _, err := r.pool.Exec(ctx, "SELECT pg_notify($1, $2)", r.cfg.Channel, probePayload); err != nil {
+		return fmt.Errorf("outbox: probe: %w", err)
+	}
+
 	// Whatever happened while we were not listening is found by a poll.
 	if err := r.Poll(ctx); err != nil && ctx.Err() == nil {
 		r.logger.WarnContext(ctx, "outbox: poll failed", slog.String("error", err.Error()))
 	}
 	for {
+		if !probeHeard && !probeWarned && time.Since(probeSent) > probeTimeout {
+			probeWarned = true
+			r.logger.ErrorContext(ctx, "outbox: LISTEN hears no notifications: is the database behind a connection pooler in transaction mode? "+
+				"Point syncer at PostgreSQL directly or at a session-mode pool; until then exports wait for the poll",
+				slog.String("channel", r.cfg.Channel), slog.Duration("poll_interval", r.cfg.PollInterval))
+		}
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
-		_, err := conn.WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case err == nil && n.Payload == probePayload:
+			probeHeard = true
 		case err == nil:
 			r.update(func(s *Stats) { s.Notifications++ })
 			// Several notifications may be queued; one relay round covers
