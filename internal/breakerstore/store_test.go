@@ -3,6 +3,7 @@ package breakerstore_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -76,9 +78,23 @@ func TestLockIsExclusiveAcrossProcesses(t *testing.T) {
 	require.NoError(t, other.Lock("m"))
 	// The holder dies without unlocking: its session ends and so does the
 	// lock, with no lease to wait out.
+	key := locks.Key(breakerstore.LockNamespace, b.schema+":m")
+	var ended bool
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT bool_and(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1`,
+		int64(uint32(uint64(key)>>32)), int64(uint32(key))).Scan(&ended))
+	require.True(t, ended)
+	require.Eventually(t, func() bool {
+		if b.store.Lock("m") != nil {
+			return false
+		}
+		require.NoError(t, b.store.Unlock("m"))
+		return true
+	}, 5*time.Second, 20*time.Millisecond)
+	// Unlock on the dead session fails and gives the connection up, so the
+	// pool can still close.
+	require.Error(t, other.Unlock("m"))
 	otherPool.Close()
-	require.NoError(t, b.store.Lock("m"))
-	require.NoError(t, b.store.Unlock("m"))
 }
 
 func TestLockScopedBySchema(t *testing.T) {
