@@ -3,19 +3,18 @@
 -- last_id is progress information only, never a high-water mark: a row with
 -- a lower id can commit after a higher one was exported.
 --
--- inflight_*: the batch about to be pushed, recorded before the push, so that
--- after a crash the same rows go again as the same batch, with the same
--- Idempotency-Key.
+-- inflight: the batches pushed or about to be pushed and not yet marked (at
+-- most two: the exporter marks one batch while it pushes the next), each as
+-- {"key", "salt", "ids", "versions"}, recorded before its push, so that after
+-- a crash the same rows go again as the same batches, with the same
+-- Idempotency-Keys.
 CREATE TABLE {{schema}}.syncer_checkpoints (
     name              text PRIMARY KEY,
     last_id           bigint      NOT NULL DEFAULT 0,
     rows_done         bigint      NOT NULL DEFAULT 0,
     batches_done      bigint      NOT NULL DEFAULT 0,
     rows_failed       bigint      NOT NULL DEFAULT 0,
-    inflight_key      text,
-    inflight_salt     text,
-    inflight_ids      bigint[],
-    inflight_versions bigint[],
+    inflight          jsonb       NOT NULL DEFAULT '[]',
     started_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now()
 );

@@ -3,13 +3,15 @@
 // of the batch it describes, on the connection that holds the export lock, so
 // it can never run ahead of or behind what is marked.
 //
-// It also records the batch in flight before it is pushed. After a crash the
-// next holder of the lock sends those same rows again as the same batch, so
-// the third party sees the same Idempotency-Key and can drop the repeat.
+// It also records the batches in flight before they are pushed. After a crash
+// the next holder of the lock sends those same rows again as the same
+// batches, so the third party sees the same Idempotency-Keys and can drop the
+// repeats.
 package checkpoint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -32,20 +34,12 @@ type DB interface {
 
 // Inflight is a batch recorded before its push.
 type Inflight struct {
-	Key string
+	Key string `json:"key"`
 	// Salt derived Key, and derives the keys of the batch's halves if the
 	// third party makes it split.
-	Salt     string
-	IDs      []int64
-	Versions []int64
-}
-
-// columns returns the nullable column values of an inflight record.
-func (in *Inflight) columns() (key, salt *string, ids, versions []int64) {
-	if in == nil {
-		return nil, nil, nil, nil
-	}
-	return &in.Key, &in.Salt, in.IDs, in.Versions
+	Salt     string  `json:"salt"`
+	IDs      []int64 `json:"ids"`
+	Versions []int64 `json:"versions"`
 }
 
 // Checkpoint is one job's position.
@@ -55,31 +49,28 @@ type Checkpoint struct {
 	RowsDone    int64
 	BatchesDone int64
 	RowsFailed  int64
-	Inflight    *Inflight
-	StartedAt   time.Time
-	UpdatedAt   time.Time
+	// Inflight are the batches that may have been sent and are not marked,
+	// in the order they were sent.
+	Inflight  []Inflight
+	StartedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Get returns the named checkpoint; a missing one is the zero position.
 func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 	cp := Checkpoint{Name: name}
-	var key, salt *string
-	var ids, versions []int64
-	err := db.QueryRow(ctx, `SELECT last_id, rows_done, batches_done, rows_failed,
-			inflight_key, inflight_salt, inflight_ids, inflight_versions, started_at, updated_at
+	var inflight []byte
+	err := db.QueryRow(ctx, `SELECT last_id, rows_done, batches_done, rows_failed, inflight, started_at, updated_at
 		FROM syncer_checkpoints WHERE name = $1`, name).
-		Scan(&cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &key, &salt, &ids, &versions, &cp.StartedAt, &cp.UpdatedAt)
+		Scan(&cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &inflight, &cp.StartedAt, &cp.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, nil
 	}
 	if err != nil {
 		return cp, fmt.Errorf("checkpoint: get %s: %w", name, err)
 	}
-	if key != nil {
-		cp.Inflight = &Inflight{Key: *key, IDs: ids, Versions: versions}
-		if salt != nil {
-			cp.Inflight.Salt = *salt
-		}
+	if err := json.Unmarshal(inflight, &cp.Inflight); err != nil {
+		return cp, fmt.Errorf("checkpoint: get %s: batches in flight: %w", name, err)
 	}
 	return cp, nil
 }
@@ -91,40 +82,46 @@ type Progress struct {
 	Failed int64
 }
 
-// Advance records a finished batch and, in the same statement, the next
-// batch in flight (nil when none).
-func Advance(ctx context.Context, db DB, name string, p Progress, next *Inflight) error {
-	key, salt, ids, versions := next.columns()
-	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c
-			(name, last_id, rows_done, batches_done, rows_failed, inflight_key, inflight_salt, inflight_ids, inflight_versions)
-		VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8)
+func encode(batches []Inflight) ([]byte, error) {
+	if batches == nil {
+		batches = []Inflight{}
+	}
+	return json.Marshal(batches)
+}
+
+// Advance records a finished batch and, in the same statement, the batches
+// now in flight.
+func Advance(ctx context.Context, db DB, name string, p Progress, inflight []Inflight) error {
+	b, err := encode(inflight)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c
+			(name, last_id, rows_done, batches_done, rows_failed, inflight)
+		VALUES ($1, $2, $3, 1, $4, $5)
 		ON CONFLICT (name) DO UPDATE SET
 			last_id = EXCLUDED.last_id,
 			rows_done = c.rows_done + EXCLUDED.rows_done,
 			batches_done = c.batches_done + 1,
 			rows_failed = c.rows_failed + EXCLUDED.rows_failed,
-			inflight_key = EXCLUDED.inflight_key,
-			inflight_salt = EXCLUDED.inflight_salt,
-			inflight_ids = EXCLUDED.inflight_ids,
-			inflight_versions = EXCLUDED.inflight_versions,
+			inflight = EXCLUDED.inflight,
 			updated_at = now()`,
-		name, p.LastID, p.Rows, p.Failed, key, salt, ids, versions)
+		name, p.LastID, p.Rows, p.Failed, b)
 	if err != nil {
 		return fmt.Errorf("checkpoint: advance %s: %w", name, err)
 	}
 	return nil
 }
 
-// SetInflight records the batch about to be pushed (nil clears it) without
-// counting progress.
-func SetInflight(ctx context.Context, db DB, name string, next *Inflight) error {
-	key, salt, ids, versions := next.columns()
-	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, inflight_key, inflight_salt, inflight_ids, inflight_versions)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (name) DO UPDATE SET inflight_key = EXCLUDED.inflight_key,
-			inflight_salt = EXCLUDED.inflight_salt,
-			inflight_ids = EXCLUDED.inflight_ids, inflight_versions = EXCLUDED.inflight_versions,
-			updated_at = now()`, name, key, salt, ids, versions)
+// SetInflight records the batches about to be pushed (nil clears them)
+// without counting progress.
+func SetInflight(ctx context.Context, db DB, name string, inflight []Inflight) error {
+	b, err := encode(inflight)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, inflight) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET inflight = EXCLUDED.inflight, updated_at = now()`, name, b)
 	if err != nil {
 		return fmt.Errorf("checkpoint: set inflight %s: %w", name, err)
 	}
@@ -135,18 +132,16 @@ func SetInflight(ctx context.Context, db DB, name string, next *Inflight) error 
 func List(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }) ([]Checkpoint, error) {
-	rows, err := q.Query(ctx, `SELECT name, last_id, rows_done, batches_done, rows_failed, inflight_key IS NOT NULL,
+	rows, err := q.Query(ctx, `SELECT name, last_id, rows_done, batches_done, rows_failed, jsonb_array_length(inflight),
 		started_at, updated_at FROM syncer_checkpoints ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Checkpoint, error) {
 		var cp Checkpoint
-		var inflight bool
+		var inflight int
 		err := r.Scan(&cp.Name, &cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &inflight, &cp.StartedAt, &cp.UpdatedAt)
-		if inflight {
-			cp.Inflight = &Inflight{}
-		}
+		cp.Inflight = make([]Inflight, inflight)
 		return cp, err
 	})
 }

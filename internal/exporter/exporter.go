@@ -259,12 +259,27 @@ func toItems(rows []resources.Row) []thirdparty.Item {
 	return items
 }
 
-func inflightOf(key, salt string, items []thirdparty.Item) *checkpoint.Inflight {
-	in := &checkpoint.Inflight{Key: key, Salt: salt, IDs: make([]int64, len(items)), Versions: make([]int64, len(items))}
-	for i, it := range items {
+// batch is a batch read and keyed, not yet pushed.
+type batch struct {
+	items []thirdparty.Item
+	salt  string
+	key   string
+}
+
+func (b batch) inflight() checkpoint.Inflight {
+	in := checkpoint.Inflight{Key: b.key, Salt: b.salt, IDs: make([]int64, len(b.items)), Versions: make([]int64, len(b.items))}
+	for i, it := range b.items {
 		in.IDs[i], in.Versions[i] = it.ID, it.Version
 	}
 	return in
+}
+
+func inflightOf(bs []batch) []checkpoint.Inflight {
+	out := make([]checkpoint.Inflight, len(bs))
+	for i, b := range bs {
+		out[i] = b.inflight()
+	}
+	return out
 }
 
 type fetched struct {
@@ -283,16 +298,20 @@ type passResult struct {
 }
 
 // pass pushes src's rows after startAfter, batch by batch, until the source
-// is exhausted or maxBatches were pushed (0: no limit). Reading the next
-// batch overlaps with pushing the current one.
+// is exhausted or maxBatches were pushed (0: no limit).
+//
+// Three things overlap: reading ahead (a goroutine), pushing batch j+1, and
+// marking batch j on the lock's connection. What makes the overlap safe is
+// that every batch is recorded as in flight before its push: the mark of
+// batch j records j+1 (being pushed) and j+2 (next), so when j+2's push
+// starts after that mark committed, it is already recorded. A crash leaves
+// at most two batches sent and unmarked, both recorded.
 func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAfter int64, maxBatches int) (passResult, error) {
 	res := passResult{lastID: startAfter}
 	rctx, cancel := context.WithCancel(ctx)
-	ch := make(chan fetched, 1)
+	ch := make(chan fetched, 2)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		defer close(ch)
 		after := startAfter
 		for {
@@ -307,7 +326,7 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 			}
 			after = rows[len(rows)-1].ID
 		}
-	}()
+	})
 	defer func() {
 		cancel()
 		for range ch {
@@ -315,70 +334,108 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 		wg.Wait()
 	}()
 
-	next := func() ([]thirdparty.Item, string, error) {
-		f, ok := <-ch
-		if !ok {
-			return nil, "", ctx.Err()
+	var pending []batch
+	eof := false
+	fill := func(n int) error {
+		for len(pending) < n && !eof {
+			f, ok := <-ch
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				eof = true
+				break
+			}
+			if f.err != nil {
+				return f.err
+			}
+			if len(f.rows) == 0 {
+				eof = true
+				break
+			}
+			items := toItems(f.rows)
+			pending = append(pending, batch{items: items, salt: f.salt, key: thirdparty.IdempotencyKey(f.salt, items)})
 		}
-		if f.err != nil {
-			return nil, "", f.err
-		}
-		return toItems(f.rows), f.salt, nil
+		return nil
 	}
 
-	cur, salt, err := next()
-	if err != nil {
+	if err := fill(2); err != nil {
 		return res, err
 	}
-	if len(cur) == 0 {
+	if len(pending) == 0 {
 		res.done = true
 		return res, nil
 	}
-	key := thirdparty.IdempotencyKey(salt, cur)
+	// The first batches of a pass are recorded on their own. This record is
+	// not worth an fsync: the mark that follows flushes it, and if the
+	// database crashes before, the batch is only re-read, and most likely
+	// keyed the same.
+	first := inflightOf(pending[:min(2, len(pending))])
 	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
-		return checkpoint.SetInflight(ctx, tx, src.checkpoint, inflightOf(key, salt, cur))
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+			return err
+		}
+		return checkpoint.SetInflight(ctx, tx, src.checkpoint, first)
 	}); err != nil {
 		return res, err
 	}
+
+	var marking chan error
+	waitMark := func() error {
+		if marking == nil {
+			return nil
+		}
+		err := <-marking
+		marking = nil
+		return err
+	}
+	defer func() { _ = waitMark() }()
+
 	for {
 		if e.isStopping() {
-			return res, errStopping
+			return res, errors.Join(errStopping, waitMark())
 		}
-		out, err := e.push(ctx, salt, key, cur)
+		cur := pending[0]
+		pending = pending[1:]
+		out, err := e.push(ctx, cur.salt, cur.key, cur.items)
+		if merr := waitMark(); merr != nil {
+			return res, merr
+		}
 		if err != nil {
 			return res, err
 		}
-		// The batch is pushed: whatever happens to the read of the next one,
-		// this one's outcome is marked first.
-		var nxt []thirdparty.Item
-		var nextSalt string
-		var readErr error
-		if maxBatches == 0 || res.batches+1 < maxBatches {
-			nxt, nextSalt, readErr = next()
+		more := maxBatches == 0 || res.batches+1 < maxBatches
+		var next []checkpoint.Inflight
+		if more {
+			if err := fill(2); err != nil {
+				// The push is done: mark it before giving up.
+				if merr := e.mark(ctx, lk, src, cur.items, out, inflightOf(pending)); merr != nil {
+					return res, merr
+				}
+				res.count(cur)
+				return res, err
+			}
+			next = inflightOf(pending[:min(2, len(pending))])
 		}
-		var nextInflight *checkpoint.Inflight
-		var nextKey string
-		if len(nxt) > 0 {
-			nextKey = thirdparty.IdempotencyKey(nextSalt, nxt)
-			nextInflight = inflightOf(nextKey, nextSalt, nxt)
-		}
-		if err := e.mark(ctx, lk, src, cur, out, nextInflight); err != nil {
-			return res, err
-		}
-		res.rows += len(cur)
-		res.batches++
-		res.lastID = cur[len(cur)-1].ID
-		if readErr != nil {
-			return res, readErr
-		}
-		if len(nxt) == 0 {
-			// Either the source is exhausted or the batch limit was reached,
-			// in which case the source may hold more.
-			res.done = maxBatches == 0 || res.batches < maxBatches
+		marking = make(chan error, 1)
+		go func(cur batch, out *delivery.Outcome, next []checkpoint.Inflight) {
+			marking <- e.mark(ctx, lk, src, cur.items, out, next)
+		}(cur, out, next)
+		res.count(cur)
+		if !more || len(pending) == 0 {
+			if err := waitMark(); err != nil {
+				return res, err
+			}
+			res.done = more
 			return res, nil
 		}
-		cur, key, salt = nxt, nextKey, nextSalt
 	}
+}
+
+func (r *passResult) count(b batch) {
+	r.rows += len(b.items)
+	r.batches++
+	r.lastID = b.items[len(b.items)-1].ID
 }
 
 // push delivers one batch and records metrics.
@@ -397,10 +454,10 @@ func (e *Exporter) push(ctx context.Context, salt, key string, items []thirdpart
 	return out, nil
 }
 
-// mark writes a pushed batch's outcome, the checkpoint and the next batch in
+// mark writes a pushed batch's outcome, the checkpoint and the batches now in
 // flight in one transaction on the lock's connection. It runs even when the
 // job is being cancelled: what the third party accepted must be recorded.
-func (e *Exporter) mark(ctx context.Context, lk *locks.Lock, src source, items []thirdparty.Item, out *delivery.Outcome, next *checkpoint.Inflight) error {
+func (e *Exporter) mark(ctx context.Context, lk *locks.Lock, src source, items []thirdparty.Item, out *delivery.Outcome, next []checkpoint.Inflight) error {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
 	defer cancel()
 	var acc, rej resources.Versions
@@ -433,22 +490,65 @@ func (e *Exporter) mark(ctx context.Context, lk *locks.Lock, src source, items [
 	return nil
 }
 
-// resume pushes the batch a previous holder recorded as in flight, if any,
-// before anything else, so it goes again as the same batch.
+// resume pushes the batches a previous holder recorded as in flight, if any,
+// before anything else, so they go again as the same batches. It returns
+// where the source's cursor stands after them.
 func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, src source) (int64, error) {
 	cp, err := checkpoint.Get(ctx, e.pool, src.checkpoint)
 	if err != nil {
 		return 0, err
 	}
-	if cp.Inflight == nil {
-		return cp.LastID, nil
+	lastID := cp.LastID
+	for i, in := range cp.Inflight {
+		if len(in.IDs) == 0 {
+			continue
+		}
+		rest := cp.Inflight[i+1:]
+		lastID = max(lastID, in.IDs[len(in.IDs)-1])
+		items, err := e.loadInflight(ctx, src, in)
+		if err != nil {
+			return 0, err
+		}
+		if len(items) == 0 {
+			if err := lk.WithTx(ctx, func(tx pgx.Tx) error { return checkpoint.SetInflight(ctx, tx, src.checkpoint, rest) }); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		key, salt := in.Key, in.Salt
+		if len(items) != len(in.IDs) {
+			// Some rows changed or were marked since: this is a different
+			// batch and must not reuse the key (a third party may check that
+			// a key's body never changes). Only these rows can reach it
+			// twice.
+			key = thirdparty.IdempotencyKey(salt, items)
+			e.logger.WarnContext(ctx, "exporter: batch in flight changed since it was recorded; resending the rest under a new key",
+				slog.String("recorded_key", in.Key), slog.String("idempotency_key", key),
+				slog.Int("recorded", len(in.IDs)), slog.Int("resent", len(items)))
+		} else {
+			e.logger.InfoContext(ctx, "exporter: resending a batch in flight at the last stop",
+				slog.String("idempotency_key", key), slog.Int("items", len(items)))
+		}
+		out, err := e.push(ctx, salt, key, items)
+		if err != nil {
+			return 0, err
+		}
+		if err := e.mark(ctx, lk, src, items, out, rest); err != nil {
+			return 0, err
+		}
 	}
-	in := cp.Inflight
-	rows, err := e.pool.Query(ctx, `SELECT id, version, payload, synced_at IS NULL AND failed_at IS NULL
+	return lastID, nil
+}
+
+// loadInflight returns the rows of a recorded batch that are still at their
+// recorded version (and, for the live sync, still pending).
+func (e *Exporter) loadInflight(ctx context.Context, src source, in checkpoint.Inflight) ([]thirdparty.Item, error) {
+	rows, err := e.pool.Query(ctx, `SELECT id, version, payload::text, synced_at IS NULL AND failed_at IS NULL
 		FROM resources WHERE id = ANY($1) ORDER BY id`, in.IDs)
 	if err != nil {
-		return 0, fmt.Errorf("exporter: load batch in flight: %w", err)
+		return nil, fmt.Errorf("exporter: load batch in flight: %w", err)
 	}
+	defer rows.Close()
 	want := make(map[int64]int64, len(in.IDs))
 	for i, id := range in.IDs {
 		want[id] = in.Versions[i]
@@ -456,43 +556,18 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, src source) (int6
 	var items []thirdparty.Item
 	for rows.Next() {
 		var it thirdparty.Item
+		var payload string
 		var pending bool
-		if err := rows.Scan(&it.ID, &it.Version, &it.Payload, &pending); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("exporter: load batch in flight: %w", err)
+		if err := rows.Scan(&it.ID, &it.Version, &payload, &pending); err != nil {
+			return nil, fmt.Errorf("exporter: load batch in flight: %w", err)
 		}
+		it.Payload = []byte(payload)
 		if it.Version == want[it.ID] && (pending || !src.live) {
 			items = append(items, it)
 		}
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("exporter: load batch in flight: %w", err)
+		return nil, fmt.Errorf("exporter: load batch in flight: %w", err)
 	}
-	lastID := max(cp.LastID, in.IDs[len(in.IDs)-1])
-	if len(items) == 0 {
-		err := lk.WithTx(ctx, func(tx pgx.Tx) error { return checkpoint.SetInflight(ctx, tx, src.checkpoint, nil) })
-		return lastID, err
-	}
-	key, salt := in.Key, in.Salt
-	if len(items) != len(in.IDs) {
-		// Some rows changed or were marked since: this is a different batch
-		// and must not reuse the key (a third party may check that a key's
-		// body never changes). Only these rows can reach it twice.
-		key = thirdparty.IdempotencyKey(salt, items)
-		e.logger.WarnContext(ctx, "exporter: batch in flight changed since it was recorded; resending the rest under a new key",
-			slog.String("recorded_key", in.Key), slog.String("idempotency_key", key),
-			slog.Int("recorded", len(in.IDs)), slog.Int("resent", len(items)))
-	} else {
-		e.logger.InfoContext(ctx, "exporter: resending the batch in flight at the last stop",
-			slog.String("idempotency_key", key), slog.Int("items", len(items)))
-	}
-	out, err := e.push(ctx, salt, key, items)
-	if err != nil {
-		return 0, err
-	}
-	if err := e.mark(ctx, lk, src, items, out, nil); err != nil {
-		return 0, err
-	}
-	return lastID, nil
+	return items, nil
 }

@@ -215,7 +215,7 @@ func MarkFailed(ctx context.Context, e Execer, v Versions, errs []string) (int64
 // of the same content as the one it rejected. Run it in a transaction.
 func RetryFailed(ctx context.Context, e Execer, ids []int64) (int64, error) {
 	tag, err := e.Exec(ctx, `UPDATE resources SET failed_at = NULL, sync_error = NULL, synced_at = NULL
-		WHERE failed_at IS NOT NULL AND (cardinality($1::bigint[]) = 0 OR id = ANY($1))`, ids)
+		WHERE failed_at IS NOT NULL AND (coalesce(cardinality($1::bigint[]), 0) = 0 OR id = ANY($1))`, ids)
 	if err != nil {
 		return 0, fmt.Errorf("resources: retry failed: %w", err)
 	}

@@ -66,7 +66,7 @@ type Checkpoint struct {
 	RowsDone    int64     `json:"rows_done"`
 	RowsFailed  int64     `json:"rows_failed"`
 	BatchesDone int64     `json:"batches_done"`
-	InFlight    bool      `json:"batch_in_flight"`
+	InFlight    int       `json:"batches_in_flight"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
 
@@ -151,7 +151,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool) (*Report, error) {
 	for _, cp := range cps {
 		r.Checkpoints = append(r.Checkpoints, Checkpoint{
 			Name: cp.Name, LastID: cp.LastID, RowsDone: cp.RowsDone, RowsFailed: cp.RowsFailed,
-			BatchesDone: cp.BatchesDone, InFlight: cp.Inflight != nil, UpdatedAt: cp.UpdatedAt,
+			BatchesDone: cp.BatchesDone, InFlight: len(cp.Inflight), UpdatedAt: cp.UpdatedAt,
 		})
 		done[cp.Name] = cp.RowsDone + cp.RowsFailed
 	}
