@@ -117,7 +117,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 	}
 	dcfg := c.Delivery
 	dcfg.Logger, dcfg.Metrics, dcfg.State = logger, m, shared
-	deliverer, err := delivery.New(tp, shared, &dcfg)
+	deliverer, err := delivery.New(tp, breakerstore.NewShared(shared, 0), &dcfg)
 	if err != nil {
 		return err
 	}
