@@ -117,22 +117,44 @@ func (e *Exporter) setGate(ctx context.Context, lk *locks.Lock, armed bool) erro
 	return lk.WithTx(ctx, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, armed) })
 }
 
-// drainLive pushes pending rows until a pass finds none, or for at most
-// maxBatches batches (0: no limit). It returns how many rows it pushed.
-func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, maxBatches int) (int, error) {
+// drainOpts shape a drainLive call.
+type drainOpts struct {
+	// maxBatches bounds the batches pushed; 0 means no limit.
+	maxBatches int
+	// once makes one pass only, for polls: the next poll finds what
+	// committed late.
+	once bool
+	// keepEvents skips deleting outbox events, for polls while the gate is
+	// shut: then no writer appends any, and a statement a poll is spared.
+	keepEvents bool
+}
+
+// drainLive pushes pending rows until a pass finds none (or as o says). It
+// returns how many rows it pushed.
+func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (int, error) {
 	total := 0
 	for {
-		if err := outbox.Consume(ctx, e.pool); err != nil {
-			return total, err
+		if !o.keepEvents {
+			if err := outbox.Consume(ctx, e.pool); err != nil {
+				return total, err
+			}
 		}
-		res, err := e.pass(ctx, lk, e.liveSource(), 0, maxBatches)
+		res, err := e.pass(ctx, lk, e.liveSource(), 0, o.maxBatches)
 		total += res.rows
-		if err != nil || res.rows == 0 || maxBatches > 0 {
+		if err != nil || res.rows == 0 || o.maxBatches > 0 || o.once {
 			return total, err
 		}
 		// A pass that found rows may have been overtaken by rows with
 		// lower ids that committed late: look again from the start.
 	}
+}
+
+// hotWait is how long a hot live job waits before its next poll, having
+// found n rows in the last one: HotPoll while writes trickle in, longer
+// (up to ten times) while they pour in, so that batches fill and the
+// daemon's own statements do not crowd out the writers'.
+func (e *Exporter) hotWait(n int) time.Duration {
+	return e.cfg.HotPoll * time.Duration(min(max(n/8, 1), 10))
 }
 
 func (e *Exporter) workLive(ctx context.Context) error {
@@ -168,7 +190,7 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 		if err := e.setGate(ctx, lk, false); err != nil {
 			return err
 		}
-		n, err := e.drainLive(ctx, lk, 0)
+		n, err := e.drainLive(ctx, lk, drainOpts{})
 		total += n
 		if err != nil {
 			return err
@@ -193,16 +215,18 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 					return err
 				}
 			}
-			hot.Reset(e.cfg.HotPoll)
+			hot.Reset(e.hotWait(n))
+			woken := false
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-e.stopping:
 				return nil
 			case <-e.wake:
+				woken = true
 			case <-hot.C:
 			}
-			n, err := e.drainLive(ctx, lk, 0)
+			n, err = e.drainLive(ctx, lk, drainOpts{once: true, keepEvents: !woken})
 			total += n
 			if err != nil {
 				return err
@@ -221,7 +245,7 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 			return err
 		}
 		for range 4 {
-			n, err := e.drainLive(ctx, lk, 0)
+			n, err := e.drainLive(ctx, lk, drainOpts{once: true})
 			total += n
 			if err != nil {
 				return err
@@ -349,7 +373,7 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) er
 	// chunk.
 	held := time.Now()
 	for {
-		if _, err := e.drainLive(ctx, lk, e.cfg.ReplayChunkBatches); err != nil {
+		if _, err := e.drainLive(ctx, lk, drainOpts{maxBatches: e.cfg.ReplayChunkBatches}); err != nil {
 			return err
 		}
 		chunkStart := time.Now()
