@@ -41,7 +41,7 @@ var Scenarios = []string{
 var rowNames = map[string][]string{
 	ScenarioDrain:          {"drain"},
 	ScenarioLatency:        {"latency"},
-	ScenarioWriterOverhead: {"writer overhead"},
+	ScenarioWriterOverhead: {"writer overhead", "writers, daemon running"},
 	ScenarioMemory:         {"memory (small)", "memory (large)"},
 	ScenarioJobEconomy:     {"job economy: jobs", "job economy: lock wait"},
 	ScenarioRecipe:         {"recipe: drain", "recipe: burst export", "recipe: burst writers"},
