@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/database"
@@ -143,6 +145,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		FetchPollInterval:    200 * time.Millisecond,
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
 		MaxAttempts:          1000,
+		RetryPolicy:          cappedRetry{max: 30 * time.Second},
 		Logger:               logger.With(slog.String("component", "river")),
 	})
 	if err != nil {
@@ -215,6 +218,18 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 }
 
 func redactURL(raw string) string { return database.Redact(raw) }
+
+// cappedRetry is River's retry policy for syncer's jobs: exponential with
+// jitter, but never more than max. Expected conditions (a busy lock, an open
+// breaker, a 429) snooze instead and never get here; what does get here is a
+// database or programming error, and River's default (attempt^4 seconds)
+// would leave rows waiting for minutes after a database restart.
+type cappedRetry struct{ max time.Duration }
+
+func (p cappedRetry) NextRetry(job *rivertype.JobRow) time.Time {
+	d := min(time.Duration(1<<min(job.Attempt, 10))*100*time.Millisecond, p.max)
+	return time.Now().Add(d/2 + rand.N(d/2+1))
+}
 
 // serve starts the HTTP server and returns it with its bound address.
 func serve(ctx context.Context, c *Config, reg *prometheus.Registry, pool *pgxpool.Pool, riverRunning *atomic.Bool) (*http.Server, string, error) {
