@@ -61,6 +61,7 @@ func RowNames(scenarios []string) []string {
 // Sizes are the amounts each scenario works on.
 type Sizes struct {
 	DrainRows         int
+	DrainRepeats      int
 	BatchSize         int
 	LatencyRate       int
 	LatencyFor        time.Duration
@@ -79,7 +80,7 @@ func SizesFor(size string) (Sizes, error) {
 	switch size {
 	case SizeDefault, "":
 		return Sizes{
-			DrainRows: 200_000, BatchSize: 500,
+			DrainRows: 200_000, DrainRepeats: 3, BatchSize: 500,
 			LatencyRate: 500, LatencyFor: 20 * time.Second,
 			OverheadFor: 10 * time.Second, Writers: 8,
 			MemorySmallRows: 100_000, MemoryLargeRows: 1_000_000,
@@ -89,7 +90,7 @@ func SizesFor(size string) (Sizes, error) {
 		}, nil
 	case SizeTiny:
 		return Sizes{
-			DrainRows: 3_000, BatchSize: 500,
+			DrainRows: 3_000, DrainRepeats: 1, BatchSize: 500,
 			LatencyRate: 200, LatencyFor: time.Second,
 			OverheadFor: 500 * time.Millisecond, Writers: 8,
 			MemorySmallRows: 2_000, MemoryLargeRows: 20_000,
