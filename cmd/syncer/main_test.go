@@ -9,12 +9,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -162,11 +165,19 @@ func freeAddr(t *testing.T) string {
 // daemon starts `syncer run` and returns it.
 func (e *env) daemon(t *testing.T, extra ...string) *exec.Cmd {
 	t.Helper()
+	cmd, _ := e.daemonAt(t, extra...)
+	return cmd
+}
+
+// daemonAt starts `syncer run` and returns it with its HTTP address.
+func (e *env) daemonAt(t *testing.T, extra ...string) (*exec.Cmd, string) {
+	t.Helper()
+	addr := freeAddr(t)
 	cmd := exec.Command(binary, "run", "--log-level", "warn", "--log-format", "json")
 	cmd.Env = cleanEnv(append([]string{
 		"DATABASE_URL=" + e.dsn,
 		"SYNCER_THIRDPARTY_URL=" + e.fakeURL,
-		"SYNCER_HTTP_ADDR=" + freeAddr(t),
+		"SYNCER_HTTP_ADDR=" + addr,
 	}, extra...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -178,7 +189,7 @@ func (e *env) daemon(t *testing.T, extra ...string) *exec.Cmd {
 			t.Logf("daemon stderr:\n%s", stderr.String())
 		}
 	})
-	return cmd
+	return cmd, addr
 }
 
 func (e *env) fill(t *testing.T, n int) {
@@ -312,4 +323,82 @@ func TestStatusJSONAgainstAHandFilledDatabase(t *testing.T) {
 	r = run(t, []string{"DATABASE_URL=" + e.dsn}, "status")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "field a is not allowed")
+}
+
+// lockHeld reads syncer_lock_held from a daemon's metrics.
+func lockHeld(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.Contains(string(b), "\nsyncer_lock_held 1")
+}
+
+func TestAnotherDaemonTakesOverWhenTheHolderIsKilled(t *testing.T) {
+	t.Parallel()
+	e := setup(t, fakethirdparty.Config{})
+	a, addrA := e.daemonAt(t)
+	b, addrB := e.daemonAt(t)
+
+	var mu sync.Mutex
+	committed := map[int64]time.Time{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			var id int64
+			if err := e.pool.QueryRow(context.Background(), `INSERT INTO resources (payload) VALUES ('{}') RETURNING id`).Scan(&id); err != nil {
+				return
+			}
+			mu.Lock()
+			committed[id] = time.Now()
+			mu.Unlock()
+		}
+	})
+
+	var holder *exec.Cmd
+	deadline := time.Now().Add(30 * time.Second)
+	for holder == nil {
+		require.True(t, time.Now().Before(deadline), "no daemon took the lock")
+		switch ha, hb := lockHeld(addrA), lockHeld(addrB); {
+		case ha && !hb:
+			holder = a
+		case hb && !ha:
+			holder = b
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	killedAt := time.Now()
+	require.NoError(t, holder.Process.Signal(syscall.SIGKILL))
+	_ = holder.Wait()
+	time.Sleep(6 * time.Second)
+	close(stop)
+	wg.Wait()
+	e.waitDrained(t, 30*time.Second)
+
+	received := map[int64]time.Time{}
+	for _, d := range e.fake.Deliveries() {
+		if _, ok := received[d.ID]; !ok {
+			received[d.ID] = d.At
+		}
+	}
+	var worst time.Duration
+	for id, at := range committed {
+		got, ok := received[id]
+		require.True(t, ok, "row %d arrived", id)
+		if at.After(killedAt.Add(-time.Second)) {
+			worst = max(worst, got.Sub(at))
+		}
+	}
+	t.Logf("holder killed: the other daemon took over; the longest a row waited across the kill was %s", worst.Round(time.Millisecond))
+	require.Less(t, worst, 10*time.Second)
+	require.Zero(t, e.fake.Stats().DuplicatesOtherKey)
 }

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -125,6 +126,17 @@ type Exporter struct {
 	mu     sync.Mutex
 	active bool
 	wake   chan struct{}
+
+	// lastKey is the key of the last batch pushed, for the run's summary
+	// line: a third party's support ticket names a key.
+	lastKey atomic.Pointer[string]
+}
+
+func (e *Exporter) lastPushedKey() string {
+	if k := e.lastKey.Load(); k != nil {
+		return *k
+	}
+	return ""
 }
 
 // New returns an Exporter.
@@ -447,6 +459,7 @@ func (e *Exporter) push(ctx context.Context, salt, key string, items []thirdpart
 		return nil, fmt.Errorf("exporter: push batch %s: %w", key, err)
 	}
 	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
+	e.lastKey.Store(&key)
 	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", key),
 		slog.Int("items", len(items)), slog.Int("accepted", len(out.Accepted)),
 		slog.Int("rejected", len(out.Rejected)), slog.Int("requests", out.Requests),

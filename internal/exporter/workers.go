@@ -177,7 +177,7 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 	defer func() {
 		if total > 0 {
 			e.logger.InfoContext(ctx, "exporter: live sync run", slog.Int("rows", total),
-				slog.Duration("took", time.Since(started)))
+				slog.Duration("took", time.Since(started)), slog.String("last_idempotency_key", e.lastPushedKey()))
 		}
 	}()
 
