@@ -3,18 +3,20 @@
 -- last_id is progress information only, never a high-water mark: a row with
 -- a lower id can commit after a higher one was exported.
 --
--- inflight: the batches pushed or about to be pushed and not yet marked (at
--- most two: the exporter marks one batch while it pushes the next), each as
--- {"key", "salt", "ids", "versions"}, recorded before its push, so that after
--- a crash the same rows go again as the same batches, with the same
--- Idempotency-Keys.
+-- inflight: the batches pushed or about to be pushed and not yet marked (a
+-- few: the exporter marks while it pushes), each with its key, salt, ids and
+-- versions, recorded before its push, so that after a crash the same rows go
+-- again as the same batches, with the same Idempotency-Keys. It is written
+-- with every mark, so it is packed (see internal/checkpoint): as JSON it cost
+-- a quarter of each mark's time.
 CREATE TABLE {{schema}}.syncer_checkpoints (
     name              text PRIMARY KEY,
     last_id           bigint      NOT NULL DEFAULT 0,
     rows_done         bigint      NOT NULL DEFAULT 0,
     batches_done      bigint      NOT NULL DEFAULT 0,
     rows_failed       bigint      NOT NULL DEFAULT 0,
-    inflight          jsonb       NOT NULL DEFAULT '[]',
+    inflight          bytea       NOT NULL DEFAULT '',
+    inflight_batches  integer     NOT NULL DEFAULT 0,
     started_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now()
 );

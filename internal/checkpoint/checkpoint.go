@@ -11,7 +11,6 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -34,12 +33,12 @@ type DB interface {
 
 // Inflight is a batch recorded before its push.
 type Inflight struct {
-	Key string `json:"key"`
+	Key string
 	// Salt derived Key, and derives the keys of the batch's halves if the
 	// third party makes it split.
-	Salt     string  `json:"salt"`
-	IDs      []int64 `json:"ids"`
-	Versions []int64 `json:"versions"`
+	Salt     string
+	IDs      []int64
+	Versions []int64
 }
 
 // Checkpoint is one job's position.
@@ -69,7 +68,7 @@ func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 	if err != nil {
 		return cp, fmt.Errorf("checkpoint: get %s: %w", name, err)
 	}
-	if err := json.Unmarshal(inflight, &cp.Inflight); err != nil {
+	if cp.Inflight, err = decode(inflight); err != nil {
 		return cp, fmt.Errorf("checkpoint: get %s: batches in flight: %w", name, err)
 	}
 	return cp, nil
@@ -77,36 +76,28 @@ func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 
 // Progress is what one batch adds to a checkpoint.
 type Progress struct {
-	LastID int64
-	Rows   int64
-	Failed int64
+	LastID  int64
+	Rows    int64
+	Failed  int64
+	Batches int64
 }
 
-func encode(batches []Inflight) ([]byte, error) {
-	if batches == nil {
-		batches = []Inflight{}
-	}
-	return json.Marshal(batches)
-}
 
-// Advance records a finished batch and, in the same statement, the batches
-// now in flight.
+// Advance records finished batches (p.Batches, at least one) and, in the
+// same statement, the batches now in flight.
 func Advance(ctx context.Context, db DB, name string, p Progress, inflight []Inflight) error {
-	b, err := encode(inflight)
-	if err != nil {
-		return err
-	}
-	_, err = db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c
-			(name, last_id, rows_done, batches_done, rows_failed, inflight)
-		VALUES ($1, $2, $3, 1, $4, $5)
+	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c
+			(name, last_id, rows_done, batches_done, rows_failed, inflight, inflight_batches)
+		VALUES ($1, $2, $3, $6, $4, $5, $7)
 		ON CONFLICT (name) DO UPDATE SET
 			last_id = EXCLUDED.last_id,
 			rows_done = c.rows_done + EXCLUDED.rows_done,
-			batches_done = c.batches_done + 1,
+			batches_done = c.batches_done + EXCLUDED.batches_done,
 			rows_failed = c.rows_failed + EXCLUDED.rows_failed,
 			inflight = EXCLUDED.inflight,
+			inflight_batches = EXCLUDED.inflight_batches,
 			updated_at = now()`,
-		name, p.LastID, p.Rows, p.Failed, b)
+		name, p.LastID, p.Rows, p.Failed, encode(inflight), max(p.Batches, 1), len(inflight))
 	if err != nil {
 		return fmt.Errorf("checkpoint: advance %s: %w", name, err)
 	}
@@ -116,12 +107,9 @@ func Advance(ctx context.Context, db DB, name string, p Progress, inflight []Inf
 // SetInflight records the batches about to be pushed (nil clears them)
 // without counting progress.
 func SetInflight(ctx context.Context, db DB, name string, inflight []Inflight) error {
-	b, err := encode(inflight)
-	if err != nil {
-		return err
-	}
-	_, err = db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, inflight) VALUES ($1, $2)
-		ON CONFLICT (name) DO UPDATE SET inflight = EXCLUDED.inflight, updated_at = now()`, name, b)
+	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, inflight, inflight_batches) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO UPDATE SET inflight = EXCLUDED.inflight,
+			inflight_batches = EXCLUDED.inflight_batches, updated_at = now()`, name, encode(inflight), len(inflight))
 	if err != nil {
 		return fmt.Errorf("checkpoint: set inflight %s: %w", name, err)
 	}
@@ -132,7 +120,7 @@ func SetInflight(ctx context.Context, db DB, name string, inflight []Inflight) e
 func List(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }) ([]Checkpoint, error) {
-	rows, err := q.Query(ctx, `SELECT name, last_id, rows_done, batches_done, rows_failed, jsonb_array_length(inflight),
+	rows, err := q.Query(ctx, `SELECT name, last_id, rows_done, batches_done, rows_failed, inflight_batches,
 		started_at, updated_at FROM syncer_checkpoints ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list: %w", err)

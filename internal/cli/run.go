@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"os"
+	"runtime/debug"
 	"net/url"
 	"os/signal"
 	"syscall"
@@ -85,8 +87,25 @@ func validHTTPURL(raw string) bool {
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
+// memoryLimitFloor is the least soft memory limit run sets when GOMEMLIMIT
+// is not set.
+const memoryLimitFloor = 16 << 20
+
+// memoryLimit is the Go runtime's soft memory limit for the daemon: room for
+// about ten batches of payloads (the pipeline holds up to eight: read ahead,
+// pushing, waiting for their marks), at least memoryLimitFloor. The drain's
+// working set does not grow with the table, so a limit keeps the collector
+// from letting garbage double the heap. GOMEMLIMIT, if set, wins.
+func (c *RunCmd) memoryLimit() int64 {
+	perBatch := min(int64(c.BatchMaxBytes), int64(c.BatchSize)*2048)
+	return max(memoryLimitFloor, 10*perBatch)
+}
+
 // Run runs the daemon until SIGTERM or SIGINT.
 func (c *RunCmd) Run(ctx context.Context, env *Env) error {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(c.memoryLimit())
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	pool, err := database.Open(ctx, c.DatabaseURL, "syncer")

@@ -309,19 +309,36 @@ type passResult struct {
 	done bool
 }
 
+// markWindow is how many batches may be sent before the mark of the
+// earliest of them commits: the push path and the marks overlap, and a
+// crash leaves at most this many batches sent and unmarked, all recorded.
+const markWindow = 3
+
+// pushed is a batch the third party answered, waiting for its mark.
+type pushed struct {
+	b   batch
+	out *delivery.Outcome
+	// window is the batches recorded as in flight once this mark commits:
+	// those after it, up to markWindow of them.
+	window []checkpoint.Inflight
+}
+
 // pass pushes src's rows after startAfter, batch by batch, until the source
 // is exhausted or maxBatches were pushed (0: no limit).
 //
-// Three things overlap: reading ahead (a goroutine), pushing batch j+1, and
-// marking batch j on the lock's connection. What makes the overlap safe is
-// that every batch is recorded as in flight before its push: the mark of
-// batch j records j+1 (being pushed) and j+2 (next), so when j+2's push
-// starts after that mark committed, it is already recorded. A crash leaves
-// at most two batches sent and unmarked, both recorded.
+// Three things overlap: reading ahead (a goroutine), pushing (this
+// goroutine), and marking (another goroutine, on the lock's connection,
+// several pushed batches per transaction when it falls behind). What makes
+// the overlap safe is that no batch is pushed before it is recorded as in
+// flight: each mark transaction records the markWindow batches that follow
+// the last batch it marks, and a push waits until a committed record covers
+// its batch.
 func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAfter int64, maxBatches int) (passResult, error) {
 	res := passResult{lastID: startAfter}
 	rctx, cancel := context.WithCancel(ctx)
-	ch := make(chan fetched, 2)
+	// One batch waits in the channel while the next is read: the pusher
+	// keeps its own read-ahead window, so more would only hold memory.
+	ch := make(chan fetched, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(ch)
@@ -346,10 +363,11 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 		wg.Wait()
 	}()
 
-	var pending []batch
+	// read is every batch read so far, in order; seq numbers index it.
+	var read []batch
 	eof := false
-	fill := func(n int) error {
-		for len(pending) < n && !eof {
+	fill := func(upTo int) error {
+		for len(read) < upTo && !eof && (maxBatches == 0 || len(read) < maxBatches) {
 			f, ok := <-ch
 			if !ok {
 				if err := ctx.Err(); err != nil {
@@ -366,82 +384,154 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 				break
 			}
 			items := toItems(f.rows)
-			pending = append(pending, batch{items: items, salt: f.salt, key: thirdparty.IdempotencyKey(f.salt, items)})
+			read = append(read, batch{items: items, salt: f.salt, key: thirdparty.IdempotencyKey(f.salt, items)})
 		}
 		return nil
 	}
+	window := func(from int) []checkpoint.Inflight {
+		return inflightOf(read[min(from, len(read)):min(from+markWindow, len(read))])
+	}
 
-	if err := fill(2); err != nil {
+	if err := fill(markWindow); err != nil {
 		return res, err
 	}
-	if len(pending) == 0 {
+	if len(read) == 0 {
 		res.done = true
 		return res, nil
 	}
 	// The first batches of a pass are recorded on their own. This record is
 	// not worth an fsync: the mark that follows flushes it, and if the
-	// database crashes before, the batch is only re-read, and most likely
+	// database crashes before, the batches are only re-read, and most likely
 	// keyed the same.
-	first := inflightOf(pending[:min(2, len(pending))])
 	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
 			return err
 		}
-		return checkpoint.SetInflight(ctx, tx, src.checkpoint, first)
+		return checkpoint.SetInflight(ctx, tx, src.checkpoint, window(0))
 	}); err != nil {
 		return res, err
 	}
 
-	var marking chan error
-	waitMark := func() error {
-		if marking == nil {
-			return nil
-		}
-		err := <-marking
-		marking = nil
-		return err
-	}
-	defer func() { _ = waitMark() }()
-
-	for {
-		if e.isStopping() {
-			return res, errors.Join(errStopping, waitMark())
-		}
-		cur := pending[0]
-		pending = pending[1:]
-		out, err := e.push(ctx, cur.salt, cur.key, cur.items)
-		if merr := waitMark(); merr != nil {
-			return res, merr
-		}
-		if err != nil {
-			return res, err
-		}
-		more := maxBatches == 0 || res.batches+1 < maxBatches
-		var next []checkpoint.Inflight
-		if more {
-			if err := fill(2); err != nil {
-				// The push is done: mark it before giving up.
-				if merr := e.mark(ctx, lk, src, cur.items, out, inflightOf(pending)); merr != nil {
-					return res, merr
+	// The marker: it marks what was pushed, as many batches per transaction
+	// as are waiting, and reports how far the committed record reaches.
+	toMark := make(chan pushed, markWindow)
+	var (
+		mu       sync.Mutex
+		reported progress
+	)
+	notify := make(chan struct{}, 1)
+	var mwg sync.WaitGroup
+	mwg.Go(func() {
+		for p := range toMark {
+			group := []pushed{p}
+		more:
+			for {
+				select {
+				case q, ok := <-toMark:
+					if !ok {
+						break more
+					}
+					group = append(group, q)
+				default:
+					break more
 				}
-				res.count(cur)
-				return res, err
 			}
-			next = inflightOf(pending[:min(2, len(pending))])
+			err := e.mark(ctx, lk, src, group)
+			mu.Lock()
+			if err != nil {
+				reported.err = err
+			} else {
+				reported.marked += len(group)
+				reported.recorded = reported.marked + len(group[len(group)-1].window)
+			}
+			mu.Unlock()
+			select {
+			case notify <- struct{}{}:
+			default:
+			}
+			if err != nil {
+				for range toMark {
+				}
+				return
+			}
 		}
-		marking = make(chan error, 1)
-		go func(cur batch, out *delivery.Outcome, next []checkpoint.Inflight) {
-			marking <- e.mark(ctx, lk, src, cur.items, out, next)
-		}(cur, out, next)
-		res.count(cur)
-		if !more || len(pending) == 0 {
-			if err := waitMark(); err != nil {
-				return res, err
-			}
-			res.done = more
-			return res, nil
+	})
+	closed := false
+	closeMarker := func() {
+		if !closed {
+			closed = true
+			close(toMark)
+			mwg.Wait()
 		}
 	}
+	defer closeMarker()
+
+	recorded := len(window(0))
+	marked := 0
+	var markErr error
+	// absorb takes in what the marker reported.
+	absorb := func() {
+		mu.Lock()
+		p := reported
+		mu.Unlock()
+		if p.err != nil && markErr == nil {
+			markErr = p.err
+		}
+		recorded = max(recorded, p.recorded)
+		for ; marked < p.marked; marked++ {
+			// Marked batches are counted and let go: a pass over a
+			// million rows must not keep them.
+			res.count(read[marked])
+			read[marked].items = nil
+		}
+	}
+	// finish lets the marker mark everything pushed and reports its error.
+	finish := func() error {
+		closeMarker()
+		absorb()
+		return markErr
+	}
+
+	for j := 0; ; j++ {
+		if j == len(read) {
+			if err := fill(j + 1); err != nil {
+				return res, errors.Join(err, finish())
+			}
+			if j == len(read) {
+				res.done = eof
+				return res, finish()
+			}
+		}
+		if e.isStopping() {
+			return res, errors.Join(errStopping, finish())
+		}
+		// Never push a batch the committed record does not cover.
+		absorb()
+		for j >= recorded && markErr == nil {
+			<-notify
+			absorb()
+		}
+		if markErr != nil {
+			return res, errors.Join(markErr, finish())
+		}
+		b := read[j]
+		out, err := e.push(ctx, b.salt, b.key, b.items)
+		if err != nil {
+			return res, errors.Join(err, finish())
+		}
+		readErr := fill(j + 1 + markWindow)
+		toMark <- pushed{b: b, out: out, window: window(j + 1)}
+		if readErr != nil {
+			return res, errors.Join(readErr, finish())
+		}
+	}
+}
+
+// progress is what the marker reports to the pusher.
+type progress struct {
+	marked   int // batches marked so far in this pass
+	recorded int // batches covered by the committed record of batches in flight
+	err      error
 }
 
 func (r *passResult) count(b batch) {
@@ -467,21 +557,25 @@ func (e *Exporter) push(ctx context.Context, salt, key string, items []thirdpart
 	return out, nil
 }
 
-// mark writes a pushed batch's outcome, the checkpoint and the batches now in
-// flight in one transaction on the lock's connection. It runs even when the
-// job is being cancelled: what the third party accepted must be recorded.
-func (e *Exporter) mark(ctx context.Context, lk *locks.Lock, src source, items []thirdparty.Item, out *delivery.Outcome, next []checkpoint.Inflight) error {
+// mark writes the outcome of pushed batches, the checkpoint and the batches
+// now in flight in one transaction on the lock's connection. It runs even
+// when the job is being cancelled: what the third party accepted must be
+// recorded.
+func (e *Exporter) mark(ctx context.Context, lk *locks.Lock, src source, group []pushed) error {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
 	defer cancel()
 	var acc, rej resources.Versions
-	errs := make([]string, 0, len(out.Rejected))
-	for _, it := range out.Accepted {
-		acc.Add(it.ID, it.Version)
+	var errs []string
+	for _, p := range group {
+		for _, it := range p.out.Accepted {
+			acc.Add(it.ID, it.Version)
+		}
+		for _, r := range p.out.Rejected {
+			rej.Add(r.Item.ID, r.Item.Version)
+			errs = append(errs, r.Error)
+		}
 	}
-	for _, r := range out.Rejected {
-		rej.Add(r.Item.ID, r.Item.Version)
-		errs = append(errs, r.Error)
-	}
+	last := group[len(group)-1]
 	err := lk.WithTx(mctx, func(tx pgx.Tx) error {
 		if _, err := resources.MarkSynced(mctx, tx, acc); err != nil {
 			return err
@@ -490,8 +584,9 @@ func (e *Exporter) mark(ctx context.Context, lk *locks.Lock, src source, items [
 			return err
 		}
 		return checkpoint.Advance(mctx, tx, src.checkpoint, checkpoint.Progress{
-			LastID: items[len(items)-1].ID, Rows: int64(acc.Len()), Failed: int64(rej.Len()),
-		}, next)
+			LastID: last.b.items[len(last.b.items)-1].ID, Rows: int64(acc.Len()), Failed: int64(rej.Len()),
+			Batches: int64(len(group)),
+		}, last.window)
 	})
 	if err != nil {
 		return fmt.Errorf("exporter: mark batch: %w", err)
@@ -546,7 +641,7 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, src source) (int6
 		if err != nil {
 			return 0, err
 		}
-		if err := e.mark(ctx, lk, src, items, out, rest); err != nil {
+		if err := e.mark(ctx, lk, src, []pushed{{b: batch{items: items, salt: salt, key: key}, out: out, window: rest}}); err != nil {
 			return 0, err
 		}
 	}
