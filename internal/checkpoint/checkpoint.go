@@ -82,7 +82,6 @@ type Progress struct {
 	Batches int64
 }
 
-
 // Advance records finished batches (p.Batches, at least one) and, in the
 // same statement, the batches now in flight.
 func Advance(ctx context.Context, db DB, name string, p Progress, inflight []Inflight) error {

@@ -2,10 +2,10 @@ package cli
 
 import (
 	"context"
-	"os"
-	"runtime/debug"
 	"net/url"
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
