@@ -15,6 +15,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/migrations"
 )
 
 // ReplayCmd is `syncer replay`.
@@ -104,6 +105,11 @@ func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 		if err != nil {
 			return fmt.Errorf("enqueue replay: %w", err)
 		}
+		// Wake the live job that holds the export lock, wherever it runs:
+		// it gives the lock to a waiting replay instead of lingering.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, migrations.Channel(schema)); err != nil {
+			return fmt.Errorf("wake daemons: %w", err)
+		}
 		return nil
 	})
 	if err != nil {
@@ -159,7 +165,9 @@ func follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64, 
 			el := time.Since(start).Seconds()
 			rate := float64(done) / max(el, 0.001)
 			eta := "?"
-			if rate > 0 && total > done {
+			if done >= total || state == "done" {
+				eta = "0s"
+			} else if rate > 0 {
 				eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
 			}
 			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d rows, %.0f rows/s, eta %s\n", id, state, done, total, rate, eta)
