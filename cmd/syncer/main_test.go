@@ -402,3 +402,43 @@ func TestAnotherDaemonTakesOverWhenTheHolderIsKilled(t *testing.T) {
 	require.Less(t, worst, 10*time.Second)
 	require.Zero(t, e.fake.Stats().DuplicatesOtherKey)
 }
+
+func TestReplaySurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
+	e := setup(t, fakethirdparty.Config{IgnoreIdempotencyKey: true, Latency: 10 * time.Millisecond})
+	const rows = 20000
+	e.fill(t, rows)
+	first := e.daemon(t, "SYNCER_BATCH_SIZE=200")
+	e.waitDrained(t, time.Minute)
+	e.fake.Reset()
+
+	r := run(t, []string{"DATABASE_URL=" + e.dsn}, "replay", "--from-id", "1", "--to-id", fmt.Sprint(rows))
+	require.Equal(t, 0, r.code, r.stderr)
+	deadline := time.Now().Add(time.Minute)
+	for len(e.fake.Latest()) < 4000 {
+		require.True(t, time.Now().Before(deadline), "replay made no progress")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+	killedAt := time.Now()
+
+	e.daemon(t, "SYNCER_BATCH_SIZE=200")
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		var state string
+		require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT state FROM syncer_replays WHERE id = 1`).Scan(&state))
+		if state == "done" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "replay not done")
+		time.Sleep(50 * time.Millisecond)
+	}
+	took := time.Since(killedAt)
+	t.Logf("replay finished %s after its daemon was killed", took.Round(time.Millisecond))
+	require.Len(t, e.fake.Latest(), rows)
+	require.LessOrEqual(t, sameKeyOnly(t, e.fake), 3*200, "only the recorded batches went twice")
+	// River rescues a dead daemon's job after 2 minutes; the relay must not
+	// wait for that.
+	require.Less(t, took, time.Minute)
+}

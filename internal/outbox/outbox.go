@@ -17,6 +17,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -271,18 +272,21 @@ func (r *Relay) Poll(ctx context.Context) error {
 	if err != nil || n > 0 {
 		return err
 	}
+	held := false
+	if r.cfg.LockHeld != nil {
+		if held, err = r.cfg.LockHeld(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.reviveReplays(ctx, held); err != nil {
+		return err
+	}
+	if held {
+		return nil
+	}
 	pending, err := resources.AnyPending(ctx, r.pool)
 	if err != nil || !pending {
 		return err
-	}
-	if r.cfg.LockHeld != nil {
-		held, err := r.cfg.LockHeld(ctx)
-		if err != nil {
-			return err
-		}
-		if held {
-			return nil
-		}
 	}
 	// Nobody holds the lock, yet rows are pending: any running sync job is
 	// ending or belongs to a dead process.
@@ -290,12 +294,70 @@ func (r *Relay) Poll(ctx context.Context) error {
 	return err
 }
 
+// reviveReplays gives every unfinished replay a job that will run: one
+// whose job was left running by a killed daemon would otherwise wait for
+// River's stuck-job rescue. A running replay job while nobody holds the
+// export lock is dead or between two chunks; a second job is harmless (the
+// lock and the replay's checkpoint serialise them) and the count is capped.
+func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
+	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT id FROM syncer_replays WHERE state IN ('pending', 'running')`)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		states := append([]rivertype.JobState{rivertype.JobStateRunning}, waitingStates...)
+		res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
+			Kinds(jobs.ReplayArgs{}.Kind()).States(states...).First(1000))
+		if err != nil {
+			return fmt.Errorf("list replay jobs: %w", err)
+		}
+		waiting, running := map[int64]bool{}, map[int64]int{}
+		for _, j := range res.Jobs {
+			var args jobs.ReplayArgs
+			if json.Unmarshal(j.EncodedArgs, &args) != nil {
+				continue
+			}
+			if j.State == rivertype.JobStateRunning {
+				running[args.ReplayID]++
+			} else {
+				waiting[args.ReplayID] = true
+			}
+		}
+		for _, id := range ids {
+			if waiting[id] || running[id] >= 2 || (running[id] == 1 && lockHeld) {
+				continue
+			}
+			if _, err := r.river.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, &river.InsertOpts{Queue: jobs.Queue, MaxAttempts: 1000}); err != nil {
+				return fmt.Errorf("insert replay job: %w", err)
+			}
+			r.logger.InfoContext(ctx, "outbox: replay had no job that will run; enqueued one", slog.Int64("replay_id", id))
+		}
+		return nil
+	})
+}
+
 // Kick makes sure a sync job is pending, events or not. The daemon calls it
 // at start, because rows may have been written while no daemon ran, and a
 // sync job left running by a killed daemon will never finish.
 func (r *Relay) Kick(ctx context.Context) error {
-	_, err := r.relay(ctx, true, true)
-	return err
+	if _, err := r.relay(ctx, true, true); err != nil {
+		return err
+	}
+	held := false
+	if r.cfg.LockHeld != nil {
+		var err error
+		if held, err = r.cfg.LockHeld(ctx); err != nil {
+			return err
+		}
+	}
+	return r.reviveReplays(ctx, held)
 }
 
 // relay runs one round in one transaction and returns how many events it
