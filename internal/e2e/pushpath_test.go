@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -8,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/cli"
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
-	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // insertPayloads adds one row for each payload, in order, and returns ids.
@@ -30,23 +28,16 @@ func (b *bundle) insertPayloads(t *testing.T, payloads []string) []int64 {
 }
 
 // retryFailed does what `syncer retry-failed` does.
+// retryFailed runs `syncer retry-failed` (no --id: every failed row) as a
+// user would, and returns how many rows it made eligible.
 func (b *bundle) retryFailed(t *testing.T) int64 {
 	t.Helper()
-	ctx := context.Background()
-	schema, err := database.CurrentSchema(ctx, b.pool)
-	require.NoError(t, err)
+	var out, errb bytes.Buffer
+	code := cli.Main(context.Background(), []string{"retry-failed", "--database-url", b.dsn, "--log-level", "error"}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
 	var n int64
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		// An empty, not nil, list: pgx sends nil as NULL, and cardinality(NULL) is NULL.
-		if n, err = resources.RetryFailed(ctx, tx, []int64{}); err != nil || n == 0 {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO syncer_outbox (op) VALUES ('RETRY')`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, migrations.Channel(schema))
-		return err
-	}))
+	_, err := fmt.Sscanf(out.String(), "%d failed rows are eligible again", &n)
+	require.NoError(t, err, out.String())
 	return n
 }
 
