@@ -146,7 +146,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
 		MaxAttempts:          1000,
 		RetryPolicy:          cappedRetry{max: 30 * time.Second},
-		Logger:               logger.With(slog.String("component", "river")),
+		Logger:               slog.New(atLeast{logger.Handler(), slog.LevelWarn}).With(slog.String("component", "river")),
 	})
 	if err != nil {
 		return fmt.Errorf("daemon: river client: %w", err)
@@ -218,6 +218,29 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 }
 
 func redactURL(raw string) string { return database.Redact(raw) }
+
+// atLeast passes on records at or above min, unless the handler was set up
+// for debug. River logs routine counts at info every few seconds; an
+// operator reading syncer's info log wants syncer's lines.
+type atLeast struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h atLeast) Enabled(ctx context.Context, l slog.Level) bool {
+	if h.Handler.Enabled(ctx, slog.LevelDebug) {
+		return true
+	}
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h atLeast) WithAttrs(as []slog.Attr) slog.Handler {
+	return atLeast{h.Handler.WithAttrs(as), h.min}
+}
+
+func (h atLeast) WithGroup(name string) slog.Handler {
+	return atLeast{h.Handler.WithGroup(name), h.min}
+}
 
 // cappedRetry is River's retry policy for syncer's jobs: exponential with
 // jitter, but never more than max. Expected conditions (a busy lock, an open
