@@ -104,9 +104,9 @@ func (e *Exporter) release(ctx context.Context, lk *locks.Lock) {
 	}
 }
 
-// lockCause returns the lock's loss as the error when ctx ended because of
+// lockCause returns the lock's loss as the error when the job ended because of
 // it, so callers see ErrLockLost rather than a bare cancellation.
-func lockCause(ctx context.Context, lk *locks.Lock, err error) error {
+func lockCause(lk *locks.Lock, err error) error {
 	if err != nil && lk.Err() != nil && !errors.Is(err, lk.Err()) {
 		return fmt.Errorf("%w (%w)", lk.Err(), err)
 	}
@@ -166,7 +166,7 @@ func (e *Exporter) workLive(ctx context.Context) error {
 	lctx, cancel := lk.Context(ctx)
 	defer cancel()
 	err = e.live(lctx, lk)
-	return lockCause(lctx, lk, err)
+	return lockCause(lk, err)
 }
 
 func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
@@ -356,7 +356,7 @@ func (e *Exporter) workReplay(ctx context.Context, id int64) error {
 	lctx, cancel := lk.Context(ctx)
 	defer cancel()
 	err = e.replayChunk(lctx, lk, r)
-	return lockCause(lctx, lk, err)
+	return lockCause(lk, err)
 }
 
 func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) error {
