@@ -7,6 +7,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/status"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
 )
@@ -328,6 +330,19 @@ func refreshGauges(ctx context.Context, pool *pgxpool.Pool, m *metrics.Metrics) 
 		return err
 	}
 	m.OutboxPending.Set(float64(n))
+	// The breaker is shared: a standby daemon reports the state the lock
+	// holder left, not only what it saw itself.
+	var raw []byte
+	err = pool.QueryRow(ctx, `SELECT value FROM syncer_state WHERE key = $1`, status.KeyBreaker).Scan(&raw)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	var b struct {
+		State int `json:"state"`
+	}
+	if raw != nil && json.Unmarshal(raw, &b) == nil {
+		m.SetBreakerState(b.State)
+	}
 	rows, err := pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
 		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind()})
 	if err != nil {
