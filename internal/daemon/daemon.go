@@ -7,7 +7,6 @@ package daemon
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -337,11 +336,9 @@ func refreshGauges(ctx context.Context, pool *pgxpool.Pool, m *metrics.Metrics) 
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
-	var b struct {
-		State int `json:"state"`
-	}
-	if raw != nil && json.Unmarshal(raw, &b) == nil {
-		m.SetBreakerState(b.State)
+	if raw != nil {
+		state, _ := status.BreakerState(raw, time.Now())
+		m.SetBreakerState(state)
 	}
 	rows, err := pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
 		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind()})

@@ -214,16 +214,9 @@ func readState(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
 	_, err = pgx.ForEachRow(rows, []any{&key, &value}, func() error {
 		switch key {
 		case KeyBreaker:
-			var b struct {
-				State  int       `json:"state"`
-				Expiry time.Time `json:"expiry"`
-			}
-			if json.Unmarshal(value, &b) == nil {
-				r.Breaker.State = BreakerStateName(b.State)
-				if b.State == 2 {
-					r.Breaker.Until = b.Expiry
-				}
-			}
+			state, until := BreakerState(value, time.Now())
+			r.Breaker.State = BreakerStateName(state)
+			r.Breaker.Until = until
 		case KeyCredentials:
 			_ = json.Unmarshal(value, &r.Credentials)
 		}
@@ -233,6 +226,26 @@ func readState(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
 		return fmt.Errorf("status: state: %w", err)
 	}
 	return nil
+}
+
+// BreakerState reads gobreaker's shared state: 0 closed, 1 half-open, 2
+// open, and until when it stays open. An open state whose timeout has
+// passed is half-open: gobreaker only writes that down at the next request.
+func BreakerState(raw []byte, now time.Time) (int, time.Time) {
+	var b struct {
+		State  int       `json:"state"`
+		Expiry time.Time `json:"expiry"`
+	}
+	if json.Unmarshal(raw, &b) != nil {
+		return 0, time.Time{}
+	}
+	if b.State == 2 {
+		if !b.Expiry.IsZero() && !b.Expiry.After(now) {
+			return 1, time.Time{}
+		}
+		return 2, b.Expiry
+	}
+	return b.State, time.Time{}
 }
 
 // BreakerStateName names gobreaker's states.
