@@ -1,0 +1,135 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/migrations"
+)
+
+type bundle struct {
+	pool  *pgxpool.Pool
+	relay *outbox.Relay
+	held  bool
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	dsn, schema := dbtest.NewSchema(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = migrations.Up(ctx, pool, nil)
+	require.NoError(t, err)
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
+	require.NoError(t, err)
+	b := &bundle{pool: pool}
+	b.relay, err = outbox.New(pool, rc, nil, &outbox.Config{
+		Channel:  migrations.Channel(schema),
+		LockKey:  locks.Key("syncer-test", "relay:"+schema),
+		LockHeld: func(context.Context) (bool, error) { return b.held, nil },
+	})
+	require.NoError(t, err)
+	return b
+}
+
+func (b *bundle) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), sql, args...)
+	require.NoError(t, err)
+}
+
+func (b *bundle) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func (b *bundle) syncJobs(t *testing.T, state string) int {
+	return b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state::text = $2`, jobs.SyncArgs{}.Kind(), state)
+}
+
+// run marks the waiting sync jobs running, as a worker picking them up would.
+func (b *bundle) run(t *testing.T) {
+	b.exec(t, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE kind = $1 AND state = 'available'`, jobs.SyncArgs{}.Kind())
+}
+
+func TestRelayKeepsOneWaitingJobAndCountsRunningOnesRight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	// The gate is open by default: inserts append events.
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+	require.NoError(t, b.relay.Notified(ctx))
+	require.Equal(t, 1, b.syncJobs(t, "available"))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_outbox`), "relayed events are deleted")
+
+	// A waiting job covers new events.
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	require.NoError(t, b.relay.Notified(ctx))
+	require.Equal(t, 1, b.syncJobs(t, "available"))
+
+	// A running job may be ending its last pass: it does not cover them.
+	b.run(t)
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	require.NoError(t, b.relay.Notified(ctx))
+	require.Equal(t, 1, b.syncJobs(t, "available"))
+	require.Equal(t, 1, b.syncJobs(t, "running"))
+
+	// Two running jobs: one is trying the lock and will look again.
+	b.run(t)
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	require.NoError(t, b.relay.Notified(ctx))
+	require.Zero(t, b.syncJobs(t, "available"))
+
+	// The poll: rows pending, nobody holding the lock: the running jobs are
+	// ending or dead, so a job is enqueued whatever runs.
+	require.NoError(t, b.relay.Poll(ctx))
+	require.Equal(t, 1, b.syncJobs(t, "available"))
+
+	// While the lock is held the poll leaves the holder alone.
+	b.run(t)
+	b.held = true
+	require.NoError(t, b.relay.Poll(ctx))
+	require.Zero(t, b.syncJobs(t, "available"))
+}
+
+func TestGateShutMeansNoEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, false) }))
+	b.exec(t, `INSERT INTO resources (payload) SELECT '{}' FROM generate_series(1, 10)`)
+	b.exec(t, `UPDATE resources SET payload = '{"a": 1}'`)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, true) }))
+	b.exec(t, `INSERT INTO resources (payload) SELECT '{}' FROM generate_series(1, 10)`)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`), "one event per statement")
+	// syncer's own marks append nothing.
+	b.exec(t, `UPDATE resources SET synced_at = now()`)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+
+	// A rolled-back insert leaves no event.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO resources (payload) VALUES ('{}')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+}
