@@ -682,3 +682,37 @@ func count(n float64) string {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// stack is a scratch schema with a fake third party and a running daemon on
+// it: what most scenarios start from.
+type stack struct {
+	s *scratch
+	f *fake
+	d *daemon
+}
+
+// startStack starts a stack; close tears it down in reverse order.
+func (r *runner) startStack(ctx context.Context, label string) (*stack, error) {
+	s, err := r.newScratch(ctx, label, false)
+	if err != nil {
+		return nil, err
+	}
+	f, err := startFake()
+	if err != nil {
+		s.drop(ctx)
+		return nil, err
+	}
+	d, err := r.startDaemon(ctx, s, f, false)
+	if err != nil {
+		f.close()
+		s.drop(ctx)
+		return nil, err
+	}
+	return &stack{s: s, f: f, d: d}, nil
+}
+
+func (st *stack) close(ctx context.Context) {
+	_ = st.d.stop()
+	st.f.close()
+	st.s.drop(ctx)
+}

@@ -192,21 +192,12 @@ func (r *runner) drain(ctx context.Context) ([]Row, error) {
 }
 
 func (r *runner) latency(ctx context.Context) ([]Row, error) {
-	s, err := r.newScratch(ctx, "latency", false)
+	st, err := r.startStack(ctx, "latency")
 	if err != nil {
 		return nil, err
 	}
-	defer s.drop(ctx)
-	f, err := startFake()
-	if err != nil {
-		return nil, err
-	}
-	defer f.close()
-	d, err := r.startDaemon(ctx, s, f, false)
-	if err != nil {
-		return nil, err
-	}
-	defer d.stop()
+	defer st.close(ctx)
+	s, f, d := st.s, st.f, st.d
 
 	total := int(float64(r.sizes.LatencyRate) * r.sizes.LatencyFor.Seconds())
 	r.progressf("   %d inserts/s for %s from %d connections", r.sizes.LatencyRate, r.sizes.LatencyFor, r.sizes.Writers)
@@ -305,21 +296,12 @@ func (r *runner) writerOverhead(ctx context.Context) ([]Row, error) {
 	}
 	shut.drop(ctx)
 
-	s, err := r.newScratch(ctx, "overhead", false)
+	st, err := r.startStack(ctx, "overhead")
 	if err != nil {
 		return nil, err
 	}
-	defer s.drop(ctx)
-	f, err := startFake()
-	if err != nil {
-		return nil, err
-	}
-	defer f.close()
-	d, err := r.startDaemon(ctx, s, f, false)
-	if err != nil {
-		return nil, err
-	}
-	defer d.stop()
+	defer st.close(ctx)
+	s, f, d := st.s, st.f, st.d
 	r.progressf("   syncer: %d writers for %s, triggers on, daemon running", writers, dur)
 	got, err := write(ctx, s.pool, writers, 0, dur, plainInsert, false)
 	if err != nil {
@@ -442,21 +424,12 @@ type burstResult struct {
 // and measures until they are exported, counting the sync jobs it took.
 func (r *runner) syncerBurst(ctx context.Context, label string, n int) (burstResult, error) {
 	var res burstResult
-	s, err := r.newScratch(ctx, label, false)
+	st, err := r.startStack(ctx, label)
 	if err != nil {
 		return res, err
 	}
-	defer s.drop(ctx)
-	f, err := startFake()
-	if err != nil {
-		return res, err
-	}
-	defer f.close()
-	d, err := r.startDaemon(ctx, s, f, false)
-	if err != nil {
-		return res, err
-	}
-	defer d.stop()
+	defer st.close(ctx)
+	s, f, d := st.s, st.f, st.d
 	busy, err := s.waitIdle(ctx, r.idleWait())
 	if err != nil {
 		return res, err
