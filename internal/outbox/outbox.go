@@ -300,6 +300,12 @@ func (r *Relay) Poll(ctx context.Context) error {
 // export lock is dead or between two chunks; a second job is harmless (the
 // lock and the replay's checkpoint serialise them) and the count is capped.
 func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
+	// Most polls find no replay: answer that without a transaction or the
+	// relay lock, which every daemon's poll would otherwise queue on.
+	var any bool
+	if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ('pending', 'running'))`).Scan(&any); err != nil || !any {
+		return err
+	}
 	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
 			return err
