@@ -15,6 +15,9 @@ type Batch struct {
 	// Salt derives the keys of split halves, so they are as stable as Key.
 	Salt  string
 	Items []thirdparty.Item
+	// Body is the request body of Items (thirdparty.AppendBatch), recorded
+	// before the push so a resend is byte-identical; nil means encode Items.
+	Body []byte
 }
 
 // Outcome is what the third party made of a batch, after any splitting.

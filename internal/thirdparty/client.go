@@ -35,6 +35,9 @@ type Item struct {
 	// Payload is written to the wire as is; it must be valid JSON (a jsonb
 	// value always is). An empty Payload is sent as null.
 	Payload json.RawMessage
+	// Deleted makes the item a tombstone: it is sent with "deleted": true
+	// and no payload.
+	Deleted bool
 }
 
 // Config configures a Client.
@@ -135,6 +138,22 @@ func (c *Client) Close() { c.httpClient.CloseIdleConnections() }
 // items named in Rejected were rejected, every other item was accepted.
 type Result struct {
 	Rejected []Rejection
+	// Quota is what the answer's rate-limit headers said, if anything.
+	Quota Quota
+}
+
+// Quota is what an answer's RateLimit-* or X-RateLimit-* headers said of the
+// third party's own request budget. The zero value means they said nothing.
+type Quota struct {
+	// Known is set when the answer carried a remaining count.
+	Known bool
+	// Limit is the requests the window allows; 0 when not said.
+	Limit int
+	// Remaining is the requests left in the current window.
+	Remaining int
+	// Reset is how long until the window starts again, resolved against the
+	// client's clock; 0 when not said.
+	Reset time.Duration
 }
 
 // Rejection is one item the third party refused, with its reason.
@@ -316,6 +335,10 @@ func encodeBatch(buf *bytes.Buffer, items []Item) {
 		buf.Write(strconv.AppendInt(num[:0], items[i].ID, 10))
 		buf.WriteString(`","version":`)
 		buf.Write(strconv.AppendInt(num[:0], items[i].Version, 10))
+		if items[i].Deleted {
+			buf.WriteString(`,"deleted":true}`)
+			continue
+		}
 		buf.WriteString(`,"payload":`)
 		if len(items[i].Payload) == 0 {
 			buf.WriteString("null")

@@ -30,6 +30,8 @@ type Error struct {
 	Err error
 	// Timeout is set when the request ran out of Config.Timeout.
 	Timeout bool
+	// Quota is what the answer's rate-limit headers said, if anything.
+	Quota Quota
 }
 
 func (e *Error) Error() string {
