@@ -1,18 +1,25 @@
-// Package checkpoint records where each export job is: the live sync and
-// every replay. A checkpoint is written in the same transaction as the marks
-// of the batch it describes, on the connection that holds the export lock, so
-// it can never run ahead of or behind what is marked.
+// Package checkpoint records where each export job is (the live sync and
+// every replay) and the batches it recorded before pushing them.
 //
-// It also records the batches in flight before they are pushed. After a crash
-// the next holder of the lock sends those same rows again as the same
-// batches, so the third party sees the same Idempotency-Keys and can drop the
-// repeats.
+// Guarantees:
+//   - A batch is recorded, with its exact request body and Idempotency-Key,
+//     in a committed transaction before it is pushed, and forgotten in the
+//     transaction that marks its outcome. So after a crash the batches that
+//     may have reached the third party unanswered are exactly the recorded
+//     ones, and the next holder of the export lock sends them again byte for
+//     byte under their keys: one key, one body.
+//   - A checkpoint's position is written with the records, on the
+//     connection that holds the export lock: every row at or before it was
+//     either marked or is in a recorded batch, so resuming after it skips
+//     nothing and repeats only recorded batches.
 package checkpoint
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,34 +30,57 @@ import (
 const Live = "live"
 
 // Replay returns the checkpoint name of a replay.
-func Replay(id int64) string { return fmt.Sprintf("replay:%d", id) }
+func Replay(id int64) string { return replayPrefix + strconv.FormatInt(id, 10) }
+
+const replayPrefix = "replay:"
+
+// ReplayID returns the replay a checkpoint name belongs to, if any.
+func ReplayID(name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, replayPrefix)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	return id, err == nil
+}
 
 // DB is a connection or transaction.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Inflight is a batch recorded before its push.
-type Inflight struct {
+// Batch is a batch recorded before its push.
+type Batch struct {
+	// Name is the checkpoint the batch belongs to.
+	Name string
+	// Seq orders recorded batches and names one; set by Record.
+	Seq int64
 	Key string
 	// Salt derived Key, and derives the keys of the batch's halves if the
 	// third party makes it split.
-	Salt     string
-	IDs      []int64
-	Versions []int64
+	Salt string
+	// Items is how many items Body holds.
+	Items int
+	// Body is the exact request body.
+	Body []byte
 }
 
 // Checkpoint is one job's position.
 type Checkpoint struct {
-	Name        string
+	Name string
+	// Positioned is false until the job recorded its first batch; LastID
+	// means nothing before.
+	Positioned bool
+	// LastID is the id of the last row of the last batch recorded: every
+	// row of the job's source up to it was marked or is in a recorded batch.
 	LastID      int64
 	RowsDone    int64
 	BatchesDone int64
 	RowsFailed  int64
-	// Inflight are the batches that may have been sent and are not marked,
-	// in the order they were sent.
-	Inflight  []Inflight
+	// InFlight is how many batches are recorded and not marked.
+	InFlight  int
 	StartedAt time.Time
 	UpdatedAt time.Time
 }
@@ -58,59 +88,119 @@ type Checkpoint struct {
 // Get returns the named checkpoint; a missing one is the zero position.
 func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 	cp := Checkpoint{Name: name}
-	var inflight []byte
-	err := db.QueryRow(ctx, `SELECT last_id, rows_done, batches_done, rows_failed, inflight, started_at, updated_at
-		FROM syncer_checkpoints WHERE name = $1`, name).
-		Scan(&cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &inflight, &cp.StartedAt, &cp.UpdatedAt)
+	err := db.QueryRow(ctx, `SELECT last_id, rows_done, batches_done, rows_failed,
+			(SELECT count(*) FROM syncer_batches b WHERE b.checkpoint = c.name), started_at, updated_at
+		FROM syncer_checkpoints c WHERE name = $1`, name).
+		Scan(&cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &cp.InFlight, &cp.StartedAt, &cp.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cp, nil
 	}
 	if err != nil {
 		return cp, fmt.Errorf("checkpoint: get %s: %w", name, err)
 	}
-	if cp.Inflight, err = decode(inflight); err != nil {
-		return cp, fmt.Errorf("checkpoint: get %s: batches in flight: %w", name, err)
-	}
+	cp.Positioned = true
 	return cp, nil
 }
 
-// Progress is what one batch adds to a checkpoint.
+// Record records batches about to be pushed, in order, and moves the
+// checkpoint's position to lastID, the last row of the last of them. It
+// returns the batches' sequence numbers. Run it in the export lock's
+// transaction.
+func Record(ctx context.Context, db DB, name string, lastID int64, bs []Batch) ([]int64, error) {
+	// bs[i].Name is ignored: a call records one checkpoint's batches.
+	if len(bs) == 0 {
+		return nil, nil
+	}
+	keys, salts, items, bodies := make([]string, len(bs)), make([]string, len(bs)), make([]int32, len(bs)), make([][]byte, len(bs))
+	for i, b := range bs {
+		keys[i], salts[i], items[i], bodies[i] = b.Key, b.Salt, int32(b.Items), b.Body
+	}
+	rows, err := db.Query(ctx, `INSERT INTO syncer_batches (checkpoint, key, salt, items, body)
+		SELECT $1, k, s, n, b FROM unnest($2::text[], $3::text[], $4::int[], $5::bytea[]) WITH ORDINALITY AS u(k, s, n, b, o)
+		ORDER BY o RETURNING seq`, name, keys, salts, items, bodies)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: record %s: %w", name, err)
+	}
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: record %s: %w", name, err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, last_id) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET last_id = EXCLUDED.last_id, updated_at = now()`, name, lastID); err != nil {
+		return nil, fmt.Errorf("checkpoint: position %s: %w", name, err)
+	}
+	return seqs, nil
+}
+
+// SetPosition moves the named checkpoint's position back to lastID, when
+// batches recorded after it were forgotten unsent.
+func SetPosition(ctx context.Context, db DB, name string, lastID int64) error {
+	if _, err := db.Exec(ctx, `UPDATE syncer_checkpoints SET last_id = $2, updated_at = now() WHERE name = $1`, name, lastID); err != nil {
+		return fmt.Errorf("checkpoint: position %s: %w", name, err)
+	}
+	return nil
+}
+
+// Forget removes recorded batches: marked ones, or ones never sent.
+func Forget(ctx context.Context, db DB, seqs []int64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx, `DELETE FROM syncer_batches WHERE seq = ANY($1)`, seqs); err != nil {
+		return fmt.Errorf("checkpoint: forget batches: %w", err)
+	}
+	return nil
+}
+
+// Recorded returns every job's recorded batches in the order they were
+// recorded: batches of different jobs may hold the same rows, and must go
+// again in that order.
+func Recorded(ctx context.Context, db DB) ([]Batch, error) {
+	rows, err := db.Query(ctx, `SELECT checkpoint, seq, key, salt, items, body FROM syncer_batches ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: recorded batches: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Batch, error) {
+		var b Batch
+		var n int32
+		err := r.Scan(&b.Name, &b.Seq, &b.Key, &b.Salt, &n, &b.Body)
+		b.Items = int(n)
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: recorded batches: %w", err)
+	}
+	return out, nil
+}
+
+// Progress is what marked batches add to a checkpoint.
 type Progress struct {
-	LastID  int64
 	Rows    int64
 	Failed  int64
 	Batches int64
 }
 
-// Advance records finished batches (p.Batches, at least one) and, in the
-// same statement, the batches now in flight.
-func Advance(ctx context.Context, db DB, name string, p Progress, inflight []Inflight) error {
-	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c
-			(name, last_id, rows_done, batches_done, rows_failed, inflight, inflight_batches)
-		VALUES ($1, $2, $3, $6, $4, $5, $7)
+// Advance adds marked batches' counts to the named checkpoint.
+func Advance(ctx context.Context, db DB, name string, p Progress) error {
+	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, rows_done, batches_done, rows_failed)
+		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (name) DO UPDATE SET
-			last_id = EXCLUDED.last_id,
 			rows_done = c.rows_done + EXCLUDED.rows_done,
 			batches_done = c.batches_done + EXCLUDED.batches_done,
 			rows_failed = c.rows_failed + EXCLUDED.rows_failed,
-			inflight = EXCLUDED.inflight,
-			inflight_batches = EXCLUDED.inflight_batches,
 			updated_at = now()`,
-		name, p.LastID, p.Rows, p.Failed, encode(inflight), max(p.Batches, 1), len(inflight))
+		name, p.Rows, p.Batches, p.Failed)
 	if err != nil {
 		return fmt.Errorf("checkpoint: advance %s: %w", name, err)
 	}
 	return nil
 }
 
-// SetInflight records the batches about to be pushed (nil clears them)
-// without counting progress.
-func SetInflight(ctx context.Context, db DB, name string, inflight []Inflight) error {
-	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, inflight, inflight_batches) VALUES ($1, $2, $3)
-		ON CONFLICT (name) DO UPDATE SET inflight = EXCLUDED.inflight,
-			inflight_batches = EXCLUDED.inflight_batches, updated_at = now()`, name, encode(inflight), len(inflight))
-	if err != nil {
-		return fmt.Errorf("checkpoint: set inflight %s: %w", name, err)
+// Drop removes a job's checkpoint and recorded batches: a cancelled replay
+// sends nothing more.
+func Drop(ctx context.Context, db DB, name string) error {
+	if _, err := db.Exec(ctx, `DELETE FROM syncer_batches WHERE checkpoint = $1`, name); err != nil {
+		return fmt.Errorf("checkpoint: drop %s: %w", name, err)
 	}
 	return nil
 }
@@ -119,16 +209,25 @@ func SetInflight(ctx context.Context, db DB, name string, inflight []Inflight) e
 func List(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }) ([]Checkpoint, error) {
-	rows, err := q.Query(ctx, `SELECT name, last_id, rows_done, batches_done, rows_failed, inflight_batches,
-		started_at, updated_at FROM syncer_checkpoints ORDER BY name`)
+	rows, err := q.Query(ctx, `SELECT name, last_id, rows_done, batches_done, rows_failed,
+			(SELECT count(*) FROM syncer_batches b WHERE b.checkpoint = c.name), started_at, updated_at
+		FROM syncer_checkpoints c ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Checkpoint, error) {
-		var cp Checkpoint
-		var inflight int
-		err := r.Scan(&cp.Name, &cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &inflight, &cp.StartedAt, &cp.UpdatedAt)
-		cp.Inflight = make([]Inflight, inflight)
+		cp := Checkpoint{Positioned: true}
+		err := r.Scan(&cp.Name, &cp.LastID, &cp.RowsDone, &cp.BatchesDone, &cp.RowsFailed, &cp.InFlight, &cp.StartedAt, &cp.UpdatedAt)
 		return cp, err
 	})
+}
+
+// Installation returns the installation's identity, made by the migrations
+// and never changed: it salts every Idempotency-Key.
+func Installation(ctx context.Context, db DB) (string, error) {
+	var id string
+	if err := db.QueryRow(ctx, `SELECT id FROM syncer_installation`).Scan(&id); err != nil {
+		return "", fmt.Errorf("checkpoint: installation id: %w", err)
+	}
+	return id, nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
@@ -128,8 +129,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	installation, err := checkpoint.Installation(ctx, pool)
+	if err != nil {
+		return err
+	}
 	ecfg := c.Exporter
-	ecfg.Logger, ecfg.Metrics, ecfg.Schema = logger, m, schema
+	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, m, schema, installation
 	exp, err := exporter.New(pool, locker, deliverer, &ecfg)
 	if err != nil {
 		return err

@@ -31,7 +31,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
@@ -40,7 +39,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Defaults for Config.
@@ -55,6 +53,10 @@ const (
 	ReplayChunkBatchesDefault = 20
 	ReplayHoldDefault         = 2 * time.Second
 	MarkTimeoutDefault        = 30 * time.Second
+	MaxInFlightDefault        = 4
+	ReplayShareDefault        = 0.25
+	MaxSnoozeDefault          = 10 * time.Second
+	PassLengthDefault         = 2 * time.Second
 )
 
 // LockNamespace is the namespace of the export lock's key.
@@ -104,6 +106,25 @@ type Config struct {
 	// ReplayHold is how long a replay keeps the lock, chunk after chunk,
 	// before it gives it back. Defaults to ReplayHoldDefault.
 	ReplayHold time.Duration
+	// MaxInFlight is the most batches pushed and not yet answered at once.
+	// Defaults to MaxInFlightDefault.
+	MaxInFlight int
+	// ReplayShare is the least share of the batches a replay gets while
+	// live rows keep arriving, from 0 (exclusive) to 1. Defaults to
+	// ReplayShareDefault.
+	ReplayShare float64
+	// MaxSnooze bounds how long a job waiting for the third party (a 429
+	// pause, an open breaker) is parked: it runs again and reads the shared
+	// pause anew, so a restart or a shortened pause is seen. Defaults to
+	// MaxSnoozeDefault.
+	MaxSnooze time.Duration
+	// PassLength bounds one pass of the live sync, so a job whose source
+	// refills faster than the third party takes it still checks for
+	// replays and its run limit. Defaults to PassLengthDefault.
+	PassLength time.Duration
+	// Installation is the installation's identity
+	// (checkpoint.Installation), part of every Idempotency-Key. Required.
+	Installation string
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Metrics is optional.
@@ -139,17 +160,44 @@ func (e *Exporter) lastPushedKey() string {
 	return ""
 }
 
+func (c *Config) validate() error {
+	switch {
+	case c.Schema == "":
+		return errors.New("exporter: config: Schema is required")
+	case c.Installation == "":
+		return errors.New("exporter: config: Installation is required")
+	case c.BatchSize < 0:
+		return fmt.Errorf("exporter: config: BatchSize must not be negative, got %d", c.BatchSize)
+	case c.BatchMaxBytes < 0:
+		return fmt.Errorf("exporter: config: BatchMaxBytes must not be negative, got %d", c.BatchMaxBytes)
+	case c.MaxInFlight < 0:
+		return fmt.Errorf("exporter: config: MaxInFlight must not be negative, got %d", c.MaxInFlight)
+	case c.ReplayShare < 0 || c.ReplayShare > 1:
+		return fmt.Errorf("exporter: config: ReplayShare must be within 0 and 1, got %v", c.ReplayShare)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"LockBusySnooze", c.LockBusySnooze}, {"HotPoll", c.HotPoll}, {"HotLinger", c.HotLinger},
+		{"ColdLinger", c.ColdLinger}, {"MaxRun", c.MaxRun}, {"ReplayHold", c.ReplayHold},
+		{"MaxSnooze", c.MaxSnooze}, {"PassLength", c.PassLength},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("exporter: config: %s must not be negative, got %s", d.name, d.v)
+		}
+	}
+	return nil
+}
+
 // New returns an Exporter.
 func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (*Exporter, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
 	c := *cfg
-	if c.Schema == "" {
-		return nil, errors.New("exporter: Config.Schema is required")
-	}
-	if c.BatchSize < 0 {
-		return nil, fmt.Errorf("exporter: BatchSize must be positive, got %d", c.BatchSize)
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.BatchMaxBytes = cmp.Or(c.BatchMaxBytes, BatchMaxBytesDefault)
@@ -160,6 +208,10 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 	c.MaxRun = cmp.Or(c.MaxRun, MaxRunDefault)
 	c.ReplayChunkBatches = cmp.Or(c.ReplayChunkBatches, ReplayChunkBatchesDefault)
 	c.ReplayHold = cmp.Or(c.ReplayHold, ReplayHoldDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
+	c.ReplayShare = cmp.Or(c.ReplayShare, ReplayShareDefault)
+	c.MaxSnooze = cmp.Or(c.MaxSnooze, MaxSnoozeDefault)
+	c.PassLength = cmp.Or(c.PassLength, PassLengthDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -241,8 +293,6 @@ var errStopping = errors.New("exporter: shutting down")
 // source is what a pass exports: the live pending rows or a replay's range.
 type source struct {
 	checkpoint string
-	// live sources only send rows that are still pending.
-	live bool
 	// fetch returns the next batch and the salt of its key: a replay's own,
 	// or the live generation's (resources.LiveSalt) read with the rows.
 	fetch func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error)
@@ -251,7 +301,6 @@ type source struct {
 func (e *Exporter) liveSource() source {
 	return source{
 		checkpoint: checkpoint.Live,
-		live:       true,
 		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error) {
 			rows, gen, err := resources.Pending(ctx, e.pool, after, lim, nil)
 			return rows, resources.LiveSalt(gen), err
@@ -263,419 +312,3 @@ func (e *Exporter) limits() resources.Limits {
 	return resources.Limits{Rows: e.cfg.BatchSize, Bytes: e.cfg.BatchMaxBytes}
 }
 
-func toItems(rows []resources.Row) []thirdparty.Item {
-	items := make([]thirdparty.Item, len(rows))
-	for i, r := range rows {
-		items[i] = thirdparty.Item{ID: r.ID, Version: r.Version, Payload: r.Payload}
-	}
-	return items
-}
-
-// batch is a batch read and keyed, not yet pushed.
-type batch struct {
-	items []thirdparty.Item
-	salt  string
-	key   string
-}
-
-func (b batch) inflight() checkpoint.Inflight {
-	in := checkpoint.Inflight{Key: b.key, Salt: b.salt, IDs: make([]int64, len(b.items)), Versions: make([]int64, len(b.items))}
-	for i, it := range b.items {
-		in.IDs[i], in.Versions[i] = it.ID, it.Version
-	}
-	return in
-}
-
-func inflightOf(bs []batch) []checkpoint.Inflight {
-	out := make([]checkpoint.Inflight, len(bs))
-	for i, b := range bs {
-		out[i] = b.inflight()
-	}
-	return out
-}
-
-type fetched struct {
-	rows []resources.Row
-	salt string
-	err  error
-}
-
-// passResult says what a pass did.
-type passResult struct {
-	rows    int
-	batches int
-	lastID  int64
-	// done is true when the pass reached the end of its source.
-	done bool
-}
-
-// markWindow is how many batches may be sent before the mark of the
-// earliest of them commits: the push path and the marks overlap, and a
-// crash leaves at most this many batches sent and unmarked, all recorded.
-const markWindow = 3
-
-// pushed is a batch the third party answered, waiting for its mark.
-type pushed struct {
-	b   batch
-	out *delivery.Outcome
-	// window is the batches recorded as in flight once this mark commits:
-	// those after it, up to markWindow of them.
-	window []checkpoint.Inflight
-}
-
-// pass pushes src's rows after startAfter, batch by batch, until the source
-// is exhausted or maxBatches were pushed (0: no limit).
-//
-// Three things overlap: reading ahead (a goroutine), pushing (this
-// goroutine), and marking (another goroutine, on the lock's connection,
-// several pushed batches per transaction when it falls behind). What makes
-// the overlap safe is that no batch is pushed before it is recorded as in
-// flight: each mark transaction records the markWindow batches that follow
-// the last batch it marks, and a push waits until a committed record covers
-// its batch.
-func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAfter int64, maxBatches int) (passResult, error) {
-	res := passResult{lastID: startAfter}
-	rctx, cancel := context.WithCancel(ctx)
-	// One batch waits in the channel while the next is read: the pusher
-	// keeps its own read-ahead window, so more would only hold memory.
-	ch := make(chan fetched, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(ch)
-		after := startAfter
-		for {
-			rows, salt, err := src.fetch(rctx, after, e.limits())
-			select {
-			case ch <- fetched{rows, salt, err}:
-			case <-rctx.Done():
-				return
-			}
-			if err != nil || len(rows) == 0 {
-				return
-			}
-			after = rows[len(rows)-1].ID
-		}
-	})
-	defer func() {
-		cancel()
-		for range ch {
-		}
-		wg.Wait()
-	}()
-
-	// read is every batch read so far, in order; seq numbers index it.
-	var read []batch
-	eof := false
-	fill := func(upTo int) error {
-		for len(read) < upTo && !eof && (maxBatches == 0 || len(read) < maxBatches) {
-			f, ok := <-ch
-			if !ok {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				eof = true
-				break
-			}
-			if f.err != nil {
-				return f.err
-			}
-			if len(f.rows) == 0 {
-				eof = true
-				break
-			}
-			items := toItems(f.rows)
-			read = append(read, batch{items: items, salt: f.salt, key: thirdparty.IdempotencyKey(f.salt, items)})
-		}
-		return nil
-	}
-	window := func(from int) []checkpoint.Inflight {
-		return inflightOf(read[min(from, len(read)):min(from+markWindow, len(read))])
-	}
-
-	if err := fill(markWindow); err != nil {
-		return res, err
-	}
-	if len(read) == 0 {
-		res.done = true
-		return res, nil
-	}
-	// The first batches of a pass are recorded on their own. This record is
-	// not worth an fsync: the mark that follows flushes it, and if the
-	// database crashes before, the batches are only re-read, and most likely
-	// keyed the same.
-	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-			return err
-		}
-		return checkpoint.SetInflight(ctx, tx, src.checkpoint, window(0))
-	}); err != nil {
-		return res, err
-	}
-
-	// The marker: it marks what was pushed, as many batches per transaction
-	// as are waiting, and reports how far the committed record reaches.
-	toMark := make(chan pushed, markWindow)
-	var (
-		mu       sync.Mutex
-		reported progress
-	)
-	notify := make(chan struct{}, 1)
-	var mwg sync.WaitGroup
-	mwg.Go(func() {
-		for p := range toMark {
-			group := []pushed{p}
-		more:
-			for {
-				select {
-				case q, ok := <-toMark:
-					if !ok {
-						break more
-					}
-					group = append(group, q)
-				default:
-					break more
-				}
-			}
-			err := e.mark(ctx, lk, src, group)
-			mu.Lock()
-			if err != nil {
-				reported.err = err
-			} else {
-				reported.marked += len(group)
-				reported.recorded = reported.marked + len(group[len(group)-1].window)
-			}
-			mu.Unlock()
-			select {
-			case notify <- struct{}{}:
-			default:
-			}
-			if err != nil {
-				for range toMark {
-				}
-				return
-			}
-		}
-	})
-	closed := false
-	closeMarker := func() {
-		if !closed {
-			closed = true
-			close(toMark)
-			mwg.Wait()
-		}
-	}
-	defer closeMarker()
-
-	recorded := len(window(0))
-	marked := 0
-	var markErr error
-	// absorb takes in what the marker reported.
-	absorb := func() {
-		mu.Lock()
-		p := reported
-		mu.Unlock()
-		if p.err != nil && markErr == nil {
-			markErr = p.err
-		}
-		recorded = max(recorded, p.recorded)
-		for ; marked < p.marked; marked++ {
-			// Marked batches are counted and let go: a pass over a
-			// million rows must not keep them.
-			res.count(read[marked])
-			read[marked].items = nil
-		}
-	}
-	// finish lets the marker mark everything pushed and reports its error.
-	finish := func() error {
-		closeMarker()
-		absorb()
-		return markErr
-	}
-
-	for j := 0; ; j++ {
-		if j == len(read) {
-			if err := fill(j + 1); err != nil {
-				return res, errors.Join(err, finish())
-			}
-			if j == len(read) {
-				res.done = eof
-				return res, finish()
-			}
-		}
-		if e.isStopping() {
-			return res, errors.Join(errStopping, finish())
-		}
-		// Never push a batch the committed record does not cover.
-		absorb()
-		for j >= recorded && markErr == nil {
-			<-notify
-			absorb()
-		}
-		if markErr != nil {
-			return res, errors.Join(markErr, finish())
-		}
-		b := read[j]
-		out, err := e.push(ctx, b.salt, b.key, b.items)
-		if err != nil {
-			return res, errors.Join(err, finish())
-		}
-		readErr := fill(j + 1 + markWindow)
-		toMark <- pushed{b: b, out: out, window: window(j + 1)}
-		if readErr != nil {
-			return res, errors.Join(readErr, finish())
-		}
-	}
-}
-
-// progress is what the marker reports to the pusher.
-type progress struct {
-	marked   int // batches marked so far in this pass
-	recorded int // batches covered by the committed record of batches in flight
-	err      error
-}
-
-func (r *passResult) count(b batch) {
-	r.rows += len(b.items)
-	r.batches++
-	r.lastID = b.items[len(b.items)-1].ID
-}
-
-// push delivers one batch and records metrics.
-func (e *Exporter) push(ctx context.Context, salt, key string, items []thirdparty.Item) (*delivery.Outcome, error) {
-	start := time.Now()
-	out, err := e.pusher.Deliver(ctx, delivery.Batch{Key: key, Salt: salt, Items: items})
-	if err != nil {
-		e.metrics.BatchError()
-		return nil, fmt.Errorf("exporter: push batch %s: %w", key, err)
-	}
-	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
-	e.lastKey.Store(&key)
-	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", key),
-		slog.Int("items", len(items)), slog.Int("accepted", len(out.Accepted)),
-		slog.Int("rejected", len(out.Rejected)), slog.Int("requests", out.Requests),
-		slog.Duration("took", time.Since(start)))
-	return out, nil
-}
-
-// mark writes the outcome of pushed batches, the checkpoint and the batches
-// now in flight in one transaction on the lock's connection. It runs even
-// when the job is being cancelled: what the third party accepted must be
-// recorded.
-func (e *Exporter) mark(ctx context.Context, lk *locks.Lock, src source, group []pushed) error {
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
-	defer cancel()
-	var acc, rej resources.Versions
-	var errs []string
-	for _, p := range group {
-		for _, it := range p.out.Accepted {
-			acc.Add(it.ID, it.Version)
-		}
-		for _, r := range p.out.Rejected {
-			rej.Add(r.Item.ID, r.Item.Version)
-			errs = append(errs, r.Error)
-		}
-	}
-	last := group[len(group)-1]
-	err := lk.WithTx(mctx, func(tx pgx.Tx) error {
-		if _, err := resources.MarkSynced(mctx, tx, acc); err != nil {
-			return err
-		}
-		if _, err := resources.MarkFailed(mctx, tx, rej, errs); err != nil {
-			return err
-		}
-		return checkpoint.Advance(mctx, tx, src.checkpoint, checkpoint.Progress{
-			LastID: last.b.items[len(last.b.items)-1].ID, Rows: int64(acc.Len()), Failed: int64(rej.Len()),
-			Batches: int64(len(group)),
-		}, last.window)
-	})
-	if err != nil {
-		return fmt.Errorf("exporter: mark batch: %w", err)
-	}
-	if rej.Len() > 0 {
-		e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
-			slog.Int("rejected", rej.Len()), slog.String("first_error", errs[0]))
-	}
-	return nil
-}
-
-// resume pushes the batches a previous holder recorded as in flight, if any,
-// before anything else, so they go again as the same batches. It returns
-// where the source's cursor stands after them.
-func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, src source) (int64, error) {
-	cp, err := checkpoint.Get(ctx, e.pool, src.checkpoint)
-	if err != nil {
-		return 0, err
-	}
-	lastID := cp.LastID
-	for i, in := range cp.Inflight {
-		if len(in.IDs) == 0 {
-			continue
-		}
-		rest := cp.Inflight[i+1:]
-		lastID = max(lastID, in.IDs[len(in.IDs)-1])
-		items, err := e.loadInflight(ctx, src, in)
-		if err != nil {
-			return 0, err
-		}
-		if len(items) == 0 {
-			if err := lk.WithTx(ctx, func(tx pgx.Tx) error { return checkpoint.SetInflight(ctx, tx, src.checkpoint, rest) }); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		key, salt := in.Key, in.Salt
-		if len(items) != len(in.IDs) {
-			// Some rows changed or were marked since: this is a different
-			// batch and must not reuse the key (a third party may check that
-			// a key's body never changes). Only these rows can reach it
-			// twice.
-			key = thirdparty.IdempotencyKey(salt, items)
-			e.logger.WarnContext(ctx, "exporter: batch in flight changed since it was recorded; resending the rest under a new key",
-				slog.String("recorded_key", in.Key), slog.String("idempotency_key", key),
-				slog.Int("recorded", len(in.IDs)), slog.Int("resent", len(items)))
-		} else {
-			e.logger.InfoContext(ctx, "exporter: resending a batch in flight at the last stop",
-				slog.String("idempotency_key", key), slog.Int("items", len(items)))
-		}
-		out, err := e.push(ctx, salt, key, items)
-		if err != nil {
-			return 0, err
-		}
-		if err := e.mark(ctx, lk, src, []pushed{{b: batch{items: items, salt: salt, key: key}, out: out, window: rest}}); err != nil {
-			return 0, err
-		}
-	}
-	return lastID, nil
-}
-
-// loadInflight returns the rows of a recorded batch that are still at their
-// recorded version (and, for the live sync, still pending).
-func (e *Exporter) loadInflight(ctx context.Context, src source, in checkpoint.Inflight) ([]thirdparty.Item, error) {
-	rows, err := e.pool.Query(ctx, `SELECT id, version, payload::text, synced_at IS NULL AND failed_at IS NULL
-		FROM resources WHERE id = ANY($1) ORDER BY id`, in.IDs)
-	if err != nil {
-		return nil, fmt.Errorf("exporter: load batch in flight: %w", err)
-	}
-	defer rows.Close()
-	want := make(map[int64]int64, len(in.IDs))
-	for i, id := range in.IDs {
-		want[id] = in.Versions[i]
-	}
-	var items []thirdparty.Item
-	for rows.Next() {
-		var it thirdparty.Item
-		var payload string
-		var pending bool
-		if err := rows.Scan(&it.ID, &it.Version, &payload, &pending); err != nil {
-			return nil, fmt.Errorf("exporter: load batch in flight: %w", err)
-		}
-		it.Payload = []byte(payload)
-		if it.Version == want[it.ID] && (pending || !src.live) {
-			items = append(items, it)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("exporter: load batch in flight: %w", err)
-	}
-	return items, nil
-}

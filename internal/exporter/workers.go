@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,6 +68,8 @@ func (e *Exporter) jobResult(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, errYield):
+		return nil
 	case errors.Is(err, errMore), errors.Is(err, errStopping):
 		return river.JobSnooze(0)
 	case errors.Is(err, locks.ErrLockBusy):
@@ -75,8 +78,13 @@ func (e *Exporter) jobResult(ctx context.Context, err error) error {
 		e.logger.WarnContext(ctx, "exporter: export lock lost; stopped pushing, marked nothing more", slog.String("error", err.Error()))
 		return river.JobSnooze(e.cfg.LockBusySnooze)
 	case errors.As(err, &ra):
-		e.logger.WarnContext(ctx, "exporter: pausing", slog.String("error", err.Error()), slog.Duration("retry_in", ra.RetryAfter()))
-		return river.JobSnooze(max(ra.RetryAfter(), 0))
+		// Parked for at most MaxSnooze: the pause itself is shared state
+		// that the next run reads again, so a restart, another daemon or a
+		// shorter pause is never stuck behind a job parked for hours.
+		wait := min(max(ra.RetryAfter(), 0), e.cfg.MaxSnooze)
+		e.logger.WarnContext(ctx, "exporter: pausing", slog.String("error", err.Error()),
+			slog.Duration("retry_in", ra.RetryAfter()), slog.Duration("next_look_in", wait))
+		return river.JobSnooze(wait)
 	case ctx.Err() != nil:
 		// Cancelled by the shutdown timeout: the batch in flight was
 		// abandoned unmarked and is recorded, so the next run resends it.
@@ -127,10 +135,25 @@ type drainOpts struct {
 	// keepEvents skips deleting outbox events, for polls while the gate is
 	// shut: then no writer appends any, and a statement a poll is spared.
 	keepEvents bool
+	// deadline, when set, ends the drain with errMore once passed: a job
+	// whose rows keep coming faster than the third party takes them still
+	// ends at its run limit.
+	deadline time.Time
+	// yield ends the drain with errYield when a replay waits for the lock.
+	yield bool
 }
 
+// errYield ends a live job so that a waiting replay gets the lock; the
+// replay drains live rows itself, and the open gate brings a new live job.
+var errYield = errors.New("exporter: yielding to a replay")
+
+// startID is below every id a bigint can hold: sources are read with
+// id > startID, so no row is out of reach.
+const startID = math.MinInt64
+
 // drainLive pushes pending rows until a pass finds none (or as o says). It
-// returns how many rows it pushed.
+// returns how many rows it pushed. Every pass is bounded by PassLength, so
+// between passes it can look at the clock and at waiting replays.
 func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (int, error) {
 	total := 0
 	for {
@@ -139,13 +162,30 @@ func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (
 				return total, err
 			}
 		}
-		res, err := e.pass(ctx, lk, e.liveSource(), 0, o.maxBatches)
+		until := time.Now().Add(e.cfg.PassLength)
+		if !o.deadline.IsZero() && o.deadline.Before(until) {
+			until = o.deadline
+		}
+		res, err := e.pass(ctx, lk, e.liveSource(), startID, o.maxBatches, until)
 		total += res.rows
 		if err != nil || res.rows == 0 || o.maxBatches > 0 || o.once {
 			return total, err
 		}
+		if !o.deadline.IsZero() && time.Now().After(o.deadline) {
+			return total, errMore
+		}
+		if o.yield {
+			waiting, err := e.replayWaiting(ctx)
+			if err != nil {
+				return total, err
+			}
+			if waiting {
+				return total, errYield
+			}
+		}
 		// A pass that found rows may have been overtaken by rows with
-		// lower ids that committed late: look again from the start.
+		// lower ids that committed late, or ended at its length: look
+		// again from the start.
 	}
 }
 
@@ -181,7 +221,7 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 		}
 	}()
 
-	if _, err := e.resume(ctx, lk, e.liveSource()); err != nil {
+	if err := e.resume(ctx, lk); err != nil {
 		return err
 	}
 	hot := time.NewTimer(0)
@@ -190,8 +230,11 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 		if err := e.setGate(ctx, lk, false); err != nil {
 			return err
 		}
-		n, err := e.drainLive(ctx, lk, drainOpts{})
+		n, err := e.drainLive(ctx, lk, drainOpts{deadline: started.Add(e.cfg.MaxRun), yield: true})
 		total += n
+		if errors.Is(err, errYield) {
+			return errors.Join(err, e.setGate(ctx, lk, true))
+		}
 		if err != nil {
 			return err
 		}
@@ -277,18 +320,42 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 	}
 }
 
-// yieldToReplay opens the gate and reports true when a replay is waiting
-// for the lock, so the live job can end instead of lingering.
-func (e *Exporter) yieldToReplay(ctx context.Context, lk *locks.Lock) (bool, error) {
+// replayWaiting reports whether a replay is waiting for the lock.
+func (e *Exporter) replayWaiting(ctx context.Context) (bool, error) {
 	var waiting bool
 	err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ('pending', 'running'))`).Scan(&waiting)
 	if err != nil {
 		return false, fmt.Errorf("exporter: replays waiting: %w", err)
 	}
-	if !waiting {
-		return false, nil
+	return waiting, nil
+}
+
+// yieldToReplay opens the gate and reports true when a replay is waiting
+// for the lock, so the live job can end instead of lingering.
+func (e *Exporter) yieldToReplay(ctx context.Context, lk *locks.Lock) (bool, error) {
+	waiting, err := e.replayWaiting(ctx)
+	if err != nil || !waiting {
+		return false, err
 	}
 	return true, e.setGate(ctx, lk, true)
+}
+
+// keepRecorded reports whether a recorded batch of the named checkpoint is
+// still to be sent: not when it belongs to a replay that was cancelled or
+// is gone.
+func (e *Exporter) keepRecorded(ctx context.Context, name string) (bool, error) {
+	id, ok := checkpoint.ReplayID(name)
+	if !ok {
+		return true, nil
+	}
+	r, err := LoadReplay(ctx, e.pool, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return r.State != "cancelled", nil
 }
 
 // Replay is a replay's definition and state.
@@ -364,20 +431,32 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) er
 		return fmt.Errorf("exporter: start replay: %w", err)
 	}
 	src := e.replaySource(r)
-	after, err := e.resume(ctx, lk, src)
+	if err := e.resume(ctx, lk); err != nil {
+		return err
+	}
+	cp, err := checkpoint.Get(ctx, e.pool, src.checkpoint)
 	if err != nil {
 		return err
 	}
-	// Chunks until ReplayHold has passed, then the lock goes back; live rows
-	// first in every chunk, so a long backfill delays them by at most one
-	// chunk.
+	after := int64(startID)
+	if cp.Positioned {
+		after = cp.LastID
+	}
+	// Chunks until ReplayHold has passed, then the lock goes back. Live rows
+	// go first in every chunk, at most liveBatches of them, so a backfill
+	// delays them by at most one chunk and, while live rows keep coming
+	// faster than the third party takes them, still gets its share.
+	liveBatches := max(1, int(math.Ceil(float64(e.cfg.ReplayChunkBatches)*(1-e.cfg.ReplayShare)/e.cfg.ReplayShare)))
 	held := time.Now()
 	for {
-		if _, err := e.drainLive(ctx, lk, drainOpts{maxBatches: e.cfg.ReplayChunkBatches}); err != nil {
+		if _, err := e.drainLive(ctx, lk, drainOpts{maxBatches: liveBatches}); err != nil {
+			return err
+		}
+		if cur, err := LoadReplay(ctx, e.pool, r.ID); err != nil || cur.State == "cancelled" {
 			return err
 		}
 		chunkStart := time.Now()
-		res, err := e.pass(ctx, lk, src, after, e.cfg.ReplayChunkBatches)
+		res, err := e.pass(ctx, lk, src, after, e.cfg.ReplayChunkBatches, time.Time{})
 		e.logger.DebugContext(ctx, "exporter: replay chunk", slog.Int64("replay_id", r.ID), slog.Int("rows", res.rows),
 			slog.Int64("last_id", res.lastID), slog.Duration("took", time.Since(chunkStart)))
 		if err != nil {
@@ -397,7 +476,7 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) er
 	}); err != nil {
 		return fmt.Errorf("exporter: finish replay: %w", err)
 	}
-	cp, _ := checkpoint.Get(ctx, e.pool, src.checkpoint)
+	cp, _ = checkpoint.Get(ctx, e.pool, src.checkpoint)
 	e.logger.InfoContext(ctx, "exporter: replay done", slog.Int64("replay_id", r.ID),
 		slog.Int64("rows", cp.RowsDone), slog.Int64("failed", cp.RowsFailed))
 	return nil

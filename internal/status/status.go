@@ -151,7 +151,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool) (*Report, error) {
 	for _, cp := range cps {
 		r.Checkpoints = append(r.Checkpoints, Checkpoint{
 			Name: cp.Name, LastID: cp.LastID, RowsDone: cp.RowsDone, RowsFailed: cp.RowsFailed,
-			BatchesDone: cp.BatchesDone, InFlight: len(cp.Inflight), UpdatedAt: cp.UpdatedAt,
+			BatchesDone: cp.BatchesDone, InFlight: cp.InFlight, UpdatedAt: cp.UpdatedAt,
 		})
 		done[cp.Name] = cp.RowsDone + cp.RowsFailed
 	}

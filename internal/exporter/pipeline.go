@@ -1,0 +1,490 @@
+package exporter
+
+import (
+	"context"
+		"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// batch is one request's worth of rows on its way through the pipeline:
+// read, recorded (seq set), sent, answered (out set), marked.
+type batch struct {
+	name   string // the checkpoint it belongs to
+	items  []thirdparty.Item
+	salt   string
+	key    string
+	body   []byte
+	lastID int64
+	seq    int64 // set once a committed record covers the batch
+	out    *delivery.Outcome
+}
+
+func (b *batch) record() checkpoint.Batch {
+	return checkpoint.Batch{Name: b.name, Key: b.key, Salt: b.salt, Items: len(b.items), Body: b.body}
+}
+
+// newBatch encodes rows as one request under the installation's key.
+func (e *Exporter) newBatch(name, salt string, rows []resources.Row) *batch {
+	items := make([]thirdparty.Item, len(rows))
+	for i, r := range rows {
+		items[i] = thirdparty.Item{ID: r.ID, Version: r.Version, Payload: r.Payload}
+	}
+	body := thirdparty.AppendBatch(nil, items)
+	return &batch{
+		name: name, items: items, salt: salt, body: body,
+		key:    thirdparty.BatchKey(e.cfg.Installation, salt, body),
+		lastID: rows[len(rows)-1].ID,
+	}
+}
+
+// recordedBatch turns a recorded batch back into one to send: its exact
+// body, its key, and the items the body holds (for marks and splits).
+func recordedBatch(r checkpoint.Batch) (*batch, error) {
+	items, err := thirdparty.DecodeBatch(r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("exporter: recorded batch %d (%s): %w", r.Seq, r.Key, err)
+	}
+	b := &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq}
+	if len(items) > 0 {
+		b.lastID = items[len(items)-1].ID
+	}
+	return b, nil
+}
+
+// reader reads a source's batches ahead of the pushers, in id order.
+type reader struct {
+	ch     chan fetched
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type fetched struct {
+	b   *batch
+	err error
+}
+
+// startReader reads src after startAfter until the source is exhausted,
+// maxBatches were read (0: no limit) or until has passed (zero: never).
+// One batch waits in the channel while the next is read; the pipeline
+// bounds what it holds beyond that.
+func (e *Exporter) startReader(ctx context.Context, src source, startAfter int64, maxBatches int, until time.Time) *reader {
+	rctx, cancel := context.WithCancel(ctx)
+	r := &reader{ch: make(chan fetched, 1), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		defer close(r.ch)
+		after := startAfter
+		for n := 0; maxBatches == 0 || n < maxBatches; n++ {
+			if !until.IsZero() && time.Now().After(until) {
+				return
+			}
+			rows, salt, err := src.fetch(rctx, after, e.limits())
+			if err == nil && len(rows) == 0 {
+				return
+			}
+			var f fetched
+			if err != nil {
+				f.err = err
+			} else {
+				f.b = e.newBatch(src.checkpoint, salt, rows)
+				after = f.b.lastID
+			}
+			select {
+			case r.ch <- f:
+			case <-rctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return r
+}
+
+// stop ends the reader and waits for it.
+func (r *reader) stop() {
+	r.cancel()
+	for range r.ch {
+	}
+	<-r.done
+}
+
+// passResult says what a pass did.
+type passResult struct {
+	rows    int
+	batches int
+	lastID  int64
+	// done is true when the pass reached the end of its source.
+	done bool
+}
+
+// pushed is a push's answer.
+type pushed struct {
+	b   *batch
+	out *delivery.Outcome
+	err error
+}
+
+// marked is a marker transaction's report.
+type marked struct {
+	marks   []*batch // batches whose outcome it wrote
+	records []*batch // batches it recorded
+	seqs    []int64
+	err     error
+}
+
+// pipeline runs batches through record, push and mark. It is one event
+// loop over three kinds of events: a batch read, a push answered, a marker
+// transaction committed. Its rules:
+//
+//   - At most MaxInFlight pushes are unanswered at once.
+//   - No batch is pushed before a committed record covers it, and every
+//     batch sent and not marked stays recorded: after a crash exactly those
+//     go again, under their keys, with their bodies.
+//   - Batches are sent in the order read. A pass reads each id at most once,
+//     and passes never overlap, so no id is in two unanswered requests.
+//   - It holds at most MaxInFlight+readAhead batches that are not marked, so
+//     memory is bounded by batches, whatever the source's size.
+//   - One marker transaction at a time writes, on the lock's connection,
+//     the outcomes of every batch answered since the last one, forgets their
+//     records, and records the batches read since.
+type pipeline struct {
+	e  *Exporter
+	lk *locks.Lock
+	// serial pushes one batch at a time, for resends whose batches may
+	// share ids.
+	serial bool
+	// start is the position before the first batch read.
+	start int64
+
+	res pushedCounts
+}
+
+// pushedCounts is what a pipeline marked.
+type pushedCounts struct {
+	rows, batches int
+	lastID        int64
+}
+
+// readAhead is how many batches are read and recorded beyond those in
+// flight, so a pusher that is answered finds the next batch ready.
+const readAhead = 2
+
+// run sends initial (already recorded) batches and then what rd reads, if
+// rd is not nil, and returns when everything sent is marked. stop, when it
+// returns true, makes the pipeline send nothing more; the batches recorded
+// and never sent are forgotten.
+func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop func() bool) error {
+	e := p.e
+	limit := e.cfg.MaxInFlight
+	if p.serial {
+		limit = 1
+	}
+	var (
+		queue      = initial // read, not yet sent; in order
+		held       = len(initial)
+		inflight   int
+		answered   []*batch
+		markerBusy bool
+		halt       error // first error: nothing more is read or sent
+		markFailed bool
+		sentUpTo   = p.start // the last row of the last batch sent
+	)
+	results := make(chan pushed, limit)
+	ctxDone := ctx.Done()
+	marks := make(chan marked, 1)
+	readCh := (<-chan fetched)(nil)
+	if rd != nil {
+		readCh = rd.ch
+		defer rd.stop()
+	}
+	setHalt := func(err error) {
+		if halt == nil {
+			halt = err
+		}
+		readCh = nil
+	}
+
+	for {
+		if halt == nil && stop != nil && stop() {
+			setHalt(errStopping)
+		}
+		// Start the marker when it has something to write.
+		if !markerBusy && !markFailed && (len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
+			var recs []*batch
+			if halt == nil {
+				for _, b := range queue {
+					if b.seq == 0 {
+						recs = append(recs, b)
+					}
+				}
+			}
+			markerBusy = true
+			m := answered
+			answered = nil
+			go func() { marks <- p.mark(ctx, m, recs) }()
+		}
+		// Send what is recorded, in order, within the limit.
+		for halt == nil && inflight < limit && len(queue) > 0 && queue[0].seq != 0 {
+			b := queue[0]
+			queue = queue[1:]
+			inflight++
+			sentUpTo = b.lastID
+			go func() {
+				out, err := e.push(ctx, b)
+				results <- pushed{b: b, out: out, err: err}
+			}()
+		}
+		// After a failed mark (the lock is lost) answered batches stay
+		// unmarked and recorded: the next holder resends them.
+		if inflight == 0 && !markerBusy && (len(answered) == 0 || markFailed) && (halt != nil || (readCh == nil && len(queue) == 0)) {
+			break
+		}
+		// Read more while the batches held stay within bounds.
+		in := readCh
+		if held >= limit+readAhead {
+			in = nil
+		}
+		select {
+		case f, ok := <-in:
+			switch {
+			case !ok:
+				readCh = nil
+			case f.err != nil:
+				setHalt(f.err)
+			default:
+				queue = append(queue, f.b)
+				held++
+			}
+		case r := <-results:
+			inflight--
+			if r.err != nil {
+				setHalt(r.err)
+				continue
+			}
+			r.b.out = r.out
+			answered = append(answered, r.b)
+		case m := <-marks:
+			markerBusy = false
+			if m.err != nil {
+				markFailed = true
+				setHalt(m.err)
+				continue
+			}
+			for i, b := range m.records {
+				b.seq = m.seqs[i]
+			}
+			for _, b := range m.marks {
+				p.res.rows += len(b.items)
+				p.res.batches++
+				p.res.lastID = max(p.res.lastID, b.lastID)
+				held--
+			}
+		case <-ctxDone:
+			// Pushes end by themselves with the context; keep waiting
+			// for them so their answers are marked.
+			ctxDone = nil
+			setHalt(ctx.Err())
+		}
+	}
+	// Batches recorded and never sent are forgotten, and the position goes
+	// back to the last batch sent: they are read again (and keyed the same
+	// if nothing changed) rather than resent.
+	if !markFailed {
+		var unsent []int64
+		for _, b := range queue {
+			if b.seq != 0 {
+				unsent = append(unsent, b.seq)
+			}
+		}
+		if len(unsent) > 0 {
+			name := queue[0].name
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
+			err := p.lk.WithTx(fctx, func(tx pgx.Tx) error {
+				if err := checkpoint.Forget(fctx, tx, unsent); err != nil {
+					return err
+				}
+				return checkpoint.SetPosition(fctx, tx, name, sentUpTo)
+			})
+			cancel()
+			if err != nil && halt == nil {
+				halt = fmt.Errorf("exporter: forget unsent batches: %w", err)
+			}
+		}
+	}
+	return halt
+}
+
+func hasUnrecorded(queue []*batch) bool {
+	for _, b := range queue {
+		if b.seq == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// mark writes, in one transaction on the lock's connection, the outcomes of
+// answered batches, forgets their records, and records batches about to be
+// sent. It runs even when the job is being cancelled: what the third party
+// accepted must be recorded.
+func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked {
+	res := marked{marks: answered, records: records}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
+	defer cancel()
+	type group struct {
+		acc, rej resources.Versions
+		errs     []string
+		batches  int64
+		seqs     []int64
+	}
+	byName := map[string]*group{}
+	var order []string
+	for _, b := range answered {
+		g := byName[b.name]
+		if g == nil {
+			g = &group{}
+			byName[b.name] = g
+			order = append(order, b.name)
+		}
+		for _, it := range b.out.Accepted {
+			g.acc.Add(it.ID, it.Version)
+		}
+		for _, r := range b.out.Rejected {
+			g.rej.Add(r.Item.ID, r.Item.Version)
+			g.errs = append(g.errs, r.Error)
+		}
+		g.batches++
+		g.seqs = append(g.seqs, b.seq)
+	}
+	err := p.lk.WithTx(mctx, func(tx pgx.Tx) error {
+		for _, name := range order {
+			g := byName[name]
+			if _, err := resources.MarkSynced(mctx, tx, g.acc); err != nil {
+				return err
+			}
+			if _, err := resources.MarkFailed(mctx, tx, g.rej, g.errs); err != nil {
+				return err
+			}
+			if err := checkpoint.Forget(mctx, tx, g.seqs); err != nil {
+				return err
+			}
+			if err := checkpoint.Advance(mctx, tx, name, checkpoint.Progress{
+				Rows: int64(g.acc.Len()), Failed: int64(g.rej.Len()), Batches: g.batches,
+			}); err != nil {
+				return err
+			}
+		}
+		if len(records) == 0 {
+			return nil
+		}
+		// Every batch of one pipeline's reads belongs to one checkpoint.
+		recs := make([]checkpoint.Batch, len(records))
+		for i, b := range records {
+			recs[i] = b.record()
+		}
+		seqs, err := checkpoint.Record(mctx, tx, records[0].name, records[len(records)-1].lastID, recs)
+		res.seqs = seqs
+		return err
+	})
+	if err != nil {
+		res.err = fmt.Errorf("exporter: mark batches: %w", err)
+		return res
+	}
+	for _, name := range order {
+		if g := byName[name]; g.rej.Len() > 0 {
+			p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
+				slog.String("checkpoint", name), slog.Int("rejected", g.rej.Len()), slog.String("first_error", g.errs[0]))
+		}
+	}
+	return res
+}
+
+// push delivers one batch and records metrics.
+func (e *Exporter) push(ctx context.Context, b *batch) (*delivery.Outcome, error) {
+	start := time.Now()
+	out, err := e.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
+	if err != nil {
+		e.metrics.BatchError()
+		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
+	}
+	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
+	e.lastKey.Store(&b.key)
+	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
+		slog.Int("items", len(b.items)), slog.Int("accepted", len(out.Accepted)),
+		slog.Int("rejected", len(out.Rejected)), slog.Int("requests", out.Requests),
+		slog.Duration("took", time.Since(start)))
+	return out, nil
+}
+
+// pass pushes src's rows after startAfter until the source is exhausted,
+// maxBatches were read (0: no limit), or until has passed (zero: never).
+func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAfter int64, maxBatches int, until time.Time) (passResult, error) {
+	p := &pipeline{e: e, lk: lk, start: startAfter, res: pushedCounts{lastID: startAfter}}
+	rd := e.startReader(ctx, src, startAfter, maxBatches, until)
+	exhausted := false
+	// The reader closes its channel at the end of the source, at
+	// maxBatches or at until; only the first means the pass is done.
+	err := p.run(ctx, nil, rd, e.isStopping)
+	res := passResult{rows: p.res.rows, batches: p.res.batches, lastID: p.res.lastID}
+	if err == nil {
+		exhausted = (maxBatches == 0 || p.res.batches < maxBatches) && (until.IsZero() || time.Now().Before(until))
+	}
+	res.done = exhausted
+	return res, err
+}
+
+// resume sends, one at a time and in the order they were recorded, every
+// batch a previous holder of the lock recorded and did not mark, before
+// anything else is read: they may have reached the third party, so they go
+// again byte for byte under their keys, and a later version of any of their
+// rows goes only after them. Batches of cancelled replays are dropped.
+func (e *Exporter) resume(ctx context.Context, lk *locks.Lock) error {
+	recs, err := checkpoint.Recorded(ctx, e.pool)
+	if err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	var batches []*batch
+	var drop []int64
+	for _, r := range recs {
+		if keep, err := e.keepRecorded(ctx, r.Name); err != nil {
+			return err
+		} else if !keep {
+			drop = append(drop, r.Seq)
+			continue
+		}
+		b, err := recordedBatch(r)
+		if err != nil {
+			return err
+		}
+		batches = append(batches, b)
+	}
+	if len(drop) > 0 {
+		if err := lk.WithTx(ctx, func(tx pgx.Tx) error { return checkpoint.Forget(ctx, tx, drop) }); err != nil {
+			return err
+		}
+	}
+	if len(batches) == 0 {
+		return nil
+	}
+	e.logger.InfoContext(ctx, "exporter: resending the batches in flight at the last stop, under their keys",
+		slog.Int("batches", len(batches)), slog.String("first_idempotency_key", batches[0].key))
+	p := &pipeline{e: e, lk: lk, serial: true}
+	if err := p.run(ctx, batches, nil, nil); err != nil {
+		return err
+	}
+	return nil
+}
