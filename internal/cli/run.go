@@ -33,6 +33,8 @@ type RunCmd struct {
 	HTTPAddr           string        `name:"http-addr" env:"SYNCER_HTTP_ADDR" default:"127.0.0.1:8080" help:"Address of /healthz, /readyz and /metrics."`
 	Workers            int           `name:"workers" env:"SYNCER_WORKERS" default:"4" help:"River workers for syncer's queue."`
 	Pprof              bool          `name:"pprof" env:"SYNCER_PPROF" help:"Serve /debug/pprof/ on the HTTP address."`
+	MaxInFlight        int           `name:"max-in-flight" env:"SYNCER_MAX_IN_FLIGHT" default:"4" help:"Requests to the third party unanswered at once, at most."`
+	ReplayShare        float64       `name:"replay-share" env:"SYNCER_REPLAY_SHARE" default:"0.25" help:"Least share of the batches a replay gets while live rows keep arriving (0 < share <= 1)."`
 }
 
 // Validate names the first bad setting.
@@ -42,6 +44,12 @@ func (c *RunCmd) Validate() error {
 	}
 	if err := validateExport(c.ThirdpartyURL, c.BatchSize, c.BatchMaxBytes, c.RateLimit, c.RateBurst, c.RequestTimeout, c.ShutdownTimeout, c.Workers); err != nil {
 		return err
+	}
+	switch {
+	case c.MaxInFlight <= 0:
+		return usagef("--max-in-flight (SYNCER_MAX_IN_FLIGHT) must be positive, got %d", c.MaxInFlight)
+	case !(c.ReplayShare > 0 && c.ReplayShare <= 1):
+		return usagef("--replay-share (SYNCER_REPLAY_SHARE) must be above 0 and at most 1, got %v", c.ReplayShare)
 	}
 	return validateDelivery(c.BreakerFailures, c.BreakerOpenTimeout, c.BackoffMaxElapsed)
 }
@@ -125,6 +133,8 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 		Exporter: exporter.Config{
 			BatchSize:     c.BatchSize,
 			BatchMaxBytes: c.BatchMaxBytes,
+			MaxInFlight:   c.MaxInFlight,
+			ReplayShare:   c.ReplayShare,
 		},
 		HTTPAddr:        c.HTTPAddr,
 		Pprof:           c.Pprof,

@@ -311,4 +311,3 @@ func (e *Exporter) liveSource() source {
 func (e *Exporter) limits() resources.Limits {
 	return resources.Limits{Rows: e.cfg.BatchSize, Bytes: e.cfg.BatchMaxBytes}
 }
-

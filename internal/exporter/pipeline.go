@@ -2,7 +2,7 @@ package exporter
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"log/slog"
 	"time"
 

@@ -147,9 +147,8 @@ type drainOpts struct {
 // replay drains live rows itself, and the open gate brings a new live job.
 var errYield = errors.New("exporter: yielding to a replay")
 
-// startID is below every id a bigint can hold: sources are read with
-// id > startID, so no row is out of reach.
-const startID = math.MinInt64
+// startID is the position before every row.
+const startID = resources.Start
 
 // drainLive pushes pending rows until a pass finds none (or as o says). It
 // returns how many rows it pushed. Every pass is bounded by PassLength, so

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -47,6 +48,12 @@ type Limits struct {
 	Bytes int
 }
 
+// Start is the position before every row: a read after Start includes the
+// row whose id is the smallest a bigint holds, so every id is exported.
+const Start int64 = math.MinInt64
+
+const startSQL = "-9223372036854775808"
+
 // Pending returns the next batch of pending rows with id > afterID, in id
 // order, and the live generation read in the same statement (see
 // RetryFailed). It reads one row past a byte limit at most and leaves that
@@ -54,7 +61,7 @@ type Limits struct {
 // allocations.
 func Pending(ctx context.Context, q Querier, afterID int64, lim Limits, scratch []Row) ([]Row, int64, error) {
 	rows, err := q.Query(ctx, `SELECT id, version, payload, (SELECT live FROM syncer_generation) FROM resources
-		WHERE synced_at IS NULL AND failed_at IS NULL AND id > $1
+		WHERE synced_at IS NULL AND failed_at IS NULL AND (id > $1 OR (id = $1 AND $1 = `+startSQL+`))
 		ORDER BY id LIMIT $2`, afterID, lim.Rows)
 	if err != nil {
 		return nil, 0, fmt.Errorf("resources: select pending: %w", err)
@@ -106,7 +113,7 @@ func Matching(ctx context.Context, q Querier, f Filter, afterID int64, lim Limit
 	args := append([]any{afterID}, f.args()...)
 	args = append(args, lim.Rows)
 	rows, err := q.Query(ctx, `SELECT id, version, payload FROM resources
-		WHERE id > $1 AND `+f.where()+` ORDER BY id LIMIT $7`, args...)
+		WHERE (id > $1 OR (id = $1 AND $1 = `+startSQL+`)) AND `+f.where()+` ORDER BY id LIMIT $7`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("resources: select range: %w", err)
 	}

@@ -1,0 +1,319 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/migrations"
+)
+
+// scripted is a Pusher whose answers a test scripts by call number. It
+// checks the pipeline's rules on every call: no batch is pushed before a
+// committed record holds its exact body under its key, no id is in two
+// unanswered calls, and no more than the limit are unanswered at once.
+type scripted struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	answer func(ctx context.Context, k int, b delivery.Batch) (*delivery.Outcome, error)
+
+	mu          sync.Mutex
+	calls       []delivery.Batch
+	inflight    int
+	maxInflight int
+	busy        map[int64]bool
+	overlaps    int
+	unrecorded  int
+	sent        map[int64][]int64 // versions of each id, in the order sent
+}
+
+func (s *scripted) Deliver(ctx context.Context, b delivery.Batch) (*delivery.Outcome, error) {
+	var body []byte
+	err := s.pool.QueryRow(context.WithoutCancel(ctx), `SELECT body FROM syncer_batches WHERE key = $1`, b.Key).Scan(&body)
+	s.mu.Lock()
+	k := len(s.calls)
+	s.calls = append(s.calls, b)
+	if err != nil || string(body) != string(b.Body) {
+		s.unrecorded++
+	}
+	s.inflight++
+	s.maxInflight = max(s.maxInflight, s.inflight)
+	for _, it := range b.Items {
+		if s.busy[it.ID] {
+			s.overlaps++
+		}
+		s.busy[it.ID] = true
+		s.sent[it.ID] = append(s.sent[it.ID], it.Version)
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.inflight--
+		for _, it := range b.Items {
+			delete(s.busy, it.ID)
+		}
+	}()
+	if s.answer != nil {
+		return s.answer(ctx, k, b)
+	}
+	return &delivery.Outcome{Accepted: b.Items, Requests: 1}, nil
+}
+
+func (s *scripted) snapshot() (calls []delivery.Batch, maxInflight, overlaps, unrecorded int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]delivery.Batch(nil), s.calls...), s.maxInflight, s.overlaps, s.unrecorded
+}
+
+type pipelineBundle struct {
+	pool   *pgxpool.Pool
+	e      *Exporter
+	lk     *locks.Lock
+	pusher *scripted
+}
+
+func setupPipeline(t *testing.T, cfg Config) *pipelineBundle {
+	t.Helper()
+	ctx := t.Context()
+	pool := dbtest.NewPool(t)
+	_, err := migrations.Up(ctx, pool, nil)
+	require.NoError(t, err)
+	var schema string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
+	inst, err := checkpoint.Installation(ctx, pool)
+	require.NoError(t, err)
+	locker, err := locks.New(pool.Config().ConnConfig, nil)
+	require.NoError(t, err)
+	p := &scripted{t: t, pool: pool, busy: map[int64]bool{}, sent: map[int64][]int64{}}
+	cfg.Schema, cfg.Installation = schema, inst
+	e, err := New(pool, locker, p, &cfg)
+	require.NoError(t, err)
+	lk, err := locker.TryAcquire(ctx, e.LockKey())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lk.Release(context.Background()) })
+	return &pipelineBundle{pool: pool, e: e, lk: lk, pusher: p}
+}
+
+func (b *pipelineBundle) insert(t *testing.T, n int) {
+	t.Helper()
+	_, err := b.pool.Exec(t.Context(), `INSERT INTO resources (payload)
+		SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) g`, n)
+	require.NoError(t, err)
+}
+
+func (b *pipelineBundle) count(t *testing.T, where string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM resources WHERE `+where).Scan(&n))
+	return n
+}
+
+func (b *pipelineBundle) recorded(t *testing.T) []checkpoint.Batch {
+	t.Helper()
+	recs, err := checkpoint.Recorded(t.Context(), b.pool)
+	require.NoError(t, err)
+	return recs
+}
+
+// slow answers after d, or fails when the context ends first.
+func slow(d time.Duration) func(ctx context.Context, k int, b delivery.Batch) (*delivery.Outcome, error) {
+	return func(ctx context.Context, k int, b delivery.Batch) (*delivery.Outcome, error) {
+		select {
+		case <-time.After(d):
+			return &delivery.Outcome{Accepted: b.Items, Requests: 1}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func TestPipelineKeepsItsLimits(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 4} {
+		t.Run(fmt.Sprint(n, " in flight"), func(t *testing.T) {
+			t.Parallel()
+			b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: n})
+			b.pusher.answer = slow(5 * time.Millisecond)
+			b.insert(t, 400)
+
+			res, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+			require.NoError(t, err)
+			require.True(t, res.done)
+			require.Equal(t, 400, res.rows)
+
+			calls, maxInflight, overlaps, unrecorded := b.pusher.snapshot()
+			require.Len(t, calls, 40)
+			require.LessOrEqual(t, maxInflight, n, "never more than MaxInFlight unanswered")
+			require.Zero(t, overlaps, "no id in two unanswered requests")
+			require.Zero(t, unrecorded, "every batch recorded, body and key, before its push")
+			require.Equal(t, 400, b.count(t, "synced_at IS NOT NULL"))
+			require.Empty(t, b.recorded(t), "marked batches are forgotten")
+		})
+	}
+}
+
+func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b.insert(t, 200)
+	const k = 7
+	refused := errors.New("scripted: third party unavailable")
+	b.pusher.answer = func(ctx context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
+		if i >= k {
+			return nil, &delivery.WaitError{Err: refused, Wait: time.Second}
+		}
+		return slow(2*time.Millisecond)(ctx, i, bt)
+	}
+
+	_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.ErrorIs(t, err, refused)
+
+	calls, _, overlaps, unrecorded := b.pusher.snapshot()
+	require.Zero(t, overlaps)
+	require.Zero(t, unrecorded)
+	failed := map[string][]byte{}
+	for _, c := range calls[k:] {
+		failed[c.Key] = c.Body
+	}
+	recs := b.recorded(t)
+	require.Len(t, recs, len(failed), "exactly the batches sent and not answered stay recorded")
+	for _, r := range recs {
+		require.Equal(t, failed[r.Key], r.Body, "recorded byte for byte")
+	}
+	require.Equal(t, 10*k, b.count(t, "synced_at IS NOT NULL"), "every answered batch is marked")
+
+	// Rows of the recorded batches change meanwhile: the resend is still the
+	// recorded body, and only the recorded versions can be marked by it.
+	_, err = b.pool.Exec(t.Context(), `UPDATE resources SET payload = '{"changed": true}' WHERE id IN (SELECT min(id) FROM resources WHERE synced_at IS NULL)`)
+	require.NoError(t, err)
+
+	b.pusher.answer = nil
+	require.NoError(t, b.e.resume(t.Context(), b.lk))
+	after, _, _, unrecorded := b.pusher.snapshot()
+	require.Zero(t, unrecorded)
+	resent := after[len(calls):]
+	require.Len(t, resent, len(recs), "resume resends exactly the recorded batches")
+	for i, r := range recs {
+		require.Equal(t, r.Key, resent[i].Key, "in the order recorded, under their keys")
+		require.Equal(t, r.Body, resent[i].Body, "byte for byte")
+	}
+	require.Empty(t, b.recorded(t))
+
+	res, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.NoError(t, err)
+	require.True(t, res.done)
+	require.Equal(t, 200, b.count(t, "synced_at IS NOT NULL"))
+	b.pusher.mu.Lock()
+	defer b.pusher.mu.Unlock()
+	for id, vs := range b.pusher.sent {
+		for i := 1; i < len(vs); i++ {
+			require.LessOrEqual(t, vs[i-1], vs[i], "versions of id %d sent in increasing order", id)
+		}
+	}
+}
+
+func TestPipelineCancelledMidPushMarksWhatWasAnswered(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b.insert(t, 200)
+	ctx, cancel := context.WithCancel(t.Context())
+	const k = 5
+	b.pusher.answer = func(c context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
+		if i == k {
+			cancel() // the shutdown timeout, or the lock lost
+		}
+		if i >= k {
+			<-c.Done()
+			return nil, c.Err()
+		}
+		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
+	}
+	_, err := b.e.pass(ctx, b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.ErrorIs(t, err, context.Canceled)
+
+	calls, maxInflight, _, unrecorded := b.pusher.snapshot()
+	require.LessOrEqual(t, maxInflight, 4)
+	require.Zero(t, unrecorded)
+	synced := b.count(t, "synced_at IS NOT NULL")
+	require.Equal(t, 10*k, synced, "the answered batches are marked despite the cancellation")
+	require.Len(t, b.recorded(t), len(calls)-k, "the cancelled pushes stay recorded for the next holder")
+}
+
+func TestPipelineRejectionsFailOnlyTheirVersion(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b.insert(t, 50)
+	b.pusher.answer = func(ctx context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
+		out := &delivery.Outcome{Requests: 1}
+		for _, it := range bt.Items {
+			if it.ID%7 == 0 {
+				out.Rejected = append(out.Rejected, delivery.Rejection{Item: it, Error: "no sevens"})
+			} else {
+				out.Accepted = append(out.Accepted, it)
+			}
+		}
+		return out, nil
+	}
+	_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, 7, b.count(t, "failed_at IS NOT NULL AND sync_error = 'no sevens'"))
+	require.Equal(t, 43, b.count(t, "synced_at IS NOT NULL"))
+}
+
+func TestPipelineStopSendsNothingMoreAndForgetsUnsent(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 2})
+	b.insert(t, 300)
+	b.pusher.answer = func(ctx context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
+		if i == 3 {
+			b.e.Shutdown()
+		}
+		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
+	}
+	_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.ErrorIs(t, err, errStopping)
+	calls, _, _, _ := b.pusher.snapshot()
+	require.Less(t, len(calls), 30)
+	require.Equal(t, 10*len(calls), b.count(t, "synced_at IS NOT NULL"), "everything sent is marked")
+	require.Empty(t, b.recorded(t), "batches recorded and never sent are forgotten")
+}
+
+func TestPipelineKeysAreTheInstallations(t *testing.T) {
+	t.Parallel()
+	one := setupPipeline(t, Config{BatchSize: 10})
+	two := setupPipeline(t, Config{BatchSize: 10})
+	for _, b := range []*pipelineBundle{one, two} {
+		b.insert(t, 10)
+		_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+		require.NoError(t, err)
+	}
+	c1, _, _, _ := one.pusher.snapshot()
+	c2, _, _, _ := two.pusher.snapshot()
+	require.Equal(t, c1[0].Body, c2[0].Body, "the same ids, versions and payloads")
+	require.NotEqual(t, c1[0].Key, c2[0].Key, "two installations never share a key")
+	require.Equal(t, thirdparty.BatchKey(one.e.cfg.Installation, "", c1[0].Body), c1[0].Key)
+}
+
+func TestPipelineExportsEveryBigintID(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t, Config{BatchSize: 2})
+	_, err := b.pool.Exec(t.Context(), `INSERT INTO resources (id, payload) VALUES
+		(-9223372036854775808, '{}'), (-1, '{}'), (0, '{}'), (1, '{}'), (9223372036854775807, '{}')`)
+	require.NoError(t, err)
+	res, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, 5, res.rows)
+	require.Equal(t, 5, b.count(t, "synced_at IS NOT NULL"))
+}
