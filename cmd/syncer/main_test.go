@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -441,4 +442,67 @@ func TestReplaySurvivesSIGKILL(t *testing.T) {
 	// River rescues a dead daemon's job after 2 minutes; the relay must not
 	// wait for that.
 	require.Less(t, took, time.Minute)
+}
+
+func TestSIGKILLWhileRowsOfTheBatchesInFlightChange(t *testing.T) {
+	t.Parallel()
+	// Four requests in flight (the default), rows updated while their
+	// batches are in flight, and five kills: no (id, version) may arrive
+	// under two keys, the versions of an id arrive in increasing order, and
+	// the last version of every row arrives.
+	e := setup(t, fakethirdparty.Config{IgnoreIdempotencyKey: true, Latency: 15 * time.Millisecond})
+	const rows = 20000
+	e.fill(t, rows)
+
+	ctx, stopUpdates := context.WithCancel(context.Background())
+	updates := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { updates <- n }()
+		rng := rand.New(rand.NewPCG(2, 3))
+		for ctx.Err() == nil {
+			lo := 1 + rng.IntN(rows-50)
+			tag, err := e.pool.Exec(ctx, `UPDATE resources SET payload = payload || jsonb_build_object('u', version)
+				WHERE id BETWEEN $1 AND $1 + 20`, lo)
+			if err == nil {
+				n += int(tag.RowsAffected())
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for i := range 5 {
+		before := len(e.fake.Deliveries())
+		cmd := e.daemon(t, "SYNCER_BATCH_SIZE=100")
+		// Kill it in the middle of pushing, however long it took to start.
+		require.Eventually(t, func() bool { return len(e.fake.Deliveries()) > before }, time.Minute, 5*time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		t.Logf("kill %d: %d rows still pending", i+1, e.pending(t))
+	}
+	stopUpdates()
+	t.Logf("rows updated during the kills: %d", <-updates)
+	e.daemon(t, "SYNCER_BATCH_SIZE=100")
+	e.waitDrained(t, 3*time.Minute)
+
+	repeats := sameKeyOnly(t, e.fake)
+	t.Logf("pairs that arrived twice (all under the same key): %d", repeats)
+	last := map[int64]int64{}
+	for _, d := range e.fake.Deliveries() {
+		require.GreaterOrEqual(t, d.Version, last[d.ID], "versions of id %d arrive in increasing order", d.ID)
+		last[d.ID] = d.Version
+	}
+	dbRows, err := e.pool.Query(context.Background(), `SELECT id, version FROM resources`)
+	require.NoError(t, err)
+	versions, err := pgx.CollectRows(dbRows, func(r pgx.CollectableRow) ([2]int64, error) {
+		var v [2]int64
+		return v, r.Scan(&v[0], &v[1])
+	})
+	require.NoError(t, err)
+	require.Len(t, versions, rows)
+	for _, v := range versions {
+		require.Equal(t, v[1], last[v[0]], "the last version of row %d arrived last", v[0])
+	}
 }
