@@ -54,9 +54,15 @@ func setup(t *testing.T, fakeCfg fakethirdparty.Config, token string) *testBundl
 // hostile starts a third party of the test's own.
 func hostile(t *testing.T, h http.HandlerFunc) *thirdparty.Client {
 	t.Helper()
+	return newClient(t, hostileURL(t, h), "")
+}
+
+// hostileURL starts a third party of the test's own and returns its URL.
+func hostileURL(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return newClient(t, srv.URL, "")
+	return srv.URL
 }
 
 func newClient(t *testing.T, url, token string) *thirdparty.Client {
@@ -524,4 +530,9 @@ func (r *recorder) text() string {
 		sb.WriteString("\n")
 	}
 	return sb.String()
+}
+
+func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
+	t.Helper()
+	return context.WithCancel(t.Context())
 }

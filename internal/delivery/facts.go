@@ -323,9 +323,10 @@ func (d *Deliverer) failed(ctx context.Context, key string, status int, tpErr *t
 	text := tpErr.Error()
 	d.mu.Lock()
 	d.failure = breakerstore.LastError{Text: text, Status: status, At: now.UTC()}
+	failure := d.failure
 	write := d.store != nil && (text != d.written.Text || now.Sub(d.written.At) >= lastErrorEvery)
 	if write {
-		d.written = d.failure
+		d.written = failure
 	}
 	kind := thirdparty.Classify(tpErr).String() + ":" + strconv.Itoa(status)
 	if tpErr.BadAnswer != "" {
@@ -338,7 +339,7 @@ func (d *Deliverer) failed(ctx context.Context, key string, status int, tpErr *t
 	d.mu.Unlock()
 	if write {
 		wctx, cancel := d.writeContext(ctx)
-		if err := d.store.SetLastError(wctx, d.failure); err != nil {
+		if err := d.store.SetLastError(wctx, failure); err != nil {
 			d.logger.WarnContext(ctx, "delivery: record the last error", slog.String("error", err.Error()))
 		}
 		cancel()
