@@ -162,7 +162,8 @@ func TestOversizedAnswer(t *testing.T) {
 				for left := tt.size - 2; left > 0; left -= len(pad) {
 					_, _ = io.WriteString(w, pad[:min(left, len(pad))])
 				}
-			}, nil)
+			}, &thirdparty.Config{Timeout: 2 * time.Minute}) // 16 MiB under -race on a busy machine
+
 			res, err := b.client.Push(t.Context(), "k", items(2))
 			if tt.ok {
 				require.NoError(t, err)
