@@ -273,7 +273,9 @@ func (c *Client) answer(ctx context.Context, resp *http.Response, ids []int64) (
 // the context error reachable with errors.Is and the URL redacted.
 func (c *Client) transportError(parent context.Context, err error) error {
 	redactURLError(err)
-	return &Error{Err: err, Timeout: isTimeout(parent, err)}
+	// A transport error can quote what a broken server sent (net/http's
+	// "malformed HTTP response" does), which may echo the token.
+	return &Error{Err: err, Timeout: isTimeout(parent, err), errText: c.safe(err.Error())}
 }
 
 // safe makes third-party text safe to log, store and show.

@@ -36,12 +36,15 @@ type Error struct {
 	// Body is the start of the response body (at most SafeTextMax bytes).
 	Body string
 	// Err is the transport error when no answer came; nil otherwise. Any
-	// URL in it is redacted.
+	// URL in it is redacted; its own text may still quote what a broken
+	// server sent, so log Error(), which shows it as SafeText.
 	Err error
 	// Timeout is set when the request ran out of Config.Timeout.
 	Timeout bool
 	// Quota is what the answer's rate-limit headers said, if anything.
 	Quota Quota
+
+	errText string // Err's text as SafeText, token removed
 }
 
 func (e *Error) Error() string {
@@ -74,15 +77,24 @@ func (e *Error) Error() string {
 	case e.Timeout:
 		b.WriteString("timed out")
 		if e.Err != nil {
-			b.WriteString(": " + e.Err.Error())
+			b.WriteString(": " + e.transportText())
 		}
 	default:
 		b.WriteString("failed")
 		if e.Err != nil {
-			b.WriteString(": " + e.Err.Error())
+			b.WriteString(": " + e.transportText())
 		}
 	}
 	return b.String()
+}
+
+// transportText is Err's text made safe: by the client, which knows the
+// token, or here, for an Error built elsewhere.
+func (e *Error) transportText() string {
+	if e.errText != "" {
+		return e.errText
+	}
+	return SafeText(e.Err.Error())
 }
 
 // Unwrap returns the transport error, so errors.Is(err, context.Canceled)

@@ -310,6 +310,39 @@ func TestURLSecretsNotInTransportErrors(t *testing.T) {
 	require.ErrorAs(t, err, &oe)
 }
 
+// TestMalformedResponseEchoingToken: net/http quotes a malformed answer in
+// its error; the token in it does not survive.
+func TestMalformedResponseEchoingToken(t *testing.T) {
+	t.Parallel()
+	const token = "tok-malformed-secret"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = conn.Read(make([]byte, 64<<10))
+		_, _ = io.WriteString(conn, token+"\x1b[2J\r\n\r\n")
+	}()
+	c, err := thirdparty.New(&thirdparty.Config{URL: "http://" + ln.Addr().String(), Token: token})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	_, err = c.Push(t.Context(), "k", items(1))
+	<-done
+	require.Error(t, err)
+	require.Equal(t, thirdparty.ClassTransient, thirdparty.Classify(err))
+	require.NotContains(t, err.Error(), token)
+	require.NotContains(t, err.Error(), "\x1b[")
+	var e *thirdparty.Error
+	require.ErrorAs(t, err, &e)
+	require.Contains(t, e.Err.Error(), token, "the case is real: net/http quotes the answer")
+}
+
 func TestRetryAfterUncapped(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
