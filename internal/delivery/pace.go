@@ -25,9 +25,9 @@ const (
 	// one overshoot (requests in flight, a window that has not reset yet)
 	// are one signal, not several.
 	decreaseSpacing = time.Second
-	// episodeGap separates two overshoots: a 429 after this long without
-	// one records the rate it came at anew.
-	episodeGap = 5 * time.Second
+	// approachShare: after a decrease the rate climbs back quickly to
+	// this share of the rate at which the 429s began, then probes slowly.
+	approachShare = 0.97
 	// probeShare and probeMin are the slow additive probe past the rate at
 	// which 429s began: per second, probeShare of the rate, at least
 	// probeMin requests/s.
@@ -205,15 +205,15 @@ func (p *pacer) succeeded(sentAt time.Time) rateChange {
 	switch {
 	case p.ceiling <= 0:
 		slope = max(probeMin, startShare*p.learned)
-	case p.learned < p.ceiling:
-		// Back to where the 429s began, about as fast as it was left.
+	case p.learned < approachShare*p.ceiling:
+		// Back near where the 429s began, about as fast as it was left.
 		slope = max(probeMin, p.ceiling-p.learned)
 	default:
 		slope = max(probeMin, probeShare*p.learned)
 	}
 	next := p.learned + slope*dt
-	if p.learned < p.ceiling {
-		next = min(next, p.ceiling)
+	if p.learned < approachShare*p.ceiling {
+		next = min(next, approachShare*p.ceiling)
 	}
 	return p.setLocked(now, min(next, p.max), "accepted requests")
 }
@@ -231,12 +231,13 @@ func (p *pacer) limited(sentAt time.Time) rateChange {
 	accepted := float64(p.acceptedWin.count(now))
 	var next float64
 	if math.IsInf(p.learned, 1) {
-		next = max(accepted, 1)
-		p.ceiling = next
+		// What got through in the last second is where the limit lies.
+		p.ceiling = max(accepted, 1)
+		next = p.ceiling * decreaseFactor
 	} else {
-		if now.Sub(p.lastDecrease) > episodeGap {
-			p.ceiling = p.learned
-		}
+		// Remember where the 429s began, to come back near it quickly and
+		// past it only slowly.
+		p.ceiling = p.learned
 		next = p.learned * decreaseFactor
 		if accepted > 0 {
 			// Far above the limit, what got through is the better guess.
