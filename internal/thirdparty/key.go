@@ -19,6 +19,10 @@ const keyDomain = "syncer idempotency key v1\x00"
 //
 // Payloads are deliberately not hashed: a version identifies its payload, and
 // hashing 150 KB per batch would cost more than everything else here.
+//
+// Deprecated: two installations share these keys, and a body changed under
+// the same pairs keeps its key (issue 8). Use BatchKey over the encoded
+// body; IdempotencyKey goes once no caller is left.
 func IdempotencyKey(salt string, items []Item) string {
 	h := sha256.New()
 	// The salt is length-prefixed and each pair has a fixed width, so no two
