@@ -375,8 +375,8 @@ func (d *daemon) cpuSeconds() (float64, error) {
 	return (ut + st) / 100, nil
 }
 
-// metric returns the value of an unlabelled sample from the daemon's
-// /metrics.
+// metric returns the sum of a metric's samples (over its labels, if any)
+// from the daemon's /metrics.
 func (d *daemon) metric(ctx context.Context, name string) (float64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.addr+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -386,12 +386,27 @@ func (d *daemon) metric(ctx context.Context, name string) (float64, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var sum float64
+	found := false
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest == "" || (rest[0] != ' ' && rest[0] != '{')) {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest[i+1:]), 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: metrics: %s: %w", name, err)
+			}
+			sum += v
+			found = true
 		}
 	}
-	return 0, fmt.Errorf("bench: metrics: no %s", name)
+	if !found {
+		return 0, fmt.Errorf("bench: metrics: no %s", name)
+	}
+	return sum, nil
 }
 
 // stop sends SIGTERM and waits; a daemon that does not stop in time is

@@ -34,6 +34,7 @@ type RunCmd struct {
 	Workers            int           `name:"workers" env:"SYNCER_WORKERS" default:"4" help:"River workers for syncer's queue."`
 	Pprof              bool          `name:"pprof" env:"SYNCER_PPROF" help:"Serve /debug/pprof/ on the HTTP address."`
 	MaxInFlight        int           `name:"max-in-flight" env:"SYNCER_MAX_IN_FLIGHT" default:"4" help:"Requests to the third party unanswered at once, at most."`
+	MaxRetryAfter      time.Duration `name:"max-retry-after" env:"SYNCER_MAX_RETRY_AFTER" default:"15m" help:"Longest wait a Retry-After or a quota reset may impose; longer ones are cut to it, and logged."`
 	ReplayShare        float64       `name:"replay-share" env:"SYNCER_REPLAY_SHARE" default:"0.25" help:"Least share of the batches a replay gets while live rows keep arriving (0 < share <= 1)."`
 }
 
@@ -48,6 +49,8 @@ func (c *RunCmd) Validate() error {
 	switch {
 	case c.MaxInFlight <= 0:
 		return usagef("--max-in-flight (SYNCER_MAX_IN_FLIGHT) must be positive, got %d", c.MaxInFlight)
+	case c.MaxRetryAfter <= 0:
+		return usagef("--max-retry-after (SYNCER_MAX_RETRY_AFTER) must be positive, got %s", c.MaxRetryAfter)
 	case !(c.ReplayShare > 0 && c.ReplayShare <= 1):
 		return usagef("--replay-share (SYNCER_REPLAY_SHARE) must be above 0 and at most 1, got %v", c.ReplayShare)
 	}
@@ -129,6 +132,8 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 			BreakerFailures:    c.BreakerFailures,
 			BreakerOpenTimeout: c.BreakerOpenTimeout,
 			MaxElapsed:         c.BackoffMaxElapsed,
+			MaxInFlight:        c.MaxInFlight,
+			MaxRetryAfter:      c.MaxRetryAfter,
 		},
 		Exporter: exporter.Config{
 			BatchSize:     c.BatchSize,

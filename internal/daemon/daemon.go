@@ -119,17 +119,18 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	installation, err := checkpoint.Installation(ctx, pool)
+	if err != nil {
+		return err
+	}
 	dcfg := c.Delivery
-	dcfg.Logger, dcfg.Metrics, dcfg.State = logger, m, shared
+	dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, m, installation
+	dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
 	deliverer, err := delivery.New(tp, breakerstore.NewShared(shared, 0), &dcfg)
 	if err != nil {
 		return err
 	}
 	locker, err := locks.New(pool.Config().ConnConfig, &locks.Config{Logger: logger})
-	if err != nil {
-		return err
-	}
-	installation, err := checkpoint.Installation(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -194,7 +195,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		logger.WarnContext(ctx, "daemon: initial sync kick failed; the relay's poll will retry", slog.String("error", err.Error()))
 	}
 	logger.InfoContext(ctx, "daemon: running", slog.String("schema", schema), slog.String("http_addr", addr),
-		slog.String("thirdparty", redactURL(c.ThirdParty.URL)), slog.Int("batch_size", exp.BatchSize()))
+		slog.String("thirdparty", thirdparty.RedactURL(c.ThirdParty.URL)), slog.Int("batch_size", exp.BatchSize()))
 	if c.Ready != nil {
 		c.Ready(addr)
 	}
@@ -222,8 +223,6 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 	logger.InfoContext(ctx, "daemon: stopped")
 	return nil
 }
-
-func redactURL(raw string) string { return database.Redact(raw) }
 
 // atLeast passes on records at or above min, unless the handler was set up
 // for debug. River logs routine counts at info every few seconds; an

@@ -415,7 +415,7 @@ func (e *Exporter) push(ctx context.Context, b *batch) (*delivery.Outcome, error
 	start := time.Now()
 	out, err := e.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
 	if err != nil {
-		e.metrics.BatchError()
+		e.metrics.BatchFailed(time.Since(start))
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
 	}
 	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))

@@ -75,6 +75,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.ItemsExported, m.ItemsFailed, m.Batches, m.PushDuration, m.UnsyncedRows,
 		m.OldestUnsyncedAge, m.BreakerState, m.RateLimited, m.LockHeld, m.RiverJobs, m.OutboxPending)
 	m.newPushPath(reg)
+	// Both results exist from the start, so a dashboard or an alert on a
+	// daemon that has not pushed yet finds the series.
+	for _, r := range []string{"ok", "failed"} {
+		m.PushDuration.WithLabelValues(r)
+	}
 	return m
 }
 

@@ -58,7 +58,8 @@ func DecodeBatch(body []byte) ([]Item, error) {
 	return items, nil
 }
 
-// batchKeyDomain separates these hashes from IdempotencyKey's and from any
+// batchKeyDomain separates these hashes from the v1 keys (ids and versions
+// only, before bodies were recorded) and from any
 // other SHA-256 of similar bytes.
 const batchKeyDomain = "syncer idempotency key v2\x00"
 
