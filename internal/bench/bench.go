@@ -29,12 +29,16 @@ const (
 	ScenarioMemory         = "memory"
 	ScenarioJobEconomy     = "job-economy"
 	ScenarioRecipe         = "recipe"
+	ScenarioSlowAPI        = "slow-api"
+	ScenarioUnknownLimit   = "unknown-limit"
+	ScenarioQuota          = "quota"
 )
 
 // Scenarios lists every scenario in the order they run.
 var Scenarios = []string{
 	ScenarioDrain, ScenarioLatency, ScenarioWriterOverhead,
 	ScenarioMemory, ScenarioJobEconomy, ScenarioRecipe,
+	ScenarioSlowAPI, ScenarioUnknownLimit, ScenarioQuota,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -45,6 +49,9 @@ var rowNames = map[string][]string{
 	ScenarioMemory:         {"memory (small)", "memory (large)"},
 	ScenarioJobEconomy:     {"job economy: jobs", "job economy: lock wait"},
 	ScenarioRecipe:         {"recipe: drain", "recipe: burst export", "recipe: burst writers"},
+	ScenarioSlowAPI:        {"slow API"},
+	ScenarioUnknownLimit:   {"unknown limit"},
+	ScenarioQuota:          {"advertised quota"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -221,6 +228,9 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioMemory, r.memory},
 		{ScenarioJobEconomy, r.jobEconomy},
 		{ScenarioRecipe, r.recipe},
+		{ScenarioSlowAPI, r.slowAPI},
+		{ScenarioUnknownLimit, r.unknownLimit},
+		{ScenarioQuota, r.advertisedQuota},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

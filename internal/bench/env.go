@@ -230,12 +230,15 @@ type fake struct {
 	srv *http.Server
 }
 
-func startFake() (*fake, error) {
+func startFake() (*fake, error) { return startFakeWith(fakethirdparty.Config{}) }
+
+// startFakeWith starts a fake third party with the knobs of cfg.
+func startFakeWith(cfg fakethirdparty.Config) (*fake, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: listen for the fake third party: %w", err)
 	}
-	f := &fake{Server: fakethirdparty.New(fakethirdparty.Config{})}
+	f := &fake{Server: fakethirdparty.New(cfg)}
 	f.srv = &http.Server{Handler: f.Server, ReadHeaderTimeout: 5 * time.Second}
 	f.url = "http://" + ln.Addr().String()
 	go func() { _ = f.srv.Serve(ln) }()
@@ -273,7 +276,8 @@ func freeAddr() (string, error) {
 
 // startDaemon starts the daemon on s and waits until it is ready. started
 // is taken just before the process starts.
-func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof bool) (*daemon, error) {
+// extra flags follow the defaults, so they win.
+func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof bool, extra ...string) (*daemon, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("bench: find a port for the daemon: %w", err)
@@ -291,6 +295,7 @@ func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof boo
 	if pprof {
 		args = append(args, "--pprof")
 	}
+	args = append(args, extra...)
 	d := &daemon{addr: addr, stderr: &tailBuffer{max: 16 << 10}, done: make(chan struct{})}
 	d.cmd = exec.Command(r.cfg.Binary, args...)
 	d.cmd.Stdout = d.stderr
