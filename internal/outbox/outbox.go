@@ -32,6 +32,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 
@@ -302,19 +303,14 @@ func (r *Relay) Poll(ctx context.Context) error {
 func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
 	// Most polls find no replay: answer that without a transaction or the
 	// relay lock, which every daemon's poll would otherwise queue on.
-	var any bool
-	if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ('pending', 'running'))`).Scan(&any); err != nil || !any {
+	if waiting, err := replays.AnyWaiting(ctx, r.pool); err != nil || !waiting {
 		return err
 	}
 	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id FROM syncer_replays WHERE state IN ('pending', 'running')`)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		ids, err := replays.Unfinished(ctx, tx)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
@@ -340,7 +336,7 @@ func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
 			if waiting[id] || running[id] >= 2 || (running[id] == 1 && lockHeld) {
 				continue
 			}
-			if _, err := r.river.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, &river.InsertOpts{Queue: jobs.Queue, MaxAttempts: 1000}); err != nil {
+			if _, err := r.river.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, nil); err != nil {
 				return fmt.Errorf("insert replay job: %w", err)
 			}
 			r.logger.InfoContext(ctx, "outbox: replay had no job that will run; enqueued one", slog.Int64("replay_id", id))
