@@ -266,7 +266,7 @@ func (e *Exporter) limits() resources.Limits {
 func toItems(rows []resources.Row) []thirdparty.Item {
 	items := make([]thirdparty.Item, len(rows))
 	for i, r := range rows {
-		items[i] = thirdparty.Item{ID: r.ID, Version: r.Version, Payload: r.Payload}
+		items[i] = thirdparty.Item{ID: r.ID, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted}
 	}
 	return items
 }
