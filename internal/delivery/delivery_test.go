@@ -262,7 +262,7 @@ func TestBreakerOpensAndIsShared(t *testing.T) {
 
 	// status reads the breaker where gobreaker stores it.
 	require.Equal(t, delivery.BreakerStateKey, status.KeyBreaker)
-	r, err := status.Gather(t.Context(), pool)
+	r, err := status.Gather(t.Context(), pool, nil)
 	require.NoError(t, err)
 	require.Equal(t, "open", r.Breaker.State)
 	require.WithinDuration(t, time.Now().Add(2*time.Second), r.Breaker.Until, 500*time.Millisecond)
@@ -280,7 +280,7 @@ func TestBreakerOpensAndIsShared(t *testing.T) {
 	out, err := d2.Deliver(t.Context(), batch("", items(1, 2, nil)))
 	require.NoError(t, err)
 	require.Len(t, out.Accepted, 2)
-	r, err = status.Gather(t.Context(), pool)
+	r, err = status.Gather(t.Context(), pool, nil)
 	require.NoError(t, err)
 	require.Equal(t, "closed", r.Breaker.State)
 }
@@ -342,7 +342,7 @@ func TestCredentialsRefusedThenAccepted(t *testing.T) {
 		require.Equal(t, 3*time.Second, we.RetryAfter())
 		require.NotContains(t, err.Error(), "right")
 	}
-	r, err := status.Gather(t.Context(), pool)
+	r, err := status.Gather(t.Context(), pool, nil)
 	require.NoError(t, err)
 	require.True(t, r.Credentials.Refused)
 	require.Equal(t, "third party answered 401", r.Credentials.Message)
@@ -353,7 +353,7 @@ func TestCredentialsRefusedThenAccepted(t *testing.T) {
 	out, err := d.Deliver(t.Context(), batch("", items(1, 2, nil)))
 	require.NoError(t, err)
 	require.Len(t, out.Accepted, 2)
-	r, err = status.Gather(t.Context(), pool)
+	r, err = status.Gather(t.Context(), pool, nil)
 	require.NoError(t, err)
 	require.False(t, r.Credentials.Refused)
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncer-dev/syncer/internal/buildinfo"
 )
 
 // Metrics holds the collectors.
@@ -22,6 +24,12 @@ type Metrics struct {
 	LockHeld          prometheus.Gauge
 	RiverJobs         *prometheus.GaugeVec
 	OutboxPending     prometheus.Gauge
+
+	// Operators' block.
+
+	// BuildInfo is 1, labelled with the binary's version, commit and Go
+	// version, so dashboards can tell which build each daemon runs.
+	BuildInfo *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -64,6 +72,14 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.ItemsExported, m.ItemsFailed, m.Batches, m.PushDuration, m.UnsyncedRows,
 		m.OldestUnsyncedAge, m.BreakerState, m.RateLimited, m.LockHeld, m.RiverJobs, m.OutboxPending)
+
+	// Operators' block.
+	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_build_info", Help: "Always 1; the labels say which build runs.",
+	}, []string{"version", "commit", "goversion"})
+	bi := buildinfo.Get()
+	m.BuildInfo.WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
+	reg.MustRegister(m.BuildInfo)
 	return m
 }
 

@@ -33,11 +33,3 @@ func TestBreakerState(t *testing.T) {
 		})
 	}
 }
-
-func TestPercent(t *testing.T) {
-	t.Parallel()
-	require.InDelta(t, 50.0, status.Percent(50, 100, "running"), 0.001)
-	require.InDelta(t, 100.0, status.Percent(10, 100, "done"), 0.001)
-	require.InDelta(t, 0.0, status.Percent(0, 0, "pending"), 0.001)
-	require.InDelta(t, 100.0, status.Percent(120, 100, "running"), 0.001)
-}
