@@ -273,7 +273,8 @@ func freeAddr() (string, error) {
 
 // startDaemon starts the daemon on s and waits until it is ready. started
 // is taken just before the process starts.
-func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof bool) (*daemon, error) {
+// env, if given, changes the daemon's environment (see mergeEnv).
+func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof bool, env ...string) (*daemon, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("bench: find a port for the daemon: %w", err)
@@ -295,6 +296,9 @@ func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof boo
 	d.cmd = exec.Command(r.cfg.Binary, args...)
 	d.cmd.Stdout = d.stderr
 	d.cmd.Stderr = d.stderr
+	if len(env) > 0 {
+		d.cmd.Env = mergeEnv(os.Environ(), env)
+	}
 	d.started = time.Now()
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start the daemon %s: %w", r.cfg.Binary, err)

@@ -154,26 +154,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 			fmt.Fprintf(stderr, "syncer: %s\n", oneLine(err.Error()))
 			return 2
 		}
-		var ce *codeError
-		if errors.As(err, &ce) {
-			if ce.msg != "" {
-				fmt.Fprintf(stderr, "syncer: %s: %s\n", kctx.Command(), oneLine(ce.msg))
-			}
-			return ce.code
-		}
 		fmt.Fprintf(stderr, "syncer: %s: %s\n", kctx.Command(), oneLine(err.Error()))
 		return 1
 	}
 	return 0
 }
-
-// codeError ends a command with a given status and, if msg is set, a line.
-type codeError struct {
-	code int
-	msg  string
-}
-
-func (e *codeError) Error() string { return e.msg }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
