@@ -37,6 +37,7 @@ const (
 var Scenarios = []string{
 	ScenarioDrain, ScenarioLatency, ScenarioWriterOverhead,
 	ScenarioMemory, ScenarioMemoryLimit, ScenarioJobEconomy, ScenarioRecipe,
+	ScenarioDeletes,
 }
 
 // rowNames are the rows each scenario adds to the table.
