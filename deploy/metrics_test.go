@@ -21,18 +21,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/metrics"
 )
 
-// pendingMetrics are metrics that other helpers add in this round, on
-// branches not merged into this one yet. The alerts and the dashboard use
-// them already. The lead deletes this set (and its use in acceptedMetrics)
-// after the merge: from then on every name must be served for real, and
-// TestPendingMetricsAreNotServedYet fails as a reminder as soon as one is.
-var pendingMetrics = map[string]bool{
-	"syncer_build_info":         true, // operators
-	"syncer_tombstones_pending": true, // database
-	"syncer_tombstones_failed":  true, // database
-	"syncer_failed_rows":        true, // database
-}
-
 // prometheusSeries are written by Prometheus itself for every target it
 // scrapes, not served by syncer: the alerts use `up` to see a daemon down.
 var prometheusSeries = map[string]bool{"up": true}
@@ -79,14 +67,11 @@ func servedMetrics(t *testing.T) map[string]bool {
 	return served
 }
 
-// acceptedMetrics is what an expression may name: served series, pending
-// ones, and Prometheus' own.
+// acceptedMetrics is what an expression may name: served series and
+// Prometheus' own.
 func acceptedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	accepted := servedMetrics(t)
-	for n := range pendingMetrics {
-		accepted[n] = true
-	}
 	for n := range prometheusSeries {
 		accepted[n] = true
 	}
@@ -141,14 +126,6 @@ func TestServedMetricsKnowHistogramSeries(t *testing.T) {
 		require.True(t, served[n], "%s not served", n)
 	}
 	require.False(t, served["syncer_lock_held_bucket"], "a gauge has no buckets")
-}
-
-func TestPendingMetricsAreNotServedYet(t *testing.T) {
-	t.Parallel()
-	served := servedMetrics(t)
-	for n := range pendingMetrics {
-		require.False(t, served[n], "%s is served now: delete it from pendingMetrics", n)
-	}
 }
 
 func TestAlertRules(t *testing.T) {

@@ -276,8 +276,22 @@ func freeAddr() (string, error) {
 
 // startDaemon starts the daemon on s and waits until it is ready. started
 // is taken just before the process starts.
-// extra flags follow the defaults, so they win.
-func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof bool, extra ...string) (*daemon, error) {
+// settings change the daemon's defaults: a "--flag" (with its value as the
+// next setting) follows the default flags, so it wins; a "NAME=value"
+// changes the daemon's environment (see mergeEnv).
+func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof bool, settings ...string) (*daemon, error) {
+	var extra, env []string
+	for i := 0; i < len(settings); i++ {
+		if strings.HasPrefix(settings[i], "--") {
+			extra = append(extra, settings[i])
+			if i+1 < len(settings) && !strings.Contains(settings[i], "=") {
+				i++
+				extra = append(extra, settings[i])
+			}
+			continue
+		}
+		env = append(env, settings[i])
+	}
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("bench: find a port for the daemon: %w", err)
@@ -300,6 +314,9 @@ func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof boo
 	d.cmd = exec.Command(r.cfg.Binary, args...)
 	d.cmd.Stdout = d.stderr
 	d.cmd.Stderr = d.stderr
+	if len(env) > 0 {
+		d.cmd.Env = mergeEnv(os.Environ(), env)
+	}
 	d.started = time.Now()
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start the daemon %s: %w", r.cfg.Binary, err)

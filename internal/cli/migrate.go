@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -15,7 +14,7 @@ type MigrateCmd struct {
 
 // Run applies River's and syncer's migrations.
 func (c *MigrateCmd) Run(ctx context.Context, env *Env) error {
-	pool, err := database.Open(ctx, c.DatabaseURL, "syncer-migrate")
+	pool, err := c.open(ctx, "syncer migrate")
 	if err != nil {
 		return err
 	}

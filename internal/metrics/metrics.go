@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncer-dev/syncer/internal/buildinfo"
 )
 
 // Metrics holds the collectors.
@@ -32,6 +34,16 @@ type Metrics struct {
 	RateLimitCurrent    prometheus.Gauge
 	MaxInFlightCurrent  prometheus.Gauge
 	RequestsInFlight    prometheus.Gauge
+	// Database-wide counts of failures and deletes.
+	FailedRows        prometheus.Gauge
+	TombstonesPending prometheus.Gauge
+	TombstonesFailed  prometheus.Gauge
+
+	// Operators' block.
+
+	// BuildInfo is 1, labelled with the binary's version, commit and Go
+	// version, so dashboards can tell which build each daemon runs.
+	BuildInfo *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -80,6 +92,25 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"ok", "failed"} {
 		m.PushDuration.WithLabelValues(r)
 	}
+
+	m.FailedRows = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_failed_rows", Help: "Rows and tombstones whose current version the third party rejected.",
+	})
+	m.TombstonesPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_tombstones_pending", Help: "Deletes not yet delivered to the third party.",
+	})
+	m.TombstonesFailed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_tombstones_failed", Help: "Deletes the third party rejected.",
+	})
+	reg.MustRegister(m.FailedRows, m.TombstonesPending, m.TombstonesFailed)
+
+	// Operators' block.
+	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_build_info", Help: "Always 1; the labels say which build runs.",
+	}, []string{"version", "commit", "goversion"})
+	bi := buildinfo.Get()
+	m.BuildInfo.WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
+	reg.MustRegister(m.BuildInfo)
 	return m
 }
 
