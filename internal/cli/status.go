@@ -54,7 +54,7 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		fmt.Fprintf(w, "paused\tuntil %s: %s\n", r.Pause.Until.Format(time.RFC3339), r.Pause.Cause)
 	}
 	if r.Rate != nil {
-		fmt.Fprintf(w, "learnt rate\t%.1f requests/s (429s began near %.1f/s)\n", r.Rate.PerSecond, r.Rate.Ceiling)
+		fmt.Fprintf(w, "learnt rate\t%.1f requests/s (429s began near %.1f/s)\n", r.Rate.Limit, r.Rate.Ceiling)
 	}
 	if r.LastError != nil {
 		fmt.Fprintf(w, "last error\t%s: %s\n", r.LastError.At.Format(time.RFC3339), r.LastError.Text)

@@ -73,17 +73,19 @@ type Report struct {
 
 	Pending     int64       `json:"pending"`
 	Lock        Lock        `json:"lock"`
-	Breaker     Breaker     `json:"breaker"`
-	Credentials Credentials `json:"credentials"`
+	Breaker Breaker `json:"breaker"`
+	// Credentials says whether the third party refused our token.
+	Credentials breakerstore.Refusal `json:"credentials"`
 	// Configuration says whether the third party's URL answered with a
 	// redirect, 404 or 410: a configuration error, nothing is sent.
-	Configuration Credentials `json:"configuration"`
+	Configuration breakerstore.Refusal `json:"configuration"`
 	// Pause is set while a 429, a quota or a Retry-After holds every push.
-	Pause *Pause `json:"pause,omitempty"`
+	Pause *breakerstore.Pause `json:"pause,omitempty"`
 	// Rate is the request rate learnt from the third party's bare 429s.
-	Rate *Rate `json:"learned_rate,omitempty"`
-	// LastError is the last failure of a request to the third party.
-	LastError *LastError `json:"last_error,omitempty"`
+	Rate *breakerstore.Rate `json:"learned_rate,omitempty"`
+	// LastError is the last failure of a request to the third party:
+	// bounded, escaped and token-free text.
+	LastError *breakerstore.LastError `json:"last_error,omitempty"`
 	// Checkpoints are the live sync's and those of the replays shown.
 	Checkpoints []Checkpoint `json:"checkpoints"`
 	// Replays are every unfinished replay and the last finished ones, by
@@ -123,34 +125,6 @@ type Lock struct {
 type Breaker struct {
 	State string    `json:"state"`
 	Until time.Time `json:"until,omitzero"`
-}
-
-// Credentials says whether the third party refused our token.
-type Credentials struct {
-	Refused bool      `json:"refused"`
-	Since   time.Time `json:"since,omitzero"`
-	Message string    `json:"message,omitempty"`
-}
-
-// Pause is a time before which nothing is sent.
-type Pause struct {
-	Until time.Time `json:"until"`
-	Cause string    `json:"cause,omitempty"`
-}
-
-// Rate is a learnt request rate.
-type Rate struct {
-	PerSecond float64 `json:"per_second"`
-	// Ceiling is where the third party's 429s began.
-	Ceiling float64 `json:"ceiling,omitempty"`
-}
-
-// LastError is the last failure of a request to the third party: bounded,
-// escaped and token-free text, as breakerstore keeps it.
-type LastError struct {
-	Text   string    `json:"text"`
-	Status int       `json:"status,omitempty"`
-	At     time.Time `json:"at"`
 }
 
 // Checkpoint is a job's position.
@@ -275,16 +249,15 @@ func readState(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
 	now := time.Now()
 	r.Breaker.State = BreakerStateName(int(st.Breaker.Current(now)))
 	r.Breaker.Until = st.Breaker.OpenUntil(now)
-	r.Credentials = Credentials{Refused: st.Credentials.Refused, Since: st.Credentials.Since, Message: st.Credentials.Message}
-	r.Configuration = Credentials{Refused: st.Configuration.Refused, Since: st.Configuration.Since, Message: st.Configuration.Message}
+	r.Credentials, r.Configuration = st.Credentials, st.Configuration
 	if st.Pause.Active(now) {
-		r.Pause = &Pause{Until: st.Pause.Until, Cause: st.Pause.Cause}
+		r.Pause = &st.Pause
 	}
 	if st.Rate.Limit > 0 {
-		r.Rate = &Rate{PerSecond: st.Rate.Limit, Ceiling: st.Rate.Ceiling}
+		r.Rate = &st.Rate
 	}
 	if !st.LastError.At.IsZero() {
-		r.LastError = &LastError{Text: st.LastError.Text, Status: st.LastError.Status, At: st.LastError.At}
+		r.LastError = &st.LastError
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func TestGatherReadsThePushPathFacts(t *testing.T) {
 	require.NotNil(t, r.Pause)
 	require.Equal(t, "429 Retry-After: 60", r.Pause.Cause)
 	require.NotNil(t, r.Rate)
-	require.InDelta(t, 18, r.Rate.PerSecond, 0.001)
+	require.InDelta(t, 18, r.Rate.Limit, 0.001)
 	require.NotNil(t, r.LastError)
 	require.Equal(t, 503, r.LastError.Status)
 	require.True(t, r.Configuration.Refused)
