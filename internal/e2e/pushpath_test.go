@@ -265,7 +265,8 @@ func TestPushPathWrongTokenResumes(t *testing.T) {
 	r := b.report(t)
 	require.Zero(t, r.Failed)
 	require.Zero(t, r.Synced)
-	require.Equal(t, "third party answered 401", r.Credentials.Message)
+	require.Equal(t, 401, r.Credentials.Status)
+	require.Contains(t, r.Credentials.Message, "401", "the cause, with the status")
 	time.Sleep(time.Second) // a few probes, still nothing failed
 	require.Zero(t, b.report(t).Failed)
 
