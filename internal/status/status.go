@@ -71,8 +71,8 @@ type Report struct {
 	OutboxPending            int64   `json:"outbox_pending"`
 	OldestUnsyncedAgeSeconds float64 `json:"oldest_unsynced_age_seconds"`
 
-	Pending     int64       `json:"pending"`
-	Lock        Lock        `json:"lock"`
+	Pending int64   `json:"pending"`
+	Lock    Lock    `json:"lock"`
 	Breaker Breaker `json:"breaker"`
 	// Credentials says whether the third party refused our token.
 	Credentials breakerstore.Refusal `json:"credentials"`
