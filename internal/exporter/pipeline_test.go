@@ -16,7 +16,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // scripted is a Pusher whose answers a test scripts by call number. It
@@ -90,11 +89,8 @@ type pipelineBundle struct {
 func setupPipeline(t *testing.T, cfg Config) *pipelineBundle {
 	t.Helper()
 	ctx := t.Context()
-	pool := dbtest.NewPool(t)
-	_, err := migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
-	var schema string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
+	ts := dbtest.NewMigrated(t)
+	pool, schema := ts.Pool, ts.Name
 	inst, err := checkpoint.Installation(ctx, pool)
 	require.NoError(t, err)
 	locker, err := locks.New(pool.Config().ConnConfig, nil)
