@@ -197,6 +197,9 @@ func TestOutageOpensNoNewSessions(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("outage of %s with 3 daemons: %d sessions at its start, %d distinct sessions seen during it", outage, first, len(seen))
-	require.LessOrEqual(t, len(seen)-first, 3, "sessions stay flat across an outage")
+	// Two standby daemons try the lock every 50 ms: about 500 tries in the
+	// window. A session a try would be hundreds; the pools' own churn is a
+	// few.
+	require.LessOrEqual(t, len(seen)-first, 10, "sessions stay flat across an outage")
 	b.waitDrained(t, time.Minute)
 }
