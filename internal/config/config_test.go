@@ -158,8 +158,12 @@ func TestParseRefuses(t *testing.T) {
 		{"url missing", func(t *testing.T) string { return edit(t, "    url: https://api.example.com\n", "") }, nil, "destinations.crm.url: required (line 4)"},
 		{"url scheme", func(t *testing.T) string { return edit(t, "https://api.example.com", "ftp://api.example.com") }, nil, "destinations.crm.url: must be an http or https URL (line 4)"},
 		{"url no host", func(t *testing.T) string { return edit(t, "https://api.example.com", "https:///v1") }, nil, "destinations.crm.url: must be an http or https URL"},
-		{"url credentials", func(t *testing.T) string { return edit(t, "https://api.example.com", "https://u:hunter2@api.example.com") }, nil, "destinations.crm.url: must not hold credentials"},
-		{"url query", func(t *testing.T) string { return edit(t, "https://api.example.com", "https://api.example.com?key=hunter2") }, nil, "destinations.crm.url: must not have a query or a fragment"},
+		{"url credentials", func(t *testing.T) string {
+			return edit(t, "https://api.example.com", "https://u:hunter2@api.example.com")
+		}, nil, "destinations.crm.url: must not hold credentials"},
+		{"url query", func(t *testing.T) string {
+			return edit(t, "https://api.example.com", "https://api.example.com?key=hunter2")
+		}, nil, "destinations.crm.url: must not have a query or a fragment"},
 		{"token_env name", func(t *testing.T) string { return edit(t, "CRM_TOKEN", "CRM-TOKEN") }, nil, "destinations.crm.token_env: must be the name of an environment variable"},
 		{"token missing", func(t *testing.T) string { return valid }, map[string]string{}, "destinations.crm.token_env: environment variable CRM_TOKEN is not set or empty (line 5)"},
 		{"token blank", func(t *testing.T) string { return valid }, map[string]string{"CRM_TOKEN": "  "}, "environment variable CRM_TOKEN is not set or empty"},
@@ -177,7 +181,9 @@ func TestParseRefuses(t *testing.T) {
 		{"table a list", func(t *testing.T) string { return edit(t, firstSource, "  - table: [orders]\n    key: id\n") }, nil, "sources[0]: table: must be a string"},
 		{"table three parts", func(t *testing.T) string { return edit(t, "table: app.customers", "table: db.app.customers") }, nil, "sources[1] (db.app.customers): table: must be table or schema.table (line 18)"},
 		{"table empty schema", func(t *testing.T) string { return edit(t, "table: app.customers", "table: .customers") }, nil, "sources[1] (.customers): table: must not be empty"},
-		{"table too long", func(t *testing.T) string { return edit(t, "table: app.customers", "table: app."+strings.Repeat("c", 64)) }, nil, "table: is longer than 63 bytes"},
+		{"table too long", func(t *testing.T) string {
+			return edit(t, "table: app.customers", "table: app."+strings.Repeat("c", 64))
+		}, nil, "table: is longer than 63 bytes"},
 		{"key missing", func(t *testing.T) string { return edit(t, firstSource, "  - table: orders\n") }, nil, "sources[0] (orders): key: required: the table's single-column primary key (line 13)"},
 		{"columns scalar", func(t *testing.T) string { return edit(t, "columns: [status, total]", "columns: status") }, nil, "sources[0] (orders): columns: must be a list of column names (omit it to export the whole row)"},
 		{"columns empty", func(t *testing.T) string { return edit(t, "columns: [status, total]", "columns: []") }, nil, "sources[0] (orders): columns: must name at least one column"},
