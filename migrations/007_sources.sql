@@ -69,19 +69,5 @@ CREATE TABLE {{schema}}.syncer_source_failures (
     PRIMARY KEY (source, key)
 );
 
--- The gate of 002_outbox.sql for sources: an outbox event and a
--- notification per statement while the daemon waits (armed), nothing more
--- than a read of one row while it drains. The event's op and the
--- notification's payload name the source ('source:<name>'), so a relay can
--- tell which source has work. Called by the sources' capture functions
--- (internal/sources), never by a writer directly. Keep it in step with
--- syncer_outbox_append.
-CREATE FUNCTION {{schema}}.syncer_source_event(source text) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF (SELECT armed FROM {{schema}}.syncer_gate) THEN
-        INSERT INTO {{schema}}.syncer_outbox (op) VALUES ('source:' || source);
-        PERFORM pg_notify({{channel}}, 'source:' || source);
-    END IF;
-END
-$$;
+-- The capture functions (internal/sources) append to syncer_outbox through
+-- the gate of 002_outbox.sql, with op 'source:<name>'.

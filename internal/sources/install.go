@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/migrations"
 )
 
 // InstallLockTimeout bounds how long Install waits for the lock that
@@ -467,14 +468,16 @@ func remove(ctx context.Context, db Beginner, schema, name string) error {
 }
 
 // captureBody is the capture function of a source: one change row per row
-// written, one outbox event per statement that wrote any. It names every
+// written, one outbox event and notification per statement that wrote any
+// while the gate is open; the event's op and the notification's payload
+// are 'source:<name>', so a relay can tell which source has work. It names every
 // object with its schema (the function pins its search_path), and the
 // source's name comes as the trigger's argument. The key is logged in its
 // text form, and as a bigint for integer keys (num) so that they are read
 // in numeric order.
 func captureBody(schema string, s *Source) string {
 	changes := pgx.Identifier{schema, "syncer_changes"}.Sanitize()
-	event := pgx.Identifier{schema, "syncer_source_event"}.Sanitize()
+	outbox := pgx.Identifier{schema, "syncer_outbox"}.Sanitize()
 	key := pgx.Identifier{s.Key}.Sanitize()
 	num := func(alias string) string {
 		if s.Kind == KeyInteger {
@@ -504,13 +507,25 @@ BEGIN
         -- TRUNCATE, before it: every row still there is deleted.
         ` + ins + `SELECT syncer_source, ` + num("o") + `, o.` + key + `::text, true FROM ` + s.table() + ` o;
     END IF;
+    -- The gate of 002_outbox.sql, read here rather than through a
+    -- function: a call would cost the writer as much as the read.
     GET DIAGNOSTICS syncer_rows = ROW_COUNT;
-    IF syncer_rows > 0 THEN
-        PERFORM ` + event + `(syncer_source);
+    IF syncer_rows > 0 AND ` + gateOpen(schema) + ` THEN
+        INSERT INTO ` + outbox + ` (op) VALUES ('source:' || syncer_source);
+        PERFORM pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, 'source:' || syncer_source);
     END IF;
     RETURN NULL;
 END
 `
+}
+
+// gateOpen is the condition of the outbox gate (see 002_outbox.sql and
+// internal/outbox): a statement appends an event and notifies only while
+// the daemon waits for one. It must say what syncer_outbox_append says;
+// when it changes, bump captureVersion so that migrate replaces the
+// capture functions.
+func gateOpen(schema string) string {
+	return "(SELECT g.armed FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
 }
 
 // dollarQuote quotes a function body with a tag that does not occur in
@@ -524,7 +539,7 @@ func dollarQuote(body string) string {
 }
 
 // quoteLiteral quotes a string as an SQL literal that reads the same
-// whatever standard_conforming_strings says: an E” string with quotes
+// whatever standard_conforming_strings says: an E-prefixed string with quotes
 // and backslashes doubled. DDL takes no parameters.
 func quoteLiteral(s string) string {
 	s = strings.ReplaceAll(s, `\`, `\\`)
