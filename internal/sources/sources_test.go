@@ -642,3 +642,32 @@ func TestOutboxEventsThroughTheGate(t *testing.T) {
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`))
 	require.Equal(t, 11, b.count(t, `SELECT count(*) FROM syncer_changes`))
 }
+
+// A chunk that meets a row a writer holds waits for it a moment, then
+// gives up without logging anything; the next call goes on.
+func TestSnapshotGivesWayToALongWriter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `CREATE TABLE orders (id int PRIMARY KEY, status text)`)
+	b.exec(t, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 5) g`)
+	_, srcs := b.install(t, "  - table: orders\n    key: id\n    destination: crm\n")
+	writer, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = writer.Rollback(ctx) }()
+	_, err = writer.Exec(ctx, `UPDATE orders SET status = 'held' WHERE id = 3`)
+	require.NoError(t, err)
+
+	_, err = sources.Snapshot(ctx, b.pool, srcs["orders"], 10)
+	require.ErrorIs(t, err, sources.ErrSnapshotBusy)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_changes`))
+	require.Equal(t, sources.SnapshotPending, b.stat(t, "orders").Snapshot)
+
+	require.NoError(t, writer.Commit(ctx))
+	done, err := sources.Snapshot(ctx, b.pool, srcs["orders"], 10)
+	require.NoError(t, err)
+	require.True(t, done)
+	rows := b.pending(t, srcs["orders"])
+	require.Len(t, rows, 5)
+	require.JSONEq(t, `{"id": 3, "status": "held"}`, string(rows[2].Payload))
+}
