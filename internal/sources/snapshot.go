@@ -110,3 +110,17 @@ func Snapshot(ctx context.Context, db DB, src *Source, chunk int) (done bool, er
 	}
 	return done, nil
 }
+
+// Resnapshot starts the source's snapshot over, so that every row of its
+// table is logged, and exported, once more: a replay of the whole source.
+// It reports whether the source exists. Rows are read again from the table
+// as they are then; their versions go on above every version sent.
+func Resnapshot(ctx context.Context, e Execer, src string) (bool, error) {
+	tag, err := e.Exec(ctx, `UPDATE syncer_sources SET snapshot_state = 'pending', snapshot_after = NULL,
+			snapshot_rows = 0, snapshot_total = 0, snapshot_started_at = NULL, snapshot_done_at = NULL, updated_at = now()
+		WHERE name = $1`, src)
+	if err != nil {
+		return false, fmt.Errorf("sources: source %s: resnapshot: %w", src, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

@@ -508,6 +508,23 @@ func TestSnapshotIsResumable(t *testing.T) {
 	require.True(t, done)
 	require.Equal(t, 26, b.count(t, `SELECT count(*) FROM syncer_changes WHERE source = 'orders'`))
 
+	// A replay of the whole source: every row once more, above the
+	// versions sent.
+	b.markSynced(t, srcs["orders"], rows)
+	ok, err := sources.Resnapshot(ctx, b.pool, "orders")
+	require.NoError(t, err)
+	require.True(t, ok)
+	for done = false; !done; {
+		done, err = sources.Snapshot(ctx, b.pool, srcs["orders"], 10)
+		require.NoError(t, err)
+	}
+	replayed := b.pending(t, srcs["orders"])
+	require.Len(t, replayed, 25)
+	require.Greater(t, replayed[0].Version, rows[24].Version)
+	ok, err = sources.Resnapshot(ctx, b.pool, "nope")
+	require.NoError(t, err)
+	require.False(t, ok)
+
 	// snapshot: false logs nothing of what was there.
 	require.Equal(t, sources.SnapshotSkipped, b.stat(t, "quiet").Snapshot)
 	done, err = sources.Snapshot(ctx, b.pool, srcs["quiet"], 10)
