@@ -4,8 +4,15 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: build test test-short bench bench-tiny demo vet
 
+# The version and commit syncer reports (`syncer version`, syncer_build_info),
+# from git; a tree without git falls back to what Go records.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/syncer-dev/syncer/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/syncer ./cmd/syncer
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/syncer ./cmd/syncer
 
 vet:
 	$(GO) vet ./...

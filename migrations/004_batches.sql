@@ -14,8 +14,8 @@ INSERT INTO {{schema}}.syncer_installation DEFAULT VALUES;
 -- body and its key. After a crash the next holder of the export lock sends
 -- these very bytes again under the same key before anything else, so one
 -- key always names one body, whatever changed in resources meanwhile. A row
--- is written once per batch and deleted in the transaction that marks it;
--- PostgreSQL compresses the body (TOAST), and it never outlives its batch.
+-- is written once per batch and deleted in the transaction that marks it,
+-- so it never outlives its batch.
 -- It replaces syncer_checkpoints.inflight, which held ids and versions only.
 CREATE TABLE {{schema}}.syncer_batches (
     seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -27,3 +27,7 @@ CREATE TABLE {{schema}}.syncer_batches (
     recorded_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX syncer_batches_checkpoint_idx ON {{schema}}.syncer_batches (checkpoint, seq);
+
+-- The body arrives compressed by syncer (internal/checkpoint): PostgreSQL
+-- need not try again.
+ALTER TABLE {{schema}}.syncer_batches ALTER COLUMN body SET STORAGE EXTERNAL;

@@ -23,15 +23,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/syncer-dev/syncer/internal/locks"
 )
 
 //go:embed *.sql
 var files embed.FS
 
-// lockKey serialises concurrent migrators across processes. It is
-// locks.Key("syncer", "migrate"), spelled out because migrations must not
-// depend on runtime packages.
-const lockKey int64 = 0x73796e6365726d67 // "syncermg"
+// lockKey serialises concurrent migrators across processes; the locks
+// package owns every key.
+const lockKey = locks.MigrateKey
 
 // Channel is the LISTEN/NOTIFY channel the outbox trigger notifies for the
 // tables in schema. Including the schema keeps two installations in one

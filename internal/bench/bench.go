@@ -27,14 +27,20 @@ const (
 	ScenarioLatency        = "latency"
 	ScenarioWriterOverhead = "writer-overhead"
 	ScenarioMemory         = "memory"
+	ScenarioMemoryLimit    = "memory-limit"
 	ScenarioJobEconomy     = "job-economy"
 	ScenarioRecipe         = "recipe"
+	ScenarioDeletes        = "deletes"
+	ScenarioSlowAPI        = "slow-api"
+	ScenarioUnknownLimit   = "unknown-limit"
+	ScenarioQuota          = "quota"
 )
 
 // Scenarios lists every scenario in the order they run.
 var Scenarios = []string{
 	ScenarioDrain, ScenarioLatency, ScenarioWriterOverhead,
-	ScenarioMemory, ScenarioJobEconomy, ScenarioRecipe,
+	ScenarioMemory, ScenarioMemoryLimit, ScenarioJobEconomy, ScenarioRecipe,
+	ScenarioDeletes, ScenarioSlowAPI, ScenarioUnknownLimit, ScenarioQuota,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -43,8 +49,13 @@ var rowNames = map[string][]string{
 	ScenarioLatency:        {"latency"},
 	ScenarioWriterOverhead: {"writer overhead", "writers, daemon running"},
 	ScenarioMemory:         {"memory (small)", "memory (large)"},
+	ScenarioMemoryLimit:    {memoryLimitRow300, memoryLimitRow8K},
 	ScenarioJobEconomy:     {"job economy: jobs", "job economy: lock wait"},
 	ScenarioRecipe:         {"recipe: drain", "recipe: burst export", "recipe: burst writers"},
+	ScenarioDeletes:        {"delete overhead", "writers, no daemon", "tombstone drain"},
+	ScenarioSlowAPI:        {"slow API"},
+	ScenarioUnknownLimit:   {"unknown limit"},
+	ScenarioQuota:          {"advertised quota"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -73,6 +84,10 @@ type Sizes struct {
 	RecipeDrainRows   int
 	RecipeDrainJobs   int
 	BurstInserts      int
+	// MemLimitRows300 and MemLimitRows8K are the rows drained with
+	// 300-byte and 8 KiB payloads by the memory-limit scenario.
+	MemLimitRows300 int
+	MemLimitRows8K  int
 }
 
 // SizesFor returns the sizes named by size.
@@ -84,6 +99,7 @@ func SizesFor(size string) (Sizes, error) {
 			LatencyRate: 500, LatencyFor: 20 * time.Second,
 			OverheadFor: 10 * time.Second, Writers: 8,
 			MemorySmallRows: 100_000, MemoryLargeRows: 1_000_000,
+			MemLimitRows300: 100_000, MemLimitRows8K: 20_000,
 			JobEconomyInserts: 10_000,
 			RecipeDrainRows:   200_000, RecipeDrainJobs: 2_000,
 			BurstInserts: 2_000,
@@ -94,6 +110,7 @@ func SizesFor(size string) (Sizes, error) {
 			LatencyRate: 200, LatencyFor: time.Second,
 			OverheadFor: 500 * time.Millisecond, Writers: 8,
 			MemorySmallRows: 2_000, MemoryLargeRows: 20_000,
+			MemLimitRows300: 2_000, MemLimitRows8K: 400,
 			JobEconomyInserts: 200,
 			RecipeDrainRows:   3_000, RecipeDrainJobs: 30,
 			BurstInserts: 50,
@@ -219,8 +236,13 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioLatency, r.latency},
 		{ScenarioWriterOverhead, r.writerOverhead},
 		{ScenarioMemory, r.memory},
+		{ScenarioMemoryLimit, r.memoryLimit},
 		{ScenarioJobEconomy, r.jobEconomy},
 		{ScenarioRecipe, r.recipe},
+		{ScenarioDeletes, r.deletes},
+		{ScenarioSlowAPI, r.slowAPI},
+		{ScenarioUnknownLimit, r.unknownLimit},
+		{ScenarioQuota, r.advertisedQuota},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

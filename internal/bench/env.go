@@ -230,12 +230,15 @@ type fake struct {
 	srv *http.Server
 }
 
-func startFake() (*fake, error) {
+func startFake() (*fake, error) { return startFakeWith(fakethirdparty.Config{}) }
+
+// startFakeWith starts a fake third party with the knobs of cfg.
+func startFakeWith(cfg fakethirdparty.Config) (*fake, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: listen for the fake third party: %w", err)
 	}
-	f := &fake{Server: fakethirdparty.New(fakethirdparty.Config{})}
+	f := &fake{Server: fakethirdparty.New(cfg)}
 	f.srv = &http.Server{Handler: f.Server, ReadHeaderTimeout: 5 * time.Second}
 	f.url = "http://" + ln.Addr().String()
 	go func() { _ = f.srv.Serve(ln) }()
@@ -273,7 +276,22 @@ func freeAddr() (string, error) {
 
 // startDaemon starts the daemon on s and waits until it is ready. started
 // is taken just before the process starts.
-func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof bool) (*daemon, error) {
+// settings change the daemon's defaults: a "--flag" (with its value as the
+// next setting) follows the default flags, so it wins; a "NAME=value"
+// changes the daemon's environment (see mergeEnv).
+func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof bool, settings ...string) (*daemon, error) {
+	var extra, env []string
+	for i := 0; i < len(settings); i++ {
+		if strings.HasPrefix(settings[i], "--") {
+			extra = append(extra, settings[i])
+			if i+1 < len(settings) && !strings.Contains(settings[i], "=") {
+				i++
+				extra = append(extra, settings[i])
+			}
+			continue
+		}
+		env = append(env, settings[i])
+	}
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("bench: find a port for the daemon: %w", err)
@@ -291,10 +309,14 @@ func (r *runner) startDaemon(ctx context.Context, s *scratch, f *fake, pprof boo
 	if pprof {
 		args = append(args, "--pprof")
 	}
+	args = append(args, extra...)
 	d := &daemon{addr: addr, stderr: &tailBuffer{max: 16 << 10}, done: make(chan struct{})}
 	d.cmd = exec.Command(r.cfg.Binary, args...)
 	d.cmd.Stdout = d.stderr
 	d.cmd.Stderr = d.stderr
+	if len(env) > 0 {
+		d.cmd.Env = mergeEnv(os.Environ(), env)
+	}
 	d.started = time.Now()
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start the daemon %s: %w", r.cfg.Binary, err)
@@ -375,8 +397,8 @@ func (d *daemon) cpuSeconds() (float64, error) {
 	return (ut + st) / 100, nil
 }
 
-// metric returns the value of an unlabelled sample from the daemon's
-// /metrics.
+// metric returns the sum of a metric's samples (over its labels, if any)
+// from the daemon's /metrics.
 func (d *daemon) metric(ctx context.Context, name string) (float64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.addr+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -386,12 +408,27 @@ func (d *daemon) metric(ctx context.Context, name string) (float64, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var sum float64
+	found := false
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest == "" || (rest[0] != ' ' && rest[0] != '{')) {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest[i+1:]), 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: metrics: %s: %w", name, err)
+			}
+			sum += v
+			found = true
 		}
 	}
-	return 0, fmt.Errorf("bench: metrics: no %s", name)
+	if !found {
+		return 0, fmt.Errorf("bench: metrics: no %s", name)
+	}
+	return sum, nil
 }
 
 // stop sends SIGTERM and waits; a daemon that does not stop in time is

@@ -73,7 +73,12 @@ func (w *recipeWorker) Work(ctx context.Context, _ *river.Job[RecipeArgs]) error
 	if len(items) == 0 {
 		return nil
 	}
-	res, err := w.client.Push(ctx, thirdparty.IdempotencyKey("recipe", items), items)
+	body := thirdparty.AppendBatch(nil, items)
+	ids := make([]int64, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	res, err := w.client.PushBody(ctx, thirdparty.BatchKey("recipe", "", body), body, ids)
 	if err != nil {
 		return fmt.Errorf("recipe: push: %w", err)
 	}

@@ -1,142 +1,121 @@
 package breakerstore
 
 import (
-	"encoding/json"
+	"context"
 	"sync"
 	"time"
-
-	"github.com/sony/gobreaker/v2"
 )
 
 // RefreshDefault is how old a Shared's view of the state may be before it
-// looks at the database again.
+// reads the database again.
 const RefreshDefault = time.Second
 
-// Shared is the gobreaker.SharedDataStore the daemon uses: the breaker's
-// state, shared through the Store, without a database round trip per
-// request.
+// Shared is a Store seen through a short cache: the delivery package asks
+// for the shared facts before every request, and a database round trip per
+// request would cost more than the request. Load reads the database at most
+// once per refresh period (and after every write, what was written is what
+// it returns); writes go straight through.
 //
-// gobreaker's distributed breaker reads, locks and writes its store around
-// every request, and its counts change with every request. Written through
-// to PostgreSQL, that is several round trips and an fsync per batch, which
-// halved the drain rate. But only the holder of the export lock pushes, so
-// there is one writer at a time, and what another daemon must see at a lock
-// handover is the state (closed, open until T, half-open), not the counts.
-// So Shared:
-//   - keeps the data in memory and writes it to the Store only when the
-//     state, its generation or its expiry change;
-//   - reads the Store again after Refresh, and takes its data when another
-//     daemon changed the state meanwhile;
-//   - serialises Lock with a mutex of this process: the export lock already
-//     serialises pushers across processes.
+// The cache is enough because the facts change rarely and only the holder
+// of the export lock writes them: what a process must not miss is another
+// daemon's pause or open breaker at a handover, and it sees those within
+// one refresh period.
 type Shared struct {
 	store   *Store
 	refresh time.Duration
 	now     func() time.Time
 
-	locks sync.Map // name -> *sync.Mutex
-
 	mu      sync.Mutex
-	entries map[string]*entry
+	state   State
+	fetched time.Time // zero: never read
 }
-
-type entry struct {
-	data      []byte
-	persisted string // stateOf the data last read from or written to the Store
-	fetched   time.Time
-}
-
-var _ gobreaker.SharedDataStore = (*Shared)(nil)
 
 // NewShared wraps store. refresh 0 means RefreshDefault.
 func NewShared(store *Store, refresh time.Duration) *Shared {
 	if refresh <= 0 {
 		refresh = RefreshDefault
 	}
-	return &Shared{store: store, refresh: refresh, now: time.Now, entries: map[string]*entry{}}
+	return &Shared{store: store, refresh: refresh, now: time.Now}
 }
 
-func (s *Shared) mutex(name string) *sync.Mutex {
-	m, _ := s.locks.LoadOrStore(name, &sync.Mutex{})
-	return m.(*sync.Mutex)
-}
-
-// Lock takes the process-wide mutex name.
-func (s *Shared) Lock(name string) error {
-	s.mutex(name).Lock()
-	return nil
-}
-
-// Unlock releases it.
-func (s *Shared) Unlock(name string) error {
-	s.mutex(name).Unlock()
-	return nil
-}
-
-// GetData returns the current data of name.
-func (s *Shared) GetData(name string) ([]byte, error) {
+// Load returns the facts, read from the database if the cached view is
+// older than the refresh period.
+func (s *Shared) Load(ctx context.Context) (State, error) {
 	s.mu.Lock()
-	e := s.entries[name]
-	if e != nil && s.now().Sub(e.fetched) < s.refresh {
-		data := e.data
+	if !s.fetched.IsZero() && s.now().Sub(s.fetched) < s.refresh {
+		st := s.state
 		s.mu.Unlock()
-		return data, nil
+		return st, nil
 	}
 	s.mu.Unlock()
-
-	data, err := s.store.GetData(name)
+	st, err := s.store.Load(ctx)
 	if err != nil {
-		return nil, err
+		return State{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e = s.entries[name]
-	if e == nil {
-		e = &entry{}
-		s.entries[name] = e
-	}
-	if st := stateOf(data); e.data == nil || st != e.persisted {
-		// First look, or another daemon changed the state: theirs wins.
-		e.data, e.persisted = data, st
-	}
-	e.fetched = s.now()
-	return e.data, nil
+	s.state, s.fetched = st, s.now()
+	return st, nil
 }
 
-// SetData records data, and writes it to the Store when the state changed.
-func (s *Shared) SetData(name string, data []byte) error {
-	st := stateOf(data)
+// update applies a write to the cached view.
+func (s *Shared) update(f func(*State)) {
 	s.mu.Lock()
-	e := s.entries[name]
-	if e == nil {
-		e = &entry{fetched: s.now()}
-		s.entries[name] = e
-	}
-	e.data = data
-	changed := st != e.persisted
-	s.mu.Unlock()
-	if !changed {
-		return nil
-	}
-	if err := s.store.SetData(name, data); err != nil {
+	defer s.mu.Unlock()
+	f(&s.state)
+}
+
+// SetBreaker records the breaker's state.
+func (s *Shared) SetBreaker(ctx context.Context, b Breaker) error {
+	if err := s.store.SetBreaker(ctx, b); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	e.persisted = st
-	s.mu.Unlock()
+	s.update(func(st *State) { st.Breaker = b })
 	return nil
 }
 
-// stateOf is what of the breaker's data other daemons must see.
-func stateOf(data []byte) string {
-	var st struct {
-		State      int       `json:"state"`
-		Generation uint64    `json:"generation"`
-		Expiry     time.Time `json:"expiry"`
+// SetPause records a pause.
+func (s *Shared) SetPause(ctx context.Context, p Pause) error {
+	if err := s.store.SetPause(ctx, p); err != nil {
+		return err
 	}
-	if len(data) == 0 || json.Unmarshal(data, &st) != nil {
-		return string(data)
+	s.update(func(st *State) { st.Pause = p })
+	return nil
+}
+
+// SetRate records the learnt rate.
+func (s *Shared) SetRate(ctx context.Context, r Rate) error {
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = s.now().UTC()
 	}
-	b, _ := json.Marshal(st)
-	return string(b)
+	if err := s.store.SetRate(ctx, r); err != nil {
+		return err
+	}
+	s.update(func(st *State) { st.Rate = r })
+	return nil
+}
+
+// SetLastError records the last error.
+func (s *Shared) SetLastError(ctx context.Context, e LastError) error {
+	if e.At.IsZero() {
+		e.At = s.now().UTC()
+	}
+	if err := s.store.SetLastError(ctx, e); err != nil {
+		return err
+	}
+	s.update(func(st *State) { st.LastError = e })
+	return nil
+}
+
+// SetRefusal records a refusal (Store.SetRefusal). The cached view reads
+// the database again at the next Load, which gets Since right.
+func (s *Shared) SetRefusal(ctx context.Context, key string, r Refusal) (bool, error) {
+	changed, err := s.store.SetRefusal(ctx, key, r)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	s.fetched = time.Time{}
+	s.mu.Unlock()
+	return changed, nil
 }

@@ -1,8 +1,6 @@
 package breakerstore_test
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -12,50 +10,51 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 )
 
-func TestSharedWritesOnlyStateChangesAndHandsThemOver(t *testing.T) {
+func TestSharedCachesReadsAndSeesOthersAfterRefresh(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	a := breakerstore.NewShared(b.store, 50*time.Millisecond)
-	settings := gobreaker.Settings{
-		Name:        "x",
-		MaxRequests: 1,
-		Timeout:     time.Minute,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 3 },
-	}
-	cbA, err := gobreaker.NewDistributedCircuitBreaker[struct{}](a, settings)
+	ctx := t.Context()
+	// A refresh period longer than the test: the cache must answer alone.
+	a := breakerstore.NewShared(b.store, time.Hour)
+	st, err := a.Load(ctx)
 	require.NoError(t, err)
+	require.Equal(t, breakerstore.State{}, st)
 
-	updates := func() int {
-		var n int
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM syncer_state WHERE key = 'gobreaker:state:x'`).Scan(&n))
-		return n
-	}
-	var before time.Time
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT updated_at FROM syncer_state WHERE key = 'gobreaker:state:x'`).Scan(&before))
-	for range 20 {
-		_, err := cbA.Execute(func() (struct{}, error) { return struct{}{}, nil })
-		require.NoError(t, err)
-	}
-	var after time.Time
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT updated_at FROM syncer_state WHERE key = 'gobreaker:state:x'`).Scan(&after))
-	require.Equal(t, before, after, "successes in the closed state write nothing")
-	require.Equal(t, 1, updates())
-
-	boom := errors.New("503")
-	for range 3 {
-		_, _ = cbA.Execute(func() (struct{}, error) { return struct{}{}, boom })
-	}
-	st, err := cbA.State()
+	// Its own writes show at once.
+	open := breakerstore.Breaker{State: gobreaker.StateOpen, Generation: 1, Expiry: time.Now().Add(time.Minute)}
+	require.NoError(t, a.SetBreaker(ctx, open))
+	st, err = a.Load(ctx)
 	require.NoError(t, err)
-	require.Equal(t, gobreaker.StateOpen, st)
+	require.Equal(t, gobreaker.StateOpen, st.Breaker.State)
+	require.NoError(t, a.SetRate(ctx, breakerstore.Rate{Limit: 3}))
+	st, err = a.Load(ctx)
+	require.NoError(t, err)
+	require.InDelta(t, 3, st.Rate.Limit, 0)
+	require.False(t, st.Rate.UpdatedAt.IsZero())
 
-	// Another daemon, taking the export lock over, sees the open breaker.
+	// Another daemon's write is not seen within the period...
 	_, otherStore := b.newStore(t)
-	cbB, err := gobreaker.NewDistributedCircuitBreaker[struct{}](breakerstore.NewShared(otherStore, 50*time.Millisecond), settings)
+	pause := breakerstore.Pause{Until: time.Now().Add(time.Minute), Cause: "429 Retry-After: 60", Status: 429}
+	require.NoError(t, otherStore.SetPause(ctx, pause))
+	st, err = a.Load(ctx)
 	require.NoError(t, err)
-	called := false
-	_, err = cbB.Execute(func() (struct{}, error) { called = true; return struct{}{}, nil })
-	require.ErrorIs(t, err, gobreaker.ErrOpenState)
-	require.False(t, called)
+	require.False(t, st.Pause.Active(time.Now()), "cached")
+
+	// ...and is, by a view whose period has passed.
+	fresh := breakerstore.NewShared(b.store, time.Nanosecond)
+	st, err = fresh.Load(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Pause.Active(time.Now()))
+	require.Equal(t, "429 Retry-After: 60", st.Pause.Cause)
+	require.Equal(t, gobreaker.StateOpen, st.Breaker.State)
+
+	// A refusal invalidates the cache, so Since comes from the database.
+	changed, err := a.SetRefusal(ctx, breakerstore.KeyConfiguration, breakerstore.Refusal{Refused: true, Status: 308, Message: "redirect"})
+	require.NoError(t, err)
+	require.True(t, changed)
+	st, err = a.Load(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Configuration.Refused)
+	require.False(t, st.Configuration.Since.IsZero())
+	require.True(t, st.Pause.Active(time.Now()), "the reload brought the other daemon's pause too")
 }

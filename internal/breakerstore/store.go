@@ -1,25 +1,25 @@
-// Package breakerstore keeps facts every daemon must share in PostgreSQL's
-// syncer_state table: the circuit breaker's state (as a
-// gobreaker.SharedDataStore) and whether the third party refused our
-// credentials.
+// Package breakerstore owns the facts about the third party that every
+// daemon must share, kept in PostgreSQL's syncer_state table: the circuit
+// breaker's state, whether the third party refuses our credentials or our
+// configuration (a redirect, 404, 410), a pause it asked for (429,
+// exhausted quota), the request rate syncer learnt, and the last error.
 //
 // What it guarantees:
 //
-//   - GetData and SetData read and upsert one row of syncer_state each, so
-//     the breaker's state outlives the process: a daemon that takes over the
-//     export lock sees an open breaker its predecessor tripped and does not
-//     hammer a third party that was seen down.
-//   - Lock is a try-lock: a session advisory lock (pg_try_advisory_lock) on a
-//     pool connection that the Store holds until Unlock. A session lock,
-//     rather than pg_advisory_xact_lock, because gobreaker holds the mutex
-//     across the whole HTTP request: a transaction open that long would sit
-//     "idle in transaction", while a session lock on an idle connection costs
-//     nothing. If the process dies, PostgreSQL ends the session and the lock
-//     goes with it, so no lease or expiry is needed; if Unlock cannot release
-//     the lock, the connection is closed for the same effect. Lock keys are
-//     scoped by schema, so schemas sharing a database do not contend.
-//   - The gobreaker interface takes no context, so every call runs under a
-//     background context bounded by Config.Timeout.
+//   - One owner. Every key of these facts, their Go types and their
+//     decoding live here; the delivery package writes them, `syncer status`
+//     and the daemon's gauges read them with ReadState. The breaker's row
+//     keeps gobreaker's SharedState layout and its State type, so a row
+//     written by an older syncer still reads.
+//   - They outlive the process. A daemon that takes the export lock over
+//     reads what its predecessor learnt: an open breaker is not probed
+//     before its expiry, a pause is not cut short, the learnt rate is not
+//     learnt again by hammering the third party.
+//   - Writes are single upserts (a refusal is a read-modify-write in one
+//     transaction, so its transition is reported once across daemons). Only
+//     the export lock's holder writes, so there is one writer at a time.
+//   - Nothing stored holds a secret: callers store text that went through
+//     thirdparty.SafeText.
 package breakerstore
 
 import (
@@ -28,52 +28,197 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
-
-	"github.com/syncer-dev/syncer/internal/locks"
 )
 
-// TimeoutDefault bounds each database call of the Store.
+// TimeoutDefault bounds each database call of a Store made without a
+// deadline of the caller's.
 const TimeoutDefault = 5 * time.Second
 
-// KeyCredentials is the syncer_state key of the credentials fact. It must
-// match status.KeyCredentials.
-const KeyCredentials = "credentials"
+// Keys of syncer_state owned by this package.
+const (
+	// KeyBreaker holds the circuit breaker's state as gobreaker's
+	// SharedState ("gobreaker:state:" + the breaker's name).
+	KeyBreaker = "gobreaker:state:thirdparty"
+	// KeyCredentials holds a Refusal: 401 or 403.
+	KeyCredentials = "credentials"
+	// KeyConfiguration holds a Refusal: a redirect, 404 or 410.
+	KeyConfiguration = "configuration"
+	// KeyPause holds a Pause: 429 with Retry-After, or a quota used up.
+	KeyPause = "pause"
+	// KeyRate holds the learnt Rate.
+	KeyRate = "rate"
+	// KeyLastError holds the LastError.
+	KeyLastError = "last_error"
+)
 
-// LockNamespace is the namespace of the advisory lock keys of Lock.
-const LockNamespace = "syncer-breaker"
+var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError}
 
-// ErrLocked is returned by Lock when another session holds the mutex.
-// gobreaker retries Lock on any error for a few seconds.
-var ErrLocked = errors.New("breakerstore: mutex held elsewhere")
+// Breaker is the circuit breaker's state as stored: gobreaker's SharedState
+// without the counts, which only the process that counts needs.
+type Breaker struct {
+	State      gobreaker.State `json:"state"`
+	Generation uint64          `json:"generation"`
+	// Expiry is when an open breaker lets a probe through.
+	Expiry time.Time `json:"expiry"`
+}
+
+// Current is the state at now: an open breaker whose expiry has passed is
+// half-open (the breaker itself notes that only at its next request).
+func (b Breaker) Current(now time.Time) gobreaker.State {
+	if b.State == gobreaker.StateOpen && !b.Expiry.IsZero() && !b.Expiry.After(now) {
+		return gobreaker.StateHalfOpen
+	}
+	return b.State
+}
+
+// OpenUntil is when an open breaker lets a probe through; zero when it is
+// not open at now.
+func (b Breaker) OpenUntil(now time.Time) time.Time {
+	if b.Current(now) != gobreaker.StateOpen {
+		return time.Time{}
+	}
+	return b.Expiry
+}
+
+// Refusal is a standing refusal by the third party that no retry cures:
+// bad credentials, or a URL that redirects or does not exist.
+type Refusal struct {
+	Refused bool `json:"refused"`
+	// Status is the HTTP status that said so.
+	Status int `json:"status,omitempty"`
+	// Message says what happened, with an excerpt of the answer.
+	Message string `json:"message,omitempty"`
+	// Since is when the refusal (or its end) was first recorded.
+	Since time.Time `json:"since,omitzero"`
+}
+
+// Credentials is the credentials' Refusal, by its former name.
+type Credentials = Refusal
+
+// Pause is a time before which nothing is sent to the third party.
+type Pause struct {
+	Until time.Time `json:"until"`
+	// Cause says who asked for it: "429 Retry-After: 30" or "quota used
+	// up".
+	Cause string `json:"cause,omitempty"`
+	// Status is the HTTP status of the answer that asked for it.
+	Status int `json:"status,omitempty"`
+}
+
+// Active reports whether the pause still holds at now.
+func (p Pause) Active(now time.Time) bool { return p.Until.After(now) }
+
+// Rate is the request rate learnt from the third party's bare 429s.
+type Rate struct {
+	// Limit is the requests a second allowed now; 0 means none learnt (no
+	// limit but the configured one).
+	Limit float64 `json:"limit"`
+	// Ceiling is the rate at which the last 429 came: the third party's
+	// limit as far as syncer knows. 0 when unknown.
+	Ceiling float64 `json:"ceiling,omitempty"`
+	// UpdatedAt is when Limit was last written.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// LastError is the last failure of a request to the third party.
+type LastError struct {
+	// Text is a bounded, escaped, token-free description.
+	Text string `json:"text"`
+	// Status is the answer's HTTP status; 0 when no answer came.
+	Status int `json:"status,omitempty"`
+	// At is when it happened.
+	At time.Time `json:"at"`
+}
+
+// State is every fact of this package, as ReadState returns it. A fact never
+// recorded is its zero value.
+type State struct {
+	Breaker       Breaker
+	Credentials   Refusal
+	Configuration Refusal
+	Pause         Pause
+	Rate          Rate
+	LastError     LastError
+}
+
+// Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ReadState reads every fact of this package in one query. A value that
+// does not decode reads as never recorded rather than failing the reader:
+// `syncer status` must work even after a bad write.
+func ReadState(ctx context.Context, q Querier) (State, error) {
+	var st State
+	rows, err := q.Query(ctx, `SELECT key, value FROM syncer_state WHERE key = ANY($1)`, allKeys)
+	if err != nil {
+		return st, fmt.Errorf("breakerstore: read state: %w", err)
+	}
+	var key string
+	var value []byte
+	_, err = pgx.ForEachRow(rows, []any{&key, &value}, func() error {
+		switch key {
+		case KeyBreaker:
+			decode(value, &st.Breaker)
+		case KeyCredentials:
+			decode(value, &st.Credentials)
+		case KeyConfiguration:
+			decode(value, &st.Configuration)
+		case KeyPause:
+			decode(value, &st.Pause)
+		case KeyRate:
+			decode(value, &st.Rate)
+		case KeyLastError:
+			decode(value, &st.LastError)
+		}
+		return nil
+	})
+	if err != nil {
+		return State{}, fmt.Errorf("breakerstore: read state: %w", err)
+	}
+	return st, nil
+}
+
+// decode reads value into dst, leaving dst zero when it does not decode.
+func decode[T any](value []byte, dst *T) {
+	var v T
+	if json.Unmarshal(value, &v) == nil {
+		*dst = v
+	}
+}
 
 // Config configures a Store.
 type Config struct {
-	// Schema scopes the advisory lock keys; the table itself is found on
-	// the pool's search_path. Defaults to "".
-	Schema string
-	// Timeout bounds each database call. Defaults to TimeoutDefault.
+	// Timeout bounds each database call made under a context without a
+	// deadline. Defaults to TimeoutDefault.
 	Timeout time.Duration
+	// Schema is unused; it scoped the advisory locks of gobreaker's mutex,
+	// which the breaker no longer takes. Defaults to "".
+	Schema string
 }
 
-// Store is syncer_state as seen by the delivery package.
+func (c *Config) validate() error {
+	if c.Timeout < 0 {
+		return fmt.Errorf("breakerstore: config: Timeout must not be negative, got %s", c.Timeout)
+	}
+	return nil
+}
+
+// Store reads and writes the facts in syncer_state. It is safe for
+// concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
-	schema  string
 	timeout time.Duration
-
-	mu   sync.Mutex
-	held map[string]*pgxpool.Conn
+	now     func() time.Time
 }
 
-var _ gobreaker.SharedDataStore = (*Store)(nil)
-
-// New returns a Store on pool.
+// New returns a Store on pool, whose search_path finds syncer_state.
 func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("breakerstore: pool is required")
@@ -81,164 +226,114 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("breakerstore: config: Timeout must not be negative, got %s", cfg.Timeout)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	return &Store{
-		pool:    pool,
-		schema:  cfg.Schema,
-		timeout: cmp.Or(cfg.Timeout, TimeoutDefault),
-		held:    map[string]*pgxpool.Conn{},
-	}, nil
+	return &Store{pool: pool, timeout: cmp.Or(cfg.Timeout, TimeoutDefault), now: time.Now}, nil
 }
 
-func (s *Store) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), s.timeout)
+// bounded gives ctx a deadline of s.timeout unless it has one.
+func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
 }
 
-// GetData returns the value stored under name, or nil when there is none.
-func (s *Store) GetData(name string) ([]byte, error) {
-	ctx, cancel := s.ctx()
+// Load reads every fact (ReadState).
+func (s *Store) Load(ctx context.Context) (State, error) {
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	var v []byte
-	err := s.pool.QueryRow(ctx, `SELECT value FROM syncer_state WHERE key = $1`, name).Scan(&v)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("breakerstore: get %s: %w", name, err)
-	}
-	return v, nil
+	return ReadState(ctx, s.pool)
 }
 
-// SetData stores data under name.
-func (s *Store) SetData(name string, data []byte) error {
-	ctx, cancel := s.ctx()
-	defer cancel()
-	_, err := s.pool.Exec(ctx, `INSERT INTO syncer_state (key, value, updated_at) VALUES ($1, $2, now())
-		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`, name, data)
+// SetBreaker records the breaker's state.
+func (s *Store) SetBreaker(ctx context.Context, b Breaker) error { return s.put(ctx, KeyBreaker, b) }
+
+// SetPause records a pause.
+func (s *Store) SetPause(ctx context.Context, p Pause) error { return s.put(ctx, KeyPause, p) }
+
+// SetRate records the learnt rate; UpdatedAt is set to now when zero.
+func (s *Store) SetRate(ctx context.Context, r Rate) error {
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = s.now().UTC()
+	}
+	return s.put(ctx, KeyRate, r)
+}
+
+// SetLastError records the last error; At is set to now when zero.
+func (s *Store) SetLastError(ctx context.Context, e LastError) error {
+	if e.At.IsZero() {
+		e.At = s.now().UTC()
+	}
+	return s.put(ctx, KeyLastError, e)
+}
+
+func (s *Store) put(ctx context.Context, key string, v any) error {
+	data, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("breakerstore: set %s: %w", name, err)
+		return fmt.Errorf("breakerstore: set %s: %w", key, err)
+	}
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	_, err = s.pool.Exec(ctx, `INSERT INTO syncer_state (key, value, updated_at) VALUES ($1, $2, now())
+		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`, key, data)
+	if err != nil {
+		return fmt.Errorf("breakerstore: set %s: %w", key, err)
 	}
 	return nil
 }
 
-func (s *Store) lockKey(name string) int64 { return locks.Key(LockNamespace, s.schema+":"+name) }
-
-// Lock takes the mutex name without waiting, or returns ErrLocked.
-func (s *Store) Lock(name string) error {
-	s.mu.Lock()
-	_, busy := s.held[name]
-	s.mu.Unlock()
-	if busy {
-		return ErrLocked
+// SetRefusal records whether the third party refuses us for the reason
+// under key (KeyCredentials or KeyConfiguration), and reports whether that
+// changed the recorded fact, so a caller can log a transition once across
+// all daemons rather than once per attempt. Since is kept while the fact
+// stays the same; Status and Message follow the latest refusal.
+func (s *Store) SetRefusal(ctx context.Context, key string, r Refusal) (changed bool, err error) {
+	if key != KeyCredentials && key != KeyConfiguration {
+		return false, fmt.Errorf("breakerstore: set refusal: unknown key %q", key)
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("breakerstore: lock %s: %w", name, err)
-	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, s.lockKey(name)).Scan(&ok); err != nil {
-		// The lock may have been taken with the answer lost: end the session.
-		closeConn(conn)
-		return fmt.Errorf("breakerstore: lock %s: %w", name, err)
-	}
-	if !ok {
-		conn.Release()
-		return ErrLocked
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, busy := s.held[name]; busy {
-		// Another goroutine of this process won the race with its own
-		// connection; give ours back.
-		s.unlockConn(conn, name)
-		return ErrLocked
-	}
-	s.held[name] = conn
-	return nil
-}
-
-// Unlock releases the mutex name taken by Lock.
-func (s *Store) Unlock(name string) error {
-	s.mu.Lock()
-	conn, ok := s.held[name]
-	delete(s.held, name)
-	s.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("breakerstore: unlock %s: not locked", name)
-	}
-	return s.unlockConn(conn, name)
-}
-
-func (s *Store) unlockConn(conn *pgxpool.Conn, name string) error {
-	ctx, cancel := s.ctx()
-	defer cancel()
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, s.lockKey(name)).Scan(&ok); err != nil || !ok {
-		// Ending the session releases whatever it holds.
-		closeConn(conn)
-		if err == nil {
-			err = errors.New("lock was not held")
-		}
-		return fmt.Errorf("breakerstore: unlock %s: %w", name, err)
-	}
-	conn.Release()
-	return nil
-}
-
-func closeConn(conn *pgxpool.Conn) {
-	c := conn.Hijack()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = c.Close(ctx)
-}
-
-// Credentials is the credentials fact, as `syncer status` reads it.
-type Credentials struct {
-	Refused bool      `json:"refused"`
-	Since   time.Time `json:"since,omitzero"`
-	Message string    `json:"message,omitempty"`
-}
-
-// SetCredentials records whether the third party refuses our credentials
-// and reports whether that changed the recorded fact, so a caller can log a
-// transition once across all daemons rather than once per attempt. Since
-// is kept while the fact stays the same.
-func (s *Store) SetCredentials(ctx context.Context, refused bool, message string) (changed bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var raw []byte
-		err := tx.QueryRow(ctx, `SELECT value FROM syncer_state WHERE key = $1 FOR UPDATE`, KeyCredentials).Scan(&raw)
+		err := tx.QueryRow(ctx, `SELECT value FROM syncer_state WHERE key = $1 FOR UPDATE`, key).Scan(&raw)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		var prev Credentials
+		var prev Refusal
 		if raw != nil {
-			_ = json.Unmarshal(raw, &prev)
+			decode(raw, &prev)
 		}
-		if raw != nil && prev.Refused == refused {
-			changed = false
+		next := r
+		switch {
+		case raw == nil && !r.Refused:
+			// Nothing recorded and nothing refused: nothing to say.
 			return nil
+		case raw != nil && prev.Refused == r.Refused:
+			if !r.Refused || (prev.Status == r.Status && prev.Message == r.Message) {
+				return nil
+			}
+			next.Since = prev.Since // the same refusal, said differently
+		default:
+			changed = true
+			next.Since = s.now().UTC()
 		}
-		// No row yet and nothing refused: nothing to say, nothing changed.
-		if raw == nil && !refused {
-			changed = false
-			return nil
-		}
-		changed = true
-		next := Credentials{Refused: refused, Since: time.Now().UTC(), Message: message}
 		data, err := json.Marshal(next)
 		if err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO syncer_state (key, value, updated_at) VALUES ($1, $2, now())
-			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`, KeyCredentials, data)
+			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`, key, data)
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("breakerstore: set credentials: %w", err)
+		return false, fmt.Errorf("breakerstore: set %s: %w", key, err)
 	}
 	return changed, nil
+}
+
+// SetCredentials is SetRefusal of KeyCredentials with a message only.
+func (s *Store) SetCredentials(ctx context.Context, refused bool, message string) (changed bool, err error) {
+	return s.SetRefusal(ctx, KeyCredentials, Refusal{Refused: refused, Message: message})
 }

@@ -6,6 +6,9 @@
 // Exit status: 0 done; 2 a usage or configuration error, with one line naming
 // the flag or variable; 1 any other failure, with one line saying what
 // failed. No stack trace for an expected error.
+//
+// Defaults shown by --help come from the packages' exported constants
+// (kong interpolates them, see vars), so a default exists once.
 package cli
 
 import (
@@ -15,22 +18,35 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/term"
+
+	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/migrations"
 )
 
 // CLI is the root of the command tree.
 type CLI struct {
-	LogFormat string `name:"log-format" env:"SYNCER_LOG_FORMAT" enum:"auto,text,json" default:"auto" help:"Log format: text on a terminal and JSON otherwise when auto."`
+	LogFormat string `name:"log-format" env:"SYNCER_LOG_FORMAT" enum:"auto,text,json" default:"auto" help:"Log format: text on a terminal and JSON otherwise when auto. JSON writes durations in seconds."`
 	LogLevel  string `name:"log-level" env:"SYNCER_LOG_LEVEL" enum:"debug,info,warn,error" default:"info" help:"Lowest level logged (debug shows one line per batch)."`
 
 	Migrate        MigrateCmd        `cmd:"" help:"Bring the database to the current schema (River's and syncer's). Idempotent."`
 	Run            RunCmd            `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
-	Replay         ReplayCmd         `cmd:"" help:"Re-export a range of rows whatever their synced_at. Running daemons do the work."`
+	Replay         ReplayCmd         `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
 	Status         StatusCmd         `cmd:"" help:"Show counts and health."`
 	RetryFailed    RetryFailedCmd    `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
+	Healthcheck    HealthcheckCmd    `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
+	Version        VersionCmd        `cmd:"" help:"Print the version, commit and Go version."`
 	FakeThirdparty FakeThirdpartyCmd `cmd:"" name:"fake-thirdparty" help:"Serve a local stand-in for the third-party API, with fault knobs."`
 	Bench          BenchCmd          `cmd:"" help:"Measure throughput, latency, writer overhead and memory against baselines from the same run."`
 }
@@ -55,6 +71,44 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 
 type exitPanic int
 
+// vars are the defaults --help shows and kong applies, from the packages'
+// constants.
+func vars() kong.Vars {
+	return kong.Vars{
+		"batch_size":           strconv.Itoa(exporter.BatchSizeDefault),
+		"batch_max_bytes":      strconv.Itoa(exporter.BatchMaxBytesDefault),
+		"rate_burst":           strconv.Itoa(delivery.RateBurstDefault),
+		"breaker_failures":     strconv.Itoa(delivery.BreakerFailuresDefault),
+		"breaker_open_timeout": durationText(delivery.BreakerOpenTimeoutDefault),
+		"backoff_max_elapsed":  durationText(delivery.MaxElapsedDefault),
+		"request_timeout":      durationText(thirdparty.TimeoutDefault),
+		"shutdown_timeout":     durationText(daemon.ShutdownTimeoutDefault),
+		"http_addr":            daemon.HTTPAddrDefault,
+		"http_addr_off":        daemon.HTTPAddrOff,
+		"workers":              strconv.Itoa(daemon.WorkersDefault),
+		"max_in_flight":        strconv.Itoa(exporter.MaxInFlightDefault),
+		"max_retry_after":      durationText(delivery.MaxRetryAfterDefault),
+		"replay_share":         strconv.FormatFloat(exporter.ReplayShareDefault, 'f', -1, 64),
+		"max_item_bytes":       strconv.Itoa(resources.MaxItemBytesDefault),
+		"tombstone_retention":  durationText(resources.TombstoneRetentionDefault),
+		"healthcheck_timeout":  durationText(healthcheckTimeoutDefault),
+		"replay_poll":          durationText(replayPollDefault),
+		"replay_stall":         durationText(replayStallDefault),
+	}
+}
+
+// durationText writes d as a user would: 1m, not 1m0s.
+func durationText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // Main runs the command line and returns the exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	var root CLI
@@ -73,6 +127,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(c int) { panic(exitPanic(c)) }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		vars(),
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "syncer: %v\n", err)
@@ -80,6 +135,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 	}
 	kctx, err := parser.Parse(args)
 	if err != nil {
+		var ue *usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "syncer: %s\n", oneLine(ue.msg))
+			return 2
+		}
 		fmt.Fprintf(stderr, "syncer: %s\n", oneLine(err.Error()))
 		return 2
 	}
@@ -91,6 +151,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "syncer: %s\n", oneLine(ue.msg))
+			return 2
+		}
+		// A package's error that says it is the user's setting (a
+		// malformed DATABASE_URL found by database.Open) exits 2 as well.
+		var usage interface{ IsUsage() bool }
+		if errors.As(err, &usage) && usage.IsUsage() {
+			fmt.Fprintf(stderr, "syncer: %s\n", oneLine(err.Error()))
 			return 2
 		}
 		fmt.Fprintf(stderr, "syncer: %s: %s\n", kctx.Command(), oneLine(err.Error()))
@@ -113,18 +180,103 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 	if format == "text" || (format == "auto" && isTerminal(w)) {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
+	opts.ReplaceAttr = secondsForDurations
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// secondsForDurations writes durations as seconds, a number, in JSON logs:
+// slog's default is nanoseconds, which no log pipeline expects.
+func secondsForDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.Float64(a.Key, a.Value.Duration().Seconds())
+	}
+	return a
 }
 
 // DB holds the database setting shared by commands that need one.
 type DB struct {
-	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL, e.g. postgres://user@host:5432/db. Never logged with its password."`
+	DatabaseURL     string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL, e.g. postgres://user@host:5432/db. It holds a password: set it in the environment or with --database-url-file, not with this flag (flags show in ps). Never logged with its password."`
+	DatabaseURLFile string `name:"database-url-file" env:"DATABASE_URL_FILE" placeholder:"FILE" help:"Read DATABASE_URL from FILE (a mounted secret), once at start; a trailing newline is ignored."`
+
+	// fromFile is set once the file was read: kong may validate twice.
+	fromFile bool
 }
 
-// Validate names the missing setting.
+// Validate reads the file setting, if any, and checks that the URL parses:
+// a malformed URL is a configuration error (exit 2), found before any
+// connection is tried. Only pgx's reason is repeated, never the URL.
 func (d *DB) Validate() error {
+	if d.DatabaseURLFile != "" && !d.fromFile {
+		if d.DatabaseURL != "" {
+			return usagef("--database-url (DATABASE_URL) and --database-url-file (DATABASE_URL_FILE) are exclusive: set one")
+		}
+		v, err := readSecretFile(d.DatabaseURLFile)
+		if err != nil {
+			return usagef("--database-url-file (DATABASE_URL_FILE): %v", err)
+		}
+		d.DatabaseURL, d.fromFile = v, true
+	}
 	if d.DatabaseURL == "" {
 		return usagef("--database-url (DATABASE_URL) is required")
 	}
+	if _, err := database.ParseURL(d.DatabaseURL); err != nil {
+		return usagef("--database-url (DATABASE_URL) is malformed: %s", parseReason(err))
+	}
 	return nil
+}
+
+// parseReason is what pgx says is wrong with a connection string, without
+// the string: pgx writes "cannot parse `<string>`: <reason>", with the
+// password masked, but a reason alone is all the user needs.
+func parseReason(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		return msg[i+3:]
+	}
+	return "want postgres://user@host:5432/database or key=value settings"
+}
+
+// readSecretFile reads a secret mounted as a file. One trailing newline (as
+// `echo` and most editors write) is not part of the secret.
+func readSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return "", fmt.Errorf("cannot read %s: %w", path, pe.Err)
+		}
+		return "", fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
+
+// open opens the pool; app names the command in pg_stat_activity.
+func (d *DB) open(ctx context.Context, app string) (*pgxpool.Pool, error) {
+	return database.Open(ctx, d.DatabaseURL, app)
+}
+
+// openMigrated opens the pool and fails with one line telling to run
+// `syncer migrate` when the schema is missing or older than this binary.
+func (d *DB) openMigrated(ctx context.Context, app string) (*pgxpool.Pool, error) {
+	pool, err := d.open(ctx, app)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMigrated(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+func checkMigrated(ctx context.Context, pool *pgxpool.Pool) error {
+	all, err := migrations.All()
+	if err != nil {
+		return err
+	}
+	return database.CheckMigrated(ctx, pool, all[len(all)-1].Version)
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +33,14 @@ type FakeThirdpartyCmd struct {
 	IgnoreKeys         bool          `name:"ignore-idempotency-key" env:"FAKE_IGNORE_IDEMPOTENCY_KEY" help:"Treat every request as new, as a third party without idempotency would."`
 	Outage             time.Duration `name:"outage" env:"FAKE_OUTAGE" default:"0s" help:"Answer 503 to everything for this long after start."`
 	Seed               int64         `name:"seed" env:"FAKE_SEED" default:"0" help:"Seed of the random shares (0: random)."`
+	Redirect           int           `name:"redirect" env:"FAKE_REDIRECT" default:"0" help:"Answer every batch with this redirect status (301, 302, 303, 307 or 308). 0: none."`
+	RedirectLocation   string        `name:"redirect-location" env:"FAKE_REDIRECT_LOCATION" help:"Location sent with --redirect (default: /v1/moved on the fake)."`
+	BadAnswer          string        `name:"bad-answer" env:"FAKE_BAD_ANSWER" help:"Answer batches with a 200 that is not the contract's: html, malformed, empty, huge, unknown-status or unknown-id."`
+	RetryAfterRaw      string        `name:"retry-after-raw" env:"FAKE_RETRY_AFTER_RAW" help:"Send this Retry-After verbatim with 429 and outage answers (e.g. 999999999)."`
+	UnannouncedLimit   float64       `name:"unannounced-limit" env:"FAKE_UNANNOUNCED_LIMIT" default:"0" help:"Requests a second beyond which a bare 429 (no Retry-After, no rate-limit headers) is answered. 0: none."`
+	Quota              int           `name:"quota" env:"FAKE_QUOTA" default:"0" help:"Requests allowed per --quota-window, announced with RateLimit-* headers; 429 when exhausted. 0: none."`
+	QuotaWindow        time.Duration `name:"quota-window" env:"FAKE_QUOTA_WINDOW" default:"1s" help:"Window of --quota."`
+	QuotaXHeaders      bool          `name:"quota-x-headers" env:"FAKE_QUOTA_X_HEADERS" help:"Announce --quota with X-RateLimit-* headers too."`
 }
 
 // Validate checks the shares.
@@ -42,20 +52,39 @@ func (c *FakeThirdpartyCmd) Validate() error {
 		return usagef("--timeout-rate must be between 0 and 1, got %v", c.TimeoutRate)
 	case c.RateLimit < 0:
 		return usagef("--rate-limit must not be negative, got %v", c.RateLimit)
+	case c.Redirect != 0 && !slices.Contains([]int{301, 302, 303, 307, 308}, c.Redirect):
+		return usagef("--redirect must be 301, 302, 303, 307 or 308, got %d", c.Redirect)
+	case c.BadAnswer != "" && !slices.Contains(fakethirdparty.BadAnswers, c.BadAnswer):
+		return usagef("--bad-answer must be one of %s, got %q", strings.Join(fakethirdparty.BadAnswers, ", "), c.BadAnswer)
+	case strings.ContainsAny(c.RetryAfterRaw, "\r\n"):
+		return usagef("--retry-after-raw must be one line")
+	case c.UnannouncedLimit < 0:
+		return usagef("--unannounced-limit must not be negative, got %v", c.UnannouncedLimit)
+	case c.Quota < 0:
+		return usagef("--quota must not be negative, got %d", c.Quota)
+	case c.Quota > 0 && c.QuotaWindow <= 0:
+		return usagef("--quota-window must be positive, got %s", c.QuotaWindow)
 	}
 	return nil
+}
+
+// config is the fake's Config the flags ask for.
+func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
+	return fakethirdparty.Config{
+		RateLimit: c.RateLimit, RateBurst: c.RateBurst, RetryAfter: c.RetryAfter, RetryAfterHTTPDate: c.RetryAfterHTTPDate,
+		FailureRate: c.FailureRate, FailureStatus: c.FailureStatus, Latency: c.Latency, TimeoutRate: c.TimeoutRate,
+		MaxBatchItems: c.MaxBatchItems, RejectField: c.RejectField, PoisonField: c.PoisonField, Token: c.Token,
+		IgnoreIdempotencyKey: c.IgnoreKeys, Seed: c.Seed,
+		Redirect: c.Redirect, RedirectLocation: c.RedirectLocation, BadAnswer: c.BadAnswer, RetryAfterRaw: c.RetryAfterRaw,
+		UnannouncedLimit: c.UnannouncedLimit, Quota: c.Quota, QuotaWindow: c.QuotaWindow, QuotaXHeaders: c.QuotaXHeaders,
+	}
 }
 
 // Run serves until SIGTERM or SIGINT.
 func (c *FakeThirdpartyCmd) Run(ctx context.Context, env *Env) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	fake := fakethirdparty.New(fakethirdparty.Config{
-		RateLimit: c.RateLimit, RateBurst: c.RateBurst, RetryAfter: c.RetryAfter, RetryAfterHTTPDate: c.RetryAfterHTTPDate,
-		FailureRate: c.FailureRate, FailureStatus: c.FailureStatus, Latency: c.Latency, TimeoutRate: c.TimeoutRate,
-		MaxBatchItems: c.MaxBatchItems, RejectField: c.RejectField, PoisonField: c.PoisonField, Token: c.Token,
-		IgnoreIdempotencyKey: c.IgnoreKeys, Seed: c.Seed,
-	})
+	fake := fakethirdparty.New(c.config())
 	if c.Outage > 0 {
 		fake.Outage(c.Outage)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/migrations"
 )
@@ -21,7 +20,7 @@ func (c *MigrateCmd) Run(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	pool, err := database.Open(ctx, c.DatabaseURL, "syncer-migrate")
+	pool, err := c.open(ctx, "syncer migrate")
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,37 +18,64 @@ import (
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/migrations"
+)
+
+// Defaults of replay's hidden flags.
+const (
+	// replayPollDefault is how often --wait reads the progress.
+	replayPollDefault = 500 * time.Millisecond
+	// replayStallDefault is how long --wait sees no progress before it says
+	// that no daemon seems to work on the replay: a daemon that runs takes
+	// a new replay within a second or two (the relay's poll is 2 s).
+	replayStallDefault = 5 * time.Second
 )
 
 // ReplayCmd is `syncer replay`.
 type ReplayCmd struct {
 	DB
-	FromID int64         `name:"from-id" help:"First id of the range (inclusive)."`
-	ToID   int64         `name:"to-id" help:"Last id of the range (inclusive)."`
-	Since  string        `name:"since" help:"Rows created at or after this time (RFC 3339)."`
-	Until  string        `name:"until" help:"Rows created before this time (RFC 3339)."`
-	Failed bool          `name:"failed" help:"Only rows whose current version failed."`
-	DryRun bool          `name:"dry-run" help:"Print how many rows the replay would send, and send nothing."`
-	Wait   bool          `name:"wait" help:"Follow the replay's progress until it is done."`
-	Poll   time.Duration `name:"poll" default:"500ms" hidden:""`
+	FromID int64  `name:"from-id" help:"First id of the range (inclusive)."`
+	ToID   int64  `name:"to-id" help:"Last id of the range (inclusive)."`
+	Since  string `name:"since" help:"Rows created at or after this time (RFC 3339)."`
+	Until  string `name:"until" help:"Rows created before this time (RFC 3339)."`
+	Failed bool   `name:"failed" help:"Only rows whose current version failed."`
+	DryRun bool   `name:"dry-run" help:"Print how many rows the replay would send, and send nothing."`
+	Wait   bool   `name:"wait" help:"Follow the replay's progress until it is done."`
+	List   bool   `name:"list" help:"List the replays with their state and progress, and create none."`
+	Cancel int64  `name:"cancel" placeholder:"ID" help:"Cancel replay ID: nothing more of it is sent."`
+
+	Poll  time.Duration `name:"poll" default:"${replay_poll}" hidden:""`
+	Stall time.Duration `name:"stall" default:"${replay_stall}" hidden:""`
 
 	filter resources.Filter
 }
 
-// Validate checks the range.
+func (c *ReplayCmd) hasRange() bool {
+	return c.FromID != 0 || c.ToID != 0 || c.Since != "" || c.Until != "" || c.Failed
+}
+
+// Validate checks the range, or that --list and --cancel come alone.
 func (c *ReplayCmd) Validate() error {
 	if err := c.DB.Validate(); err != nil {
 		return err
 	}
-	f := resources.Filter{FromID: c.FromID, ToID: c.ToID, FailedOnly: c.Failed}
+	if err := positive(c, "Poll", "Stall"); err != nil {
+		return err
+	}
 	switch {
-	case c.FromID < 0:
-		return usagef("--from-id must be positive, got %d", c.FromID)
-	case c.ToID < 0:
-		return usagef("--to-id must be positive, got %d", c.ToID)
-	case c.ToID > 0 && c.FromID > c.ToID:
+	case c.List && c.Cancel != 0:
+		return usagef("--list and --cancel are exclusive")
+	case (c.List || c.Cancel != 0) && (c.hasRange() || c.DryRun || c.Wait):
+		return usagef("--list and --cancel take no range, --dry-run or --wait")
+	case c.Cancel < 0:
+		return usagef("--cancel takes a replay id (see --list), got %d", c.Cancel)
+	case c.List || c.Cancel != 0:
+		return nil
+	}
+	f := resources.Filter{FromID: c.FromID, ToID: c.ToID, FailedOnly: c.Failed}
+	if c.FromID != 0 && c.ToID != 0 && c.FromID > c.ToID {
 		return usagef("--from-id %d is after --to-id %d", c.FromID, c.ToID)
 	}
 	var err error
@@ -61,21 +92,36 @@ func (c *ReplayCmd) Validate() error {
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		return usagef("--since must be before --until")
 	}
-	if c.FromID == 0 && c.ToID == 0 && c.Since == "" && c.Until == "" && !c.Failed {
-		return usagef("replay needs a range: --from-id/--to-id, --since/--until or --failed")
+	if !c.hasRange() {
+		return usagef("replay needs a range (--from-id/--to-id, --since/--until or --failed), --list or --cancel ID")
 	}
 	c.filter = f
 	return nil
 }
 
-// Run creates the replay (a row and a River job, in one transaction) and
-// optionally follows it.
+// Run creates, lists or cancels replays.
 func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
-	pool, err := database.Open(ctx, c.DatabaseURL, "syncer-replay")
+	pool, err := c.openMigrated(ctx, "syncer replay")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	switch {
+	case c.List:
+		return listReplays(ctx, env.Stdout, pool)
+	case c.Cancel != 0:
+		if err := replays.Cancel(ctx, pool, c.Cancel); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "replay %d cancelled: daemons send nothing more of it\n", c.Cancel)
+		return nil
+	}
+	return c.create(ctx, env, pool)
+}
+
+// create records the replay and its River job in one transaction, so a
+// replay never exists without a job to run it, and follows it if asked.
+func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) error {
 	n, err := resources.Count(ctx, pool, c.filter)
 	if err != nil {
 		return err
@@ -83,6 +129,9 @@ func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 	if c.DryRun {
 		fmt.Fprintf(env.Stdout, "would send %d rows\n", n)
 		return nil
+	}
+	if n == 0 {
+		return errors.New("no row matches the range: nothing to replay, no replay created")
 	}
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {
@@ -94,15 +143,10 @@ func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 	}
 	var id int64
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		f := c.filter
-		err := tx.QueryRow(ctx, `INSERT INTO syncer_replays (from_id, to_id, since, until, failed_only, total_rows)
-			VALUES (NULLIF($1, 0), NULLIF($2, 0), $3, $4, $5, $6) RETURNING id`,
-			f.FromID, f.ToID, nullTime(f.Since), nullTime(f.Until), f.FailedOnly, n).Scan(&id)
-		if err != nil {
-			return fmt.Errorf("create replay: %w", err)
+		if id, err = replays.Create(ctx, tx, c.filter, n); err != nil {
+			return err
 		}
-		_, err = rc.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, &river.InsertOpts{Queue: jobs.Queue, MaxAttempts: 1000})
-		if err != nil {
+		if _, err := rc.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, nil); err != nil {
 			return fmt.Errorf("enqueue replay: %w", err)
 		}
 		// Wake the live job that holds the export lock, wherever it runs:
@@ -119,19 +163,73 @@ func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 	if !c.Wait {
 		return nil
 	}
-	return follow(ctx, env, pool, id, n, c.Poll)
+	return c.follow(ctx, env, pool, id, n)
 }
 
-func nullTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
+// listReplays prints every replay with its progress.
+func listReplays(ctx context.Context, w io.Writer, pool *pgxpool.Pool) error {
+	all, err := replays.List(ctx, pool)
+	if err != nil {
+		return err
 	}
-	return &t
+	done, err := replayProgress(ctx, pool)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tRANGE\tPROGRESS\tCREATED")
+	for _, r := range all {
+		d := done[checkpoint.Replay(r.ID)]
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d of %d rows (%.1f%%)\t%s\n",
+			r.ID, r.State, describeFilter(r.Filter), d, r.TotalRows, r.Percent(d), r.CreatedAt.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+// replayProgress returns the rows each checkpoint sent or failed, by name.
+func replayProgress(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
+	cps, err := checkpoint.List(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[string]int64, len(cps))
+	for _, cp := range cps {
+		done[cp.Name] = cp.RowsDone + cp.RowsFailed
+	}
+	return done, nil
+}
+
+// describeFilter writes a replay's range as the flags that made it.
+func describeFilter(f resources.Filter) string {
+	var parts []string
+	switch {
+	case f.FromID != 0 && f.ToID != 0:
+		parts = append(parts, fmt.Sprintf("ids %d-%d", f.FromID, f.ToID))
+	case f.FromID != 0:
+		parts = append(parts, fmt.Sprintf("ids from %d", f.FromID))
+	case f.ToID != 0:
+		parts = append(parts, fmt.Sprintf("ids to %d", f.ToID))
+	}
+	if !f.Since.IsZero() {
+		parts = append(parts, "since "+f.Since.UTC().Format(time.RFC3339))
+	}
+	if !f.Until.IsZero() {
+		parts = append(parts, "until "+f.Until.UTC().Format(time.RFC3339))
+	}
+	if f.FailedOnly {
+		parts = append(parts, "failed only")
+	}
+	if len(parts) == 0 {
+		return "all rows"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // follow shows a replay's progress until it is done: a progress bar on a
-// terminal, a plain line every few seconds otherwise.
-func follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64, poll time.Duration) error {
+// terminal, a plain line every few seconds otherwise. When nothing moves for
+// Stall, it says that no daemon seems to work on the replay, once per
+// stall, and keeps waiting: starting a daemon is all it takes.
+func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64) error {
 	var bar *progressbar.ProgressBar
 	if env.IsTerminal {
 		bar = progressbar.NewOptions64(total,
@@ -146,26 +244,31 @@ func follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64, 
 	}
 	start := time.Now()
 	lastLine := time.Time{}
-	t := time.NewTicker(poll)
+	lastState, lastDone, lastMove := replays.State(""), int64(-1), time.Now()
+	warned := false
+	t := time.NewTicker(c.Poll)
 	defer t.Stop()
 	for {
-		var state string
-		if err := pool.QueryRow(ctx, `SELECT state FROM syncer_replays WHERE id = $1`, id).Scan(&state); err != nil {
-			return fmt.Errorf("read replay: %w", err)
+		state, err := replays.StateOf(ctx, pool, id)
+		if err != nil {
+			return err
 		}
 		cp, err := checkpoint.Get(ctx, pool, checkpoint.Replay(id))
 		if err != nil {
 			return err
 		}
 		done := cp.RowsDone + cp.RowsFailed
+		if state != lastState || done != lastDone {
+			lastState, lastDone, lastMove, warned = state, done, time.Now(), false
+		}
 		if bar != nil {
 			_ = bar.Set64(min(done, total))
-		} else if time.Since(lastLine) >= 2*time.Second || state == "done" {
+		} else if time.Since(lastLine) >= 2*time.Second || state.Finished() {
 			lastLine = time.Now()
 			el := time.Since(start).Seconds()
 			rate := float64(done) / max(el, 0.001)
 			eta := "?"
-			if done >= total || state == "done" {
+			if done >= total || state == replays.StateDone {
 				eta = "0s"
 			} else if rate > 0 {
 				eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
@@ -173,15 +276,27 @@ func follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64, 
 			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d rows, %.0f rows/s, eta %s\n", id, state, done, total, rate, eta)
 		}
 		switch state {
-		case "done":
+		case replays.StateDone:
 			if bar != nil {
 				_ = bar.Finish()
 				fmt.Fprintln(env.Stdout)
 			}
 			fmt.Fprintf(env.Stdout, "replay %d done: %d rows sent, %d failed\n", id, cp.RowsDone, cp.RowsFailed)
 			return nil
-		case "cancelled":
-			return fmt.Errorf("replay %d was cancelled", id)
+		case replays.StateCancelled:
+			return fmt.Errorf("replay %d was cancelled after %d of %d rows", id, done, total)
+		}
+		if !warned && time.Since(lastMove) >= c.Stall {
+			warned = true
+			if bar != nil {
+				fmt.Fprintln(env.Stdout)
+			}
+			what := "no daemon has picked the replay up"
+			if state == replays.StateRunning {
+				what = "the replay has not moved"
+			}
+			fmt.Fprintf(env.Stdout, "replay %d: %s in %s: is `syncer run` running? Still waiting (Ctrl-C stops waiting, not the replay)\n",
+				id, what, durationText(c.Stall))
 		}
 		select {
 		case <-ctx.Done():

@@ -19,7 +19,7 @@ type RetryFailedCmd struct {
 
 // Run clears the failures and wakes the daemons in the same transaction.
 func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
-	pool, err := database.Open(ctx, c.DatabaseURL, "syncer-retry-failed")
+	pool, err := c.openMigrated(ctx, "syncer retry-failed")
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/status"
 )
 
@@ -19,12 +18,12 @@ type StatusCmd struct {
 
 // Run prints the status.
 func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
-	pool, err := database.Open(ctx, c.DatabaseURL, "syncer-status")
+	pool, err := c.openMigrated(ctx, "syncer status")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	r, err := status.Gather(ctx, pool)
+	r, err := status.Gather(ctx, pool, nil)
 	if err != nil {
 		return err
 	}
@@ -37,11 +36,7 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 	fmt.Fprintf(w, "rows\t%d total, %d synced, %d unsynced (%d pending, %d failed)\n", r.Total, r.Synced, r.Unsynced, r.Pending, r.Failed)
 	fmt.Fprintf(w, "oldest pending\t%s\n", (time.Duration(r.OldestUnsyncedAgeSeconds * float64(time.Second))).Round(time.Millisecond))
 	fmt.Fprintf(w, "outbox pending\t%d\n", r.OutboxPending)
-	if r.Lock.Held {
-		fmt.Fprintf(w, "export lock\theld by pid %d (%s %s)\n", r.Lock.PID, r.Lock.ApplicationName, r.Lock.ClientAddr)
-	} else {
-		fmt.Fprintf(w, "export lock\tfree\n")
-	}
+	fmt.Fprintf(w, "export lock\t%s\n", lockLine(r.Lock))
 	b := r.Breaker.State
 	if !r.Breaker.Until.IsZero() {
 		b += " until " + r.Breaker.Until.Format(time.RFC3339)
@@ -52,18 +47,44 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 	} else {
 		fmt.Fprintf(w, "credentials\tok\n")
 	}
-	for k, n := range r.Jobs {
-		fmt.Fprintf(w, "job %s\t%d\n", k, n)
+	if r.Configuration.Refused {
+		fmt.Fprintf(w, "third party URL\tREFUSED (a redirect, 404 or 410) since %s: %s\n", r.Configuration.Since.Format(time.RFC3339), r.Configuration.Message)
+	}
+	if r.Pause != nil {
+		fmt.Fprintf(w, "paused\tuntil %s: %s\n", r.Pause.Until.Format(time.RFC3339), r.Pause.Cause)
+	}
+	if r.Rate != nil {
+		fmt.Fprintf(w, "learnt rate\t%.1f requests/s (429s began near %.1f/s)\n", r.Rate.Limit, r.Rate.Ceiling)
+	}
+	if r.LastError != nil {
+		fmt.Fprintf(w, "last error\t%s: %s\n", r.LastError.At.Format(time.RFC3339), r.LastError.Text)
+	}
+	for _, k := range r.JobNames() {
+		fmt.Fprintf(w, "job %s\t%d\n", k, r.Jobs[k])
 	}
 	for _, cp := range r.Checkpoints {
 		fmt.Fprintf(w, "checkpoint %s\tlast id %d, %d rows, %d failed, %d batches, updated %s\n",
 			cp.Name, cp.LastID, cp.RowsDone, cp.RowsFailed, cp.BatchesDone, cp.UpdatedAt.Format(time.RFC3339))
 	}
 	for _, rp := range r.Replays {
-		fmt.Fprintf(w, "replay %d\t%s, %d of %d rows (%.1f%%)\n", rp.ID, rp.State, rp.RowsDone, rp.TotalRows, rp.Percent)
+		fmt.Fprintf(w, "replay %d\t%s, %d of %d rows (%.1f%%), created %s\n",
+			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
 	}
 	for _, f := range r.RecentFailures {
 		fmt.Fprintf(w, "failed row %d v%d\t%s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), f.Error)
 	}
 	return w.Flush()
+}
+
+// lockLine says who holds the export lock: the daemon's machine and
+// process when syncer named the session, its backend otherwise.
+func lockLine(l status.Lock) string {
+	switch {
+	case !l.Held:
+		return "free"
+	case l.Host != "":
+		return fmt.Sprintf("held by %s on %s, process %d (backend pid %d)", l.Role, l.Host, l.Process, l.PID)
+	default:
+		return fmt.Sprintf("held by backend pid %d (application_name %q, client %s)", l.PID, l.ApplicationName, l.ClientAddr)
+	}
 }

@@ -1,7 +1,10 @@
 // Package daemon wires syncer's long-running parts together: the River
 // client with the export workers, the outbox relay, periodic gauges, and the
-// health, metrics and pprof server. It owns the shutdown order: stop taking
-// new batches, let River finish (soft stop, then cancel), then the rest.
+// health, metrics and pprof server.
+//
+// New builds everything and starts nothing (as River's NewClient); Run
+// starts it, and owns the shutdown order: stop taking new batches, let River
+// finish (soft stop, then cancel), then the rest. A Daemon runs once.
 package daemon
 
 import (
@@ -37,7 +40,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/internal/status"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
 )
@@ -51,18 +53,31 @@ const (
 	RescueStuckJobsDefault = 2 * time.Minute
 )
 
-// Config configures the daemon.
+// HTTPAddrOff as Config.HTTPAddr serves no HTTP at all. It is a word rather
+// than the empty string because an empty setting means "the default"
+// everywhere else (a blank environment variable, a zero Config field).
+const HTTPAddrOff = "off"
+
+// Config configures the daemon. A nil *Config is a Config of defaults, which
+// fails validation for want of ThirdParty.URL.
 type Config struct {
-	// ThirdParty configures the HTTP client. URL is required.
+	// ThirdParty configures the HTTP client. URL is required. Defaults to
+	// thirdparty's defaults.
 	ThirdParty thirdparty.Config
-	// Delivery configures rate limiting, retries and the breaker.
+	// Delivery configures rate limiting, retries and the breaker. Defaults
+	// to delivery's defaults.
 	Delivery delivery.Config
-	// Exporter configures batches and lingering.
+	// Exporter configures batches and lingering. Defaults to exporter's
+	// defaults.
 	Exporter exporter.Config
-	// HTTPAddr serves /healthz, /readyz and /metrics; empty disables the
-	// server. Defaults to HTTPAddrDefault.
+	// HTTPAddr is where /healthz, /readyz and /metrics are served, host:port
+	// (":8080" listens on every interface, as a container needs; port 0
+	// picks a free port). HTTPAddrOff serves nothing. Defaults to
+	// HTTPAddrDefault.
 	HTTPAddr string
-	// Pprof also serves /debug/pprof/ on HTTPAddr. Defaults to false.
+	// Pprof also serves /debug/pprof/ on HTTPAddr, except
+	// /debug/pprof/cmdline, which would show the command line and so any
+	// secret passed as a flag. Defaults to false.
 	Pprof bool
 	// ShutdownTimeout bounds the wait for the batch in flight on shutdown.
 	// Defaults to ShutdownTimeoutDefault.
@@ -73,84 +88,171 @@ type Config struct {
 	// PollInterval bounds the delay of a lost notification. Defaults to
 	// outbox.PollIntervalDefault.
 	PollInterval time.Duration
-	// Logger defaults to discarding.
+	// GaugeInterval is how often the database-wide gauges are refreshed.
+	// Defaults to GaugeIntervalDefault.
+	GaugeInterval time.Duration
+	// TombstoneRetention is how long a delivered tombstone is kept before
+	// it is purged. Defaults to resources.TombstoneRetentionDefault.
+	TombstoneRetention time.Duration
+	// Logger receives the daemon's logs. Defaults to discarding.
 	Logger *slog.Logger
-	// Ready, if set, is called with the bound HTTP address once the daemon
-	// serves and its River client runs. Tests use it.
+	// Ready, if set, is called with the bound HTTP address (empty when
+	// HTTPAddr is HTTPAddrOff) once the daemon serves and its River client
+	// runs. Tests use it. Defaults to nil.
 	Ready func(addr string)
 }
 
-// Run runs the daemon on pool until ctx is cancelled, then shuts down in
-// order and returns nil.
-func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
-	c := *cfg
-	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
-	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
-	c.Workers = cmp.Or(c.Workers, WorkersDefault)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+// withDefaults returns c with every default applied, in one place.
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
 	}
-	logger := c.Logger
+	out.HTTPAddr = cmp.Or(out.HTTPAddr, HTTPAddrDefault)
+	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
+	out.Workers = cmp.Or(out.Workers, WorkersDefault)
+	out.PollInterval = cmp.Or(out.PollInterval, outbox.PollIntervalDefault)
+	out.GaugeInterval = cmp.Or(out.GaugeInterval, GaugeIntervalDefault)
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+// validate names the first bad field of a Config with defaults applied.
+// The nested configs are validated by their own packages' New.
+func (c *Config) validate() error {
+	switch {
+	case c.ThirdParty.URL == "":
+		return errors.New("daemon: config: ThirdParty.URL is required")
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("daemon: config: ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
+	case c.Workers < 0:
+		return fmt.Errorf("daemon: config: Workers must not be negative, got %d", c.Workers)
+	case c.PollInterval < 0:
+		return fmt.Errorf("daemon: config: PollInterval must not be negative, got %s", c.PollInterval)
+	case c.GaugeInterval < 0:
+		return fmt.Errorf("daemon: config: GaugeInterval must not be negative, got %s", c.GaugeInterval)
+	}
+	if c.HTTPAddr != HTTPAddrOff {
+		if err := CheckHTTPAddr(c.HTTPAddr); err != nil {
+			return fmt.Errorf("daemon: config: HTTPAddr: %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckHTTPAddr reports whether addr is a host:port the daemon can listen
+// on (the host may be empty, the port must be a number).
+func CheckHTTPAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port or %q, got %q", HTTPAddrOff, addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("bad port in %q", addr)
+	}
+	return nil
+}
+
+// Daemon is a built, not yet running, syncer daemon.
+type Daemon struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	schema string
+
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	tp      *thirdparty.Client
+	exp     *exporter.Exporter
+	locker  *locks.Locker
+	purger  *resources.Purger
+	river   *river.Client[pgx.Tx]
+	relay   *outbox.Relay
+
+	riverRunning atomic.Bool
+	ran          atomic.Bool
+}
+
+// New checks that the database is migrated and builds the daemon's parts:
+// nothing runs, listens or connects beyond the checks until Run.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: c, pool: pool, logger: c.Logger}
 
 	all, err := migrations.All()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := database.CheckMigrated(ctx, pool, all[len(all)-1].Version); err != nil {
-		return err
+		return nil, err
 	}
-	schema, err := database.CurrentSchema(ctx, pool)
-	if err != nil {
-		return err
+	if d.schema, err = database.CurrentSchema(ctx, pool); err != nil {
+		return nil, err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg)
+	d.reg = prometheus.NewRegistry()
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.metrics = metrics.New(d.reg)
 
-	tp, err := thirdparty.New(&c.ThirdParty)
-	if err != nil {
-		return err
+	if d.tp, err = thirdparty.New(&c.ThirdParty); err != nil {
+		return nil, err
 	}
-	defer tp.Close()
+	if err := d.build(); err != nil {
+		d.tp.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// build wires the push path, River and the relay.
+func (d *Daemon) build() error {
+	c, logger := &d.cfg, d.logger
 	// The breaker's state and the credentials fact live in syncer_state, so
 	// a daemon that takes the export lock over inherits them.
-	shared, err := breakerstore.New(pool, &breakerstore.Config{Schema: schema})
+	shared, err := breakerstore.New(d.pool, nil)
+	if err != nil {
+		return err
+	}
+	// The installation's id salts every key: read once, never changed.
+	installation, err := checkpoint.Installation(context.Background(), d.pool)
 	if err != nil {
 		return err
 	}
 	dcfg := c.Delivery
-	dcfg.Logger, dcfg.Metrics, dcfg.State = logger, m, shared
-	deliverer, err := delivery.New(tp, breakerstore.NewShared(shared, 0), &dcfg)
+	dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, d.metrics, installation
+	dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
+	deliverer, err := delivery.New(d.tp, breakerstore.NewShared(shared, 0), &dcfg)
 	if err != nil {
 		return err
 	}
-	locker, err := locks.New(pool.Config().ConnConfig, &locks.Config{Logger: logger})
-	if err != nil {
-		return err
-	}
-	installation, err := checkpoint.Installation(ctx, pool)
-	if err != nil {
+	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger}); err != nil {
 		return err
 	}
 	ecfg := c.Exporter
-	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, m, schema, installation
-	exp, err := exporter.New(pool, locker, deliverer, &ecfg)
-	if err != nil {
+	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
+	if d.exp, err = exporter.New(d.pool, d.locker, deliverer, &ecfg); err != nil {
+		return err
+	}
+	if d.purger, err = resources.NewPurger(d.pool, &resources.PurgerConfig{Retention: c.TombstoneRetention, Logger: logger}); err != nil {
 		return err
 	}
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, exp.SyncWorker())
-	river.AddWorker(workers, exp.ReplayWorker())
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Schema:               schema,
+	river.AddWorker(workers, d.exp.SyncWorker())
+	river.AddWorker(workers, d.exp.ReplayWorker())
+	d.river, err = river.NewClient(riverpgxv5.New(d.pool), &river.Config{
+		Schema:               d.schema,
 		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: c.Workers}},
 		Workers:              workers,
 		FetchCooldown:        10 * time.Millisecond,
 		FetchPollInterval:    200 * time.Millisecond,
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
-		MaxAttempts:          1000,
+		MaxAttempts:          jobs.MaxAttempts,
 		RetryPolicy:          cappedRetry{max: 30 * time.Second},
 		Logger:               slog.New(atLeast{logger.Handler(), slog.LevelWarn}).With(slog.String("component", "river")),
 	})
@@ -158,72 +260,88 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		return fmt.Errorf("daemon: river client: %w", err)
 	}
 
-	var relayConnected atomic.Bool
-	relay, err := outbox.New(pool, riverClient, exp, &outbox.Config{
-		Channel:      migrations.Channel(schema),
-		LockKey:      locks.Key(exporter.LockNamespace, "relay:"+schema),
+	exportKey := locks.ExportKey(d.schema)
+	d.relay, err = outbox.New(d.pool, d.river, d.exp, &outbox.Config{
+		Channel:      migrations.Channel(d.schema),
+		LockKey:      locks.RelayKey(d.schema),
 		PollInterval: c.PollInterval,
-		LockHeld: func(ctx context.Context) (bool, error) {
-			_, held, err := locker.Holder(ctx, pool, exp.LockKey())
-			return held, err
-		},
-		Logger:  logger,
-		OnStats: func(s outbox.Stats) { relayConnected.Store(s.Connected) },
+		LockHeld:     func(ctx context.Context) (bool, error) { return locks.Held(ctx, d.pool, exportKey) },
+		Logger:       logger,
 	})
-	if err != nil {
-		return err
-	}
+	return err
+}
 
-	var riverRunning atomic.Bool
-	srv, addr, err := serve(ctx, &c, reg, pool, &riverRunning)
+// Run runs the daemon until ctx is cancelled, then shuts down in order and
+// returns nil. It fails only if the daemon cannot start.
+func (d *Daemon) Run(ctx context.Context) error {
+	if d.ran.Swap(true) {
+		return errors.New("daemon: Run called twice")
+	}
+	defer d.tp.Close()
+	c, logger := &d.cfg, d.logger
+
+	srv, addr, err := d.serve(ctx)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if srv != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = srv.Shutdown(sctx)
+			cancel()
+		}
+	}()
 
 	runCtx, stopAux := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAux()
-	if err := riverClient.Start(runCtx); err != nil {
+	if err := d.river.Start(runCtx); err != nil {
 		return fmt.Errorf("daemon: start river: %w", err)
 	}
-	riverRunning.Store(true)
+	d.riverRunning.Store(true)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = relay.Run(runCtx) })
-	wg.Go(func() { gauges(runCtx, pool, m, logger) })
-	if err := relay.Kick(ctx); err != nil {
+	wg.Go(func() { _ = d.relay.Run(runCtx) })
+	wg.Go(func() { d.gauges(runCtx) })
+	wg.Go(func() { d.purger.Run(runCtx) })
+	if err := d.relay.Kick(ctx); err != nil {
 		logger.WarnContext(ctx, "daemon: initial sync kick failed; the relay's poll will retry", slog.String("error", err.Error()))
 	}
-	logger.InfoContext(ctx, "daemon: running", slog.String("schema", schema), slog.String("http_addr", addr),
-		slog.String("thirdparty", redactURL(c.ThirdParty.URL)), slog.Int("batch_size", exp.BatchSize()))
+	logger.InfoContext(ctx, "daemon: running", slog.String("schema", d.schema), slog.String("http_addr", cmp.Or(addr, HTTPAddrOff)),
+		slog.String("thirdparty", thirdparty.RedactURL(c.ThirdParty.URL)), slog.Int("batch_size", d.exp.BatchSize()),
+		slog.Int("max_in_flight", d.exp.MaxInFlight()))
 	if c.Ready != nil {
 		c.Ready(addr)
 	}
 
 	<-ctx.Done()
 	logger.InfoContext(ctx, "daemon: shutting down", slog.Duration("timeout", c.ShutdownTimeout))
-	exp.Shutdown()
+	d.exp.Shutdown()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownTimeout)
-	err = riverClient.Stop(stopCtx)
+	err = d.river.Stop(stopCtx)
 	cancel()
 	if err != nil {
 		logger.WarnContext(ctx, "daemon: batch in flight did not finish in time; cancelling it (it is recorded and will be resent)")
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = riverClient.StopAndCancel(cctx)
+		_ = d.river.StopAndCancel(cctx)
 		cancel()
 	}
-	riverRunning.Store(false)
+	d.riverRunning.Store(false)
 	stopAux()
 	wg.Wait()
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = srv.Shutdown(sctx)
-		cancel()
-	}
+	d.locker.Close()
 	logger.InfoContext(ctx, "daemon: stopped")
 	return nil
 }
 
-func redactURL(raw string) string { return database.Redact(raw) }
+// Run builds a daemon on pool and runs it until ctx is cancelled: New then
+// (*Daemon).Run.
+func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
+	d, err := New(ctx, pool, cfg)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
 
 // atLeast passes on records at or above min, unless the handler was set up
 // for debug. River logs routine counts at info every few seconds; an
@@ -260,11 +378,27 @@ func (p cappedRetry) NextRetry(job *rivertype.JobRow) time.Time {
 	return time.Now().Add(d/2 + rand.N(d/2+1))
 }
 
-// serve starts the HTTP server and returns it with its bound address.
-func serve(ctx context.Context, c *Config, reg *prometheus.Registry, pool *pgxpool.Pool, riverRunning *atomic.Bool) (*http.Server, string, error) {
-	if c.HTTPAddr == "off" {
+// serve starts the HTTP server and returns it with its bound address; with
+// HTTPAddrOff it serves nothing and returns a nil server.
+func (d *Daemon) serve(ctx context.Context) (*http.Server, string, error) {
+	if d.cfg.HTTPAddr == HTTPAddrOff {
 		return nil, "", nil
 	}
+	ln, err := net.Listen("tcp", d.cfg.HTTPAddr)
+	if err != nil {
+		return nil, "", fmt.Errorf("daemon: listen on %s: %w", d.cfg.HTTPAddr, err)
+	}
+	srv := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.logger.ErrorContext(ctx, "daemon: http server", slog.String("error", err.Error()))
+		}
+	}()
+	return srv, ln.Addr().String(), nil
+}
+
+// handler routes health, readiness, metrics and, if asked, pprof.
+func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -272,90 +406,26 @@ func serve(ctx context.Context, c *Config, reg *prometheus.Registry, pool *pgxpo
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := pool.Ping(pctx); err != nil {
+		if err := d.pool.Ping(pctx); err != nil {
 			http.Error(w, "database: not answering", http.StatusServiceUnavailable)
 			return
 		}
-		if !riverRunning.Load() {
+		if !d.riverRunning.Load() {
 			http.Error(w, "job client: not running", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if c.Pprof {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	if d.cfg.Pprof {
+		// No /debug/pprof/cmdline: the command line may hold a token or a
+		// database password given as a flag. Index would serve it under
+		// its name, so it is refused before Index sees it.
+		mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	ln, err := net.Listen("tcp", c.HTTPAddr)
-	if err != nil {
-		return nil, "", fmt.Errorf("daemon: listen on %s: %w", c.HTTPAddr, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			c.Logger.ErrorContext(ctx, "daemon: http server", slog.String("error", err.Error()))
-		}
-	}()
-	return srv, ln.Addr().String(), nil
-}
-
-// gauges refreshes the table-wide gauges. They come from the database, not
-// from this process, so every daemon reports the same truth.
-func gauges(ctx context.Context, pool *pgxpool.Pool, m *metrics.Metrics, logger *slog.Logger) {
-	t := time.NewTicker(GaugeIntervalDefault)
-	defer t.Stop()
-	for {
-		qctx, cancel := context.WithTimeout(ctx, GaugeIntervalDefault)
-		if err := refreshGauges(qctx, pool, m); err != nil && ctx.Err() == nil {
-			logger.DebugContext(ctx, "daemon: refresh gauges", slog.String("error", err.Error()))
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func refreshGauges(ctx context.Context, pool *pgxpool.Pool, m *metrics.Metrics) error {
-	c, err := resources.CountAll(ctx, pool)
-	if err != nil {
-		return err
-	}
-	m.UnsyncedRows.Set(float64(c.Unsynced))
-	m.OldestUnsyncedAge.Set(c.OldestUnsyncedAge.Seconds())
-	n, err := outbox.Pending(ctx, pool)
-	if err != nil {
-		return err
-	}
-	m.OutboxPending.Set(float64(n))
-	// The breaker is shared: a standby daemon reports the state the lock
-	// holder left, not only what it saw itself.
-	var raw []byte
-	err = pool.QueryRow(ctx, `SELECT value FROM syncer_state WHERE key = $1`, status.KeyBreaker).Scan(&raw)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return err
-	}
-	if raw != nil {
-		state, _ := status.BreakerState(raw, time.Now())
-		m.SetBreakerState(state)
-	}
-	rows, err := pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
-		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind()})
-	if err != nil {
-		return err
-	}
-	var kind, state string
-	var count int64
-	m.RiverJobs.Reset()
-	_, err = pgx.ForEachRow(rows, []any{&kind, &state, &count}, func() error {
-		m.RiverJobs.WithLabelValues(kind, state).Set(float64(count))
-		return nil
-	})
-	return err
+	return mux
 }

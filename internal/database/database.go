@@ -1,6 +1,12 @@
 // Package database opens syncer's connection pool. Its errors name the host
-// and database but never the password: pgx masks it in parse errors, and
-// connection errors here are rebuilt from the parsed config.
+// and database but never the password: a malformed URL is reported from its
+// redacted form, and connection errors here are rebuilt from the parsed
+// config.
+//
+// Every session a daemon opens carries an application_name that names the
+// machine and the process ("syncer run web-3:4711"), so whoever reads
+// pg_stat_activity (and `syncer status`, for the lock holder) can tell the
+// daemons apart.
 package database
 
 import (
@@ -8,6 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,18 +26,115 @@ import (
 // ErrNotMigrated means the schema is missing or older than this binary.
 var ErrNotMigrated = errors.New("database is not migrated: run `syncer migrate`")
 
-// Open parses rawURL, opens a pool and checks that the database answers.
-func Open(ctx context.Context, rawURL, appName string) (*pgxpool.Pool, error) {
+// ErrBadURL is wrapped by every URLError, for errors.Is.
+var ErrBadURL = errors.New("malformed DATABASE_URL")
+
+// ConnectTimeoutDefault bounds a connection attempt when the URL sets no
+// connect_timeout.
+const ConnectTimeoutDefault = 10 * time.Second
+
+// appNameMax is PostgreSQL's limit on application_name (NAMEDATALEN - 1):
+// the server truncates longer names, which could cut the pid in half.
+const appNameMax = 63
+
+// URLError is a DATABASE_URL that cannot be parsed. Its text names the URL
+// with the password removed and pgx's reason, which pgx already masks; it
+// never holds the password.
+type URLError struct {
+	// Redacted is the URL without its password, or "(unparseable)".
+	Redacted string
+	err      error
+}
+
+func (e *URLError) Error() string {
+	return fmt.Sprintf("%s %s: %v", ErrBadURL, e.Redacted, e.err)
+}
+
+// Unwrap makes errors.Is(err, ErrBadURL) true.
+func (e *URLError) Unwrap() []error { return []error{ErrBadURL, e.err} }
+
+// IsUsage reports that the error is the user's setting, not a failure: the
+// CLI exits 2 on it.
+func (e *URLError) IsUsage() bool { return true }
+
+// ParseURL parses a DATABASE_URL into a pool config. A malformed URL is a
+// *URLError.
+func ParseURL(rawURL string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("database: bad DATABASE_URL %s: %w", Redact(rawURL), err)
+		return nil, &URLError{Redacted: Redact(rawURL), err: scrub(err, rawURL)}
 	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok && appName != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	return cfg, nil
+}
+
+// scrub removes the URL's password from err's text, should a pgx version
+// ever echo it.
+func scrub(err error, rawURL string) error {
+	u, perr := url.Parse(rawURL)
+	if perr != nil || u.User == nil {
+		return err
 	}
-	cfg.ConnConfig.ConnectTimeout = max(cfg.ConnConfig.ConnectTimeout, 0)
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	pw, ok := u.User.Password()
+	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}
+
+// ApplicationName is the application_name of a process's sessions: role
+// (what the process is, "syncer run"), then host:pid, cut to PostgreSQL's 63
+// bytes by shortening the host, never the pid.
+func ApplicationName(role string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return applicationName(role, host, os.Getpid())
+}
+
+func applicationName(role, host string, pid int) string {
+	tail := ":" + strconv.Itoa(pid)
+	if len(role) > 30 {
+		role = role[:30]
+	}
+	room := appNameMax - len(role) - 1 - len(tail)
+	if len(host) > room {
+		host = host[:max(room, 0)]
+	}
+	return role + " " + host + tail
+}
+
+// ParseApplicationName reads what ApplicationName wrote: role, host and the
+// process id. ok is false for any other name (another tool's session).
+func ParseApplicationName(name string) (role, host string, pid int, ok bool) {
+	i := strings.LastIndexByte(name, ' ')
+	if i <= 0 {
+		return "", "", 0, false
+	}
+	h, p, found := strings.Cut(name[i+1:], ":")
+	if !found {
+		return "", "", 0, false
+	}
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid <= 0 || h == "" {
+		return "", "", 0, false
+	}
+	return name[:i], h, pid, true
+}
+
+// Open parses rawURL, opens a pool and checks that the database answers.
+// Its sessions are named ApplicationName(role) unless the URL names them.
+// A malformed URL is a *URLError.
+func Open(ctx context.Context, rawURL, role string) (*pgxpool.Pool, error) {
+	cfg, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok && role != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName(role)
+	}
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

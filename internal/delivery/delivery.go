@@ -10,26 +10,42 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/sony/gobreaker/v2"
-	"golang.org/x/time/rate"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Client is the HTTP client of the third party.
 type Client interface {
-	Push(ctx context.Context, key string, items []thirdparty.Item) (*thirdparty.Result, error)
+	PushBody(ctx context.Context, key string, body []byte, ids []int64) (*thirdparty.Result, error)
 }
 
 var _ Client = (*thirdparty.Client)(nil)
 
-// StateWriter records facts that every daemon and `syncer status` should
-// see. SetCredentials reports whether the recorded fact changed, so a
-// transition is logged once, not once per attempt.
+// Store keeps the facts every daemon must share (internal/breakerstore owns
+// them): a Deliverer reads them before sending, so a fresh process honours
+// a pause or an open breaker another one recorded, and writes what it
+// learns.
+type Store interface {
+	Load(ctx context.Context) (breakerstore.State, error)
+	SetBreaker(ctx context.Context, b breakerstore.Breaker) error
+	SetPause(ctx context.Context, p breakerstore.Pause) error
+	SetRate(ctx context.Context, r breakerstore.Rate) error
+	SetLastError(ctx context.Context, e breakerstore.LastError) error
+	SetRefusal(ctx context.Context, key string, r breakerstore.Refusal) (changed bool, err error)
+}
+
+var (
+	_ Store = (*breakerstore.Shared)(nil)
+	_ Store = (*breakerstore.Store)(nil)
+)
+
+// StateWriter is what Config.State was.
+//
+// Deprecated: the Store given to New records every shared fact.
 type StateWriter interface {
 	SetCredentials(ctx context.Context, refused bool, message string) (changed bool, err error)
 }
@@ -37,7 +53,9 @@ type StateWriter interface {
 // Defaults for Config.
 const (
 	RateBurstDefault          = 1
+	MaxInFlightDefault        = 4
 	MaxInlineWaitDefault      = 5 * time.Second
+	MaxRetryAfterDefault      = 15 * time.Minute
 	BreakerFailuresDefault    = 5
 	BreakerOpenTimeoutDefault = 10 * time.Second
 	BackoffInitialDefault     = 100 * time.Millisecond
@@ -47,31 +65,49 @@ const (
 	AuthProbeIntervalDefault  = 30 * time.Second
 )
 
-// RetryAfterDefault is the wait after a 429 without a usable Retry-After.
+// RetryAfterDefault is the pause after an answer that says the quota is used
+// up without saying when it comes back.
 const RetryAfterDefault = time.Second
 
-// BreakerName is the circuit breaker's name. gobreaker keeps the shared
-// state under BreakerStateKey and its mutex under "gobreaker:mutex:" +
-// BreakerName; `syncer status` reads BreakerStateKey (status.KeyBreaker).
+// Timings that are policy, not configuration.
 const (
-	BreakerName     = "thirdparty"
-	BreakerStateKey = "gobreaker:state:" + BreakerName
+	// stateWriteTimeout bounds a write of a shared fact.
+	stateWriteTimeout = 5 * time.Second
+	// loadEvery is how often the shared facts are read again.
+	loadEvery = time.Second
+	// lastErrorEvery is how often the same last error is written again,
+	// so its time stays fresh without a write per failed request.
+	lastErrorEvery = 5 * time.Second
+	// warnEvery is how often the same kind of failure is logged again at
+	// warn; in between it is logged at debug.
+	warnEvery = 30 * time.Second
 )
-
-// stateWriteTimeout bounds a write of a shared fact.
-const stateWriteTimeout = 5 * time.Second
 
 // Config configures a Deliverer.
 type Config struct {
+	// Installation is the installation's id (created by `syncer migrate`);
+	// it derives the Idempotency-Keys of split halves and of batches given
+	// without a key, so two installations never share a key. Required: an
+	// empty one would make every installation's keys collide. Defaults to
+	// "" (invalid).
+	Installation string
 	// RateLimit is the most requests a second sent to the third party; 0
-	// means no limit. Defaults to 0.
+	// means no limit but what is learnt from its answers. Defaults to 0.
 	RateLimit float64
 	// RateBurst is the limiter's burst. Defaults to RateBurstDefault.
 	RateBurst int
-	// MaxInlineWait is the longest 429 wait waited out inside Deliver;
-	// longer ones are returned as a *WaitError. Defaults to
-	// MaxInlineWaitDefault.
+	// MaxInFlight is the most requests unanswered at once through this
+	// Deliverer, retries and split halves included. Defaults to
+	// MaxInFlightDefault.
+	MaxInFlight int
+	// MaxInlineWait is the longest wait (a pause, an open breaker's probe)
+	// waited out inside Deliver; longer ones are returned as a *WaitError.
+	// Defaults to MaxInlineWaitDefault.
 	MaxInlineWait time.Duration
+	// MaxRetryAfter caps the pause a 429's Retry-After (or a quota's reset)
+	// asks for; a longer one is cut to it and logged at warn. Defaults to
+	// MaxRetryAfterDefault.
+	MaxRetryAfter time.Duration
 	// BreakerFailures is how many consecutive transient failures open the
 	// circuit breaker. Defaults to BreakerFailuresDefault.
 	BreakerFailures int
@@ -90,12 +126,15 @@ type Config struct {
 	// GaveUpSnooze is the wait returned with ErrGaveUp. Defaults to
 	// GaveUpSnoozeDefault.
 	GaveUpSnooze time.Duration
-	// AuthProbeInterval is the wait returned with ErrCredentials, so the
-	// next attempt probes whether the credentials work again. Defaults to
-	// AuthProbeIntervalDefault.
+	// AuthProbeInterval is how long nothing is sent after the third party
+	// refused the credentials or the URL (the wait returned with
+	// ErrCredentials or ErrConfiguration); then one request probes.
+	// Defaults to AuthProbeIntervalDefault.
 	AuthProbeInterval time.Duration
-	// State records whether the credentials are refused; nil records
-	// nothing. Defaults to nil.
+	// State is ignored: the Store given to New records every shared fact.
+	// Defaults to nil.
+	//
+	// Deprecated: pass the store to New.
 	State StateWriter
 	// Logger defaults to discarding.
 	Logger *slog.Logger
@@ -106,7 +145,9 @@ type Config struct {
 func (c *Config) withDefaults() Config {
 	out := *c
 	out.RateBurst = cmp.Or(c.RateBurst, RateBurstDefault)
+	out.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
 	out.MaxInlineWait = cmp.Or(c.MaxInlineWait, MaxInlineWaitDefault)
+	out.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, MaxRetryAfterDefault)
 	out.BreakerFailures = cmp.Or(c.BreakerFailures, BreakerFailuresDefault)
 	out.BreakerOpenTimeout = cmp.Or(c.BreakerOpenTimeout, BreakerOpenTimeoutDefault)
 	out.BackoffInitial = cmp.Or(c.BackoffInitial, BackoffInitialDefault)
@@ -125,15 +166,20 @@ func (c *Config) validate() error {
 		name string
 		d    time.Duration
 	}{
-		{"MaxInlineWait", c.MaxInlineWait}, {"BreakerOpenTimeout", c.BreakerOpenTimeout},
+		{"MaxInlineWait", c.MaxInlineWait}, {"MaxRetryAfter", c.MaxRetryAfter},
+		{"BreakerOpenTimeout", c.BreakerOpenTimeout},
 		{"BackoffInitial", c.BackoffInitial}, {"BackoffMax", c.BackoffMax}, {"MaxElapsed", c.MaxElapsed},
 		{"GaveUpSnooze", c.GaveUpSnooze}, {"AuthProbeInterval", c.AuthProbeInterval},
 	}
 	switch {
+	case c.Installation == "":
+		return errors.New("delivery: config: Installation is required")
 	case c.RateLimit < 0:
 		return fmt.Errorf("delivery: config: RateLimit must not be negative, got %v", c.RateLimit)
 	case c.RateBurst < 0:
 		return fmt.Errorf("delivery: config: RateBurst must not be negative, got %d", c.RateBurst)
+	case c.MaxInFlight < 0:
+		return fmt.Errorf("delivery: config: MaxInFlight must not be negative, got %d", c.MaxInFlight)
 	case c.BreakerFailures < 0:
 		return fmt.Errorf("delivery: config: BreakerFailures must not be negative, got %d", c.BreakerFailures)
 	}
@@ -151,36 +197,56 @@ func (c *Config) validate() error {
 // Deliverer delivers batches. Create it with New.
 type Deliverer struct {
 	client  Client
+	store   Store // nil: the facts live in this process only
 	cfg     Config
-	limiter *rate.Limiter
 	logger  *slog.Logger
 	metrics *metrics.Metrics
-	store   gobreaker.SharedDataStore
 	now     func() time.Time
 
-	// sem serializes requests through the breaker: gobreaker holds the
-	// store's mutex for the whole request, and waiting here respects ctx
-	// where gobreaker's own retry of Lock sleeps blindly.
-	sem chan struct{}
+	slots   chan struct{} // one per request unanswered
+	pacer   *pacer
+	breaker *breaker
 
-	mu        sync.Mutex
-	breaker   *gobreaker.DistributedCircuitBreaker[struct{}]
-	gateUntil time.Time // nothing is sent before it (429)
-	gateErr   error     // the 429 that set gateUntil
-	creds     credState
+	mu       sync.Mutex
+	loadedAt time.Time // when the shared facts were last read
+	loaded   bool      // read once at least: the learnt rate was adopted
+	pause    pause
+	creds    refusal
+	conf     refusal
+	failure  breakerstore.LastError // the last failure seen
+	written  breakerstore.LastError // the last failure written to the store
+	warned   string                 // the kind of failure last logged at warn
+	warnedAt time.Time
 }
 
-type credState int
+// pause is a time before which nothing is sent.
+type pause struct {
+	until time.Time
+	err   error // what to wrap in the *WaitError
+	// stored is the latest pause written to (or read from) the store.
+	stored time.Time
+}
+
+// refusal is a standing refusal (credentials or configuration).
+type refusal struct {
+	key      string // breakerstore key
+	sentinel error
+	state    refusalState
+	until    time.Time // nothing is sent before it; then one probe goes
+	err      error
+}
+
+type refusalState int
 
 const (
-	credUnknown credState = iota
-	credOK
-	credRefused
+	refusalUnknown refusalState = iota // the store may hold an old refusal
+	refusalNone
+	refusalStanding
 )
 
-// New returns a Deliverer sending through client. store keeps the circuit
-// breaker's state; nil keeps it in this process only.
-func New(client Client, store gobreaker.SharedDataStore, cfg *Config) (*Deliverer, error) {
+// New returns a Deliverer sending through client. store keeps the shared
+// facts (internal/breakerstore); nil keeps them in this process only.
+func New(client Client, store Store, cfg *Config) (*Deliverer, error) {
 	if client == nil {
 		return nil, errors.New("delivery: client is required")
 	}
@@ -191,80 +257,62 @@ func New(client Client, store gobreaker.SharedDataStore, cfg *Config) (*Delivere
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	limit := rate.Inf
-	if c.RateLimit > 0 {
-		limit = rate.Limit(c.RateLimit)
-	}
-	if store == nil {
-		store = newMemStore()
-	}
 	d := &Deliverer{
 		client:  client,
+		store:   store,
 		cfg:     c,
-		limiter: rate.NewLimiter(limit, c.RateBurst),
 		logger:  c.Logger,
 		metrics: c.Metrics,
-		store:   store,
 		now:     time.Now,
-		sem:     make(chan struct{}, 1),
+		slots:   make(chan struct{}, c.MaxInFlight),
+		creds:   refusal{key: breakerstore.KeyCredentials, sentinel: ErrCredentials},
+		conf:    refusal{key: breakerstore.KeyConfiguration, sentinel: ErrConfiguration},
 	}
-	b, err := d.newBreaker()
-	if err != nil {
-		return nil, err
-	}
-	d.breaker = b
-	if st, ok := d.sharedState(); ok {
-		d.metrics.SetBreakerState(int(st.State))
-	}
+	d.pacer = newPacer(c.RateLimit, c.RateBurst, d.now)
+	d.breaker = newBreaker(c.BreakerFailures, c.BreakerOpenTimeout, d.now)
+	d.metrics.SetMaxInFlight(c.MaxInFlight)
+	d.metrics.SetRateLimit(d.pacer.limit())
+	d.metrics.SetBreakerState(0)
 	return d, nil
 }
 
-func (d *Deliverer) newBreaker() (*gobreaker.DistributedCircuitBreaker[struct{}], error) {
-	failures := uint32(d.cfg.BreakerFailures)
-	b, err := gobreaker.NewDistributedCircuitBreaker[struct{}](d.store, gobreaker.Settings{
-		Name:        BreakerName,
-		MaxRequests: 1,
-		Timeout:     d.cfg.BreakerOpenTimeout,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		IsExcluded:  func(err error) bool { return errors.Is(err, errNotCounted) },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			d.metrics.SetBreakerState(int(to))
-			level := slog.LevelInfo
-			if to == gobreaker.StateOpen {
-				level = slog.LevelWarn
-			}
-			d.logger.Log(context.Background(), level, "delivery: circuit breaker "+to.String(),
-				slog.String("from", from.String()), slog.Duration("open_timeout", d.cfg.BreakerOpenTimeout))
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("delivery: circuit breaker: %w", err)
-	}
-	return b, nil
-}
-
 // errNotCounted marks a request error that says nothing about the third
-// party's health (a 429, a refusal, our own cancellation, a wait that never
-// sent): gobreaker excludes it from its counts.
+// party's health (a 429, a refusal, our own cancellation): the breaker
+// excludes it from its counts.
 var errNotCounted = errors.New("delivery: not counted by the breaker")
 
 // Deliver pushes a batch and returns what the third party made of it. An
 // error that has a RetryAfter method (*WaitError) asks the caller to try
-// again after that long, with no row at fault.
+// again after that long, with no row at fault. Deliver is safe to call from
+// many goroutines: their requests share the in-flight slots, the pacing,
+// the pauses and the breaker.
 func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 	out := &Outcome{}
-	if len(b.Items) == 0 {
-		return out, nil
+	items, body := b.Items, b.Body
+	if body == nil {
+		if len(items) == 0 {
+			return out, nil
+		}
+		body = thirdparty.AppendBatch(nil, items)
+	} else if items == nil {
+		var err error
+		if items, err = thirdparty.DecodeBatch(body); err != nil {
+			return nil, fmt.Errorf("delivery: recorded body: %w", err)
+		}
+		if len(items) == 0 {
+			return out, nil
+		}
 	}
-	if err := d.deliver(ctx, b.Salt, b.Key, b.Items, out); err != nil {
+	key := cmp.Or(b.Key, thirdparty.BatchKey(d.cfg.Installation, b.Salt, body))
+	if err := d.deliver(ctx, b.Salt, key, body, items, out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// deliver pushes items under key and splits them on a whole-batch refusal.
-func (d *Deliverer) deliver(ctx context.Context, salt, key string, items []thirdparty.Item, out *Outcome) error {
-	res, err := d.push(ctx, key, items, out)
+// deliver pushes body under key and splits it on a whole-batch refusal.
+func (d *Deliverer) deliver(ctx context.Context, salt, key string, body []byte, items []thirdparty.Item, out *Outcome) error {
+	res, err := d.push(ctx, key, body, items, out)
 	if err == nil {
 		apply(res, items, out)
 		return nil
@@ -278,11 +326,11 @@ func (d *Deliverer) deliver(ctx context.Context, salt, key string, items []third
 		out.Rejected = append(out.Rejected, Rejection{Item: items[0], Error: refusalText(tpErr)})
 		return nil
 	}
-	d.logger.DebugContext(ctx, "delivery: batch refused as a whole; splitting",
-		slog.String("idempotency_key", key), slog.Int("items", len(items)), slog.Int("status", tpErr.StatusCode))
 	half := len(items) / 2
 	for _, part := range [][]thirdparty.Item{items[:half], items[half:]} {
-		if err := d.deliver(ctx, salt, thirdparty.IdempotencyKey(salt, part), part, out); err != nil {
+		partBody := thirdparty.AppendBatch(nil, part)
+		partKey := thirdparty.BatchKey(d.cfg.Installation, salt, partBody)
+		if err := d.deliver(ctx, salt, partKey, partBody, part, out); err != nil {
 			return err
 		}
 	}
@@ -315,35 +363,30 @@ func refusalText(e *thirdparty.Error) string {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal([]byte(e.Body), &body) == nil && body.Error != "" {
-		msg = body.Error
-	}
-	const maxLen = 200
-	if len(msg) > maxLen {
-		cut := maxLen
-		for cut > 0 && !utf8.RuneStart(msg[cut]) {
-			cut--
-		}
-		msg = msg[:cut] + "…"
+		msg = thirdparty.SafeText(body.Error)
 	}
 	text := "refused as a whole: " + strconv.Itoa(e.StatusCode)
 	if msg != "" {
 		text += " " + msg
 	}
-	return text
+	return thirdparty.SafeText(text)
 }
 
-// push sends items under key until an answer that is not transient, with
+// push sends body under key until an answer that is not transient, with
 // backoff between transient failures.
-func (d *Deliverer) push(ctx context.Context, key string, items []thirdparty.Item, out *Outcome) (*thirdparty.Result, error) {
+func (d *Deliverer) push(ctx context.Context, key string, body []byte, items []thirdparty.Item, out *Outcome) (*thirdparty.Result, error) {
+	ids := make([]int64, len(items))
+	for i := range items {
+		ids[i] = items[i].ID
+	}
 	bo := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(d.cfg.BackoffInitial),
 		backoff.WithMaxInterval(d.cfg.BackoffMax),
 		backoff.WithMaxElapsedTime(d.cfg.MaxElapsed),
 	)
 	for {
-		res, err := d.attempt(ctx, key, items, out)
+		res, err := d.attempt(ctx, key, body, ids, out)
 		if err == nil {
-			d.credentialsAccepted(ctx)
 			return res, nil
 		}
 		var we *WaitError
@@ -354,21 +397,16 @@ func (d *Deliverer) push(ctx context.Context, key string, items []thirdparty.Ite
 		errors.As(err, &tpErr)
 		switch thirdparty.Classify(err) {
 		case thirdparty.ClassRateLimited:
-			d.metrics.RateLimitedInc()
-			wait := tpErr.RetryAfter
-			if wait <= 0 {
-				wait = RetryAfterDefault
+			// observe paused or slowed down; the next attempt waits for it.
+			if wait := d.pauseLeft(); wait > d.cfg.MaxInlineWait {
+				return nil, &WaitError{Err: fmt.Errorf("%w: %w", ErrPaused, err), Wait: wait}
 			}
-			d.closeGate(wait, err)
-			d.logger.DebugContext(ctx, "delivery: rate limited by the third party",
-				slog.String("idempotency_key", key), slog.Duration("retry_after", wait))
-			if wait > d.cfg.MaxInlineWait {
-				return nil, &WaitError{Err: err, Wait: wait}
-			}
-			// The next attempt waits at the gate.
 		case thirdparty.ClassAuth:
-			d.credentialsRefused(ctx, tpErr.StatusCode)
-			return nil, &WaitError{Err: fmt.Errorf("%w: %w", ErrCredentials, err), Wait: d.cfg.AuthProbeInterval}
+			return nil, d.refused(ctx, &d.creds, tpErr,
+				"delivery: the third party refused the credentials; nothing is sent until a probe succeeds (check SYNCER_THIRDPARTY_TOKEN)")
+		case thirdparty.ClassConfig:
+			return nil, d.refused(ctx, &d.conf, tpErr,
+				"delivery: the third party's URL is misconfigured (a redirect, 404 or 410); nothing is sent until a probe succeeds (check SYNCER_THIRDPARTY_URL)")
 		case thirdparty.ClassBatchRefused:
 			return nil, err
 		default:
@@ -387,72 +425,79 @@ func (d *Deliverer) push(ctx context.Context, key string, items []thirdparty.Ite
 	}
 }
 
-// attempt sends one request through the gate, the breaker and the limiter.
-func (d *Deliverer) attempt(ctx context.Context, key string, items []thirdparty.Item, out *Outcome) (*thirdparty.Result, error) {
-	// Wait at the gate before taking the breaker, so a long 429 wait costs
-	// the store nothing.
-	if err := d.waitGate(ctx); err != nil {
-		return nil, err
+// attempt sends one request once the refusals, the pause, an in-flight slot,
+// the pacer and the breaker let it.
+func (d *Deliverer) attempt(ctx context.Context, key string, body []byte, ids []int64, out *Outcome) (*thirdparty.Result, error) {
+	d.loadShared(ctx)
+	for {
+		if err := d.checkRefusals(); err != nil {
+			return nil, err
+		}
+		if err := d.waitPause(ctx); err != nil {
+			return nil, err
+		}
+		select {
+		case d.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		res, err, again := d.send(ctx, key, body, ids, out)
+		<-d.slots
+		if !again {
+			return res, err
+		}
+		if errors.Is(err, errProbing) {
+			// Another request probes the half-open breaker: wait for its
+			// answer, within reason.
+			t := time.NewTimer(d.cfg.MaxInlineWait)
+			select {
+			case <-d.breaker.waitSettled():
+				t.Stop()
+			case <-t.C:
+				return nil, &WaitError{Err: ErrBreakerOpen, Wait: minBreakerWait}
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
 	}
-	select {
-	case d.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-d.sem }()
+}
 
-	d.mu.Lock()
-	breaker := d.breaker
-	d.mu.Unlock()
-
-	var (
-		res    *thirdparty.Result
-		reqErr error
-		ran    bool
-	)
-	_, err := breaker.Execute(func() (struct{}, error) {
-		ran = true
-		// Checked again right before sending: the limiter's wait may
-		// outlast a gate closed meanwhile.
-		if reqErr = d.waitGate(ctx); reqErr != nil {
-			return struct{}{}, errNotCounted
-		}
-		if reqErr = d.limiter.Wait(ctx); reqErr != nil {
-			reqErr = fmt.Errorf("delivery: rate limit: %w", reqErr)
-			return struct{}{}, errNotCounted
-		}
-		if reqErr = d.waitGate(ctx); reqErr != nil {
-			return struct{}{}, errNotCounted
-		}
-		out.Requests++
-		res, reqErr = d.client.Push(ctx, key, items)
-		if reqErr != nil && !countsAsFailure(ctx, reqErr) {
-			return struct{}{}, errNotCounted
-		}
-		return struct{}{}, reqErr
-	})
-	if ran {
-		if err != nil && !errors.Is(err, errNotCounted) && !errors.Is(err, reqErr) {
-			// The request ran but its result could not be stored; what
-			// the third party answered still stands.
-			d.logger.WarnContext(ctx, "delivery: circuit breaker store", slog.String("error", err.Error()))
-		}
-		return res, reqErr
+// send sends one request while holding an in-flight slot. again asks the
+// caller to give the slot up and start over (a pause began meanwhile, or
+// the breaker's probe is under way: err is then errProbing).
+func (d *Deliverer) send(ctx context.Context, key string, body []byte, ids []int64, out *Outcome) (res *thirdparty.Result, err error, again bool) {
+	if until, ok := d.pacer.quotaUsed(); ok {
+		d.setPause(ctx, until, fmt.Errorf("%w: the third party's quota is used up until its reset", ErrPaused), "", pauseBudget)
+		return nil, nil, true
 	}
+	if err := d.pacer.wait(ctx); err != nil {
+		return nil, fmt.Errorf("delivery: rate limit: %w", err), false
+	}
+	// The limiter's wait may outlast a pause that began meanwhile.
+	if d.pauseLeft() > 0 {
+		return nil, nil, true
+	}
+	done, err := d.breaker.allow()
+	if err != nil {
+		return nil, err, errors.Is(err, errProbing)
+	}
+	sentAt := d.pacer.sent()
+	out.Requests++
+	d.metrics.RequestStarted()
+	res, err = d.client.PushBody(ctx, key, body, ids)
+	d.metrics.RequestEnded()
 	switch {
-	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
-		return nil, &WaitError{Err: ErrBreakerOpen, Wait: d.breakerWait()}
-	case errors.Is(err, gobreaker.ErrNoSharedState):
-		// The state row went missing (or could not be read): start afresh.
-		if b, nerr := d.newBreaker(); nerr == nil {
-			d.mu.Lock()
-			d.breaker = b
-			d.mu.Unlock()
-		}
-		return nil, fmt.Errorf("delivery: circuit breaker state: %w", err)
+	case err == nil:
+		done(nil)
+	case countsAsFailure(ctx, err):
+		done(err)
 	default:
-		return nil, fmt.Errorf("delivery: circuit breaker: %w", err)
+		done(errNotCounted)
 	}
+	d.breakerChanged(ctx)
+	d.observe(ctx, key, sentAt, res, err)
+	return res, err, false
 }
 
 // countsAsFailure says whether a push error is a transient failure of the
@@ -464,107 +509,6 @@ func countsAsFailure(ctx context.Context, err error) bool {
 	}
 	// A push our caller cancelled says nothing about the third party.
 	return !(e.StatusCode == 0 && !e.Timeout && ctx.Err() != nil)
-}
-
-// breakerWait is how long until the breaker may let a probe through, read
-// from the shared state so it holds whichever daemon opened it.
-func (d *Deliverer) breakerWait() time.Duration {
-	const minWait = 100 * time.Millisecond
-	st, ok := d.sharedState()
-	if !ok {
-		return d.cfg.BreakerOpenTimeout
-	}
-	d.metrics.SetBreakerState(int(st.State))
-	if st.State != gobreaker.StateOpen {
-		return minWait // half-open with a probe under way
-	}
-	return max(st.Expiry.Sub(d.now()), minWait)
-}
-
-func (d *Deliverer) sharedState() (gobreaker.SharedState, bool) {
-	var st gobreaker.SharedState
-	data, err := d.store.GetData(BreakerStateKey)
-	if err != nil || len(data) == 0 || json.Unmarshal(data, &st) != nil {
-		return st, false
-	}
-	return st, true
-}
-
-// closeGate lets nothing through for wait.
-func (d *Deliverer) closeGate(wait time.Duration, cause error) {
-	until := d.now().Add(wait)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if until.After(d.gateUntil) {
-		d.gateUntil, d.gateErr = until, cause
-	}
-}
-
-// waitGate returns once the 429 gate is open, waiting at most
-// MaxInlineWait; a longer wait is returned as a *WaitError at once.
-func (d *Deliverer) waitGate(ctx context.Context) error {
-	for {
-		d.mu.Lock()
-		wait, cause := d.gateUntil.Sub(d.now()), d.gateErr
-		d.mu.Unlock()
-		if wait <= 0 {
-			return nil
-		}
-		if wait > d.cfg.MaxInlineWait {
-			return &WaitError{Err: cause, Wait: wait}
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return err
-		}
-	}
-}
-
-func (d *Deliverer) credentialsRefused(ctx context.Context, status int) {
-	msg := fmt.Sprintf("third party answered %d", status)
-	if d.setCredentials(ctx, credRefused, msg) {
-		d.logger.ErrorContext(ctx, "delivery: the third party refused the credentials; pushing is stopped until it accepts them (check SYNCER_THIRDPARTY_TOKEN)",
-			slog.Int("status", status), slog.Duration("probe_every", d.cfg.AuthProbeInterval))
-	}
-}
-
-func (d *Deliverer) credentialsAccepted(ctx context.Context) {
-	d.mu.Lock()
-	ok := d.creds == credOK
-	d.mu.Unlock()
-	if ok {
-		return
-	}
-	if d.setCredentials(ctx, credOK, "") {
-		d.logger.InfoContext(ctx, "delivery: credentials accepted again")
-	}
-}
-
-// setCredentials records the credentials' state and reports whether that
-// is a change: of the shared fact when there is a StateWriter, else of this
-// process's view.
-func (d *Deliverer) setCredentials(ctx context.Context, s credState, msg string) bool {
-	d.mu.Lock()
-	prev := d.creds
-	d.creds = s
-	d.mu.Unlock()
-	local := prev != s && (prev != credUnknown || s == credRefused)
-	if d.cfg.State == nil {
-		return local
-	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateWriteTimeout)
-	defer cancel()
-	changed, err := d.cfg.State.SetCredentials(wctx, s == credRefused, msg)
-	if err != nil {
-		d.logger.WarnContext(ctx, "delivery: record credentials state", slog.String("error", err.Error()))
-		if s == credOK {
-			// Try again at the next success.
-			d.mu.Lock()
-			d.creds = credUnknown
-			d.mu.Unlock()
-		}
-		return local
-	}
-	return changed
 }
 
 // sleep waits for d or until ctx ends.

@@ -5,13 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/sony/gobreaker/v2"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -19,7 +21,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
-	"github.com/syncer-dev/syncer/internal/status"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
 )
@@ -32,6 +33,9 @@ func TestMain(m *testing.M) {
 	)
 }
 
+// installation is the installation id of every Deliverer in these tests.
+const installation = "inst-test"
+
 type testBundle struct {
 	fake   *fakethirdparty.Server
 	client *thirdparty.Client
@@ -43,32 +47,89 @@ func setup(t *testing.T, fakeCfg fakethirdparty.Config, token string) *testBundl
 	fake := fakethirdparty.New(fakeCfg)
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	client, err := thirdparty.New(&thirdparty.Config{URL: srv.URL, Token: token, Timeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(client.Close)
-	return &testBundle{fake: fake, client: client, url: srv.URL}
+	t.Cleanup(fake.Close)
+	return &testBundle{fake: fake, client: newClient(t, srv.URL, token), url: srv.URL}
 }
 
-func (b *testBundle) deliverer(t *testing.T, store gobreaker.SharedDataStore, cfg *delivery.Config) *delivery.Deliverer {
+// hostile starts a third party of the test's own.
+func hostile(t *testing.T, h http.HandlerFunc) *thirdparty.Client {
 	t.Helper()
-	d, err := delivery.New(b.client, store, cfg)
+	return newClient(t, hostileURL(t, h), "")
+}
+
+// hostileURL starts a third party of the test's own and returns its URL.
+func hostileURL(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func newClient(t *testing.T, url, token string) *thirdparty.Client {
+	t.Helper()
+	client, err := thirdparty.New(&thirdparty.Config{URL: url, Token: token, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	return client
+}
+
+func newDeliverer(t *testing.T, client delivery.Client, store delivery.Store, cfg *delivery.Config) *delivery.Deliverer {
+	t.Helper()
+	c := delivery.Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Installation == "" {
+		c.Installation = installation
+	}
+	d, err := delivery.New(client, store, &c)
 	require.NoError(t, err)
 	return d
 }
 
-// sharedStore returns a breakerstore on a migrated fresh schema, and the
-// pool under it.
-func sharedStore(t *testing.T) (*breakerstore.Store, *pgxpool.Pool) {
+func (b *testBundle) deliverer(t *testing.T, store delivery.Store, cfg *delivery.Config) *delivery.Deliverer {
 	t.Helper()
-	dsn, schema := dbtest.NewSchema(t)
-	pool, err := pgxpool.New(context.Background(), dsn)
+	return newDeliverer(t, b.client, store, cfg)
+}
+
+// database is a migrated schema of its own; each shared() on it is another
+// daemon's view of the same facts.
+type database struct {
+	dsn  string
+	pool *pgxpool.Pool
+}
+
+func newDatabase(t *testing.T) *database {
+	t.Helper()
+	dsn, _ := dbtest.NewSchema(t)
+	db := &database{dsn: dsn}
+	db.pool = db.newPool(t)
+	_, err := migrations.Up(context.Background(), db.pool, nil)
+	require.NoError(t, err)
+	return db
+}
+
+func (db *database) newPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), db.dsn)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	_, err = migrations.Up(context.Background(), pool, nil)
+	return pool
+}
+
+// shared is a daemon's store, as the daemon builds it, on a pool of its own.
+func (db *database) shared(t *testing.T) *breakerstore.Shared {
+	t.Helper()
+	s, err := breakerstore.New(db.newPool(t), nil)
 	require.NoError(t, err)
-	s, err := breakerstore.New(pool, &breakerstore.Config{Schema: schema})
+	return breakerstore.NewShared(s, 0)
+}
+
+func (db *database) state(t *testing.T) breakerstore.State {
+	t.Helper()
+	st, err := breakerstore.ReadState(t.Context(), db.pool)
 	require.NoError(t, err)
-	return s, pool
+	return st
 }
 
 func items(from, n int, payload func(i int) string) []thirdparty.Item {
@@ -83,8 +144,14 @@ func items(from, n int, payload func(i int) string) []thirdparty.Item {
 	return out
 }
 
+func bodyKey(salt string, its []thirdparty.Item) string {
+	return thirdparty.BatchKey(installation, salt, thirdparty.AppendBatch(nil, its))
+}
+
+// batch is a batch as the exporter gives it: body recorded, key derived.
 func batch(salt string, its []thirdparty.Item) delivery.Batch {
-	return delivery.Batch{Key: thirdparty.IdempotencyKey(salt, its), Salt: salt, Items: its}
+	body := thirdparty.AppendBatch(nil, its)
+	return delivery.Batch{Key: thirdparty.BatchKey(installation, salt, body), Salt: salt, Items: its, Body: body}
 }
 
 func ids(its []thirdparty.Item) []int64 {
@@ -95,6 +162,19 @@ func ids(its []thirdparty.Item) []int64 {
 	return out
 }
 
+// requireOnlyAccepted checks that every item reported accepted was accepted
+// by the fake: nothing is marked synced that the third party did not take.
+func requireOnlyAccepted(t *testing.T, fake *fakethirdparty.Server, accepted []thirdparty.Item) {
+	t.Helper()
+	got := map[[2]int64]bool{}
+	for _, d := range fake.Deliveries() {
+		got[[2]int64{d.ID, d.Version}] = true
+	}
+	for _, it := range accepted {
+		require.True(t, got[[2]int64{it.ID, it.Version}], "item %d v%d reported accepted, the third party never took it", it.ID, it.Version)
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{}, "")
@@ -103,12 +183,15 @@ func TestNewValidates(t *testing.T) {
 		cfg  delivery.Config
 		want string
 	}{
-		{"rate", delivery.Config{RateLimit: -1}, "RateLimit"},
-		{"burst", delivery.Config{RateBurst: -1}, "RateBurst"},
-		{"failures", delivery.Config{BreakerFailures: -1}, "BreakerFailures"},
-		{"open timeout", delivery.Config{BreakerOpenTimeout: -time.Second}, "BreakerOpenTimeout"},
-		{"max elapsed", delivery.Config{MaxElapsed: -time.Second}, "MaxElapsed"},
-		{"backoff order", delivery.Config{BackoffInitial: 2 * time.Second, BackoffMax: time.Second}, "BackoffInitial"},
+		{"installation", delivery.Config{}, "Installation"},
+		{"rate", delivery.Config{Installation: "i", RateLimit: -1}, "RateLimit"},
+		{"burst", delivery.Config{Installation: "i", RateBurst: -1}, "RateBurst"},
+		{"in flight", delivery.Config{Installation: "i", MaxInFlight: -1}, "MaxInFlight"},
+		{"retry after", delivery.Config{Installation: "i", MaxRetryAfter: -time.Second}, "MaxRetryAfter"},
+		{"failures", delivery.Config{Installation: "i", BreakerFailures: -1}, "BreakerFailures"},
+		{"open timeout", delivery.Config{Installation: "i", BreakerOpenTimeout: -time.Second}, "BreakerOpenTimeout"},
+		{"max elapsed", delivery.Config{Installation: "i", MaxElapsed: -time.Second}, "MaxElapsed"},
+		{"backoff order", delivery.Config{Installation: "i", BackoffInitial: 2 * time.Second, BackoffMax: time.Second}, "BackoffInitial"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,6 +200,8 @@ func TestNewValidates(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
+	_, err := delivery.New(b.client, nil, nil)
+	require.ErrorContains(t, err, "Installation", "a nil config is the zero config")
 }
 
 func TestDeliverPartialSuccess(t *testing.T) {
@@ -138,6 +223,55 @@ func TestDeliverPartialSuccess(t *testing.T) {
 	for _, r := range out.Rejected {
 		require.Equal(t, "field bad is not allowed", r.Error)
 	}
+	requireOnlyAccepted(t, b.fake, out.Accepted)
+}
+
+// The body given is the body sent, byte for byte, under the key given; a
+// batch given only as a recorded body is decoded for its items.
+func TestDeliverSendsTheRecordedBody(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies []string
+	var keys []string
+	client := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		buf := new(strings.Builder)
+		_, _ = fmt.Fprint(buf, readAll(r))
+		mu.Lock()
+		bodies, keys = append(bodies, buf.String()), append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})
+	d := newDeliverer(t, client, nil, nil)
+
+	its := items(1, 3, func(int) string { return `{"big": 12345678901234567890, "u": "\u00e9"}` })
+	body := thirdparty.AppendBatch(nil, its)
+	out, err := d.Deliver(t.Context(), delivery.Batch{Key: "recorded-key", Body: body})
+	require.NoError(t, err)
+	require.Equal(t, ids(its), ids(out.Accepted))
+	require.Equal(t, []string{string(body)}, bodies)
+	require.Equal(t, []string{"recorded-key"}, keys)
+
+	// Without a key, the key is the body's.
+	_, err = d.Deliver(t.Context(), delivery.Batch{Salt: "s", Items: its})
+	require.NoError(t, err)
+	require.Equal(t, thirdparty.BatchKey(installation, "s", body), keys[1])
+
+	// Hostile: a recorded body that is not one syncer wrote sends nothing.
+	_, err = d.Deliver(t.Context(), delivery.Batch{Key: "k", Body: []byte(`{"items":[{"id":"1","version":1,"payload":1,"extra":1}]}`)})
+	require.ErrorContains(t, err, "recorded body")
+	require.Len(t, bodies, 2)
+}
+
+func readAll(r *http.Request) string {
+	var sb strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Body.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			return sb.String()
+		}
+	}
 }
 
 func TestSplitOnTooLarge(t *testing.T) {
@@ -153,27 +287,38 @@ func TestSplitOnTooLarge(t *testing.T) {
 	st := b.fake.Stats()
 	require.EqualValues(t, 10, st.DistinctPairs)
 	require.Zero(t, st.DuplicatePairs)
+	requireOnlyAccepted(t, b.fake, out.Accepted)
 
-	// The halves' keys derive from the salt and their content: a resend
-	// after a crash takes the same path under the same keys.
+	// The halves' keys derive from the installation, the salt and their
+	// body: a resend after a crash takes the same path under the same keys.
 	firstKeys := map[string]bool{}
 	for _, r := range b.fake.Requests() {
 		firstKeys[r.Key] = true
 	}
-	require.True(t, firstKeys[thirdparty.IdempotencyKey("s1", its[:5])])
-	require.True(t, firstKeys[thirdparty.IdempotencyKey("s1", its[5:])])
+	require.True(t, firstKeys[bodyKey("s1", its[:5])])
+	require.True(t, firstKeys[bodyKey("s1", its[5:])])
 	_, err = d.Deliver(t.Context(), batch("s1", its))
 	require.NoError(t, err)
 	for _, r := range b.fake.Requests()[len(firstKeys):] {
 		require.True(t, firstKeys[r.Key], "resend used a new key %s", r.Key)
 	}
 	require.Zero(t, b.fake.Stats().DuplicatePairs)
+
+	// Another installation's halves never share a key with ours.
+	other := newDeliverer(t, b.client, nil, &delivery.Config{Installation: "another"})
+	before := len(b.fake.Requests())
+	_, err = other.Deliver(t.Context(), delivery.Batch{Salt: "s1", Items: its})
+	require.NoError(t, err)
+	for _, r := range b.fake.Requests()[before:] {
+		require.False(t, firstKeys[r.Key], "two installations share key %s", r.Key)
+	}
 }
 
 func TestPoisonItemIsRejectedAlone(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{PoisonField: "poison"}, "")
-	d := b.deliverer(t, nil, nil)
+	logs := &recorder{}
+	d := b.deliverer(t, nil, &delivery.Config{Logger: slog.New(logs)})
 
 	its := items(1, 9, func(i int) string {
 		if i == 6 {
@@ -188,6 +333,10 @@ func TestPoisonItemIsRejectedAlone(t *testing.T) {
 	require.Equal(t, "refused as a whole: 400 batch holds an item with field poison", out.Rejected[0].Error)
 	require.Len(t, out.Accepted, 8)
 	require.EqualValues(t, 8, b.fake.Stats().DistinctPairs)
+	requireOnlyAccepted(t, b.fake, out.Accepted)
+	// The refusal is said once at warn with its status, not once per half.
+	require.Equal(t, 1, logs.countMsgLevel("delivery: the third party refused a batch as a whole; splitting it", slog.LevelWarn))
+	require.Equal(t, int64(400), logs.attr("delivery: the third party refused a batch as a whole; splitting it", "status").Int64())
 }
 
 func TestRateLimitedInline(t *testing.T) {
@@ -196,8 +345,9 @@ func TestRateLimitedInline(t *testing.T) {
 	d := b.deliverer(t, nil, nil)
 
 	for i := range 2 {
-		_, err := d.Deliver(t.Context(), batch("", items(i+1, 1, nil)))
+		out, err := d.Deliver(t.Context(), batch("", items(i+1, 1, nil)))
 		require.NoError(t, err)
+		requireOnlyAccepted(t, b.fake, out.Accepted)
 	}
 	reqs := b.fake.Requests()
 	require.GreaterOrEqual(t, len(reqs), 3)
@@ -220,15 +370,17 @@ func TestRateLimitedLongWaitIsReturned(t *testing.T) {
 	_, err = d.Deliver(t.Context(), batch("", items(2, 1, nil)))
 	var we *delivery.WaitError
 	require.ErrorAs(t, err, &we)
+	require.ErrorIs(t, err, delivery.ErrPaused)
 	require.InDelta(t, 3*time.Second, we.RetryAfter(), float64(200*time.Millisecond))
 	var tpErr *thirdparty.Error
 	require.ErrorAs(t, err, &tpErr)
 	require.True(t, tpErr.RateLimited())
 
-	// Until the gate opens, nothing is sent at all, and the 429 did not
+	// Until the pause ends, nothing is sent at all, and the 429 did not
 	// count against the breaker (one failure would have opened it).
 	_, err = d.Deliver(t.Context(), batch("", items(3, 1, nil)))
 	require.ErrorAs(t, err, &we)
+	require.ErrorIs(t, err, delivery.ErrPaused)
 	require.ErrorAs(t, err, &tpErr)
 	require.Len(t, b.fake.Requests(), 2)
 }
@@ -239,50 +391,16 @@ func TestRateLimiterPaces(t *testing.T) {
 	d := b.deliverer(t, nil, &delivery.Config{RateLimit: 40, RateBurst: 1})
 
 	start := time.Now()
+	var wg sync.WaitGroup
 	for i := range 21 {
-		_, err := d.Deliver(t.Context(), batch("", items(i+1, 1, nil)))
-		require.NoError(t, err)
+		wg.Go(func() {
+			_, err := d.Deliver(t.Context(), batch("", items(i+1, 1, nil)))
+			require.NoError(t, err)
+		})
 	}
-	require.GreaterOrEqual(t, time.Since(start), 490*time.Millisecond)
-}
-
-func TestBreakerOpensAndIsShared(t *testing.T) {
-	t.Parallel()
-	b := setup(t, fakethirdparty.Config{FailureRate: 1}, "")
-	store, pool := sharedStore(t)
-	cfg := &delivery.Config{BreakerFailures: 3, BreakerOpenTimeout: 2 * time.Second, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond}
-	d := b.deliverer(t, store, cfg)
-
-	_, err := d.Deliver(t.Context(), batch("", items(1, 2, nil)))
-	var we *delivery.WaitError
-	require.ErrorAs(t, err, &we)
-	require.ErrorIs(t, err, delivery.ErrBreakerOpen)
-	require.InDelta(t, 2*time.Second, we.RetryAfter(), float64(300*time.Millisecond))
-	require.Len(t, b.fake.Requests(), 3)
-
-	// status reads the breaker where gobreaker stores it.
-	require.Equal(t, delivery.BreakerStateKey, status.KeyBreaker)
-	r, err := status.Gather(t.Context(), pool)
-	require.NoError(t, err)
-	require.Equal(t, "open", r.Breaker.State)
-	require.WithinDuration(t, time.Now().Add(2*time.Second), r.Breaker.Until, 500*time.Millisecond)
-
-	// A Deliverer of another daemon on the same store inherits the open
-	// breaker and sends nothing.
-	d2 := b.deliverer(t, store, cfg)
-	_, err = d2.Deliver(t.Context(), batch("", items(1, 2, nil)))
-	require.ErrorIs(t, err, delivery.ErrBreakerOpen)
-	require.Len(t, b.fake.Requests(), 3)
-
-	// After the timeout one probe goes through; it succeeds and closes.
-	b.fake.SetConfig(fakethirdparty.Config{})
-	time.Sleep(we.RetryAfter())
-	out, err := d2.Deliver(t.Context(), batch("", items(1, 2, nil)))
-	require.NoError(t, err)
-	require.Len(t, out.Accepted, 2)
-	r, err = status.Gather(t.Context(), pool)
-	require.NoError(t, err)
-	require.Equal(t, "closed", r.Breaker.State)
+	wg.Wait()
+	require.GreaterOrEqual(t, time.Since(start), 490*time.Millisecond, "21 requests at 40/s, however many goroutines")
+	require.LessOrEqual(t, b.fake.Stats().MaxRequestsInOneSecond, int64(41))
 }
 
 func TestRefusalsDoNotTripTheBreaker(t *testing.T) {
@@ -314,8 +432,9 @@ func TestGivesUpAfterMaxElapsed(t *testing.T) {
 	reqs := b.fake.Requests()
 	require.Greater(t, len(reqs), 2)
 	for _, r := range reqs {
-		require.Equal(t, thirdparty.IdempotencyKey("", its), r.Key, "every retry under the same key")
+		require.Equal(t, bodyKey("", its), r.Key, "every retry under the same key")
 	}
+	require.Empty(t, b.fake.Deliveries())
 }
 
 func TestContextEndsRetries(t *testing.T) {
@@ -328,54 +447,7 @@ func TestContextEndsRetries(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
-func TestCredentialsRefusedThenAccepted(t *testing.T) {
-	t.Parallel()
-	b := setup(t, fakethirdparty.Config{Token: "right"}, "wrong")
-	store, pool := sharedStore(t)
-	d := b.deliverer(t, store, &delivery.Config{State: store, AuthProbeInterval: 3 * time.Second, BreakerFailures: 1})
-
-	for range 2 {
-		_, err := d.Deliver(t.Context(), batch("", items(1, 2, nil)))
-		var we *delivery.WaitError
-		require.ErrorAs(t, err, &we)
-		require.ErrorIs(t, err, delivery.ErrCredentials)
-		require.Equal(t, 3*time.Second, we.RetryAfter())
-		require.NotContains(t, err.Error(), "right")
-	}
-	r, err := status.Gather(t.Context(), pool)
-	require.NoError(t, err)
-	require.True(t, r.Credentials.Refused)
-	require.Equal(t, "third party answered 401", r.Credentials.Message)
-	require.False(t, r.Credentials.Since.IsZero())
-	require.Equal(t, "closed", r.Breaker.State, "401s do not trip the breaker")
-
-	b.fake.SetConfig(fakethirdparty.Config{Token: "wrong"})
-	out, err := d.Deliver(t.Context(), batch("", items(1, 2, nil)))
-	require.NoError(t, err)
-	require.Len(t, out.Accepted, 2)
-	r, err = status.Gather(t.Context(), pool)
-	require.NoError(t, err)
-	require.False(t, r.Credentials.Refused)
-}
-
-func TestLogsCredentialTransitionsOnce(t *testing.T) {
-	t.Parallel()
-	b := setup(t, fakethirdparty.Config{Token: "right"}, "wrong")
-	logs := &recorder{}
-	d := b.deliverer(t, nil, &delivery.Config{Logger: slog.New(logs)})
-	for range 3 {
-		_, err := d.Deliver(t.Context(), batch("", items(1, 1, nil)))
-		require.ErrorIs(t, err, delivery.ErrCredentials)
-	}
-	b.fake.SetConfig(fakethirdparty.Config{})
-	for i := range 3 {
-		_, err := d.Deliver(t.Context(), batch("", items(i+1, 1, nil)))
-		require.NoError(t, err)
-	}
-	require.Equal(t, 1, logs.count(slog.LevelError))
-	require.Equal(t, 1, logs.countMsg("delivery: credentials accepted again"))
-}
-
+// recorder is a slog.Handler that keeps what was logged.
 type recorder struct {
 	mu   sync.Mutex
 	recs []slog.Record
@@ -385,17 +457,21 @@ func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.recs = append(r.recs, rec)
+	r.recs = append(r.recs, rec.Clone())
 	return nil
 }
 func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *recorder) WithGroup(string) slog.Handler      { return r }
 
-func (r *recorder) count(l slog.Level) int {
+func (r *recorder) records() []slog.Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return slices.Clone(r.recs)
+}
+
+func (r *recorder) count(l slog.Level) int {
 	n := 0
-	for _, rec := range r.recs {
+	for _, rec := range r.records() {
 		if rec.Level == l {
 			n++
 		}
@@ -404,13 +480,59 @@ func (r *recorder) count(l slog.Level) int {
 }
 
 func (r *recorder) countMsg(msg string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	n := 0
-	for _, rec := range r.recs {
+	for _, rec := range r.records() {
 		if rec.Message == msg {
 			n++
 		}
 	}
 	return n
+}
+
+func (r *recorder) countMsgLevel(msg string, l slog.Level) int {
+	n := 0
+	for _, rec := range r.records() {
+		if rec.Message == msg && rec.Level == l {
+			n++
+		}
+	}
+	return n
+}
+
+// attr is attribute key of the first record with message msg.
+func (r *recorder) attr(msg, key string) slog.Value {
+	for _, rec := range r.records() {
+		if rec.Message != msg {
+			continue
+		}
+		var v slog.Value
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Key == key {
+				v = a.Value
+				return false
+			}
+			return true
+		})
+		return v
+	}
+	return slog.Value{}
+}
+
+// text is everything logged, messages and attributes.
+func (r *recorder) text() string {
+	var sb strings.Builder
+	for _, rec := range r.records() {
+		sb.WriteString(rec.Message)
+		rec.Attrs(func(a slog.Attr) bool {
+			sb.WriteString(" " + a.Key + "=" + a.Value.String())
+			return true
+		})
+		sb.WriteString("\n")
+	}
+	return sb.String()
+}
+
+func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
+	t.Helper()
+	return context.WithCancel(t.Context())
 }

@@ -4,38 +4,59 @@
 //
 // What a Deliverer guarantees:
 //
-//   - Pacing. Every request it sends (first tries, retries and split halves)
-//     takes a token from one rate.Limiter of Config.RateLimit requests a
-//     second with bursts of Config.RateBurst. The limiter is this process's,
-//     yet the limit holds across daemons: only the holder of the export
-//     lock pushes, so at any time one Deliverer talks to the third party.
-//   - 429. Once the third party answers 429, nothing more is sent by this
-//     Deliverer before its Retry-After (1s when absent) has passed: a gate
-//     time checked before every request, after the limiter's wait too. A
-//     short wait (Config.MaxInlineWait) is waited out and the same key sent
-//     again; a longer one is returned as a *WaitError. A 429 fails no row
-//     and does not count against the circuit breaker.
-//   - Transient failures (408, 409, 5xx, timeouts, connection errors) are
-//     retried with exponential backoff and jitter under the same
-//     Idempotency-Key, for at most Config.MaxElapsed; then a *WaitError
-//     wrapping ErrGaveUp. They alone count for the circuit breaker.
+//   - One key, one body. A batch goes as Batch.Body (the bytes the exporter
+//     recorded) under Batch.Key, on every retry; split halves are encoded
+//     with thirdparty.AppendBatch and keyed with thirdparty.BatchKey over
+//     Config.Installation, the salt and the half's body, so a resend after
+//     a crash splits the same way under the same keys.
+//   - Requests in flight. Deliver may be called from many goroutines; at
+//     most Config.MaxInFlight requests are unanswered at once (a slot is
+//     held from the rate limiter's wait to the answer, retries and halves
+//     included). The pauses, the refusals, the rate limiter and the breaker
+//     are shared by all of them.
+//   - Pacing. Every request waits for one rate.Limiter set to the lowest
+//     of: Config.RateLimit; the rate learnt from bare 429s (no Retry-After,
+//     no quota): the first one starts from the rate observed, each lowers it
+//     multiplicatively (once per overshoot), and accepted requests raise it
+//     additively (back quickly to where the 429s began, then a slow probe
+//     past it); and an advertised quota (RateLimit-* / X-RateLimit-*): what
+//     remains is spread over what remains of the window. The limiter is this
+//     process's, yet the limit holds across daemons: only the holder of the
+//     export lock pushes.
+//   - Pauses. A 429's Retry-After (capped at Config.MaxRetryAfter, logged
+//     at warn with the raw value when cut) or a quota with nothing remaining
+//     stops every request until it ends. A short pause is waited out inside
+//     Deliver (Config.MaxInlineWait); a longer one is returned as a
+//     *WaitError wrapping ErrPaused. A 429 fails no row and does not count
+//     against the circuit breaker.
+//   - Transient failures (408, 409, 5xx, timeouts, connection errors, a 2xx
+//     whose body is not an answer) are retried with exponential backoff and
+//     jitter under the same Idempotency-Key and body, for at most
+//     Config.MaxElapsed; then a *WaitError wrapping ErrGaveUp. They alone
+//     count for the circuit breaker. Nothing is accepted that a well-formed
+//     2xx answer did not accept.
 //   - Circuit breaker. Config.BreakerFailures consecutive transient failures
 //     open it for Config.BreakerOpenTimeout; while it is open Deliver sends
 //     nothing and returns a *WaitError wrapping ErrBreakerOpen with the time
-//     left; then one probe decides between closing and opening again. The
-//     breaker is gobreaker's DistributedCircuitBreaker, its state kept in
-//     the store given to New (PostgreSQL in the daemon, see
-//     internal/breakerstore), so a daemon that takes the export lock over
-//     inherits what its predecessor learnt about the third party.
-//   - Whole-batch refusals (413, 400, 422) split the batch in halves, each
-//     sent under thirdparty.IdempotencyKey(salt, half), so a resend after a
-//     crash splits the same way under the same keys; a single item still
-//     refused becomes a Rejection. Refusals do not count for the breaker.
-//   - Refused credentials (401, 403) fail no row: Deliver returns a
-//     *WaitError wrapping ErrCredentials after Config.AuthProbeInterval, and
-//     the fact is recorded through Config.State and logged once per change,
-//     as is its end at the next accepted request.
+//     left; then one probe decides between closing and opening again.
+//   - Whole-batch refusals (413, 400, 422) split the batch in halves; a
+//     single item still refused becomes a Rejection. Refusals do not count
+//     for the breaker.
+//   - Standing refusals fail no row: bad credentials (401, 403) and a wrong
+//     URL (a redirect, never followed; 404; 410) stop every request for
+//     Config.AuthProbeInterval, returned as a *WaitError wrapping
+//     ErrCredentials or ErrConfiguration; then one request probes.
+//   - Shared facts. With a Store (internal/breakerstore), the breaker's
+//     state, the refusals, the pauses, the learnt rate and the last error
+//     are recorded for every daemon and `syncer status`, and read back
+//     before sending (at most once a second), so a daemon that takes the
+//     export lock over honours its predecessor's pause and open breaker and
+//     starts from the rate it learnt.
+//   - Causes, loudly. Every change of state is logged once, at warn or
+//     error, with the status and a bounded, token-free excerpt of the answer
+//     (thirdparty.SafeText): the breaker opening and closing, a pause
+//     beginning, a refusal and its end, a batch refused, a bad 2xx answer, a
+//     learnt rate moving by more than half.
 //
-// A Deliverer starts no goroutine and is safe for concurrent use; requests
-// through the breaker are sent one at a time.
+// A Deliverer starts no goroutine and is safe for concurrent use.
 package delivery

@@ -9,11 +9,14 @@ import (
 
 // Batch is what the exporter asks to deliver.
 type Batch struct {
-	// Key is the batch's Idempotency-Key, thirdparty.IdempotencyKey(Salt,
-	// Items) or a key recorded for the same batch before a crash.
+	// Key is the batch's Idempotency-Key: thirdparty.BatchKey(installation,
+	// Salt, Body), or the key recorded for the same body before a crash.
+	// Empty derives it from Config.Installation, Salt and Body.
 	Key string
 	// Salt derives the keys of split halves, so they are as stable as Key.
-	Salt  string
+	Salt string
+	// Items are the batch's items, in Body's order. Nil with a Body set
+	// means Body is decoded when the batch must be split.
 	Items []thirdparty.Item
 	// Body is the request body of Items (thirdparty.AppendBatch), recorded
 	// before the push so a resend is byte-identical; nil means encode Items.
@@ -40,17 +43,27 @@ type Rejection struct {
 // Nothing is failed; pushing resumes once a later probe succeeds.
 var ErrCredentials = errors.New("delivery: third party refused the credentials")
 
+// ErrConfiguration means the third party's URL is wrong: it redirects (3xx,
+// never followed) or does not exist (404, 410). Nothing is failed; pushing
+// resumes once a later probe succeeds.
+var ErrConfiguration = errors.New("delivery: third party URL is misconfigured")
+
 // ErrBreakerOpen means the circuit breaker is open: the third party was
 // failing and is not to be called before the error's RetryAfter.
 var ErrBreakerOpen = errors.New("delivery: circuit breaker open")
+
+// ErrPaused means the third party asked for a pause (429 with Retry-After,
+// or a quota used up), possibly answering another daemon: nothing is sent
+// before the error's RetryAfter.
+var ErrPaused = errors.New("delivery: third party asked to pause")
 
 // ErrGaveUp means transient failures went on for longer than the backoff's
 // maximum elapsed time. The rows stay pending for a later run.
 var ErrGaveUp = errors.New("delivery: gave up after transient failures")
 
 // WaitError carries how long the caller should wait before trying again. It
-// wraps one of the sentinel errors above (or a 429 that outlasted the
-// caller's patience).
+// wraps one of the sentinel errors above, and the third party's answer
+// (a *thirdparty.Error) when this process saw it.
 type WaitError struct {
 	Err  error
 	Wait time.Duration

@@ -137,7 +137,7 @@ func (b *bundle) insert(t *testing.T, n, conns int) []int64 {
 
 func (b *bundle) report(t *testing.T) *status.Report {
 	t.Helper()
-	r, err := status.Gather(context.Background(), b.pool)
+	r, err := status.Gather(context.Background(), b.pool, nil)
 	require.NoError(t, err)
 	return r
 }

@@ -121,17 +121,18 @@ func TestPushPathHonoursRetryAfter(t *testing.T) {
 	require.EqualValues(t, 4, r.Synced)
 	require.Zero(t, r.Failed)
 
+	// Several requests may be in flight: those already on their way when
+	// the 429 was answered arrive at once; nothing else may come before
+	// the 2 s have passed.
 	reqs := b.fake.Requests()
 	limited := 0
-	for i, req := range reqs {
+	for _, req := range reqs {
 		if req.Status != 429 {
 			continue
 		}
 		limited++
-		if i+1 < len(reqs) {
-			gap := reqs[i+1].At.Sub(req.At)
-			require.GreaterOrEqual(t, gap, 2*time.Second, "request %d came %s after a 429 with Retry-After: 2", i+1, gap)
-		}
+		during := requestsBetween(reqs, req.At.Add(100*time.Millisecond), req.At.Add(2*time.Second-50*time.Millisecond))
+		require.Empty(t, during, "requests sent during the 2 s that followed a 429 with Retry-After: 2 at %s", req.At)
 	}
 	require.Positive(t, limited, "the fake's limit should have answered 429 at least once")
 	t.Logf("%d requests, %d answered 429", len(reqs), limited)
@@ -157,7 +158,11 @@ func TestPushPathRateLimit(t *testing.T) {
 	utilisation := float64(len(reqs)-1) / span.Seconds() / limit
 	t.Logf("%d requests in %s: %.1f/s, %.0f%% of the limit; busiest second held %d", len(reqs), span.Round(time.Millisecond),
 		float64(len(reqs)-1)/span.Seconds(), 100*utilisation, busiest)
-	require.LessOrEqual(t, busiest, 21, "limit 20/s with burst 1")
+	// The limiter lets at most 21 requests go in any second (20/s, burst
+	// 1); counted at the fake's end, with four requests in flight, one
+	// request delayed between the limiter and the wire can put a 22nd in a
+	// second's window.
+	require.LessOrEqual(t, busiest, 22, "limit 20/s with burst 1")
 	require.GreaterOrEqual(t, utilisation, 0.85)
 }
 
@@ -260,7 +265,8 @@ func TestPushPathWrongTokenResumes(t *testing.T) {
 	r := b.report(t)
 	require.Zero(t, r.Failed)
 	require.Zero(t, r.Synced)
-	require.Equal(t, "third party answered 401", r.Credentials.Message)
+	require.Equal(t, 401, r.Credentials.Status)
+	require.Contains(t, r.Credentials.Message, "401", "the cause, with the status")
 	time.Sleep(time.Second) // a few probes, still nothing failed
 	require.Zero(t, b.report(t).Failed)
 

@@ -59,15 +59,6 @@ const (
 	PassLengthDefault         = 2 * time.Second
 )
 
-// LockNamespace is the namespace of the export lock's key.
-const LockNamespace = "syncer"
-
-// LockKey returns the key of the export lock of the installation in schema:
-// locks.Key("syncer", "export:"+schema). Advisory locks are per database, so
-// the schema is part of the name: two installations in one database must not
-// share a lock.
-func LockKey(schema string) int64 { return locks.Key(LockNamespace, "export:"+schema) }
-
 // Pusher delivers one batch, handling retries, splits and the rate limit.
 type Pusher interface {
 	Deliver(ctx context.Context, b delivery.Batch) (*delivery.Outcome, error)
@@ -106,6 +97,10 @@ type Config struct {
 	// ReplayHold is how long a replay keeps the lock, chunk after chunk,
 	// before it gives it back. Defaults to ReplayHoldDefault.
 	ReplayHold time.Duration
+	// MaxItemBytes is the largest payload sent; a larger row is recorded
+	// failed with the reason, never read whole. Defaults to
+	// resources.MaxItemBytesDefault.
+	MaxItemBytes int
 	// MaxInFlight is the most batches pushed and not yet answered at once.
 	// Defaults to MaxInFlightDefault.
 	MaxInFlight int
@@ -168,6 +163,8 @@ func (c *Config) validate() error {
 		return errors.New("exporter: config: Installation is required")
 	case c.BatchSize < 0:
 		return fmt.Errorf("exporter: config: BatchSize must not be negative, got %d", c.BatchSize)
+	case c.MaxItemBytes < 0:
+		return fmt.Errorf("exporter: config: MaxItemBytes must not be negative, got %d", c.MaxItemBytes)
 	case c.BatchMaxBytes < 0:
 		return fmt.Errorf("exporter: config: BatchMaxBytes must not be negative, got %d", c.BatchMaxBytes)
 	case c.MaxInFlight < 0:
@@ -217,7 +214,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 	}
 	return &Exporter{
 		pool: pool, locker: locker, pusher: pusher, cfg: c, logger: c.Logger, metrics: c.Metrics,
-		lockKey:  LockKey(c.Schema),
+		lockKey:  locks.ExportKey(c.Schema),
 		stopping: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 	}, nil
@@ -225,6 +222,9 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 
 // BatchSize is the effective batch size.
 func (e *Exporter) BatchSize() int { return e.cfg.BatchSize }
+
+// MaxInFlight is the effective limit of batches unanswered at once.
+func (e *Exporter) MaxInFlight() int { return e.cfg.MaxInFlight }
 
 // LockKey is the export lock's key.
 func (e *Exporter) LockKey() int64 { return e.lockKey }
@@ -309,5 +309,5 @@ func (e *Exporter) liveSource() source {
 }
 
 func (e *Exporter) limits() resources.Limits {
-	return resources.Limits{Rows: e.cfg.BatchSize, Bytes: e.cfg.BatchMaxBytes}
+	return resources.Limits{Rows: e.cfg.BatchSize, Bytes: e.cfg.BatchMaxBytes, MaxItemBytes: e.cfg.MaxItemBytes}
 }

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,24 +27,39 @@ type batch struct {
 	lastID int64
 	seq    int64 // set once a committed record covers the batch
 	out    *delivery.Outcome
+	// oversize are rows too large to send: recorded failed with the
+	// batch's outcome, never sent.
+	oversize []resources.Row
 }
 
 func (b *batch) record() checkpoint.Batch {
 	return checkpoint.Batch{Name: b.name, Key: b.key, Salt: b.salt, Items: len(b.items), Body: b.body}
 }
 
-// newBatch encodes rows as one request under the installation's key.
+// newBatch encodes rows as one request under the installation's key. Rows
+// too large to send stay out of the request; a batch of nothing else is
+// only marked.
 func (e *Exporter) newBatch(name, salt string, rows []resources.Row) *batch {
-	items := make([]thirdparty.Item, len(rows))
-	for i, r := range rows {
-		items[i] = thirdparty.Item{ID: r.ID, Version: r.Version, Payload: r.Payload}
+	b := &batch{name: name, salt: salt, lastID: rows[len(rows)-1].ID}
+	b.items = make([]thirdparty.Item, 0, len(rows))
+	for _, r := range rows {
+		if r.Oversize > 0 {
+			b.oversize = append(b.oversize, r)
+			continue
+		}
+		b.items = append(b.items, thirdparty.Item{ID: r.ID, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted})
 	}
-	body := thirdparty.AppendBatch(nil, items)
-	return &batch{
-		name: name, items: items, salt: salt, body: body,
-		key:    thirdparty.BatchKey(e.cfg.Installation, salt, body),
-		lastID: rows[len(rows)-1].ID,
+	if len(b.items) > 0 {
+		b.body = thirdparty.AppendBatch(nil, b.items)
+		b.key = thirdparty.BatchKey(e.cfg.Installation, salt, b.body)
 	}
+	return b
+}
+
+// oversizeError says why a row was never sent.
+func (e *Exporter) oversizeError(r resources.Row) string {
+	return fmt.Sprintf("payload of %d bytes is larger than SYNCER_MAX_ITEM_BYTES (%d): not sent; shrink the row, or raise the limit and run syncer retry-failed",
+		r.Oversize, cmp.Or(e.cfg.MaxItemBytes, resources.MaxItemBytesDefault))
 }
 
 // recordedBatch turns a recorded batch back into one to send: its exact
@@ -262,6 +278,11 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 				readCh = nil
 			case f.err != nil:
 				setHalt(f.err)
+			case len(f.b.items) == 0:
+				// Nothing to send: only its oversize rows to mark.
+				f.b.out = &delivery.Outcome{}
+				answered = append(answered, f.b)
+				held++
 			default:
 				queue = append(queue, f.b)
 				held++
@@ -364,8 +385,14 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 			g.rej.Add(r.Item.ID, r.Item.Version)
 			g.errs = append(g.errs, r.Error)
 		}
+		for _, r := range b.oversize {
+			g.rej.Add(r.ID, r.Version)
+			g.errs = append(g.errs, p.e.oversizeError(r))
+		}
 		g.batches++
-		g.seqs = append(g.seqs, b.seq)
+		if b.seq != 0 {
+			g.seqs = append(g.seqs, b.seq)
+		}
 	}
 	err := p.lk.WithTx(mctx, func(tx pgx.Tx) error {
 		for _, name := range order {
@@ -415,7 +442,7 @@ func (e *Exporter) push(ctx context.Context, b *batch) (*delivery.Outcome, error
 	start := time.Now()
 	out, err := e.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
 	if err != nil {
-		e.metrics.BatchError()
+		e.metrics.BatchFailed(time.Since(start))
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
 	}
 	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))

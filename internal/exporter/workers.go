@@ -15,6 +15,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 
@@ -321,12 +322,7 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 
 // replayWaiting reports whether a replay is waiting for the lock.
 func (e *Exporter) replayWaiting(ctx context.Context) (bool, error) {
-	var waiting bool
-	err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ('pending', 'running'))`).Scan(&waiting)
-	if err != nil {
-		return false, fmt.Errorf("exporter: replays waiting: %w", err)
-	}
-	return waiting, nil
+	return replays.AnyWaiting(ctx, e.pool)
 }
 
 // yieldToReplay opens the gate and reports true when a replay is waiting
@@ -347,51 +343,11 @@ func (e *Exporter) keepRecorded(ctx context.Context, name string) (bool, error) 
 	if !ok {
 		return true, nil
 	}
-	r, err := LoadReplay(ctx, e.pool, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return r.State != "cancelled", nil
+	cancelled, err := replays.Cancelled(ctx, e.pool, id)
+	return !cancelled, err
 }
 
-// Replay is a replay's definition and state.
-type Replay struct {
-	ID        int64
-	Filter    resources.Filter
-	TotalRows int64
-	State     string
-}
-
-// LoadReplay reads a replay.
-func LoadReplay(ctx context.Context, q resources.Querier, id int64) (Replay, error) {
-	r := Replay{ID: id}
-	var fromID, toID *int64
-	var since, until *time.Time
-	err := q.QueryRow(ctx, `SELECT from_id, to_id, since, until, failed_only, total_rows, state
-		FROM syncer_replays WHERE id = $1`, id).
-		Scan(&fromID, &toID, &since, &until, &r.Filter.FailedOnly, &r.TotalRows, &r.State)
-	if err != nil {
-		return r, fmt.Errorf("exporter: load replay %d: %w", id, err)
-	}
-	if fromID != nil {
-		r.Filter.FromID = *fromID
-	}
-	if toID != nil {
-		r.Filter.ToID = *toID
-	}
-	if since != nil {
-		r.Filter.Since = *since
-	}
-	if until != nil {
-		r.Filter.Until = *until
-	}
-	return r, nil
-}
-
-func (e *Exporter) replaySource(r Replay) source {
+func (e *Exporter) replaySource(r replays.Replay) source {
 	return source{
 		checkpoint: checkpoint.Replay(r.ID),
 		// A different salt from the live sync (see fetch): the third party
@@ -404,14 +360,14 @@ func (e *Exporter) replaySource(r Replay) source {
 }
 
 func (e *Exporter) workReplay(ctx context.Context, id int64) error {
-	r, err := LoadReplay(ctx, e.pool, id)
+	r, err := replays.Load(ctx, e.pool, id)
+	if errors.Is(err, replays.ErrNotFound) {
+		return nil
+	}
 	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
 		return err
 	}
-	if r.State == "done" || r.State == "cancelled" {
+	if r.State.Finished() {
 		return nil
 	}
 	lk, err := e.acquire(ctx)
@@ -425,9 +381,9 @@ func (e *Exporter) workReplay(ctx context.Context, id int64) error {
 	return lockCause(lk, err)
 }
 
-func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) error {
-	if _, err := e.pool.Exec(ctx, `UPDATE syncer_replays SET state = 'running' WHERE id = $1 AND state = 'pending'`, r.ID); err != nil {
-		return fmt.Errorf("exporter: start replay: %w", err)
+func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Replay) error {
+	if err := replays.Start(ctx, e.pool, r.ID); err != nil {
+		return err
 	}
 	src := e.replaySource(r)
 	if err := e.resume(ctx, lk); err != nil {
@@ -451,7 +407,9 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) er
 		if _, err := e.drainLive(ctx, lk, drainOpts{maxBatches: liveBatches}); err != nil {
 			return err
 		}
-		if cur, err := LoadReplay(ctx, e.pool, r.ID); err != nil || cur.State == "cancelled" {
+		// A cancelled replay sends nothing more: checked before every
+		// chunk, and its recorded batches are dropped at the next resume.
+		if cancelled, err := replays.Cancelled(ctx, e.pool, r.ID); err != nil || cancelled {
 			return err
 		}
 		chunkStart := time.Now()
@@ -470,7 +428,7 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r Replay) er
 		}
 	}
 	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE syncer_replays SET state = 'done', finished_at = now() WHERE id = $1`, r.ID)
+		_, err := replays.Finish(ctx, tx, r.ID)
 		return err
 	}); err != nil {
 		return fmt.Errorf("exporter: finish replay: %w", err)

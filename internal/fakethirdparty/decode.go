@@ -18,6 +18,8 @@ type wireItem struct {
 	ID      wireID
 	Version int64
 	Payload wirePayload
+	// Deleted marks a tombstone: "deleted": true and no payload.
+	Deleted bool
 }
 
 // wireID is an id as the contract sends it: a decimal string.
@@ -66,7 +68,11 @@ func decodeBatch(body []byte) (*wireBatch, error) {
 			w.release()
 			return nil, fmt.Errorf("item %d (id %d): version must be at least 1", i, it.ID.v)
 		}
-		if it.Payload.raw == nil {
+		switch {
+		case it.Deleted && it.Payload.raw != nil:
+			w.release()
+			return nil, fmt.Errorf("item %d (id %d) is a tombstone but carries a payload", i, it.ID.v)
+		case !it.Deleted && it.Payload.raw == nil:
 			w.release()
 			return nil, fmt.Errorf("item %d (id %d) has no payload", i, it.ID.v)
 		}
@@ -92,7 +98,7 @@ func (w *wireBatch) release() {
 	}
 }
 
-// fingerprint identifies the (id, version) pairs of a batch in order, to
+// fingerprint identifies the (id, version, deleted) of a batch's items in order, to
 // catch a key reused for different content. FNV-1a: fast, and collisions
 // only hide a client bug, they cannot corrupt anything.
 func (w *wireBatch) fingerprint() uint64 {
@@ -108,6 +114,9 @@ func (w *wireBatch) fingerprint() uint64 {
 	for i := range w.Items {
 		mix(uint64(w.Items[i].ID.v))
 		mix(uint64(w.Items[i].Version))
+		if w.Items[i].Deleted {
+			mix(1)
+		}
 	}
 	return h
 }

@@ -7,8 +7,10 @@
 //   - It is strict where the contract is: wrong method (405), wrong
 //     Content-Type (415), a body that is not {"items":[...]}, an empty batch,
 //     an id that is not a decimal string, a version below 1, a repeated id in
-//     one batch, or a missing Idempotency-Key are answered 400, so a client
-//     bug shows up as a refused batch rather than passing silently.
+//     one batch, an item without payload that is not a tombstone, a
+//     tombstone ("deleted": true) with a payload, or a missing
+//     Idempotency-Key are answered 400, so a client bug shows up as a
+//     refused batch rather than passing silently.
 //   - It honours Idempotency-Key as the contract asks of a third party: a
 //     batch whose key was already answered with 2xx is answered again with
 //     the same status and body and accepts nothing. Only 2xx answers are
@@ -17,9 +19,16 @@
 //     reused for a batch of different (id, version) pairs is answered 422
 //     and counted in Stats.KeyConflicts: the client broke its promise.
 //   - It records what it saw so tests and benchmarks can judge delivery:
-//     every request, every accepted (id, version), duplicates split by
-//     whether they came under the same key, versions accepted out of order,
-//     and the busiest second. Memory grows with distinct pairs and accepted
+//     every request, every accepted (id, version) and whether it was a
+//     tombstone, duplicates split by whether they came under the same key,
+//     versions accepted out of order, the most requests in flight at once,
+//     ids that arrived while another unanswered request held them, requests
+//     over an advertised quota, and the busiest second.
+//   - It can misbehave as real endpoints do (Config): redirects, 2xx
+//     answers that are not the contract's (HTML, malformed, huge, unknown
+//     status words or ids; such an answer accepts nothing), raw Retry-After
+//     values, a bare 429 past an unannounced rate, and an advertised quota
+//     (RateLimit-* and X-RateLimit-* on every answer). Memory grows with distinct pairs and accepted
 //     items (a few dozen bytes each), never with payload size.
 //   - It is safe for concurrent use, and its knobs (Config) can change while
 //     it serves, so a test can switch a failure on and off mid-run.

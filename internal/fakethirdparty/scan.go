@@ -277,7 +277,8 @@ func keyIs(raw []byte, escaped bool, name string) bool {
 // errStop ends a scan early once its answer is known.
 var errStop = errors.New("stop")
 
-// scanBatch parses {"items":[{"id":"42","version":3,"payload":...}]} into
+// scanBatch parses {"items":[{"id":"42","version":3,"payload":...},
+// {"id":"43","version":7,"deleted":true}]} into
 // items, appending to dst. Unknown members are skipped, as encoding/json
 // would; a repeated member counts once, the last one.
 func scanBatch(data []byte, dst []wireItem) ([]wireItem, error) {
@@ -333,6 +334,17 @@ func scanBatch(data []byte, dst []wireItem) ([]wireItem, error) {
 						return s.errorf("version must be an integer, got %s", truncate(raw))
 					}
 					it.Version = v
+				case keyIs(key, escaped, "deleted"):
+					s.ws()
+					switch s.peek() {
+					case 't':
+						it.Deleted = true
+						return s.literal("true")
+					case 'f':
+						it.Deleted = false
+						return s.literal("false")
+					}
+					return s.errorf(`"deleted" must be true or false`)
 				case keyIs(key, escaped, "payload"):
 					raw, err := s.value(2)
 					if err != nil {

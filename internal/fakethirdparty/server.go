@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"mime"
@@ -24,6 +25,42 @@ const FailureStatusDefault = http.StatusServiceUnavailable
 
 // MaxBodyBytes bounds a request body; beyond it the answer is 413.
 const MaxBodyBytes = 64 << 20
+
+// RedirectLocationDefault is the Location of Config.Redirect when
+// Config.RedirectLocation is empty: a path on the fake itself, which answers
+// 404 there, as a moved API would.
+const RedirectLocationDefault = "/v1/moved"
+
+// QuotaWindowDefault is the window of Config.Quota when Config.QuotaWindow is
+// zero.
+const QuotaWindowDefault = time.Second
+
+// The values of Config.BadAnswer: 2xx answers that are not the contract's.
+const (
+	// BadAnswerHTML is a 200 with an HTML page, as a proxy or a login wall
+	// sends.
+	BadAnswerHTML = "html"
+	// BadAnswerMalformed is a 200 with truncated JSON.
+	BadAnswerMalformed = "malformed"
+	// BadAnswerEmpty is a 200 with an empty body. The contract makes that an
+	// acceptance of every item, so the fake does accept them all (ignoring
+	// RejectField): the knob checks that a client takes it so.
+	BadAnswerEmpty = "empty"
+	// BadAnswerHuge is a 200 with a valid JSON body of more than 16 MiB.
+	BadAnswerHuge = "huge"
+	// BadAnswerUnknownStatus is a 200 whose results give the first item a
+	// status word the contract does not have.
+	BadAnswerUnknownStatus = "unknown-status"
+	// BadAnswerUnknownID is a 200 whose results name an id not in the batch.
+	BadAnswerUnknownID = "unknown-id"
+)
+
+// BadAnswers lists the values Config.BadAnswer accepts.
+var BadAnswers = []string{BadAnswerHTML, BadAnswerMalformed, BadAnswerEmpty, BadAnswerHuge, BadAnswerUnknownStatus, BadAnswerUnknownID}
+
+// hugeAnswerBytes is the size of a BadAnswerHuge body: past the 16 MiB a
+// client reads of an answer.
+const hugeAnswerBytes = 16<<20 + 1<<10
 
 // Config holds the knobs of a Server. The zero value is a well-behaved third
 // party: no limits, no failures, no token, keys honoured.
@@ -68,6 +105,42 @@ type Config struct {
 	// without idempotency would. Defaults to false: a repeated key replays
 	// the first 2xx answer and accepts nothing again.
 	IgnoreIdempotencyKey bool
+	// Redirect answers every batch request with this 3xx status (301, 302,
+	// 303, 307, 308) and Location RedirectLocation, before any other check,
+	// as an http:// front of an https:// API does; nothing is accepted.
+	// Defaults to 0, no redirect.
+	Redirect int
+	// RedirectLocation is the Location sent with Redirect. Defaults to
+	// RedirectLocationDefault.
+	RedirectLocation string
+	// BadAnswer answers a batch that passed every check with a 200 whose body
+	// is not the contract's results, one of BadAnswers. Nothing is accepted
+	// and the key is not remembered (except BadAnswerEmpty, an acceptance);
+	// counted in Stats.BadAnswers. Any other value is answered 500. Defaults
+	// to "", contract answers.
+	BadAnswer string
+	// RetryAfterRaw is sent verbatim as Retry-After with 429 and outage 503
+	// answers, in place of the computed wait: "999999999", a date in the
+	// year 9999, "soon". Defaults to "", the computed wait.
+	RetryAfterRaw string
+	// UnannouncedLimit is a request rate (per second, burst its ceiling)
+	// beyond which requests get a bare 429: no Retry-After, no rate-limit
+	// headers, as a third party that keeps its limits to itself. Defaults to
+	// 0, none.
+	UnannouncedLimit float64
+	// Quota is the requests allowed per QuotaWindow, announced on every
+	// batch answer with RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset (whole seconds, rounded up); once exhausted, requests
+	// get 429 with those headers and no Retry-After until the window ends,
+	// counted in Stats.OverQuota. Defaults to 0, no quota.
+	Quota int
+	// QuotaWindow is the window of Quota, aligned on the clock. Defaults to
+	// QuotaWindowDefault (1s).
+	QuotaWindow time.Duration
+	// QuotaXHeaders announces Quota with X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset (a Unix time) too.
+	// Defaults to false.
+	QuotaXHeaders bool
 	// Seed seeds the draws of FailureRate and TimeoutRate, making them
 	// repeatable. Defaults to 0, a random seed.
 	Seed int64
@@ -95,6 +168,8 @@ type Request struct {
 type Delivery struct {
 	ID      int64
 	Version int64
+	// Deleted is set for a tombstone.
+	Deleted bool
 	// Key is the Idempotency-Key of the request that delivered it.
 	Key string
 	// At is when it was accepted.
@@ -126,9 +201,23 @@ type Stats struct {
 	KeyReplays int64 `json:"key_replays"`
 	// KeyConflicts counts requests reusing a key for different pairs.
 	KeyConflicts int64 `json:"key_conflicts"`
-	// OutOfOrder counts acceptances of an id at a version lower than one
-	// already accepted.
+	// OutOfOrder counts (id, version) accepted when a higher version of
+	// that id was already accepted.
 	OutOfOrder int64 `json:"out_of_order"`
+	// Tombstones counts tombstone items accepted.
+	Tombstones int64 `json:"tombstones"`
+	// MaxInFlight is the most batch requests the fake was processing at
+	// once, from arrival to answer.
+	MaxInFlight int64 `json:"max_in_flight"`
+	// OverlappingIDs counts ids that arrived in a batch while another
+	// unanswered request held the same id: the contract forbids it, since
+	// versions of an id must arrive in order.
+	OverlappingIDs int64 `json:"overlapping_ids"`
+	// OverQuota counts requests that arrived while Quota was exhausted.
+	OverQuota int64 `json:"over_quota"`
+	// BadAnswers counts requests answered with a BadAnswer body that
+	// accepted nothing.
+	BadAnswers int64 `json:"bad_answers"`
 	// MaxRequestsInOneSecond is the most requests received within one
 	// calendar second of the clock.
 	MaxRequestsInOneSecond int64     `json:"max_requests_in_one_second"`
@@ -141,6 +230,7 @@ type Stats struct {
 type delivery struct {
 	id, version int64
 	req         int32
+	deleted     bool
 }
 
 type requestRecord struct {
@@ -169,8 +259,13 @@ type Server struct {
 	cfg         Config
 	now         func() time.Time
 	limiter     *rate.Limiter
+	bare        *rate.Limiter // UnannouncedLimit
 	rng         *rand.Rand
 	outageUntil time.Time
+	quotaStart  time.Time // start of the current Quota window
+	quotaUsed   int
+	inFlight    int64
+	held        map[int64]int32 // ids of unanswered requests, with how many hold each
 
 	stats      Stats
 	byStatus   map[int]int64
@@ -231,6 +326,12 @@ func (s *Server) applyLocked(cfg Config, initial bool) {
 			s.limiter = rate.NewLimiter(rate.Limit(cfg.RateLimit), burst)
 		}
 	}
+	if initial || cfg.UnannouncedLimit != old.UnannouncedLimit {
+		s.bare = nil
+		if cfg.UnannouncedLimit > 0 {
+			s.bare = rate.NewLimiter(rate.Limit(cfg.UnannouncedLimit), max(1, int(math.Ceil(cfg.UnannouncedLimit))))
+		}
+	}
 	if initial || cfg.Seed != old.Seed {
 		seed := uint64(cfg.Seed)
 		if cfg.Seed == 0 {
@@ -267,6 +368,11 @@ func (s *Server) resetLocked() {
 	s.pairKeys = map[pair][]string{}
 	s.answers = map[string]cachedAnswer{}
 	s.outageUntil = time.Time{}
+	s.quotaStart, s.quotaUsed = time.Time{}, 0
+	if s.held == nil {
+		// Requests in flight during a Reset still release their ids.
+		s.held = map[int64]int32{}
+	}
 }
 
 // Close releases requests held by Latency or TimeoutRate, which otherwise
@@ -317,7 +423,7 @@ func (s *Server) Deliveries() []Delivery {
 	out := make([]Delivery, len(s.deliveries))
 	for i, d := range s.deliveries {
 		rec := &s.requests[d.req]
-		out[i] = Delivery{ID: d.id, Version: d.version, Key: rec.Key, At: rec.acceptedAt}
+		out[i] = Delivery{ID: d.id, Version: d.version, Deleted: d.deleted, Key: rec.Key, At: rec.acceptedAt}
 	}
 	return out
 }
@@ -343,7 +449,23 @@ const (
 	gateRateLimited
 	gateFailure
 	gateHang
+	gateRedirect
+	gateBare
+	gateOverQuota
 )
+
+// verdict is what gateLocked decided, with the quota to announce.
+type verdict struct {
+	gate  gate
+	wait  time.Duration
+	quota *quotaView // nil without Config.Quota
+}
+
+// quotaView is the advertised quota as one answer announces it.
+type quotaView struct {
+	limit, remaining int
+	resetAt          time.Time
+}
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -353,8 +475,17 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	arrival := s.now()
 	s.noteArrivalLocked(arrival)
+	s.inFlight++
+	s.stats.MaxInFlight = max(s.stats.MaxInFlight, s.inFlight)
 	cfg := s.cfg
 	s.mu.Unlock()
+	// Deferred first, so it runs last: a request is in flight until its
+	// answer is written or it is abandoned (abandon panics through here).
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
 
 	rec := requestRecord{Request: Request{At: arrival, Key: key}}
 
@@ -377,6 +508,16 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.abandon(rec) // the client went away mid-body; does not return
 	}
 
+	// Decoded now, though a bad body is refused only after the checks a
+	// real API makes first, so that its ids count as held from arrival to
+	// answer (Stats.OverlappingIDs), Latency included.
+	batch, decodeErr := decodeBatch(buf.Bytes())
+	if decodeErr == nil {
+		defer batch.release()
+		s.hold(batch)
+		defer s.unhold(batch)
+	}
+
 	if cfg.Latency > 0 && !s.wait(r, cfg.Latency) {
 		s.abandon(rec) // does not return
 	}
@@ -389,18 +530,34 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	now := s.now()
-	g, wait := s.gateLocked(cfg, r, now)
+	v := s.gateLocked(cfg, r, now)
 	s.mu.Unlock()
+	if v.quota != nil && v.gate != gateRedirect && v.gate != gateBare {
+		setQuota(w.Header(), cfg, now, v.quota)
+	}
 
-	switch g {
+	switch v.gate {
+	case gateRedirect:
+		w.Header().Set("Location", cmp.Or(cfg.RedirectLocation, RedirectLocationDefault))
+		s.refuse(w, &rec, cfg.Redirect, "moved")
+		return
 	case gateOutage:
-		s.setRetryAfter(w, cfg, now, wait)
+		s.setRetryAfter(w, cfg, now, v.wait)
 		s.refuse(w, &rec, http.StatusServiceUnavailable, "outage")
 		return
 	case gateAuth:
 		s.refuse(w, &rec, http.StatusUnauthorized, "missing or wrong bearer token")
 		return
+	case gateBare:
+		rec.Status = http.StatusTooManyRequests
+		s.record(rec)
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	case gateOverQuota:
+		s.refuse(w, &rec, http.StatusTooManyRequests, "quota exhausted")
+		return
 	case gateRateLimited:
+		wait := v.wait
 		if cfg.RetryAfter > 0 {
 			wait = cfg.RetryAfter
 		}
@@ -423,14 +580,15 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, &rec, http.StatusBadRequest, "Idempotency-Key header is required")
 		return
 	}
-
-	batch, err := decodeBatch(buf.Bytes())
-	if err != nil {
-		s.refuse(w, &rec, http.StatusBadRequest, err.Error())
+	if decodeErr != nil {
+		s.refuse(w, &rec, http.StatusBadRequest, decodeErr.Error())
 		return
 	}
-	defer batch.release()
 	rec.Items = len(batch.Items)
+	if cfg.BadAnswer != "" && !slices.Contains(BadAnswers, cfg.BadAnswer) {
+		s.refuse(w, &rec, http.StatusInternalServerError, "fake: unknown BadAnswer "+strconv.Quote(cfg.BadAnswer))
+		return
+	}
 
 	// Everything that reads payloads happens here, outside the lock.
 	var poisoned bool
@@ -447,14 +605,51 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if cfg.BadAnswer == BadAnswerEmpty {
+		rejected = nil // an empty answer accepts every item
+	}
 	fp := batch.fingerprint()
 
-	status, body := s.process(cfg, &rec, batch, fp, poisoned, rejected)
+	status, body, bad := s.process(cfg, &rec, batch, fp, poisoned, rejected)
+	if bad {
+		writeBadAnswer(w, cfg.BadAnswer, batch)
+		return
+	}
 	writeJSON(w, status, body)
 }
 
-// process applies a decoded batch under the lock and returns the answer.
-func (s *Server) process(cfg Config, rec *requestRecord, batch *wireBatch, fp uint64, poisoned bool, rejected []int) (int, []byte) {
+// hold notes the ids of a request that arrived, counting those another
+// unanswered request already holds.
+func (s *Server) hold(batch *wireBatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range batch.Items {
+		id := batch.Items[i].ID.v
+		if s.held[id] > 0 {
+			s.stats.OverlappingIDs++
+		}
+		s.held[id]++
+	}
+}
+
+// unhold releases the ids of a request that was answered or abandoned.
+func (s *Server) unhold(batch *wireBatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range batch.Items {
+		id := batch.Items[i].ID.v
+		if s.held[id] <= 1 {
+			delete(s.held, id)
+			continue
+		}
+		s.held[id]--
+	}
+}
+
+// process applies a decoded batch under the lock and returns the answer;
+// bad means the answer is cfg.BadAnswer's body, to be written by the
+// caller, outside the lock.
+func (s *Server) process(cfg Config, rec *requestRecord, batch *wireBatch, fp uint64, poisoned bool, rejected []int) (status int, body []byte, bad bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.ItemsReceived += int64(len(batch.Items))
@@ -465,23 +660,30 @@ func (s *Server) process(cfg Config, rec *requestRecord, batch *wireBatch, fp ui
 				s.stats.KeyConflicts++
 				rec.Status = http.StatusUnprocessableEntity
 				s.recordLocked(*rec)
-				return rec.Status, errorBody("Idempotency-Key was already used for a batch of different items")
+				return rec.Status, errorBody("Idempotency-Key was already used for a batch of different items"), false
 			}
 			s.stats.KeyReplays++
 			rec.Status, rec.Replayed = ans.status, true
 			s.recordLocked(*rec)
-			return ans.status, ans.body
+			return ans.status, ans.body, false
 		}
 	}
 	if cfg.MaxBatchItems > 0 && len(batch.Items) > cfg.MaxBatchItems {
 		rec.Status = http.StatusRequestEntityTooLarge
 		s.recordLocked(*rec)
-		return rec.Status, errorBody(fmt.Sprintf("batch holds %d items, at most %d allowed", len(batch.Items), cfg.MaxBatchItems))
+		return rec.Status, errorBody(fmt.Sprintf("batch holds %d items, at most %d allowed", len(batch.Items), cfg.MaxBatchItems)), false
 	}
 	if poisoned {
 		rec.Status = http.StatusBadRequest
 		s.recordLocked(*rec)
-		return rec.Status, errorBody(fmt.Sprintf("batch holds an item with field %s", cfg.PoisonField))
+		return rec.Status, errorBody(fmt.Sprintf("batch holds an item with field %s", cfg.PoisonField)), false
+	}
+	if cfg.BadAnswer != "" && cfg.BadAnswer != BadAnswerEmpty {
+		// Whoever answered stored nothing: no delivery, no remembered key.
+		s.stats.BadAnswers++
+		rec.Status = http.StatusOK
+		s.recordLocked(*rec)
+		return rec.Status, nil, true
 	}
 
 	rec.Status = http.StatusOK
@@ -496,20 +698,26 @@ func (s *Server) process(cfg Config, rec *requestRecord, batch *wireBatch, fp ui
 			continue
 		}
 		it := &batch.Items[i]
-		s.acceptLocked(pair{id: it.ID.v, version: it.Version}, rec.Key, reqIndex)
+		s.acceptLocked(pair{id: it.ID.v, version: it.Version}, it.Deleted, rec.Key, reqIndex)
 	}
 	s.stats.ItemsAccepted += int64(len(batch.Items) - len(rejected))
 	s.stats.ItemsRejected += int64(len(rejected))
 
-	body := resultsBody(batch, rejected, cfg.RejectField)
+	body = resultsBody(batch, rejected, cfg.RejectField)
+	if cfg.BadAnswer == BadAnswerEmpty {
+		body = []byte{}
+	}
 	if !cfg.IgnoreIdempotencyKey {
 		s.answers[rec.Key] = cachedAnswer{status: rec.Status, body: body, fingerprint: fp}
 	}
-	return rec.Status, body
+	return rec.Status, body, false
 }
 
-func (s *Server) acceptLocked(p pair, key string, reqIndex int32) {
-	s.deliveries = append(s.deliveries, delivery{id: p.id, version: p.version, req: reqIndex})
+func (s *Server) acceptLocked(p pair, deleted bool, key string, reqIndex int32) {
+	s.deliveries = append(s.deliveries, delivery{id: p.id, version: p.version, req: reqIndex, deleted: deleted})
+	if deleted {
+		s.stats.Tombstones++
+	}
 
 	if latest, ok := s.latest[p.id]; !ok || p.version > latest {
 		s.latest[p.id] = p.version
@@ -535,29 +743,131 @@ func (s *Server) acceptLocked(p pair, key string, reqIndex int32) {
 }
 
 // gateLocked runs the checks that need no body, in the order a real API
-// would: availability, credentials, rate, then the injected faults.
-func (s *Server) gateLocked(cfg Config, r *http.Request, now time.Time) (gate, time.Duration) {
+// would: a redirecting front, availability, credentials, rates and quota,
+// then the injected faults. The quota is computed for every answer, but
+// only a request that passes the checks before it uses one up.
+func (s *Server) gateLocked(cfg Config, r *http.Request, now time.Time) verdict {
+	v := verdict{quota: s.quotaLocked(cfg, now)}
+	if cfg.Redirect != 0 {
+		v.gate = gateRedirect
+		return v
+	}
 	if now.Before(s.outageUntil) {
-		return gateOutage, s.outageUntil.Sub(now)
+		v.gate, v.wait = gateOutage, s.outageUntil.Sub(now)
+		return v
 	}
 	if cfg.Token != "" && r.Header.Get("Authorization") != "Bearer "+cfg.Token {
-		return gateAuth, 0
+		v.gate = gateAuth
+		return v
+	}
+	if s.bare != nil && !s.bare.AllowN(now, 1) {
+		v.gate = gateBare
+		return v
+	}
+	if v.quota != nil {
+		if v.quota.remaining == 0 {
+			s.stats.OverQuota++
+			v.gate = gateOverQuota
+			return v
+		}
+		s.quotaUsed++
+		v.quota.remaining--
 	}
 	if s.limiter != nil {
 		res := s.limiter.ReserveN(now, 1)
 		if delay := res.DelayFrom(now); !res.OK() || delay > 0 {
 			// A refused request must not use up the tokens of later ones.
 			res.CancelAt(now)
-			return gateRateLimited, delay
+			v.gate, v.wait = gateRateLimited, delay
+			return v
 		}
 	}
 	if cfg.FailureRate > 0 && s.rng.Float64() < cfg.FailureRate {
-		return gateFailure, 0
+		v.gate = gateFailure
+		return v
 	}
 	if cfg.TimeoutRate > 0 && s.rng.Float64() < cfg.TimeoutRate {
-		return gateHang, 0
+		v.gate = gateHang
 	}
-	return gatePass, 0
+	return v
+}
+
+// quotaLocked returns the advertised quota as it stands at now, starting a
+// new window when the clock has moved into one; nil without Config.Quota.
+func (s *Server) quotaLocked(cfg Config, now time.Time) *quotaView {
+	if cfg.Quota <= 0 {
+		return nil
+	}
+	window := cmp.Or(cfg.QuotaWindow, QuotaWindowDefault)
+	start := now.Truncate(window)
+	if !start.Equal(s.quotaStart) {
+		s.quotaStart, s.quotaUsed = start, 0
+	}
+	return &quotaView{limit: cfg.Quota, remaining: max(0, cfg.Quota-s.quotaUsed), resetAt: start.Add(window)}
+}
+
+// setQuota announces q. Resets are whole seconds rounded up, so a client
+// that waits for them never comes back early.
+func setQuota(h http.Header, cfg Config, now time.Time, q *quotaView) {
+	secs := int64(math.Ceil(q.resetAt.Sub(now).Seconds()))
+	h.Set("RateLimit-Limit", strconv.Itoa(q.limit))
+	h.Set("RateLimit-Remaining", strconv.Itoa(q.remaining))
+	h.Set("RateLimit-Reset", strconv.FormatInt(secs, 10))
+	if cfg.QuotaXHeaders {
+		at := q.resetAt.Unix()
+		if q.resetAt.Nanosecond() != 0 {
+			at++
+		}
+		h.Set("X-RateLimit-Limit", strconv.Itoa(q.limit))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(q.remaining))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(at, 10))
+	}
+}
+
+// writeBadAnswer writes the 200 of Config.BadAnswer for batch.
+func writeBadAnswer(w http.ResponseWriter, kind string, batch *wireBatch) {
+	first := batch.Items[0].ID.v
+	var body []byte
+	contentType := "application/json"
+	switch kind {
+	case BadAnswerHTML:
+		contentType = "text/html; charset=utf-8"
+		body = []byte("<!DOCTYPE html>\n<html><head><title>Welcome</title></head><body><h1>It works!</h1></body></html>\n")
+	case BadAnswerMalformed:
+		body = fmt.Appendf(nil, `{"results":[{"id":"%d","status":"accepted"`, first)
+	case BadAnswerUnknownStatus:
+		body = fmt.Appendf(nil, `{"results":[{"id":"%d","status":"queued"}]}`, first)
+	case BadAnswerUnknownID:
+		unknown := first
+		for _, it := range batch.Items {
+			unknown = max(unknown, it.ID.v)
+		}
+		unknown++ // wraps only past MaxInt64, to an id as unlikely
+		for slices.ContainsFunc(batch.Items, func(it wireItem) bool { return it.ID.v == unknown }) {
+			unknown++
+		}
+		body = fmt.Appendf(nil, `{"results":[{"id":"%d","status":"accepted"}]}`, unknown)
+	case BadAnswerHuge:
+		// Valid JSON, results empty: only its size is wrong. Written in
+		// pieces so the fake does not hold 16 MiB per request.
+		w.Header().Set("Content-Type", contentType)
+		w.Header().Set("Content-Length", strconv.Itoa(hugeAnswerBytes))
+		w.WriteHeader(http.StatusOK)
+		const head, tail = `{"results":[],"padding":"`, `"}`
+		_, _ = io.WriteString(w, head)
+		chunk := bytes.Repeat([]byte{'x'}, 64<<10)
+		for left := hugeAnswerBytes - len(head) - len(tail); left > 0; left -= len(chunk) {
+			if _, err := w.Write(chunk[:min(left, len(chunk))]); err != nil {
+				return // the client stopped reading, as it should
+			}
+		}
+		_, _ = io.WriteString(w, tail)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }
 
 func (s *Server) noteArrivalLocked(at time.Time) {
@@ -621,6 +931,10 @@ func (s *Server) wait(r *http.Request, d time.Duration) bool {
 // setRetryAfter sends a wait of whole seconds (at least 1, rounding up so a
 // client that obeys never comes back early), as seconds or as a date.
 func (s *Server) setRetryAfter(w http.ResponseWriter, cfg Config, now time.Time, wait time.Duration) {
+	if cfg.RetryAfterRaw != "" {
+		w.Header().Set("Retry-After", cfg.RetryAfterRaw)
+		return
+	}
 	secs := max(1, int64(math.Ceil(wait.Seconds())))
 	if !cfg.RetryAfterHTTPDate {
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))

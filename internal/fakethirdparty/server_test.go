@@ -75,7 +75,12 @@ func setup(t *testing.T, cfg fakethirdparty.Config, clientCfg *thirdparty.Config
 
 func (b *bundle) push(t *testing.T, its []thirdparty.Item) (*thirdparty.Result, error) {
 	t.Helper()
-	return b.client.Push(t.Context(), thirdparty.IdempotencyKey("", its), its)
+	return b.client.Push(t.Context(), key(its), its)
+}
+
+// key is the Idempotency-Key of its, as the exporter derives it.
+func key(its []thirdparty.Item) string {
+	return thirdparty.BatchKey("test", "", thirdparty.AppendBatch(nil, its))
 }
 
 // post sends a raw request, for what the client would never send.
@@ -86,7 +91,9 @@ func (b *bundle) post(t *testing.T, method, path string, header map[string]strin
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := b.http.Client().Do(req)
+	hc := *b.http.Client()
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := hc.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
@@ -119,7 +126,7 @@ func TestAcceptsAndRecords(t *testing.T) {
 	require.Equal(t, map[int64]int64{1: 1, 2: 2, 3: 2}, b.fake.Latest())
 	d := b.fake.Deliveries()
 	require.Len(t, d, 5)
-	require.Equal(t, fakethirdparty.Delivery{ID: 1, Version: 1, Key: thirdparty.IdempotencyKey("", batch(1, 3, 1, "")), At: b.clock.Now()}, d[0])
+	require.Equal(t, fakethirdparty.Delivery{ID: 1, Version: 1, Key: key(batch(1, 3, 1, "")), At: b.clock.Now()}, d[0])
 	require.Equal(t, int64(3), d[4].ID)
 
 	reqs := b.fake.Requests()

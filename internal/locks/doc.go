@@ -5,11 +5,14 @@
 // # What holding a lock means
 //
 // A *Lock is held by exactly one PostgreSQL session: a connection the Locker
-// opened for that lock alone with pgx.ConnectConfig. It is never taken from or
-// returned to a pool, because a pool would hand the locked session to other
-// code, and because a session advisory lock lives exactly as long as its
-// session: the server frees it when the session ends, however it ends
-// (Release, a crash of the process, pg_terminate_backend, a dead network).
+// opened with pgx.ConnectConfig and uses for its locks alone. It is never
+// taken from or returned to a pool, because a pool would hand the locked
+// session to other code, and because a session advisory lock lives exactly as
+// long as its session: the server frees it when the session ends, however it
+// ends (a crash of the process, pg_terminate_backend, a dead network). The
+// Locker keeps one idle session between tries: a busy try leaves it idle, and
+// Release unlocks and gives it back, so a daemon that tries a busy lock for
+// hours keeps one session instead of opening one a try.
 // The dedicated session sets server-side TCP keepalives
 // (tcp_keepalives_idle=10, tcp_keepalives_interval=5, tcp_keepalives_count=3),
 // so the server notices a vanished client machine within about 25 seconds and
@@ -63,6 +66,9 @@
 //
 // and in Ruby: Digest::SHA256.digest("syncer\0sync")[0, 8].unpack1("q>").
 // In pg_locks a bigint key k appears as classid = k>>32 and objid =
-// k&0xffffffff (both unsigned 32-bit) with objsubid = 1; Locker.Holder
-// queries it that way.
+// k&0xffffffff (both unsigned 32-bit) with objsubid = 1; HolderOf queries it
+// that way.
+//
+// The package owns every key syncer uses: ExportKey and RelayKey (per
+// schema) and MigrateKey (fixed).
 package locks

@@ -18,6 +18,7 @@ var errVanished = errors.New("lock no longer held by its session")
 // Lock is a held advisory lock and the dedicated session that holds it. Its
 // methods are safe for concurrent use.
 type Lock struct {
+	locker *Locker
 	key    int64
 	pid    int
 	logger *slog.Logger
@@ -37,6 +38,7 @@ type Lock struct {
 func (l *Locker) newLock(conn *pgx.Conn, key int64) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	lk := &Lock{
+		locker:      l,
 		key:         key,
 		pid:         int(conn.PgConn().PID()),
 		logger:      l.logger,
@@ -120,7 +122,8 @@ func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return fmt.Errorf("locks: with tx: %w", lk.Err())
 }
 
-// Release unlocks the lock and closes its session. It runs even if ctx is
+// Release unlocks the lock and gives its session back to the Locker for its
+// next try (or closes it, when the unlock failed). It runs even if ctx is
 // already cancelled, bounded by ReleaseTimeout, and waits for a WithTx in
 // progress to finish. Releasing a lock that is already released or lost does
 // nothing and returns nil. An error wrapping ErrLockLost means the session no
@@ -139,17 +142,18 @@ func (lk *Lock) Release(ctx context.Context) error {
 
 	var unlocked bool
 	err := lk.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", lk.key).Scan(&unlocked)
-	// Closing ends the session, which frees the lock even if the unlock
-	// failed.
-	closeErr := lk.conn.Close(ctx)
 	switch {
 	case err != nil:
+		// Closing ends the session, which frees the lock even though the
+		// unlock failed.
+		closeConn(lk.conn)
 		return fmt.Errorf("locks: release: %w", err)
 	case !unlocked:
+		closeConn(lk.conn)
 		return fmt.Errorf("locks: release: %w: %w", ErrLockLost, errVanished)
-	case closeErr != nil:
-		return fmt.Errorf("locks: release: close: %w", closeErr)
 	}
+	// The session holds no lock now: the next try reuses it.
+	lk.locker.putIdle(lk.conn)
 	return nil
 }
 

@@ -8,17 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
-// ErrLockBusy is returned by TryAcquire and Acquire when another session
-// holds the lock.
+// ErrLockBusy is returned by TryAcquire when another session holds the lock.
 var ErrLockBusy = errors.New("locks: lock is held by another session")
 
 // ErrLockLost is wrapped by Lock.Err, Lock.WithTx and Lock.Release once the
@@ -74,6 +74,25 @@ func Key(namespace, name string) int64 {
 	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8]))
 }
 
+// Namespace is the namespace of syncer's own lock keys.
+const Namespace = "syncer"
+
+// MigrateKey serialises concurrent migrators across processes. It is a
+// fixed value, the bytes of "syncermg" read as a big-endian int64, not a
+// Key: it predates Key, and a migrator of an older release must keep
+// excluding one of this release.
+const MigrateKey int64 = 0x73796e6365726d67
+
+// ExportKey is the key of the export lock of the installation in schema:
+// Key("syncer", "export:"+schema). Advisory locks are per database, so the
+// schema is part of the name: two installations in one database must not
+// share a lock.
+func ExportKey(schema string) int64 { return Key(Namespace, "export:"+schema) }
+
+// RelayKey is the key of the transaction-level lock that serialises the
+// outbox relays of the installation in schema.
+func RelayKey(schema string) int64 { return Key(Namespace, "relay:"+schema) }
+
 // pgLocksIDs splits key as pg_locks shows a bigint advisory lock.
 func pgLocksIDs(key int64) (classid, objid uint32) {
 	return uint32(uint64(key) >> 32), uint32(uint64(key))
@@ -105,13 +124,20 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Locker takes advisory locks, each on a new dedicated session. It holds no
-// connection itself and is safe for concurrent use.
+// Locker takes advisory locks, each held on a dedicated session. It keeps
+// one idle session between tries, so a daemon that tries a busy lock every
+// few hundred milliseconds for hours opens one session, not one a try; a
+// released lock's session goes back to it. It is safe for concurrent use;
+// Close closes the idle session.
 type Locker struct {
 	connConfig    *pgx.ConnConfig
 	checkInterval time.Duration
 	checkTimeout  time.Duration
 	logger        *slog.Logger
+
+	mu     sync.Mutex
+	idle   *pgx.Conn
+	closed bool
 }
 
 // New returns a Locker that opens lock sessions with a copy of connConfig,
@@ -141,7 +167,7 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 	// pgx's default answer to a cancelled context is to close the socket,
 	// which would end the session and lose the lock. Ask the server to cancel
 	// the statement instead, so that cancelling the caller's context inside
-	// WithTx or Acquire leaves the lock's session alive; the socket deadline
+	// WithTx or TryAcquire leaves the lock's session alive; the socket deadline
 	// remains as the fallback for a server that does not answer.
 	cc.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: pgConn, DeadlineDelay: cancelDeadlineDelay}
@@ -160,68 +186,78 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 }
 
 // TryAcquire takes the lock for key if it is free and returns ErrLockBusy at
-// once if another session holds it. Every call opens a new connection, which
-// is closed again when the lock is busy.
+// once if another session holds it. It tries on the Locker's idle session
+// when there is one, and keeps the session for the next try when the lock is
+// busy: a busy try opens no session.
 func (l *Locker) TryAcquire(ctx context.Context, key int64) (*Lock, error) {
-	conn, err := l.connect(ctx)
+	conn, reused, err := l.session(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("locks: try acquire: %w", err)
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err != nil {
+	ok, err := tryLock(ctx, conn, key)
+	if err != nil && reused && ctx.Err() == nil {
+		// The idle session may have died while it waited (a restarted
+		// server, a terminated backend): one more try on a new one.
+		closeConn(conn)
+		if conn, err = l.connect(ctx); err != nil {
+			return nil, fmt.Errorf("locks: try acquire: %w", err)
+		}
+		ok, err = tryLock(ctx, conn, key)
+	}
+	if err != nil {
 		// Closing the session frees the lock if the server granted it.
 		closeConn(conn)
 		return nil, fmt.Errorf("locks: try acquire: %w", err)
 	}
 	if !ok {
-		closeConn(conn)
+		l.putIdle(conn)
 		return nil, ErrLockBusy
 	}
 	return l.newLock(conn, key), nil
 }
 
-// Acquire takes the lock for key, waiting at most timeout (and no longer than
-// ctx allows) for another session to release it, and returns ErrLockBusy when
-// the wait times out. A timeout of zero or less makes it TryAcquire.
-func (l *Locker) Acquire(ctx context.Context, key int64, timeout time.Duration) (*Lock, error) {
-	if timeout <= 0 {
-		return l.TryAcquire(ctx, key)
-	}
-	conn, err := l.connect(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("locks: acquire: %w", err)
-	}
-	got, err := acquireWait(ctx, conn, key, timeout)
-	if err != nil {
-		closeConn(conn)
-		return nil, err
-	}
-	if !got {
-		closeConn(conn)
-		return nil, ErrLockBusy
-	}
-	return l.newLock(conn, key), nil
+func tryLock(ctx context.Context, conn *pgx.Conn, key int64) (bool, error) {
+	var ok bool
+	err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok)
+	return ok, err
 }
 
-// acquireWait waits on the server for key with lock_timeout set to timeout
-// and restores the session's lock_timeout afterwards, so statements run later
-// in WithTx see the configured value. It reports false on timeout.
-func acquireWait(ctx context.Context, conn *pgx.Conn, key int64, timeout time.Duration) (bool, error) {
-	ms := int64(math.Ceil(float64(timeout) / float64(time.Millisecond)))
-	if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", strconv.FormatInt(ms, 10)+"ms"); err != nil {
-		return false, fmt.Errorf("locks: acquire: set lock_timeout: %w", err)
+// session returns the idle session, or a new one.
+func (l *Locker) session(ctx context.Context) (conn *pgx.Conn, reused bool, err error) {
+	l.mu.Lock()
+	conn, l.idle = l.idle, nil
+	l.mu.Unlock()
+	if conn != nil && !conn.IsClosed() {
+		return conn, true, nil
 	}
-	_, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-		return false, nil
+	conn, err = l.connect(ctx)
+	return conn, false, err
+}
+
+// putIdle keeps conn for the next try, or closes it when the Locker has one
+// already or is closed.
+func (l *Locker) putIdle(conn *pgx.Conn) {
+	l.mu.Lock()
+	if l.idle == nil && !l.closed && !conn.IsClosed() {
+		l.idle = conn
+		conn = nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("locks: acquire: %w", err)
+	l.mu.Unlock()
+	if conn != nil {
+		closeConn(conn)
 	}
-	if _, err := conn.Exec(ctx, "RESET lock_timeout"); err != nil {
-		return false, fmt.Errorf("locks: acquire: reset lock_timeout: %w", err)
+}
+
+// Close closes the idle session. Locks already taken are not affected; a
+// lock released after Close closes its session.
+func (l *Locker) Close() {
+	l.mu.Lock()
+	conn := l.idle
+	l.idle, l.closed = nil, true
+	l.mu.Unlock()
+	if conn != nil {
+		closeConn(conn)
 	}
-	return true, nil
 }
 
 func (l *Locker) connect(ctx context.Context) (*pgx.Conn, error) {
@@ -240,26 +276,67 @@ func closeConn(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// Querier is what Holder needs: *pgx.Conn, *pgxpool.Pool and pgx.Tx all fit.
+// Querier is what HolderOf needs: *pgx.Conn, *pgxpool.Pool and pgx.Tx all
+// fit.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Holder reports the backend pid of a session holding the lock for key in
-// the current database, read from pg_locks through q, for status displays.
-// It is a snapshot: the holder may change right after it returns.
-func (l *Locker) Holder(ctx context.Context, q Querier, key int64) (pid int, held bool, err error) {
+// Holder is the session holding a lock, as status shows it.
+type Holder struct {
+	// PID is the backend pid of the holding session (pg_locks.pid).
+	PID int
+	// ApplicationName and ClientAddr are the session's, from
+	// pg_stat_activity; ClientAddr is empty for a Unix socket.
+	ApplicationName string
+	ClientAddr      string
+	// Role, Host and Process are read from an application_name set by
+	// database.ApplicationName: what the process is, its machine and its
+	// pid there. Empty (Process 0) for a session named otherwise.
+	Role, Host string
+	Process    int
+}
+
+// HolderOf reports the session holding the lock for key in the current
+// database, for status displays. It is a snapshot: the holder may change
+// right after it returns.
+func HolderOf(ctx context.Context, q Querier, key int64) (Holder, bool, error) {
 	classid, objid := pgLocksIDs(key)
-	err = q.QueryRow(ctx, `SELECT pid FROM pg_locks
-		WHERE locktype = 'advisory' AND granted
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND classid = $1 AND objid = $2 AND objsubid = 1
-		LIMIT 1`, classid, objid).Scan(&pid)
+	var h Holder
+	var app, addr *string
+	err := q.QueryRow(ctx, `SELECT l.pid, a.application_name, host(a.client_addr)
+		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted
+		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND l.classid = $1 AND l.objid = $2 AND l.objsubid = 1
+		LIMIT 1`, classid, objid).Scan(&h.PID, &app, &addr)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+		return Holder{}, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("locks: holder: %w", err)
+		return Holder{}, false, fmt.Errorf("locks: holder: %w", err)
 	}
-	return pid, true, nil
+	if app != nil {
+		h.ApplicationName = *app
+		h.Role, h.Host, h.Process, _ = database.ParseApplicationName(*app)
+	}
+	if addr != nil {
+		h.ClientAddr = *addr
+	}
+	return h, true, nil
+}
+
+// Held reports whether some session holds the lock for key: what the
+// relay's poll asks.
+func Held(ctx context.Context, q Querier, key int64) (bool, error) {
+	_, held, err := HolderOf(ctx, q, key)
+	return held, err
+}
+
+// Holder reports the backend pid of the session holding the lock for key.
+//
+// Deprecated: use HolderOf, which also names the host and process.
+func (l *Locker) Holder(ctx context.Context, q Querier, key int64) (pid int, held bool, err error) {
+	h, held, err := HolderOf(ctx, q, key)
+	return h.PID, held, err
 }

@@ -47,6 +47,7 @@ func setup(t *testing.T, cfg *locks.Config) *testBundle {
 	}
 	locker, err := locks.New(connConfig, cfg)
 	require.NoError(t, err)
+	t.Cleanup(locker.Close)
 	_, err = pool.Exec(context.Background(), "CREATE TABLE marks (id int PRIMARY KEY)")
 	require.NoError(t, err)
 	return &testBundle{
@@ -65,6 +66,7 @@ func (b *testBundle) newLocker(t *testing.T) *locks.Locker {
 	t.Helper()
 	locker, err := locks.New(b.connConfig, &locks.Config{CheckInterval: checkInterval})
 	require.NoError(t, err)
+	t.Cleanup(locker.Close)
 	return locker
 }
 
@@ -172,13 +174,14 @@ func TestTryAcquire(t *testing.T) {
 	require.ErrorIs(t, err, locks.ErrLockBusy)
 	require.Less(t, time.Since(start), 2*time.Second, "a busy try returns at once")
 
-	pid, held, err := b.locker.Holder(ctx, b.pool, b.key)
+	h, held, err := locks.HolderOf(ctx, b.pool, b.key)
 	require.NoError(t, err)
 	require.True(t, held)
-	require.Equal(t, lk.PID(), pid)
+	require.Equal(t, lk.PID(), h.PID)
+	require.Equal(t, b.schema, h.ApplicationName)
 
 	require.NoError(t, lk.Release(ctx))
-	_, held, err = b.locker.Holder(ctx, b.pool, b.key)
+	_, held, err = locks.HolderOf(ctx, b.pool, b.key)
 	require.NoError(t, err)
 	require.False(t, held, "release unlocks before returning")
 
@@ -195,58 +198,15 @@ func TestHolderNegativeAndPositiveKeys(t *testing.T) {
 	for _, key := range []int64{b.key | -1<<63 | 1<<31, (b.key &^ (-1 << 63)) &^ (1 << 31)} {
 		lk, err := b.locker.TryAcquire(ctx, key)
 		require.NoError(t, err)
-		pid, held, err := b.locker.Holder(ctx, b.pool, key)
+		h, held, err := locks.HolderOf(ctx, b.pool, key)
 		require.NoError(t, err)
 		require.True(t, held)
-		require.Equal(t, lk.PID(), pid)
+		require.Equal(t, lk.PID(), h.PID)
 		// The self-check uses the same mapping: the lock must survive it.
 		time.Sleep(3 * checkInterval)
 		require.NoError(t, lk.Err())
 		require.NoError(t, lk.Release(ctx))
 	}
-}
-
-func TestAcquireWaitsThenSucceeds(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	ctx := context.Background()
-	lk := b.tryAcquire(t, b.locker)
-
-	const holdFor = 300 * time.Millisecond
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		time.Sleep(holdFor)
-		_ = lk.Release(ctx)
-	})
-	start := time.Now()
-	lk2, err := b.newLocker(t).Acquire(ctx, b.key, 10*time.Second)
-	wg.Wait()
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, time.Since(start), holdFor-50*time.Millisecond)
-	require.NoError(t, lk2.Err())
-	require.ErrorIs(t, lk.Err(), locks.ErrReleased)
-
-	// The wait's lock_timeout must not stay on the session used by WithTx.
-	var lockTimeout string
-	require.NoError(t, lk2.WithTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&lockTimeout)
-	}))
-	require.Equal(t, "0", lockTimeout)
-	require.NoError(t, lk2.Release(ctx))
-}
-
-func TestAcquireTimesOut(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	b.tryAcquire(t, b.locker)
-
-	const timeout = 300 * time.Millisecond
-	start := time.Now()
-	_, err := b.newLocker(t).Acquire(context.Background(), b.key, timeout)
-	elapsed := time.Since(start)
-	require.ErrorIs(t, err, locks.ErrLockBusy)
-	require.GreaterOrEqual(t, elapsed, timeout)
-	require.Less(t, elapsed, timeout+3*time.Second)
 }
 
 func TestSessionSettings(t *testing.T) {
@@ -511,4 +471,87 @@ func TestNoOverlapAcrossProcesses(t *testing.T) {
 	require.Equal(t, children*rounds, nEntries)
 	require.Equal(t, children, nPids)
 	require.Equal(t, 0, inside)
+}
+
+func TestBusyTriesReuseOneSession(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+
+	// The trying daemon's sessions get their own name, to be counted.
+	name := b.schema + "-try"
+	cc := b.connConfig.Copy()
+	cc.RuntimeParams["application_name"] = name
+	other, err := locks.New(cc, &locks.Config{CheckInterval: checkInterval})
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+
+	pids := map[int32]bool{}
+	for range 200 {
+		_, err := other.TryAcquire(ctx, b.key)
+		require.ErrorIs(t, err, locks.ErrLockBusy)
+		rows, err := b.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, name)
+		require.NoError(t, err)
+		seen, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		require.NoError(t, err)
+		for _, pid := range seen {
+			pids[pid] = true
+		}
+	}
+	require.LessOrEqual(t, len(pids), 2, "200 busy tries opened %d sessions", len(pids))
+
+	// Once free, the same session takes the lock, and gets it back after
+	// the release.
+	require.NoError(t, lk.Release(ctx))
+	lk2, err := other.TryAcquire(ctx, b.key)
+	require.NoError(t, err)
+	require.True(t, pids[int32(lk2.PID())], "the lock is taken on the idle session")
+	pid := lk2.PID()
+	require.NoError(t, lk2.Release(ctx))
+	lk3, err := other.TryAcquire(ctx, b.key)
+	require.NoError(t, err)
+	require.Equal(t, pid, lk3.PID(), "a released lock's session is reused")
+	require.NoError(t, lk3.Release(ctx))
+
+	// A dead idle session is replaced, not reported.
+	b.terminate(t, pid)
+	lk4, err := other.TryAcquire(ctx, b.key)
+	require.NoError(t, err)
+	require.NotEqual(t, pid, lk4.PID())
+	require.NoError(t, lk4.Release(ctx))
+}
+
+func TestHolderNamesHostAndProcess(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	cc := b.connConfig.Copy()
+	cc.RuntimeParams["application_name"] = "syncer run web-3.example:4711"
+	locker, err := locks.New(cc, nil)
+	require.NoError(t, err)
+	t.Cleanup(locker.Close)
+	lk, err := locker.TryAcquire(ctx, b.key)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, lk.Release(ctx)) }()
+
+	h, held, err := locks.HolderOf(ctx, b.pool, b.key)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.Equal(t, locks.Holder{
+		PID: lk.PID(), ApplicationName: "syncer run web-3.example:4711", ClientAddr: h.ClientAddr,
+		Role: "syncer run", Host: "web-3.example", Process: 4711,
+	}, h)
+	ok, err := locks.Held(ctx, b.pool, b.key)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+func TestKeysOfSyncer(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, locks.Key("syncer", "export:s"), locks.ExportKey("s"))
+	require.Equal(t, locks.Key("syncer", "relay:s"), locks.RelayKey("s"))
+	require.NotEqual(t, locks.ExportKey("a"), locks.ExportKey("b"))
+	require.Equal(t, "syncermg", string([]byte{0x73, 0x79, 0x6e, 0x63, 0x65, 0x72, 0x6d, 0x67}))
+	require.Equal(t, int64(0x73796e6365726d67), locks.MigrateKey)
 }

@@ -4,9 +4,12 @@
 package metrics
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncer-dev/syncer/internal/buildinfo"
 )
 
 // Metrics holds the collectors.
@@ -14,7 +17,7 @@ type Metrics struct {
 	ItemsExported     prometheus.Counter
 	ItemsFailed       prometheus.Counter
 	Batches           *prometheus.CounterVec
-	PushDuration      prometheus.Histogram
+	PushDuration      *prometheus.HistogramVec
 	UnsyncedRows      prometheus.Gauge
 	OldestUnsyncedAge prometheus.Gauge
 	BreakerState      prometheus.Gauge
@@ -22,6 +25,25 @@ type Metrics struct {
 	LockHeld          prometheus.Gauge
 	RiverJobs         *prometheus.GaugeVec
 	OutboxPending     prometheus.Gauge
+
+	// Push path (delivery).
+	ThirdpartyResponses *prometheus.CounterVec
+	LastSuccessTime     prometheus.Gauge
+	CredentialsRefused  prometheus.Gauge
+	Misconfigured       prometheus.Gauge
+	RateLimitCurrent    prometheus.Gauge
+	MaxInFlightCurrent  prometheus.Gauge
+	RequestsInFlight    prometheus.Gauge
+	// Database-wide counts of failures and deletes.
+	FailedRows        prometheus.Gauge
+	TombstonesPending prometheus.Gauge
+	TombstonesFailed  prometheus.Gauge
+
+	// Operators' block.
+
+	// BuildInfo is 1, labelled with the binary's version, commit and Go
+	// version, so dashboards can tell which build each daemon runs.
+	BuildInfo *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -36,10 +58,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncer_batches_total", Help: "Batches pushed, by result (ok, partial, error).",
 		}, []string{"result"}),
-		PushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "syncer_push_duration_seconds", Help: "Time to deliver one batch, retries and splits included.",
+		PushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "syncer_push_duration_seconds", Help: "Time to deliver one batch, retries and splits included, by result (ok, failed).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
-		}),
+		}, []string{"result"}),
 		UnsyncedRows: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncer_unsynced_rows", Help: "Rows whose current version is not synced (failed ones included).",
 		}),
@@ -64,6 +86,31 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.ItemsExported, m.ItemsFailed, m.Batches, m.PushDuration, m.UnsyncedRows,
 		m.OldestUnsyncedAge, m.BreakerState, m.RateLimited, m.LockHeld, m.RiverJobs, m.OutboxPending)
+	m.newPushPath(reg)
+	// Both results exist from the start, so a dashboard or an alert on a
+	// daemon that has not pushed yet finds the series.
+	for _, r := range []string{"ok", "failed"} {
+		m.PushDuration.WithLabelValues(r)
+	}
+
+	m.FailedRows = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_failed_rows", Help: "Rows and tombstones whose current version the third party rejected.",
+	})
+	m.TombstonesPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_tombstones_pending", Help: "Deletes not yet delivered to the third party.",
+	})
+	m.TombstonesFailed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_tombstones_failed", Help: "Deletes the third party rejected.",
+	})
+	reg.MustRegister(m.FailedRows, m.TombstonesPending, m.TombstonesFailed)
+
+	// Operators' block.
+	m.BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_build_info", Help: "Always 1; the labels say which build runs.",
+	}, []string{"version", "commit", "goversion"})
+	bi := buildinfo.Get()
+	m.BuildInfo.WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
+	reg.MustRegister(m.BuildInfo)
 	return m
 }
 
@@ -79,10 +126,21 @@ func (m *Metrics) Batch(accepted, rejected int, took time.Duration) {
 		result = "partial"
 	}
 	m.Batches.WithLabelValues(result).Inc()
-	m.PushDuration.Observe(took.Seconds())
+	m.PushDuration.WithLabelValues("ok").Observe(took.Seconds())
 }
 
-// BatchError records a batch that could not be delivered.
+// BatchFailed records a batch that could not be delivered after took: it
+// counts as an error batch and in the push histogram as failed.
+func (m *Metrics) BatchFailed(took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.Batches.WithLabelValues("error").Inc()
+	m.PushDuration.WithLabelValues("failed").Observe(took.Seconds())
+}
+
+// BatchError records a batch that could not be delivered, without its
+// duration; BatchFailed also puts it in the push histogram.
 func (m *Metrics) BatchError() {
 	if m == nil {
 		return
@@ -116,4 +174,128 @@ func (m *Metrics) SetBreakerState(s int) {
 		return
 	}
 	m.BreakerState.Set(float64(s))
+}
+
+// Push path (delivery): what the third party answers and how syncer paces
+// it.
+
+func (m *Metrics) newPushPath(reg prometheus.Registerer) {
+	m.ThirdpartyResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncer_thirdparty_responses_total",
+		Help: "Requests to the third party by answer: the status for those the protocol names " +
+			"(400, 401, 403, 404, 408, 409, 410, 413, 422, 429), else its class (2xx, 3xx, 4xx, 5xx); error when no answer came.",
+	}, []string{"code"})
+	m.LastSuccessTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_thirdparty_last_success_timestamp_seconds", Help: "Unix time of the last request the third party accepted.",
+	})
+	m.CredentialsRefused = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_credentials_refused", Help: "1 while the third party refuses the credentials (401, 403).",
+	})
+	m.Misconfigured = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_thirdparty_misconfigured", Help: "1 while the third party's URL redirects or does not exist (3xx, 404, 410).",
+	})
+	m.RateLimitCurrent = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_rate_limit_current", Help: "Requests a second syncer allows itself now (configured, learnt or advertised); 0 means no limit.",
+	})
+	m.MaxInFlightCurrent = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_max_in_flight_current", Help: "The most requests to the third party allowed unanswered at once.",
+	})
+	m.RequestsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "syncer_requests_in_flight", Help: "Requests to the third party unanswered now.",
+	})
+	reg.MustRegister(m.ThirdpartyResponses, m.LastSuccessTime, m.CredentialsRefused, m.Misconfigured,
+		m.RateLimitCurrent, m.MaxInFlightCurrent, m.RequestsInFlight)
+}
+
+// ResponseCode is the bounded label of syncer_thirdparty_responses_total for
+// an HTTP status; 0 (no answer) is "error".
+func ResponseCode(status int) string {
+	switch status {
+	case 0:
+		return "error"
+	case 400, 401, 403, 404, 408, 409, 410, 413, 422, 429:
+		return strconv.Itoa(status)
+	}
+	switch {
+	case status >= 200 && status < 300:
+		return "2xx"
+	case status >= 300 && status < 400:
+		return "3xx"
+	case status >= 400 && status < 500:
+		return "4xx"
+	case status >= 500 && status < 600:
+		return "5xx"
+	}
+	return "error"
+}
+
+// Response counts one request's answer (status 0: none came).
+func (m *Metrics) Response(status int) {
+	if m == nil {
+		return
+	}
+	m.ThirdpartyResponses.WithLabelValues(ResponseCode(status)).Inc()
+}
+
+// LastSuccess records when the third party last accepted a request.
+func (m *Metrics) LastSuccess(t time.Time) {
+	if m == nil {
+		return
+	}
+	m.LastSuccessTime.Set(float64(t.UnixNano()) / 1e9)
+}
+
+// SetCredentialsRefused records whether the credentials are refused.
+func (m *Metrics) SetCredentialsRefused(refused bool) {
+	if m == nil {
+		return
+	}
+	m.CredentialsRefused.Set(boolValue(refused))
+}
+
+// SetMisconfigured records whether the third party's URL is refused.
+func (m *Metrics) SetMisconfigured(refused bool) {
+	if m == nil {
+		return
+	}
+	m.Misconfigured.Set(boolValue(refused))
+}
+
+// SetRateLimit records the request rate allowed now; 0 means none.
+func (m *Metrics) SetRateLimit(perSecond float64) {
+	if m == nil {
+		return
+	}
+	m.RateLimitCurrent.Set(perSecond)
+}
+
+// SetMaxInFlight records the in-flight limit.
+func (m *Metrics) SetMaxInFlight(n int) {
+	if m == nil {
+		return
+	}
+	m.MaxInFlightCurrent.Set(float64(n))
+}
+
+// RequestStarted and RequestEnded count the requests unanswered.
+func (m *Metrics) RequestStarted() {
+	if m == nil {
+		return
+	}
+	m.RequestsInFlight.Inc()
+}
+
+// RequestEnded: see RequestStarted.
+func (m *Metrics) RequestEnded() {
+	if m == nil {
+		return
+	}
+	m.RequestsInFlight.Dec()
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -16,6 +16,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,11 +33,15 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 
-// PollIntervalDefault is the default Config.PollInterval.
-const PollIntervalDefault = 2 * time.Second
+// Defaults for Config.
+const (
+	PollIntervalDefault = 2 * time.Second
+	LeaseTTLDefault     = 30 * time.Second
+)
 
 // probePayload marks the notification a relay sends itself to prove LISTEN
 // works; probeTimeout is how long it may take.
@@ -50,11 +55,12 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// SetArmed opens (armed) or shuts the gate. While armed, every statement that
-// inserts or changes a payload appends an event and notifies; while shut,
-// writers pay only for reading one row, and the sync job finds new rows by
-// polling. The change is not worth an fsync: after a crash the daemon starts
-// by draining anyway.
+// SetArmed opens (armed) or shuts the gate. While armed, and while a relay's
+// lease is valid (RenewLease), every statement that inserts, deletes or
+// changes a payload appends an event and notifies; while shut, writers pay
+// only for reading one row, and the sync job finds new rows by polling. The
+// change is not worth an fsync: after a crash the daemon starts by draining
+// anyway.
 func SetArmed(ctx context.Context, tx pgx.Tx, armed bool) error {
 	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
 		return fmt.Errorf("outbox: gate: %w", err)
@@ -62,6 +68,19 @@ func SetArmed(ctx context.Context, tx pgx.Tx, armed bool) error {
 	_, err := tx.Exec(ctx, `UPDATE syncer_gate SET armed = $1, armed_at = now() WHERE armed <> $1`, armed)
 	if err != nil {
 		return fmt.Errorf("outbox: gate: %w", err)
+	}
+	return nil
+}
+
+// RenewLease extends the gate's lease to ttl from now. The gate lets writers
+// notify only while the lease is valid: a relay renews it while it listens,
+// so with no daemon alive the gate closes itself within ttl and writers stop
+// paying for events nobody hears. Never shortens a lease another daemon
+// holds.
+func RenewLease(ctx context.Context, db Execer, ttl time.Duration) error {
+	_, err := db.Exec(ctx, `UPDATE syncer_gate SET lease_until = greatest(lease_until, now() + make_interval(secs => $1))`, ttl.Seconds())
+	if err != nil {
+		return fmt.Errorf("outbox: renew gate lease: %w", err)
 	}
 	return nil
 }
@@ -106,6 +125,10 @@ type Config struct {
 	// PollInterval bounds the delay a lost notification can cause. Defaults
 	// to PollIntervalDefault.
 	PollInterval time.Duration
+	// LeaseTTL is how long the gate stays open after the relay last renewed
+	// its lease; the relay renews it every third of that while it listens.
+	// Defaults to LeaseTTLDefault.
+	LeaseTTL time.Duration
 	// LockHeld reports whether some session holds the export lock; the poll
 	// fallback enqueues no job while one does, since the holder is working.
 	// Optional.
@@ -156,10 +179,14 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], waker Waker, cfg
 		return nil, errors.New("outbox: Config.LockKey is required")
 	}
 	c := *cfg
-	c.PollInterval = max(c.PollInterval, 0)
-	if c.PollInterval == 0 {
-		c.PollInterval = PollIntervalDefault
+	if c.PollInterval < 0 {
+		return nil, fmt.Errorf("outbox: Config.PollInterval must not be negative, got %s", c.PollInterval)
 	}
+	if c.LeaseTTL < 0 {
+		return nil, fmt.Errorf("outbox: Config.LeaseTTL must not be negative, got %s", c.LeaseTTL)
+	}
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -201,6 +228,12 @@ func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.cfg.Channel}.Sanitize()); err != nil {
 		return fmt.Errorf("outbox: listen: %w", err)
 	}
+	// Listening: the gate may open for writers. Renewed below while this
+	// session listens; it lapses on its own when it stops.
+	if err := RenewLease(ctx, r.pool, r.cfg.LeaseTTL); err != nil {
+		return err
+	}
+	renewed := time.Now()
 	bo.Reset()
 	r.setConnected(true)
 	r.logger.DebugContext(ctx, "outbox: listening", slog.String("channel", r.cfg.Channel))
@@ -225,7 +258,15 @@ func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 				"Point syncer at PostgreSQL directly or at a session-mode pool; until then exports wait for the poll",
 				slog.String("channel", r.cfg.Channel), slog.Duration("poll_interval", r.cfg.PollInterval))
 		}
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+		// A session that hears nothing (a transaction-mode pooler) must not
+		// keep writers notifying.
+		if (probeHeard || time.Since(probeSent) < probeTimeout) && time.Since(renewed) >= r.cfg.LeaseTTL/3 {
+			if err := RenewLease(ctx, r.pool, r.cfg.LeaseTTL); err != nil {
+				return err
+			}
+			renewed = time.Now()
+		}
+		wctx, cancel := context.WithTimeout(ctx, min(r.cfg.PollInterval, r.cfg.LeaseTTL/3))
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
@@ -302,19 +343,14 @@ func (r *Relay) Poll(ctx context.Context) error {
 func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
 	// Most polls find no replay: answer that without a transaction or the
 	// relay lock, which every daemon's poll would otherwise queue on.
-	var any bool
-	if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ('pending', 'running'))`).Scan(&any); err != nil || !any {
+	if waiting, err := replays.AnyWaiting(ctx, r.pool); err != nil || !waiting {
 		return err
 	}
 	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id FROM syncer_replays WHERE state IN ('pending', 'running')`)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		ids, err := replays.Unfinished(ctx, tx)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
@@ -340,7 +376,7 @@ func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
 			if waiting[id] || running[id] >= 2 || (running[id] == 1 && lockHeld) {
 				continue
 			}
-			if _, err := r.river.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, &river.InsertOpts{Queue: jobs.Queue, MaxAttempts: 1000}); err != nil {
+			if _, err := r.river.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, nil); err != nil {
 				return fmt.Errorf("insert replay job: %w", err)
 			}
 			r.logger.InfoContext(ctx, "outbox: replay had no job that will run; enqueued one", slog.Int64("replay_id", id))

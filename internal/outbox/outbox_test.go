@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,7 +38,7 @@ func setup(t *testing.T) *bundle {
 	b := &bundle{pool: pool}
 	b.relay, err = outbox.New(pool, rc, nil, &outbox.Config{
 		Channel:  migrations.Channel(schema),
-		LockKey:  locks.Key("syncer-test", "relay:"+schema),
+		LockKey:  locks.RelayKey(schema),
 		LockHeld: func(context.Context) (bool, error) { return b.held, nil },
 	})
 	require.NoError(t, err)
@@ -71,7 +72,9 @@ func TestRelayKeepsOneWaitingJobAndCountsRunningOnesRight(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 
-	// The gate is open by default: inserts append events.
+	// The gate is armed by default; with a relay's lease valid, inserts
+	// append events.
+	require.NoError(t, outbox.RenewLease(ctx, b.pool, time.Minute))
 	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
 	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM syncer_outbox`))
@@ -119,6 +122,7 @@ func TestGateShutMeansNoEvents(t *testing.T) {
 	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_outbox`))
 
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, true) }))
+	require.NoError(t, outbox.RenewLease(ctx, b.pool, time.Minute))
 	b.exec(t, `INSERT INTO resources (payload) SELECT '{}' FROM generate_series(1, 10)`)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`), "one event per statement")
 	// syncer's own marks append nothing.
@@ -132,4 +136,77 @@ func TestGateShutMeansNoEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+}
+
+func TestGateClosesItselfWithoutALease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	// Armed, but no relay has ever listened: writers append nothing.
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	b.exec(t, `DELETE FROM resources`)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+
+	// A lease: events, one per statement, deletes included.
+	require.NoError(t, outbox.RenewLease(ctx, b.pool, time.Minute))
+	b.exec(t, `INSERT INTO resources (payload) SELECT '{}' FROM generate_series(1, 100)`)
+	b.exec(t, `DELETE FROM resources`)
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+
+	// A renewal never shortens another daemon's lease.
+	require.NoError(t, outbox.RenewLease(ctx, b.pool, time.Second))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_gate WHERE lease_until > now() + interval '30 seconds'`))
+
+	// The daemon died: once its lease ran out, writers pay nothing again.
+	b.exec(t, `UPDATE syncer_gate SET lease_until = now() - interval '1 second'`)
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+}
+
+func TestRelayRenewsTheLeaseAndKicksAtStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+
+	// Rows written while no daemon ran left no event: the kick at start
+	// enqueues a sync job all the same.
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+	require.NoError(t, b.relay.Kick(ctx))
+	require.Equal(t, 1, b.syncJobs(t, "available"))
+
+	// A running relay holds the lease, never for longer than its TTL, so it
+	// lapses on its own once the relay stops.
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.relay.Run(rctx) }()
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM syncer_gate WHERE lease_until > now()`) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	require.Eventually(t, func() bool { return b.relay.Stats().Notifications > 0 }, 10*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_gate WHERE lease_until <= now() + $1::interval`, outbox.LeaseTTLDefault.String()))
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		cfg  *outbox.Config
+		want string
+	}{
+		{"nil", nil, "Channel"},
+		{"no key", &outbox.Config{Channel: "c"}, "LockKey"},
+		{"negative poll", &outbox.Config{Channel: "c", LockKey: 1, PollInterval: -1}, "PollInterval"},
+		{"negative lease", &outbox.Config{Channel: "c", LockKey: 1, LeaseTTL: -1}, "LeaseTTL"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := outbox.New(nil, nil, nil, tt.cfg)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
 }

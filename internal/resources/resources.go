@@ -10,22 +10,42 @@
 package resources
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Row is one exported row at one version.
+// Start is the cursor before every id: keyset reads take ids after the
+// cursor, and any id a bigint holds, zero and negative ones included, is
+// exported. Reads from Start take ids >= Start, so math.MinInt64 itself is
+// not lost.
+const Start int64 = math.MinInt64
+
+// MaxItemBytesDefault is the default Limits.MaxItemBytes.
+const MaxItemBytesDefault = 16 << 20
+
+// Row is one exported row at one version, or the tombstone of a deleted one.
 type Row struct {
 	ID      int64
 	Version int64
+	// Payload is the row's jsonb as text; nil for a tombstone and for an
+	// oversize row.
 	Payload json.RawMessage
+	// Deleted marks a tombstone: the row was deleted, and Version is one
+	// above its last version.
+	Deleted bool
+	// Oversize is the payload's size in bytes when it is larger than
+	// Limits.MaxItemBytes: the payload was not read, and the row is to be
+	// recorded as failed rather than sent. 0 otherwise.
+	Oversize int64
 }
 
 // Querier is what reads need: a pool, a connection or a transaction.
@@ -41,28 +61,101 @@ type Execer interface {
 
 // Limits bound one batch.
 type Limits struct {
-	// Rows is the most rows a batch holds.
+	// Rows is the most rows a batch holds. Required.
 	Rows int
-	// Bytes is the most payload bytes a batch holds; a single row larger than
-	// this still forms a batch of its own. 0 means no limit.
+	// Bytes is the most payload bytes a batch holds; a single row larger
+	// than this still forms a batch of its own. 0 means no limit. Defaults
+	// to 0.
 	Bytes int
+	// MaxItemBytes is the largest payload that is read and sent; a row
+	// whose payload is larger comes without it, with Row.Oversize set.
+	// Defaults to MaxItemBytesDefault.
+	MaxItemBytes int
 }
 
-// Start is the position before every row: a read after Start includes the
-// row whose id is the smallest a bigint holds, so every id is exported.
-const Start int64 = math.MinInt64
+func (l Limits) args() (bytes, maxItem int64) {
+	bytes = math.MaxInt64
+	if l.Bytes > 0 {
+		bytes = int64(l.Bytes)
+	}
+	return bytes, int64(cmp.Or(l.MaxItemBytes, MaxItemBytesDefault))
+}
 
-const startSQL = "-9223372036854775808"
+// The statements that read batches share one shape. candidates are the
+// next rows and tombstones after the cursor in id order (a merge of two
+// index scans), each with a lower bound of its payload's size that costs no
+// read of the payload: pg_column_size, the stored (possibly compressed)
+// size. Only candidates whose lower bounds still fit are sized exactly
+// (jsonb's stored size when uncompressed, the text's length when
+// compressed, which detoasts it in the server), and only those whose exact
+// sizes fit, with the first always, are returned; a payload above
+// MaxItemBytes is never returned at all. So neither the wire nor this
+// process ever carries more than the limit plus one row of the limit's
+// size, whatever the rows weigh.
+//
+// $1 cursor, $2 rows, $3 bytes, $4 max item bytes; %[1]s the rows'
+// condition, %[2]s the tombstones', %[3]s extra output columns.
+const batchSQL = `SELECT id, version, deleted, size,
+	CASE WHEN NOT deleted AND size <= $4 THEN payload END%[3]s
+FROM (
+	SELECT c.*,
+		sum(CASE WHEN size <= $4 THEN size ELSE 0 END) OVER w AS upto,
+		row_number() OVER w AS n
+	FROM (
+		SELECT b.id, b.version, b.deleted, b.payload,
+			CASE WHEN b.deleted THEN 0
+			     WHEN pg_column_compression(b.payload) IS NULL THEN b.lower
+			     ELSE octet_length(b.payload::text) END AS size
+		FROM (
+			SELECT a.*, sum(a.lower) OVER (ORDER BY a.id ROWS UNBOUNDED PRECEDING) - a.lower AS before
+			FROM (
+				(SELECT id, version, false AS deleted, payload, pg_column_size(payload) AS lower
+				   FROM resources WHERE %[1]s ORDER BY id LIMIT $2)
+				UNION ALL
+				(SELECT id, version, true, NULL::jsonb, 0
+				   FROM syncer_tombstones WHERE %[2]s ORDER BY id LIMIT $2)
+				ORDER BY id LIMIT $2
+			) a
+		) b
+		WHERE b.before < $3
+	) c
+	WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING)
+) d
+WHERE n = 1 OR upto <= $3
+ORDER BY id`
 
-// Pending returns the next batch of pending rows with id > afterID, in id
-// order, and the live generation read in the same statement (see
-// RetryFailed). It reads one row past a byte limit at most and leaves that
-// row for the next call. scratch, if non-nil, is reused to spare
+// after is the cursor condition: ids after $1, or from Start on. Two
+// statements rather than an OR: a generic plan cannot start an index scan
+// at "$1 or everything" and would read the pending index from its start.
+func after(afterID int64) string {
+	if afterID == Start {
+		return `id >= $1`
+	}
+	return `id > $1`
+}
+
+const pendingWhere = `synced_at IS NULL AND failed_at IS NULL AND `
+
+var pendingSQL = [2]string{
+	fmt.Sprintf(batchSQL, pendingWhere+after(Start), pendingWhere+after(Start), `, (SELECT live FROM syncer_generation)`),
+	fmt.Sprintf(batchSQL, pendingWhere+after(0), pendingWhere+after(0), `, (SELECT live FROM syncer_generation)`),
+}
+
+func pendingQuery(afterID int64) string {
+	if afterID == Start {
+		return pendingSQL[0]
+	}
+	return pendingSQL[1]
+}
+
+// Pending returns the next batch of pending rows and tombstones with id >
+// afterID (Start for all), merged in id order, and the live generation read
+// in the same statement (see RetryFailed). An id is never both a pending
+// row and a pending tombstone. scratch, if non-nil, is reused to spare
 // allocations.
 func Pending(ctx context.Context, q Querier, afterID int64, lim Limits, scratch []Row) ([]Row, int64, error) {
-	rows, err := q.Query(ctx, `SELECT id, version, payload, (SELECT live FROM syncer_generation) FROM resources
-		WHERE synced_at IS NULL AND failed_at IS NULL AND (id > $1 OR (id = $1 AND $1 = `+startSQL+`))
-		ORDER BY id LIMIT $2`, afterID, lim.Rows)
+	bytes, maxItem := lim.args()
+	rows, err := q.Query(ctx, pendingQuery(afterID), afterID, lim.Rows, bytes, maxItem)
 	if err != nil {
 		return nil, 0, fmt.Errorf("resources: select pending: %w", err)
 	}
@@ -71,7 +164,8 @@ func Pending(ctx context.Context, q Querier, afterID int64, lim Limits, scratch 
 	return out, gen, err
 }
 
-// Filter selects rows for a replay.
+// Filter selects rows for a replay. Tombstones match it as the rows they
+// were: by id, by the deleted row's creation time, and by failure.
 type Filter struct {
 	FromID, ToID int64     // inclusive; 0 means open
 	Since, Until time.Time // on created_at, [Since, Until); zero means open
@@ -96,65 +190,82 @@ func (f Filter) args() []any {
 	return []any{f.FromID, f.ToID, since, until, f.FailedOnly}
 }
 
-// Count returns how many rows match f.
+// Count returns how many rows and tombstones match f.
 func Count(ctx context.Context, q Querier, f Filter) (int64, error) {
 	var n int64
-	args := append([]any{int64(0)}, f.args()...)
-	err := q.QueryRow(ctx, `SELECT count(*) FROM resources WHERE id > $1 AND `+f.where(), args...).Scan(&n)
+	args := f.args()
+	w := strings.NewReplacer("$2", "$1", "$3", "$2", "$4", "$3", "$5", "$4", "$6", "$5").Replace(f.where())
+	err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM resources WHERE `+w+`)
+		+ (SELECT count(*) FROM syncer_tombstones WHERE `+w+`)`, args...).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("resources: count: %w", err)
 	}
 	return n, nil
 }
 
-// Matching returns the next batch of rows matching f with id > afterID,
-// whatever their synced_at, in id order.
+// Matching returns the next batch of rows and tombstones matching f with
+// id > afterID (Start for all), whatever their synced_at, in id order.
 func Matching(ctx context.Context, q Querier, f Filter, afterID int64, lim Limits, scratch []Row) ([]Row, error) {
-	args := append([]any{afterID}, f.args()...)
-	args = append(args, lim.Rows)
-	rows, err := q.Query(ctx, `SELECT id, version, payload FROM resources
-		WHERE (id > $1 OR (id = $1 AND $1 = `+startSQL+`)) AND `+f.where()+` ORDER BY id LIMIT $7`, args...)
+	bytes, maxItem := lim.args()
+	// The filter's parameters follow the batch's four.
+	w := strings.NewReplacer("$2", "$5", "$3", "$6", "$4", "$7", "$5", "$8", "$6", "$9").Replace(f.where())
+	where := after(afterID) + " AND " + w
+	args := append([]any{afterID, lim.Rows, bytes, maxItem}, f.args()...)
+	rows, err := q.Query(ctx, fmt.Sprintf(batchSQL, where, where, ""), args...)
 	if err != nil {
 		return nil, fmt.Errorf("resources: select range: %w", err)
 	}
 	return collect(rows, lim, scratch[:0], nil)
 }
 
-// collect reads rows of (id, version, payload[, extra]). Payloads are
-// copied raw into one buffer per batch: they are passed through to the third
-// party as they are, so decoding or even validating them (what scanning into
-// json.RawMessage does) would be wasted work, and one allocation per batch
-// is cheaper than one per row.
+// collect reads rows of (id, version, deleted, size, payload[, extra]).
+// Payloads are copied raw into one buffer per batch: they are passed
+// through to the third party as they are, so decoding or even validating
+// them (what scanning into json.RawMessage does) would be wasted work, and
+// one allocation per batch is cheaper than one per row. The buffer grows
+// with what was read, never ahead of it: sizing it from the first row
+// (times the batch size) is what once asked for 32 GiB.
 func collect(rows pgx.Rows, lim Limits, out []Row, extra *int64) ([]Row, error) {
 	defer rows.Close()
-	size := 0
-	dest := make([]any, 3, 4)
+	bytes, maxItem := lim.args()
+	var size int64
+	dest := make([]any, 5, 6)
 	if extra != nil {
 		dest = append(dest, extra)
 	}
 	var arena []byte
 	type span struct{ start, end int }
 	var spans []span
+	var stored int64
 	for rows.Next() {
 		var r Row
-		dest[0], dest[1], dest[2] = &r.ID, &r.Version, nil
+		dest[0], dest[1], dest[2], dest[3], dest[4] = &r.ID, &r.Version, &r.Deleted, &stored, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("resources: scan: %w", err)
 		}
-		raw := rows.RawValues()[2]
-		if rows.FieldDescriptions()[2].Format == pgx.BinaryFormatCode && len(raw) > 0 {
+		raw := rows.RawValues()[4]
+		if rows.FieldDescriptions()[4].Format == pgx.BinaryFormatCode && len(raw) > 0 {
 			raw = raw[1:] // jsonb's binary form is a version byte, then the text
 		}
-		if lim.Bytes > 0 && len(out) > 0 && size+len(raw) > lim.Bytes {
+		switch {
+		case r.Deleted:
+			raw = nil
+		case raw == nil || int64(len(raw)) > maxItem:
+			// The server's size said too large, or (rarely: jsonb's text
+			// can be longer than its stored form) the text did.
+			r.Oversize = max(stored, int64(len(raw)))
+			raw = nil
+		}
+		if len(out) > 0 && size+int64(len(raw)) > bytes {
 			break
 		}
-		if arena == nil {
-			arena = make([]byte, 0, max(lim.Rows, 1)*(len(raw)+16))
+		if raw != nil && arena == nil {
+			arena = make([]byte, 0, min(int64(len(raw))*int64(max(lim.Rows, 1)), bytes, 1<<20)+int64(len(raw)))
 		}
 		start := len(arena)
 		arena = append(arena, raw...)
 		spans = append(spans, span{start, len(arena)})
-		size += len(raw)
+		size += int64(len(raw))
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -162,7 +273,9 @@ func collect(rows pgx.Rows, lim Limits, out []Row, extra *int64) ([]Row, error) 
 	}
 	// The arena may have moved while it grew: slice it only now.
 	for i, sp := range spans {
-		out[i].Payload = arena[sp.start:sp.end:sp.end]
+		if !out[i].Deleted && out[i].Oversize == 0 {
+			out[i].Payload = arena[sp.start:sp.end:sp.end]
+		}
 	}
 	return out, nil
 }
@@ -183,56 +296,73 @@ func (v *Versions) Add(id, version int64) {
 // Len is the number of pairs.
 func (v *Versions) Len() int { return len(v.IDs) }
 
-// MarkSynced marks exactly the given versions as accepted by the third party
-// and returns how many rows it marked; a row whose version has moved on is
-// left pending.
-func MarkSynced(ctx context.Context, e Execer, v Versions) (int64, error) {
+// DB is what marks need: they count what they changed in one statement.
+// pgx.Tx, *pgx.Conn and *pgxpool.Pool fit.
+type DB interface {
+	Execer
+	Querier
+}
+
+// mark runs set on the rows and the tombstones of exactly the pairs of v, in
+// one statement, and returns how many it changed. A pair names a row or a
+// tombstone, never both: an id is in one table at a time.
+func mark(ctx context.Context, db DB, set string, v Versions, extra ...any) (int64, error) {
 	if v.Len() == 0 {
 		return 0, nil
 	}
-	tag, err := e.Exec(ctx, `UPDATE resources r SET synced_at = now(), failed_at = NULL, sync_error = NULL
-		FROM unnest($1::bigint[], $2::bigint[]) AS b(id, version)
-		WHERE r.id = b.id AND r.version = b.version`, v.IDs, v.Versions)
+	var n int64
+	err := db.QueryRow(ctx, `WITH b AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS b(id, version, err)),
+		r AS (UPDATE resources r SET `+set+` FROM b WHERE r.id = b.id AND r.version = b.version RETURNING 1),
+		t AS (UPDATE syncer_tombstones r SET `+set+` FROM b WHERE r.id = b.id AND r.version = b.version RETURNING 1)
+		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM t)`, append([]any{v.IDs, v.Versions}, extra...)...).Scan(&n)
+	return n, err
+}
+
+// MarkSynced marks exactly the given versions of rows and tombstones as
+// accepted by the third party and returns how many it marked; a row whose
+// version has moved on is left pending.
+func MarkSynced(ctx context.Context, db DB, v Versions) (int64, error) {
+	n, err := mark(ctx, db, `synced_at = now(), failed_at = NULL, sync_error = NULL`, v, []string(nil))
 	if err != nil {
 		return 0, fmt.Errorf("resources: mark synced: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
-// MarkFailed records the given versions as rejected, with the third party's
-// error text. They are not pending again until their payload changes or
-// RetryFailed clears them.
-func MarkFailed(ctx context.Context, e Execer, v Versions, errs []string) (int64, error) {
-	if v.Len() == 0 {
-		return 0, nil
-	}
-	tag, err := e.Exec(ctx, `UPDATE resources r SET failed_at = now(), sync_error = b.err
-		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS b(id, version, err)
-		WHERE r.id = b.id AND r.version = b.version`, v.IDs, v.Versions, errs)
+// MarkFailed records the given versions of rows and tombstones as
+// rejected, with the third party's error text. They are not pending again
+// until the row changes (is deleted, for a row; comes back, for a
+// tombstone) or RetryFailed clears them.
+func MarkFailed(ctx context.Context, db DB, v Versions, errs []string) (int64, error) {
+	n, err := mark(ctx, db, `failed_at = now(), sync_error = b.err`, v, errs)
 	if err != nil {
 		return 0, fmt.Errorf("resources: mark failed: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
-// RetryFailed makes failed rows pending again: all of them when ids is
-// empty. It returns how many rows it changed. It also bumps the live
+// RetryFailed makes failed rows and tombstones pending again: all of them
+// when ids is empty. It returns how many it changed. It also bumps the live
 // generation, which salts the live sync's Idempotency-Keys: a retried row
 // goes out under a key the third party has not answered yet, even in a batch
 // of the same content as the one it rejected. Run it in a transaction.
-func RetryFailed(ctx context.Context, e Execer, ids []int64) (int64, error) {
-	tag, err := e.Exec(ctx, `UPDATE resources SET failed_at = NULL, sync_error = NULL, synced_at = NULL
-		WHERE failed_at IS NOT NULL AND (coalesce(cardinality($1::bigint[]), 0) = 0 OR id = ANY($1))`, ids)
+func RetryFailed(ctx context.Context, db DB, ids []int64) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, `WITH r AS (UPDATE resources SET failed_at = NULL, sync_error = NULL, synced_at = NULL
+			WHERE failed_at IS NOT NULL AND (coalesce(cardinality($1::bigint[]), 0) = 0 OR id = ANY($1)) RETURNING 1),
+		t AS (UPDATE syncer_tombstones SET failed_at = NULL, sync_error = NULL, synced_at = NULL
+			WHERE failed_at IS NOT NULL AND (coalesce(cardinality($1::bigint[]), 0) = 0 OR id = ANY($1)) RETURNING 1)
+		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM t)`, ids).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("resources: retry failed: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return 0, nil
 	}
-	if _, err := e.Exec(ctx, `UPDATE syncer_generation SET live = live + 1`); err != nil {
+	if _, err := db.Exec(ctx, `UPDATE syncer_generation SET live = live + 1`); err != nil {
 		return 0, fmt.Errorf("resources: bump generation: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // LiveSalt is the key salt of the live sync at generation gen. Generation 0
@@ -244,11 +374,12 @@ func LiveSalt(gen int64) string {
 	return "live-" + strconv.FormatInt(gen, 10)
 }
 
-// AnyPending reports whether a pending row exists. It only touches the
-// pending index, so it is cheap enough to poll.
+// AnyPending reports whether a pending row or tombstone exists. It only
+// touches the pending indexes, so it is cheap enough to poll.
 func AnyPending(ctx context.Context, q Querier) (bool, error) {
 	var ok bool
-	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM resources WHERE synced_at IS NULL AND failed_at IS NULL)`).Scan(&ok)
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM resources WHERE synced_at IS NULL AND failed_at IS NULL)
+		OR EXISTS (SELECT 1 FROM syncer_tombstones WHERE synced_at IS NULL AND failed_at IS NULL)`).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("resources: any pending: %w", err)
 	}
@@ -257,22 +388,39 @@ func AnyPending(ctx context.Context, q Querier) (bool, error) {
 
 // Counts summarises the table for status.
 type Counts struct {
-	Total, Unsynced, Synced, Failed int64
-	OldestUnsyncedAge               time.Duration
+	// Total is the rows in the table; Synced those whose current version
+	// the third party accepted.
+	Total, Synced int64
+	// Unsynced is every row and tombstone not synced, pending or failed;
+	// Failed those whose current version was rejected.
+	Unsynced, Failed int64
+	// TombstonesPending and TombstonesFailed are the tombstones among
+	// Unsynced and Failed.
+	TombstonesPending, TombstonesFailed int64
+	// OldestUnsyncedAge is the age of the oldest pending version, from the
+	// change (or delete) that made it.
+	OldestUnsyncedAge time.Duration
 }
 
-// CountAll returns the table's counts. Unsynced counts every row not synced
-// (pending or failed); Failed those whose current version was rejected; the
-// age is that of the oldest pending version, from the change that made it.
+// CountAll returns exact counts. It reads the whole table: it is for
+// `syncer status`, not for anything periodic (see Gauges).
 func CountAll(ctx context.Context, q Querier) (Counts, error) {
 	var c Counts
 	var age float64
-	err := q.QueryRow(ctx, `SELECT count(*),
-			count(*) FILTER (WHERE synced_at IS NULL),
-			count(*) FILTER (WHERE synced_at IS NOT NULL),
-			count(*) FILTER (WHERE failed_at IS NOT NULL),
-			COALESCE(EXTRACT(EPOCH FROM now() - min(changed_at) FILTER (WHERE synced_at IS NULL AND failed_at IS NULL)), 0)::float8
-		FROM resources`).Scan(&c.Total, &c.Unsynced, &c.Synced, &c.Failed, &age)
+	err := q.QueryRow(ctx, `WITH r AS (SELECT count(*) AS total,
+			count(*) FILTER (WHERE synced_at IS NULL) AS unsynced,
+			count(*) FILTER (WHERE synced_at IS NOT NULL) AS synced,
+			count(*) FILTER (WHERE failed_at IS NOT NULL) AS failed,
+			min(changed_at) FILTER (WHERE synced_at IS NULL AND failed_at IS NULL) AS oldest
+		FROM resources),
+		t AS (SELECT count(*) FILTER (WHERE synced_at IS NULL) AS unsynced,
+			count(*) FILTER (WHERE synced_at IS NULL AND failed_at IS NULL) AS pending,
+			count(*) FILTER (WHERE failed_at IS NOT NULL) AS failed,
+			min(deleted_at) FILTER (WHERE synced_at IS NULL AND failed_at IS NULL) AS oldest
+		FROM syncer_tombstones)
+		SELECT r.total, r.unsynced + t.unsynced, r.synced, r.failed + t.failed, t.pending, t.failed,
+			COALESCE(EXTRACT(EPOCH FROM now() - least(r.oldest, t.oldest)), 0)::float8
+		FROM r, t`).Scan(&c.Total, &c.Unsynced, &c.Synced, &c.Failed, &c.TombstonesPending, &c.TombstonesFailed, &age)
 	if err != nil {
 		return c, fmt.Errorf("resources: counts: %w", err)
 	}
@@ -280,7 +428,7 @@ func CountAll(ctx context.Context, q Querier) (Counts, error) {
 	return c, nil
 }
 
-// Failure is one failed row, for status.
+// Failure is one failed row or tombstone, for status.
 type Failure struct {
 	ID       int64
 	Version  int64
@@ -288,10 +436,14 @@ type Failure struct {
 	Error    string
 }
 
-// RecentFailures returns the most recently failed rows.
+// RecentFailures returns the most recently failed rows and tombstones.
 func RecentFailures(ctx context.Context, q Querier, limit int) ([]Failure, error) {
-	rows, err := q.Query(ctx, `SELECT id, version, failed_at, COALESCE(sync_error, '') FROM resources
-		WHERE failed_at IS NOT NULL ORDER BY failed_at DESC, id DESC LIMIT $1`, limit)
+	rows, err := q.Query(ctx, `(SELECT id, version, failed_at, COALESCE(sync_error, '') FROM resources
+			WHERE failed_at IS NOT NULL ORDER BY failed_at DESC, id DESC LIMIT $1)
+		UNION ALL
+		(SELECT id, version, failed_at, COALESCE(sync_error, '') FROM syncer_tombstones
+			WHERE failed_at IS NOT NULL ORDER BY failed_at DESC, id DESC LIMIT $1)
+		ORDER BY 3 DESC, 1 DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("resources: failures: %w", err)
 	}

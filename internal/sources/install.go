@@ -22,7 +22,7 @@ const InstallLockTimeout = 10 * time.Second
 
 // captureVersion is written into every capture function, so that an
 // installation made by an older syncer is recognised and replaced.
-const captureVersion = "syncer capture v1"
+const captureVersion = "syncer capture v2"
 
 // Action is what Install did to a source.
 type Action string
@@ -507,7 +507,7 @@ BEGIN
         -- TRUNCATE, before it: every row still there is deleted.
         ` + ins + `SELECT syncer_source, ` + num("o") + `, o.` + key + `::text, true FROM ` + s.table() + ` o;
     END IF;
-    -- The gate of 002_outbox.sql, read here rather than through a
+    -- The gate of 006_gate_lease.sql, read here rather than through a
     -- function: a call would cost the writer as much as the read.
     GET DIAGNOSTICS syncer_rows = ROW_COUNT;
     IF syncer_rows > 0 AND ` + gateOpen(schema) + ` THEN
@@ -519,13 +519,14 @@ END
 `
 }
 
-// gateOpen is the condition of the outbox gate (see 002_outbox.sql and
+// gateOpen is the condition of the outbox gate (see 006_gate_lease.sql and
 // internal/outbox): a statement appends an event and notifies only while
-// the daemon waits for one. It must say what syncer_outbox_append says;
+// the daemon waits for one and some relay's lease says it is alive to
+// hear it. It must say what syncer_outbox_append says;
 // when it changes, bump captureVersion so that migrate replaces the
 // capture functions.
 func gateOpen(schema string) string {
-	return "(SELECT g.armed FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
+	return "(SELECT g.armed AND g.lease_until > now() FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
 }
 
 // dollarQuote quotes a function body with a tag that does not occur in

@@ -643,21 +643,25 @@ func TestWritersNeedNoPrivilegeOnSyncersTables(t *testing.T) {
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_changes WHERE source = 'orders'`))
 }
 
-// An event and a notification per statement while the gate is open,
-// naming the source; none while it is shut.
+// An event and a notification per statement while the gate is open (armed
+// and a relay's lease valid), naming the source; none while it is shut or
+// the lease has lapsed.
 func TestOutboxEventsThroughTheGate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY)`)
 	b.install(t, "  - table: orders\n    key: id\n    destination: crm\n")
 	b.exec(t, `DELETE FROM syncer_outbox`)
+	b.exec(t, `UPDATE syncer_gate SET armed = true, lease_until = now() + interval '1 hour'`)
 	b.exec(t, `INSERT INTO orders SELECT generate_series(1, 10)`)
 	b.exec(t, `DELETE FROM orders WHERE id > 100`) // touches nothing
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox WHERE op = 'source:orders'`))
 	b.exec(t, `UPDATE syncer_gate SET armed = false`)
 	b.exec(t, `INSERT INTO orders VALUES (11)`)
+	b.exec(t, `UPDATE syncer_gate SET armed = true, lease_until = now() - interval '1 second'`)
+	b.exec(t, `INSERT INTO orders VALUES (12)`)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`))
-	require.Equal(t, 11, b.count(t, `SELECT count(*) FROM syncer_changes`))
+	require.Equal(t, 12, b.count(t, `SELECT count(*) FROM syncer_changes`))
 }
 
 // A chunk that meets a row a writer holds waits for it a moment, then

@@ -1,23 +1,66 @@
 // Package status gathers what `syncer status` reports, from the database
 // alone, so it tells the same truth whichever machine asks and whether or not
-// a daemon runs there.
+// a daemon runs there. It reads; it imports no runtime package (exporter,
+// daemon), so reporting never drags the push path in.
 package status
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/checkpoint"
-	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
+
+// Defaults for Config.
+const (
+	RecentReplaysDefault  = 5
+	RecentFailuresDefault = 10
+)
+
+// Config says how much history the report holds. A nil *Config is a Config
+// of defaults.
+type Config struct {
+	// RecentReplays is how many finished replays are shown besides every
+	// unfinished one. Defaults to RecentReplaysDefault.
+	RecentReplays int
+	// RecentFailures is how many failed rows are shown, latest first.
+	// Defaults to RecentFailuresDefault.
+	RecentFailures int
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	out.RecentReplays = cmp.Or(out.RecentReplays, RecentReplaysDefault)
+	out.RecentFailures = cmp.Or(out.RecentFailures, RecentFailuresDefault)
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c == nil:
+		return nil
+	case c.RecentReplays < 0:
+		return fmt.Errorf("status: config: RecentReplays must not be negative, got %d", c.RecentReplays)
+	case c.RecentFailures < 0:
+		return fmt.Errorf("status: config: RecentFailures must not be negative, got %d", c.RecentFailures)
+	}
+	return nil
+}
 
 // Report is the status. The first six fields are the contract's keys.
 type Report struct {
@@ -28,35 +71,60 @@ type Report struct {
 	OutboxPending            int64   `json:"outbox_pending"`
 	OldestUnsyncedAgeSeconds float64 `json:"oldest_unsynced_age_seconds"`
 
-	Pending        int64          `json:"pending"`
-	Lock           Lock           `json:"lock"`
-	Breaker        Breaker        `json:"breaker"`
-	Credentials    Credentials    `json:"credentials"`
-	Checkpoints    []Checkpoint   `json:"checkpoints"`
-	Replays        []Replay       `json:"replays"`
-	RecentFailures []Failure      `json:"recent_failures"`
-	Jobs           map[string]int `json:"jobs"`
+	Pending int64   `json:"pending"`
+	Lock    Lock    `json:"lock"`
+	Breaker Breaker `json:"breaker"`
+	// Credentials says whether the third party refused our token.
+	Credentials breakerstore.Refusal `json:"credentials"`
+	// Configuration says whether the third party's URL answered with a
+	// redirect, 404 or 410: a configuration error, nothing is sent.
+	Configuration breakerstore.Refusal `json:"configuration"`
+	// Pause is set while a 429, a quota or a Retry-After holds every push.
+	Pause *breakerstore.Pause `json:"pause,omitempty"`
+	// Rate is the request rate learnt from the third party's bare 429s.
+	Rate *breakerstore.Rate `json:"learned_rate,omitempty"`
+	// LastError is the last failure of a request to the third party:
+	// bounded, escaped and token-free text.
+	LastError *breakerstore.LastError `json:"last_error,omitempty"`
+	// Checkpoints are the live sync's and those of the replays shown.
+	Checkpoints []Checkpoint `json:"checkpoints"`
+	// Replays are every unfinished replay and the last finished ones, by
+	// id.
+	Replays        []Replay  `json:"replays"`
+	RecentFailures []Failure `json:"recent_failures"`
+	// Jobs counts syncer's unfinished River jobs by "kind:state".
+	Jobs map[string]int `json:"jobs"`
+}
+
+// JobNames returns the keys of Jobs ("kind:state"), sorted.
+func (r *Report) JobNames() []string {
+	keys := make([]string, 0, len(r.Jobs))
+	for k := range r.Jobs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Lock says who holds the export lock.
 type Lock struct {
-	Held            bool   `json:"held"`
+	Held bool `json:"held"`
+	// PID is the holder's backend pid on the database server.
 	PID             int    `json:"pid,omitempty"`
 	ApplicationName string `json:"application_name,omitempty"`
 	ClientAddr      string `json:"client_addr,omitempty"`
+	// Host and Process are the holding daemon's machine and process id,
+	// read from its application_name; empty for a session syncer did not
+	// name (a psql holding the key by hand).
+	Host    string `json:"host,omitempty"`
+	Process int    `json:"process,omitempty"`
+	Role    string `json:"role,omitempty"`
 }
 
 // Breaker is the shared circuit breaker's state.
 type Breaker struct {
 	State string    `json:"state"`
 	Until time.Time `json:"until,omitzero"`
-}
-
-// Credentials says whether the third party refused our token.
-type Credentials struct {
-	Refused bool      `json:"refused"`
-	Since   time.Time `json:"since,omitzero"`
-	Message string    `json:"message,omitempty"`
 }
 
 // Checkpoint is a job's position.
@@ -72,12 +140,12 @@ type Checkpoint struct {
 
 // Replay is a replay's progress.
 type Replay struct {
-	ID        int64     `json:"id"`
-	State     string    `json:"state"`
-	TotalRows int64     `json:"total_rows"`
-	RowsDone  int64     `json:"rows_done"`
-	Percent   float64   `json:"percent"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        int64         `json:"id"`
+	State     replays.State `json:"state"`
+	TotalRows int64         `json:"total_rows"`
+	RowsDone  int64         `json:"rows_done"`
+	Percent   float64       `json:"percent"`
+	CreatedAt time.Time     `json:"created_at"`
 }
 
 // Failure is a failed row.
@@ -88,91 +156,71 @@ type Failure struct {
 	Error    string    `json:"error"`
 }
 
-// State keys in syncer_state that status reads. The delivery package writes
-// them: KeyBreaker is where gobreaker keeps the shared state of the breaker
-// named delivery.BreakerName.
-const (
-	KeyBreaker     = "gobreaker:state:thirdparty"
-	KeyCredentials = "credentials"
-)
-
-// Gather builds the report.
-func Gather(ctx context.Context, pool *pgxpool.Pool) (*Report, error) {
+// Gather builds the report. A nil cfg is a Config of defaults.
+func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
 	r := &Report{Jobs: map[string]int{}, Breaker: Breaker{State: "closed"}}
-	c, err := resources.CountAll(ctx, pool)
+	counts, err := resources.CountAll(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	r.Total, r.Unsynced, r.Synced, r.Failed = c.Total, c.Unsynced, c.Synced, c.Failed
-	r.Pending = c.Unsynced - c.Failed
-	r.OldestUnsyncedAgeSeconds = c.OldestUnsyncedAge.Seconds()
+	r.Total, r.Unsynced, r.Synced, r.Failed = counts.Total, counts.Unsynced, counts.Synced, counts.Failed
+	r.Pending = counts.Unsynced - counts.Failed
+	r.OldestUnsyncedAgeSeconds = counts.OldestUnsyncedAge.Seconds()
 	if r.OutboxPending, err = outbox.Pending(ctx, pool); err != nil {
 		return nil, err
 	}
 
-	var schema string
-	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return nil, fmt.Errorf("status: schema: %w", err)
+	schema, err := database.CurrentSchema(ctx, pool)
+	if err != nil {
+		return nil, err
 	}
-	key := exporter.LockKey(schema)
-	var pid *int32
-	var app, addr *string
-	err = pool.QueryRow(ctx, `SELECT l.pid, a.application_name, host(a.client_addr)
-		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 1`,
-		int64(uint32(uint64(key)>>32)), int64(uint32(key))).Scan(&pid, &app, &addr)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return nil, fmt.Errorf("status: lock holder: %w", err)
-	default:
-		r.Lock.Held = true
-		if pid != nil {
-			r.Lock.PID = int(*pid)
-		}
-		if app != nil {
-			r.Lock.ApplicationName = *app
-		}
-		if addr != nil {
-			r.Lock.ClientAddr = *addr
-		}
+	h, held, err := locks.HolderOf(ctx, pool, locks.ExportKey(schema))
+	if err != nil {
+		return nil, err
+	}
+	if held {
+		r.Lock = Lock{Held: true, PID: h.PID, ApplicationName: h.ApplicationName, ClientAddr: h.ClientAddr,
+			Host: h.Host, Process: h.Process, Role: h.Role}
 	}
 
 	if err := readState(ctx, pool, r); err != nil {
 		return nil, err
 	}
 
+	recent, err := replays.Recent(ctx, pool, c.RecentReplays)
+	if err != nil {
+		return nil, err
+	}
+	shown := map[string]bool{checkpoint.Live: true}
+	for _, rp := range recent {
+		shown[checkpoint.Replay(rp.ID)] = true
+	}
 	cps, err := checkpoint.List(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
 	done := map[string]int64{}
 	for _, cp := range cps {
+		done[cp.Name] = cp.RowsDone + cp.RowsFailed
+		if !shown[cp.Name] {
+			continue
+		}
 		r.Checkpoints = append(r.Checkpoints, Checkpoint{
 			Name: cp.Name, LastID: cp.LastID, RowsDone: cp.RowsDone, RowsFailed: cp.RowsFailed,
 			BatchesDone: cp.BatchesDone, InFlight: cp.InFlight, UpdatedAt: cp.UpdatedAt,
 		})
-		done[cp.Name] = cp.RowsDone + cp.RowsFailed
+	}
+	for _, rp := range recent {
+		d := done[checkpoint.Replay(rp.ID)]
+		r.Replays = append(r.Replays, Replay{ID: rp.ID, State: rp.State, TotalRows: rp.TotalRows,
+			RowsDone: d, Percent: rp.Percent(d), CreatedAt: rp.CreatedAt})
 	}
 
-	rows, err := pool.Query(ctx, `SELECT id, state, total_rows, created_at FROM syncer_replays
-		ORDER BY (state IN ('pending', 'running')) DESC, id DESC LIMIT 20`)
-	if err != nil {
-		return nil, fmt.Errorf("status: replays: %w", err)
-	}
-	r.Replays, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replay, error) {
-		var rp Replay
-		err := row.Scan(&rp.ID, &rp.State, &rp.TotalRows, &rp.CreatedAt)
-		rp.RowsDone = done[checkpoint.Replay(rp.ID)]
-		rp.Percent = Percent(rp.RowsDone, rp.TotalRows, rp.State)
-		return rp, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("status: replays: %w", err)
-	}
-
-	fails, err := resources.RecentFailures(ctx, pool, 10)
+	fails, err := resources.RecentFailures(ctx, pool, c.RecentFailures)
 	if err != nil {
 		return nil, err
 	}
@@ -193,59 +241,25 @@ func Gather(ctx context.Context, pool *pgxpool.Pool) (*Report, error) {
 	return r, nil
 }
 
-// Percent is a replay's progress; a done replay is 100 whatever it counted.
-func Percent(done, total int64, state string) float64 {
-	if state == "done" || total == 0 {
-		if state == "done" {
-			return 100
-		}
-		return 0
-	}
-	return min(100, float64(done)*100/float64(total))
-}
-
 func readState(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
-	rows, err := pool.Query(ctx, `SELECT key, value FROM syncer_state WHERE key = ANY($1)`, []string{KeyBreaker, KeyCredentials})
+	st, err := breakerstore.ReadState(ctx, pool)
 	if err != nil {
-		return fmt.Errorf("status: state: %w", err)
+		return fmt.Errorf("status: %w", err)
 	}
-	var key string
-	var value []byte
-	_, err = pgx.ForEachRow(rows, []any{&key, &value}, func() error {
-		switch key {
-		case KeyBreaker:
-			state, until := BreakerState(value, time.Now())
-			r.Breaker.State = BreakerStateName(state)
-			r.Breaker.Until = until
-		case KeyCredentials:
-			_ = json.Unmarshal(value, &r.Credentials)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("status: state: %w", err)
+	now := time.Now()
+	r.Breaker.State = BreakerStateName(int(st.Breaker.Current(now)))
+	r.Breaker.Until = st.Breaker.OpenUntil(now)
+	r.Credentials, r.Configuration = st.Credentials, st.Configuration
+	if st.Pause.Active(now) {
+		r.Pause = &st.Pause
+	}
+	if st.Rate.Limit > 0 {
+		r.Rate = &st.Rate
+	}
+	if !st.LastError.At.IsZero() {
+		r.LastError = &st.LastError
 	}
 	return nil
-}
-
-// BreakerState reads gobreaker's shared state: 0 closed, 1 half-open, 2
-// open, and until when it stays open. An open state whose timeout has
-// passed is half-open: gobreaker only writes that down at the next request.
-func BreakerState(raw []byte, now time.Time) (int, time.Time) {
-	var b struct {
-		State  int       `json:"state"`
-		Expiry time.Time `json:"expiry"`
-	}
-	if json.Unmarshal(raw, &b) != nil {
-		return 0, time.Time{}
-	}
-	if b.State == 2 {
-		if !b.Expiry.IsZero() && !b.Expiry.After(now) {
-			return 1, time.Time{}
-		}
-		return 2, b.Expiry
-	}
-	return b.State, time.Time{}
 }
 
 // BreakerStateName names gobreaker's states.

@@ -4,40 +4,47 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/status"
+	"github.com/syncer-dev/syncer/migrations"
 )
 
-func TestBreakerState(t *testing.T) {
+func TestGatherReadsThePushPathFacts(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
-	for _, tt := range []struct {
-		name  string
-		raw   string
-		state int
-		until time.Time
-	}{
-		{"closed", `{"state":0}`, 0, time.Time{}},
-		{"open", `{"state":2,"expiry":"2026-11-22T01:00:05Z"}`, 2, now.Add(5 * time.Second)},
-		{"open, timeout passed", `{"state":2,"expiry":"2026-11-22T00:59:55Z"}`, 1, time.Time{}},
-		{"half-open", `{"state":1}`, 1, time.Time{}},
-		{"garbage", `not json`, 0, time.Time{}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			state, until := status.BreakerState([]byte(tt.raw), now)
-			require.Equal(t, tt.state, state)
-			require.True(t, tt.until.Equal(until), "until %s", until)
-			require.NotEmpty(t, status.BreakerStateName(state))
-		})
-	}
-}
+	ctx := t.Context()
+	pool := dbtest.NewPool(t)
+	_, err := migrations.Up(ctx, pool, nil)
+	require.NoError(t, err)
 
-func TestPercent(t *testing.T) {
-	t.Parallel()
-	require.InDelta(t, 50.0, status.Percent(50, 100, "running"), 0.001)
-	require.InDelta(t, 100.0, status.Percent(10, 100, "done"), 0.001)
-	require.InDelta(t, 0.0, status.Percent(0, 0, "pending"), 0.001)
-	require.InDelta(t, 100.0, status.Percent(120, 100, "running"), 0.001)
+	r, err := status.Gather(ctx, pool, nil)
+	require.NoError(t, err)
+	require.Equal(t, "closed", r.Breaker.State)
+	require.Nil(t, r.Pause)
+	require.Nil(t, r.LastError)
+
+	store, err := breakerstore.New(pool, nil)
+	require.NoError(t, err)
+	now := time.Now()
+	require.NoError(t, store.SetBreaker(ctx, breakerstore.Breaker{State: gobreaker.StateOpen, Expiry: now.Add(time.Minute)}))
+	require.NoError(t, store.SetPause(ctx, breakerstore.Pause{Until: now.Add(time.Minute), Cause: "429 Retry-After: 60", Status: 429}))
+	require.NoError(t, store.SetRate(ctx, breakerstore.Rate{Limit: 18, Ceiling: 20}))
+	require.NoError(t, store.SetLastError(ctx, breakerstore.LastError{Text: "503 Service Unavailable", Status: 503}))
+	_, err = store.SetRefusal(ctx, breakerstore.KeyConfiguration, breakerstore.Refusal{Refused: true, Status: 404, Message: "404 Not Found"})
+	require.NoError(t, err)
+
+	r, err = status.Gather(ctx, pool, nil)
+	require.NoError(t, err)
+	require.Equal(t, "open", r.Breaker.State)
+	require.NotNil(t, r.Pause)
+	require.Equal(t, "429 Retry-After: 60", r.Pause.Cause)
+	require.NotNil(t, r.Rate)
+	require.InDelta(t, 18, r.Rate.Limit, 0.001)
+	require.NotNil(t, r.LastError)
+	require.Equal(t, 503, r.LastError.Status)
+	require.True(t, r.Configuration.Refused)
+	require.Equal(t, "404 Not Found", r.Configuration.Message)
 }

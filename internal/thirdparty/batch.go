@@ -2,11 +2,11 @@ package thirdparty
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 )
@@ -23,6 +23,13 @@ func AppendBatch(dst []byte, items []Item) []byte {
 // DecodeBatch reads a body made by AppendBatch back into its items, payloads
 // kept raw, so a recorded body can be split after a crash into the very
 // halves it would have been split into before.
+//
+// It is strict: it accepts exactly the bodies AppendBatch makes, checked by
+// encoding the items again and comparing bytes. A body it accepts therefore
+// round-trips byte for byte (AppendBatch(DecodeBatch(body)) == body), which
+// is what keeps one key on one body across a resend; anything else (extra
+// fields, a payload on a tombstone, spacing, a non-canonical id) is an
+// error rather than a body that would silently change on its next encoding.
 func DecodeBatch(body []byte) ([]Item, error) {
 	var w struct {
 		Items []struct {
@@ -32,7 +39,9 @@ func DecodeBatch(body []byte) ([]Item, error) {
 			Deleted bool            `json:"deleted"`
 		} `json:"items"`
 	}
-	if err := json.Unmarshal(body, &w); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
 		return nil, fmt.Errorf("thirdparty: decode batch: %w", err)
 	}
 	items := make([]Item, len(w.Items))
@@ -43,10 +52,14 @@ func DecodeBatch(body []byte) ([]Item, error) {
 		}
 		items[i] = Item{ID: id, Version: it.Version, Payload: it.Payload, Deleted: it.Deleted}
 	}
+	if !bytes.Equal(AppendBatch(make([]byte, 0, len(body)), items), body) {
+		return nil, errors.New("thirdparty: decode batch: body is not as AppendBatch writes it")
+	}
 	return items, nil
 }
 
-// batchKeyDomain separates these hashes from IdempotencyKey's and from any
+// batchKeyDomain separates these hashes from the v1 keys (ids and versions
+// only, before bodies were recorded) and from any
 // other SHA-256 of similar bytes.
 const batchKeyDomain = "syncer idempotency key v2\x00"
 
@@ -66,14 +79,4 @@ func BatchKey(installation, salt string, body []byte) string {
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return "syncer-" + hex.EncodeToString(sum[:])
-}
-
-// PushBody sends an already encoded body (AppendBatch) under key. ids are
-// the ids the body holds, so the answer can be checked against them.
-func (c *Client) PushBody(ctx context.Context, key string, body []byte, ids []int64) (*Result, error) {
-	items, err := DecodeBatch(body)
-	if err != nil {
-		return nil, err
-	}
-	return c.Push(ctx, key, items)
 }

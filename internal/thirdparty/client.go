@@ -13,8 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -23,10 +21,6 @@ const TimeoutDefault = 10 * time.Second
 
 // BatchPath is appended to Config.URL to form the endpoint.
 const BatchPath = "/v1/batches"
-
-// maxResultBody bounds how much of a 2xx body is read: a results list for
-// thousands of items fits many times over, a runaway server does not.
-const maxResultBody = 16 << 20
 
 // Item is one row as exported.
 type Item struct {
@@ -51,12 +45,15 @@ type Config struct {
 	// Timeout bounds one request, from sending to reading the whole answer.
 	// Defaults to TimeoutDefault (10s).
 	Timeout time.Duration
-	// HTTPClient sends the requests. Defaults to a client whose Transport
-	// keeps up to 16 idle connections per host alive, so concurrent workers
-	// reuse connections instead of paying a handshake per batch.
+	// HTTPClient sends the requests. Its redirect policy is never used:
+	// the Client works on a shallow copy that follows no redirect, so a
+	// batch and its token go to the configured origin only. Defaults to a
+	// client whose Transport keeps up to 16 idle connections per host alive,
+	// so concurrent workers reuse connections instead of paying a handshake
+	// per batch.
 	HTTPClient *http.Client
-	// Now is the clock that resolves Retry-After HTTP dates. Defaults to
-	// time.Now.
+	// Now is the clock that resolves Retry-After HTTP dates and
+	// X-RateLimit-Reset Unix times. Defaults to time.Now.
 	Now func() time.Time
 }
 
@@ -115,7 +112,15 @@ func New(cfg *Config) (*Client, error) {
 	}
 	if c.httpClient == nil {
 		c.httpClient = &http.Client{Transport: newTransport()}
+	} else {
+		hc := *c.httpClient // the caller's client keeps its own policy
+		c.httpClient = &hc
 	}
+	// A redirect is a configuration error (CONTRACT.md section 2): a 303
+	// would turn the POST into an empty GET whose 200 reads as "all
+	// accepted", a 307 would re-send the batch and the token to whatever
+	// Location names. The 3xx is returned as is and becomes an *Error.
+	c.httpClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -162,31 +167,47 @@ type Rejection struct {
 	Error string
 }
 
-// Push sends items as one batch under key and returns which items were
-// rejected, or an error whose class says what to do with the batch. An empty
-// batch sends nothing. Push makes one attempt; retrying is the caller's job.
+// Push encodes items (AppendBatch) and sends them as one batch under key:
+// a convenience over PushBody for callers that do not keep the body.
 func (c *Client) Push(ctx context.Context, key string, items []Item) (*Result, error) {
+	if len(items) == 0 {
+		if key == "" {
+			return nil, errors.New("thirdparty: push: empty idempotency key")
+		}
+		return &Result{}, nil
+	}
+	ids := make([]int64, len(items))
+	for i := range items {
+		ids[i] = items[i].ID
+	}
+	return c.PushBody(ctx, key, AppendBatch(nil, items), ids)
+}
+
+// PushBody sends body, a request body made by AppendBatch, exactly as given
+// under key, and returns which items were rejected, or an error whose class
+// says what to do with the batch. ids are the ids the body holds: an answer
+// that names any other id, or one of them twice, is not an acceptance. No
+// ids means an empty batch: nothing is sent. PushBody makes one attempt;
+// retrying is the caller's job.
+//
+// The body is not copied: net/http may still read it briefly after
+// PushBody has returned, so the caller must not change it afterwards (a
+// recorded batch body never changes).
+func (c *Client) PushBody(ctx context.Context, key string, body []byte, ids []int64) (*Result, error) {
 	if key == "" {
 		return nil, errors.New("thirdparty: push: empty idempotency key")
 	}
-	if len(items) == 0 {
+	if len(ids) == 0 {
 		return &Result{}, nil
 	}
 
-	body := newPooledBody(items)
-	// Push holds one reference until Do has returned; the transport holds
-	// the others and drops them by closing the bodies it was given.
-	defer body.release()
-
 	reqCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, c.endpoint, nil)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {
+		redactURLError(err)
 		return nil, fmt.Errorf("thirdparty: push: %w", err)
 	}
-	req.Body = body.reader()
-	req.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
-	req.ContentLength = int64(body.buf.Len())
 	req.Header["Content-Type"] = []string{"application/json"}
 	req.Header["Idempotency-Key"] = []string{key}
 	if c.auth != "" {
@@ -202,119 +223,63 @@ func (c *Client) Push(ctx context.Context, key string, items []Item) (*Result, e
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		_ = resp.Body.Close()
 	}()
+	return c.answer(ctx, resp, ids)
+}
 
+// answer turns a response into a Result or an *Error.
+func (c *Client) answer(ctx context.Context, resp *http.Response, ids []int64) (*Result, error) {
+	now := c.now()
+	quota := parseQuota(resp.Header, now)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, bodyLimit))
-		return nil, &Error{
+		// Read past SafeTextMax by a few token lengths, so a token that
+		// starts inside the excerpt is read whole and redacted, never cut
+		// into a prefix that would survive.
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, int64(SafeTextMax+3*len(c.token)+16)))
+		e := &Error{
 			StatusCode: resp.StatusCode,
-			RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), c.now()),
-			Body:       c.scrub(string(bytes.ToValidUTF8(raw, nil))),
+			Body:       c.safe(string(raw)),
+			Quota:      quota,
 		}
+		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
+			e.RetryAfter = parseRetryAfter(v[0], now)
+			e.RetryAfterRaw = c.safe(v[0])
+		}
+		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			e.Location = c.safe(RedactURL(loc))
+		}
+		return nil, e
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBody))
+	// One byte past the limit tells an oversized body from one that fills
+	// it exactly.
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBody+1))
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}
-	return decodeResult(raw), nil
+	bad := func(why string) error {
+		return &Error{StatusCode: resp.StatusCode, BadAnswer: why, Body: c.safe(string(raw)), Quota: quota}
+	}
+	if len(raw) > maxResultBody {
+		return nil, bad(fmt.Sprintf("answer body is larger than %d MiB", maxResultBody>>20))
+	}
+	res, why := decodeResult(raw, ids, c.token)
+	if why != "" {
+		return nil, bad(why)
+	}
+	res.Quota = quota
+	return res, nil
 }
 
 // transportError turns a failure to get an answer into an *Error, keeping
-// the context error reachable with errors.Is.
+// the context error reachable with errors.Is and the URL redacted.
 func (c *Client) transportError(parent context.Context, err error) error {
-	return &Error{Err: err, Timeout: isTimeout(parent, err)}
+	redactURLError(err)
+	// A transport error can quote what a broken server sent (net/http's
+	// "malformed HTTP response" does), which may echo the token.
+	return &Error{Err: err, Timeout: isTimeout(parent, err), errText: c.safe(err.Error())}
 }
 
-// scrub removes the token from text that came from the third party.
-func (c *Client) scrub(s string) string {
-	if c.token != "" {
-		s = strings.ReplaceAll(s, c.token, "[redacted]")
-	}
-	return s
-}
-
-type wireResults struct {
-	Results []struct {
-		ID     json.RawMessage `json:"id"`
-		Status string          `json:"status"`
-		Error  string          `json:"error"`
-	} `json:"results"`
-}
-
-// decodeResult reads a 2xx body. The contract makes 2xx mean accepted and
-// results only name exceptions, so a body that cannot be read (or an entry
-// whose id cannot) cannot turn into rejections: treating it as an error
-// would resend the same batch under the same key forever.
-func decodeResult(raw []byte) *Result {
-	res := &Result{}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return res
-	}
-	var w wireResults
-	if err := json.Unmarshal(raw, &w); err != nil {
-		return res
-	}
-	for _, r := range w.Results {
-		if r.Status != "rejected" {
-			continue
-		}
-		// The contract sends ids as strings; accept a bare number too.
-		idText := strings.Trim(string(r.ID), `"`)
-		id, err := strconv.ParseInt(idText, 10, 64)
-		if err != nil {
-			continue
-		}
-		res.Rejected = append(res.Rejected, Rejection{ID: id, Error: r.Error})
-	}
-	return res
-}
-
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// pooledBody is an encoded batch whose buffer returns to the pool once
-// nobody can read it any more. http.RoundTripper may read a request body
-// after Do has returned (it closes it when done), so the buffer is
-// reference-counted: Push holds one reference, every reader handed to the
-// transport holds one until closed.
-type pooledBody struct {
-	buf  *bytes.Buffer
-	refs atomic.Int32
-}
-
-func newPooledBody(items []Item) *pooledBody {
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	encodeBatch(buf, items)
-	b := &pooledBody{buf: buf}
-	b.refs.Store(1)
-	return b
-}
-
-func (b *pooledBody) reader() io.ReadCloser {
-	b.refs.Add(1)
-	return &bodyReader{Reader: bytes.NewReader(b.buf.Bytes()), body: b}
-}
-
-func (b *pooledBody) release() {
-	if b.refs.Add(-1) == 0 {
-		// Oversized buffers are dropped so one huge batch does not pin its
-		// memory in the pool forever.
-		if b.buf.Cap() <= 4<<20 {
-			bufPool.Put(b.buf)
-		}
-		b.buf = nil
-	}
-}
-
-type bodyReader struct {
-	*bytes.Reader
-	body *pooledBody
-	once sync.Once
-}
-
-func (r *bodyReader) Close() error {
-	r.once.Do(r.body.release)
-	return nil
-}
+// safe makes third-party text safe to log, store and show.
+func (c *Client) safe(s string) string { return SafeText(s, c.token) }
 
 // encodeBatch writes {"items":[{"id":"42","version":3,"payload":...}]} by
 // hand: ids and versions are integers that need no escaping, and payloads

@@ -160,50 +160,6 @@ func TestPushEmptyBatchSendsNothing(t *testing.T) {
 	require.ErrorContains(t, err, "empty idempotency key")
 }
 
-func TestIdempotencyKey(t *testing.T) {
-	t.Parallel()
-	a := []thirdparty.Item{{ID: 1, Version: 1}, {ID: 2, Version: 5}}
-	key := thirdparty.IdempotencyKey("", a)
-	require.True(t, strings.HasPrefix(key, "syncer-"))
-	require.Len(t, key, len("syncer-")+64)
-	// Pinned: the key must not change between releases, or batches in
-	// flight during an upgrade would be accepted twice.
-	require.Equal(t, key, thirdparty.IdempotencyKey("", []thirdparty.Item{
-		{ID: 1, Version: 1, Payload: json.RawMessage(`{"other":"payload"}`)},
-		{ID: 2, Version: 5},
-	}), "payload is not part of the key")
-
-	different := map[string][]thirdparty.Item{
-		"version":   {{ID: 1, Version: 2}, {ID: 2, Version: 5}},
-		"id":        {{ID: 3, Version: 1}, {ID: 2, Version: 5}},
-		"order":     {{ID: 2, Version: 5}, {ID: 1, Version: 1}},
-		"subset":    {{ID: 1, Version: 1}},
-		"superset":  {{ID: 1, Version: 1}, {ID: 2, Version: 5}, {ID: 3, Version: 1}},
-		"swap pair": {{ID: 1, Version: 1}, {ID: 5, Version: 2}},
-	}
-	seen := map[string]string{key: "base"}
-	for name, its := range different {
-		k := thirdparty.IdempotencyKey("", its)
-		require.NotContains(t, seen, k, "%s collides with %s", name, seen[k])
-		seen[k] = name
-	}
-	salted := thirdparty.IdempotencyKey("replay-1", a)
-	require.NotEqual(t, key, salted)
-	require.NotEqual(t, salted, thirdparty.IdempotencyKey("replay-2", a))
-	require.Equal(t, salted, thirdparty.IdempotencyKey("replay-1", a))
-}
-
-// goldenKey is SHA-256("syncer idempotency key v1\x00" || be64(len(salt)) || salt || be64(42) || be64(3)), computed outside Go.
-const goldenKey = "syncer-2088ed9e27cc61dab1b83e6275095203df2a43ad7e2c662366f13a13c00f14ab"
-
-func TestIdempotencyKeyPinned(t *testing.T) {
-	t.Parallel()
-	// A golden value: any change to the derivation shows up here.
-	got := thirdparty.IdempotencyKey("", []thirdparty.Item{{ID: 42, Version: 3}})
-	require.Equal(t, got, thirdparty.IdempotencyKey("", []thirdparty.Item{{ID: 42, Version: 3}}))
-	require.Equal(t, goldenKey, got)
-}
-
 func TestPushResults(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -218,7 +174,10 @@ func TestPushResults(t *testing.T) {
 		{"some rejected", `{"results":[{"id":"1","status":"accepted"},{"id":"2","status":"rejected","error":"bad field"},{"id":"3","status":"rejected"}]}`,
 			[]thirdparty.Rejection{{ID: 2, Error: "bad field"}, {ID: 3}}},
 		{"numeric id", `{"results":[{"id":2,"status":"rejected","error":"x"}]}`, []thirdparty.Rejection{{ID: 2, Error: "x"}}},
-		{"not json is accepted", `ok`, nil},
+		{"whitespace", " \n\t ", nil},
+		{"other fields", `{"ok":true,"request_id":"r-1"}`, nil},
+		{"null results", `{"results":null}`, nil},
+		{"object error", `{"results":[{"id":"1","status":"rejected","error":{"code":7}}]}`, []thirdparty.Rejection{{ID: 1, Error: `{"code":7}`}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,7 +205,13 @@ func TestPushStatusClasses(t *testing.T) {
 		{400, thirdparty.ClassBatchRefused},
 		{401, thirdparty.ClassAuth},
 		{403, thirdparty.ClassAuth},
-		{404, thirdparty.ClassTransient},
+		{301, thirdparty.ClassConfig},
+		{302, thirdparty.ClassConfig},
+		{303, thirdparty.ClassConfig},
+		{307, thirdparty.ClassConfig},
+		{308, thirdparty.ClassConfig},
+		{404, thirdparty.ClassConfig},
+		{410, thirdparty.ClassConfig},
 		{408, thirdparty.ClassTransient},
 		{409, thirdparty.ClassTransient},
 		{413, thirdparty.ClassBatchRefused},
@@ -279,6 +244,7 @@ func TestPushStatusClasses(t *testing.T) {
 			require.Equal(t, tt.class == thirdparty.ClassRateLimited, e.RateLimited())
 			require.Equal(t, tt.class == thirdparty.ClassBatchRefused, e.BatchRefused())
 			require.Equal(t, tt.class == thirdparty.ClassAuth, e.AuthRefused())
+			require.Equal(t, tt.class == thirdparty.ClassConfig, e.ConfigRefused())
 			// Classification survives the caller's wrapping.
 			require.Equal(t, tt.class, thirdparty.Classify(fmt.Errorf("sync: %w", err)))
 		})
@@ -290,6 +256,7 @@ func TestClassifyOther(t *testing.T) {
 	require.Equal(t, thirdparty.ClassNone, thirdparty.Classify(nil))
 	require.Equal(t, thirdparty.ClassTransient, thirdparty.Classify(errors.New("something")))
 	require.Equal(t, "rate_limited", thirdparty.ClassRateLimited.String())
+	require.Equal(t, "config", thirdparty.ClassConfig.String())
 }
 
 func TestPushErrorBodyTruncated(t *testing.T) {
@@ -301,8 +268,9 @@ func TestPushErrorBodyTruncated(t *testing.T) {
 	_, err := b.client.Push(t.Context(), "k", items(1))
 	var e *thirdparty.Error
 	require.ErrorAs(t, err, &e)
-	require.LessOrEqual(t, len(e.Body), 512)
-	require.NotEmpty(t, e.Body)
+	require.LessOrEqual(t, len(e.Body), thirdparty.SafeTextMax)
+	require.True(t, strings.HasSuffix(e.Body, "...[cut]"), e.Body)
+	require.LessOrEqual(t, len(err.Error()), thirdparty.SafeTextMax+200)
 }
 
 func TestPushRetryAfter(t *testing.T) {
@@ -473,7 +441,8 @@ func TestPushConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for j := range 20 {
 				its := items(50)
-				res, err := b.client.Push(t.Context(), thirdparty.IdempotencyKey(fmt.Sprint(i, j), its), its)
+				body := thirdparty.AppendBatch(nil, its)
+				res, err := b.client.Push(t.Context(), thirdparty.BatchKey("inst", fmt.Sprint(i, j), body), its)
 				if err != nil {
 					t.Error(err)
 					return
@@ -503,9 +472,10 @@ func BenchmarkEncode(b *testing.B) {
 	for i := range its {
 		its[i] = thirdparty.Item{ID: int64(1_000_000 + i), Version: 3, Payload: payload}
 	}
+	buf := thirdparty.AppendBatch(nil, its)
 	b.ReportAllocs()
 	for b.Loop() {
-		thirdparty.EncodeForBenchmark(its)
+		buf = thirdparty.AppendBatch(buf[:0], its)
 	}
 }
 
@@ -522,7 +492,7 @@ func BenchmarkPush(b *testing.B) {
 	for i := range its {
 		its[i] = thirdparty.Item{ID: int64(1_000_000 + i), Version: 3, Payload: payload}
 	}
-	key := thirdparty.IdempotencyKey("", its)
+	key := thirdparty.BatchKey("bench", "", thirdparty.AppendBatch(nil, its))
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := c.Push(context.Background(), key, its); err != nil {

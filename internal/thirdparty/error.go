@@ -10,57 +10,91 @@ import (
 	"time"
 )
 
-// bodyLimit bounds how much of an error response is kept: enough to read
-// the third party's explanation, not enough to flood a log.
-const bodyLimit = 512
-
-// Error is a push that did not end in a 2xx answer: either the third party
-// answered with another status (StatusCode set) or no answer came (StatusCode
-// 0, Err set). Its methods say what the caller should do with the batch.
+// Error is a push that did not end in an acceptance: the third party
+// answered with a status other than 2xx (StatusCode set), answered 2xx with
+// a body that is not an answer (StatusCode 2xx, BadAnswer set), or no answer
+// came (StatusCode 0, Err set). Its methods say what the caller should do
+// with the batch. Every text field is already SafeText: bounded, escaped,
+// the token removed, fit for a log, `status` or the database.
 type Error struct {
 	// StatusCode is the HTTP status of the answer, 0 when there was none.
 	StatusCode int
 	// RetryAfter is the wait the third party asked for in Retry-After, in
-	// seconds or as an HTTP date resolved against Config.Now; 0 when absent.
+	// seconds or as an HTTP date resolved against Config.Now; 0 when absent
+	// or unreadable. It is not capped here: a huge value stays huge (at
+	// most the longest time.Duration) for the caller to cap and report.
 	RetryAfter time.Duration
-	// Body is the start of the response body (at most about 512 bytes), with
-	// the token removed should the third party echo it.
+	// RetryAfterRaw is the Retry-After header as sent (as SafeText), for
+	// logs; "" when absent.
+	RetryAfterRaw string
+	// Location is where a 3xx answer pointed, redacted (RedactURL) and safe;
+	// "" for other answers.
+	Location string
+	// BadAnswer says why a 2xx answer was not taken as an acceptance (HTML,
+	// malformed JSON, an unknown status word or id...); "" otherwise.
+	BadAnswer string
+	// Body is the start of the response body (at most SafeTextMax bytes).
 	Body string
-	// Err is the transport error when no answer came; nil otherwise.
+	// Err is the transport error when no answer came; nil otherwise. Any
+	// URL in it is redacted; its own text may still quote what a broken
+	// server sent, so log Error(), which shows it as SafeText.
 	Err error
 	// Timeout is set when the request ran out of Config.Timeout.
 	Timeout bool
 	// Quota is what the answer's rate-limit headers said, if anything.
 	Quota Quota
+
+	errText string // Err's text as SafeText, token removed
 }
 
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("thirdparty: push ")
 	switch {
+	case e.BadAnswer != "":
+		fmt.Fprintf(&b, "answered %d %s with an unusable body (%s)", e.StatusCode, http.StatusText(e.StatusCode), e.BadAnswer)
+		if e.Body != "" {
+			b.WriteString(": " + e.Body)
+		}
 	case e.StatusCode != 0:
 		fmt.Fprintf(&b, "refused with status %d", e.StatusCode)
 		if text := http.StatusText(e.StatusCode); text != "" {
 			b.WriteString(" " + text)
 		}
-		if e.RetryAfter > 0 {
-			fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
+		if e.StatusCode >= 300 && e.StatusCode < 400 {
+			loc := e.Location
+			if loc == "" {
+				loc = "nowhere"
+			}
+			fmt.Fprintf(&b, " (redirect to %s, not followed: check the configured URL)", loc)
+		}
+		if e.RetryAfterRaw != "" {
+			fmt.Fprintf(&b, " (retry after %s: %q)", e.RetryAfter, e.RetryAfterRaw)
 		}
 		if e.Body != "" {
-			b.WriteString(": " + strconv.Quote(e.Body))
+			b.WriteString(": " + e.Body)
 		}
 	case e.Timeout:
 		b.WriteString("timed out")
 		if e.Err != nil {
-			b.WriteString(": " + e.Err.Error())
+			b.WriteString(": " + e.transportText())
 		}
 	default:
 		b.WriteString("failed")
 		if e.Err != nil {
-			b.WriteString(": " + e.Err.Error())
+			b.WriteString(": " + e.transportText())
 		}
 	}
 	return b.String()
+}
+
+// transportText is Err's text made safe: by the client, which knows the
+// token, or here, for an Error built elsewhere.
+func (e *Error) transportText() string {
+	if e.errText != "" {
+		return e.errText
+	}
+	return SafeText(e.Err.Error())
 }
 
 // Unwrap returns the transport error, so errors.Is(err, context.Canceled)
@@ -87,12 +121,26 @@ func (e *Error) AuthRefused() bool {
 	return e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden
 }
 
+// ConfigRefused reports an answer that says syncer is talking to the wrong
+// place: a redirect (3xx, never followed, so the token and the batch never
+// leave the configured origin), 404 or 410. Like AuthRefused: stop pushing,
+// say so loudly, probe now and then; the rows are not at fault.
+func (e *Error) ConfigRefused() bool {
+	switch {
+	case e.StatusCode >= 300 && e.StatusCode < 400:
+		return true
+	case e.StatusCode == http.StatusNotFound, e.StatusCode == http.StatusGone:
+		return true
+	}
+	return false
+}
+
 // Transient reports that the same batch may succeed later: 408, 409, 5xx,
-// timeouts, connection errors, and any status the contract does not name
-// (a 404 from a proxy in front of the third party says nothing about the
-// rows). It is false exactly when one of the other classes holds.
+// timeouts, connection errors, a 2xx whose body is not an answer
+// (BadAnswer), and any status the contract does not name. It is false
+// exactly when one of the other classes holds.
 func (e *Error) Transient() bool {
-	return !e.RateLimited() && !e.BatchRefused() && !e.AuthRefused()
+	return !e.RateLimited() && !e.BatchRefused() && !e.AuthRefused() && !e.ConfigRefused()
 }
 
 // Class is what a push error asks of the caller.
@@ -109,6 +157,8 @@ const (
 	ClassBatchRefused
 	// ClassAuth: stop pushing, credentials are wrong.
 	ClassAuth
+	// ClassConfig: stop pushing, the URL is wrong (3xx, 404, 410).
+	ClassConfig
 )
 
 // String returns a short lowercase name fit for a log attribute or a
@@ -125,6 +175,8 @@ func (c Class) String() string {
 		return "batch_refused"
 	case ClassAuth:
 		return "auth"
+	case ClassConfig:
+		return "config"
 	}
 	return "class(" + strconv.Itoa(int(c)) + ")"
 }
@@ -147,32 +199,10 @@ func Classify(err error) Class {
 		return ClassBatchRefused
 	case e.AuthRefused():
 		return ClassAuth
+	case e.ConfigRefused():
+		return ClassConfig
 	}
 	return ClassTransient
-}
-
-// parseRetryAfter reads Retry-After in either form RFC 9110 allows. A
-// negative or unreadable value is 0: the caller then falls back to its own
-// backoff rather than trusting a wait it cannot interpret.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		// Cap before multiplying so a silly value cannot overflow.
-		const maxSecs = int64(365 * 24 * 3600)
-		return time.Duration(min(secs, maxSecs)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
-		}
-	}
-	return 0
 }
 
 // isTimeout tells whether err is the per-request deadline expiring rather

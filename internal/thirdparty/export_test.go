@@ -1,12 +1,8 @@
 package thirdparty
 
-import "bytes"
+// ParseQuotaForTest exposes the header parser to table tests that need no
+// server.
+var ParseQuotaForTest = parseQuota
 
-// EncodeForBenchmark exposes the batch encoder to the external benchmark,
-// pooling its buffer as Push does.
-func EncodeForBenchmark(items []Item) {
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	encodeBatch(buf, items)
-	bufPool.Put(buf)
-}
+// ParseRetryAfterForTest exposes the Retry-After parser likewise.
+var ParseRetryAfterForTest = parseRetryAfter

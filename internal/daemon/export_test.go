@@ -1,0 +1,13 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/syncer-dev/syncer/internal/metrics"
+)
+
+// RefreshGauges runs one refresh of the gauges.
+func (d *Daemon) RefreshGauges(ctx context.Context) error { return d.refreshGauges(ctx) }
+
+// Metrics returns the daemon's collectors.
+func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }

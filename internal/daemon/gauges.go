@@ -1,0 +1,78 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/resources"
+)
+
+// gauges refreshes the database-wide gauges. They come from the database,
+// not from this process, so every daemon reports the same values: aggregate
+// them with max, not sum. Their cost does not grow with the table (no
+// sequential scan of resources), since every daemon pays it.
+func (d *Daemon) gauges(ctx context.Context) {
+	t := time.NewTicker(d.cfg.GaugeInterval)
+	defer t.Stop()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, d.cfg.GaugeInterval)
+		if err := d.refreshGauges(qctx); err != nil && ctx.Err() == nil {
+			d.logger.DebugContext(ctx, "daemon: refresh gauges", slog.String("error", err.Error()))
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Daemon) refreshGauges(ctx context.Context) error {
+	m := d.metrics
+	// Not CountAll: that counts the whole table, and every daemon asks
+	// every few seconds. Gauges reads the partial indexes, which hold only
+	// the rows that are not synced.
+	g, err := resources.Gauges(ctx, d.pool)
+	if err != nil {
+		return err
+	}
+	m.UnsyncedRows.Set(float64(g.Pending + g.Failed + g.TombstonesPending + g.TombstonesFailed))
+	m.FailedRows.Set(float64(g.Failed + g.TombstonesFailed))
+	m.TombstonesPending.Set(float64(g.TombstonesPending))
+	m.TombstonesFailed.Set(float64(g.TombstonesFailed))
+	m.OldestUnsyncedAge.Set(g.OldestPendingAge.Seconds())
+	n, err := outbox.Pending(ctx, d.pool)
+	if err != nil {
+		return err
+	}
+	m.OutboxPending.Set(float64(n))
+	// The push path's facts are shared: a standby daemon reports the state
+	// the lock holder left, not only what it saw itself.
+	st, err := breakerstore.ReadState(ctx, d.pool)
+	if err != nil {
+		return err
+	}
+	m.SetBreakerState(int(st.Breaker.Current(time.Now())))
+	m.SetCredentialsRefused(st.Credentials.Refused)
+	m.SetMisconfigured(st.Configuration.Refused)
+	rows, err := d.pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
+		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind()})
+	if err != nil {
+		return err
+	}
+	var kind, state string
+	var count int64
+	m.RiverJobs.Reset()
+	_, err = pgx.ForEachRow(rows, []any{&kind, &state, &count}, func() error {
+		m.RiverJobs.WithLabelValues(kind, state).Set(float64(count))
+		return nil
+	})
+	return err
+}

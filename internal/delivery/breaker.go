@@ -1,0 +1,216 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+)
+
+// BreakerName is the circuit breaker's name.
+const BreakerName = "thirdparty"
+
+// breaker is this process's circuit breaker, its state mirrored to the
+// store.
+//
+// Why not gobreaker's DistributedCircuitBreaker: its Execute reads the
+// shared state, takes the store's mutex, and holds that mutex for the whole
+// request, so requests through it run one at a time; a no-op mutex would
+// let concurrent requests overwrite each other's counts and even undo a
+// trip (one request injects the "closed" state it read before another
+// tripped the breaker). So each process counts with gobreaker's
+// TwoStepCircuitBreaker, which is safe for concurrent requests, and the
+// store gets only what another daemon must know at a lock handover: the
+// state, and until when an open breaker stays open. A daemon that reads an
+// open breaker from the store sends nothing before its expiry (the fence);
+// after it, its own breaker counts afresh.
+type breaker struct {
+	cb      *gobreaker.TwoStepCircuitBreaker[struct{}]
+	timeout time.Duration
+	now     func() time.Time
+
+	mu         sync.Mutex
+	openUntil  time.Time // expiry of this process's open breaker
+	fence      time.Time // expiry of another daemon's open breaker
+	generation uint64
+	pending    []transition // to log and store, outside gobreaker's mutex
+	stale      bool         // the store shows a state this process has left
+	settled    chan struct{}
+}
+
+type transition struct {
+	from, to   gobreaker.State
+	generation uint64
+	expiry     time.Time
+}
+
+// errProbing is what a request meets while the half-open breaker's single
+// probe is under way.
+var errProbing = errors.New("delivery: circuit breaker probe under way")
+
+func newBreaker(failures int, timeout time.Duration, now func() time.Time) *breaker {
+	b := &breaker{timeout: timeout, now: now, settled: make(chan struct{})}
+	limit := uint32(failures)
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        BreakerName,
+		MaxRequests: 1,
+		Timeout:     timeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= limit },
+		IsExcluded:  func(err error) bool { return errors.Is(err, errNotCounted) },
+		// Called under gobreaker's mutex: note it, act on it later.
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.generation++
+			t := transition{from: from, to: to, generation: b.generation}
+			if to == gobreaker.StateOpen {
+				b.openUntil = b.now().Add(b.timeout)
+				t.expiry = b.openUntil
+			}
+			b.pending = append(b.pending, t)
+		},
+	})
+	return b
+}
+
+// allow asks whether a request may go. It returns the function to report
+// the request's error with (nil: success; errNotCounted: says nothing of
+// the third party's health), or a *WaitError wrapping ErrBreakerOpen, or
+// errProbing.
+func (b *breaker) allow() (func(error), error) {
+	now := b.now()
+	b.mu.Lock()
+	fence := b.fence
+	b.mu.Unlock()
+	if fence.After(now) {
+		return nil, &WaitError{Err: ErrBreakerOpen, Wait: fence.Sub(now)}
+	}
+	done, err := b.cb.Allow()
+	switch {
+	case errors.Is(err, gobreaker.ErrOpenState):
+		b.mu.Lock()
+		until := b.openUntil
+		b.mu.Unlock()
+		return nil, &WaitError{Err: ErrBreakerOpen, Wait: max(until.Sub(now), minBreakerWait)}
+	case errors.Is(err, gobreaker.ErrTooManyRequests):
+		return nil, errProbing
+	case err != nil:
+		return nil, err
+	}
+	return func(err error) {
+		done(err)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		close(b.settled)
+		b.settled = make(chan struct{})
+	}, nil
+}
+
+// minBreakerWait is the least wait returned for an open breaker.
+const minBreakerWait = 100 * time.Millisecond
+
+// waitSettled returns a channel closed when the next request through the
+// breaker has been reported.
+func (b *breaker) waitSettled() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.settled
+}
+
+// adopt takes what the store says: another daemon's open breaker fences
+// this one until its expiry; a state this process has left is to be
+// overwritten at the next transition or success.
+func (b *breaker) adopt(stored breakerstore.Breaker) {
+	now := b.now()
+	local := b.cb.State()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if until := stored.OpenUntil(now); !until.IsZero() {
+		if local != gobreaker.StateOpen {
+			b.fence = until
+		}
+		return
+	}
+	b.stale = stored.State != local
+}
+
+// state is the breaker's state as this process sees it.
+func (b *breaker) state() (gobreaker.State, time.Time) {
+	now := b.now()
+	b.mu.Lock()
+	fence := b.fence
+	b.mu.Unlock()
+	if fence.After(now) {
+		return gobreaker.StateOpen, fence
+	}
+	st := b.cb.State()
+	if st != gobreaker.StateOpen {
+		return st, time.Time{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return st, b.openUntil
+}
+
+// transitions takes the state changes not yet acted on, and, when the
+// store shows a state this process has left and nothing changed since, the
+// current state to overwrite it with.
+func (b *breaker) transitions() []transition {
+	local := b.cb.State()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.pending
+	b.pending = nil
+	if len(out) == 0 && b.stale {
+		out = append(out, transition{from: local, to: local, generation: b.generation, expiry: b.openUntilLocked(local)})
+	}
+	b.stale = false
+	return out
+}
+
+func (b *breaker) openUntilLocked(st gobreaker.State) time.Time {
+	if st == gobreaker.StateOpen {
+		return b.openUntil
+	}
+	return time.Time{}
+}
+
+// breakerChanged logs, counts and stores the breaker's state changes.
+func (d *Deliverer) breakerChanged(ctx context.Context) {
+	ts := d.breaker.transitions()
+	if len(ts) == 0 {
+		return
+	}
+	for _, t := range ts {
+		d.metrics.SetBreakerState(int(t.to))
+		if t.from == t.to {
+			continue
+		}
+		last := d.lastFailure()
+		attrs := []any{slog.String("from", t.from.String()), slog.Int("status", last.Status), slog.String("last_error", last.Text)}
+		switch t.to {
+		case gobreaker.StateOpen:
+			d.logger.WarnContext(ctx, "delivery: circuit breaker opened: the third party keeps failing; nothing is sent until a probe",
+				append(attrs, slog.Duration("open_for", d.cfg.BreakerOpenTimeout))...)
+		case gobreaker.StateClosed:
+			d.logger.WarnContext(ctx, "delivery: circuit breaker closed: the third party answers again", slog.String("from", t.from.String()))
+		default:
+			d.logger.InfoContext(ctx, "delivery: circuit breaker half-open: one probe goes", attrs...)
+		}
+	}
+	if d.store == nil {
+		return
+	}
+	t := ts[len(ts)-1]
+	wctx, cancel := d.writeContext(ctx)
+	defer cancel()
+	err := d.store.SetBreaker(wctx, breakerstore.Breaker{State: t.to, Generation: t.generation, Expiry: t.expiry})
+	if err != nil {
+		d.logger.WarnContext(ctx, "delivery: record the circuit breaker's state", slog.String("error", err.Error()))
+	}
+}

@@ -1,0 +1,80 @@
+package thirdparty_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+func TestBatchRoundTrip(t *testing.T) {
+	t.Parallel()
+	its := []thirdparty.Item{
+		{ID: 42, Version: 3, Payload: json.RawMessage(`{"a": 1, "big": 123456789012345678901234567890}`)},
+		{ID: 43, Version: 7, Deleted: true},
+		{ID: 9223372036854775807, Version: 1, Payload: json.RawMessage(`"text \"quoted\" \u00e9"`)},
+		{ID: -5, Version: 2, Payload: json.RawMessage(`[1, 2.50, null]`)},
+		{ID: 44, Version: 1},
+		{ID: 45, Version: 9, Deleted: true},
+	}
+	body := thirdparty.AppendBatch(nil, its)
+	got, err := thirdparty.DecodeBatch(body)
+	require.NoError(t, err)
+	again := thirdparty.AppendBatch(nil, got)
+	require.Equal(t, string(body), string(again))
+	require.True(t, got[1].Deleted)
+	require.Empty(t, got[1].Payload)
+	require.JSONEq(t, `"text \"quoted\" é"`, string(got[2].Payload))
+	require.Equal(t, `{"a": 1, "big": 123456789012345678901234567890}`, string(got[0].Payload), "payloads stay raw")
+}
+
+func TestDecodeBatchStrict(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{
+		"not json":          `nope`,
+		"unknown field":     `{"items":[{"id":"1","version":1,"payload":1,"extra":2}]}`,
+		"tombstone payload": `{"items":[{"id":"1","version":1,"payload":1,"deleted":true}]}`,
+		"deleted false":     `{"items":[{"id":"1","version":1,"payload":1,"deleted":false}]}`,
+		"spacing":           `{"items": [{"id":"1","version":1,"payload":1}]}`,
+		"id padded":         `{"items":[{"id":"01","version":1,"payload":1}]}`,
+		"id number":         `{"items":[{"id":1,"version":1,"payload":1}]}`,
+		"field order":       `{"items":[{"version":1,"id":"1","payload":1}]}`,
+		"trailing data":     `{"items":[{"id":"1","version":1,"payload":1}]}{}`,
+		"trailing newline":  "{\"items\":[{\"id\":\"1\",\"version\":1,\"payload\":1}]}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := thirdparty.DecodeBatch([]byte(body))
+			require.ErrorContains(t, err, "thirdparty: decode batch")
+		})
+	}
+}
+
+// batchKeyGolden is SHA-256("syncer idempotency key v2\x00" ||
+// be64(len(inst)) || inst || be64(len(salt)) || salt || body), computed
+// outside Go for inst "inst-1", salt "" and the body below.
+const batchKeyGolden = "syncer-e04586c54a9c56cd586a808300fd7b36f75d3f68bac5f201059f768b2e16b613"
+
+func TestBatchKey(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"items":[{"id":"42","version":3,"payload":{"a":1}}]}`)
+	key := thirdparty.BatchKey("inst-1", "", body)
+	require.Equal(t, batchKeyGolden, key, "the key must not change between releases")
+	require.True(t, strings.HasPrefix(key, "syncer-"))
+
+	other := []byte(`{"items":[{"id":"42","version":3,"payload":{"a":2}}]}`)
+	seen := map[string]string{key: "base"}
+	for name, k := range map[string]string{
+		"other installation": thirdparty.BatchKey("inst-2", "", body),
+		"salt":               thirdparty.BatchKey("inst-1", "replay-1", body),
+		"other payload":      thirdparty.BatchKey("inst-1", "", other),
+		// Length prefixes keep the parts apart.
+		"shifted boundary": thirdparty.BatchKey("inst-", "1", body),
+	} {
+		require.NotContains(t, seen, k, "%s collides with %s", name, seen[k])
+		seen[k] = name
+	}
+}
