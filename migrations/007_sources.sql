@@ -23,6 +23,10 @@ CREATE TABLE {{schema}}.syncer_sources (
     snapshot_total      bigint      NOT NULL DEFAULT 0,
     snapshot_started_at timestamptz,
     snapshot_done_at    timestamptz,
+    -- Why the daemon stopped exporting the source (its table no longer
+    -- matches its configuration); NULL while it exports.
+    error               text,
+    error_at            timestamptz,
     installed_at        timestamptz NOT NULL DEFAULT now(),
     updated_at          timestamptz NOT NULL DEFAULT now()
 );

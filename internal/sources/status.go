@@ -29,6 +29,9 @@ type Stat struct {
 	// SnapshotTotal estimates the rows it will log, from the table's
 	// statistics at its start (0 when unknown); once done, the rows logged.
 	SnapshotTotal int64
+	// Error says why the daemon stopped exporting the source; empty while
+	// it exports.
+	Error string
 }
 
 // SnapshotPercent is the snapshot's progress from 0 to 100, or -1 when
@@ -50,7 +53,7 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 			p.keys, COALESCE(EXTRACT(EPOCH FROM now() - p.oldest), 0)::float8,
 			(SELECT count(*) FROM syncer_source_failures f WHERE f.source = s.name
 				AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)),
-			s.snapshot_state, s.snapshot_rows, s.snapshot_total
+			s.snapshot_state, s.snapshot_rows, s.snapshot_total, COALESCE(s.error, '')
 		FROM syncer_sources s
 		CROSS JOIN LATERAL (SELECT count(*) AS keys, min(k.first) AS oldest
 			FROM (SELECT min(c.changed_at) AS first FROM syncer_changes c WHERE c.source = s.name GROUP BY c.num, c.key) k) p
@@ -61,7 +64,7 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stat, error) {
 		var s Stat
 		var age float64
-		err := r.Scan(&s.Name, &s.Destination, &s.Table, &s.PendingKeys, &age, &s.FailedKeys, &s.Snapshot, &s.SnapshotRows, &s.SnapshotTotal)
+		err := r.Scan(&s.Name, &s.Destination, &s.Table, &s.PendingKeys, &age, &s.FailedKeys, &s.Snapshot, &s.SnapshotRows, &s.SnapshotTotal, &s.Error)
 		s.OldestPending = time.Duration(age * float64(time.Second))
 		return s, err
 	})
@@ -98,4 +101,17 @@ func RecentFailures(ctx context.Context, q Querier, src string, limit int) ([]Fa
 		return nil, fmt.Errorf("sources: source %s: failures: %w", src, err)
 	}
 	return out, nil
+}
+
+// SetError records why the daemon stopped exporting a source (a schema
+// change), for status; an empty text clears it. Nothing is written when
+// the text is already the one recorded, so a source that exports costs no
+// write per run.
+func SetError(ctx context.Context, e Execer, src, text string) error {
+	_, err := e.Exec(ctx, `UPDATE syncer_sources SET error = NULLIF($2, ''), error_at = CASE WHEN $2 = '' THEN NULL ELSE now() END
+		WHERE name = $1 AND COALESCE(error, '') <> $2`, src, text)
+	if err != nil {
+		return fmt.Errorf("sources: source %s: record error: %w", src, err)
+	}
+	return nil
 }
