@@ -16,6 +16,7 @@ import (
 // RunCmd is `syncer run`.
 type RunCmd struct {
 	DB
+	ConfigFile
 	ThirdpartyURL       string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
 	ThirdpartyToken     string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Set it in the environment or with --thirdparty-token-file, not with this flag (flags show in ps). Never logged."`
 	ThirdpartyTokenFile string        `name:"thirdparty-token-file" env:"SYNCER_THIRDPARTY_TOKEN_FILE" placeholder:"FILE" help:"Read the bearer token from FILE (a mounted secret), once at start; a trailing newline is ignored. Exclusive with --thirdparty-token."`
@@ -94,6 +95,10 @@ func validHTTPURL(raw string) bool {
 func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	srcs, err := c.ConfigFile.Load(true)
+	if err != nil {
+		return err
+	}
 	pool, err := c.openMigrated(ctx, "syncer run")
 	if err != nil {
 		return err
@@ -118,6 +123,7 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 			MaxInFlight:   c.MaxInFlight,
 			ReplayShare:   c.ReplayShare,
 		},
+		Sources:            srcs,
 		TombstoneRetention: c.TombstoneRetention,
 		HTTPAddr:           c.HTTPAddr,
 		Pprof:              c.Pprof,
