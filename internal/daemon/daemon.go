@@ -176,10 +176,10 @@ type Daemon struct {
 	// destClients are the configured destinations' clients.
 	destClients []*thirdparty.Client
 	exp         *exporter.Exporter
-	locker  *locks.Locker
-	purger  *resources.Purger
-	river   *river.Client[pgx.Tx]
-	relay   *outbox.Relay
+	locker      *locks.Locker
+	purger      *resources.Purger
+	river       *river.Client[pgx.Tx]
+	relay       *outbox.Relay
 
 	riverRunning atomic.Bool
 	ran          atomic.Bool
