@@ -333,6 +333,16 @@ sources:
 	st := b.sourceStats(t)["orders"]
 	require.Contains(t, st.Error, "status")
 	require.Equal(t, int64(1), st.PendingKeys, "nothing of the stopped source is marked")
+	rep := b.report(t)
+	var shown bool
+	for _, s := range rep.Sources {
+		if s.Name == "orders" {
+			shown = true
+			require.Contains(t, s.Error, "status", "status says why the source stopped")
+		}
+	}
+	require.True(t, shown)
+	require.Equal(t, int64(1), rep.Pending, "the contract's keys sum resources and sources")
 	payloads := dest.payloads(t)
 	require.JSONEq(t, `{"id": 1, "body": "hello"}`, string(payloads["1"]))
 	require.Len(t, payloads, 1, "nothing of orders was sent")
