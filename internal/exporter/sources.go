@@ -35,12 +35,6 @@ type Source struct {
 	BatchSize int
 }
 
-// SourceLockKey is the key of a configured source's own export lock, so
-// sources export in parallel and daemons share them out.
-func SourceLockKey(schema, name string) int64 {
-	return locks.Key(locks.Namespace, "export:"+schema+":source:"+name)
-}
-
 func isSourceCheckpoint(name string) bool {
 	_, ok := checkpoint.SourceName(name)
 	return ok
@@ -92,7 +86,7 @@ func (w *SourceWorker) Work(ctx context.Context, job *river.Job[jobs.SourceArgs]
 }
 
 func (e *Exporter) workSource(ctx context.Context, s *Source) error {
-	lk, err := e.locker.TryAcquire(ctx, SourceLockKey(e.cfg.Schema, s.Source.Name))
+	lk, err := e.locker.TryAcquire(ctx, locks.SourceExportKey(e.cfg.Schema, s.Source.Name))
 	if err != nil {
 		return err
 	}
