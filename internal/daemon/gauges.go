@@ -63,7 +63,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	m.SetCredentialsRefused(st.Credentials.Refused)
 	m.SetMisconfigured(st.Configuration.Refused)
 	rows, err := d.pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
-		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind()})
+		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind(), jobs.SourceArgs{}.Kind()})
 	if err != nil {
 		return err
 	}
