@@ -90,7 +90,12 @@ func (e *Exporter) workSource(ctx context.Context, s *Source) error {
 	if err != nil {
 		return err
 	}
-	defer e.release(ctx, lk)
+	// Not e.release: syncer_lock_held is the resources' export lock.
+	defer func() {
+		if err := lk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locks.ErrLockLost) {
+			e.logger.WarnContext(ctx, "exporter: release the source's lock", slog.String("source", s.Source.Name), slog.String("error", err.Error()))
+		}
+	}()
 	lctx, cancel := lk.Context(ctx)
 	defer cancel()
 	return lockCause(lk, e.drainSource(lctx, lk, s))
