@@ -199,7 +199,7 @@ sources:
     batch_size: 2
 `, crm.url, billing.url), map[string]string{"CRM_TOKEN": "tok-crm", "BILLING_TOKEN": "tok-billing"})
 	b.installSources(t, cfg)
-	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg })
+	d := b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg; c.GaugeInterval = 50 * time.Millisecond })
 
 	b.exec(t, `INSERT INTO orders SELECT g, 'new', g * 10, 'secret' FROM generate_series(1, 5) g`)
 	b.exec(t, `UPDATE orders SET status = 'paid' WHERE id = 2`)
@@ -251,6 +251,17 @@ sources:
 	for id, p := range crmPayloads {
 		require.NotContains(t, string(p), "secret", "id %s: a column not configured was sent", id)
 	}
+
+	// Metrics labelled by source and destination.
+	waitFor(t, 30*time.Second, "source metrics", func() bool {
+		resp, err := http.Get("http://" + d.addr + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		text, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return strings.Contains(string(text), `syncer_source_items_exported_total{destination="billing",source="customers"}`) &&
+			strings.Contains(string(text), `syncer_source_pending{destination="crm",source="orders"} 0`)
+	})
 }
 
 // Two daemons share three sources: each (id, version) reaches its

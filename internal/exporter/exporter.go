@@ -327,8 +327,11 @@ type source struct {
 // sink is where a pass's batches go and how their outcomes are written,
 // in the marker's transaction on the lock's connection.
 type sink struct {
-	pusher Pusher
-	mark   func(ctx context.Context, tx pgx.Tx, accepted, rejected []thirdparty.Item, errs []string) error
+	// source and destination label a configured source's metrics; empty
+	// for resources.
+	source, destination string
+	pusher              Pusher
+	mark                func(ctx context.Context, tx pgx.Tx, accepted, rejected []thirdparty.Item, errs []string) error
 }
 
 // rowsSink delivers to the resources' destination and marks resources.

@@ -291,7 +291,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			inflight++
 			sentUpTo = b.lastID
 			go func() {
-				out, err := e.push(ctx, p.sink.pusher, b)
+				out, err := e.push(ctx, p.sink, b)
 				results <- pushed{b: b, out: out, err: err}
 			}()
 		}
@@ -467,14 +467,17 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 }
 
 // push delivers one batch and records metrics.
-func (e *Exporter) push(ctx context.Context, pusher Pusher, b *batch) (*delivery.Outcome, error) {
+func (e *Exporter) push(ctx context.Context, sk *sink, b *batch) (*delivery.Outcome, error) {
 	start := time.Now()
-	out, err := pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
+	out, err := sk.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
 	if err != nil {
 		e.metrics.BatchFailed(time.Since(start))
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
 	}
 	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
+	if sk.source != "" {
+		e.metrics.SourceBatch(sk.source, sk.destination, len(out.Accepted), len(out.Rejected))
+	}
 	e.lastKey.Store(&b.key)
 	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
 		slog.Int("items", len(b.items)), slog.Int("accepted", len(out.Accepted)),
