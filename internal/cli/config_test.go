@@ -161,4 +161,12 @@ func TestSourceCommands(t *testing.T) {
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "source notes")
 	require.Contains(t, errOut, "syncer migrate")
+	// A configuration alone needs no --thirdparty-url; neither is a usage
+	// error naming both.
+	code, _, errOut = cmd("run", "--config", more, "--http-addr", "off")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "source notes")
+	code, _, errOut = cmd("run", "--http-addr", "off")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "--thirdparty-url (SYNCER_THIRDPARTY_URL) is required (or --config (SYNCER_CONFIG))")
 }

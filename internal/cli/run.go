@@ -60,8 +60,11 @@ func (c *RunCmd) Validate() error {
 		c.ThirdpartyToken, c.tokenFromFile = token, true
 	}
 	switch {
+	case c.ThirdpartyURL == "" && c.Config == "":
+		return usagef("%s is required (or %s)", setting(c, "ThirdpartyURL"), setting(c, "Config"))
 	case c.ThirdpartyURL == "":
-		return usagef("%s is required", setting(c, "ThirdpartyURL"))
+		// A configuration alone: its sources go to its destinations, and
+		// resources are not exported.
 	case !validHTTPURL(c.ThirdpartyURL):
 		return usagef("%s must be an http or https URL", setting(c, "ThirdpartyURL"))
 	}

@@ -131,8 +131,8 @@ func (c *Config) withDefaults() Config {
 // The nested configs are validated by their own packages' New.
 func (c *Config) validate() error {
 	switch {
-	case c.ThirdParty.URL == "":
-		return errors.New("daemon: config: ThirdParty.URL is required")
+	case c.ThirdParty.URL == "" && c.Sources == nil:
+		return errors.New("daemon: config: ThirdParty.URL is required (or Sources)")
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("daemon: config: ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
 	case c.Workers < 0:
@@ -209,8 +209,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = metrics.New(d.reg)
 
-	if d.tp, err = thirdparty.New(&c.ThirdParty); err != nil {
-		return nil, err
+	// Without ThirdParty.URL (a SYNCER_CONFIG alone) resources are not
+	// exported: no client, no live sync.
+	if c.ThirdParty.URL != "" {
+		if d.tp, err = thirdparty.New(&c.ThirdParty); err != nil {
+			return nil, err
+		}
 	}
 	if err := d.build(ctx); err != nil {
 		d.closeClients()
@@ -220,7 +224,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 }
 
 func (d *Daemon) closeClients() {
-	d.tp.Close()
+	if d.tp != nil {
+		d.tp.Close()
+	}
 	for _, c := range d.destClients {
 		c.Close()
 	}
@@ -295,12 +301,16 @@ func (d *Daemon) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dcfg := c.Delivery
-	dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, d.metrics, installation
-	dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
-	deliverer, err := delivery.New(d.tp, breakerstore.NewShared(shared, 0), &dcfg)
-	if err != nil {
-		return err
+	var pusher exporter.Pusher // nil: resources are not exported
+	if d.tp != nil {
+		dcfg := c.Delivery
+		dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, d.metrics, installation
+		dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
+		deliverer, err := delivery.New(d.tp, breakerstore.NewShared(shared, 0), &dcfg)
+		if err != nil {
+			return err
+		}
+		pusher = deliverer
 	}
 	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger}); err != nil {
 		return err
@@ -312,7 +322,7 @@ func (d *Daemon) build(ctx context.Context) error {
 	ecfg := c.Exporter
 	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
 	ecfg.Sources = srcs
-	if d.exp, err = exporter.New(d.pool, d.locker, deliverer, &ecfg); err != nil {
+	if d.exp, err = exporter.New(d.pool, d.locker, pusher, &ecfg); err != nil {
 		return err
 	}
 	if d.purger, err = resources.NewPurger(d.pool, &resources.PurgerConfig{Retention: c.TombstoneRetention, Logger: logger}); err != nil {
@@ -345,6 +355,7 @@ func (d *Daemon) build(ctx context.Context) error {
 		PollInterval: c.PollInterval,
 		LockHeld:     func(ctx context.Context) (bool, error) { return locks.Held(ctx, d.pool, exportKey) },
 		Sources:      srcNames,
+		NoResources:  pusher == nil,
 		Logger:       logger,
 	})
 	return err

@@ -410,3 +410,26 @@ sources:
 		require.False(t, strings.HasPrefix(id, "1"), "an order went to the good destination")
 	}
 }
+
+// A configuration alone, without a resources' destination: its sources
+// are exported, resources are not, and the resources' events do not pile
+// up in the outbox.
+func TestSourcesWithoutResourcesDestination(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	dest := newDestination(t, fakethirdparty.Config{})
+	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, status text)`)
+	cfg := sourcesConfig(t, fmt.Sprintf("destinations:\n  one:\n    url: %s\nsources:\n  - {table: orders, key: id, destination: one}\n", dest.url), nil)
+	b.installSources(t, cfg)
+	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg; c.ThirdParty.URL = "" })
+
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{"a": 1}')`)
+	b.exec(t, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 3) g`)
+	b.waitSourcesDrained(t, "orders")
+	require.Equal(t, []string{"1", "2", "3"}, keys(byID(dest.fake)))
+	waitFor(t, 30*time.Second, "the resources' events consumed", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM syncer_outbox`) == 0
+	})
+	require.Zero(t, b.fake.Stats().Requests, "resources have no destination here")
+	require.Equal(t, int64(1), b.scalar(t, `SELECT count(*) FROM resources WHERE synced_at IS NULL`))
+}

@@ -139,6 +139,11 @@ type Config struct {
 	// waiting per source. Events of other sources are left to the daemons
 	// that export them. Defaults to none.
 	Sources []string
+	// NoResources says the daemon exports no resources (SYNCER_CONFIG
+	// without a resources' destination): the relay enqueues no sync or
+	// replay job, and deletes the resources' events, since no job of this
+	// daemon will. Defaults to false.
+	NoResources bool
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// OnStats, if set, receives the relay's counters after each round.
@@ -303,6 +308,9 @@ func (r *Relay) Notified(ctx context.Context) error {
 	if err := r.relaySources(ctx, false); err != nil {
 		return err
 	}
+	if r.cfg.NoResources {
+		return Consume(ctx, r.pool)
+	}
 	if r.waker != nil && r.waker.Wake() {
 		return nil
 	}
@@ -317,6 +325,9 @@ func (r *Relay) Notified(ctx context.Context) error {
 func (r *Relay) Poll(ctx context.Context) error {
 	if err := r.relaySources(ctx, true); err != nil {
 		return err
+	}
+	if r.cfg.NoResources {
+		return Consume(ctx, r.pool)
 	}
 	if r.waker != nil && r.waker.Active() {
 		return nil
@@ -403,6 +414,9 @@ func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
 func (r *Relay) Kick(ctx context.Context) error {
 	if err := r.relaySources(ctx, true); err != nil {
 		return err
+	}
+	if r.cfg.NoResources {
+		return nil
 	}
 	if _, err := r.relay(ctx, true, true); err != nil {
 		return err
