@@ -23,7 +23,7 @@ test:
 	./scripts/ensure-postgres.sh
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-# The benchmark of the README, at its default sizes (about 10 minutes).
+# The benchmark of the README, at its default sizes (about 7 minutes).
 bench: build
 	./scripts/ensure-postgres.sh
 	./bin/syncer bench --json bench-default.json

@@ -43,6 +43,8 @@ echo "the third party has received $(received) distinct (id, version) pairs"
 
 echo "updating 5 rows: each goes out again as version 2"
 psql "$DATABASE_URL" -qc "UPDATE resources SET payload = payload || '{\"amount\": 0}' WHERE id <= 5"
+echo "deleting 3 rows: each goes out as a tombstone, above its last version"
+psql "$DATABASE_URL" -qc "DELETE FROM resources WHERE id BETWEEN 6 AND 8"
 sleep 1
 echo
 ./bin/syncer status

@@ -28,7 +28,6 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 var binary string
@@ -175,12 +174,8 @@ type env struct {
 
 func setup(t *testing.T, cfg fakethirdparty.Config) *env {
 	t.Helper()
-	dsn, _ := dbtest.NewSchema(t)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = migrations.Up(context.Background(), pool, nil)
-	require.NoError(t, err)
+	ts := dbtest.NewMigrated(t)
+	dsn, pool := ts.DSN, ts.Pool
 	fake := fakethirdparty.New(cfg)
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)

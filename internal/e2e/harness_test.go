@@ -19,7 +19,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/status"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 type bundle struct {
@@ -32,13 +31,8 @@ type bundle struct {
 // setup returns a migrated schema and a fake third party.
 func setup(t *testing.T, fakeCfg fakethirdparty.Config) *bundle {
 	t.Helper()
-	dsn, _ := dbtest.NewSchema(t)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
+	ts := dbtest.NewMigrated(t)
+	dsn, pool := ts.DSN, ts.Pool
 	fake := fakethirdparty.New(fakeCfg)
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)

@@ -255,3 +255,32 @@ func TestHostileSecretsStaySecret(t *testing.T) {
 		require.NotContains(t, logs.String(), "\nlevel=ERROR msg=forged")
 	})
 }
+
+func TestHostileSixtyFourMiBRowHaltsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	// Rows before and after a 64 MiB row, and one of 6 MiB, larger than a
+	// batch's byte budget but under the item cap: it goes alone.
+	_, err := b.pool.Exec(context.Background(), `INSERT INTO resources (id, payload)
+		SELECT g, jsonb_build_object('n', g) FROM generate_series(1, 100) g`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(context.Background(), `INSERT INTO resources (id, payload) VALUES
+		(50000, jsonb_build_object('big', repeat(md5('x'), (64 << 20) / 32))),
+		(50001, jsonb_build_object('mid', repeat(md5('y'), (6 << 20) / 32)))`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(context.Background(), `INSERT INTO resources (id, payload)
+		SELECT g, jsonb_build_object('n', g) FROM generate_series(100001, 100100) g`)
+	require.NoError(t, err)
+	b.startDaemon(t, func(c *daemon.Config) {
+		c.Exporter.BatchSize = 500
+		c.Exporter.BatchMaxBytes = 4 << 20
+	})
+	waitFor(t, time.Minute, "every row synced or failed", func() bool {
+		return b.count(t, "synced_at IS NULL AND failed_at IS NULL") == 0
+	})
+	require.Equal(t, 201, b.count(t, "synced_at IS NOT NULL"), "every small row and the 6 MiB one were exported")
+	require.Equal(t, 1, b.count(t, "id = 50000 AND failed_at IS NOT NULL AND sync_error LIKE '%SYNCER_MAX_ITEM_BYTES%'"),
+		"the 64 MiB row is recorded failed with the reason, never sent")
+	_, sent := b.fake.Latest()[50000]
+	require.False(t, sent)
+}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
@@ -154,4 +155,51 @@ func TestReplaySurvivesRestartsAndDoesNotStarveLiveRows(t *testing.T) {
 	require.NotEmpty(t, lags)
 	t.Logf("live rows during the replay: %d, lag p50 %s, max %s", len(lags), lags[len(lags)/2], lags[len(lags)-1])
 	require.Less(t, lags[len(lags)-1], 5*time.Second)
+}
+
+func TestOutageOpensNoNewSessions(t *testing.T) {
+	t.Parallel()
+	// Three daemons while the third party is down: each keeps trying the
+	// export lock and the breaker's probes; the lock's session is reused,
+	// so the sessions they hold stay the same ones.
+	b := setup(t, fakethirdparty.Config{})
+	b.insert(t, 50, 2)
+	for range 3 {
+		b.startDaemon(t, func(c *daemon.Config) {
+			c.Exporter.BatchSize = 10
+			c.Exporter.LockBusySnooze = 50 * time.Millisecond
+			c.Delivery.BreakerOpenTimeout = 500 * time.Millisecond
+			c.Delivery.BackoffMax = 100 * time.Millisecond
+		})
+	}
+	const outage = 15 * time.Second
+	b.fake.Outage(outage)
+	pids := func() map[int]bool {
+		rows, err := b.pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity
+			WHERE application_name = current_setting('application_name') AND pid <> pg_backend_pid()`)
+		require.NoError(t, err)
+		ps, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		require.NoError(t, err)
+		out := map[int]bool{}
+		for _, p := range ps {
+			out[int(p)] = true
+		}
+		return out
+	}
+	time.Sleep(time.Second)
+	seen := pids()
+	first := len(seen)
+	deadline := time.Now().Add(outage - 2*time.Second)
+	for time.Now().Before(deadline) {
+		for p := range pids() {
+			seen[p] = true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("outage of %s with 3 daemons: %d sessions at its start, %d distinct sessions seen during it", outage, first, len(seen))
+	// Two standby daemons try the lock every 50 ms: about 500 tries in the
+	// window. A session a try would be hundreds; the pools' own churn is a
+	// few.
+	require.LessOrEqual(t, len(seen)-first, 10, "sessions stay flat across an outage")
+	b.waitDrained(t, time.Minute)
 }

@@ -33,6 +33,10 @@ type batch struct {
 	// oversize are rows too large to send: recorded failed with the
 	// batch's outcome, never sent.
 	oversize []resources.Row
+	// resent marks a batch a previous holder recorded: it may have reached
+	// the third party, so it stays recorded until it is marked, even if
+	// this run never sends it.
+	resent bool
 }
 
 func (b *batch) record() checkpoint.Batch {
@@ -85,7 +89,7 @@ func recordedBatch(r checkpoint.Batch) (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exporter: recorded batch %d (%s): %w", r.Seq, r.Key, err)
 	}
-	b := &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq}
+	b := &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true}
 	if len(items) > 0 && items[len(items)-1].Key == "" {
 		b.lastID = items[len(items)-1].ID
 	}
@@ -358,12 +362,12 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 	if !markFailed {
 		var unsent []int64
 		for _, b := range queue {
-			if b.seq != 0 {
+			if b.seq != 0 && !b.resent {
 				unsent = append(unsent, b.seq)
 			}
 		}
 		if len(unsent) > 0 {
-			name := queue[0].name
+			name := queue[len(queue)-1].name
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
 			err := p.lk.WithTx(fctx, func(tx pgx.Tx) error {
 				if err := checkpoint.Forget(fctx, tx, unsent); err != nil {

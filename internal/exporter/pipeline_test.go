@@ -16,7 +16,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // scripted is a Pusher whose answers a test scripts by call number. It
@@ -90,11 +89,8 @@ type pipelineBundle struct {
 func setupPipeline(t *testing.T, cfg Config) *pipelineBundle {
 	t.Helper()
 	ctx := t.Context()
-	pool := dbtest.NewPool(t)
-	_, err := migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
-	var schema string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
+	ts := dbtest.NewMigrated(t)
+	pool, schema := ts.Pool, ts.Name
 	inst, err := checkpoint.Installation(ctx, pool)
 	require.NoError(t, err)
 	locker, err := locks.New(pool.Config().ConnConfig, nil)
@@ -319,4 +315,35 @@ func TestPipelineExportsEveryBigintID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, res.rows)
 	require.Equal(t, 5, b.count(t, "synced_at IS NOT NULL"))
+}
+
+func TestResumeThatFailsForgetsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b.insert(t, 100)
+	refused := errors.New("scripted: down")
+	b.pusher.answer = func(ctx context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
+		if i >= 2 {
+			return nil, &delivery.WaitError{Err: refused, Wait: time.Second}
+		}
+		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
+	}
+	_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.ErrorIs(t, err, refused)
+	recs := b.recorded(t)
+	require.NotEmpty(t, recs)
+	cp, err := checkpoint.Get(t.Context(), b.pool, checkpoint.Live)
+	require.NoError(t, err)
+
+	// The next holder's resend fails too: what was recorded stays, under
+	// its keys, and the position does not move.
+	require.ErrorIs(t, b.e.resume(t.Context(), b.lk), refused)
+	again := b.recorded(t)
+	require.Equal(t, len(recs), len(again), "a failed resume forgets no recorded batch")
+	for i := range recs {
+		require.Equal(t, recs[i].Key, again[i].Key)
+	}
+	cp2, err := checkpoint.Get(t.Context(), b.pool, checkpoint.Live)
+	require.NoError(t, err)
+	require.Equal(t, cp.LastID, cp2.LastID)
 }

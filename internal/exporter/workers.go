@@ -181,9 +181,6 @@ func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (
 		if err != nil || res.rows == 0 || o.maxBatches > 0 || o.once {
 			return total, err
 		}
-		if !o.deadline.IsZero() && time.Now().After(o.deadline) {
-			return total, errMore
-		}
 		if o.yield {
 			waiting, err := e.replayWaiting(ctx)
 			if err != nil {
@@ -192,6 +189,9 @@ func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (
 			if waiting {
 				return total, errYield
 			}
+		}
+		if !o.deadline.IsZero() && time.Now().After(o.deadline) {
+			return total, errMore
 		}
 		// A pass that found rows may have been overtaken by rows with
 		// lower ids that committed late, or ended at its length: look
@@ -208,6 +208,12 @@ func (e *Exporter) hotWait(n int) time.Duration {
 }
 
 func (e *Exporter) workLive(ctx context.Context) error {
+	// A waiting replay sends live rows itself, chunk after chunk: a live job
+	// that took the lock now would only win it back from the replay, again
+	// and again, while writes outpace the third party.
+	if waiting, err := e.replayWaiting(ctx); err != nil || waiting {
+		return err
+	}
 	lk, err := e.acquire(ctx)
 	if err != nil {
 		return err
@@ -437,9 +443,13 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Re
 			return errMore
 		}
 	}
+	// The gate opens with the replay's end: rows written after it bring a
+	// live job back.
 	if err := lk.WithTx(ctx, func(tx pgx.Tx) error {
-		_, err := replays.Finish(ctx, tx, r.ID)
-		return err
+		if _, err := replays.Finish(ctx, tx, r.ID); err != nil {
+			return err
+		}
+		return outbox.SetArmed(ctx, tx, true)
 	}); err != nil {
 		return fmt.Errorf("exporter: finish replay: %w", err)
 	}

@@ -1,7 +1,6 @@
 package replays_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -11,15 +10,11 @@ import (
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 func setup(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool := dbtest.NewPool(t)
-	_, err := migrations.Up(context.Background(), pool, nil)
-	require.NoError(t, err)
-	return pool
+	return dbtest.NewMigrated(t).Pool
 }
 
 func TestLifecycle(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 type bundle struct {
@@ -24,10 +23,7 @@ type bundle struct {
 // setup returns a pool on a fresh migrated schema.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool := dbtest.NewPool(t)
-	_, err := migrations.Up(context.Background(), pool, nil)
-	require.NoError(t, err)
-	return &bundle{pool: pool}
+	return &bundle{pool: dbtest.NewMigrated(t).Pool}
 }
 
 func (b *bundle) exec(t *testing.T, sql string, args ...any) {

@@ -10,15 +10,12 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/status"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 func TestGatherReadsThePushPathFacts(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := dbtest.NewPool(t)
-	_, err := migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
+	pool := dbtest.NewMigrated(t).Pool
 
 	r, err := status.Gather(ctx, pool, nil)
 	require.NoError(t, err)
