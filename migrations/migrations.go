@@ -89,6 +89,20 @@ type Result struct {
 // Up brings the schema that pool's search_path points at (normally public)
 // to the current version: River's migrations first, then syncer's.
 func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Result, error) {
+	return UpThen(ctx, pool, logger, nil)
+}
+
+// Then is work that must follow the migrations under the same lock, such
+// as installing the configured sources' triggers: it runs on the
+// migration's connection, whose search_path names the migrated schema, so
+// concurrent migrates serialise on it too. It lives outside this package,
+// which stays free of runtime imports.
+type Then func(ctx context.Context, conn *pgx.Conn) error
+
+// UpThen is Up followed by then, if not nil, while the migration lock is
+// still held. An error of then is returned as it is, after the result of
+// the migrations.
+func UpThen(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, then Then) (*Result, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -175,6 +189,11 @@ func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Result, 
 		}
 		logger.InfoContext(ctx, "migrate: applied", slog.Int("version", m.Version), slog.String("name", m.Name), slog.String("schema", schema))
 		res.Applied = append(res.Applied, m)
+	}
+	if then != nil {
+		if err := then(ctx, conn.Conn()); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }

@@ -74,21 +74,21 @@ func (w *recipeWorker) Work(ctx context.Context, _ *river.Job[RecipeArgs]) error
 		return nil
 	}
 	body := thirdparty.AppendBatch(nil, items)
-	ids := make([]int64, len(items))
+	ids := make([]string, len(items))
 	for i, it := range items {
-		ids[i] = it.ID
+		ids[i] = it.WireID()
 	}
 	res, err := w.client.PushBody(ctx, thirdparty.BatchKey("recipe", "", body), body, ids)
 	if err != nil {
 		return fmt.Errorf("recipe: push: %w", err)
 	}
-	rejected := map[int64]bool{}
+	rejected := map[string]bool{}
 	for _, rj := range res.Rejected {
 		rejected[rj.ID] = true
 	}
 	var acc resources.Versions
 	for _, it := range items {
-		if !rejected[it.ID] {
+		if !rejected[it.WireID()] {
 			acc.Add(it.ID, it.Version)
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -155,8 +156,19 @@ type Querier interface {
 // does not decode reads as never recorded rather than failing the reader:
 // `syncer status` must work even after a bad write.
 func ReadState(ctx context.Context, q Querier) (State, error) {
+	return ReadStateOf(ctx, q, "")
+}
+
+// ReadStateOf is ReadState of the facts of one namespace (Config.Namespace):
+// a configured destination's.
+func ReadStateOf(ctx context.Context, q Querier, namespace string) (State, error) {
 	var st State
-	rows, err := q.Query(ctx, `SELECT key, value FROM syncer_state WHERE key = ANY($1)`, allKeys)
+	prefix := keyPrefix(namespace)
+	keys := make([]string, len(allKeys))
+	for i, k := range allKeys {
+		keys[i] = prefix + k
+	}
+	rows, err := q.Query(ctx, `SELECT substr(key, $2), value FROM syncer_state WHERE key = ANY($1)`, keys, len(prefix)+1)
 	if err != nil {
 		return st, fmt.Errorf("breakerstore: read state: %w", err)
 	}
@@ -201,6 +213,19 @@ type Config struct {
 	// Schema is unused; it scoped the advisory locks of gobreaker's mutex,
 	// which the breaker no longer takes. Defaults to "".
 	Schema string
+	// Namespace keeps the facts of one third party apart from another's:
+	// a configured destination's facts are stored under keys prefixed with
+	// it. The default, the resources' destination, keeps the keys
+	// unprefixed. Defaults to "".
+	Namespace string
+}
+
+// keyPrefix is what a namespace puts before every key.
+func keyPrefix(namespace string) string {
+	if namespace == "" {
+		return ""
+	}
+	return namespace + ":"
 }
 
 func (c *Config) validate() error {
@@ -213,6 +238,7 @@ func (c *Config) validate() error {
 // Store reads and writes the facts in syncer_state. It is safe for
 // concurrent use.
 type Store struct {
+	prefix  string
 	pool    *pgxpool.Pool
 	timeout time.Duration
 	now     func() time.Time
@@ -229,7 +255,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, timeout: cmp.Or(cfg.Timeout, TimeoutDefault), now: time.Now}, nil
+	return &Store{prefix: keyPrefix(cfg.Namespace), pool: pool, timeout: cmp.Or(cfg.Timeout, TimeoutDefault), now: time.Now}, nil
 }
 
 // bounded gives ctx a deadline of s.timeout unless it has one.
@@ -244,7 +270,7 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 func (s *Store) Load(ctx context.Context) (State, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	return ReadState(ctx, s.pool)
+	return ReadStateOf(ctx, s.pool, strings.TrimSuffix(s.prefix, ":"))
 }
 
 // SetBreaker records the breaker's state.
@@ -277,7 +303,7 @@ func (s *Store) put(ctx context.Context, key string, v any) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	_, err = s.pool.Exec(ctx, `INSERT INTO syncer_state (key, value, updated_at) VALUES ($1, $2, now())
-		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`, key, data)
+		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`, s.prefix+key, data)
 	if err != nil {
 		return fmt.Errorf("breakerstore: set %s: %w", key, err)
 	}
@@ -293,6 +319,7 @@ func (s *Store) SetRefusal(ctx context.Context, key string, r Refusal) (changed 
 	if key != KeyCredentials && key != KeyConfiguration {
 		return false, fmt.Errorf("breakerstore: set refusal: unknown key %q", key)
 	}
+	key = s.prefix + key
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -45,6 +45,15 @@ func ReplayID(name string) (int64, bool) {
 	return id, err == nil
 }
 
+// Source returns the checkpoint name of a configured source.
+func Source(name string) string { return sourcePrefix + name }
+
+const sourcePrefix = "source:"
+
+// SourceName returns the configured source a checkpoint name belongs to,
+// if any.
+func SourceName(name string) (string, bool) { return strings.CutPrefix(name, sourcePrefix) }
+
 // DB is a connection or transaction.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

@@ -20,6 +20,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -45,6 +46,7 @@ type ReplayCmd struct {
 	Wait   bool   `name:"wait" help:"Follow the replay's progress until it is done."`
 	List   bool   `name:"list" help:"List the replays with their state and progress, and create none."`
 	Cancel int64  `name:"cancel" placeholder:"ID" help:"Cancel replay ID: nothing more of it is sent."`
+	Source string `name:"source" placeholder:"NAME" help:"Export every row of configured source NAME once more (its snapshot starts over), and create no replay of resources."`
 
 	Poll  time.Duration `name:"poll" default:"${replay_poll}" hidden:""`
 	Stall time.Duration `name:"stall" default:"${replay_stall}" hidden:""`
@@ -65,6 +67,10 @@ func (c *ReplayCmd) Validate() error {
 		return err
 	}
 	switch {
+	case c.Source != "" && (c.List || c.Cancel != 0 || c.hasRange() || c.DryRun || c.Wait):
+		return usagef("--source takes no range, --list, --cancel, --dry-run or --wait")
+	case c.Source != "":
+		return nil
 	case c.List && c.Cancel != 0:
 		return usagef("--list and --cancel are exclusive")
 	case (c.List || c.Cancel != 0) && (c.hasRange() || c.DryRun || c.Wait):
@@ -107,6 +113,8 @@ func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	switch {
+	case c.Source != "":
+		return resnapshot(ctx, env, pool, c.Source)
 	case c.List:
 		return listReplays(ctx, env.Stdout, pool)
 	case c.Cancel != 0:
@@ -304,4 +312,38 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 		case <-t.C:
 		}
 	}
+}
+
+// resnapshot starts a configured source's snapshot over and wakes the
+// daemons, in one transaction.
+func resnapshot(ctx context.Context, env *Env, pool *pgxpool.Pool, name string) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		ok, err := sources.Resnapshot(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("no source %s is installed (see syncer status)", name)
+		}
+		return wakeSource(ctx, tx, pool, name)
+	})
+	if err != nil {
+		return fmt.Errorf("replay source: %w", err)
+	}
+	fmt.Fprintf(env.Stdout, "source %s: every row will be exported once more; follow its snapshot in syncer status\n", name)
+	return nil
+}
+
+// wakeSource appends the source's event and notifies, as its triggers
+// would, so a daemon that exports it takes the work at once.
+func wakeSource(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, name string) error {
+	schema, err := database.CurrentSchema(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO syncer_outbox (op) VALUES ($1)`, "source:"+name); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, migrations.Channel(schema), "source:"+name)
+	return err
 }

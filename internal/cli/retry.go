@@ -8,13 +8,26 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
 // RetryFailedCmd is `syncer retry-failed`.
 type RetryFailedCmd struct {
 	DB
-	ID []int64 `name:"id" help:"Only these rows (repeatable); all failed rows when absent."`
+	ID     []int64 `name:"id" help:"Only these rows (repeatable); all failed rows when absent."`
+	Source string  `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
+}
+
+// Validate refuses --id with --source.
+func (c *RetryFailedCmd) Validate() error {
+	if err := c.DB.Validate(); err != nil {
+		return err
+	}
+	if c.Source != "" && len(c.ID) > 0 {
+		return usagef("--id and --source are exclusive")
+	}
+	return nil
 }
 
 // Run clears the failures and wakes the daemons in the same transaction.
@@ -29,6 +42,26 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	var n int64
+	if c.Source != "" {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var known bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_sources WHERE name = $1)`, c.Source).Scan(&known); err != nil {
+				return err
+			}
+			if !known {
+				return fmt.Errorf("no source %s is installed (see syncer status)", c.Source)
+			}
+			if n, err = sources.RetryFailed(ctx, tx, c.Source); err != nil || n == 0 {
+				return err
+			}
+			return wakeSource(ctx, tx, pool, c.Source)
+		})
+		if err != nil {
+			return fmt.Errorf("retry failed keys: %w", err)
+		}
+		fmt.Fprintf(env.Stdout, "source %s: %d failed keys are eligible again\n", c.Source, n)
+		return nil
+	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if n, err = resources.RetryFailed(ctx, tx, c.ID); err != nil || n == 0 {
 			return err

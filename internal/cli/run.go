@@ -16,6 +16,7 @@ import (
 // RunCmd is `syncer run`.
 type RunCmd struct {
 	DB
+	ConfigFile
 	ThirdpartyURL       string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
 	ThirdpartyToken     string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Set it in the environment or with --thirdparty-token-file, not with this flag (flags show in ps). Never logged."`
 	ThirdpartyTokenFile string        `name:"thirdparty-token-file" env:"SYNCER_THIRDPARTY_TOKEN_FILE" placeholder:"FILE" help:"Read the bearer token from FILE (a mounted secret), once at start; a trailing newline is ignored. Exclusive with --thirdparty-token."`
@@ -59,8 +60,11 @@ func (c *RunCmd) Validate() error {
 		c.ThirdpartyToken, c.tokenFromFile = token, true
 	}
 	switch {
+	case c.ThirdpartyURL == "" && c.Config == "":
+		return usagef("%s is required (or %s)", setting(c, "ThirdpartyURL"), setting(c, "Config"))
 	case c.ThirdpartyURL == "":
-		return usagef("%s is required", setting(c, "ThirdpartyURL"))
+		// A configuration alone: its sources go to its destinations, and
+		// resources are not exported.
 	case !validHTTPURL(c.ThirdpartyURL):
 		return usagef("%s must be an http or https URL", setting(c, "ThirdpartyURL"))
 	}
@@ -94,6 +98,10 @@ func validHTTPURL(raw string) bool {
 func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	srcs, err := c.ConfigFile.Load(true)
+	if err != nil {
+		return err
+	}
 	pool, err := c.openMigrated(ctx, "syncer run")
 	if err != nil {
 		return err
@@ -118,6 +126,7 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 			MaxInFlight:   c.MaxInFlight,
 			ReplayShare:   c.ReplayShare,
 		},
+		Sources:            srcs,
 		TombstoneRetention: c.TombstoneRetention,
 		HTTPAddr:           c.HTTPAddr,
 		Pprof:              c.Pprof,

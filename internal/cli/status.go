@@ -70,6 +70,18 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		fmt.Fprintf(w, "replay %d\t%s, %d of %d rows (%.1f%%), created %s\n",
 			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
 	}
+	for _, src := range r.Sources {
+		line := fmt.Sprintf("%s to %s: %d pending, %d failed, oldest pending %s, snapshot %s",
+			src.Table, src.Destination, src.Pending, src.Failed,
+			time.Duration(src.OldestPendingAgeSeconds*float64(time.Second)).Round(time.Millisecond), src.Snapshot)
+		if src.Snapshot == "running" && src.SnapshotPercent >= 0 {
+			line += fmt.Sprintf(" (%.1f%%)", src.SnapshotPercent)
+		}
+		if src.Error != "" {
+			line += "; STOPPED: " + src.Error
+		}
+		fmt.Fprintf(w, "source %s\t%s\n", src.Name, line)
+	}
 	for _, f := range r.RecentFailures {
 		fmt.Fprintf(w, "failed row %d v%d\t%s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), f.Error)
 	}

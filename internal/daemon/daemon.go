@@ -32,6 +32,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
@@ -40,6 +41,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
 )
@@ -94,6 +96,12 @@ type Config struct {
 	// TombstoneRetention is how long a delivered tombstone is kept before
 	// it is purged. Defaults to resources.TombstoneRetentionDefault.
 	TombstoneRetention time.Duration
+	// Sources is the SYNCER_CONFIG file read (config.Load): its sources
+	// are exported to its destinations, each destination with its own
+	// client, limits and shared facts, besides resources to ThirdParty.
+	// Every source must be installed (syncer migrate --config). Defaults
+	// to nil: resources only.
+	Sources *config.Config
 	// Logger receives the daemon's logs. Defaults to discarding.
 	Logger *slog.Logger
 	// Ready, if set, is called with the bound HTTP address (empty when
@@ -123,8 +131,8 @@ func (c *Config) withDefaults() Config {
 // The nested configs are validated by their own packages' New.
 func (c *Config) validate() error {
 	switch {
-	case c.ThirdParty.URL == "":
-		return errors.New("daemon: config: ThirdParty.URL is required")
+	case c.ThirdParty.URL == "" && c.Sources == nil:
+		return errors.New("daemon: config: ThirdParty.URL is required (or Sources)")
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("daemon: config: ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
 	case c.Workers < 0:
@@ -165,11 +173,13 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	tp      *thirdparty.Client
-	exp     *exporter.Exporter
-	locker  *locks.Locker
-	purger  *resources.Purger
-	river   *river.Client[pgx.Tx]
-	relay   *outbox.Relay
+	// destClients are the configured destinations' clients.
+	destClients []*thirdparty.Client
+	exp         *exporter.Exporter
+	locker      *locks.Locker
+	purger      *resources.Purger
+	river       *river.Client[pgx.Tx]
+	relay       *outbox.Relay
 
 	riverRunning atomic.Bool
 	ran          atomic.Bool
@@ -199,18 +209,86 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = metrics.New(d.reg)
 
-	if d.tp, err = thirdparty.New(&c.ThirdParty); err != nil {
-		return nil, err
+	// Without ThirdParty.URL (a SYNCER_CONFIG alone) resources are not
+	// exported: no client, no live sync.
+	if c.ThirdParty.URL != "" {
+		if d.tp, err = thirdparty.New(&c.ThirdParty); err != nil {
+			return nil, err
+		}
 	}
-	if err := d.build(); err != nil {
-		d.tp.Close()
+	if err := d.build(ctx); err != nil {
+		d.closeClients()
 		return nil, err
 	}
 	return d, nil
 }
 
+func (d *Daemon) closeClients() {
+	if d.tp != nil {
+		d.tp.Close()
+	}
+	for _, c := range d.destClients {
+		c.Close()
+	}
+}
+
+// DestinationNamespace is the breakerstore namespace of a configured
+// destination's shared facts (breaker, pause, learnt rate, credentials).
+func DestinationNamespace(name string) string { return "destination:" + name }
+
+// buildSources resolves the configured sources (installed by migrate) and
+// builds one client and deliverer per destination, with its URL, token,
+// limits and its own shared facts.
+func (d *Daemon) buildSources(ctx context.Context, installation string) ([]exporter.Source, []string, error) {
+	c := &d.cfg
+	if c.Sources == nil {
+		return nil, nil, nil
+	}
+	srcs, err := sources.Resolve(ctx, d.pool, c.Sources)
+	if err != nil {
+		return nil, nil, err
+	}
+	pushers := map[string]exporter.Pusher{}
+	for _, dest := range c.Sources.Destinations {
+		tcfg := c.ThirdParty
+		tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
+		client, err := thirdparty.New(&tcfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+		}
+		d.destClients = append(d.destClients, client)
+		store, err := breakerstore.New(d.pool, &breakerstore.Config{Namespace: DestinationNamespace(dest.Name)})
+		if err != nil {
+			return nil, nil, err
+		}
+		dcfg := c.Delivery
+		lim := dest.Limits(config.Limits{RateLimit: dcfg.RateLimit, RateBurst: dcfg.RateBurst,
+			MaxInFlight: cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)})
+		dcfg.RateLimit, dcfg.RateBurst, dcfg.MaxInFlight = lim.RateLimit, lim.RateBurst, lim.MaxInFlight
+		dcfg.Logger = d.logger.With(slog.String("destination", dest.Name))
+		dcfg.Metrics, dcfg.Installation = d.metrics, installation
+		deliverer, err := delivery.New(client, breakerstore.NewShared(store, 0), &dcfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+		}
+		pushers[dest.Name] = deliverer
+	}
+	out := make([]exporter.Source, 0, len(srcs))
+	names := make([]string, 0, len(srcs))
+	for _, s := range srcs {
+		conf := c.Sources.Source(s.Name)
+		bs := 0
+		if conf != nil {
+			bs = conf.BatchSize
+		}
+		out = append(out, exporter.Source{Source: s, Pusher: pushers[s.Destination], BatchSize: bs})
+		names = append(names, s.Name)
+	}
+	return out, names, nil
+}
+
 // build wires the push path, River and the relay.
-func (d *Daemon) build() error {
+func (d *Daemon) build(ctx context.Context) error {
 	c, logger := &d.cfg, d.logger
 	// The breaker's state and the credentials fact live in syncer_state, so
 	// a daemon that takes the export lock over inherits them.
@@ -223,19 +301,28 @@ func (d *Daemon) build() error {
 	if err != nil {
 		return err
 	}
-	dcfg := c.Delivery
-	dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, d.metrics, installation
-	dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
-	deliverer, err := delivery.New(d.tp, breakerstore.NewShared(shared, 0), &dcfg)
-	if err != nil {
-		return err
+	var pusher exporter.Pusher // nil: resources are not exported
+	if d.tp != nil {
+		dcfg := c.Delivery
+		dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, d.metrics, installation
+		dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
+		deliverer, err := delivery.New(d.tp, breakerstore.NewShared(shared, 0), &dcfg)
+		if err != nil {
+			return err
+		}
+		pusher = deliverer
 	}
 	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger}); err != nil {
 		return err
 	}
+	srcs, srcNames, err := d.buildSources(ctx, installation)
+	if err != nil {
+		return err
+	}
 	ecfg := c.Exporter
 	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
-	if d.exp, err = exporter.New(d.pool, d.locker, deliverer, &ecfg); err != nil {
+	ecfg.Sources = srcs
+	if d.exp, err = exporter.New(d.pool, d.locker, pusher, &ecfg); err != nil {
 		return err
 	}
 	if d.purger, err = resources.NewPurger(d.pool, &resources.PurgerConfig{Retention: c.TombstoneRetention, Logger: logger}); err != nil {
@@ -245,6 +332,7 @@ func (d *Daemon) build() error {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, d.exp.SyncWorker())
 	river.AddWorker(workers, d.exp.ReplayWorker())
+	river.AddWorker(workers, d.exp.SourceWorker())
 	d.river, err = river.NewClient(riverpgxv5.New(d.pool), &river.Config{
 		Schema:               d.schema,
 		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: c.Workers}},
@@ -266,6 +354,8 @@ func (d *Daemon) build() error {
 		LockKey:      locks.RelayKey(d.schema),
 		PollInterval: c.PollInterval,
 		LockHeld:     func(ctx context.Context) (bool, error) { return locks.Held(ctx, d.pool, exportKey) },
+		Sources:      srcNames,
+		NoResources:  pusher == nil,
 		Logger:       logger,
 	})
 	return err
@@ -277,7 +367,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.ran.Swap(true) {
 		return errors.New("daemon: Run called twice")
 	}
-	defer d.tp.Close()
+	defer d.closeClients()
 	c, logger := &d.cfg, d.logger
 
 	srv, addr, err := d.serve(ctx)

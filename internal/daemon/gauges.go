@@ -11,6 +11,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
 )
 
 // gauges refreshes the database-wide gauges. They come from the database,
@@ -62,8 +63,21 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	m.SetBreakerState(int(st.Breaker.Current(time.Now())))
 	m.SetCredentialsRefused(st.Credentials.Refused)
 	m.SetMisconfigured(st.Configuration.Refused)
+	if d.cfg.Sources != nil {
+		// Only the sources this daemon exports: another daemon's file
+		// may name others, and it reports those.
+		stats, err := sources.Stats(ctx, d.pool)
+		if err != nil {
+			return err
+		}
+		for _, st := range stats {
+			if d.cfg.Sources.Source(st.Name) != nil {
+				m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, st.Error != "")
+			}
+		}
+	}
 	rows, err := d.pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
-		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind()})
+		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind(), jobs.SourceArgs{}.Kind()})
 	if err != nil {
 		return err
 	}

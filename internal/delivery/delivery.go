@@ -20,7 +20,7 @@ import (
 
 // Client is the HTTP client of the third party.
 type Client interface {
-	PushBody(ctx context.Context, key string, body []byte, ids []int64) (*thirdparty.Result, error)
+	PushBody(ctx context.Context, key string, body []byte, ids []string) (*thirdparty.Result, error)
 }
 
 var _ Client = (*thirdparty.Client)(nil)
@@ -342,12 +342,12 @@ func apply(res *thirdparty.Result, items []thirdparty.Item, out *Outcome) {
 		out.Accepted = append(out.Accepted, items...)
 		return
 	}
-	rejected := make(map[int64]string, len(res.Rejected))
+	rejected := make(map[string]string, len(res.Rejected))
 	for _, r := range res.Rejected {
 		rejected[r.ID] = r.Error
 	}
 	for _, it := range items {
-		if msg, ok := rejected[it.ID]; ok {
+		if msg, ok := rejected[it.WireID()]; ok {
 			out.Rejected = append(out.Rejected, Rejection{Item: it, Error: cmp.Or(msg, "rejected")})
 		} else {
 			out.Accepted = append(out.Accepted, it)
@@ -375,9 +375,9 @@ func refusalText(e *thirdparty.Error) string {
 // push sends body under key until an answer that is not transient, with
 // backoff between transient failures.
 func (d *Deliverer) push(ctx context.Context, key string, body []byte, items []thirdparty.Item, out *Outcome) (*thirdparty.Result, error) {
-	ids := make([]int64, len(items))
+	ids := make([]string, len(items))
 	for i := range items {
-		ids[i] = items[i].ID
+		ids[i] = items[i].WireID()
 	}
 	bo := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(d.cfg.BackoffInitial),
@@ -427,7 +427,7 @@ func (d *Deliverer) push(ctx context.Context, key string, body []byte, items []t
 
 // attempt sends one request once the refusals, the pause, an in-flight slot,
 // the pacer and the breaker let it.
-func (d *Deliverer) attempt(ctx context.Context, key string, body []byte, ids []int64, out *Outcome) (*thirdparty.Result, error) {
+func (d *Deliverer) attempt(ctx context.Context, key string, body []byte, ids []string, out *Outcome) (*thirdparty.Result, error) {
 	d.loadShared(ctx)
 	for {
 		if err := d.checkRefusals(); err != nil {
@@ -466,7 +466,7 @@ func (d *Deliverer) attempt(ctx context.Context, key string, body []byte, ids []
 // send sends one request while holding an in-flight slot. again asks the
 // caller to give the slot up and start over (a pause began meanwhile, or
 // the breaker's probe is under way: err is then errProbing).
-func (d *Deliverer) send(ctx context.Context, key string, body []byte, ids []int64, out *Outcome) (res *thirdparty.Result, err error, again bool) {
+func (d *Deliverer) send(ctx context.Context, key string, body []byte, ids []string, out *Outcome) (res *thirdparty.Result, err error, again bool) {
 	if until, ok := d.pacer.quotaUsed(); ok {
 		d.setPause(ctx, until, fmt.Errorf("%w: the third party's quota is used up until its reset", ErrPaused), "", pauseBudget)
 		return nil, nil, true

@@ -226,6 +226,38 @@ func TestDeliverPartialSuccess(t *testing.T) {
 	requireOnlyAccepted(t, b.fake, out.Accepted)
 }
 
+// A source's text and uuid keys: rejections come back by the id's text,
+// the rest is accepted, and a split (the fake refuses batches above two
+// items) keeps every key as sent.
+func TestDeliverTextKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{RejectField: "bad", MaxBatchItems: 2}, "")
+	d := b.deliverer(t, nil, nil)
+	its := []thirdparty.Item{
+		{Key: "00000000-0000-4000-8000-000000000001", Version: 1, Payload: json.RawMessage(`{"ok":1}`)},
+		{Key: "a \"quoted\" key", Version: 2, Payload: json.RawMessage(`{"bad":1}`)},
+		{Key: "01", Version: 3, Deleted: true},
+		{ID: 1, Version: 4, Payload: json.RawMessage(`{"bad":1}`)},
+	}
+	out, err := d.Deliver(t.Context(), batch("source:x", its))
+	require.NoError(t, err)
+	var accepted, rejected []string
+	for _, it := range out.Accepted {
+		accepted = append(accepted, it.WireID())
+	}
+	for _, r := range out.Rejected {
+		rejected = append(rejected, r.Item.WireID())
+		require.Equal(t, "field bad is not allowed", r.Error)
+	}
+	require.ElementsMatch(t, []string{"00000000-0000-4000-8000-000000000001", "01"}, accepted)
+	require.ElementsMatch(t, []string{`a "quoted" key`, "1"}, rejected)
+	got := map[string]bool{}
+	for _, dl := range b.fake.Deliveries() {
+		got[dl.Text] = true
+	}
+	require.Equal(t, map[string]bool{"00000000-0000-4000-8000-000000000001": true, "01": true}, got)
+}
+
 // The body given is the body sent, byte for byte, under the key given; a
 // batch given only as a recorded body is decoded for its items.
 func TestDeliverSendsTheRecordedBody(t *testing.T) {

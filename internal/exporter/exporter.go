@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
@@ -39,6 +40,8 @@ import (
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Defaults for Config.
@@ -124,6 +127,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is optional.
 	Metrics *metrics.Metrics
+	// Sources are the configured sources (SYNCER_CONFIG) this exporter
+	// exports, each to its own destination, with jobs.SourceArgs. Defaults
+	// to none.
+	Sources []Source
 }
 
 // Exporter pushes rows under the export lock.
@@ -142,6 +149,9 @@ type Exporter struct {
 	mu     sync.Mutex
 	active bool
 	wake   chan struct{}
+
+	// sources are the configured sources, by name.
+	sources map[string]*Source
 
 	// lastKey is the key of the last batch pushed, for the run's summary
 	// line: a third party's support ticket names a key.
@@ -212,7 +222,15 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Exporter{
+	byName := make(map[string]*Source, len(c.Sources))
+	for i := range c.Sources {
+		s := c.Sources[i]
+		if s.Source == nil || s.Pusher == nil {
+			return nil, fmt.Errorf("exporter: config: Sources[%d]: Source and Pusher are required", i)
+		}
+		byName[s.Source.Name] = &s
+	}
+	return &Exporter{sources: byName,
 		pool: pool, locker: locker, pusher: pusher, cfg: c, logger: c.Logger, metrics: c.Metrics,
 		lockKey:  locks.ExportKey(c.Schema),
 		stopping: make(chan struct{}),
@@ -290,12 +308,55 @@ func (e *Exporter) deactivate() bool {
 // errStopping ends a pass because the daemon is shutting down.
 var errStopping = errors.New("exporter: shutting down")
 
-// source is what a pass exports: the live pending rows or a replay's range.
+// source is what a pass exports: the live pending rows or a replay's
+// range of resources, or a configured source's pending keys.
 type source struct {
 	checkpoint string
 	// fetch returns the next batch and the salt of its key: a replay's own,
 	// or the live generation's (resources.LiveSalt) read with the rows.
 	fetch func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error)
+	// fetchKeys, set for a configured source instead of fetch, returns the
+	// next batch of its pending keys after afterKey (nil: from the first).
+	fetchKeys func(ctx context.Context, afterKey *string) ([]sources.Row, error)
+	// salt is the keys' salt of a configured source.
+	salt string
+	// sink is where a configured source's batches go; nil: resources'.
+	sink *sink
+}
+
+// sink is where a pass's batches go and how their outcomes are written,
+// in the marker's transaction on the lock's connection.
+type sink struct {
+	// source and destination label a configured source's metrics; empty
+	// for resources.
+	source, destination string
+	pusher              Pusher
+	mark                func(ctx context.Context, tx pgx.Tx, accepted, rejected []thirdparty.Item, errs []string) error
+}
+
+// rowsSink delivers to the resources' destination and marks resources.
+func (e *Exporter) rowsSink() *sink {
+	return &sink{pusher: e.pusher, mark: func(ctx context.Context, tx pgx.Tx, accepted, rejected []thirdparty.Item, errs []string) error {
+		var acc, rej resources.Versions
+		for _, it := range accepted {
+			acc.Add(it.ID, it.Version)
+		}
+		for _, it := range rejected {
+			rej.Add(it.ID, it.Version)
+		}
+		if _, err := resources.MarkSynced(ctx, tx, acc); err != nil {
+			return err
+		}
+		_, err := resources.MarkFailed(ctx, tx, rej, errs)
+		return err
+	}}
+}
+
+func (e *Exporter) sinkOf(src source) *sink {
+	if src.sink != nil {
+		return src.sink
+	}
+	return e.rowsSink()
 }
 
 func (e *Exporter) liveSource() source {

@@ -13,17 +13,20 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // batch is one request's worth of rows on its way through the pipeline:
 // read, recorded (seq set), sent, answered (out set), marked.
 type batch struct {
-	name   string // the checkpoint it belongs to
-	items  []thirdparty.Item
-	salt   string
-	key    string
-	body   []byte
+	name  string // the checkpoint it belongs to
+	items []thirdparty.Item
+	salt  string
+	key   string
+	body  []byte
+	// lastID is the last row's id (resources); a source's batches leave
+	// it 0: a source pass always reads its pending keys from the first.
 	lastID int64
 	seq    int64 // set once a committed record covers the batch
 	out    *delivery.Outcome
@@ -66,6 +69,19 @@ func (e *Exporter) oversizeError(r resources.Row) string {
 		r.Oversize, cmp.Or(e.cfg.MaxItemBytes, resources.MaxItemBytesDefault))
 }
 
+// newKeyedBatch encodes a source's pending rows as one request: each
+// item's id is the key's text form.
+func (e *Exporter) newKeyedBatch(name, salt string, rows []sources.Row) *batch {
+	b := &batch{name: name, salt: salt}
+	b.items = make([]thirdparty.Item, len(rows))
+	for i, r := range rows {
+		b.items[i] = thirdparty.Item{Key: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted}
+	}
+	b.body = thirdparty.AppendBatch(nil, b.items)
+	b.key = thirdparty.BatchKey(e.cfg.Installation, salt, b.body)
+	return b
+}
+
 // recordedBatch turns a recorded batch back into one to send: its exact
 // body, its key, and the items the body holds (for marks and splits).
 func recordedBatch(r checkpoint.Batch) (*batch, error) {
@@ -74,7 +90,7 @@ func recordedBatch(r checkpoint.Batch) (*batch, error) {
 		return nil, fmt.Errorf("exporter: recorded batch %d (%s): %w", r.Seq, r.Key, err)
 	}
 	b := &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true}
-	if len(items) > 0 {
+	if len(items) > 0 && items[len(items)-1].Key == "" {
 		b.lastID = items[len(items)-1].ID
 	}
 	return b, nil
@@ -103,21 +119,37 @@ func (e *Exporter) startReader(ctx context.Context, src source, startAfter int64
 		defer close(r.done)
 		defer close(r.ch)
 		after := startAfter
+		var afterKey *string // a source's position: nil before the first key
 		for n := 0; maxBatches == 0 || n < maxBatches; n++ {
 			if !until.IsZero() && time.Now().After(until) {
 				return
 			}
-			rows, salt, err := src.fetch(rctx, after, e.limits())
-			if err == nil && len(rows) == 0 {
-				return
-			}
 			var f fetched
-			if err != nil {
-				f.err = err
+			if src.fetchKeys != nil {
+				rows, err := src.fetchKeys(rctx, afterKey)
+				if err == nil && len(rows) == 0 {
+					return
+				}
+				if err != nil {
+					f.err = err
+				} else {
+					f.b = e.newKeyedBatch(src.checkpoint, src.salt, rows)
+					last := rows[len(rows)-1].Key
+					afterKey = &last
+				}
 			} else {
-				f.b = e.newBatch(src.checkpoint, salt, rows)
-				after = f.b.lastID
+				rows, salt, err := src.fetch(rctx, after, e.limits())
+				if err == nil && len(rows) == 0 {
+					return
+				}
+				if err != nil {
+					f.err = err
+				} else {
+					f.b = e.newBatch(src.checkpoint, salt, rows)
+					after = f.b.lastID
+				}
 			}
+			err := f.err
 			select {
 			case r.ch <- f:
 			case <-rctx.Done():
@@ -181,6 +213,8 @@ type marked struct {
 type pipeline struct {
 	e  *Exporter
 	lk *locks.Lock
+	// sink is where batches go and how their outcomes are written.
+	sink *sink
 	// serial pushes one batch at a time, for resends whose batches may
 	// share ids.
 	serial bool
@@ -261,7 +295,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			inflight++
 			sentUpTo = b.lastID
 			go func() {
-				out, err := e.push(ctx, b)
+				out, err := e.push(ctx, p.sink, b)
 				results <- pushed{b: b, out: out, err: err}
 			}()
 		}
@@ -368,7 +402,7 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
 	defer cancel()
 	type group struct {
-		acc, rej resources.Versions
+		acc, rej []thirdparty.Item
 		errs     []string
 		batches  int64
 		seqs     []int64
@@ -382,15 +416,13 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 			byName[b.name] = g
 			order = append(order, b.name)
 		}
-		for _, it := range b.out.Accepted {
-			g.acc.Add(it.ID, it.Version)
-		}
+		g.acc = append(g.acc, b.out.Accepted...)
 		for _, r := range b.out.Rejected {
-			g.rej.Add(r.Item.ID, r.Item.Version)
+			g.rej = append(g.rej, r.Item)
 			g.errs = append(g.errs, r.Error)
 		}
 		for _, r := range b.oversize {
-			g.rej.Add(r.ID, r.Version)
+			g.rej = append(g.rej, thirdparty.Item{ID: r.ID, Version: r.Version})
 			g.errs = append(g.errs, p.e.oversizeError(r))
 		}
 		g.batches++
@@ -401,17 +433,14 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 	err := p.lk.WithTx(mctx, func(tx pgx.Tx) error {
 		for _, name := range order {
 			g := byName[name]
-			if _, err := resources.MarkSynced(mctx, tx, g.acc); err != nil {
-				return err
-			}
-			if _, err := resources.MarkFailed(mctx, tx, g.rej, g.errs); err != nil {
+			if err := p.sink.mark(mctx, tx, g.acc, g.rej, g.errs); err != nil {
 				return err
 			}
 			if err := checkpoint.Forget(mctx, tx, g.seqs); err != nil {
 				return err
 			}
 			if err := checkpoint.Advance(mctx, tx, name, checkpoint.Progress{
-				Rows: int64(g.acc.Len()), Failed: int64(g.rej.Len()), Batches: g.batches,
+				Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches,
 			}); err != nil {
 				return err
 			}
@@ -433,23 +462,26 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 		return res
 	}
 	for _, name := range order {
-		if g := byName[name]; g.rej.Len() > 0 {
+		if g := byName[name]; len(g.rej) > 0 {
 			p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
-				slog.String("checkpoint", name), slog.Int("rejected", g.rej.Len()), slog.String("first_error", g.errs[0]))
+				slog.String("checkpoint", name), slog.Int("rejected", len(g.rej)), slog.String("first_error", g.errs[0]))
 		}
 	}
 	return res
 }
 
 // push delivers one batch and records metrics.
-func (e *Exporter) push(ctx context.Context, b *batch) (*delivery.Outcome, error) {
+func (e *Exporter) push(ctx context.Context, sk *sink, b *batch) (*delivery.Outcome, error) {
 	start := time.Now()
-	out, err := e.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
+	out, err := sk.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
 	if err != nil {
 		e.metrics.BatchFailed(time.Since(start))
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
 	}
 	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
+	if sk.source != "" {
+		e.metrics.SourceBatch(sk.source, sk.destination, len(out.Accepted), len(out.Rejected))
+	}
 	e.lastKey.Store(&b.key)
 	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
 		slog.Int("items", len(b.items)), slog.Int("accepted", len(out.Accepted)),
@@ -461,7 +493,7 @@ func (e *Exporter) push(ctx context.Context, b *batch) (*delivery.Outcome, error
 // pass pushes src's rows after startAfter until the source is exhausted,
 // maxBatches were read (0: no limit), or until has passed (zero: never).
 func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAfter int64, maxBatches int, until time.Time) (passResult, error) {
-	p := &pipeline{e: e, lk: lk, start: startAfter, res: pushedCounts{lastID: startAfter}}
+	p := &pipeline{e: e, lk: lk, sink: e.sinkOf(src), start: startAfter, res: pushedCounts{lastID: startAfter}}
 	rd := e.startReader(ctx, src, startAfter, maxBatches, until)
 	exhausted := false
 	// The reader closes its channel at the end of the source, at
@@ -480,7 +512,13 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAf
 // anything else is read: they may have reached the third party, so they go
 // again byte for byte under their keys, and a later version of any of their
 // rows goes only after them. Batches of cancelled replays are dropped.
+// The holder of the resources' lock resends the batches of resources (live
+// and replays); a source's holder those of its own checkpoint only.
 func (e *Exporter) resume(ctx context.Context, lk *locks.Lock) error {
+	return e.resumeFor(ctx, lk, source{})
+}
+
+func (e *Exporter) resumeFor(ctx context.Context, lk *locks.Lock, src source) error {
 	recs, err := checkpoint.Recorded(ctx, e.pool)
 	if err != nil {
 		return err
@@ -491,6 +529,12 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock) error {
 	var batches []*batch
 	var drop []int64
 	for _, r := range recs {
+		if src.sink != nil && r.Name != src.checkpoint {
+			continue
+		}
+		if src.sink == nil && isSourceCheckpoint(r.Name) {
+			continue
+		}
 		if keep, err := e.keepRecorded(ctx, r.Name); err != nil {
 			return err
 		} else if !keep {
@@ -513,7 +557,7 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock) error {
 	}
 	e.logger.InfoContext(ctx, "exporter: resending the batches in flight at the last stop, under their keys",
 		slog.Int("batches", len(batches)), slog.String("first_idempotency_key", batches[0].key))
-	p := &pipeline{e: e, lk: lk, serial: true}
+	p := &pipeline{e: e, lk: lk, sink: e.sinkOf(src), serial: true}
 	if err := p.run(ctx, batches, nil, nil); err != nil {
 		return err
 	}

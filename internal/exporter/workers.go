@@ -34,6 +34,11 @@ func (w *SyncWorker) Timeout(*river.Job[jobs.SyncArgs]) time.Duration { return -
 
 // Work drains pending rows under the export lock, then lingers.
 func (w *SyncWorker) Work(ctx context.Context, job *river.Job[jobs.SyncArgs]) error {
+	if w.e.pusher == nil {
+		// This daemon exports configured sources only; a daemon that
+		// exports resources enqueues its own job again (its relay's poll).
+		return nil
+	}
 	return w.e.jobResult(ctx, w.e.workLive(ctx))
 }
 
@@ -52,6 +57,11 @@ func (w *ReplayWorker) Timeout(*river.Job[jobs.ReplayArgs]) time.Duration { retu
 // Work pushes one chunk of the replay, after draining live rows first so a
 // backfill never starves new inserts.
 func (w *ReplayWorker) Work(ctx context.Context, job *river.Job[jobs.ReplayArgs]) error {
+	if w.e.pusher == nil {
+		// As SyncWorker: the replay stays unfinished, and a daemon that
+		// exports resources gives it a job of its own (reviveReplays).
+		return nil
+	}
 	return w.e.jobResult(ctx, w.e.workReplay(ctx, job.Args.ReplayID))
 }
 

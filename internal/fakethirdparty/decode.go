@@ -2,9 +2,11 @@ package fakethirdparty
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 )
 
@@ -22,10 +24,27 @@ type wireItem struct {
 	Deleted bool
 }
 
-// wireID is an id as the contract sends it: a decimal string.
+// wireID is an id as the contract sends it: a decimal string (v), or for
+// a source's key (contract section 5) any other string (text).
 type wireID struct {
-	v   int64
-	set bool
+	v    int64
+	text string
+	set  bool
+}
+
+// idKey is an id as a map key: v for decimal ids, text for the others.
+type idKey struct {
+	v    int64
+	text string
+}
+
+func (w wireID) key() idKey { return idKey{v: w.v, text: w.text} }
+
+func (w wireID) String() string {
+	if w.text != "" {
+		return strconv.Quote(w.text)
+	}
+	return strconv.FormatInt(w.v, 10)
 }
 
 // wirePayload is a view of the payload's bytes inside the request body,
@@ -38,7 +57,8 @@ var batchPool = sync.Pool{New: func() any { return new(wireBatch) }}
 
 // pair is one (id, version): the unit the contract promises to deliver once.
 type pair struct {
-	id, version int64
+	id      idKey
+	version int64
 }
 
 // decodeBatch validates body against the contract and returns its items.
@@ -57,7 +77,7 @@ func decodeBatch(body []byte) (*wireBatch, error) {
 		w.release()
 		return nil, errors.New(`batch has no "items"`)
 	}
-	ids := make([]int64, len(w.Items))
+	ids := make([]idKey, len(w.Items))
 	for i := range w.Items {
 		it := &w.Items[i]
 		if !it.ID.set {
@@ -66,23 +86,23 @@ func decodeBatch(body []byte) (*wireBatch, error) {
 		}
 		if it.Version < 1 {
 			w.release()
-			return nil, fmt.Errorf("item %d (id %d): version must be at least 1", i, it.ID.v)
+			return nil, fmt.Errorf("item %d (id %s): version must be at least 1", i, it.ID)
 		}
 		switch {
 		case it.Deleted && it.Payload.raw != nil:
 			w.release()
-			return nil, fmt.Errorf("item %d (id %d) is a tombstone but carries a payload", i, it.ID.v)
+			return nil, fmt.Errorf("item %d (id %s) is a tombstone but carries a payload", i, it.ID)
 		case !it.Deleted && it.Payload.raw == nil:
 			w.release()
-			return nil, fmt.Errorf("item %d (id %d) has no payload", i, it.ID.v)
+			return nil, fmt.Errorf("item %d (id %s) has no payload", i, it.ID)
 		}
-		ids[i] = it.ID.v
+		ids[i] = it.ID.key()
 	}
-	slices.Sort(ids)
+	slices.SortFunc(ids, func(a, b idKey) int { return cmp.Or(cmp.Compare(a.v, b.v), cmp.Compare(a.text, b.text)) })
 	for i := 1; i < len(ids); i++ {
 		if ids[i] == ids[i-1] {
 			w.release()
-			return nil, fmt.Errorf("id %d appears more than once in the batch", ids[i])
+			return nil, fmt.Errorf("id %s appears more than once in the batch", wireID{v: ids[i].v, text: ids[i].text})
 		}
 	}
 	return w, nil
@@ -113,6 +133,9 @@ func (w *wireBatch) fingerprint() uint64 {
 	}
 	for i := range w.Items {
 		mix(uint64(w.Items[i].ID.v))
+		for _, c := range []byte(w.Items[i].ID.text) {
+			mix(uint64(c))
+		}
 		mix(uint64(w.Items[i].Version))
 		if w.Items[i].Deleted {
 			mix(1)

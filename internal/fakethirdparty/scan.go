@@ -311,15 +311,26 @@ func scanBatch(data []byte, dst []wireItem) ([]wireItem, error) {
 					if s.peek() != '"' {
 						return s.errorf("id must be a decimal string")
 					}
-					raw, _, err := s.str()
+					raw, escaped, err := s.str()
 					if err != nil {
 						return err
 					}
-					v, err := strconv.ParseInt(string(raw), 10, 64)
-					if err != nil {
-						return s.errorf("id must be a decimal string, got %q", truncate(raw))
+					// A canonical decimal int64 is a row id; any other
+					// string is a source's key (contract section 5).
+					if v, err := strconv.ParseInt(string(raw), 10, 64); err == nil && !escaped && strconv.FormatInt(v, 10) == string(raw) {
+						it.ID = wireID{v: v, set: true}
+						break
 					}
-					it.ID = wireID{v: v, set: true}
+					text := string(raw)
+					if escaped {
+						if err := json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &text); err != nil {
+							return s.errorf("id is not a valid string: %v", err)
+						}
+					}
+					if text == "" {
+						return s.errorf("id must not be empty")
+					}
+					it.ID = wireID{text: text, set: true}
 				case keyIs(key, escaped, "version"):
 					s.ws()
 					if s.peek() == '"' {

@@ -166,7 +166,10 @@ type Request struct {
 
 // Delivery is one item accepted.
 type Delivery struct {
-	ID      int64
+	ID int64
+	// Text is the id when it is not a decimal int64 (a source's text or
+	// uuid key); ID is then 0.
+	Text    string
 	Version int64
 	// Deleted is set for a tombstone.
 	Deleted bool
@@ -228,9 +231,10 @@ type Stats struct {
 // delivery is the compact record behind Delivery: the key and time are
 // shared by every item of a request, so they live in the request record.
 type delivery struct {
-	id, version int64
-	req         int32
-	deleted     bool
+	id      idKey
+	version int64
+	req     int32
+	deleted bool
 }
 
 type requestRecord struct {
@@ -265,7 +269,7 @@ type Server struct {
 	quotaStart  time.Time // start of the current Quota window
 	quotaUsed   int
 	inFlight    int64
-	held        map[int64]int32 // ids of unanswered requests, with how many hold each
+	held        map[idKey]int32 // ids of unanswered requests, with how many hold each
 
 	stats      Stats
 	byStatus   map[int]int64
@@ -273,7 +277,7 @@ type Server struct {
 	inSecond   int64
 	requests   []requestRecord
 	deliveries []delivery
-	latest     map[int64]int64
+	latest     map[idKey]int64
 	pairs      map[pair]pairState
 	pairKeys   map[pair][]string // further keys of pairs delivered under more than one
 	answers    map[string]cachedAnswer
@@ -363,7 +367,7 @@ func (s *Server) resetLocked() {
 	s.second, s.inSecond = 0, 0
 	s.requests = nil
 	s.deliveries = nil
-	s.latest = map[int64]int64{}
+	s.latest = map[idKey]int64{}
 	s.pairs = map[pair]pairState{}
 	s.pairKeys = map[pair][]string{}
 	s.answers = map[string]cachedAnswer{}
@@ -371,7 +375,7 @@ func (s *Server) resetLocked() {
 	s.quotaStart, s.quotaUsed = time.Time{}, 0
 	if s.held == nil {
 		// Requests in flight during a Reset still release their ids.
-		s.held = map[int64]int32{}
+		s.held = map[idKey]int32{}
 	}
 }
 
@@ -423,7 +427,7 @@ func (s *Server) Deliveries() []Delivery {
 	out := make([]Delivery, len(s.deliveries))
 	for i, d := range s.deliveries {
 		rec := &s.requests[d.req]
-		out[i] = Delivery{ID: d.id, Version: d.version, Deleted: d.deleted, Key: rec.Key, At: rec.acceptedAt}
+		out[i] = Delivery{ID: d.id.v, Text: d.id.text, Version: d.version, Deleted: d.deleted, Key: rec.Key, At: rec.acceptedAt}
 	}
 	return out
 }
@@ -434,7 +438,23 @@ func (s *Server) Latest() map[int64]int64 {
 	defer s.mu.Unlock()
 	out := make(map[int64]int64, len(s.latest))
 	for id, v := range s.latest {
-		out[id] = v
+		if id.text == "" {
+			out[id.v] = v
+		}
+	}
+	return out
+}
+
+// LatestText returns, for every id accepted that is not a decimal int64
+// (a source's text or uuid key), the highest version accepted.
+func (s *Server) LatestText() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int64{}
+	for id, v := range s.latest {
+		if id.text != "" {
+			out[id.text] = v
+		}
 	}
 	return out
 }
@@ -624,7 +644,7 @@ func (s *Server) hold(batch *wireBatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range batch.Items {
-		id := batch.Items[i].ID.v
+		id := batch.Items[i].ID.key()
 		if s.held[id] > 0 {
 			s.stats.OverlappingIDs++
 		}
@@ -637,7 +657,7 @@ func (s *Server) unhold(batch *wireBatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range batch.Items {
-		id := batch.Items[i].ID.v
+		id := batch.Items[i].ID.key()
 		if s.held[id] <= 1 {
 			delete(s.held, id)
 			continue
@@ -698,7 +718,7 @@ func (s *Server) process(cfg Config, rec *requestRecord, batch *wireBatch, fp ui
 			continue
 		}
 		it := &batch.Items[i]
-		s.acceptLocked(pair{id: it.ID.v, version: it.Version}, it.Deleted, rec.Key, reqIndex)
+		s.acceptLocked(pair{id: it.ID.key(), version: it.Version}, it.Deleted, rec.Key, reqIndex)
 	}
 	s.stats.ItemsAccepted += int64(len(batch.Items) - len(rejected))
 	s.stats.ItemsRejected += int64(len(rejected))
@@ -966,7 +986,10 @@ func resultsBody(batch *wireBatch, rejected []int, field string) []byte {
 	}{Results: make([]result, len(rejected))}
 	msg := fmt.Sprintf("field %s is not allowed", field)
 	for i, idx := range rejected {
-		out.Results[i] = result{ID: strconv.FormatInt(batch.Items[idx].ID.v, 10), Status: "rejected", Error: msg}
+		out.Results[i] = result{ID: batch.Items[idx].ID.text, Status: "rejected", Error: msg}
+		if out.Results[i].ID == "" {
+			out.Results[i].ID = strconv.FormatInt(batch.Items[idx].ID.v, 10)
+		}
 	}
 	b, _ := json.Marshal(out)
 	return b

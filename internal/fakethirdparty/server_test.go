@@ -154,7 +154,7 @@ func TestIdempotencyReplay(t *testing.T) {
 	its[1].Payload = json.RawMessage(`{"bad":true}`)
 	first, err := b.push(t, its)
 	require.NoError(t, err)
-	require.Equal(t, []thirdparty.Rejection{{ID: 2, Error: "field bad is not allowed"}}, first.Rejected)
+	require.Equal(t, []thirdparty.Rejection{{ID: "2", Error: "field bad is not allowed"}}, first.Rejected)
 
 	// Rejection switched off: a retry under the same key still gets the
 	// first answer, as a third party honouring the key would give.
@@ -358,8 +358,8 @@ func TestRejectField(t *testing.T) {
 	res, err := b.push(t, its)
 	require.NoError(t, err)
 	require.Equal(t, []thirdparty.Rejection{
-		{ID: 1, Error: "field secret is not allowed"},
-		{ID: 4, Error: "field secret is not allowed"},
+		{ID: "1", Error: "field secret is not allowed"},
+		{ID: "4", Error: "field secret is not allowed"},
 	}, res.Rejected)
 	require.Equal(t, map[int64]int64{2: 1, 3: 1}, b.fake.Latest())
 	st := b.fake.Stats()
@@ -466,7 +466,9 @@ func TestValidation(t *testing.T) {
 		{"empty items", http.MethodPost, json, `{"items":[]}`, 400},
 		{"items not array", http.MethodPost, json, `{"items":{}}`, 400},
 		{"numeric id", http.MethodPost, json, `{"items":[{"id":1,"version":1,"payload":{}}]}`, 400},
-		{"id not decimal", http.MethodPost, json, `{"items":[{"id":"x1","version":1,"payload":{}}]}`, 400},
+		{"text id (a source's key)", http.MethodPost, json, `{"items":[{"id":"x1","version":1,"payload":{}}]}`, 200},
+		{"empty id", http.MethodPost, json, `{"items":[{"id":"","version":1,"payload":{}}]}`, 400},
+		{"text id twice", http.MethodPost, json, `{"items":[{"id":"x","version":1,"payload":{}},{"id":"\u0078","version":2,"payload":{}}]}`, 400},
 		{"no id", http.MethodPost, json, `{"items":[{"version":1,"payload":{}}]}`, 400},
 		{"version 0", http.MethodPost, json, `{"items":[{"id":"1","version":0,"payload":{}}]}`, 400},
 		{"version string", http.MethodPost, json, `{"items":[{"id":"1","version":"1","payload":{}}]}`, 400},

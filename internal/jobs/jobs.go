@@ -44,7 +44,22 @@ func (ReplayArgs) Kind() string { return "syncer_replay" }
 // InsertOpts puts the job on syncer's queue.
 func (ReplayArgs) InsertOpts() river.InsertOpts { return insertOpts() }
 
+// SourceArgs exports the pending keys (and the snapshot) of one configured
+// source (SYNCER_CONFIG). Only one waits per source at a time (the relay
+// sees to that); the keys are read from the source's change log when it
+// runs.
+type SourceArgs struct {
+	Source string `json:"source"`
+}
+
+// Kind is River's name for the job.
+func (SourceArgs) Kind() string { return "syncer_source" }
+
+// InsertOpts puts the job on syncer's queue.
+func (SourceArgs) InsertOpts() river.InsertOpts { return insertOpts() }
+
 var (
 	_ river.JobArgsWithInsertOpts = SyncArgs{}
 	_ river.JobArgsWithInsertOpts = ReplayArgs{}
+	_ river.JobArgsWithInsertOpts = SourceArgs{}
 )

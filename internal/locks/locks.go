@@ -89,6 +89,13 @@ const MigrateKey int64 = 0x73796e6365726d67
 // share a lock.
 func ExportKey(schema string) int64 { return Key(Namespace, "export:"+schema) }
 
+// SourceExportKey is the key of the export lock of configured source name
+// (SYNCER_CONFIG) of the installation in schema: each source has its own,
+// so sources export in parallel and daemons share them out.
+func SourceExportKey(schema, name string) int64 {
+	return Key(Namespace, "export:"+schema+":source:"+name)
+}
+
 // RelayKey is the key of the transaction-level lock that serialises the
 // outbox relays of the installation in schema.
 func RelayKey(schema string) int64 { return Key(Namespace, "relay:"+schema) }

@@ -44,6 +44,14 @@ type Metrics struct {
 	// BuildInfo is 1, labelled with the binary's version, commit and Go
 	// version, so dashboards can tell which build each daemon runs.
 	BuildInfo *prometheus.GaugeVec
+
+	// Sources' block (SYNCER_CONFIG), labelled by source and destination.
+	SourceItemsExported *prometheus.CounterVec
+	SourceItemsFailed   *prometheus.CounterVec
+	SourcePending       *prometheus.GaugeVec
+	SourceFailed        *prometheus.GaugeVec
+	SourceOldestPending *prometheus.GaugeVec
+	SourceStopped       *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -111,7 +119,49 @@ func New(reg prometheus.Registerer) *Metrics {
 	bi := buildinfo.Get()
 	m.BuildInfo.WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
 	reg.MustRegister(m.BuildInfo)
+
+	// Sources' block.
+	labels := []string{"source", "destination"}
+	m.SourceItemsExported = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncer_source_items_exported_total", Help: "Items of a configured source its destination accepted and syncer marked synced.",
+	}, labels)
+	m.SourceItemsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncer_source_items_failed_total", Help: "Items of a configured source its destination rejected, recorded as failed.",
+	}, labels)
+	m.SourcePending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_source_pending", Help: "Keys of a configured source with a change not yet accepted or rejected.",
+	}, labels)
+	m.SourceFailed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_source_failed", Help: "Keys of a configured source whose last version sent was rejected.",
+	}, labels)
+	m.SourceOldestPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_source_oldest_pending_age_seconds", Help: "Age of a configured source's oldest pending change; 0 when none.",
+	}, labels)
+	m.SourceStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_source_stopped", Help: "1 while a configured source is stopped because its table no longer matches its configuration.",
+	}, labels)
+	reg.MustRegister(m.SourceItemsExported, m.SourceItemsFailed, m.SourcePending, m.SourceFailed, m.SourceOldestPending, m.SourceStopped)
 	return m
+}
+
+// SourceBatch records the outcome of one batch of a configured source.
+func (m *Metrics) SourceBatch(source, destination string, accepted, rejected int) {
+	if m == nil {
+		return
+	}
+	m.SourceItemsExported.WithLabelValues(source, destination).Add(float64(accepted))
+	m.SourceItemsFailed.WithLabelValues(source, destination).Add(float64(rejected))
+}
+
+// SetSource sets a configured source's gauges.
+func (m *Metrics) SetSource(source, destination string, pending, failed int64, oldest time.Duration, stopped bool) {
+	if m == nil {
+		return
+	}
+	m.SourcePending.WithLabelValues(source, destination).Set(float64(pending))
+	m.SourceFailed.WithLabelValues(source, destination).Set(float64(failed))
+	m.SourceOldestPending.WithLabelValues(source, destination).Set(oldest.Seconds())
+	m.SourceStopped.WithLabelValues(source, destination).Set(boolValue(stopped))
 }
 
 // Batch records one delivered batch.

@@ -85,12 +85,13 @@ func RenewLease(ctx context.Context, db Execer, ttl time.Duration) error {
 	return nil
 }
 
-// Consume deletes every event no other relay is handling. The sync job calls
-// it before it scans the table, so the events it deletes are covered by that
-// scan.
+// Consume deletes every event of resources no other relay is handling. The
+// sync job calls it before it scans the table, so the events it deletes
+// are covered by that scan. Events of configured sources (op
+// 'source:<name>') are the relay's, for the sources' own jobs.
 func Consume(ctx context.Context, db Execer) error {
 	_, err := db.Exec(ctx, `DELETE FROM syncer_outbox WHERE id IN
-		(SELECT id FROM syncer_outbox ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED)`)
+		(SELECT id FROM syncer_outbox WHERE op NOT LIKE 'source:%' ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED)`)
 	if err != nil {
 		return fmt.Errorf("outbox: consume: %w", err)
 	}
@@ -133,6 +134,16 @@ type Config struct {
 	// fallback enqueues no job while one does, since the holder is working.
 	// Optional.
 	LockHeld func(ctx context.Context) (bool, error)
+	// Sources are the names of the configured sources this daemon exports
+	// (SYNCER_CONFIG): their events become jobs.SourceArgs jobs, one
+	// waiting per source. Events of other sources are left to the daemons
+	// that export them. Defaults to none.
+	Sources []string
+	// NoResources says the daemon exports no resources (SYNCER_CONFIG
+	// without a resources' destination): the relay enqueues no sync or
+	// replay job, and deletes the resources' events, since no job of this
+	// daemon will. Defaults to false.
+	NoResources bool
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// OnStats, if set, receives the relay's counters after each round.
@@ -294,6 +305,12 @@ func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 // Notified handles a notification: a sync job running here takes it, or the
 // pending events become a sync job.
 func (r *Relay) Notified(ctx context.Context) error {
+	if err := r.relaySources(ctx, false); err != nil {
+		return err
+	}
+	if r.cfg.NoResources {
+		return Consume(ctx, r.pool)
+	}
 	if r.waker != nil && r.waker.Wake() {
 		return nil
 	}
@@ -306,6 +323,12 @@ func (r *Relay) Notified(ctx context.Context) error {
 // pending rows exist and nobody is exporting. A sync job running here polls
 // for itself, so Poll leaves it alone.
 func (r *Relay) Poll(ctx context.Context) error {
+	if err := r.relaySources(ctx, true); err != nil {
+		return err
+	}
+	if r.cfg.NoResources {
+		return Consume(ctx, r.pool)
+	}
 	if r.waker != nil && r.waker.Active() {
 		return nil
 	}
@@ -389,6 +412,12 @@ func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
 // at start, because rows may have been written while no daemon ran, and a
 // sync job left running by a killed daemon will never finish.
 func (r *Relay) Kick(ctx context.Context) error {
+	if err := r.relaySources(ctx, true); err != nil {
+		return err
+	}
+	if r.cfg.NoResources {
+		return nil
+	}
 	if _, err := r.relay(ctx, true, true); err != nil {
 		return err
 	}
@@ -411,7 +440,7 @@ func (r *Relay) relay(ctx context.Context, force, ignoreRunning bool) (int, erro
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id FROM syncer_outbox ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`)
+		rows, err := tx.Query(ctx, `SELECT id FROM syncer_outbox WHERE op NOT LIKE 'source:%' ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`)
 		if err != nil {
 			return err
 		}
@@ -488,4 +517,94 @@ func (r *Relay) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stats
+}
+
+// relaySources turns the events of the configured sources into one
+// waiting job per source with events, as relay does for resources: a job
+// is inserted only when none waits for that source. poll also enqueues for
+// sources with pending changes or an unfinished snapshot and no waiting
+// job, which covers events the shut gate or a lost notification kept
+// from the relay.
+func (r *Relay) relaySources(ctx context.Context, poll bool) error {
+	if len(r.cfg.Sources) == 0 {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
+			return err
+		}
+		ops := make([]string, len(r.cfg.Sources))
+		for i, name := range r.cfg.Sources {
+			ops[i] = "source:" + name
+		}
+		rows, err := tx.Query(ctx, `SELECT id, substr(op, 8) FROM syncer_outbox WHERE op = ANY($1)
+			ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`, ops)
+		if err != nil {
+			return err
+		}
+		var ids []int64
+		want := map[string]bool{}
+		var id int64
+		var name string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &name}, func() error {
+			ids = append(ids, id)
+			want[name] = true
+			return nil
+		}); err != nil {
+			return err
+		}
+		if poll {
+			rows, err := tx.Query(ctx, `SELECT s.name FROM syncer_sources s WHERE s.name = ANY($1)
+				AND (s.snapshot_state IN ('pending', 'running') OR EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = s.name))`,
+				r.cfg.Sources)
+			if err != nil {
+				return err
+			}
+			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			for _, n := range names {
+				want[n] = true
+			}
+		}
+		if len(want) == 0 {
+			return nil
+		}
+		res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
+			Kinds(jobs.SourceArgs{}.Kind()).States(waitingStates...).First(10000))
+		if err != nil {
+			return fmt.Errorf("list source jobs: %w", err)
+		}
+		for _, j := range res.Jobs {
+			var args jobs.SourceArgs
+			if json.Unmarshal(j.EncodedArgs, &args) == nil {
+				delete(want, args.Source)
+			}
+		}
+		inserted := 0
+		for _, n := range r.cfg.Sources {
+			if !want[n] {
+				continue
+			}
+			if _, err := r.river.InsertTx(ctx, tx, jobs.SourceArgs{Source: n}, nil); err != nil {
+				return fmt.Errorf("insert source job: %w", err)
+			}
+			inserted++
+		}
+		if len(ids) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM syncer_outbox WHERE id = ANY($1)`, ids); err != nil {
+				return err
+			}
+		}
+		r.update(func(s *Stats) {
+			s.JobsInserted += int64(inserted)
+			s.EventsRelayed += int64(len(ids))
+		})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("outbox: relay sources: %w", err)
+	}
+	return nil
 }

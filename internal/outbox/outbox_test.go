@@ -210,3 +210,61 @@ func TestNewValidates(t *testing.T) {
 		})
 	}
 }
+
+func (b *bundle) sourceJobs(t *testing.T, source, state string) int {
+	return b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'source' = $2 AND state::text = $3`,
+		jobs.SourceArgs{}.Kind(), source, state)
+}
+
+// The events of configured sources become one waiting job per source;
+// events of a source this daemon does not export are left for the daemons
+// that do; the live sync's Consume leaves every source's events alone; the
+// poll enqueues for a source with pending changes and no waiting job.
+func TestRelayOneWaitingJobPerSource(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var schema string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
+	rc, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: schema})
+	require.NoError(t, err)
+	relay, err := outbox.New(b.pool, rc, nil, &outbox.Config{
+		Channel: migrations.Channel(schema), LockKey: locks.RelayKey(schema), Sources: []string{"a", "b"},
+		LockHeld: func(context.Context) (bool, error) { return true, nil },
+	})
+	require.NoError(t, err)
+	for _, name := range []string{"a", "b"} {
+		b.exec(t, `INSERT INTO syncer_sources (name, schema_name, table_name, key_column, key_kind, key_type, destination, snapshot_state)
+			VALUES ($1, 'public', $1, 'id', 'integer', 'bigint', 'd', 'done')`, name)
+	}
+
+	b.exec(t, `INSERT INTO syncer_outbox (op) VALUES ('source:a'), ('source:a'), ('source:b'), ('source:c'), ('INSERT')`)
+	require.NoError(t, relay.Notified(ctx))
+	require.Equal(t, 1, b.sourceJobs(t, "a", "available"))
+	require.Equal(t, 1, b.sourceJobs(t, "b", "available"))
+	require.Zero(t, b.sourceJobs(t, "c", "available"))
+	require.Equal(t, 1, b.syncJobs(t, "available"))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`), "only the event of a source not exported here is left")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox WHERE op = 'source:c'`))
+
+	// A waiting job covers new events.
+	b.exec(t, `INSERT INTO syncer_outbox (op) VALUES ('source:a')`)
+	require.NoError(t, relay.Notified(ctx))
+	require.Equal(t, 1, b.sourceJobs(t, "a", "available"))
+
+	// The live sync consumes the resources' events only.
+	b.exec(t, `INSERT INTO syncer_outbox (op) VALUES ('UPDATE')`)
+	require.NoError(t, outbox.Consume(ctx, b.pool))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`))
+
+	// The poll: a's job runs, a has a pending change: a waiting job
+	// follows; b has nothing pending and keeps its one waiting job.
+	b.exec(t, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE args->>'source' = 'a'`)
+	b.exec(t, `INSERT INTO syncer_changes (source, num, key, deleted) VALUES ('a', 1, '1', false)`)
+	require.NoError(t, relay.Poll(ctx))
+	require.Equal(t, 1, b.sourceJobs(t, "a", "available"))
+	require.Equal(t, 1, b.sourceJobs(t, "a", "running"))
+	require.Equal(t, 1, b.sourceJobs(t, "b", "available"))
+	require.NoError(t, relay.Poll(ctx))
+	require.Equal(t, 1, b.sourceJobs(t, "a", "available"))
+}

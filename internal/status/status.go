@@ -21,6 +21,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
 )
 
 // Defaults for Config.
@@ -94,6 +95,28 @@ type Report struct {
 	RecentFailures []Failure `json:"recent_failures"`
 	// Jobs counts syncer's unfinished River jobs by "kind:state".
 	Jobs map[string]int `json:"jobs"`
+	// Sources are the configured sources (SYNCER_CONFIG) installed, by
+	// name. The contract's keys above are the sums of resources and
+	// sources: a source's unsynced keys are its pending and failed ones
+	// (counted in total as well; its synced rows are not counted, which
+	// would take a scan of the application's table).
+	Sources []Source `json:"sources"`
+}
+
+// Source is one configured source's state.
+type Source struct {
+	Name                    string  `json:"name"`
+	Table                   string  `json:"table"`
+	Destination             string  `json:"destination"`
+	Pending                 int64   `json:"pending"`
+	Failed                  int64   `json:"failed"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	Snapshot                string  `json:"snapshot"`
+	// SnapshotPercent is the snapshot's progress, -1 when unknown.
+	SnapshotPercent float64 `json:"snapshot_percent"`
+	// Error says why the daemon stopped exporting the source (its table
+	// no longer matches its configuration).
+	Error string `json:"error,omitempty"`
 }
 
 // JobNames returns the keys of Jobs ("kind:state"), sorted.
@@ -172,6 +195,22 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	r.OldestUnsyncedAgeSeconds = counts.OldestUnsyncedAge.Seconds()
 	if r.OutboxPending, err = outbox.Pending(ctx, pool); err != nil {
 		return nil, err
+	}
+	stats, err := sources.Stats(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	r.Sources = make([]Source, 0, len(stats))
+	for _, st := range stats {
+		src := Source{Name: st.Name, Table: st.Table, Destination: st.Destination, Pending: st.PendingKeys,
+			Failed: st.FailedKeys, OldestPendingAgeSeconds: st.OldestPending.Seconds(), Snapshot: string(st.Snapshot),
+			SnapshotPercent: st.SnapshotPercent(), Error: st.Error}
+		r.Sources = append(r.Sources, src)
+		r.Total += src.Pending + src.Failed
+		r.Unsynced += src.Pending + src.Failed
+		r.Failed += src.Failed
+		r.Pending += src.Pending
+		r.OldestUnsyncedAgeSeconds = max(r.OldestUnsyncedAgeSeconds, src.OldestPendingAgeSeconds)
 	}
 
 	schema, err := database.CurrentSchema(ctx, pool)

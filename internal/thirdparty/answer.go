@@ -29,7 +29,7 @@ const maxResultBody = 16 << 20
 // the body may carry results and that an item missing from them is
 // accepted, and many APIs answer a plain `{}` or `{"ok":true}`. What cannot
 // be mistaken for it is a body that is not a JSON object.
-func decodeResult(raw []byte, ids []int64, token string) (res *Result, bad string) {
+func decodeResult(raw []byte, ids []string, token string) (res *Result, bad string) {
 	res = &Result{}
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 {
@@ -57,7 +57,7 @@ func decodeResult(raw []byte, ids []int64, token string) (res *Result, bad strin
 		return res, ""
 	}
 	// seen maps each id of the batch to whether a result named it.
-	seen := make(map[int64]bool, len(ids))
+	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		seen[id] = false
 	}
@@ -75,14 +75,14 @@ func decodeResult(raw []byte, ids []int64, token string) (res *Result, bad strin
 		}
 		id, ok := resultID(entry.ID)
 		if !ok {
-			return nil, fmt.Sprintf("result %d: id %s is not a decimal id", i, SafeText(string(entry.ID), token))
+			return nil, fmt.Sprintf("result %d: id %s is neither a string nor an integer", i, SafeText(string(entry.ID), token))
 		}
 		named, inBatch := seen[id]
 		switch {
 		case !inBatch:
-			return nil, fmt.Sprintf("result %d: id %d is not in the batch", i, id)
+			return nil, fmt.Sprintf("result %d: id %s is not in the batch", i, SafeText(strconv.Quote(id), token))
 		case named:
-			return nil, fmt.Sprintf("result %d: id %d is named twice", i, id)
+			return nil, fmt.Sprintf("result %d: id %s is named twice", i, SafeText(strconv.Quote(id), token))
 		}
 		seen[id] = true
 		var status string
@@ -100,21 +100,26 @@ func decodeResult(raw []byte, ids []int64, token string) (res *Result, bad strin
 	return res, ""
 }
 
-// resultID reads an id as the contract sends it, a decimal string, or as a
-// bare JSON integer, which some servers send for a numeric id.
-func resultID(raw json.RawMessage) (int64, bool) {
+// resultID reads an id in its text form: a string as the contract sends
+// it, or a bare JSON integer, which some servers send for a numeric id and
+// which is compared by its text.
+func resultID(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
-	text := string(raw)
 	if len(raw) > 0 && raw[0] == '"' {
-		if json.Unmarshal(raw, &text) != nil {
-			return 0, false
+		var text string
+		if json.Unmarshal(raw, &text) != nil || text == "" {
+			return "", false
 		}
+		return text, true
 	}
+	text := string(raw)
 	if text == "" || (text[0] != '-' && (text[0] < '0' || text[0] > '9')) {
-		return 0, false
+		return "", false
 	}
-	id, err := strconv.ParseInt(text, 10, 64)
-	return id, err == nil
+	if _, err := strconv.ParseInt(text, 10, 64); err != nil {
+		return "", false
+	}
+	return text, true
 }
 
 // rejectionText is a rejection's reason as safe text: a string as is, any

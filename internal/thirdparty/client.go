@@ -24,7 +24,10 @@ const BatchPath = "/v1/batches"
 
 // Item is one row as exported.
 type Item struct {
-	ID      int64
+	ID int64
+	// Key is the id as sent when it is not a row id (a source's text or
+	// uuid key, section 5 of the contract); empty: ID in decimal.
+	Key     string
 	Version int64
 	// Payload is written to the wire as is; it must be valid JSON (a jsonb
 	// value always is). An empty Payload is sent as null.
@@ -32,6 +35,15 @@ type Item struct {
 	// Deleted makes the item a tombstone: it is sent with "deleted": true
 	// and no payload.
 	Deleted bool
+}
+
+// WireID is the item's id as the body carries it: Key when set, else ID
+// in decimal.
+func (it Item) WireID() string {
+	if it.Key != "" {
+		return it.Key
+	}
+	return strconv.FormatInt(it.ID, 10)
 }
 
 // Config configures a Client.
@@ -163,7 +175,8 @@ type Quota struct {
 
 // Rejection is one item the third party refused, with its reason.
 type Rejection struct {
-	ID    int64
+	// ID is the item's id as the body carries it (Item.WireID).
+	ID    string
 	Error string
 }
 
@@ -176,16 +189,17 @@ func (c *Client) Push(ctx context.Context, key string, items []Item) (*Result, e
 		}
 		return &Result{}, nil
 	}
-	ids := make([]int64, len(items))
+	ids := make([]string, len(items))
 	for i := range items {
-		ids[i] = items[i].ID
+		ids[i] = items[i].WireID()
 	}
 	return c.PushBody(ctx, key, AppendBatch(nil, items), ids)
 }
 
 // PushBody sends body, a request body made by AppendBatch, exactly as given
 // under key, and returns which items were rejected, or an error whose class
-// says what to do with the batch. ids are the ids the body holds: an answer
+// says what to do with the batch. ids are the ids the body holds, in their
+// text form (Item.WireID): an answer
 // that names any other id, or one of them twice, is not an acceptance. No
 // ids means an empty batch: nothing is sent. PushBody makes one attempt;
 // retrying is the caller's job.
@@ -193,7 +207,7 @@ func (c *Client) Push(ctx context.Context, key string, items []Item) (*Result, e
 // The body is not copied: net/http may still read it briefly after
 // PushBody has returned, so the caller must not change it afterwards (a
 // recorded batch body never changes).
-func (c *Client) PushBody(ctx context.Context, key string, body []byte, ids []int64) (*Result, error) {
+func (c *Client) PushBody(ctx context.Context, key string, body []byte, ids []string) (*Result, error) {
 	if key == "" {
 		return nil, errors.New("thirdparty: push: empty idempotency key")
 	}
@@ -227,7 +241,7 @@ func (c *Client) PushBody(ctx context.Context, key string, body []byte, ids []in
 }
 
 // answer turns a response into a Result or an *Error.
-func (c *Client) answer(ctx context.Context, resp *http.Response, ids []int64) (*Result, error) {
+func (c *Client) answer(ctx context.Context, resp *http.Response, ids []string) (*Result, error) {
 	now := c.now()
 	quota := parseQuota(resp.Header, now)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -282,8 +296,9 @@ func (c *Client) transportError(parent context.Context, err error) error {
 func (c *Client) safe(s string) string { return SafeText(s, c.token) }
 
 // encodeBatch writes {"items":[{"id":"42","version":3,"payload":...}]} by
-// hand: ids and versions are integers that need no escaping, and payloads
-// are already JSON, so nothing here needs reflection or a second copy.
+// hand: row ids and versions are integers that need no escaping, a Key is
+// escaped by encoding/json (deterministic), and payloads are already JSON,
+// so nothing here needs reflection or a second copy.
 func encodeBatch(buf *bytes.Buffer, items []Item) {
 	size := 16
 	for i := range items {
@@ -296,9 +311,16 @@ func encodeBatch(buf *bytes.Buffer, items []Item) {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		buf.WriteString(`{"id":"`)
-		buf.Write(strconv.AppendInt(num[:0], items[i].ID, 10))
-		buf.WriteString(`","version":`)
+		if items[i].Key != "" {
+			buf.WriteString(`{"id":`)
+			k, _ := json.Marshal(items[i].Key) // a string always marshals
+			buf.Write(k)
+			buf.WriteString(`,"version":`)
+		} else {
+			buf.WriteString(`{"id":"`)
+			buf.Write(strconv.AppendInt(num[:0], items[i].ID, 10))
+			buf.WriteString(`","version":`)
+		}
 		buf.Write(strconv.AppendInt(num[:0], items[i].Version, 10))
 		if items[i].Deleted {
 			buf.WriteString(`,"deleted":true}`)

@@ -172,12 +172,12 @@ func TestPushResults(t *testing.T) {
 		{"no results", `{"results":[]}`, nil},
 		{"all listed accepted", `{"results":[{"id":"1","status":"accepted"},{"id":"2","status":"accepted"}]}`, nil},
 		{"some rejected", `{"results":[{"id":"1","status":"accepted"},{"id":"2","status":"rejected","error":"bad field"},{"id":"3","status":"rejected"}]}`,
-			[]thirdparty.Rejection{{ID: 2, Error: "bad field"}, {ID: 3}}},
-		{"numeric id", `{"results":[{"id":2,"status":"rejected","error":"x"}]}`, []thirdparty.Rejection{{ID: 2, Error: "x"}}},
+			[]thirdparty.Rejection{{ID: "2", Error: "bad field"}, {ID: "3"}}},
+		{"numeric id", `{"results":[{"id":2,"status":"rejected","error":"x"}]}`, []thirdparty.Rejection{{ID: "2", Error: "x"}}},
 		{"whitespace", " \n\t ", nil},
 		{"other fields", `{"ok":true,"request_id":"r-1"}`, nil},
 		{"null results", `{"results":null}`, nil},
-		{"object error", `{"results":[{"id":"1","status":"rejected","error":{"code":7}}]}`, []thirdparty.Rejection{{ID: 1, Error: `{"code":7}`}}},
+		{"object error", `{"results":[{"id":"1","status":"rejected","error":{"code":7}}]}`, []thirdparty.Rejection{{ID: "1", Error: `{"code":7}`}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -73,9 +73,9 @@ func TestGoldenBodies(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, string(tc.body), string(thirdparty.AppendBatch(nil, got)), "decode and encode again is byte-identical")
 
-			ids := make([]int64, len(tc.items))
+			ids := make([]string, len(tc.items))
 			for i := range tc.items {
-				ids[i] = tc.items[i].ID
+				ids[i] = tc.items[i].WireID()
 			}
 			for _, send := range []struct {
 				name string

@@ -116,8 +116,8 @@ func TestBadAnswersAreNotAcceptance(t *testing.T) {
 		{"unknown numeric id", `{"results":[{"id":99,"status":"rejected"}]}`, "not in the batch"},
 		{"duplicated id", `{"results":[{"id":"1","status":"accepted"},{"id":"1","status":"rejected"}]}`, "named twice"},
 		{"id missing", `{"results":[{"status":"accepted"}]}`, "no id"},
-		{"id fraction", `{"results":[{"id":1.5,"status":"accepted"}]}`, "not a decimal id"},
-		{"id word", `{"results":[{"id":"one","status":"accepted"}]}`, "not a decimal id"},
+		{"id fraction", `{"results":[{"id":1.5,"status":"accepted"}]}`, "neither a string nor an integer"},
+		{"id word", `{"results":[{"id":"one","status":"accepted"}]}`, "not in the batch"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,7 +205,7 @@ func TestTokenEchoedIsRedacted(t *testing.T) {
 		}, &thirdparty.Config{Token: token})
 		res, err := b.client.Push(t.Context(), "k", items(2))
 		require.NoError(t, err)
-		require.Equal(t, []thirdparty.Rejection{{ID: 1, Error: "token [redacted] refused"}}, res.Rejected)
+		require.Equal(t, []thirdparty.Rejection{{ID: "1", Error: "token [redacted] refused"}}, res.Rejected)
 	})
 	t.Run("cut at the token", func(t *testing.T) {
 		t.Parallel()
@@ -478,15 +478,15 @@ func TestPushBodySendsBytesAsGiven(t *testing.T) {
 		_, _ = io.WriteString(w, `{"results":[{"id":"7","status":"rejected","error":"no"}]}`)
 	}, nil)
 	body := []byte(`{"items":[{"id":"7","version":2,"payload":{"b": 1,  "a": [1.0, 2e3]}}]}`)
-	res, err := b.client.PushBody(t.Context(), "k", body, []int64{7})
+	res, err := b.client.PushBody(t.Context(), "k", body, []string{"7"})
 	require.NoError(t, err)
-	require.Equal(t, []thirdparty.Rejection{{ID: 7, Error: "no"}}, res.Rejected)
+	require.Equal(t, []thirdparty.Rejection{{ID: "7", Error: "no"}}, res.Rejected)
 	reqs := b.requests()
 	require.Len(t, reqs, 1)
 	require.Equal(t, body, reqs[0].Body)
 
 	// The same answer to a body whose ids do not hold 7 is no answer.
-	_, err = b.client.PushBody(t.Context(), "k2", body, []int64{8})
+	_, err = b.client.PushBody(t.Context(), "k2", body, []string{"8"})
 	var e *thirdparty.Error
 	require.ErrorAs(t, err, &e)
 	require.Contains(t, e.BadAnswer, "not in the batch")
@@ -497,7 +497,7 @@ func TestPushBodySendsBytesAsGiven(t *testing.T) {
 	require.Empty(t, res.Rejected)
 	require.Len(t, b.requests(), 2)
 
-	_, err = b.client.PushBody(t.Context(), "", body, []int64{7})
+	_, err = b.client.PushBody(t.Context(), "", body, []string{"7"})
 	require.ErrorContains(t, err, "empty idempotency key")
 	require.False(t, errors.As(err, &e))
 }

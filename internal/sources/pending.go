@@ -1,0 +1,306 @@
+package sources
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Row is one pending item of a source: a key at a version, with its payload,
+// or a tombstone when the row is gone.
+type Row struct {
+	// Key is the key's text form: the item's id.
+	Key string
+	// Version is the highest seq of the key's pending changes.
+	Version int64
+	// Deleted is true when the row no longer exists; Payload is then nil.
+	Deleted bool
+	// Payload is the row (or its configured columns) as a JSON object.
+	Payload json.RawMessage
+}
+
+// Limits bound one batch.
+type Limits struct {
+	// Rows is the most items a batch holds.
+	Rows int
+	// Bytes is the most payload bytes a batch holds; a single item larger
+	// than this still forms a batch of its own. 0 means no limit.
+	Bytes int
+}
+
+// ErrSchemaChanged is matched (errors.Is) by every *SchemaError.
+var ErrSchemaChanged = errors.New("sources: a source's table no longer matches its configuration")
+
+// SchemaError says that a source's table, key or configured column is gone
+// or changed since `syncer migrate` installed it. The source cannot be
+// exported until the table or the configuration is fixed (and migrate run);
+// other sources are not concerned.
+type SchemaError struct {
+	// Source is the source's name.
+	Source string
+	// Table is schema.table.
+	Table string
+	// Column is the column that is gone or changed; empty when the table
+	// itself is gone.
+	Column string
+	// Problem says what happened to it.
+	Problem string
+}
+
+func (e *SchemaError) Error() string {
+	what := "table " + e.Table
+	if e.Column != "" {
+		what = "column " + e.Column + " of " + e.Table
+	}
+	return "sources: source " + e.Source + ": " + what + " " + e.Problem +
+		": fix the table or the source's configuration and run syncer migrate"
+}
+
+// Is makes errors.Is(err, ErrSchemaChanged) true.
+func (e *SchemaError) Is(target error) bool { return target == ErrSchemaChanged }
+
+// Pending returns the next batch of src's pending items in key order: after
+// afterKey (a Row.Key returned before), or from the first key when first is
+// true. Each item carries its key's highest pending seq as its version, and
+// the row read in the same statement (nil when it is gone: a tombstone).
+// Keys whose failed version has no later change are not pending. It reads
+// one item past a byte limit at most and leaves it for the next call.
+//
+// A source whose table, key or configured column is gone returns a
+// *SchemaError. Call it on a pool, not in a transaction, so that the
+// error's cause can still be looked up.
+func Pending(ctx context.Context, q Querier, src *Source, afterKey string, first bool, lim Limits) ([]Row, error) {
+	sql, args := src.sql.pendingFirst, []any{src.Name, lim.Rows}
+	if !first {
+		num, err := src.num(afterKey)
+		if err != nil {
+			return nil, err
+		}
+		sql, args = src.sql.pendingAfter, append(args, num, afterKey)
+	}
+	if src.Columns != nil {
+		args = append(args, src.Columns)
+	}
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, src.explain(ctx, q, fmt.Errorf("sources: source %s: select pending: %w", src.Name, err))
+	}
+	out, err := collect(rows, lim)
+	if err != nil {
+		return nil, src.explain(ctx, q, fmt.Errorf("sources: source %s: %w", src.Name, err))
+	}
+	return out, nil
+}
+
+// num is a key's position among integer keys (0 for other kinds).
+func (s *Source) num(key string) (int64, error) {
+	if s.Kind != KeyInteger {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(key, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("sources: source %s: key %q is not an integer", s.Name, key)
+	}
+	return n, nil
+}
+
+func (s *Source) nums(keys []string) ([]int64, error) {
+	out := make([]int64, len(keys))
+	for i, k := range keys {
+		n, err := s.num(k)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// collect reads (key, version, deleted, payload) rows. Payloads are copied
+// raw into one buffer per batch: they go to the third party as they are.
+func collect(rows pgx.Rows, lim Limits) ([]Row, error) {
+	defer rows.Close()
+	var out []Row
+	var arena []byte
+	type span struct{ start, end int }
+	var spans []span
+	size := 0
+	for rows.Next() {
+		var r Row
+		if err := rows.Scan(&r.Key, &r.Version, &r.Deleted, nil); err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		raw := rows.RawValues()[3]
+		if raw != nil && rows.FieldDescriptions()[3].Format == pgx.BinaryFormatCode && len(raw) > 0 {
+			raw = raw[1:] // jsonb's binary form is a version byte, then the text
+		}
+		if lim.Bytes > 0 && len(out) > 0 && size+len(raw) > lim.Bytes {
+			break
+		}
+		sp := span{-1, -1}
+		if raw != nil {
+			if arena == nil {
+				arena = make([]byte, 0, max(lim.Rows, 1)*(len(raw)+16))
+			}
+			sp.start = len(arena)
+			arena = append(arena, raw...)
+			sp.end = len(arena)
+		}
+		spans = append(spans, sp)
+		size += len(raw)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read pending: %w", err)
+	}
+	// The arena may have moved while it grew: slice it only now.
+	for i, sp := range spans {
+		if sp.start >= 0 {
+			out[i].Payload = arena[sp.start:sp.end:sp.end]
+		}
+	}
+	return out, nil
+}
+
+// explain turns an error that a change of the table explains into a
+// *SchemaError; any other error is returned as it is.
+func (s *Source) explain(ctx context.Context, q Querier, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "42703", "42P01", "42883", "42804", "22P02": // undefined column, table, function; datatype mismatch; bad text
+	default:
+		return err
+	}
+	if se := s.diagnose(ctx, q); se != nil {
+		return se
+	}
+	return err
+}
+
+// diagnose compares the table with what was installed; nil when it finds
+// nothing wrong (or cannot look).
+func (s *Source) diagnose(ctx context.Context, q Querier) *SchemaError {
+	se := &SchemaError{Source: s.Name, Table: s.QualifiedTable()}
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.table()).Scan(&exists); err != nil {
+		return nil
+	}
+	if !exists {
+		se.Problem = "no longer exists"
+		return se
+	}
+	cols := append([]string{s.Key}, s.Columns...)
+	rows, err := q.Query(ctx, `SELECT u.c, format_type(a.atttypid, a.atttypmod)
+		FROM unnest($2::text[]) WITH ORDINALITY AS u(c, i)
+		LEFT JOIN pg_attribute a ON a.attrelid = to_regclass($1) AND a.attname = u.c AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY u.i`, s.table(), cols)
+	if err != nil {
+		return nil
+	}
+	type col struct {
+		name string
+		typ  *string
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (col, error) {
+		var c col
+		err := r.Scan(&c.name, &c.typ)
+		return c, err
+	})
+	if err != nil {
+		return nil
+	}
+	for i, c := range found {
+		switch {
+		case c.typ == nil:
+			se.Column, se.Problem = c.name, "no longer exists"
+			return se
+		case i == 0 && *c.typ != s.KeyType:
+			se.Column, se.Problem = c.name, fmt.Sprintf("changed type from %s to %s", s.KeyType, *c.typ)
+			return se
+		}
+	}
+	return nil
+}
+
+// MarkSynced records that the third party accepted keys at versions: it
+// deletes their changes up to those versions (and failures they
+// supersede). A change that arrived since is kept, so its key stays
+// pending at its higher version. Run it in the transaction that marks the
+// batch.
+func MarkSynced(ctx context.Context, e Execer, src *Source, keys []string, versions []int64) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	nums, err := src.nums(keys)
+	if err != nil {
+		return err
+	}
+	_, err = e.Exec(ctx, `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
+		done AS (DELETE FROM syncer_changes c USING b
+			WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version)
+		DELETE FROM syncer_source_failures f USING b
+			WHERE f.source = $1 AND f.key = b.key COLLATE "C" AND f.version <= b.version`,
+		src.Name, nums, keys, versions)
+	if err != nil {
+		return fmt.Errorf("sources: source %s: mark synced: %w", src.Name, err)
+	}
+	return nil
+}
+
+// MarkFailed records that the third party rejected keys at versions, with
+// its error texts: the failure is kept, and the changes up to those
+// versions are deleted, so the key is not sent again until a later change
+// (which makes it pending at a higher version) or RetryFailed.
+func MarkFailed(ctx context.Context, e Execer, src *Source, keys []string, versions []int64, errs []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	nums, err := src.nums(keys)
+	if err != nil {
+		return err
+	}
+	_, err = e.Exec(ctx, `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[]) AS b(num, key, version, error)),
+		done AS (DELETE FROM syncer_changes c USING b
+			WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version)
+		INSERT INTO syncer_source_failures AS f (source, key, num, version, error)
+			SELECT $1, b.key, b.num, b.version, b.error FROM b
+		ON CONFLICT (source, key) DO UPDATE SET num = excluded.num, version = excluded.version,
+			error = excluded.error, failed_at = now()
+			WHERE f.version <= excluded.version`,
+		src.Name, nums, keys, versions, errs)
+	if err != nil {
+		return fmt.Errorf("sources: source %s: mark failed: %w", src.Name, err)
+	}
+	return nil
+}
+
+// RetryFailed makes every failed key of the source pending again, at a new
+// (higher) version, and returns how many. The new version gives the batch
+// a new body, so it never reuses the Idempotency-Key the third party
+// rejected.
+func RetryFailed(ctx context.Context, e Execer, src string) (int64, error) {
+	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 RETURNING num, key)
+		INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, num, key, false FROM f ORDER BY num, key`, src)
+	if err != nil {
+		return 0, fmt.Errorf("sources: source %s: retry failed: %w", src, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// AnyPending reports whether the source has a pending change. It only
+// touches the change log's index, so it is cheap enough to poll.
+func AnyPending(ctx context.Context, q Querier, src string) (bool, error) {
+	var ok bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_changes WHERE source = $1)`, src).Scan(&ok); err != nil {
+		return false, fmt.Errorf("sources: source %s: any pending: %w", src, err)
+	}
+	return ok, nil
+}

@@ -1,0 +1,117 @@
+package sources
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Stat is one source's state, for status and metrics. It is read from
+// syncer's tables alone, never from the application's.
+type Stat struct {
+	Name        string
+	Destination string
+	// Table is schema.table.
+	Table string
+	// PendingKeys counts keys with a change not yet accepted or rejected.
+	PendingKeys int64
+	// FailedKeys counts keys whose last version sent was rejected and that
+	// have not changed since.
+	FailedKeys int64
+	// OldestPending is the age of the oldest pending change; 0 when none.
+	OldestPending time.Duration
+	// Snapshot is the snapshot's state.
+	Snapshot SnapshotState
+	// SnapshotRows counts the rows the snapshot logged so far.
+	SnapshotRows int64
+	// SnapshotTotal estimates the rows it will log, from the table's
+	// statistics at its start (0 when unknown); once done, the rows logged.
+	SnapshotTotal int64
+	// Error says why the daemon stopped exporting the source; empty while
+	// it exports.
+	Error string
+}
+
+// SnapshotPercent is the snapshot's progress from 0 to 100, or -1 when
+// it has not started or its size is unknown.
+func (s Stat) SnapshotPercent() float64 {
+	switch {
+	case s.Snapshot == SnapshotDone || s.Snapshot == SnapshotSkipped:
+		return 100
+	case s.SnapshotTotal <= 0:
+		return -1
+	}
+	return min(100, 100*float64(s.SnapshotRows)/float64(s.SnapshotTotal))
+}
+
+// Stats returns every installed source's state, by name. It counts the
+// pending changes of each source from the change log's index.
+func Stats(ctx context.Context, q Querier) ([]Stat, error) {
+	rows, err := q.Query(ctx, `SELECT s.name, s.destination, s.schema_name || '.' || s.table_name,
+			p.keys, COALESCE(EXTRACT(EPOCH FROM now() - p.oldest), 0)::float8,
+			(SELECT count(*) FROM syncer_source_failures f WHERE f.source = s.name
+				AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)),
+			s.snapshot_state, s.snapshot_rows, s.snapshot_total, COALESCE(s.error, '')
+		FROM syncer_sources s
+		CROSS JOIN LATERAL (SELECT count(*) AS keys, min(k.first) AS oldest
+			FROM (SELECT min(c.changed_at) AS first FROM syncer_changes c WHERE c.source = s.name GROUP BY c.num, c.key) k) p
+		ORDER BY s.name`)
+	if err != nil {
+		return nil, fmt.Errorf("sources: stats: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stat, error) {
+		var s Stat
+		var age float64
+		err := r.Scan(&s.Name, &s.Destination, &s.Table, &s.PendingKeys, &age, &s.FailedKeys, &s.Snapshot, &s.SnapshotRows, &s.SnapshotTotal, &s.Error)
+		s.OldestPending = time.Duration(age * float64(time.Second))
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sources: stats: %w", err)
+	}
+	return out, nil
+}
+
+// Failure is one failed key, for status.
+type Failure struct {
+	Key      string
+	Version  int64
+	FailedAt time.Time
+	Error    string
+}
+
+// RecentFailures returns the source's most recently failed keys that have
+// not changed since.
+func RecentFailures(ctx context.Context, q Querier, src string, limit int) ([]Failure, error) {
+	rows, err := q.Query(ctx, `SELECT f.key, f.version, f.failed_at, f.error FROM syncer_source_failures f
+		WHERE f.source = $1
+			AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)
+		ORDER BY f.failed_at DESC, f.key DESC LIMIT $2`, src, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: failures: %w", src, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Failure, error) {
+		var f Failure
+		err := r.Scan(&f.Key, &f.Version, &f.FailedAt, &f.Error)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: failures: %w", src, err)
+	}
+	return out, nil
+}
+
+// SetError records why the daemon stopped exporting a source (a schema
+// change), for status; an empty text clears it. Nothing is written when
+// the text is already the one recorded, so a source that exports costs no
+// write per run.
+func SetError(ctx context.Context, e Execer, src, text string) error {
+	_, err := e.Exec(ctx, `UPDATE syncer_sources SET error = NULLIF($2, ''), error_at = CASE WHEN $2 = '' THEN NULL ELSE now() END
+		WHERE name = $1 AND COALESCE(error, '') <> $2`, src, text)
+	if err != nil {
+		return fmt.Errorf("sources: source %s: record error: %w", src, err)
+	}
+	return nil
+}
