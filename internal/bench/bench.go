@@ -34,6 +34,7 @@ const (
 	ScenarioSlowAPI        = "slow-api"
 	ScenarioUnknownLimit   = "unknown-limit"
 	ScenarioQuota          = "quota"
+	ScenarioSources        = "sources"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -41,6 +42,7 @@ var Scenarios = []string{
 	ScenarioDrain, ScenarioLatency, ScenarioWriterOverhead,
 	ScenarioMemory, ScenarioMemoryLimit, ScenarioJobEconomy, ScenarioRecipe,
 	ScenarioDeletes, ScenarioSlowAPI, ScenarioUnknownLimit, ScenarioQuota,
+	ScenarioSources,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -56,6 +58,7 @@ var rowNames = map[string][]string{
 	ScenarioSlowAPI:        {"slow API"},
 	ScenarioUnknownLimit:   {"unknown limit"},
 	ScenarioQuota:          {"advertised quota"},
+	ScenarioSources:        {"source writers", "source drain", "two sources"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -243,6 +246,7 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioSlowAPI, r.slowAPI},
 		{ScenarioUnknownLimit, r.unknownLimit},
 		{ScenarioQuota, r.advertisedQuota},
+		{ScenarioSources, r.sourcesScenario},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {
