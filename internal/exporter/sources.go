@@ -96,9 +96,24 @@ func (e *Exporter) workSource(ctx context.Context, s *Source) error {
 			e.logger.WarnContext(ctx, "exporter: release the source's lock", slog.String("source", s.Source.Name), slog.String("error", err.Error()))
 		}
 	}()
+	// The destination's limits are kept by this process's deliverer: while
+	// it pushes, no other daemon may push to the same destination (a source
+	// of the same destination on another daemon snoozes, never waits).
+	dk, err := e.locker.TryAcquire(ctx, locks.DestinationKey(e.cfg.Schema, s.Source.Destination))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := dk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locks.ErrLockLost) {
+			e.logger.WarnContext(ctx, "exporter: release the destination's lock", slog.String("destination", s.Source.Destination), slog.String("error", err.Error()))
+		}
+	}()
 	lctx, cancel := lk.Context(ctx)
 	defer cancel()
-	return lockCause(lk, e.drainSource(lctx, lk, s))
+	dctx, dcancel := dk.Context(lctx)
+	defer dcancel()
+	err = e.drainSource(dctx, lk, s)
+	return lockCause(lk, lockCause(dk, err))
 }
 
 // configSource is what a pass of a configured source reads and where it

@@ -96,6 +96,14 @@ func SourceExportKey(schema, name string) int64 {
 	return Key(Namespace, "export:"+schema+":source:"+name)
 }
 
+// DestinationKey is the key of the lock a daemon holds while it pushes to
+// configured destination name of the installation in schema: one pusher at
+// a time per destination, across daemons, so the destination's rate limit
+// and requests in flight hold however many daemons share its sources.
+func DestinationKey(schema, name string) int64 {
+	return Key(Namespace, "push:"+schema+":destination:"+name)
+}
+
 // RelayKey is the key of the transaction-level lock that serialises the
 // outbox relays of the installation in schema.
 func RelayKey(schema string) int64 { return Key(Namespace, "relay:"+schema) }
