@@ -276,6 +276,7 @@ func TestSourcesTwoDaemonsShareThreeSources(t *testing.T) {
 	cfg := sourcesConfig(t, fmt.Sprintf(`destinations:
   one:
     url: %s
+    max_in_flight: 2
 sources:
   - {table: a, key: id, destination: one, batch_size: 7}
   - {table: b, key: id, destination: one, batch_size: 7}
@@ -305,6 +306,7 @@ sources:
 	ids := byID(dest.fake)
 	require.Len(t, ids, 60)
 	requireOnceInOrder(t, dest.fake)
+	require.LessOrEqual(t, dest.fake.Stats().MaxInFlight, int64(2), "one destination's requests in flight hold across the two daemons")
 	require.Zero(t, dest.fake.Stats().DuplicatesSameKey+dest.fake.Stats().DuplicatesOtherKey)
 	for _, tbl := range []string{"a", "b", "c"} {
 		for i := range 20 {
