@@ -459,24 +459,24 @@ func (s *Server) LatestText() map[string]int64 {
 	return out
 }
 
-// gate is what the checks before reading the body decided.
-type gate int
+// answerKind is what the checks before reading the body decided.
+type answerKind int
 
 const (
-	gatePass gate = iota
-	gateOutage
-	gateAuth
-	gateRateLimited
-	gateFailure
-	gateHang
-	gateRedirect
-	gateBare
-	gateOverQuota
+	answerPass answerKind = iota
+	answerOutage
+	answerAuth
+	answerRateLimited
+	answerFailure
+	answerHang
+	answerRedirect
+	answerBare
+	answerOverQuota
 )
 
-// verdict is what gateLocked decided, with the quota to announce.
+// verdict is what checkLocked decided, with the quota to announce.
 type verdict struct {
-	gate  gate
+	kind  answerKind
 	wait  time.Duration
 	quota *quotaView // nil without Config.Quota
 }
@@ -550,33 +550,33 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	now := s.now()
-	v := s.gateLocked(cfg, r, now)
+	v := s.checkLocked(cfg, r, now)
 	s.mu.Unlock()
-	if v.quota != nil && v.gate != gateRedirect && v.gate != gateBare {
+	if v.quota != nil && v.kind != answerRedirect && v.kind != answerBare {
 		setQuota(w.Header(), cfg, now, v.quota)
 	}
 
-	switch v.gate {
-	case gateRedirect:
+	switch v.kind {
+	case answerRedirect:
 		w.Header().Set("Location", cmp.Or(cfg.RedirectLocation, RedirectLocationDefault))
 		s.refuse(w, &rec, cfg.Redirect, "moved")
 		return
-	case gateOutage:
+	case answerOutage:
 		s.setRetryAfter(w, cfg, now, v.wait)
 		s.refuse(w, &rec, http.StatusServiceUnavailable, "outage")
 		return
-	case gateAuth:
+	case answerAuth:
 		s.refuse(w, &rec, http.StatusUnauthorized, "missing or wrong bearer token")
 		return
-	case gateBare:
+	case answerBare:
 		rec.Status = http.StatusTooManyRequests
 		s.record(rec)
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
-	case gateOverQuota:
+	case answerOverQuota:
 		s.refuse(w, &rec, http.StatusTooManyRequests, "quota exhausted")
 		return
-	case gateRateLimited:
+	case answerRateLimited:
 		wait := v.wait
 		if cfg.RetryAfter > 0 {
 			wait = cfg.RetryAfter
@@ -584,10 +584,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.setRetryAfter(w, cfg, now, wait)
 		s.refuse(w, &rec, http.StatusTooManyRequests, "rate limit exceeded")
 		return
-	case gateFailure:
+	case answerFailure:
 		s.refuse(w, &rec, cmp.Or(cfg.FailureStatus, FailureStatusDefault), "injected failure")
 		return
-	case gateHang:
+	case answerHang:
 		s.wait(r, 0)
 		s.abandon(rec) // does not return
 	}
@@ -762,32 +762,32 @@ func (s *Server) acceptLocked(p pair, deleted bool, key string, reqIndex int32) 
 	s.pairKeys[p] = append(s.pairKeys[p], key)
 }
 
-// gateLocked runs the checks that need no body, in the order a real API
+// checkLocked runs the checks that need no body, in the order a real API
 // would: a redirecting front, availability, credentials, rates and quota,
 // then the injected faults. The quota is computed for every answer, but
 // only a request that passes the checks before it uses one up.
-func (s *Server) gateLocked(cfg Config, r *http.Request, now time.Time) verdict {
+func (s *Server) checkLocked(cfg Config, r *http.Request, now time.Time) verdict {
 	v := verdict{quota: s.quotaLocked(cfg, now)}
 	if cfg.Redirect != 0 {
-		v.gate = gateRedirect
+		v.kind = answerRedirect
 		return v
 	}
 	if now.Before(s.outageUntil) {
-		v.gate, v.wait = gateOutage, s.outageUntil.Sub(now)
+		v.kind, v.wait = answerOutage, s.outageUntil.Sub(now)
 		return v
 	}
 	if cfg.Token != "" && r.Header.Get("Authorization") != "Bearer "+cfg.Token {
-		v.gate = gateAuth
+		v.kind = answerAuth
 		return v
 	}
 	if s.bare != nil && !s.bare.AllowN(now, 1) {
-		v.gate = gateBare
+		v.kind = answerBare
 		return v
 	}
 	if v.quota != nil {
 		if v.quota.remaining == 0 {
 			s.stats.OverQuota++
-			v.gate = gateOverQuota
+			v.kind = answerOverQuota
 			return v
 		}
 		s.quotaUsed++
@@ -798,16 +798,16 @@ func (s *Server) gateLocked(cfg Config, r *http.Request, now time.Time) verdict 
 		if delay := res.DelayFrom(now); !res.OK() || delay > 0 {
 			// A refused request must not use up the tokens of later ones.
 			res.CancelAt(now)
-			v.gate, v.wait = gateRateLimited, delay
+			v.kind, v.wait = answerRateLimited, delay
 			return v
 		}
 	}
 	if cfg.FailureRate > 0 && s.rng.Float64() < cfg.FailureRate {
-		v.gate = gateFailure
+		v.kind = answerFailure
 		return v
 	}
 	if cfg.TimeoutRate > 0 && s.rng.Float64() < cfg.TimeoutRate {
-		v.gate = gateHang
+		v.kind = answerHang
 	}
 	return v
 }
