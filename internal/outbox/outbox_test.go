@@ -26,13 +26,8 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	dsn, schema := dbtest.NewSchema(t)
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
+	ts := dbtest.NewMigrated(t)
+	pool, schema := ts.Pool, ts.Name
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
 	require.NoError(t, err)
 	b := &bundle{pool: pool}

@@ -15,7 +15,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 type bundle struct {
@@ -26,14 +25,8 @@ type bundle struct {
 // setup returns a migrated schema of its own.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	dsn, schema := dbtest.NewSchema(t)
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
-	return &bundle{pool: pool, schema: schema}
+	ts := dbtest.NewMigrated(t)
+	return &bundle{pool: ts.Pool, schema: ts.Name}
 }
 
 func (b *bundle) exec(t *testing.T, sql string, args ...any) {
