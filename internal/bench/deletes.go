@@ -120,12 +120,17 @@ func (r *runner) syncerTombstoneDrainRate(ctx context.Context, n int) (float64, 
 	wctx, cancel := context.WithTimeout(ctx, drainLimit(n))
 	defer cancel()
 	for {
-		pending, err := resources.AnyPending(wctx, s.pool)
-		if err != nil {
-			return 0, fmt.Errorf("bench: wait for the tombstones (the fake accepted %d of %d): %w", f.Stats().ItemsAccepted, n, err)
-		}
-		if !pending && f.Stats().ItemsAccepted >= int64(n) {
-			break
+		// The fake's count first: asking the database while the daemon
+		// drains would take its time from the drain being measured (a
+		// pending check over 100,000 freshly deleted rows costs ~5 ms).
+		if f.Stats().ItemsAccepted >= int64(n) {
+			pending, err := resources.AnyPending(wctx, s.pool)
+			if err != nil {
+				return 0, fmt.Errorf("bench: wait for the tombstones (the fake accepted %d of %d): %w", f.Stats().ItemsAccepted, n, err)
+			}
+			if !pending {
+				break
+			}
 		}
 		select {
 		case <-wctx.Done():

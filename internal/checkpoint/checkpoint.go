@@ -124,13 +124,8 @@ func Record(ctx context.Context, db DB, name string, lastID int64, bs []Batch) (
 	if len(bs) == 0 {
 		return nil, nil
 	}
-	keys, salts, items, bodies := make([]string, len(bs)), make([]string, len(bs)), make([]int32, len(bs)), make([][]byte, len(bs))
-	for i, b := range bs {
-		keys[i], salts[i], items[i], bodies[i] = b.Key, b.Salt, int32(b.Items), s2.Encode(nil, b.Body)
-	}
-	rows, err := db.Query(ctx, `INSERT INTO syncer_batches (checkpoint, key, salt, items, body)
-		SELECT $1, k, s, n, b FROM unnest($2::text[], $3::text[], $4::int[], $5::bytea[]) WITH ORDINALITY AS u(k, s, n, b, o)
-		ORDER BY o RETURNING seq`, name, keys, salts, items, bodies)
+	args := recordArgs(name, bs)
+	rows, err := db.Query(ctx, recordSQL, args...)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: record %s: %w", name, err)
 	}
@@ -138,11 +133,54 @@ func Record(ctx context.Context, db DB, name string, lastID int64, bs []Batch) (
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: record %s: %w", name, err)
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, last_id) VALUES ($1, $2)
-		ON CONFLICT (name) DO UPDATE SET last_id = EXCLUDED.last_id, updated_at = now()`, name, lastID); err != nil {
+	if _, err := db.Exec(ctx, positionSQL, name, lastID); err != nil {
 		return nil, fmt.Errorf("checkpoint: position %s: %w", name, err)
 	}
 	return seqs, nil
+}
+
+// QueueRecord adds Record's statements to b, for a caller that sends them
+// with others in one round trip; the sequence numbers are stored in *seqs
+// when b's results are read.
+func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]int64) {
+	if len(bs) == 0 {
+		return
+	}
+	b.Queue(recordSQL, recordArgs(name, bs)...).Fn = func(br pgx.BatchResults) error {
+		rows, _ := br.Query()
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("checkpoint: record %s: %w", name, err)
+		}
+		*seqs = got
+		return nil
+	}
+	queueExec(b, "position "+name, positionSQL, name, lastID)
+}
+
+const recordSQL = `INSERT INTO syncer_batches (checkpoint, key, salt, items, body)
+	SELECT $1, k, s, n, b FROM unnest($2::text[], $3::text[], $4::int[], $5::bytea[]) WITH ORDINALITY AS u(k, s, n, b, o)
+	ORDER BY o RETURNING seq`
+
+const positionSQL = `INSERT INTO syncer_checkpoints AS c (name, last_id) VALUES ($1, $2)
+	ON CONFLICT (name) DO UPDATE SET last_id = EXCLUDED.last_id, updated_at = now()`
+
+func recordArgs(name string, bs []Batch) []any {
+	keys, salts, items, bodies := make([]string, len(bs)), make([]string, len(bs)), make([]int32, len(bs)), make([][]byte, len(bs))
+	for i, b := range bs {
+		keys[i], salts[i], items[i], bodies[i] = b.Key, b.Salt, int32(b.Items), s2.Encode(nil, b.Body)
+	}
+	return []any{name, keys, salts, items, bodies}
+}
+
+// queueExec adds a statement whose error is wrapped with what it did.
+func queueExec(b *pgx.Batch, what, sql string, args ...any) {
+	b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("checkpoint: %s: %w", what, err)
+		}
+		return nil
+	}
 }
 
 // SetPosition moves the named checkpoint's position back to lastID, when
@@ -159,11 +197,20 @@ func Forget(ctx context.Context, db DB, seqs []int64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	if _, err := db.Exec(ctx, `DELETE FROM syncer_batches WHERE seq = ANY($1)`, seqs); err != nil {
+	if _, err := db.Exec(ctx, forgetSQL, seqs); err != nil {
 		return fmt.Errorf("checkpoint: forget batches: %w", err)
 	}
 	return nil
 }
+
+// QueueForget adds Forget's statement to b.
+func QueueForget(b *pgx.Batch, seqs []int64) {
+	if len(seqs) > 0 {
+		queueExec(b, "forget batches", forgetSQL, seqs)
+	}
+}
+
+const forgetSQL = `DELETE FROM syncer_batches WHERE seq = ANY($1)`
 
 // Recorded returns every job's recorded batches in the order they were
 // recorded: batches of different jobs may hold the same rows, and must go
@@ -203,19 +250,24 @@ type Progress struct {
 
 // Advance adds marked batches' counts to the named checkpoint.
 func Advance(ctx context.Context, db DB, name string, p Progress) error {
-	_, err := db.Exec(ctx, `INSERT INTO syncer_checkpoints AS c (name, rows_done, batches_done, rows_failed)
-		VALUES ($1, $2, $3, $4)
-		ON CONFLICT (name) DO UPDATE SET
-			rows_done = c.rows_done + EXCLUDED.rows_done,
-			batches_done = c.batches_done + EXCLUDED.batches_done,
-			rows_failed = c.rows_failed + EXCLUDED.rows_failed,
-			updated_at = now()`,
-		name, p.Rows, p.Batches, p.Failed)
-	if err != nil {
+	if _, err := db.Exec(ctx, advanceSQL, name, p.Rows, p.Batches, p.Failed); err != nil {
 		return fmt.Errorf("checkpoint: advance %s: %w", name, err)
 	}
 	return nil
 }
+
+// QueueAdvance adds Advance's statement to b.
+func QueueAdvance(b *pgx.Batch, name string, p Progress) {
+	queueExec(b, "advance "+name, advanceSQL, name, p.Rows, p.Batches, p.Failed)
+}
+
+const advanceSQL = `INSERT INTO syncer_checkpoints AS c (name, rows_done, batches_done, rows_failed)
+	VALUES ($1, $2, $3, $4)
+	ON CONFLICT (name) DO UPDATE SET
+		rows_done = c.rows_done + EXCLUDED.rows_done,
+		batches_done = c.batches_done + EXCLUDED.batches_done,
+		rows_failed = c.rows_failed + EXCLUDED.rows_failed,
+		updated_at = now()`
 
 // Drop removes a job's checkpoint and recorded batches: a cancelled replay
 // sends nothing more.

@@ -331,24 +331,33 @@ type sink struct {
 	// for resources.
 	source, destination string
 	pusher              Pusher
-	mark                func(ctx context.Context, tx pgx.Tx, accepted, rejected []thirdparty.Item, errs []string) error
+	// mark queues the statements that write a group of outcomes, to be
+	// sent with the rest of the marker transaction in one round trip.
+	mark func(b *pgx.Batch, accepted, rejected []thirdparty.Item, errs []string) error
 }
 
 // rowsSink delivers to the resources' destination and marks resources.
 func (e *Exporter) rowsSink() *sink {
-	return &sink{pusher: e.pusher, mark: func(ctx context.Context, tx pgx.Tx, accepted, rejected []thirdparty.Item, errs []string) error {
-		var acc, rej resources.Versions
+	return &sink{pusher: e.pusher, mark: func(b *pgx.Batch, accepted, rejected []thirdparty.Item, errs []string) error {
+		var o resources.Outcomes
 		for _, it := range accepted {
-			acc.Add(it.ID, it.Version)
+			if it.Deleted {
+				o.SyncedTombstones.Add(it.ID, it.Version)
+			} else {
+				o.Synced.Add(it.ID, it.Version)
+			}
 		}
-		for _, it := range rejected {
-			rej.Add(it.ID, it.Version)
+		for i, it := range rejected {
+			if it.Deleted {
+				o.FailedTombstones.Add(it.ID, it.Version)
+				o.TombstoneErrs = append(o.TombstoneErrs, errs[i])
+			} else {
+				o.Failed.Add(it.ID, it.Version)
+				o.Errs = append(o.Errs, errs[i])
+			}
 		}
-		if _, err := resources.MarkSynced(ctx, tx, acc); err != nil {
-			return err
-		}
-		_, err := resources.MarkFailed(ctx, tx, rej, errs)
-		return err
+		resources.QueueMarks(b, o)
+		return nil
 	}}
 }
 

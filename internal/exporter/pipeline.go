@@ -395,8 +395,9 @@ func hasUnrecorded(queue []*batch) bool {
 
 // mark writes, in one transaction on the lock's connection, the outcomes of
 // answered batches, forgets their records, and records batches about to be
-// sent. It runs even when the job is being cancelled: what the third party
-// accepted must be recorded.
+// sent. The statements go in one batch (see Lock.WithBatch): the marker is
+// the pipeline's one serial stage. It runs even when the job is being
+// cancelled: what the third party accepted must be recorded.
 func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked {
 	res := marked{marks: answered, records: records}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
@@ -430,20 +431,16 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 			g.seqs = append(g.seqs, b.seq)
 		}
 	}
-	err := p.lk.WithTx(mctx, func(tx pgx.Tx) error {
+	err := p.lk.WithBatch(mctx, func(qb *pgx.Batch) error {
 		for _, name := range order {
 			g := byName[name]
-			if err := p.sink.mark(mctx, tx, g.acc, g.rej, g.errs); err != nil {
+			if err := p.sink.mark(qb, g.acc, g.rej, g.errs); err != nil {
 				return err
 			}
-			if err := checkpoint.Forget(mctx, tx, g.seqs); err != nil {
-				return err
-			}
-			if err := checkpoint.Advance(mctx, tx, name, checkpoint.Progress{
+			checkpoint.QueueForget(qb, g.seqs)
+			checkpoint.QueueAdvance(qb, name, checkpoint.Progress{
 				Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches,
-			}); err != nil {
-				return err
-			}
+			})
 		}
 		if len(records) == 0 {
 			return nil
@@ -453,9 +450,8 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 		for i, b := range records {
 			recs[i] = b.record()
 		}
-		seqs, err := checkpoint.Record(mctx, tx, records[0].name, records[len(records)-1].lastID, recs)
-		res.seqs = seqs
-		return err
+		checkpoint.QueueRecord(qb, records[0].name, records[len(records)-1].lastID, recs, &res.seqs)
+		return nil
 	})
 	if err != nil {
 		res.err = fmt.Errorf("exporter: mark batches: %w", err)

@@ -130,13 +130,10 @@ func (e *Exporter) configSource(s *Source) source {
 			}
 			return sources.Pending(ctx, e.pool, src, *afterKey, false, lim)
 		},
-		sink: &sink{source: src.Name, destination: src.Destination, pusher: s.Pusher, mark: func(ctx context.Context, tx pgx.Tx, accepted, rejected []thirdparty.Item, errs []string) error {
+		sink: &sink{source: src.Name, destination: src.Destination, pusher: s.Pusher, mark: func(b *pgx.Batch, accepted, rejected []thirdparty.Item, errs []string) error {
 			keys, versions := wire(accepted)
-			if err := sources.MarkSynced(ctx, tx, src, keys, versions); err != nil {
-				return err
-			}
-			keys, versions = wire(rejected)
-			return sources.MarkFailed(ctx, tx, src, keys, versions, errs)
+			rkeys, rversions := wire(rejected)
+			return sources.QueueMarks(b, src, keys, versions, rkeys, rversions, errs)
 		}},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -556,4 +557,81 @@ func TestKeysOfSyncer(t *testing.T) {
 	require.NotEqual(t, locks.SourceExportKey("s", "a"), locks.SourceExportKey("s", "b"))
 	require.Equal(t, "syncermg", string([]byte{0x73, 0x79, 0x6e, 0x63, 0x65, 0x72, 0x6d, 0x67}))
 	require.Equal(t, int64(0x73796e6365726d67), locks.MigrateKey)
+}
+
+func queueMark(id int) func(*pgx.Batch) error {
+	return func(qb *pgx.Batch) error {
+		qb.Queue("INSERT INTO marks (id) VALUES ($1)", id)
+		return nil
+	}
+}
+
+func TestWithBatchCommitsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+
+	var got int
+	require.NoError(t, lk.WithBatch(ctx, func(qb *pgx.Batch) error {
+		qb.Queue("INSERT INTO marks (id) VALUES (1), (2)")
+		qb.Queue("SELECT count(*) FROM marks").QueryRow(func(r pgx.Row) error { return r.Scan(&got) })
+		return nil
+	}))
+	require.Equal(t, 2, got, "callbacks see the batch's own writes")
+	require.Equal(t, 2, b.markCount(t))
+
+	// A failing statement rolls back the ones before it and keeps the lock.
+	err := lk.WithBatch(ctx, func(qb *pgx.Batch) error {
+		qb.Queue("INSERT INTO marks (id) VALUES (3)")
+		qb.Queue("INSERT INTO marks (id) VALUES (1)") // duplicate key
+		return nil
+	})
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code)
+	require.NoError(t, lk.Err())
+	require.Equal(t, 2, b.markCount(t))
+
+	// So does a failing callback, and an error while queueing sends nothing.
+	errBoom := errors.New("boom")
+	err = lk.WithBatch(ctx, func(qb *pgx.Batch) error {
+		qb.Queue("INSERT INTO marks (id) VALUES (4)").Exec(func(pgconn.CommandTag) error { return errBoom })
+		return nil
+	})
+	require.ErrorIs(t, err, errBoom)
+	require.ErrorIs(t, lk.WithBatch(ctx, func(*pgx.Batch) error { return errBoom }), errBoom)
+	require.NoError(t, lk.Err())
+	require.Equal(t, 2, b.markCount(t))
+
+	// The session is clean afterwards: the next batch commits.
+	require.NoError(t, lk.WithBatch(ctx, queueMark(5)))
+	require.Equal(t, 3, b.markCount(t))
+}
+
+func TestWithBatchNoticesLoss(t *testing.T) {
+	t.Parallel()
+	t.Run("vanished", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, &locks.Config{CheckInterval: time.Hour})
+		ctx := context.Background()
+		lk := b.tryAcquire(t, b.locker)
+		require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SELECT pg_advisory_unlock($1)", b.key)
+			return err
+		}))
+		require.ErrorIs(t, lk.WithBatch(ctx, queueMark(1)), locks.ErrLockLost)
+		waitDone(t, lk, time.Second)
+		require.Equal(t, 0, b.markCount(t), "a batch behind a failed check commits nothing")
+	})
+	t.Run("terminated", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, &locks.Config{CheckInterval: time.Hour})
+		ctx := context.Background()
+		lk := b.tryAcquire(t, b.locker)
+		b.terminate(t, lk.PID())
+		require.ErrorIs(t, lk.WithBatch(ctx, queueMark(1)), locks.ErrLockLost)
+		waitDone(t, lk, time.Second)
+		require.Equal(t, 0, b.markCount(t))
+	})
 }

@@ -311,18 +311,63 @@ func mark(ctx context.Context, db DB, set string, v Versions, extra ...any) (int
 		return 0, nil
 	}
 	var n int64
-	err := db.QueryRow(ctx, `WITH b AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS b(id, version, err)),
-		r AS (UPDATE resources r SET `+set+` FROM b WHERE r.id = b.id AND r.version = b.version RETURNING 1),
-		t AS (UPDATE syncer_tombstones r SET `+set+` FROM b WHERE r.id = b.id AND r.version = b.version RETURNING 1)
-		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM t)`, append([]any{v.IDs, v.Versions}, extra...)...).Scan(&n)
+	err := db.QueryRow(ctx, markSQL(set), append([]any{v.IDs, v.Versions}, extra...)...).Scan(&n)
 	return n, err
+}
+
+func markSQL(set string) string {
+	return `WITH b AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS b(id, version, err)),
+		r AS (UPDATE resources r SET ` + set + ` FROM b WHERE r.id = b.id AND r.version = b.version RETURNING 1),
+		t AS (UPDATE syncer_tombstones r SET ` + set + ` FROM b WHERE r.id = b.id AND r.version = b.version RETURNING 1)
+		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM t)`
+}
+
+const (
+	setSynced = `synced_at = now(), failed_at = NULL, sync_error = NULL`
+	setFailed = `failed_at = now(), sync_error = b.err`
+)
+
+// Outcomes are a batch's answers, to be marked: the versions the third
+// party accepted and rejected (with its error texts, one per version), of
+// rows and of tombstones apart. A row's version and a tombstone's never
+// match each other's table (an id that comes back goes on above its
+// tombstone), so each statement touches only its own table: a batch of
+// tombstones probing resources for each id once cost a third of its mark.
+type Outcomes struct {
+	Synced, SyncedTombstones Versions
+	Failed, FailedTombstones Versions
+	Errs, TombstoneErrs      []string
+}
+
+// QueueMarks adds to b the statements that mark o (as MarkSynced and
+// MarkFailed do), for a caller that sends them with other statements in
+// one round trip.
+func QueueMarks(b *pgx.Batch, o Outcomes) {
+	queueMark(b, "mark synced", "resources", setSynced, o.Synced, nil)
+	queueMark(b, "mark synced", "syncer_tombstones", setSynced, o.SyncedTombstones, nil)
+	queueMark(b, "mark failed", "resources", setFailed, o.Failed, o.Errs)
+	queueMark(b, "mark failed", "syncer_tombstones", setFailed, o.FailedTombstones, o.TombstoneErrs)
+}
+
+func queueMark(b *pgx.Batch, what, table, set string, v Versions, errs []string) {
+	if v.Len() == 0 {
+		return
+	}
+	b.Queue(`UPDATE `+table+` r SET `+set+`
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS b(id, version, err)
+		WHERE r.id = b.id AND r.version = b.version`, v.IDs, v.Versions, errs).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("resources: %s: %w", what, err)
+		}
+		return nil
+	}
 }
 
 // MarkSynced marks exactly the given versions of rows and tombstones as
 // accepted by the third party and returns how many it marked; a row whose
 // version has moved on is left pending.
 func MarkSynced(ctx context.Context, db DB, v Versions) (int64, error) {
-	n, err := mark(ctx, db, `synced_at = now(), failed_at = NULL, sync_error = NULL`, v, []string(nil))
+	n, err := mark(ctx, db, setSynced, v, []string(nil))
 	if err != nil {
 		return 0, fmt.Errorf("resources: mark synced: %w", err)
 	}
@@ -334,7 +379,7 @@ func MarkSynced(ctx context.Context, db DB, v Versions) (int64, error) {
 // until the row changes (is deleted, for a row; comes back, for a
 // tombstone) or RetryFailed clears them.
 func MarkFailed(ctx context.Context, db DB, v Versions, errs []string) (int64, error) {
-	n, err := mark(ctx, db, `failed_at = now(), sync_error = b.err`, v, errs)
+	n, err := mark(ctx, db, setFailed, v, errs)
 	if err != nil {
 		return 0, fmt.Errorf("resources: mark failed: %w", err)
 	}

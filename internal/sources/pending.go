@@ -243,12 +243,7 @@ func MarkSynced(ctx context.Context, e Execer, src *Source, keys []string, versi
 	if err != nil {
 		return err
 	}
-	_, err = e.Exec(ctx, `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
-		done AS (DELETE FROM syncer_changes c USING b
-			WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version)
-		DELETE FROM syncer_source_failures f USING b
-			WHERE f.source = $1 AND f.key = b.key COLLATE "C" AND f.version <= b.version`,
-		src.Name, nums, keys, versions)
+	_, err = e.Exec(ctx, markSyncedSQL, src.Name, nums, keys, versions)
 	if err != nil {
 		return fmt.Errorf("sources: source %s: mark synced: %w", src.Name, err)
 	}
@@ -267,17 +262,51 @@ func MarkFailed(ctx context.Context, e Execer, src *Source, keys []string, versi
 	if err != nil {
 		return err
 	}
-	_, err = e.Exec(ctx, `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[]) AS b(num, key, version, error)),
-		done AS (DELETE FROM syncer_changes c USING b
-			WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version)
-		INSERT INTO syncer_source_failures AS f (source, key, num, version, error)
-			SELECT $1, b.key, b.num, b.version, b.error FROM b
-		ON CONFLICT (source, key) DO UPDATE SET num = excluded.num, version = excluded.version,
-			error = excluded.error, failed_at = now()
-			WHERE f.version <= excluded.version`,
-		src.Name, nums, keys, versions, errs)
+	_, err = e.Exec(ctx, markFailedSQL, src.Name, nums, keys, versions, errs)
 	if err != nil {
 		return fmt.Errorf("sources: source %s: mark failed: %w", src.Name, err)
+	}
+	return nil
+}
+
+const markSyncedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
+	done AS (DELETE FROM syncer_changes c USING b
+		WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version)
+	DELETE FROM syncer_source_failures f USING b
+		WHERE f.source = $1 AND f.key = b.key COLLATE "C" AND f.version <= b.version`
+
+const markFailedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[]) AS b(num, key, version, error)),
+	done AS (DELETE FROM syncer_changes c USING b
+		WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version)
+	INSERT INTO syncer_source_failures AS f (source, key, num, version, error)
+		SELECT $1, b.key, b.num, b.version, b.error FROM b
+	ON CONFLICT (source, key) DO UPDATE SET num = excluded.num, version = excluded.version,
+		error = excluded.error, failed_at = now()
+		WHERE f.version <= excluded.version`
+
+// QueueMarks adds to b the statements of MarkSynced (accepted) and
+// MarkFailed (rejected, with errs), for a caller that sends them with other
+// statements in one round trip.
+func QueueMarks(b *pgx.Batch, src *Source, accepted []string, acceptedVersions []int64, rejected []string, rejectedVersions []int64, errs []string) error {
+	if err := queueMark(b, src, "mark synced", markSyncedSQL, accepted, acceptedVersions); err != nil {
+		return err
+	}
+	return queueMark(b, src, "mark failed", markFailedSQL, rejected, rejectedVersions, errs)
+}
+
+func queueMark(b *pgx.Batch, src *Source, what, sql string, keys []string, versions []int64, extra ...any) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	nums, err := src.nums(keys)
+	if err != nil {
+		return err
+	}
+	b.Queue(sql, append([]any{src.Name, nums, keys, versions}, extra...)...).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("sources: source %s: %s: %w", src.Name, what, err)
+		}
+		return nil
 	}
 	return nil
 }
