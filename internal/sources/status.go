@@ -46,8 +46,20 @@ func (s Stat) SnapshotPercent() float64 {
 	return min(100, 100*float64(s.SnapshotRows)/float64(s.SnapshotTotal))
 }
 
+// StatsCountCap bounds how many pending keys Stats counts per source, and
+// StatsOldestScan how many of the first pending changes (in key order) the
+// oldest pending age is taken from: the daemon's gauges call Stats every few
+// seconds on every daemon, and reading each change of a large backlog for
+// its age took the server's time from the drain.
+const (
+	StatsCountCap   = 1_000_000
+	StatsOldestScan = 10_000
+)
+
 // Stats returns every installed source's state, by name. It counts the
-// pending changes of each source from the change log's index.
+// pending keys of each source from the change log's index (up to
+// StatsCountCap), and takes the oldest pending age from its first
+// StatsOldestScan changes.
 func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 	rows, err := q.Query(ctx, `SELECT s.name, s.destination, s.schema_name || '.' || s.table_name,
 			p.keys, COALESCE(EXTRACT(EPOCH FROM now() - p.oldest), 0)::float8,
@@ -55,9 +67,12 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 				AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)),
 			s.snapshot_state, s.snapshot_rows, s.snapshot_total, COALESCE(s.error, '')
 		FROM syncer_sources s
-		CROSS JOIN LATERAL (SELECT count(*) AS keys, min(k.first) AS oldest
-			FROM (SELECT min(c.changed_at) AS first FROM syncer_changes c WHERE c.source = s.name GROUP BY c.num, c.key) k) p
-		ORDER BY s.name`)
+		CROSS JOIN LATERAL (SELECT
+			(SELECT count(*) FROM (SELECT 1 FROM syncer_changes c WHERE c.source = s.name
+				GROUP BY c.num, c.key LIMIT $1) k) AS keys,
+			(SELECT min(o.changed_at) FROM (SELECT c.changed_at FROM syncer_changes c WHERE c.source = s.name
+				ORDER BY c.num, c.key LIMIT $2) o) AS oldest) p
+		ORDER BY s.name`, StatsCountCap, StatsOldestScan)
 	if err != nil {
 		return nil, fmt.Errorf("sources: stats: %w", err)
 	}
