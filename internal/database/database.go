@@ -7,6 +7,12 @@
 // machine and the process ("syncer run web-3:4711"), so whoever reads
 // pg_stat_activity (and `syncer status`, for the lock holder) can tell the
 // daemons apart.
+//
+// Its sessions run with jit off unless the URL sets it: every statement
+// syncer runs is short and index-driven, and a planner's estimate over a
+// table never analyzed (the sources' stats, 180 rows guessed for a table of
+// one) once made PostgreSQL spend 380 ms compiling a 10 ms query, every few
+// seconds, on every daemon.
 package database
 
 import (
@@ -132,6 +138,9 @@ func Open(ctx context.Context, rawURL, role string) (*pgxpool.Pool, error) {
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok && role != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName(role)
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault

@@ -71,3 +71,26 @@ func TestApplicationNameIsBoundedAndKeepsThePID(t *testing.T) {
 		require.False(t, ok, other)
 	}
 }
+
+func TestOpenTurnsJITOffUnlessTheURLSetsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tt := range []struct{ url, want string }{
+		{dbtest.URL(), "off"},
+		{dbtest.URL() + sep(dbtest.URL()) + "jit=on", "on"},
+	} {
+		pool, err := database.Open(ctx, tt.url, "syncer run")
+		require.NoError(t, err)
+		var jit string
+		require.NoError(t, pool.QueryRow(ctx, "SHOW jit").Scan(&jit))
+		pool.Close()
+		require.Equal(t, tt.want, jit, tt.url)
+	}
+}
+
+func sep(u string) string {
+	if strings.Contains(u, "?") {
+		return "&"
+	}
+	return "?"
+}

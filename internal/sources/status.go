@@ -68,8 +68,8 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 			s.snapshot_state, s.snapshot_rows, s.snapshot_total, COALESCE(s.error, '')
 		FROM syncer_sources s
 		CROSS JOIN LATERAL (SELECT
-			(SELECT count(*) FROM (SELECT 1 FROM syncer_changes c WHERE c.source = s.name
-				GROUP BY c.num, c.key LIMIT $1) k) AS keys,
+			(SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c WHERE c.source = s.name
+				ORDER BY c.num, c.key LIMIT $1) k) AS keys,
 			(SELECT min(o.changed_at) FROM (SELECT c.changed_at FROM syncer_changes c WHERE c.source = s.name
 				ORDER BY c.num, c.key LIMIT $2) o) AS oldest) p
 		ORDER BY s.name`, StatsCountCap, StatsOldestScan)
