@@ -269,7 +269,10 @@ sources:
 func TestSourcesTwoDaemonsShareThreeSources(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
-	dest := newDestination(t, fakethirdparty.Config{Latency: 5 * time.Millisecond})
+	// Answers slow enough, and batches many enough, that three sources on
+	// two daemons would overlap at the destination without its lock: each
+	// daemon alone keeps max_in_flight, two together would not.
+	dest := newDestination(t, fakethirdparty.Config{Latency: 40 * time.Millisecond})
 	for _, tbl := range []string{"a", "b", "c"} {
 		b.exec(t, fmt.Sprintf(`CREATE TABLE %s (id text PRIMARY KEY, v int)`, tbl))
 	}
@@ -289,8 +292,8 @@ sources:
 	var wg sync.WaitGroup
 	for _, tbl := range []string{"a", "b", "c"} {
 		wg.Go(func() {
-			for i := range 60 {
-				key := fmt.Sprintf("%s-%d", tbl, i%20)
+			for i := range 240 {
+				key := fmt.Sprintf("%s-%d", tbl, i%80)
 				_, err := b.pool.Exec(context.Background(),
 					fmt.Sprintf(`INSERT INTO %s VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET v = excluded.v`, tbl), key, i)
 				if err != nil {
@@ -304,18 +307,18 @@ sources:
 	b.waitSourcesDrained(t, "a", "b", "c")
 
 	ids := byID(dest.fake)
-	require.Len(t, ids, 60)
+	require.Len(t, ids, 240)
 	requireOnceInOrder(t, dest.fake)
 	require.LessOrEqual(t, dest.fake.Stats().MaxInFlight, int64(2), "one destination's requests in flight hold across the two daemons")
 	require.Zero(t, dest.fake.Stats().DuplicatesSameKey+dest.fake.Stats().DuplicatesOtherKey)
 	for _, tbl := range []string{"a", "b", "c"} {
-		for i := range 20 {
+		for i := range 80 {
 			id := fmt.Sprintf("%s-%d", tbl, i)
 			require.NotEmpty(t, ids[id], id)
 		}
 	}
 	payloads := dest.payloads(t)
-	require.JSONEq(t, `{"id": "b-19", "v": 59}`, string(payloads["b-19"]))
+	require.JSONEq(t, `{"id": "b-79", "v": 239}`, string(payloads["b-79"]))
 }
 
 // A configured column dropped from its table stops that source, loudly in
