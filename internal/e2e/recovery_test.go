@@ -199,7 +199,8 @@ func TestOutageOpensNoNewSessions(t *testing.T) {
 	t.Logf("outage of %s with 3 daemons: %d sessions at its start, %d distinct sessions seen during it", outage, first, len(seen))
 	// Two standby daemons try the lock every 50 ms: about 500 tries in the
 	// window. A session a try would be hundreds; the pools' own churn is a
-	// few.
-	require.LessOrEqual(t, len(seen)-first, 10, "sessions stay flat across an outage")
+	// few (1-2 alone, 11 once in a full parallel -race run, where slower
+	// queries overlap more and the pools open sessions to match).
+	require.LessOrEqual(t, len(seen)-first, 30, "sessions stay flat across an outage")
 	b.waitDrained(t, time.Minute)
 }
