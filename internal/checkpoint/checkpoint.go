@@ -115,38 +115,21 @@ func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 	return cp, nil
 }
 
-// Record records batches about to be pushed, in order, and moves the
-// checkpoint's position to lastID, the last row of the last of them. It
-// returns the batches' sequence numbers. Run it in the export lock's
-// transaction.
-func Record(ctx context.Context, db DB, name string, lastID int64, bs []Batch) ([]int64, error) {
-	// bs[i].Name is ignored: a call records one checkpoint's batches.
-	if len(bs) == 0 {
-		return nil, nil
-	}
-	args := recordArgs(name, bs)
-	rows, err := db.Query(ctx, recordSQL, args...)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: record %s: %w", name, err)
-	}
-	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: record %s: %w", name, err)
-	}
-	if _, err := db.Exec(ctx, positionSQL, name, lastID); err != nil {
-		return nil, fmt.Errorf("checkpoint: position %s: %w", name, err)
-	}
-	return seqs, nil
-}
-
-// QueueRecord adds Record's statements to b, for a caller that sends them
-// with others in one round trip; the sequence numbers are stored in *seqs
-// when b's results are read.
+// QueueRecord adds to b the statements that record batches about to be
+// pushed, in order, and move the checkpoint's position to lastID, the last
+// row of the last of them; the batches' sequence numbers are stored in
+// *seqs when b's results are read. Send b on the export lock's session
+// (locks.Lock.WithBatch). bs[i].Name is ignored: a call records one
+// checkpoint's batches.
 func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]int64) {
 	if len(bs) == 0 {
 		return
 	}
-	b.Queue(recordSQL, recordArgs(name, bs)...).Fn = func(br pgx.BatchResults) error {
+	keys, salts, items, bodies := make([]string, len(bs)), make([]string, len(bs)), make([]int32, len(bs)), make([][]byte, len(bs))
+	for i, bt := range bs {
+		keys[i], salts[i], items[i], bodies[i] = bt.Key, bt.Salt, int32(bt.Items), s2.Encode(nil, bt.Body)
+	}
+	b.Queue(recordSQL, name, keys, salts, items, bodies).Fn = func(br pgx.BatchResults) error {
 		rows, _ := br.Query()
 		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
@@ -164,14 +147,6 @@ const recordSQL = `INSERT INTO syncer_batches (checkpoint, key, salt, items, bod
 
 const positionSQL = `INSERT INTO syncer_checkpoints AS c (name, last_id) VALUES ($1, $2)
 	ON CONFLICT (name) DO UPDATE SET last_id = EXCLUDED.last_id, updated_at = now()`
-
-func recordArgs(name string, bs []Batch) []any {
-	keys, salts, items, bodies := make([]string, len(bs)), make([]string, len(bs)), make([]int32, len(bs)), make([][]byte, len(bs))
-	for i, b := range bs {
-		keys[i], salts[i], items[i], bodies[i] = b.Key, b.Salt, int32(b.Items), s2.Encode(nil, b.Body)
-	}
-	return []any{name, keys, salts, items, bodies}
-}
 
 // queueExec adds a statement whose error is wrapped with what it did.
 func queueExec(b *pgx.Batch, what, sql string, args ...any) {
@@ -248,15 +223,8 @@ type Progress struct {
 	Batches int64
 }
 
-// Advance adds marked batches' counts to the named checkpoint.
-func Advance(ctx context.Context, db DB, name string, p Progress) error {
-	if _, err := db.Exec(ctx, advanceSQL, name, p.Rows, p.Batches, p.Failed); err != nil {
-		return fmt.Errorf("checkpoint: advance %s: %w", name, err)
-	}
-	return nil
-}
-
-// QueueAdvance adds Advance's statement to b.
+// QueueAdvance adds to b the statement that adds marked batches' counts to
+// the named checkpoint.
 func QueueAdvance(b *pgx.Batch, name string, p Progress) {
 	queueExec(b, "advance "+name, advanceSQL, name, p.Rows, p.Batches, p.Failed)
 }

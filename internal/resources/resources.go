@@ -296,30 +296,25 @@ func (v *Versions) Add(id, version int64) {
 // Len is the number of pairs.
 func (v *Versions) Len() int { return len(v.IDs) }
 
-// DB is what marks need: they count what they changed in one statement.
-// pgx.Tx, *pgx.Conn and *pgxpool.Pool fit.
+// DB is what marks and RetryFailed need. pgx.Tx, *pgx.Conn and
+// *pgxpool.Pool fit.
 type DB interface {
 	Execer
 	Querier
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// mark runs set on the rows and the tombstones of exactly the pairs of v, in
-// one statement, and returns how many it changed. A pair names a row or a
-// tombstone, never both: an id is in one table at a time.
-func mark(ctx context.Context, db DB, set string, v Versions, extra ...any) (int64, error) {
-	if v.Len() == 0 {
-		return 0, nil
-	}
+// mark runs set on the rows and the tombstones of exactly the pairs of v,
+// in one batch (one implicit transaction outside of one), and returns how
+// many it changed. A pair names a row or a tombstone, never both: an id is
+// in one table at a time.
+func mark(ctx context.Context, db DB, what, set string, v Versions, errs []string) (int64, error) {
 	var n int64
-	err := db.QueryRow(ctx, markSQL(set), append([]any{v.IDs, v.Versions}, extra...)...).Scan(&n)
+	b := &pgx.Batch{}
+	queueMark(b, what, "resources", set, v, errs, &n)
+	queueMark(b, what, "syncer_tombstones", set, v, errs, &n)
+	err := db.SendBatch(ctx, b).Close()
 	return n, err
-}
-
-func markSQL(set string) string {
-	return `WITH b AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS b(id, version, err)),
-		r AS (UPDATE resources r SET ` + set + ` FROM b WHERE r.id = b.id AND r.version = b.version RETURNING 1),
-		t AS (UPDATE syncer_tombstones r SET ` + set + ` FROM b WHERE r.id = b.id AND r.version = b.version RETURNING 1)
-		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM t)`
 }
 
 const (
@@ -340,24 +335,30 @@ type Outcomes struct {
 }
 
 // QueueMarks adds to b the statements that mark o (as MarkSynced and
-// MarkFailed do), for a caller that sends them with other statements in
-// one round trip.
+// MarkFailed do, but each on its own table), for a caller that sends them
+// with other statements in one round trip.
 func QueueMarks(b *pgx.Batch, o Outcomes) {
-	queueMark(b, "mark synced", "resources", setSynced, o.Synced, nil)
-	queueMark(b, "mark synced", "syncer_tombstones", setSynced, o.SyncedTombstones, nil)
-	queueMark(b, "mark failed", "resources", setFailed, o.Failed, o.Errs)
-	queueMark(b, "mark failed", "syncer_tombstones", setFailed, o.FailedTombstones, o.TombstoneErrs)
+	queueMark(b, "mark synced", "resources", setSynced, o.Synced, nil, nil)
+	queueMark(b, "mark synced", "syncer_tombstones", setSynced, o.SyncedTombstones, nil, nil)
+	queueMark(b, "mark failed", "resources", setFailed, o.Failed, o.Errs, nil)
+	queueMark(b, "mark failed", "syncer_tombstones", setFailed, o.FailedTombstones, o.TombstoneErrs, nil)
 }
 
-func queueMark(b *pgx.Batch, what, table, set string, v Versions, errs []string) {
+// queueMark adds the statement that runs set on table for exactly the
+// pairs of v, and adds the rows it changed to *n if n is not nil.
+func queueMark(b *pgx.Batch, what, table, set string, v Versions, errs []string, n *int64) {
 	if v.Len() == 0 {
 		return
 	}
 	b.Queue(`UPDATE `+table+` r SET `+set+`
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS b(id, version, err)
 		WHERE r.id = b.id AND r.version = b.version`, v.IDs, v.Versions, errs).Fn = func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
+		tag, err := br.Exec()
+		if err != nil {
 			return fmt.Errorf("resources: %s: %w", what, err)
+		}
+		if n != nil {
+			*n += tag.RowsAffected()
 		}
 		return nil
 	}
@@ -367,11 +368,7 @@ func queueMark(b *pgx.Batch, what, table, set string, v Versions, errs []string)
 // accepted by the third party and returns how many it marked; a row whose
 // version has moved on is left pending.
 func MarkSynced(ctx context.Context, db DB, v Versions) (int64, error) {
-	n, err := mark(ctx, db, setSynced, v, []string(nil))
-	if err != nil {
-		return 0, fmt.Errorf("resources: mark synced: %w", err)
-	}
-	return n, nil
+	return mark(ctx, db, "mark synced", setSynced, v, nil)
 }
 
 // MarkFailed records the given versions of rows and tombstones as
@@ -379,11 +376,7 @@ func MarkSynced(ctx context.Context, db DB, v Versions) (int64, error) {
 // until the row changes (is deleted, for a row; comes back, for a
 // tombstone) or RetryFailed clears them.
 func MarkFailed(ctx context.Context, db DB, v Versions, errs []string) (int64, error) {
-	n, err := mark(ctx, db, setFailed, v, errs)
-	if err != nil {
-		return 0, fmt.Errorf("resources: mark failed: %w", err)
-	}
-	return n, nil
+	return mark(ctx, db, "mark failed", setFailed, v, errs)
 }
 
 // RetryFailed makes failed rows and tombstones pending again: all of them

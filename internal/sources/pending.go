@@ -234,39 +234,30 @@ func (s *Source) diagnose(ctx context.Context, q Querier) *SchemaError {
 // deletes their changes up to those versions (and failures they
 // supersede). A change that arrived since is kept, so its key stays
 // pending at its higher version. Run it in the transaction that marks the
-// batch.
-func MarkSynced(ctx context.Context, e Execer, src *Source, keys []string, versions []int64) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	nums, err := src.nums(keys)
-	if err != nil {
-		return err
-	}
-	_, err = e.Exec(ctx, markSyncedSQL, src.Name, nums, keys, versions)
-	if err != nil {
-		return fmt.Errorf("sources: source %s: mark synced: %w", src.Name, err)
-	}
-	return nil
+// batch, or queue it there with QueueMarks.
+func MarkSynced(ctx context.Context, db BatchSender, src *Source, keys []string, versions []int64) error {
+	return send(ctx, db, func(b *pgx.Batch) error { return QueueMarks(b, src, keys, versions, nil, nil, nil) })
 }
 
 // MarkFailed records that the third party rejected keys at versions, with
 // its error texts: the failure is kept, and the changes up to those
 // versions are deleted, so the key is not sent again until a later change
 // (which makes it pending at a higher version) or RetryFailed.
-func MarkFailed(ctx context.Context, e Execer, src *Source, keys []string, versions []int64, errs []string) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	nums, err := src.nums(keys)
-	if err != nil {
+func MarkFailed(ctx context.Context, db BatchSender, src *Source, keys []string, versions []int64, errs []string) error {
+	return send(ctx, db, func(b *pgx.Batch) error { return QueueMarks(b, src, nil, nil, keys, versions, errs) })
+}
+
+// BatchSender sends a pgx.Batch: a transaction, a connection or a pool.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+func send(ctx context.Context, db BatchSender, queue func(*pgx.Batch) error) error {
+	b := &pgx.Batch{}
+	if err := queue(b); err != nil {
 		return err
 	}
-	_, err = e.Exec(ctx, markFailedSQL, src.Name, nums, keys, versions, errs)
-	if err != nil {
-		return fmt.Errorf("sources: source %s: mark failed: %w", src.Name, err)
-	}
-	return nil
+	return db.SendBatch(ctx, b).Close()
 }
 
 const markSyncedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
