@@ -126,19 +126,32 @@ func insertOrder(ctx context.Context, conn *pgxpool.Conn, i int64) (int64, error
 	return id, err
 }
 
+// ordersConfig writes a configuration whose one source is orders, to a
+// destination nobody answers (the scenarios that use it install the
+// source, or drain it with a fake of their own), and returns its path and
+// what removes it.
+func ordersConfig() (string, func(), error) {
+	dir, err := os.MkdirTemp("", "syncer-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	path, err := writeSourceConfig(dir, []benchSource{{table: "orders", destination: "api", url: "http://127.0.0.1:9"}})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return path, func() { os.RemoveAll(dir) }, nil
+}
+
 // sourceWriters: the writers on a table with a source's triggers, gate
 // shut, against the same table without them, alternating.
 func (r *runner) sourceWriters(ctx context.Context) (Row, error) {
 	dur, writers := r.sizes.OverheadFor, r.sizes.Writers
-	dir, err := os.MkdirTemp("", "syncer-bench-")
+	path, cleanup, err := ordersConfig()
 	if err != nil {
 		return Row{}, err
 	}
-	defer os.RemoveAll(dir)
-	path, err := writeSourceConfig(dir, []benchSource{{table: "orders", destination: "api", url: "http://127.0.0.1:9"}})
-	if err != nil {
-		return Row{}, err
-	}
+	defer cleanup()
 	plain, err := r.newScratch(ctx, "src-writers-plain", true)
 	if err != nil {
 		return Row{}, err
@@ -360,15 +373,11 @@ func (r *runner) runSources(ctx context.Context, label string, tables []string, 
 
 func (r *runner) sourceDrain(ctx context.Context) (Row, error) {
 	n := r.sourceSizes().drainRows
-	dir, err := os.MkdirTemp("", "syncer-bench-")
+	path, cleanup, err := ordersConfig()
 	if err != nil {
 		return Row{}, err
 	}
-	defer os.RemoveAll(dir)
-	path, err := writeSourceConfig(dir, []benchSource{{table: "orders", destination: "api", url: "http://127.0.0.1:9"}})
-	if err != nil {
-		return Row{}, err
-	}
+	defer cleanup()
 	// The machine is shared and both figures drift, so the bound and the
 	// drain alternate and each reports its median, as the drain row does.
 	var dbRates, rates []float64
