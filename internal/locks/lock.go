@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // errVanished is the cause of a loss where the session still answers but no
@@ -109,14 +111,19 @@ func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return lk.settle(err, "with tx")
 }
 
-// WithBatch is WithTx in two round trips, whatever the number of
-// statements: queue adds them to b (with their callbacks, see
-// pgx.QueuedQuery), and they are sent together behind the BEGIN and the
-// check that the session still holds the lock; their callbacks run in
-// order, and the transaction commits only if the check and every statement
-// and callback succeeded. A marker transaction of seven statements on a
-// busy machine spent most of its time in the round trips between them, and
-// it is the one thing an export cannot do two of at once. An error from
+// WithBatch runs the statements queue adds to b as one transaction in one
+// round trip, behind a check that the session still holds the lock. The
+// batch is sent without BEGIN, as one pipeline ending in a single Sync, so
+// PostgreSQL runs it as one implicit transaction: it commits at the Sync
+// if every statement succeeded, and an error in any of them, the check's
+// included, rolls back all of them. The marker transaction is the one
+// thing an export cannot do two of at once, and on a busy machine its
+// round trips (BEGIN and statements, then COMMIT) cost it a tenth of a
+// drain.
+//
+// Callbacks (see pgx.QueuedQuery) run in order as the results are read,
+// which is after the commit: an error from one is returned, but cannot undo
+// the transaction. Checks that must veto it belong in SQL. An error from
 // queue is returned as it is, and nothing is sent.
 func (lk *Lock) WithBatch(ctx context.Context, queue func(b *pgx.Batch) error) error {
 	lk.mu.Lock()
@@ -126,33 +133,34 @@ func (lk *Lock) WithBatch(ctx context.Context, queue func(b *pgx.Batch) error) e
 	}
 
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
 	classid, objid := pgLocksIDs(lk.key)
-	b.Queue(verifySQL, classid, objid).QueryRow(func(r pgx.Row) error {
-		var held bool
-		if err := r.Scan(&held); err != nil {
-			return fmt.Errorf("verify lock: %w", err)
-		}
-		if !held {
-			return errVanished
-		}
-		return nil
-	})
+	b.Queue(assertHeldSQL, classid, objid)
 	if err := queue(b); err != nil {
 		return err
 	}
-	br := lk.conn.SendBatch(ctx, b)
-	tx := cleanupTx{br.Tx()}
-	err := br.Close()
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
-	if err != nil {
-		// A no-op once the batch failed before its BEGIN or the commit
-		// was sent; otherwise it ends the aborted transaction.
-		_ = tx.Rollback(ctx)
+	err := lk.conn.SendBatch(ctx, b).Close()
+	if isNotHeld(err) {
+		err = errVanished
 	}
 	return lk.settle(err, "with batch")
+}
+
+// assertHeldSQL fails, aborting the transaction it is part of, unless the
+// session holds the advisory lock: verifySQL's answer cast to an integer,
+// with a text that is not a number, and says why, for the answer "no".
+// (The cast applies to a CASE over the lock table, so the planner cannot
+// fold it into an error while planning.)
+const assertHeldSQL = `SELECT (CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE ` + heldWhere + `)
+	THEN '1' ELSE '` + notHeldText + `' END)::int`
+
+const notHeldText = "syncer: this session no longer holds its advisory lock"
+
+// isNotHeld reports whether err is assertHeldSQL's failure.
+func isNotHeld(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && // invalid_text_representation
+
+		strings.Contains(pgErr.Message, notHeldText)
 }
 
 // settle turns a transaction's error into the lock's state: a lock no
@@ -275,9 +283,12 @@ func verify(ctx context.Context, q Querier, key int64) (bool, error) {
 	return held, err
 }
 
-const verifySQL = `SELECT EXISTS (SELECT 1 FROM pg_locks
-	WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-	  AND classid = $1 AND objid = $2 AND objsubid = 1)`
+const verifySQL = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE ` + heldWhere + `)`
+
+// heldWhere is the session's own granted hold of the advisory lock whose
+// pg_locks ids are $1 and $2.
+const heldWhere = `locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+	AND classid = $1 AND objid = $2 AND objsubid = 1`
 
 // txBeginner hands pgx.BeginFunc transactions whose end does not kill the
 // session when the caller's context is cancelled: pgx closes the connection

@@ -593,20 +593,31 @@ func TestWithBatchCommitsAllOrNothing(t *testing.T) {
 	require.NoError(t, lk.Err())
 	require.Equal(t, 2, b.markCount(t))
 
-	// So does a failing callback, and an error while queueing sends nothing.
+	// A callback runs after the commit: its error is returned and undoes
+	// nothing. An error while queueing sends nothing.
 	errBoom := errors.New("boom")
 	err = lk.WithBatch(ctx, func(qb *pgx.Batch) error {
 		qb.Queue("INSERT INTO marks (id) VALUES (4)").Exec(func(pgconn.CommandTag) error { return errBoom })
 		return nil
 	})
 	require.ErrorIs(t, err, errBoom)
+	require.Equal(t, 3, b.markCount(t))
 	require.ErrorIs(t, lk.WithBatch(ctx, func(*pgx.Batch) error { return errBoom }), errBoom)
 	require.NoError(t, lk.Err())
-	require.Equal(t, 2, b.markCount(t))
-
-	// The session is clean afterwards: the next batch commits.
-	require.NoError(t, lk.WithBatch(ctx, queueMark(5)))
 	require.Equal(t, 3, b.markCount(t))
+
+	// The session is clean afterwards: the next batch commits, in one
+	// transaction: its statements see each other and no open transaction
+	// is left behind.
+	var inTx bool
+	require.NoError(t, lk.WithBatch(ctx, func(qb *pgx.Batch) error {
+		qb.Queue("INSERT INTO marks (id) VALUES (5)")
+		qb.Queue("SELECT now() = statement_timestamp() FROM marks WHERE id = 5").QueryRow(func(r pgx.Row) error { return r.Scan(&inTx) })
+		return nil
+	}))
+	require.False(t, inTx, "both statements ran in one transaction (its now() is the first statement's)")
+	require.Equal(t, 4, b.markCount(t))
+	require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error { return nil }), "the session is idle, not in a transaction")
 }
 
 func TestWithBatchNoticesLoss(t *testing.T) {
