@@ -273,8 +273,13 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		if halt == nil && stop != nil && stop() {
 			setHalt(errStopping)
 		}
-		// Start the marker when it has something to write.
-		if !markerBusy && !markFailed && (len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
+		// Start the marker when it has something to write, once the
+		// events already waiting are taken in: batches read or answered
+		// while the last transaction committed then share the next one.
+		// Each transaction costs a round trip and a commit whatever it
+		// holds, and the marker is the pipeline's serial stage.
+		waiting := (readCh != nil && held < limit+readAhead && len(readCh) > 0) || len(results) > 0
+		if !waiting && !markerBusy && !markFailed && (len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
 			var recs []*batch
 			if halt == nil {
 				for _, b := range queue {
