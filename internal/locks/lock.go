@@ -122,9 +122,11 @@ func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // drain.
 //
 // Callbacks (see pgx.QueuedQuery) run in order as the results are read,
-// which is after the commit: an error from one is returned, but cannot undo
-// the transaction. Checks that must veto it belong in SQL. An error from
-// queue is returned as it is, and nothing is sent.
+// while the server may already be past them: the whole batch is on the
+// wire, and the server commits at the Sync whatever a callback returns. An
+// error from one is returned but neither stops nor undoes the transaction;
+// checks that must veto it belong in SQL. An error from queue is returned
+// as it is, and nothing is sent.
 func (lk *Lock) WithBatch(ctx context.Context, queue func(b *pgx.Batch) error) error {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
@@ -158,9 +160,8 @@ const notHeldText = "syncer: this session no longer holds its advisory lock"
 // isNotHeld reports whether err is assertHeldSQL's failure.
 func isNotHeld(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && // invalid_text_representation
-
-		strings.Contains(pgErr.Message, notHeldText)
+	// 22P02: invalid_text_representation, the failed cast.
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, notHeldText)
 }
 
 // settle turns a transaction's error into the lock's state: a lock no
