@@ -260,15 +260,24 @@ func send(ctx context.Context, db BatchSender, queue func(*pgx.Batch) error) err
 	return db.SendBatch(ctx, b).Close()
 }
 
+// deleteChangesSQL deletes the changes of the keys in b up to their
+// versions, finding each key's changes through the index, one lookup per
+// key: a prepared statement's first five runs get plans made for their
+// values, and joining a thousand keys to the change log, PostgreSQL hashed
+// the whole log (27 ms against 4 over 100,000 changes, and it grows with
+// the backlog). The OFFSET 0 keeps the lookup a subquery of its own.
+const deleteChangesSQL = `DELETE FROM syncer_changes WHERE seq IN (
+		SELECT c.seq FROM b CROSS JOIN LATERAL (SELECT seq FROM syncer_changes c
+			WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version
+			OFFSET 0) c)`
+
 const markSyncedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
-	done AS (DELETE FROM syncer_changes c USING b
-		WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version)
+	done AS (` + deleteChangesSQL + `)
 	DELETE FROM syncer_source_failures f USING b
 		WHERE f.source = $1 AND f.key = b.key COLLATE "C" AND f.version <= b.version`
 
 const markFailedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[]) AS b(num, key, version, error)),
-	done AS (DELETE FROM syncer_changes c USING b
-		WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version)
+	done AS (` + deleteChangesSQL + `)
 	INSERT INTO syncer_source_failures AS f (source, key, num, version, error)
 		SELECT $1, b.key, b.num, b.version, b.error FROM b
 	ON CONFLICT (source, key) DO UPDATE SET num = excluded.num, version = excluded.version,

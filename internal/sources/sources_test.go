@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -684,4 +685,52 @@ func TestSnapshotGivesWayToALongWriter(t *testing.T) {
 	rows := b.pending(t, srcs["orders"])
 	require.Len(t, rows, 5)
 	require.JSONEq(t, `{"id": 3, "status": "held"}`, string(rows[2].Payload))
+}
+
+// A prepared statement's first runs get plans made for their values: with a
+// thousand keys, marks hashed the whole change log rather than look each
+// key up.
+func TestMarksLookKeysUpFromTheFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, status text)`)
+	_, srcs := b.install(t, "  - table: orders\n    key: id\n    destination: crm\n    snapshot: false\n")
+	src := srcs["orders"]
+	b.exec(t, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 100000) g`)
+	b.exec(t, `ANALYZE syncer_changes`)
+
+	var seqs []int64
+	rows, err := b.pool.Query(ctx, `SELECT seq FROM syncer_changes ORDER BY seq LIMIT 4000`)
+	require.NoError(t, err)
+	seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	ks := make([]string, len(seqs))
+	for i := range seqs {
+		ks[i] = strconv.Itoa(i + 1) // inserted in key order, a change each
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		// The session's own counters, before they reach the shared
+		// statistics (they may still hold the setup's scans).
+		seqScans := func() int64 {
+			var n int64
+			require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables
+				WHERE relid = 'syncer_changes'::regclass`).Scan(&n))
+			return n
+		}
+		before := seqScans()
+		for i := range 3 {
+			lo, hi := i*1000, i*1000+1000
+			require.NoError(t, sources.MarkSynced(ctx, tx, src, ks[lo:hi], seqs[lo:hi]))
+		}
+		errs := make([]string, 1000)
+		for i := range errs {
+			errs[i] = "rejected"
+		}
+		require.NoError(t, sources.MarkFailed(ctx, tx, src, ks[3000:], seqs[3000:], errs))
+		require.Equal(t, before, seqScans(), "no sequential scan of syncer_changes")
+		return nil
+	}))
+	require.Equal(t, 100000-4000, b.count(t, `SELECT count(*) FROM syncer_changes`))
+	require.Equal(t, 1000, b.count(t, `SELECT count(*) FROM syncer_source_failures`))
 }
