@@ -227,30 +227,23 @@ func (r *runner) deletes(ctx context.Context) ([]Row, error) {
 	})
 
 	tn := max(n/2, 1)
-	// As for rows: the bound and the drain alternate and each reports its
-	// median, since one drain of 100,000 tombstones lasts about a second
-	// and a single one moved by a third from run to run.
-	var dbRates, rates []float64
-	for i := range r.sizes.DrainRepeats {
+	// As for rows (see alternate): one drain of 100,000 tombstones lasts
+	// about a second, and a single one moved by a third from run to run.
+	dbRate, rate, err := r.alternate(func(i int) (float64, error) {
 		r.progressf("   database bound %d/%d: %s tombstones, plpgsql loop", i+1, r.sizes.DrainRepeats, count(float64(tn)))
-		dbRate, err := r.dbTombstoneDrainRate(ctx, tn)
-		if err != nil {
-			return rows, err
-		}
-		dbRates = append(dbRates, dbRate)
+		return r.dbTombstoneDrainRate(ctx, tn)
+	}, func(i int) (float64, error) {
 		r.progressf("   daemon %d/%d: draining %s tombstones", i+1, r.sizes.DrainRepeats, count(float64(tn)))
-		rate, err := r.syncerTombstoneDrainRate(ctx, tn)
-		if err != nil {
-			return rows, err
-		}
-		rates = append(rates, rate)
+		return r.syncerTombstoneDrainRate(ctx, tn)
+	})
+	if err != nil {
+		return rows, err
 	}
-	dbRate, rate := median(dbRates), median(rates)
 	dratio := rate / dbRate
 	rows = append(rows, Row{
 		Scenario: "tombstone drain",
-		Measured: fmt.Sprintf("%s tombstones/s (%s tombstones, median of %d)", count(rate), count(float64(tn)), len(rates)),
-		Baseline: fmt.Sprintf("database bound %s tombstones/s (median of %d)", count(dbRate), len(dbRates)),
+		Measured: fmt.Sprintf("%s tombstones/s (%s tombstones, median of %d)", count(rate), count(float64(tn)), r.sizes.DrainRepeats),
+		Baseline: fmt.Sprintf("database bound %s tombstones/s (median of %d)", count(dbRate), r.sizes.DrainRepeats),
 		Figure:   fmt.Sprintf("%.2fx", dratio),
 		Target:   ">= 0.60x",
 		Pass:     dratio >= 0.6,

@@ -378,33 +378,26 @@ func (r *runner) sourceDrain(ctx context.Context) (Row, error) {
 		return Row{}, err
 	}
 	defer cleanup()
-	// The machine is shared and both figures drift, so the bound and the
-	// drain alternate and each reports its median, as the drain row does.
-	var dbRates, rates []float64
 	var dups int64
-	for i := range r.sizes.DrainRepeats {
+	dbRate, rate, err := r.alternate(func(i int) (float64, error) {
 		r.progressf("   database bound %d/%d: %s pending rows of a source, plpgsql loop", i+1, r.sizes.DrainRepeats, count(float64(n)))
-		dbRate, err := r.dbSourceDrainRate(ctx, path, n)
-		if err != nil {
-			return Row{}, err
-		}
-		dbRates = append(dbRates, dbRate)
+		return r.dbSourceDrainRate(ctx, path, n)
+	}, func(int) (float64, error) {
 		run, err := r.runSources(ctx, "src-drain", []string{"orders"}, n, 0, 0)
-		if err != nil {
-			return Row{}, err
-		}
 		dups += run.dups
-		rates = append(rates, float64(n)/run.took.Seconds())
+		return float64(n) / run.took.Seconds(), err
+	})
+	if err != nil {
+		return Row{}, err
 	}
 	if dups > 0 {
 		r.note("source drain: the fake saw %d duplicate deliveries", dups)
 	}
-	dbRate, rate := median(dbRates), median(rates)
 	ratio := rate / dbRate
 	return Row{
 		Scenario: "source drain",
-		Measured: fmt.Sprintf("%s rows/s (%s rows, whole row, --config alone, median of %d)", count(rate), count(float64(n)), len(rates)),
-		Baseline: fmt.Sprintf("database bound %s rows/s (median of %d)", count(dbRate), len(dbRates)),
+		Measured: fmt.Sprintf("%s rows/s (%s rows, whole row, --config alone, median of %d)", count(rate), count(float64(n)), r.sizes.DrainRepeats),
+		Baseline: fmt.Sprintf("database bound %s rows/s (median of %d)", count(dbRate), r.sizes.DrainRepeats),
 		Figure:   fmt.Sprintf("%.2fx", ratio),
 		Target:   ">= 0.50x",
 		Pass:     ratio >= 0.5,
