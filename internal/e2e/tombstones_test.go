@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/resources"
@@ -306,4 +307,42 @@ func TestSIGKILLMidBurstOfDeletes(t *testing.T) {
 	st := b.fake.Stats()
 	require.Zero(t, st.DuplicatesOtherKey, "no tombstone accepted under two keys")
 	requireVersionsIncrease(t, b)
+}
+
+// Tombstones are marked by statements of their own; a 2xx that is not the
+// contract's answer must mark none of them, and once the third party heals
+// each goes once, under the key it was first sent with.
+func TestHostileAnswersMarkNoTombstone(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{
+		fakethirdparty.BadAnswerHTML, fakethirdparty.BadAnswerUnknownStatus, fakethirdparty.BadAnswerUnknownID,
+	} {
+		t.Run(bad, func(t *testing.T) {
+			t.Parallel()
+			b, rec := setupRecorded(t, fakethirdparty.Config{})
+			b.exec(t, `INSERT INTO resources (id, payload) SELECT g, '{}' FROM generate_series(1, 30) g`)
+			b.startDaemon(t, func(c *daemon.Config) {
+				c.Exporter.BatchSize = 10
+				c.Delivery.BackoffInitial = 20 * time.Millisecond
+				c.Delivery.BackoffMax = 100 * time.Millisecond
+				c.Delivery.BreakerOpenTimeout = 300 * time.Millisecond
+			})
+			b.waitAllSynced(t, 30*time.Second)
+
+			b.fake.SetConfig(fakethirdparty.Config{BadAnswer: bad})
+			before := b.fake.Stats().BadAnswers
+			b.exec(t, `DELETE FROM resources`)
+			waitFor(t, 30*time.Second, "bad answers", func() bool { return b.fake.Stats().BadAnswers >= before+4 })
+			require.Zero(t, b.scalar(t, `SELECT count(*) FROM syncer_tombstones WHERE synced_at IS NOT NULL`),
+				"a 2xx that is not the contract's answer accepts no tombstone")
+			require.Zero(t, b.scalar(t, `SELECT count(*) FROM syncer_tombstones WHERE failed_at IS NOT NULL`))
+
+			b.fake.SetConfig(fakethirdparty.Config{})
+			b.waitAllSynced(t, time.Minute)
+			require.Len(t, rec.tombstones(), 30)
+			require.Equal(t, int64(30), b.scalar(t, `SELECT count(*) FROM syncer_tombstones WHERE synced_at IS NOT NULL`))
+			require.Zero(t, b.fake.Stats().DuplicatesOtherKey, "retried under the same keys")
+			requireVersionsIncrease(t, b)
+		})
+	}
 }
