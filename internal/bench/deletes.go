@@ -110,7 +110,7 @@ func (r *runner) syncerTombstoneDrainRate(ctx context.Context, n int) (float64, 
 	if err := s.preloadTombstones(ctx, n); err != nil {
 		return 0, err
 	}
-	f, err := startFake()
+	f, err := startFake(n)
 	if err != nil {
 		return 0, err
 	}

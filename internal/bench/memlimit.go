@@ -50,7 +50,7 @@ func (r *runner) memoryDrainOnce(ctx context.Context, label, payload string, n i
 	if _, err := s.pool.Exec(ctx, `VACUUM (ANALYZE) resources`); err != nil {
 		return res, fmt.Errorf("bench: vacuum: %w", err)
 	}
-	f, err := startFake()
+	f, err := startFake(n)
 	if err != nil {
 		return res, err
 	}

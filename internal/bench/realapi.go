@@ -41,6 +41,7 @@ func (r *runner) realAPIRun(ctx context.Context, label string, n int, cfg faketh
 	if err := s.preload(ctx, n); err != nil {
 		return nil, time.Time{}, err
 	}
+	cfg.ExpectedItems = n
 	f, err := startFakeWith(cfg)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -112,7 +113,7 @@ func (r *runner) unknownLimit(ctx context.Context) ([]Row, error) {
 	if err := s.preload(ctx, n); err != nil {
 		return nil, err
 	}
-	f, err := startFakeWith(fakethirdparty.Config{UnannouncedLimit: allowed})
+	f, err := startFakeWith(fakethirdparty.Config{UnannouncedLimit: allowed, ExpectedItems: n})
 	if err != nil {
 		return nil, err
 	}

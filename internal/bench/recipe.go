@@ -173,7 +173,7 @@ func (r *runner) recipeDrain(ctx context.Context, n, jobCount int) (float64, tim
 	if err := s.preload(ctx, n); err != nil {
 		return 0, 0, err
 	}
-	f, err := startFake()
+	f, err := startFake(n)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -212,7 +212,7 @@ func (r *runner) recipeBurst(ctx context.Context, n int) (burstResult, error) {
 		return res, err
 	}
 	defer s.drop(ctx)
-	f, err := startFake()
+	f, err := startFake(n)
 	if err != nil {
 		return res, err
 	}

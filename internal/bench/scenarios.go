@@ -92,7 +92,7 @@ func (r *runner) syncerDrain(ctx context.Context, label string, n int, profile s
 	if err := s.preload(ctx, n); err != nil {
 		return res, err
 	}
-	f, err := startFake()
+	f, err := startFake(n)
 	if err != nil {
 		return res, err
 	}

@@ -294,7 +294,7 @@ func (r *runner) runSources(ctx context.Context, label string, tables []string, 
 	fakes := make([]*fake, len(tables))
 	srcs := make([]benchSource, len(tables))
 	for i, t := range tables {
-		f, err := startFakeWith(fakethirdparty.Config{Latency: latency})
+		f, err := startFakeWith(fakethirdparty.Config{Latency: latency, ExpectedItems: n})
 		if err != nil {
 			return res, err
 		}

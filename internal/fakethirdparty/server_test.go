@@ -147,6 +147,29 @@ func TestAcceptsAndRecords(t *testing.T) {
 	require.Equal(t, b.clock.Now(), st.FirstRequestAt)
 }
 
+// ExpectedItems only sizes the records: the same requests get the same
+// answers and leave the same records, beyond the size too and after a
+// Reset.
+func TestExpectedItemsChangesNoAnswer(t *testing.T) {
+	t.Parallel()
+	sized := setup(t, fakethirdparty.Config{ExpectedItems: 4}, nil)
+	plain := setup(t, fakethirdparty.Config{}, nil)
+	for round := range 2 {
+		for _, b := range []*bundle{sized, plain} {
+			for _, its := range [][]thirdparty.Item{batch(1, 3, 1, ""), batch(2, 3, 2, ""), batch(1, 3, 1, "")} {
+				_, err := b.push(t, its)
+				require.NoError(t, err)
+			}
+		}
+		require.Equal(t, plain.fake.Deliveries(), sized.fake.Deliveries(), "round %d", round)
+		require.Equal(t, plain.fake.Latest(), sized.fake.Latest(), "round %d", round)
+		require.Equal(t, plain.fake.Stats(), sized.fake.Stats(), "round %d", round)
+		require.Len(t, sized.fake.Deliveries(), 6, "round %d", round)
+		sized.fake.Reset()
+		plain.fake.Reset()
+	}
+}
+
 func TestIdempotencyReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{RejectField: "bad"}, nil)
