@@ -285,8 +285,8 @@ type Server struct {
 	inSecond   int64
 	requests   []requestRecord
 	deliveries []delivery
-	latest     map[idKey]int64
-	pairs      map[pair]pairState
+	latest     byID[int64]
+	pairs      byPair[pairState]
 	pairKeys   map[pair][]string // further keys of pairs delivered under more than one
 	answers    map[string]cachedAnswer
 }
@@ -376,8 +376,8 @@ func (s *Server) resetLocked() {
 	s.requests = nil
 	n := max(s.cfg.ExpectedItems, 0)
 	s.deliveries = make([]delivery, 0, n)
-	s.latest = make(map[idKey]int64, n)
-	s.pairs = make(map[pair]pairState, n)
+	s.latest = newByID[int64](n)
+	s.pairs = newByPair[pairState](n)
 	s.pairKeys = map[pair][]string{}
 	s.answers = map[string]cachedAnswer{}
 	s.outageUntil = time.Time{}
@@ -445,11 +445,9 @@ func (s *Server) Deliveries() []Delivery {
 func (s *Server) Latest() map[int64]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[int64]int64, len(s.latest))
-	for id, v := range s.latest {
-		if id.text == "" {
-			out[id.v] = v
-		}
+	out := make(map[int64]int64, len(s.latest.num))
+	for id, v := range s.latest.num {
+		out[id] = v
 	}
 	return out
 }
@@ -459,11 +457,9 @@ func (s *Server) Latest() map[int64]int64 {
 func (s *Server) LatestText() map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]int64{}
-	for id, v := range s.latest {
-		if id.text != "" {
-			out[id.text] = v
-		}
+	out := make(map[string]int64, len(s.latest.text))
+	for id, v := range s.latest.text {
+		out[id] = v
 	}
 	return out
 }
@@ -748,21 +744,21 @@ func (s *Server) acceptLocked(p pair, deleted bool, key string, reqIndex int32) 
 		s.stats.Tombstones++
 	}
 
-	if latest, ok := s.latest[p.id]; !ok || p.version > latest {
-		s.latest[p.id] = p.version
+	if latest, ok := s.latest.get(p.id); !ok || p.version > latest {
+		s.latest.set(p.id, p.version)
 	} else if p.version < latest {
 		s.stats.OutOfOrder++
 	}
 
-	st, seen := s.pairs[p]
+	st, seen := s.pairs.get(p)
 	if !seen {
-		s.pairs[p] = pairState{key: key, count: 1}
+		s.pairs.set(p, pairState{key: key, count: 1})
 		s.stats.DistinctPairs++
 		return
 	}
 	s.stats.DuplicatePairs++
 	st.count++
-	s.pairs[p] = st
+	s.pairs.set(p, st)
 	if key == st.key || slices.Contains(s.pairKeys[p], key) {
 		s.stats.DuplicatesSameKey++
 		return
