@@ -236,6 +236,12 @@ func collect(rows pgx.Rows, lim Limits, out []Row, extra *int64) ([]Row, error) 
 	var arena []byte
 	type span struct{ start, end int }
 	var spans []span
+	if cap(out) == 0 {
+		// A batch is usually full: size it once rather than grow it
+		// through every power of two.
+		out = make([]Row, 0, min(max(lim.Rows, 1), 4096))
+		spans = make([]span, 0, cap(out))
+	}
 	var stored int64
 	for rows.Next() {
 		var r Row
