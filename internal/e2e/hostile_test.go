@@ -68,10 +68,12 @@ func TestHostileRedirectMarksNothing(t *testing.T) {
 				c.Delivery.AuthProbeInterval = 300 * time.Millisecond
 				c.Logger = logs.logger()
 			})
+			// The refusal is stored first and logged after: the store can
+			// be read before the line is written, so wait for both.
 			waitFor(t, 30*time.Second, "the redirect reported", func() bool {
 				st, err := breakerstore.ReadState(context.Background(), b.pool)
 				require.NoError(t, err)
-				return st.Configuration.Refused && b.fake.Stats().Requests >= 3
+				return st.Configuration.Refused && b.fake.Stats().Requests >= 3 && strings.Contains(logs.String(), fmt.Sprint(code))
 			})
 			require.Zero(t, b.count(t, "synced_at IS NOT NULL"), "nothing marked synced behind a redirect")
 			require.Zero(t, b.count(t, "failed_at IS NOT NULL"), "no row failed for a configuration error")
