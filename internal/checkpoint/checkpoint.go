@@ -119,7 +119,7 @@ func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 // pushed, in order, and move the checkpoint's position to lastID, the last
 // row of the last of them; the batches' sequence numbers are stored in
 // *seqs when b's results are read. Send b on the export lock's session
-// (locks.Lock.WithBatch). bs[i].Name is ignored: a call records one
+// (locks.Pipe). bs[i].Name is ignored: a call records one
 // checkpoint's batches.
 func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]int64) {
 	if len(bs) == 0 {

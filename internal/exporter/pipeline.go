@@ -29,7 +29,10 @@ type batch struct {
 	// it 0: a source pass always reads its pending keys from the first.
 	lastID int64
 	seq    int64 // set once a committed record covers the batch
-	out    *delivery.Outcome
+	// recording is set while a marker transaction in flight records the
+	// batch: it is not recorded twice.
+	recording bool
+	out       *delivery.Outcome
 	// oversize are rows too large to send: recorded failed with the
 	// batch's outcome, never sent.
 	oversize []resources.Row
@@ -193,6 +196,16 @@ type marked struct {
 	records []*batch // batches it recorded
 	seqs    []int64
 	err     error
+	// seqsOut is where the record's callback stores seqs.
+	seqsOut  *[]int64
+	rejected []rejectedNote
+}
+
+// rejectedNote is logged once the marks of rejected items commit.
+type rejectedNote struct {
+	name  string
+	n     int
+	first string
 }
 
 // pipeline runs batches through record, push and mark. It is one event
@@ -249,14 +262,30 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		held       = len(initial)
 		inflight   int
 		answered   []*batch
-		markerBusy bool
+		markerTxs  int   // handed to the marker and not yet reported
 		halt       error // first error: nothing more is read or sent
 		markFailed bool
 		sentUpTo   = p.start // the last row of the last batch sent
 	)
 	results := make(chan pushed, limit)
 	ctxDone := ctx.Done()
-	marks := make(chan marked, 1)
+	// The marker keeps up to two transactions in flight (see marker):
+	// handed ones wait in reqs, reported ones in marks.
+	reqs := make(chan markReq, 2)
+	marks := make(chan marked, 2)
+	markerDone := make(chan struct{})
+	go func() {
+		defer close(markerDone)
+		p.marker(ctx, reqs, marks)
+	}()
+	stopMarker := func() {
+		if reqs != nil {
+			close(reqs)
+			<-markerDone
+			reqs = nil
+		}
+	}
+	defer stopMarker()
 	readCh := (<-chan fetched)(nil)
 	if rd != nil {
 		readCh = rd.ch
@@ -279,19 +308,19 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		// Each transaction costs a round trip and a commit whatever it
 		// holds, and the marker is the pipeline's serial stage.
 		waiting := (readCh != nil && held < limit+readAhead && len(readCh) > 0) || len(results) > 0
-		if !waiting && !markerBusy && !markFailed && (len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
+		if !waiting && markerTxs < 2 && !markFailed && (len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
 			var recs []*batch
 			if halt == nil {
 				for _, b := range queue {
-					if b.seq == 0 {
+					if b.seq == 0 && !b.recording {
+						b.recording = true
 						recs = append(recs, b)
 					}
 				}
 			}
-			markerBusy = true
-			m := answered
+			markerTxs++
+			reqs <- markReq{marks: answered, records: recs}
 			answered = nil
-			go func() { marks <- p.mark(ctx, m, recs) }()
 		}
 		// Send what is recorded, in order, within the limit.
 		for halt == nil && inflight < limit && len(queue) > 0 && queue[0].seq != 0 {
@@ -306,7 +335,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		}
 		// After a failed mark (the lock is lost) answered batches stay
 		// unmarked and recorded: the next holder resends them.
-		if inflight == 0 && !markerBusy && (len(answered) == 0 || markFailed) && (halt != nil || (readCh == nil && len(queue) == 0)) {
+		if inflight == 0 && markerTxs == 0 && (len(answered) == 0 || markFailed) && (halt != nil || (readCh == nil && len(queue) == 0)) {
 			break
 		}
 		// Read more while the batches held stay within bounds.
@@ -339,7 +368,10 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			r.b.out = r.out
 			answered = append(answered, r.b)
 		case m := <-marks:
-			markerBusy = false
+			markerTxs--
+			for _, b := range m.records {
+				b.recording = false
+			}
 			if m.err != nil {
 				markFailed = true
 				setHalt(m.err)
@@ -361,6 +393,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			setHalt(ctx.Err())
 		}
 	}
+	stopMarker()
 	// Batches recorded and never sent are forgotten, and the position goes
 	// back to the last batch sent: they are read again (and keyed the same
 	// if nothing changed) rather than resent.
@@ -391,20 +424,115 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 
 func hasUnrecorded(queue []*batch) bool {
 	for _, b := range queue {
-		if b.seq == 0 {
+		if b.seq == 0 && !b.recording {
 			return true
 		}
 	}
 	return false
 }
 
-// mark writes, in one transaction on the lock's connection, the outcomes of
-// answered batches, forgets their records, and records batches about to be
-// sent. The statements go in one batch (see Lock.WithBatch): the marker is
-// the pipeline's one serial stage. It runs even when the job is being
-// cancelled: what the third party accepted must be recorded.
-func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked {
-	res := marked{marks: answered, records: records}
+// markReq is what one marker transaction writes: the outcomes of answered
+// batches, and the records of batches about to be sent.
+type markReq struct {
+	marks, records []*batch
+}
+
+// marker runs the pipeline's marker transactions on the lock's session, in
+// the order handed, until reqs is closed, and reports each on out. It keeps
+// up to two in flight (locks.Pipe): while one runs, the next is already on
+// the wire, so PostgreSQL starts it the moment the first commits instead of
+// idling while the answer goes out and the next transaction comes in. A
+// transaction only commits if the one before it did. The marks run even
+// when the job is being cancelled: what the third party accepted must be
+// recorded.
+func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- marked) {
+	pipe := p.lk.NewPipe()
+	defer pipe.Close()
+	var sent []marked
+	// service estimates how long a transaction takes once it is the
+	// oldest in flight; the marker waits up to most of it for the next
+	// transaction before it blocks on the oldest's answer.
+	var service time.Duration
+	var headSince time.Time
+	send := func(r markReq) {
+		if len(sent) == 0 {
+			headSince = time.Now()
+		}
+		// A transaction that could not be sent is reported in its turn.
+		sent = append(sent, p.send(ctx, pipe, r))
+	}
+	for {
+		if len(sent) == 0 {
+			r, ok := <-reqs
+			if !ok {
+				return
+			}
+			send(r)
+			continue
+		}
+		if len(sent) == 1 && reqs != nil {
+			switch r, state := takeWithin(reqs, service*3/4-time.Since(headSince)); state {
+			case taken:
+				send(r)
+			case closed:
+				reqs = nil
+			}
+		}
+		head := sent[0]
+		sent = sent[1:]
+		if head.err == nil {
+			head = p.receive(ctx, pipe, head)
+		}
+		now := time.Now()
+		service = (3*service + now.Sub(headSince)) / 4
+		headSince = now
+		out <- head
+		if reqs == nil && len(sent) == 0 {
+			return
+		}
+	}
+}
+
+type takeState int
+
+const (
+	timedOut takeState = iota
+	taken
+	closed
+)
+
+// takeWithin takes the next request from reqs if one comes within wait.
+func takeWithin(reqs <-chan markReq, wait time.Duration) (markReq, takeState) {
+	select {
+	case r, ok := <-reqs:
+		if !ok {
+			return r, closed
+		}
+		return r, taken
+	default:
+	}
+	if wait <= 0 {
+		return markReq{}, timedOut
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case r, ok := <-reqs:
+		if !ok {
+			return r, closed
+		}
+		return r, taken
+	case <-t.C:
+		return markReq{}, timedOut
+	}
+}
+
+// send queues one marker transaction on pipe: the outcomes of answered
+// batches, the forgetting of their records, and the records of batches
+// about to be sent. The statements and their callbacks are built here; the
+// callbacks run in receive.
+func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked {
+	res := marked{marks: r.marks, records: r.records}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
 	defer cancel()
 	type group struct {
@@ -415,7 +543,7 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 	}
 	byName := map[string]*group{}
 	var order []string
-	for _, b := range answered {
+	for _, b := range r.marks {
 		g := byName[b.name]
 		if g == nil {
 			g = &group{}
@@ -436,7 +564,14 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 			g.seqs = append(g.seqs, b.seq)
 		}
 	}
-	err := p.lk.WithBatch(mctx, func(qb *pgx.Batch) error {
+	seqs := new([]int64)
+	res.seqsOut = seqs
+	for _, name := range order {
+		if g := byName[name]; len(g.rej) > 0 {
+			res.rejected = append(res.rejected, rejectedNote{name: name, n: len(g.rej), first: g.errs[0]})
+		}
+	}
+	err := pipe.Send(mctx, func(qb *pgx.Batch) error {
 		for _, name := range order {
 			g := byName[name]
 			if err := p.sink.mark(qb, g.acc, g.rej, g.errs); err != nil {
@@ -447,26 +582,33 @@ func (p *pipeline) mark(ctx context.Context, answered, records []*batch) marked 
 				Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches,
 			})
 		}
-		if len(records) == 0 {
+		if len(r.records) == 0 {
 			return nil
 		}
 		// Every batch of one pipeline's reads belongs to one checkpoint.
-		recs := make([]checkpoint.Batch, len(records))
-		for i, b := range records {
+		recs := make([]checkpoint.Batch, len(r.records))
+		for i, b := range r.records {
 			recs[i] = b.record()
 		}
-		checkpoint.QueueRecord(qb, records[0].name, records[len(records)-1].lastID, recs, &res.seqs)
+		checkpoint.QueueRecord(qb, r.records[0].name, r.records[len(r.records)-1].lastID, recs, seqs)
 		return nil
 	})
 	if err != nil {
 		res.err = fmt.Errorf("exporter: mark batches: %w", err)
+	}
+	return res
+}
+
+// receive waits for a transaction send queued and completes its report.
+func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) marked {
+	if err := pipe.Receive(); err != nil {
+		res.err = fmt.Errorf("exporter: mark batches: %w", err)
 		return res
 	}
-	for _, name := range order {
-		if g := byName[name]; len(g.rej) > 0 {
-			p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
-				slog.String("checkpoint", name), slog.Int("rejected", len(g.rej)), slog.String("first_error", g.errs[0]))
-		}
+	res.seqs = *res.seqsOut
+	for _, r := range res.rejected {
+		p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
+			slog.String("checkpoint", r.name), slog.Int("rejected", r.n), slog.String("first_error", r.first))
 	}
 	return res
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -346,4 +347,76 @@ func TestResumeThatFailsForgetsNothing(t *testing.T) {
 	cp2, err := checkpoint.Get(t.Context(), b.pool, checkpoint.Live)
 	require.NoError(t, err)
 	require.Equal(t, cp.LastID, cp2.LastID)
+}
+
+// A marker transaction that fails while the next one is already on the
+// lock's session: the next commits nothing, so whatever the failed one
+// would have marked or recorded is still sent and recorded, or still
+// pending below the position, and the next holder finishes the job.
+func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b.insert(t, 300)
+	// The marks of the batch holding the 105th row fail, whichever
+	// transaction carries them.
+	var refused int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT min(id) + 104 FROM resources`).Scan(&refused))
+	_, err := b.pool.Exec(t.Context(), fmt.Sprintf(`
+		CREATE FUNCTION refuse_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'scripted: mark refused'; END $$;
+		CREATE TRIGGER refuse_mark BEFORE UPDATE ON resources FOR EACH ROW
+			WHEN (NEW.synced_at IS NOT NULL AND NEW.id = %d)
+			EXECUTE FUNCTION refuse_mark()`, refused))
+	require.NoError(t, err)
+	b.pusher.answer = slow(time.Millisecond)
+
+	_, err = b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.ErrorContains(t, err, "scripted: mark refused")
+	require.NoError(t, b.lk.Err(), "a failed mark keeps the lock")
+
+	// Every batch sent is marked or still recorded, under its key.
+	calls, _, overlaps, unrecorded := b.pusher.snapshot()
+	require.Zero(t, overlaps)
+	require.Zero(t, unrecorded)
+	recorded := map[string]bool{}
+	for _, r := range b.recorded(t) {
+		recorded[r.Key] = true
+	}
+	for _, c := range calls {
+		var synced int
+		ids := make([]int64, len(c.Items))
+		for i, it := range c.Items {
+			ids[i] = it.ID
+		}
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM resources WHERE id = ANY($1) AND synced_at IS NOT NULL`, ids).Scan(&synced))
+		require.True(t, synced == len(ids) || recorded[c.Key], "batch %s: %d of %d marked and not recorded", c.Key, synced, len(ids))
+		require.True(t, synced == 0 || synced == len(ids), "a batch is marked whole or not at all")
+	}
+	// Every row up to the position is marked or in a recorded batch.
+	cp, err := checkpoint.Get(t.Context(), b.pool, checkpoint.Live)
+	require.NoError(t, err)
+	inRecords := map[int64]bool{}
+	for _, r := range b.recorded(t) {
+		items, err := thirdparty.DecodeBatch(r.Body)
+		require.NoError(t, err)
+		for _, it := range items {
+			inRecords[it.ID] = true
+		}
+	}
+	rows, err := b.pool.Query(t.Context(), `SELECT id FROM resources WHERE synced_at IS NULL AND id <= $1`, cp.LastID)
+	require.NoError(t, err)
+	pendingBelow, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	for _, id := range pendingBelow {
+		require.True(t, inRecords[id], "row %d is below the position (%d), pending and in no recorded batch", id, cp.LastID)
+	}
+
+	_, err = b.pool.Exec(t.Context(), `DROP TRIGGER refuse_mark ON resources`)
+	require.NoError(t, err)
+	require.NoError(t, b.e.resume(t.Context(), b.lk))
+	res, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.NoError(t, err)
+	require.True(t, res.done)
+	require.Equal(t, 300, b.count(t, "synced_at IS NOT NULL"))
+	require.Empty(t, b.recorded(t))
 }

@@ -28,6 +28,8 @@ type Lock struct {
 	// mu serializes every use of conn: WithTx, the self-check and Release.
 	mu   sync.Mutex
 	conn *pgx.Conn
+	// prepared are the statements a Pipe prepared on conn, by SQL.
+	prepared map[string]*pgconn.StatementDescription
 
 	// ctx is done once the lock is lost or released; its cause is what Err
 	// returns. It is only cancelled with mu held, so the first cause wins.
@@ -111,53 +113,10 @@ func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return lk.settle(err, "with tx")
 }
 
-// WithBatch runs the statements queue adds to b as one transaction in one
-// round trip, behind a check that the session still holds the lock. The
-// batch is sent without BEGIN, as one pipeline ending in a single Sync, so
-// PostgreSQL runs it as one implicit transaction: it commits at the Sync
-// if every statement succeeded, and an error in any of them, the check's
-// included, rolls back all of them. The marker transaction is the one
-// thing an export cannot do two of at once, and on a busy machine its
-// round trips (BEGIN and statements, then COMMIT) cost it a tenth of a
-// drain.
-//
-// Callbacks (see pgx.QueuedQuery) run in order as the results are read,
-// while the server may already be past them: the whole batch is on the
-// wire, and the server commits at the Sync whatever a callback returns. An
-// error from one is returned but neither stops nor undoes the transaction;
-// checks that must veto it belong in SQL. An error from queue is returned
-// as it is, and nothing is sent.
-func (lk *Lock) WithBatch(ctx context.Context, queue func(b *pgx.Batch) error) error {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if err := lk.Err(); err != nil {
-		return fmt.Errorf("locks: with batch: %w", err)
-	}
-
-	b := &pgx.Batch{}
-	classid, objid := pgLocksIDs(lk.key)
-	b.Queue(assertHeldSQL, classid, objid)
-	if err := queue(b); err != nil {
-		return err
-	}
-	err := lk.conn.SendBatch(ctx, b).Close()
-	if isNotHeld(err) {
-		err = errVanished
-	}
-	return lk.settle(err, "with batch")
-}
-
-// assertHeldSQL fails, aborting the transaction it is part of, unless the
-// session holds the advisory lock: verifySQL's answer cast to an integer,
-// with a text that is not a number, and says why, for the answer "no".
-// (The cast applies to a CASE over the lock table, so the planner cannot
-// fold it into an error while planning.)
-const assertHeldSQL = `SELECT (CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE ` + heldWhere + `)
-	THEN '1' ELSE '` + notHeldText + `' END)::int`
-
 const notHeldText = "syncer: this session no longer holds its advisory lock"
 
-// isNotHeld reports whether err is assertHeldSQL's failure.
+// isNotHeld reports whether err is the failure of pipeHeadSQL for a lock the
+// session no longer holds.
 func isNotHeld(err error) bool {
 	var pgErr *pgconn.PgError
 	// 22P02: invalid_text_representation, the failed cast.

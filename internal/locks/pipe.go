@@ -1,0 +1,440 @@
+package locks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrEarlierFailed is wrapped by Pipe.Receive for a transaction that did not
+// run because the one sent before it on the pipe did not commit.
+var ErrEarlierFailed = errors.New("locks: the transaction sent before this one did not commit")
+
+// Pipe sends transactions on the lock's session without waiting for the ones
+// before them to finish, and reads their results in the order they were
+// sent. Each is one pgx.Batch sent without BEGIN and ending in one Sync, so
+// PostgreSQL runs it as one implicit transaction: it commits at the Sync if
+// every statement succeeded, and any error rolls all of it back. Each
+// starts with a check, in SQL, that the session still holds the lock and
+// that the transaction sent before it committed: what a transaction writes
+// never lands after one before it failed.
+//
+// Why: the marker transaction is an export's one serial stage, and between
+// two of them the session is idle while the answer travels to the daemon,
+// the next transaction is built and travels back (about a third of a
+// transaction's time on a busy machine). With the next transaction already
+// on the wire, PostgreSQL starts it the moment the last one commits.
+//
+// A Pipe is for one goroutine. While it has transactions in flight it holds
+// the lock's session: WithTx and Release wait, and the self-check
+// skips its rounds (every transaction checks the lock itself).
+type Pipe struct {
+	lk  *Lock
+	pl  *pgconn.Pipeline
+	eqb pgx.ExtendedQueryBuilder
+	// sent are the transactions whose results the caller has not had, in
+	// order; the first ones may have been read already (see drain).
+	sent []*pipeTx
+	// last is the token the last transaction sent sets when it commits.
+	last string
+}
+
+type pipeTx struct {
+	qs       []*pgx.QueuedQuery
+	deadline time.Time
+	read     bool
+	err      error
+}
+
+// NewPipe returns a Pipe on the lock's session.
+func (lk *Lock) NewPipe() *Pipe {
+	return &Pipe{lk: lk}
+}
+
+// InFlight is how many transactions were sent and not yet received.
+func (p *Pipe) InFlight() int { return len(p.sent) }
+
+// Send sends the statements queue adds to b as one transaction, and returns
+// without waiting for them. ctx's deadline, if any, bounds the
+// transaction's results; ctx's cancellation is not watched (a marker must
+// be able to finish what it sent). Callbacks (see pgx.QueuedQuery) run in
+// Receive, after the transaction is over, and cannot veto it. An error from
+// queue is returned as it is, and nothing is sent.
+func (p *Pipe) Send(ctx context.Context, queue func(b *pgx.Batch) error) error {
+	b := &pgx.Batch{}
+	if err := queue(b); err != nil {
+		return err
+	}
+	if len(p.sent) == 0 {
+		p.lk.mu.Lock()
+	}
+	if err := p.send(ctx, b); err != nil {
+		if len(p.sent) == 0 {
+			p.lk.mu.Unlock()
+		}
+		return err
+	}
+	return nil
+}
+
+func (p *Pipe) send(ctx context.Context, b *pgx.Batch) error {
+	if err := p.lk.Err(); err != nil {
+		return fmt.Errorf("locks: pipe: %w", err)
+	}
+	// A statement the session has not prepared is prepared outside
+	// pipeline mode, once what is in flight has been read. The statements
+	// of an export are few, so this happens in its first transactions.
+	for _, sql := range append([]string{pipeHeadSQL}, sqls(b)...) {
+		if p.lk.prepared[sql] != nil {
+			continue
+		}
+		if err := p.drain(); err != nil {
+			return err
+		}
+		sd, err := p.lk.conn.Prepare(ctx, sql, sql)
+		if err != nil {
+			return p.lk.settle(fmt.Errorf("locks: pipe: prepare: %w", err), "pipe")
+		}
+		if p.lk.prepared == nil {
+			p.lk.prepared = map[string]*pgconn.StatementDescription{}
+		}
+		p.lk.prepared[sql] = sd
+	}
+	if p.pl == nil {
+		p.pl = p.lk.conn.PgConn().StartPipeline(context.Background())
+	}
+
+	// Fence on the last transaction sent while its outcome is still unread
+	// by the caller: this one must not commit if that one did not.
+	var fence *string
+	if len(p.sent) > 0 {
+		fence = &p.last
+	}
+	token := newToken()
+	classid, objid := pgLocksIDs(p.lk.key)
+	if err := p.queue(pipeHeadSQL, []any{classid, objid, fence, token}); err != nil {
+		return err
+	}
+	for _, q := range b.QueuedQueries {
+		if err := p.queue(q.SQL, q.Arguments); err != nil {
+			return err
+		}
+	}
+	tx := &pipeTx{qs: b.QueuedQueries}
+	if d, ok := ctx.Deadline(); ok {
+		tx.deadline = d
+	}
+	stop := p.watch(tx.deadline)
+	err := p.pl.Sync()
+	stop()
+	if err != nil {
+		p.pl = nil
+		return p.lk.settle(fmt.Errorf("locks: pipe: send: %w", err), "pipe")
+	}
+	p.sent = append(p.sent, tx)
+	p.last = token
+	return nil
+}
+
+// queue encodes one statement into the pipeline's buffer.
+func (p *Pipe) queue(sql string, args []any) error {
+	sd := p.lk.prepared[sql]
+	if err := p.eqb.Build(p.lk.conn.TypeMap(), sd, args); err != nil {
+		// Nothing of this transaction reaches the server without its
+		// Sync, but the buffer holds what was queued: the session cannot
+		// be trusted to resynchronize, so it goes, and the lock with it.
+		p.pl = nil
+		return p.lk.settle(fmt.Errorf("locks: pipe: encode %q: %w", firstLine(sql), err), "pipe")
+	}
+	p.pl.SendQueryPrepared(sd.Name, p.eqb.ParamValues, p.eqb.ParamFormats, p.eqb.ResultFormats)
+	return nil
+}
+
+// Receive waits for the oldest transaction sent and not yet received, runs
+// its callbacks and returns its error: nil if it committed and every
+// callback returned nil. An error wrapping ErrLockLost means the lock is
+// gone; one wrapping ErrEarlierFailed, that the transaction before it
+// failed, so it did nothing.
+func (p *Pipe) Receive() error {
+	if len(p.sent) == 0 {
+		return errors.New("locks: pipe: nothing in flight to receive")
+	}
+	tx := p.sent[0]
+	if !tx.read {
+		p.read(tx)
+	}
+	p.sent = p.sent[1:]
+	if len(p.sent) == 0 {
+		if p.pl != nil {
+			if err := p.pl.Close(); err != nil && tx.err == nil {
+				tx.err = p.lk.settle(fmt.Errorf("locks: pipe: close: %w", err), "pipe")
+			}
+			p.pl = nil
+		}
+		p.lk.mu.Unlock()
+	}
+	return tx.err
+}
+
+// Close receives whatever is still in flight, discarding the results, so
+// the session is free again. A Pipe whose transactions were all received
+// needs no Close.
+func (p *Pipe) Close() {
+	for len(p.sent) > 0 {
+		_ = p.Receive()
+	}
+}
+
+// drain reads the results of every transaction in flight, for Receive to
+// return later, and leaves pipeline mode.
+func (p *Pipe) drain() error {
+	for _, tx := range p.sent {
+		if !tx.read {
+			p.read(tx)
+		}
+	}
+	if p.pl == nil {
+		return nil
+	}
+	err := p.pl.Close()
+	p.pl = nil
+	if err != nil {
+		return p.lk.settle(fmt.Errorf("locks: pipe: close: %w", err), "pipe")
+	}
+	return nil
+}
+
+// read reads one transaction's results, up to its Sync, and runs its
+// callbacks; its error is kept in tx.
+func (p *Pipe) read(tx *pipeTx) {
+	tx.read = true
+	if p.pl == nil {
+		tx.err = fmt.Errorf("locks: pipe: %w", cmpErr(p.lk.Err(), errors.New("session left pipeline mode")))
+		return
+	}
+	stop := p.watch(tx.deadline)
+	defer stop()
+	var first error
+	res := &pipeResult{tm: p.lk.conn}
+	for i := -1; i < len(tx.qs) && first == nil; i++ {
+		res.next(p.pl.GetResults())
+		if i < 0 {
+			// The head: the lock and fence check.
+			_, err := res.Exec()
+			first = err
+			continue
+		}
+		if res.err != nil {
+			// The statement failed: its callback would only see the error.
+			first = fmt.Errorf("locks: pipe: %s: %w", firstLine(tx.qs[i].SQL), res.err)
+			break
+		}
+		var err error
+		if fn := tx.qs[i].Fn; fn != nil {
+			err = fn(res)
+		} else {
+			_, err = res.Exec()
+		}
+		res.close()
+		if err == nil {
+			err = res.err
+		}
+		first = err
+	}
+	// Up to the Sync: after an error, pgconn skips what the server skipped.
+	for {
+		r, err := p.pl.GetResults()
+		if _, ok := r.(*pgconn.PipelineSync); ok {
+			break
+		}
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				// The commit itself failed (a deferred constraint, say).
+				first = cmpErr(first, err)
+				continue
+			}
+			first = cmpErr(first, err)
+			p.pl = nil
+			break
+		}
+		if r == nil {
+			first = cmpErr(first, errors.New("locks: pipe: results ended before the transaction's Sync"))
+			p.pl = nil
+			break
+		}
+		if rr, ok := r.(*pgconn.ResultReader); ok {
+			rr.Close()
+		}
+	}
+	switch {
+	case first == nil:
+	case isNotHeld(first):
+		first = errVanished
+	case isNotFenced(first):
+		first = fmt.Errorf("locks: pipe: %w", ErrEarlierFailed)
+	}
+	tx.err = p.lk.settle(first, "pipe")
+	if tx.err != nil && p.lk.conn.IsClosed() {
+		p.pl = nil
+	}
+}
+
+// watch cancels the session's statements, through the connection's context
+// watcher, if deadline passes first; the zero deadline never does.
+func (p *Pipe) watch(deadline time.Time) (stop func()) {
+	if deadline.IsZero() {
+		return func() {}
+	}
+	conn := p.lk.conn.PgConn().Conn()
+	t := time.AfterFunc(time.Until(deadline), func() {
+		// Mid-pipeline the session cannot be brought back to a known
+		// state: closing its socket unblocks the read, ends the session
+		// and frees the lock, which the read then reports lost.
+		_ = conn.Close()
+	})
+	return func() { t.Stop() }
+}
+
+// pipeHeadSQL opens every transaction on a pipe: it fails, aborting the
+// transaction, unless the session holds the lock ($1, $2) and, when $3 is
+// not null, the transaction before set the token $3; then it sets its own
+// token $4, which stays only if this transaction commits (a setting changed
+// in an aborted transaction reverts).
+const pipeHeadSQL = `SELECT (CASE
+	WHEN NOT EXISTS (SELECT 1 FROM pg_locks WHERE ` + heldWhere + `) THEN '` + notHeldText + `'
+	WHEN $3::text IS NOT NULL AND current_setting('syncer.pipe_token', true) IS DISTINCT FROM $3::text THEN '` + notFencedText + `'
+	ELSE left(set_config('syncer.pipe_token', $4::text, false), 0) || '1' END)::int`
+
+const notFencedText = "syncer: the transaction sent before this one did not commit"
+
+func isNotFenced(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, notFencedText)
+}
+
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func sqls(b *pgx.Batch) []string {
+	out := make([]string, len(b.QueuedQueries))
+	for i, q := range b.QueuedQueries {
+		out[i] = q.SQL
+	}
+	return out
+}
+
+func firstLine(sql string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(sql), "\n")
+	return line
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// pipeResult hands one statement's result to its callback as pgx's batch
+// results would.
+type pipeResult struct {
+	tm   *pgx.Conn
+	rr   *pgconn.ResultReader
+	rows pgx.Rows
+	err  error
+}
+
+func (r *pipeResult) next(res any, err error) {
+	r.rr, r.rows, r.err = nil, nil, err
+	if err != nil {
+		return
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		r.err = fmt.Errorf("locks: pipe: unexpected result %T", res)
+		return
+	}
+	r.rr = rr
+}
+
+func (r *pipeResult) close() {
+	if r.rows != nil {
+		r.rows.Close()
+		if err := r.rows.Err(); err != nil && r.err == nil {
+			r.err = err
+		}
+	} else if r.rr != nil {
+		if _, err := r.rr.Close(); err != nil && r.err == nil {
+			r.err = err
+		}
+	}
+	r.rr, r.rows = nil, nil
+}
+
+func (r *pipeResult) Exec() (pgconn.CommandTag, error) {
+	if r.err != nil || r.rr == nil {
+		return pgconn.CommandTag{}, cmpErr(r.err, errors.New("locks: pipe: result already read"))
+	}
+	tag, err := r.rr.Close()
+	r.rr = nil
+	if err != nil {
+		r.err = err
+	}
+	return tag, err
+}
+
+func (r *pipeResult) Query() (pgx.Rows, error) {
+	if r.err != nil || r.rr == nil {
+		return nil, cmpErr(r.err, errors.New("locks: pipe: result already read"))
+	}
+	r.rows = pgx.RowsFromResultReader(r.tm.TypeMap(), r.rr)
+	r.rr = nil
+	return r.rows, nil
+}
+
+func (r *pipeResult) QueryRow() pgx.Row {
+	rows, err := r.Query()
+	return oneRow{rows, err}
+}
+
+// Tx is nil: a pipe's transactions are implicit.
+func (r *pipeResult) Tx() pgx.Tx { return nil }
+
+func (r *pipeResult) Close() error {
+	r.close()
+	return r.err
+}
+
+type oneRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (o oneRow) Scan(dest ...any) error {
+	if o.err != nil {
+		return o.err
+	}
+	defer o.rows.Close()
+	if !o.rows.Next() {
+		if err := o.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := o.rows.Scan(dest...); err != nil {
+		return err
+	}
+	o.rows.Close()
+	return o.rows.Err()
+}
