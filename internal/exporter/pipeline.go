@@ -220,9 +220,10 @@ type rejectedNote struct {
 //     and passes never overlap, so no id is in two unanswered requests.
 //   - It holds at most MaxInFlight+readAhead batches that are not marked, so
 //     memory is bounded by batches, whatever the source's size.
-//   - One marker transaction at a time writes, on the lock's connection,
-//     the outcomes of every batch answered since the last one, forgets their
-//     records, and records the batches read since.
+//   - Marker transactions write, on the lock's connection, the outcomes of
+//     every batch answered since the last one was handed over, forget their
+//     records, and record the batches read since. Up to two are in flight;
+//     each commits only if the one before it did (see marker).
 type pipeline struct {
 	e  *Exporter
 	lk *locks.Lock
@@ -449,11 +450,24 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 	pipe := p.lk.NewPipe()
 	defer pipe.Close()
 	var sent []marked
-	// service estimates how long a transaction takes once it is the
-	// oldest in flight; the marker waits up to most of it for the next
-	// transaction before it blocks on the oldest's answer.
-	var service time.Duration
+	// The marker waits for the next transaction's content for up to three
+	// quarters of the shortest of the last transactions' times, before it
+	// blocks on the oldest's answer. An underestimate costs an overlap; an
+	// overestimate leaves an answer unread while its batches wait to be
+	// pushed, so one slow transaction (a checkpoint's flush) must not
+	// lengthen the waits after it.
+	var recent [8]time.Duration
+	var n int
 	var headSince time.Time
+	shortest := func() time.Duration {
+		m := time.Duration(0)
+		for i := range min(n, len(recent)) {
+			if i == 0 || recent[i] < m {
+				m = recent[i]
+			}
+		}
+		return m
+	}
 	send := func(r markReq) {
 		if len(sent) == 0 {
 			headSince = time.Now()
@@ -471,7 +485,7 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 			continue
 		}
 		if len(sent) == 1 && reqs != nil {
-			switch r, state := takeWithin(reqs, service*3/4-time.Since(headSince)); state {
+			switch r, state := takeWithin(reqs, shortest()*3/4-time.Since(headSince)); state {
 			case taken:
 				send(r)
 			case closed:
@@ -484,7 +498,8 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 			head = p.receive(ctx, pipe, head)
 		}
 		now := time.Now()
-		service = (3*service + now.Sub(headSince)) / 4
+		recent[n%len(recent)] = now.Sub(headSince)
+		n++
 		headSince = now
 		out <- head
 		if reqs == nil && len(sent) == 0 {
