@@ -759,6 +759,27 @@ func TestPipeNoticesLoss(t *testing.T) {
 		require.Equal(t, 0, b.markCount(t))
 		require.NoError(t, lk.Release(ctx), "Release of a lost lock returns at once")
 	})
+	t.Run("an argument that cannot be encoded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, &locks.Config{CheckInterval: time.Hour})
+		ctx := context.Background()
+		lk := b.tryAcquire(t, b.locker)
+		p := lk.NewPipe()
+		require.NoError(t, p.Send(ctx, queueMark(1)))
+		err := p.Send(ctx, func(qb *pgx.Batch) error {
+			qb.Queue("INSERT INTO marks (id) VALUES ($1)", 2)
+			qb.Queue("INSERT INTO marks (id) VALUES ($1)", make(chan int))
+			return nil
+		})
+		require.ErrorIs(t, err, locks.ErrLockLost, "half a transaction is never sent: the session goes")
+		// The one in flight may have committed before the session went;
+		// its answer is lost with it.
+		require.ErrorIs(t, p.Receive(), locks.ErrLockLost)
+		waitDone(t, lk, time.Second)
+		var second int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM marks WHERE id = 2").Scan(&second))
+		require.Zero(t, second)
+	})
 	t.Run("past its deadline", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, &locks.Config{CheckInterval: time.Hour})

@@ -147,11 +147,13 @@ func (p *Pipe) send(ctx context.Context, b *pgx.Batch) error {
 func (p *Pipe) queue(sql string, args []any) error {
 	sd := p.lk.prepared[sql]
 	if err := p.eqb.Build(p.lk.conn.TypeMap(), sd, args); err != nil {
-		// Nothing of this transaction reaches the server without its
-		// Sync, but the buffer holds what was queued: the session cannot
-		// be trusted to resynchronize, so it goes, and the lock with it.
+		// What was queued before it is in the connection's buffer, and
+		// pgconn cannot take it back: the session goes, and the lock with
+		// it, rather than send half a transaction.
 		p.pl = nil
-		return p.lk.settle(fmt.Errorf("locks: pipe: encode %q: %w", firstLine(sql), err), "pipe")
+		err = fmt.Errorf("locks: pipe: encode %q: %w", firstLine(sql), err)
+		p.lk.lose(err)
+		return fmt.Errorf("locks: pipe: %w", p.lk.Err())
 	}
 	p.pl.SendQueryPrepared(sd.Name, p.eqb.ParamValues, p.eqb.ParamFormats, p.eqb.ResultFormats)
 	return nil
@@ -216,13 +218,13 @@ func (p *Pipe) drain() error {
 func (p *Pipe) read(tx *pipeTx) {
 	tx.read = true
 	if p.pl == nil {
-		tx.err = fmt.Errorf("locks: pipe: %w", cmpErr(p.lk.Err(), errors.New("session left pipeline mode")))
+		tx.err = fmt.Errorf("locks: pipe: %w", firstErr(p.lk.Err(), errors.New("session left pipeline mode")))
 		return
 	}
 	stop := p.watch(tx.deadline)
 	defer stop()
 	var first error
-	res := &pipeResult{tm: p.lk.conn}
+	res := &pipeResult{conn: p.lk.conn}
 	for i := -1; i < len(tx.qs) && first == nil; i++ {
 		res.next(p.pl.GetResults())
 		if i < 0 {
@@ -258,15 +260,15 @@ func (p *Pipe) read(tx *pipeTx) {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) {
 				// The commit itself failed (a deferred constraint, say).
-				first = cmpErr(first, err)
+				first = firstErr(first, err)
 				continue
 			}
-			first = cmpErr(first, err)
+			first = firstErr(first, err)
 			p.pl = nil
 			break
 		}
 		if r == nil {
-			first = cmpErr(first, errors.New("locks: pipe: results ended before the transaction's Sync"))
+			first = firstErr(first, errors.New("locks: pipe: results ended before the transaction's Sync"))
 			p.pl = nil
 			break
 		}
@@ -287,8 +289,8 @@ func (p *Pipe) read(tx *pipeTx) {
 	}
 }
 
-// watch cancels the session's statements, through the connection's context
-// watcher, if deadline passes first; the zero deadline never does.
+// watch closes the session's socket if deadline passes before stop is
+// called; the zero deadline never does.
 func (p *Pipe) watch(deadline time.Time) (stop func()) {
 	if deadline.IsZero() {
 		return func() {}
@@ -339,7 +341,8 @@ func firstLine(sql string) string {
 	return line
 }
 
-func cmpErr(a, b error) error {
+// firstErr returns a if it is an error, else b.
+func firstErr(a, b error) error {
 	if a != nil {
 		return a
 	}
@@ -349,7 +352,7 @@ func cmpErr(a, b error) error {
 // pipeResult hands one statement's result to its callback as pgx's batch
 // results would.
 type pipeResult struct {
-	tm   *pgx.Conn
+	conn *pgx.Conn
 	rr   *pgconn.ResultReader
 	rows pgx.Rows
 	err  error
@@ -384,7 +387,7 @@ func (r *pipeResult) close() {
 
 func (r *pipeResult) Exec() (pgconn.CommandTag, error) {
 	if r.err != nil || r.rr == nil {
-		return pgconn.CommandTag{}, cmpErr(r.err, errors.New("locks: pipe: result already read"))
+		return pgconn.CommandTag{}, firstErr(r.err, errors.New("locks: pipe: result already read"))
 	}
 	tag, err := r.rr.Close()
 	r.rr = nil
@@ -396,9 +399,9 @@ func (r *pipeResult) Exec() (pgconn.CommandTag, error) {
 
 func (r *pipeResult) Query() (pgx.Rows, error) {
 	if r.err != nil || r.rr == nil {
-		return nil, cmpErr(r.err, errors.New("locks: pipe: result already read"))
+		return nil, firstErr(r.err, errors.New("locks: pipe: result already read"))
 	}
-	r.rows = pgx.RowsFromResultReader(r.tm.TypeMap(), r.rr)
+	r.rows = pgx.RowsFromResultReader(r.conn.TypeMap(), r.rr)
 	r.rr = nil
 	return r.rows, nil
 }
