@@ -791,8 +791,12 @@ func TestPipeNoticesLoss(t *testing.T) {
 			qb.Queue("INSERT INTO marks (id) VALUES (1)")
 			return nil
 		})
-		require.ErrorIs(t, err, locks.ErrLockLost, "a transaction that outlives its deadline ends the session")
-		waitDone(t, lk, time.Second)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "the statement past the deadline is cancelled")
+		require.Equal(t, "57014", pgErr.Code)
+		require.NoError(t, lk.Err(), "a cancelled transaction keeps the lock")
 		require.Equal(t, 0, b.markCount(t))
+		require.NoError(t, withBatch(context.Background(), lk, queueMark(2)), "the session goes on")
+		require.Equal(t, 1, b.markCount(t))
 	})
 }

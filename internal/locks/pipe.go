@@ -289,20 +289,31 @@ func (p *Pipe) read(tx *pipeTx) {
 	}
 }
 
-// watch closes the session's socket if deadline passes before stop is
-// called; the zero deadline never does.
+// watch bounds a wait for results by deadline (the zero deadline never
+// passes): past it, the statement running is cancelled, as pgx cancels a
+// query whose context ends, so its transaction fails and the lock stays
+// held (a mark waiting on a row an application keeps locked, say); if the
+// server has not answered cancelDeadlineDelay later, the session's socket
+// is closed, which ends the session and frees the lock, and the read
+// reports the lock lost. Mid-pipeline there is no other way back to a
+// known state.
 func (p *Pipe) watch(deadline time.Time) (stop func()) {
 	if deadline.IsZero() {
 		return func() {}
 	}
-	conn := p.lk.conn.PgConn().Conn()
-	t := time.AfterFunc(time.Until(deadline), func() {
-		// Mid-pipeline the session cannot be brought back to a known
-		// state: closing its socket unblocks the read, ends the session
-		// and frees the lock, which the read then reports lost.
-		_ = conn.Close()
+	pgc := p.lk.conn.PgConn()
+	cancelT := time.AfterFunc(time.Until(deadline), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cancelDeadlineDelay)
+		defer cancel()
+		_ = pgc.CancelRequest(ctx)
 	})
-	return func() { t.Stop() }
+	closeT := time.AfterFunc(time.Until(deadline)+cancelDeadlineDelay, func() {
+		_ = pgc.Conn().Close()
+	})
+	return func() {
+		cancelT.Stop()
+		closeT.Stop()
+	}
 }
 
 // pipeHeadSQL opens every transaction on a pipe: it fails, aborting the
