@@ -244,6 +244,11 @@ type pushedCounts struct {
 	lastID        int64
 }
 
+// markerDepth is how many marker transactions are in flight at most: one
+// running, the next waiting behind it on the wire. More would only queue
+// behind the same session.
+const markerDepth = 2
+
 // readAhead is how many batches are read and recorded beyond those in
 // flight, so a pusher that is answered finds the next batch ready.
 const readAhead = 2
@@ -270,10 +275,11 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 	)
 	results := make(chan pushed, limit)
 	ctxDone := ctx.Done()
-	// The marker keeps up to two transactions in flight (see marker):
-	// handed ones wait in reqs, reported ones in marks.
-	reqs := make(chan markReq, 2)
-	marks := make(chan marked, 2)
+	// The marker keeps up to markerDepth transactions in flight (see
+	// marker): handed ones wait in reqs, reported ones in marks, and
+	// neither channel ever blocks.
+	reqs := make(chan markReq, markerDepth)
+	marks := make(chan marked, markerDepth)
 	markerDone := make(chan struct{})
 	go func() {
 		defer close(markerDone)
@@ -309,7 +315,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		// Each transaction costs a round trip and a commit whatever it
 		// holds, and the marker is the pipeline's serial stage.
 		waiting := (readCh != nil && held < limit+readAhead && len(readCh) > 0) || len(results) > 0
-		if !waiting && markerTxs < 2 && !markFailed && (len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
+		if !waiting && markerTxs < markerDepth && !markFailed && (len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
 			var recs []*batch
 			if halt == nil {
 				for _, b := range queue {
@@ -484,7 +490,7 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 			send(r)
 			continue
 		}
-		if len(sent) == 1 && reqs != nil {
+		if len(sent) < markerDepth && reqs != nil {
 			switch r, state := takeWithin(reqs, shortest()*3/4-time.Since(headSince)); state {
 			case taken:
 				send(r)

@@ -25,7 +25,8 @@ type Lock struct {
 	pid    int
 	logger *slog.Logger
 
-	// mu serializes every use of conn: WithTx, the self-check and Release.
+	// mu serializes every use of conn: WithTx, a Pipe with transactions in
+	// flight, the self-check and Release.
 	mu   sync.Mutex
 	conn *pgx.Conn
 	// prepared are the statements a Pipe prepared on conn, by SQL.

@@ -91,21 +91,13 @@ func (p *Pipe) send(ctx context.Context, b *pgx.Batch) error {
 	// A statement the session has not prepared is prepared outside
 	// pipeline mode, once what is in flight has been read. The statements
 	// of an export are few, so this happens in its first transactions.
-	for _, sql := range append([]string{pipeHeadSQL}, sqls(b)...) {
-		if p.lk.prepared[sql] != nil {
-			continue
-		}
-		if err := p.drain(); err != nil {
+	if err := p.prepare(ctx, pipeHeadSQL); err != nil {
+		return err
+	}
+	for _, q := range b.QueuedQueries {
+		if err := p.prepare(ctx, q.SQL); err != nil {
 			return err
 		}
-		sd, err := p.lk.conn.Prepare(ctx, sql, sql)
-		if err != nil {
-			return p.lk.settle(fmt.Errorf("locks: pipe: prepare: %w", err), "pipe")
-		}
-		if p.lk.prepared == nil {
-			p.lk.prepared = map[string]*pgconn.StatementDescription{}
-		}
-		p.lk.prepared[sql] = sd
 	}
 	if p.pl == nil {
 		p.pl = p.lk.conn.PgConn().StartPipeline(context.Background())
@@ -140,6 +132,25 @@ func (p *Pipe) send(ctx context.Context, b *pgx.Batch) error {
 	}
 	p.sent = append(p.sent, tx)
 	p.last = token
+	return nil
+}
+
+// prepare makes sure the session has sql prepared.
+func (p *Pipe) prepare(ctx context.Context, sql string) error {
+	if p.lk.prepared[sql] != nil {
+		return nil
+	}
+	if err := p.drain(); err != nil {
+		return err
+	}
+	sd, err := p.lk.conn.Prepare(ctx, sql, sql)
+	if err != nil {
+		return p.lk.settle(fmt.Errorf("locks: pipe: prepare: %w", err), "pipe")
+	}
+	if p.lk.prepared == nil {
+		p.lk.prepared = map[string]*pgconn.StatementDescription{}
+	}
+	p.lk.prepared[sql] = sd
 	return nil
 }
 
@@ -337,14 +348,6 @@ func newToken() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-func sqls(b *pgx.Batch) []string {
-	out := make([]string, len(b.QueuedQueries))
-	for i, q := range b.QueuedQueries {
-		out[i] = q.SQL
-	}
-	return out
 }
 
 func firstLine(sql string) string {
