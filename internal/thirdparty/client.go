@@ -110,7 +110,7 @@ func New(cfg *Config) (*Client, error) {
 		hc := *c.httpClient // the caller's client keeps its own policy
 		c.httpClient = &hc
 	}
-	// A redirect is a configuration error (CONTRACT.md section 2): a 303
+	// A redirect is a configuration error (docs/protocol.md, section 2): a 303
 	// would turn the POST into an empty GET whose 200 reads as "all
 	// accepted", a 307 would re-send the batch and the token to whatever
 	// Location names. The 3xx is returned as is and becomes an *Error.
