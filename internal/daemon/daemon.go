@@ -88,7 +88,7 @@ type Config struct {
 	// to WorkersDefault.
 	Workers int
 	// PollInterval bounds the delay of a lost notification. Defaults to
-	// outbox.PollIntervalDefault.
+	// outbox.PollIntervalDefault, applied by the relay.
 	PollInterval time.Duration
 	// GaugeInterval is how often the database-wide gauges are refreshed.
 	// Defaults to GaugeIntervalDefault.
@@ -119,7 +119,6 @@ func (c *Config) withDefaults() Config {
 	out.HTTPAddr = cmp.Or(out.HTTPAddr, HTTPAddrDefault)
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
 	out.Workers = cmp.Or(out.Workers, WorkersDefault)
-	out.PollInterval = cmp.Or(out.PollInterval, outbox.PollIntervalDefault)
 	out.GaugeInterval = cmp.Or(out.GaugeInterval, GaugeIntervalDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
