@@ -151,7 +151,7 @@ func rowID(it feed.Item) (int64, error) {
 
 // sourceFeed is a configured source's pending keys. A pass always reads
 // from its first pending key (a key marked leaves the change log), so its
-// positions stay feed.Start.
+// pages have no position (0).
 type sourceFeed struct {
 	pool *pgxpool.Pool
 	src  *sources.Source
@@ -183,7 +183,7 @@ func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
 	if err != nil || len(rows) == 0 {
 		return feed.Page{}, err
 	}
-	p := feed.Page{Salt: c.f.Checkpoint(), Position: feed.Start, Items: make([]feed.Item, 0, len(rows))}
+	p := feed.Page{Salt: c.f.Checkpoint(), Items: make([]feed.Item, 0, len(rows))}
 	for _, r := range rows {
 		if r.Oversize > 0 {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})

@@ -89,8 +89,9 @@ type Page struct {
 	Salt string
 	// Position is where the next read of the pass starts, and what the
 	// feed's checkpoint records with the page: a replay resumes after it.
-	// A feed whose passes always read from its first pending item keeps
-	// Start.
+	// A feed whose passes always read from its first pending item (a
+	// source: a marked key leaves its change log) has no position and
+	// leaves it 0.
 	Position int64
 }
 
