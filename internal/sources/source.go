@@ -211,8 +211,12 @@ func (s *Source) pendingSQL(after bool) string {
 	}
 
 	// The payload: the whole row, or the configured columns under their
-	// names.
-	payload := "to_jsonb(t)"
+	// names. t.* and not t: a bare name is a column first and the row
+	// only when no column has that name, so on a table with a column t,
+	// to_jsonb(t) was that column (and NULL where it was NULL). Every other
+	// reference to the table is qualified by its alias, which PostgreSQL
+	// resolves as a relation before a column.
+	payload := "to_jsonb(t.*)"
 	if s.Columns != nil {
 		var groups []string
 		for start := 0; start < len(s.Columns); start += maxBuildArgs {
@@ -240,12 +244,14 @@ func (s *Source) pendingSQL(after bool) string {
 	// The row is looked up per key, by its primary key (LIMIT 1 keeps the
 	// planner from turning the lookups into a scan of the whole table, which
 	// its estimates can prefer for a table of some 100,000 rows). No row:
-	// the key was deleted.
-	return `SELECT k.key, k.version, r.payload IS NULL, r.payload
+	// the key was deleted. Whether it exists is a constant of the lookup,
+	// never the payload's nullness: a row that exists is never a tombstone,
+	// whatever its columns hold.
+	return `SELECT k.key, k.version, r.found IS NULL, r.payload
 		FROM (SELECT c.num, c.key, max(c.seq) AS version FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k
-		LEFT JOIN LATERAL (SELECT ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + ` LIMIT 1) r ON true
+		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + ` LIMIT 1) r ON true
 		ORDER BY k.num, k.key`
 }
 

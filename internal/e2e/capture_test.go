@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+)
+
+// held replays every request body the destination received, in order, and
+// returns what it holds: each id's last payload, or no entry when its
+// last item was a tombstone. tombstones counts the tombstones by id.
+func (d *destination) held(t *testing.T) (live map[string]json.RawMessage, tombstones map[string]int) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	live, tombstones = map[string]json.RawMessage{}, map[string]int{}
+	for _, b := range d.bodies {
+		var w struct {
+			Items []struct {
+				ID      string          `json:"id"`
+				Payload json.RawMessage `json:"payload"`
+				Deleted bool            `json:"deleted"`
+			} `json:"items"`
+		}
+		require.NoError(t, json.Unmarshal(b, &w))
+		for _, it := range w.Items {
+			if it.Deleted {
+				delete(live, it.ID)
+				tombstones[it.ID]++
+				continue
+			}
+			live[it.ID] = it.Payload
+		}
+	}
+	return live, tombstones
+}
+
+// tableRows reads what a source of table should have sent: each row's key
+// in its text form and payload (sel, over the table aliased x).
+func (b *bundle) tableRows(t *testing.T, table, key, sel string) map[string]json.RawMessage {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `SELECT x.`+pgx.Identifier{key}.Sanitize()+`::text, `+sel+` FROM `+pgx.Identifier{table}.Sanitize()+` x`)
+	require.NoError(t, err)
+	out := map[string]json.RawMessage{}
+	var k string
+	var p json.RawMessage
+	_, err = pgx.ForEachRow(rows, []any{&k, &p}, func() error {
+		out[k] = append(json.RawMessage(nil), p...)
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// requireHolds checks that the third party holds exactly want: the same
+// ids, each with an equal payload.
+func requireHolds(t *testing.T, want, got map[string]json.RawMessage, what string) {
+	t.Helper()
+	require.Equal(t, keys(want), keys(got), "%s: the ids the third party holds", what)
+	for id, p := range want {
+		require.JSONEq(t, string(p), string(got[id]), "%s: id %s", what, id)
+	}
+}
+
+// aliasNames are the aliases, columns and variables of syncer's SQL on a
+// source's table (the pending read, the snapshot, the capture function, the
+// marks): a column of each name must change nothing of what is sent.
+var aliasNames = []string{
+	"t", "r", "c", "k", "n", "o", "g", "b", "f", "u", "i", "a", "p", "s",
+	"src", "chg", "ins", "done", "found", "num", "key", "seq", "source",
+	"version", "payload", "deleted", "changed_at", "error", "armed",
+	"lease_until", "syncer_new", "syncer_old", "syncer_source", "syncer_rows",
+	"tg_op",
+}
+
+// Issue 24, point 1: the issue's own table (items: id, t, qty) exported
+// whole sent row 1's t as its payload and a tombstone for row 2, whose t
+// is NULL. Here it and a table with a column named after every alias of
+// syncer's SQL (keyed by k), whole-row and column-list sources, snapshot
+// and live writes, NULLs: the third party holds every live row with its
+// exact payload, and tombstones only for the rows deleted.
+func TestCaptureColumnsNamedLikeAliases(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	names := []string{"items", "items-cols", "aliases", "aliases-cols"}
+	dests := map[string]*destination{}
+	var yaml strings.Builder
+	yaml.WriteString("destinations:\n")
+	for _, n := range names {
+		dests[n] = newDestination(t, fakethirdparty.Config{})
+		fmt.Fprintf(&yaml, "  %s:\n    url: %s\n", n, dests[n].url)
+	}
+	b.exec(t, `CREATE TABLE items (id int PRIMARY KEY, t text, qty int)`)
+	cols := []string{"k bigint PRIMARY KEY"}
+	var listed []string
+	for _, c := range aliasNames {
+		if c != "k" {
+			cols = append(cols, pgx.Identifier{c}.Sanitize()+" text")
+			listed = append(listed, c)
+		}
+	}
+	b.exec(t, `CREATE TABLE aliases (`+strings.Join(cols, ", ")+`)`)
+	// Rows before the sources: the snapshot sends them.
+	b.exec(t, `INSERT INTO items VALUES (1, 'hello', 1), (2, NULL, 2)`)
+	b.exec(t, `INSERT INTO aliases (k, t, payload, key) VALUES (1, 'hello', 'p', 'kk'), (2, NULL, NULL, NULL)`)
+	fmt.Fprintf(&yaml, `sources:
+  - {table: items, key: id, destination: items}
+  - {name: items-cols, table: items, key: id, columns: [t, qty], destination: items-cols}
+  - {table: aliases, key: k, destination: aliases}
+  - {name: aliases-cols, table: aliases, key: k, columns: [%s], destination: aliases-cols}
+`, strings.Join(listed, ", "))
+	cfg := sourcesConfig(t, yaml.String(), nil)
+	b.installSources(t, cfg)
+	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg })
+	b.waitSourcesDrained(t, names...)
+
+	// Live writes: NULLs in, out, a delete.
+	b.exec(t, `INSERT INTO items VALUES (3, NULL, NULL), (4, 't4', 4)`)
+	b.exec(t, `UPDATE items SET t = NULL WHERE id = 1`)
+	b.exec(t, `UPDATE items SET t = 'now' WHERE id = 2`)
+	b.exec(t, `DELETE FROM items WHERE id = 4`)
+	b.exec(t, `INSERT INTO aliases (k) VALUES (3), (4)`)
+	b.exec(t, `UPDATE aliases SET t = NULL, found = 'f', deleted = 'no' WHERE k = 1`)
+	b.exec(t, `UPDATE aliases SET payload = '{}', version = 'v' WHERE k = 2`)
+	b.exec(t, `DELETE FROM aliases WHERE k = 4`)
+	b.waitSourcesDrained(t, names...)
+	waitFor(t, 30*time.Second, "the tombstones delivered", func() bool {
+		for _, n := range names {
+			if _, tombs := dests[n].held(t); tombs["4"] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	items := b.tableRows(t, "items", "id", "to_jsonb(x.*)")
+	require.JSONEq(t, `{"id": 1, "t": null, "qty": 1}`, string(items["1"]))
+	require.JSONEq(t, `{"id": 2, "t": "now", "qty": 2}`, string(items["2"]))
+	require.JSONEq(t, `{"id": 3, "t": null, "qty": null}`, string(items["3"]))
+	aliasesCols := b.tableRows(t, "aliases", "k", "to_jsonb(x.*) - 'k'")
+	require.Contains(t, string(aliasesCols["1"]), `"found": "f"`)
+	want := map[string]map[string]json.RawMessage{
+		"items":        items,
+		"items-cols":   b.tableRows(t, "items", "id", "jsonb_build_object('t', x.t, 'qty', x.qty)"),
+		"aliases":      b.tableRows(t, "aliases", "k", "to_jsonb(x.*)"),
+		"aliases-cols": aliasesCols,
+	}
+	for _, n := range names {
+		live, tombs := dests[n].held(t)
+		requireHolds(t, want[n], live, n)
+		require.Equal(t, map[string]int{"4": 1}, tombs, "%s: one tombstone, for the row deleted", n)
+		requireOnceInOrder(t, dests[n].fake)
+		st := dests[n].fake.Stats()
+		t.Logf("%s: the third party holds %d live rows equal to the table's, tombstones %v; %d requests", n, len(live), tombs, st.Requests)
+	}
+}
