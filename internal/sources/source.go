@@ -80,6 +80,9 @@ type Source struct {
 	// Destination names the destination, as the file did at install time.
 	Destination string
 
+	// partitioned is set by Install for a partitioned table, whose writes
+	// are captured by row triggers (see captureBody).
+	partitioned bool
 	// collation is the key's collation, quoted, for text keys: comparing
 	// with it lets the key's own index find the row.
 	collation string
