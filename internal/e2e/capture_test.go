@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +18,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/jobs"
 )
 
 // held replays every request body the destination received, in order, and
@@ -183,7 +189,7 @@ func TestCapturePartitionWrites(t *testing.T) {
 	b.exec(t, `INSERT INTO events SELECT g, 'before' FROM generate_series(1, 190, 7) g`)
 	cfg := sourcesConfig(t, fmt.Sprintf("destinations:\n  one:\n    url: %s\nsources:\n  - {table: events, key: id, destination: one}\n", dest.url), nil)
 	b.installSources(t, cfg)
-	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg; c.GaugeInterval = 50 * time.Millisecond })
+	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg; c.GaugeInterval = 250 * time.Millisecond })
 	b.waitSourcesDrained(t, "events")
 	whole := func() map[string]json.RawMessage { return b.tableRows(t, "events", "id", "to_jsonb(x.*)") }
 	settled := func(what string) (map[string]json.RawMessage, map[string]int) {
@@ -265,4 +271,113 @@ func sum(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// lockedBuffer is a log destination a test reads while a daemon writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Issue 24, point 4 (the issue's 6): on main a source's table dropped
+// while the daemon ran went unnoticed (status healthy, 0 pending): nothing
+// is written, so no change ever comes. Three sources; one table dropped
+// and one renamed mid-run: each stops loudly (an error log line, status's
+// error, syncer_source_stopped 1) within seconds, and the third goes on.
+func TestCaptureTableDroppedOrRenamedMidRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	dest := newDestination(t, fakethirdparty.Config{})
+	for _, tbl := range []string{"orders", "notes", "tags"} {
+		b.exec(t, `CREATE TABLE `+tbl+` (id bigint PRIMARY KEY, v text)`)
+	}
+	cfg := sourcesConfig(t, fmt.Sprintf(`destinations:
+  one:
+    url: %s
+sources:
+  - {table: orders, key: id, destination: one}
+  - {table: notes, key: id, destination: one}
+  - {table: tags, key: id, destination: one}
+`, dest.url), nil)
+	b.installSources(t, cfg)
+	logs := &lockedBuffer{}
+	d := b.startDaemon(t, func(c *daemon.Config) {
+		c.Sources = cfg
+		// Not shorter: each refresh must finish within it, on a busy
+		// machine too.
+		c.GaugeInterval = 250 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	b.exec(t, `INSERT INTO orders VALUES (1, 'o')`)
+	b.exec(t, `INSERT INTO tags VALUES (100, 't')`)
+	b.exec(t, `INSERT INTO notes VALUES (1000, 'n')`)
+	b.waitSourcesDrained(t, "orders", "notes", "tags")
+	// Idle, as in the issue: no source job left to stumble on the drop.
+	waitFor(t, 30*time.Second, "the source jobs done", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')`,
+			jobs.SourceArgs{}.Kind()) == 0
+	})
+
+	dropped := time.Now()
+	b.exec(t, `DROP TABLE orders`)
+	b.exec(t, `ALTER TABLE tags RENAME TO tags_old`)
+	var stoppedAfter time.Duration
+	waitFor(t, 30*time.Second, "both sources stopped in status", func() bool {
+		st := b.sourceStats(t)
+		stoppedAfter = time.Since(dropped)
+		return st["orders"].Error != "" && st["tags"].Error != ""
+	})
+	rep := b.report(t)
+	errs := map[string]string{}
+	for _, s := range rep.Sources {
+		errs[s.Name] = s.Error
+	}
+	require.Contains(t, errs["orders"], "table "+b.schemaName(t)+".orders no longer exists")
+	require.Contains(t, errs["tags"], "table "+b.schemaName(t)+".tags was renamed to "+b.schemaName(t)+".tags_old")
+	require.Empty(t, errs["notes"])
+	require.Contains(t, logs.String(), `level=ERROR msg="exporter: source stopped: its table no longer matches its configuration" source=orders`)
+	require.Contains(t, logs.String(), `source=tags`)
+	waitFor(t, 30*time.Second, "syncer_source_stopped", func() bool {
+		resp, err := http.Get("http://" + d.addr + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		text, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return strings.Contains(string(text), `syncer_source_stopped{destination="one",source="orders"} 1`) &&
+			strings.Contains(string(text), `syncer_source_stopped{destination="one",source="tags"} 1`) &&
+			strings.Contains(string(text), `syncer_source_stopped{destination="one",source="notes"} 0`)
+	})
+
+	// The other source goes on.
+	b.exec(t, `INSERT INTO notes VALUES (1001, 'after')`)
+	b.exec(t, `DELETE FROM notes WHERE id = 1000`)
+	b.waitSourcesDrained(t, "notes")
+	waitFor(t, 30*time.Second, "notes exported", func() bool {
+		_, tombs := dest.held(t)
+		return tombs["1000"] == 1
+	})
+	live, tombs := dest.held(t)
+	require.JSONEq(t, `{"id": 1001, "v": "after"}`, string(live["1001"]))
+	t.Logf("stopped in status %.1fs after the drop and rename; the third source went on: %d live, tombstones %v",
+		stoppedAfter.Seconds(), len(live), tombs)
+}
+
+// schemaName is the test's schema, as the daemon's messages print it.
+func (b *bundle) schemaName(t *testing.T) string {
+	t.Helper()
+	var s string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&s))
+	return s
 }

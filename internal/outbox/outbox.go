@@ -35,6 +35,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
 )
 
 // Defaults for Config.
@@ -555,7 +556,8 @@ func (r *Relay) relaySources(ctx context.Context, poll bool) error {
 		}
 		if poll {
 			rows, err := tx.Query(ctx, `SELECT s.name FROM syncer_sources s WHERE s.name = ANY($1)
-				AND (s.snapshot_state IN ('pending', 'running') OR EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = s.name))`,
+				AND (s.snapshot_state IN ('pending', 'running') OR EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = s.name)
+					OR `+sources.CaptureBrokenSQL+`)`,
 				r.cfg.Sources)
 			if err != nil {
 				return err

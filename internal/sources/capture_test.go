@@ -244,3 +244,51 @@ func (b *bundle) snapshotAll(t *testing.T, src *sources.Source) error {
 		}
 	}
 }
+
+// Issue 24, point 4 (the issue's 6): a source's table dropped, renamed,
+// re-created without its triggers, or with them disabled, captures
+// nothing and so sends no change: Check says so, naming what happened,
+// and CaptureBrokenSQL finds those sources for the relay's poll; a
+// healthy source passes both.
+func TestCheckFindsLostCapture(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var file strings.Builder
+	for _, n := range []string{"dropped", "renamed", "disabled", "recreated", "healthy"} {
+		b.exec(t, `CREATE TABLE `+n+` (id bigint PRIMARY KEY)`)
+		file.WriteString("  - table: " + n + "\n    key: id\n    destination: crm\n")
+	}
+	b.exec(t, `CREATE TABLE parted (id bigint PRIMARY KEY) PARTITION BY RANGE (id)`)
+	b.exec(t, `CREATE TABLE parted1 PARTITION OF parted FOR VALUES FROM (0) TO (10)`)
+	file.WriteString("  - table: parted\n    key: id\n    destination: crm\n")
+	_, srcs := b.install(t, file.String())
+	for name, src := range srcs {
+		require.NoError(t, sources.Check(ctx, b.pool, src), name)
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_sources s WHERE `+sources.CaptureBrokenSQL))
+
+	b.exec(t, `DROP TABLE dropped`)
+	b.exec(t, `ALTER TABLE renamed RENAME TO renamed_old`)
+	b.exec(t, `ALTER TABLE disabled DISABLE TRIGGER USER`)
+	b.exec(t, `DROP TABLE recreated`)
+	b.exec(t, `CREATE TABLE recreated (id bigint PRIMARY KEY)`)
+	want := map[string]string{
+		"dropped":   "table " + b.schema + ".dropped no longer exists",
+		"renamed":   "table " + b.schema + ".renamed was renamed to " + b.schema + ".renamed_old",
+		"disabled":  "table " + b.schema + ".disabled has no enabled capture trigger of this source",
+		"recreated": "table " + b.schema + ".recreated has no enabled capture trigger of this source",
+	}
+	for name, text := range want {
+		err := sources.Check(ctx, b.pool, srcs[name])
+		require.ErrorIs(t, err, sources.ErrSchemaChanged, name)
+		require.ErrorContains(t, err, "sources: source "+name+": "+text, name)
+	}
+	require.NoError(t, sources.Check(ctx, b.pool, srcs["healthy"]))
+	require.NoError(t, sources.Check(ctx, b.pool, srcs["parted"]))
+	rows, err := b.pool.Query(ctx, `SELECT name FROM syncer_sources s WHERE `+sources.CaptureBrokenSQL+` ORDER BY name`)
+	require.NoError(t, err)
+	broken, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"disabled", "dropped", "recreated", "renamed"}, broken)
+}

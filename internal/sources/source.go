@@ -293,6 +293,24 @@ func objectHash(schema, name string) string {
 	return hex.EncodeToString(h[:8])
 }
 
+// triggerNameSQL is objectHash's trigger name in SQL, for the source
+// named by nameExpr in the connection's current schema (syncer's): a
+// statement that finds a source's trigger needs no round trip for it.
+func triggerNameSQL(nameExpr, op string) string {
+	return `'syncer_' || left(encode(sha256(convert_to(current_schema(), 'UTF8') || '\x00'::bytea || convert_to(` +
+		nameExpr + `, 'UTF8')), 'hex'), 16) || '_` + op + `'`
+}
+
+// CaptureBrokenSQL is a condition on a row s of syncer_sources: true when
+// the source's table is gone (dropped, or renamed away from its name) or
+// has no enabled capture trigger of the source (dropped, disabled, or the
+// table re-created). Nothing is written then, so no event comes and
+// nothing is pending: the relay's poll gives such a source a job, whose
+// Check stops it loudly.
+var CaptureBrokenSQL = `NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger tg
+	WHERE tg.tgrelid = to_regclass(format('%I.%I', s.schema_name, s.table_name))
+		AND tg.tgname = ` + triggerNameSQL("s.name", "insert") + ` AND tg.tgenabled <> 'D')`
+
 // triggerOps are the suffixes of a source's triggers.
 var triggerOps = []string{"insert", "update", "delete", "truncate"}
 

@@ -81,16 +81,14 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 			(SELECT count(*) FROM syncer_source_failures f WHERE f.source = s.name
 				AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)),
 			s.snapshot_state, s.snapshot_rows, s.snapshot_total, COALESCE(s.error, ''),
-			-- UncapturedPartitions, from the catalog: the trigger's name is
-			-- objectHash's.
+			-- UncapturedPartitions, from the catalog.
 			ARRAY(SELECT format('%I.%I', pn.nspname, pc.relname)
 				FROM pg_catalog.pg_partition_tree(to_regclass(format('%I.%I', s.schema_name, s.table_name))) pt
 				JOIN pg_catalog.pg_class pc ON pc.oid = pt.relid
 				JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
 				WHERE pt.level > 0 AND pc.relkind IN ('r', 'p')
 					AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger tg WHERE tg.tgrelid = pt.relid
-						AND tg.tgname = 'syncer_' || left(encode(sha256(convert_to(current_schema(), 'UTF8') || '\x00'::bytea
-							|| convert_to(s.name, 'UTF8')), 'hex'), 16) || '_truncate')
+						AND tg.tgname = `+triggerNameSQL("s.name", "truncate")+`)
 				ORDER BY pt.level, pc.relname)
 		FROM syncer_sources s
 		CROSS JOIN LATERAL (SELECT
