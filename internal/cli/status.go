@@ -80,6 +80,9 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		if src.Error != "" {
 			line += "; STOPPED: " + src.Error
 		}
+		if src.Warning != "" {
+			line += "; WARNING: " + src.Warning
+		}
 		fmt.Fprintf(w, "source %s\t%s\n", src.Name, line)
 	}
 	for _, f := range r.RecentFailures {

@@ -187,6 +187,10 @@ type Daemon struct {
 
 	riverRunning atomic.Bool
 	ran          atomic.Bool
+
+	// warned is the warning last logged per source (gauges' goroutine
+	// only), so a warning is logged once, not at every refresh.
+	warned map[string]string
 }
 
 // New checks that the database is migrated and builds the daemon's parts:
@@ -196,7 +200,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: c, pool: pool, logger: c.Logger}
+	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}}
 
 	all, err := migrations.All()
 	if err != nil {

@@ -76,6 +76,12 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		for _, st := range stats {
 			if d.cfg.Sources.Source(st.Name) != nil {
 				m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, st.Error != "")
+				if w := st.Warning(); w != d.warned[st.Name] {
+					d.warned[st.Name] = w
+					if w != "" {
+						d.logger.WarnContext(ctx, "daemon: source not wholly captured", slog.String("source", st.Name), slog.String("warning", w))
+					}
+				}
 			}
 		}
 	}

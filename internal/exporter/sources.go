@@ -63,7 +63,12 @@ func (w *SourceWorker) Work(ctx context.Context, job *river.Job[jobs.SourceArgs]
 		e.logger.DebugContext(ctx, "exporter: source not configured in this daemon", slog.String("source", job.Args.Source))
 		return nil
 	}
-	err := e.workSource(ctx, s)
+	// A table dropped or renamed, or its triggers gone, sends no change:
+	// only looking finds it.
+	err := sources.Check(ctx, e.pool, s.Source)
+	if err == nil {
+		err = e.workSource(ctx, s)
+	}
 	if errors.Is(err, sources.ErrSchemaChanged) {
 		e.logger.ErrorContext(ctx, "exporter: source stopped: its table no longer matches its configuration",
 			slog.String("source", s.Source.Name), slog.String("error", err.Error()))

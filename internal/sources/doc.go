@@ -8,7 +8,8 @@
 //   - Nothing of the application's table changes but its triggers: no
 //     column is added, none altered. Each source gets four statement-level
 //     triggers (AFTER INSERT, UPDATE and DELETE with transition tables, and
-//     BEFORE TRUNCATE) named syncer_<hash>_<op>, which append one row per
+//     BEFORE TRUNCATE; row triggers for a partitioned table) named
+//     syncer_<hash>_<op>, which append one row per
 //     row written to syncer_changes, in the writer's transaction (so a
 //     rolled-back write logs nothing), and one outbox event and
 //     notification per statement through the gate.
@@ -31,5 +32,12 @@
 //     in short transactions.
 //   - A source whose table or configured column is gone fails loudly and
 //     alone: Pending returns a *SchemaError naming the source and the
-//     column.
+//     column; Check does for a table dropped, renamed or without its
+//     triggers, which no change would reveal.
+//   - A partitioned table is captured by row triggers, which PostgreSQL
+//     clones to every partition, and TRUNCATE triggers on each partition,
+//     so writes made to a partition directly are captured too.
+//   - No column name can change what is read or logged: the whole row is
+//     to_jsonb(t.*), existence a constant of the lookup, every column
+//     qualified.
 package sources

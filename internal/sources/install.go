@@ -22,7 +22,7 @@ const InstallLockTimeout = 10 * time.Second
 
 // captureVersion is written into every capture function, so that an
 // installation made by an older syncer is recognised and replaced.
-const captureVersion = "syncer capture v2"
+const captureVersion = "syncer capture v3"
 
 // Action is what Install did to a source.
 type Action string
@@ -196,6 +196,7 @@ func inspect(ctx context.Context, q Querier, c *config.Source) (*Source, error) 
 	case kind != "r" && kind != "p":
 		return nil, bad("%s is not a table (relkind %s): only a table or a partitioned table can be a source", s.QualifiedTable(), kind)
 	}
+	s.partitioned = kind == "p"
 
 	rows, err := q.Query(ctx, `SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod)
 		FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
@@ -310,7 +311,7 @@ func installOne(ctx context.Context, db Beginner, schema string, s *Source, c *c
 		// Another table or key: what is pending names keys of the old one.
 		moved := exists && (prev.schema != s.Schema || prev.table != s.Table || prev.key != s.Key || prev.kind != s.Kind)
 		if moved {
-			if err := dropTriggers(ctx, tx, hash, pgx.Identifier{prev.schema, prev.table}); err != nil {
+			if err := dropTriggers(ctx, tx, schema, hash); err != nil {
 				return err
 			}
 			if err := forget(ctx, tx, s.Name); err != nil {
@@ -318,12 +319,31 @@ func installOne(ctx context.Context, db Beginner, schema string, s *Source, c *c
 			}
 		}
 
+		// Partitions attached or created since the triggers were made
+		// have the row triggers (PostgreSQL clones them) but not the
+		// TRUNCATE trigger, and an attached one brought rows no trigger
+		// saw.
+		fresh, err := uncaptured(ctx, tx, s.table(), triggerNames(hash)[3])
+		if err != nil {
+			return err
+		}
 		current, err := triggersCurrent(ctx, tx, schema, hash, s, body)
 		if err != nil {
 			return err
 		}
-		if !current {
-			if err := createTriggers(ctx, tx, fn, hash, s, body); err != nil {
+		if !current || len(fresh) > 0 {
+			if err := createTriggers(ctx, tx, schema, fn, hash, s, body); err != nil {
+				return err
+			}
+		}
+		resnapshot := false
+		if exists && !moved && c.Snapshot && len(fresh) > 0 {
+			// Their rows are sent by a snapshot of the whole table, in the
+			// daemon's short chunks: logging them here would hold the lock
+			// that creating the trigger took while the partitions are read.
+			// An empty partition (made ahead for later rows) needs none.
+			resnapshot, err = anyRows(ctx, tx, fresh)
+			if err != nil {
 				return err
 			}
 		}
@@ -356,9 +376,86 @@ func installOne(ctx context.Context, db Beginner, schema string, s *Source, c *c
 		if err != nil {
 			return fmt.Errorf("record in syncer_sources: %w", err)
 		}
+		if exists && !moved && len(fresh) > 0 {
+			ch.Action = Updated
+			ch.Detail = joinDetail(ch.Detail, "TRUNCATE now captured on partitions "+strings.Join(fresh, ", "))
+			if resnapshot {
+				if _, err := Resnapshot(ctx, tx, s.Name); err != nil {
+					return err
+				}
+				ch.Detail += ": snapshot restarted for their rows"
+			}
+		}
 		return nil
 	})
 	return ch, err
+}
+
+func joinDetail(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// uncaptured returns the partitions of a table (at any depth, qualified
+// and quoted) that lack its source's TRUNCATE trigger: attached or created
+// since migrate made the triggers. PostgreSQL clones a partitioned table's
+// row triggers to every partition, later ones included, but not its
+// statement triggers, and TRUNCATE has only those. Empty for a table that
+// is not partitioned.
+func uncaptured(ctx context.Context, q Querier, table, truncateTrigger string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname)
+		FROM pg_catalog.pg_partition_tree(to_regclass($1)) p
+		JOIN pg_catalog.pg_class c ON c.oid = p.relid
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE p.level > 0 AND c.relkind IN ('r', 'p')
+			AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger tg WHERE tg.tgrelid = p.relid AND tg.tgname = $2)
+		ORDER BY p.level, c.relname`, table, truncateTrigger)
+	if err != nil {
+		return nil, fmt.Errorf("read partitions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read partitions: %w", err)
+	}
+	return out, nil
+}
+
+// UncapturedPartitions returns the partitions of src's table (qualified)
+// on which a TRUNCATE is not captured: attached or created since `syncer
+// migrate` installed the source. Their inserts, updates and deletes are
+// captured (PostgreSQL clones the row triggers), but not a TRUNCATE of one
+// of them alone, nor the rows an attached table brought with it. Running
+// migrate again closes the gap (and restarts the snapshot for such rows);
+// until then status and `config check` name them. Empty for a table that is
+// not partitioned, or that is gone. Call it on a connection whose current
+// schema is syncer's.
+func UncapturedPartitions(ctx context.Context, q Querier, src *Source) ([]string, error) {
+	var schema string
+	if err := q.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return nil, fmt.Errorf("sources: source %s: current schema: %w", src.Name, err)
+	}
+	out, err := uncaptured(ctx, q, src.table(), triggerNames(objectHash(schema, src.Name))[3])
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: %w", src.Name, err)
+	}
+	return out, nil
+}
+
+// anyRows reports whether one of the tables (qualified and quoted) holds a
+// row.
+func anyRows(ctx context.Context, q Querier, tables []string) (bool, error) {
+	for _, t := range tables {
+		var ok bool
+		if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+t+")").Scan(&ok); err != nil {
+			return false, fmt.Errorf("read partition %s: %w", t, err)
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // triggersCurrent reports whether the source's capture function is this
@@ -376,10 +473,20 @@ func triggersCurrent(ctx context.Context, q Querier, schema, hash string, s *Sou
 	return n == len(triggerOps), nil
 }
 
-// createTriggers creates or replaces the capture function and the four
+// createTriggers creates or replaces the capture function and the
 // triggers. Dropping and creating in one transaction is atomic for
 // writers.
-func createTriggers(ctx context.Context, tx pgx.Tx, fn, hash string, s *Source, body string) error {
+//
+// A table gets four statement triggers, three of them with transition
+// tables: one call a statement, however many rows it writes. A
+// partitioned table gets row triggers instead: PostgreSQL runs a
+// partitioned table's statement triggers only for statements that name
+// it, so a write made to a partition directly went unseen, while its row
+// triggers are cloned to every partition, those attached or created later
+// included, and run however the row is reached. TRUNCATE has statement
+// triggers only: one on the table and one on each partition there is now
+// (see uncaptured for those made later).
+func createTriggers(ctx context.Context, tx pgx.Tx, schema, fn, hash string, s *Source, body string) error {
 	// SECURITY DEFINER: the application's roles need no privilege on
 	// syncer's tables; search_path is pinned because the body names every
 	// object with its schema.
@@ -388,7 +495,7 @@ func createTriggers(ctx context.Context, tx pgx.Tx, fn, hash string, s *Source, 
 		return fmt.Errorf("create capture function: %w", err)
 	}
 	tbl := s.table()
-	if err := dropTriggers(ctx, tx, hash, pgx.Identifier{s.Schema, s.Table}); err != nil {
+	if err := dropTriggers(ctx, tx, schema, hash); err != nil {
 		return err
 	}
 	names := triggerNames(hash)
@@ -399,27 +506,55 @@ func createTriggers(ctx context.Context, tx pgx.Tx, fn, hash string, s *Source, 
 		`AFTER DELETE ON ` + tbl + ` REFERENCING OLD TABLE AS syncer_old FOR EACH STATEMENT`,
 		`BEFORE TRUNCATE ON ` + tbl + ` FOR EACH STATEMENT`,
 	}
+	if s.partitioned {
+		defs[0] = `AFTER INSERT ON ` + tbl + ` FOR EACH ROW`
+		defs[1] = `AFTER UPDATE ON ` + tbl + ` FOR EACH ROW`
+		defs[2] = `AFTER DELETE ON ` + tbl + ` FOR EACH ROW`
+	}
 	for i, def := range defs {
 		if _, err := tx.Exec(ctx, `CREATE TRIGGER `+pgx.Identifier{names[i]}.Sanitize()+` `+def+` EXECUTE FUNCTION `+fn+`(`+arg+`)`); err != nil {
 			return fmt.Errorf("create trigger %s: %w", names[i], err)
 		}
 	}
+	partitions, err := uncaptured(ctx, tx, tbl, names[3])
+	if err != nil {
+		return err
+	}
+	for _, p := range partitions {
+		if _, err := tx.Exec(ctx, `CREATE TRIGGER `+pgx.Identifier{names[3]}.Sanitize()+` BEFORE TRUNCATE ON `+p+
+			` FOR EACH STATEMENT EXECUTE FUNCTION `+fn+`(`+arg+`)`); err != nil {
+			return fmt.Errorf("create trigger %s on partition %s: %w", names[3], p, err)
+		}
+	}
 	return nil
 }
 
-// dropTriggers drops a source's triggers from a table, if the table still
-// exists.
-func dropTriggers(ctx context.Context, tx pgx.Tx, hash string, table pgx.Identifier) error {
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table.Sanitize()).Scan(&exists); err != nil {
-		return fmt.Errorf("find table: %w", err)
+// dropTriggers drops every trigger of a source, wherever it is: on its
+// table, on its partitions, on a table that was its partition and was
+// detached, or on the table it had before its configuration changed. A
+// trigger PostgreSQL cloned to a partition goes with its parent's.
+func dropTriggers(ctx context.Context, tx pgx.Tx, schema, hash string) error {
+	rows, err := tx.Query(ctx, `SELECT n.nspname, c.relname, tg.tgname FROM pg_catalog.pg_trigger tg
+		JOIN pg_catalog.pg_class c ON c.oid = tg.tgrelid
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE tg.tgfoid = to_regprocedure($1) AND tg.tgparentid = 0 AND tg.tgname = ANY ($2)
+		ORDER BY c.oid, tg.tgname`,
+		pgx.Identifier{schema, functionName(hash)}.Sanitize()+"()", triggerNames(hash))
+	if err != nil {
+		return fmt.Errorf("find triggers: %w", err)
 	}
-	if !exists {
-		return nil
+	type trigger struct{ schema, table, name string }
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (trigger, error) {
+		var tg trigger
+		err := r.Scan(&tg.schema, &tg.table, &tg.name)
+		return tg, err
+	})
+	if err != nil {
+		return fmt.Errorf("find triggers: %w", err)
 	}
-	for _, name := range triggerNames(hash) {
-		if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS `+pgx.Identifier{name}.Sanitize()+` ON `+table.Sanitize()); err != nil {
-			return fmt.Errorf("drop trigger %s: %w", name, err)
+	for _, tg := range found {
+		if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS `+pgx.Identifier{tg.name}.Sanitize()+` ON `+pgx.Identifier{tg.schema, tg.table}.Sanitize()); err != nil {
+			return fmt.Errorf("drop trigger %s: %w", tg.name, err)
 		}
 	}
 	return nil
@@ -443,15 +578,15 @@ func remove(ctx context.Context, db Beginner, schema, name string) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", InstallLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		var tschema, table string
-		err := tx.QueryRow(ctx, "SELECT schema_name, table_name FROM syncer_sources WHERE name = $1 FOR UPDATE", name).Scan(&tschema, &table)
+		var one int
+		err := tx.QueryRow(ctx, "SELECT 1 FROM syncer_sources WHERE name = $1 FOR UPDATE", name).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // removed by a concurrent migrate
 		}
 		if err != nil {
 			return fmt.Errorf("read syncer_sources: %w", err)
 		}
-		if err := dropTriggers(ctx, tx, hash, pgx.Identifier{tschema, table}); err != nil {
+		if err := dropTriggers(ctx, tx, schema, hash); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{schema, functionName(hash)}.Sanitize()+"()"); err != nil {
@@ -468,13 +603,16 @@ func remove(ctx context.Context, db Beginner, schema, name string) error {
 }
 
 // captureBody is the capture function of a source: one change row per row
-// written, one outbox event and notification per statement that wrote any
-// while the gate is open; the event's op and the notification's payload
-// are migrations.SourceOp(name), so a relay can tell which source has work. It names every
-// object with its schema (the function pins its search_path), and the
-// source's name comes as the trigger's argument. The key is logged in its
-// text form, and as a bigint for integer keys (num) so that they are read
-// in numeric order.
+// written, one outbox event and notification per statement (a table) or
+// per transaction (a partitioned table) that wrote any while the gate is
+// open; the event's op and the notification's payload are
+// migrations.SourceOp(name), so a relay can tell which source has work. It names
+// every object with its schema (the function pins its search_path), and
+// the source's name comes as the trigger's argument. The key is logged in
+// its text form, and as a bigint for integer keys (num) so that they are
+// read in numeric order. Columns of the application's table are only ever
+// read qualified (n.col, OLD.col), and the function's variables win over
+// them (use_variable), so no column name can change what it does.
 func captureBody(schema string, s *Source) string {
 	changes := pgx.Identifier{schema, "syncer_changes"}.Sanitize()
 	outbox := pgx.Identifier{schema, "syncer_outbox"}.Sanitize()
@@ -485,16 +623,62 @@ func captureBody(schema string, s *Source) string {
 		}
 		return "0"
 	}
-	op := "'" + migrations.SourceOpPrefix + "' || syncer_source" // a constant with no quote in it
 	ins := "INSERT INTO " + changes + " (source, num, key, deleted)\n        "
-	return `
+	op := "'" + migrations.SourceOpPrefix + "' || syncer_source" // a constant with no quote in it
+	signal := `INSERT INTO ` + outbox + ` (op) VALUES (` + op + `);
+        PERFORM pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, ` + op + `);`
+	// TRUNCATE runs the statement triggers of the table named and of
+	// every partition it empties: each logs the rows of its table but
+	// those of a partition that has the trigger too, which logs its own.
+	// So a partition made after migrate (no trigger of its own) is logged
+	// when its parent is truncated, and each row once.
+	truncate := `EXECUTE ` + quoteLiteral("INSERT INTO "+changes+" (source, num, key, deleted) SELECT $1, "+num("o")+", o."+key+"::text, true FROM ") + `
+            || TG_RELID::regclass::text || ' o WHERE o.tableoid <> ALL ($2)'
+        USING syncer_source, ARRAY(SELECT tg.tgrelid FROM pg_catalog.pg_trigger tg WHERE tg.tgname = TG_NAME AND tg.tgrelid <> TG_RELID);`
+	head := `
 -- ` + captureVersion + `: see internal/sources.
 #variable_conflict use_variable
 DECLARE
     syncer_source text := TG_ARGV[0];
     syncer_rows   bigint;
 BEGIN
+`
+	if s.partitioned {
+		flag := quoteLiteral("syncer.signalled_" + objectHash(schema, s.Name))
+		return head + `    IF TG_OP = 'TRUNCATE' THEN
+        -- Before it: every row still there is deleted.
+        ` + truncate + `
+        GET DIAGNOSTICS syncer_rows = ROW_COUNT;
+        IF syncer_rows > 0 AND ` + migrations.GateOpen(schema) + ` THEN
+            ` + signal + `
+        END IF;
+        RETURN NULL;
+    END IF;
+    -- A row trigger, cloned to every partition: one change per row.
     IF TG_OP = 'INSERT' THEN
+        ` + ins + `VALUES (syncer_source, ` + num("NEW") + `, NEW.` + key + `::text, false);
+    ELSIF TG_OP = 'UPDATE' THEN
+        ` + ins + `VALUES (syncer_source, ` + num("NEW") + `, NEW.` + key + `::text, false);
+        -- A changed key is a new key and a deleted one. (A row moved to
+        -- another partition comes as a DELETE and an INSERT.)
+        IF NEW.` + key + ` IS DISTINCT FROM OLD.` + key + ` THEN
+            ` + ins + `VALUES (syncer_source, ` + num("OLD") + `, OLD.` + key + `::text, true);
+        END IF;
+    ELSE
+        ` + ins + `VALUES (syncer_source, ` + num("OLD") + `, OLD.` + key + `::text, true);
+    END IF;
+    -- One event a transaction, not one a row: the flag is local to the
+    -- transaction (and undone with a rolled-back savepoint, as the event
+    -- is). The gate is read until it is found open.
+    IF current_setting(` + flag + `, true) IS DISTINCT FROM 'on' AND ` + migrations.GateOpen(schema) + ` THEN
+        ` + signal + `
+        PERFORM set_config(` + flag + `, 'on', true);
+    END IF;
+    RETURN NULL;
+END
+`
+	}
+	return head + `    IF TG_OP = 'INSERT' THEN
         ` + ins + `SELECT syncer_source, ` + num("n") + `, n.` + key + `::text, false FROM syncer_new n;
     ELSIF TG_OP = 'UPDATE' THEN
         -- A changed key is a new key and a deleted one.
@@ -506,13 +690,13 @@ BEGIN
         ` + ins + `SELECT syncer_source, ` + num("o") + `, o.` + key + `::text, true FROM syncer_old o;
     ELSE
         -- TRUNCATE, before it: every row still there is deleted.
-        ` + ins + `SELECT syncer_source, ` + num("o") + `, o.` + key + `::text, true FROM ` + s.table() + ` o;
+        ` + truncate + `
     END IF;
-    -- The outbox's gate (migrations.GateOpen).
+    -- The gate of 006_gate_lease.sql, read here rather than through a
+    -- function: a call would cost the writer as much as the read.
     GET DIAGNOSTICS syncer_rows = ROW_COUNT;
     IF syncer_rows > 0 AND ` + migrations.GateOpen(schema) + ` THEN
-        INSERT INTO ` + outbox + ` (op) VALUES (` + op + `);
-        PERFORM pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, ` + op + `);
+        ` + signal + `
     END IF;
     RETURN NULL;
 END

@@ -194,6 +194,30 @@ func (s *Source) explain(ctx context.Context, q Querier, err error) error {
 	return err
 }
 
+// Check reports whether src's capture still works: its table exists under
+// its name, with the source's capture trigger enabled on it. A *SchemaError
+// says what is wrong (the table dropped, renamed, re-created without the
+// triggers, or the triggers dropped or disabled): no write of it is being
+// captured, and nothing else would say so, since no change comes. The
+// daemon checks before each run of the source.
+func Check(ctx context.Context, q Querier, src *Source) error {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger tg
+		WHERE tg.tgrelid = to_regclass($1) AND tg.tgname = `+triggerNameSQL("$2::text", "insert")+` AND tg.tgenabled <> 'D')`,
+		src.table(), src.Name).Scan(&ok)
+	if err != nil {
+		return fmt.Errorf("sources: source %s: check its triggers: %w", src.Name, err)
+	}
+	if ok {
+		return nil
+	}
+	if se := src.diagnose(ctx, q); se != nil {
+		return se
+	}
+	return &SchemaError{Source: src.Name, Table: src.QualifiedTable(),
+		Problem: "has no enabled capture trigger of this source (dropped, disabled, or the table re-created): its writes are not captured"}
+}
+
 // diagnose compares the table with what was installed; nil when it finds
 // nothing wrong (or cannot look).
 func (s *Source) diagnose(ctx context.Context, q Querier) *SchemaError {
@@ -203,6 +227,15 @@ func (s *Source) diagnose(ctx context.Context, q Querier) *SchemaError {
 		return nil
 	}
 	if !exists {
+		// Renamed or moved: the triggers went with the table.
+		var now string
+		err := q.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_trigger tg
+			JOIN pg_catalog.pg_class c ON c.oid = tg.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			WHERE tg.tgname = `+triggerNameSQL("$1::text", "insert")+` AND tg.tgparentid = 0 LIMIT 1`, s.Name).Scan(&now)
+		if err == nil {
+			se.Problem = "was renamed to " + now
+			return se
+		}
 		se.Problem = "no longer exists"
 		return se
 	}

@@ -80,6 +80,9 @@ type Source struct {
 	// Destination names the destination, as the file did at install time.
 	Destination string
 
+	// partitioned is set by Install for a partitioned table, whose writes
+	// are captured by row triggers (see captureBody).
+	partitioned bool
 	// collation is the key's collation, quoted, for text keys: comparing
 	// with it lets the key's own index find the row.
 	collation string
@@ -213,8 +216,12 @@ func (s *Source) pendingSQL(after bool) string {
 	}
 
 	// The payload: the whole row, or the configured columns under their
-	// names.
-	payload := "to_jsonb(t)"
+	// names. t.* and not t: a bare name is a column first and the row
+	// only when no column has that name, so on a table with a column t,
+	// to_jsonb(t) was that column (and NULL where it was NULL). Every other
+	// reference to the table is qualified by its alias, which PostgreSQL
+	// resolves as a relation before a column.
+	payload := "to_jsonb(t.*)"
 	if s.Columns != nil {
 		var groups []string
 		for start := 0; start < len(s.Columns); start += maxBuildArgs {
@@ -242,13 +249,15 @@ func (s *Source) pendingSQL(after bool) string {
 	// The row is looked up per key, by its primary key (LIMIT 1 keeps the
 	// planner from turning the lookups into a scan of the whole table, which
 	// its estimates can prefer for a table of some 100,000 rows). No row:
-	// the key was deleted.
-	return `SELECT k.key, k.version, r.payload IS NULL,
+	// the key was deleted. Whether it exists is a constant of the lookup,
+	// never the payload's nullness: a row that exists is never a tombstone,
+	// whatever its columns hold.
+	return `SELECT k.key, k.version, r.found IS NULL,
 			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0)
 		FROM (SELECT c.num, c.key, max(c.seq) AS version FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k
-		LEFT JOIN LATERAL (SELECT ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + ` LIMIT 1) r ON true
+		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + ` LIMIT 1) r ON true
 		ORDER BY k.num, k.key`
 }
 
@@ -286,6 +295,24 @@ func objectHash(schema, name string) string {
 	h := sha256.Sum256([]byte(schema + "\x00" + name))
 	return hex.EncodeToString(h[:8])
 }
+
+// triggerNameSQL is objectHash's trigger name in SQL, for the source
+// named by nameExpr in the connection's current schema (syncer's): a
+// statement that finds a source's trigger needs no round trip for it.
+func triggerNameSQL(nameExpr, op string) string {
+	return `'syncer_' || left(encode(sha256(convert_to(current_schema(), 'UTF8') || '\x00'::bytea || convert_to(` +
+		nameExpr + `, 'UTF8')), 'hex'), 16) || '_` + op + `'`
+}
+
+// CaptureBrokenSQL is a condition on a row s of syncer_sources: true when
+// the source's table is gone (dropped, or renamed away from its name) or
+// has no enabled capture trigger of the source (dropped, disabled, or the
+// table re-created). Nothing is written then, so no event comes and
+// nothing is pending: the relay's poll gives such a source a job, whose
+// Check stops it loudly.
+var CaptureBrokenSQL = `NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger tg
+	WHERE tg.tgrelid = to_regclass(format('%I.%I', s.schema_name, s.table_name))
+		AND tg.tgname = ` + triggerNameSQL("s.name", "insert") + ` AND tg.tgenabled <> 'D')`
 
 // triggerOps are the suffixes of a source's triggers.
 var triggerOps = []string{"insert", "update", "delete", "truncate"}

@@ -3,6 +3,7 @@ package sources
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,20 @@ type Stat struct {
 	// Error says why the daemon stopped exporting the source; empty while
 	// it exports.
 	Error string
+	// Uncaptured are the partitions of the source's table (qualified) on
+	// which a TRUNCATE is not captured, attached or created since migrate
+	// (see UncapturedPartitions); the source exports meanwhile.
+	Uncaptured []string
+}
+
+// Warning says what of the source is not captured, for status and the
+// daemon's log; empty when everything is.
+func (s Stat) Warning() string {
+	if len(s.Uncaptured) == 0 {
+		return ""
+	}
+	return "partitions " + strings.Join(s.Uncaptured, ", ") + " were attached or created since syncer migrate: " +
+		"a TRUNCATE of one of them alone is not captured (no tombstones), nor are the rows an attached table brought; run syncer migrate"
 }
 
 // SnapshotPercent is the snapshot's progress from 0 to 100, or -1 when
@@ -65,7 +80,16 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 			p.keys, COALESCE(EXTRACT(EPOCH FROM now() - p.oldest), 0)::float8,
 			(SELECT count(*) FROM syncer_source_failures f WHERE f.source = s.name
 				AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)),
-			s.snapshot_state, s.snapshot_rows, s.snapshot_total, COALESCE(s.error, '')
+			s.snapshot_state, s.snapshot_rows, s.snapshot_total, COALESCE(s.error, ''),
+			-- UncapturedPartitions, from the catalog.
+			ARRAY(SELECT format('%I.%I', pn.nspname, pc.relname)
+				FROM pg_catalog.pg_partition_tree(to_regclass(format('%I.%I', s.schema_name, s.table_name))) pt
+				JOIN pg_catalog.pg_class pc ON pc.oid = pt.relid
+				JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
+				WHERE pt.level > 0 AND pc.relkind IN ('r', 'p')
+					AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger tg WHERE tg.tgrelid = pt.relid
+						AND tg.tgname = `+triggerNameSQL("s.name", "truncate")+`)
+				ORDER BY pt.level, pc.relname)
 		FROM syncer_sources s
 		CROSS JOIN LATERAL (SELECT
 			(SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c WHERE c.source = s.name
@@ -79,7 +103,7 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stat, error) {
 		var s Stat
 		var age float64
-		err := r.Scan(&s.Name, &s.Destination, &s.Table, &s.PendingKeys, &age, &s.FailedKeys, &s.Snapshot, &s.SnapshotRows, &s.SnapshotTotal, &s.Error)
+		err := r.Scan(&s.Name, &s.Destination, &s.Table, &s.PendingKeys, &age, &s.FailedKeys, &s.Snapshot, &s.SnapshotRows, &s.SnapshotTotal, &s.Error, &s.Uncaptured)
 		s.OldestPending = time.Duration(age * float64(time.Second))
 		return s, err
 	})

@@ -117,6 +117,9 @@ type Source struct {
 	// Error says why the daemon stopped exporting the source (its table
 	// no longer matches its configuration).
 	Error string `json:"error,omitempty"`
+	// Warning says what of the source is not captured (partitions made
+	// since migrate) while it exports.
+	Warning string `json:"warning,omitempty"`
 }
 
 // JobNames returns the keys of Jobs ("kind:state"), sorted.
@@ -204,7 +207,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	for _, st := range stats {
 		src := Source{Name: st.Name, Table: st.Table, Destination: st.Destination, Pending: st.PendingKeys,
 			Failed: st.FailedKeys, OldestPendingAgeSeconds: st.OldestPending.Seconds(), Snapshot: string(st.Snapshot),
-			SnapshotPercent: st.SnapshotPercent(), Error: st.Error}
+			SnapshotPercent: st.SnapshotPercent(), Error: st.Error, Warning: st.Warning()}
 		r.Sources = append(r.Sources, src)
 		r.Total += src.Pending + src.Failed
 		r.Unsynced += src.Pending + src.Failed
