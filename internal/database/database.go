@@ -8,6 +8,12 @@
 // pg_stat_activity (and `syncer status`, for the lock holder) can tell the
 // daemons apart.
 //
+// Settings other than the few a connection pooler passes on in the startup
+// packet (search_path, jit, ...) are made with set_config once connected
+// (ApplySettings), so syncer works through PgBouncer in session mode with
+// its stock settings. Through a pooler in transaction mode Open refuses, with
+// a PoolerError that names the fix (DetectPooling says how it knows).
+//
 // Its sessions run with jit off unless the URL sets it: every statement
 // syncer runs is short and index-driven, and a planner's estimate over a
 // table never analyzed (the sources' stats, 180 rows guessed for a table of
@@ -145,6 +151,15 @@ func Open(ctx context.Context, rawURL, role string) (*pgxpool.Pool, error) {
 	if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
 	}
+	mode, reason, err := DetectPooling(ctx, cfg.ConnConfig)
+	if err != nil {
+		return nil, fmt.Errorf("database: cannot connect to %s: %w", Describe(cfg.ConnConfig), err)
+	}
+	if mode == TransactionPooling {
+		return nil, fmt.Errorf("database: %w", &PoolerError{Where: Describe(cfg.ConnConfig), Reason: reason})
+	}
+	// Past a pooler, only a few parameters may go in the startup packet.
+	ApplySettings(cfg.ConnConfig, nil)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
