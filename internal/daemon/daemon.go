@@ -267,7 +267,7 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 		dcfg.RateLimit, dcfg.RateBurst, dcfg.MaxInFlight = lim.RateLimit, lim.RateBurst, lim.MaxInFlight
 		dcfg.Logger = d.logger.With(slog.String("destination", dest.Name))
 		dcfg.Metrics, dcfg.Installation = d.metrics, installation
-		deliverer, err := delivery.New(client, breakerstore.NewShared(store, 0), &dcfg)
+		deliverer, err := delivery.New(guarded{client}, breakerstore.NewShared(store, 0), &dcfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
 		}
@@ -306,13 +306,15 @@ func (d *Daemon) build(ctx context.Context) error {
 		dcfg := c.Delivery
 		dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, d.metrics, installation
 		dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
-		deliverer, err := delivery.New(d.tp, breakerstore.NewShared(shared, 0), &dcfg)
+		deliverer, err := delivery.New(guarded{d.tp}, breakerstore.NewShared(shared, 0), &dcfg)
 		if err != nil {
 			return err
 		}
 		pusher = deliverer
 	}
-	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger}); err != nil {
+	// Leased locks: a frozen holder loses its locks to a waiting daemon
+	// (see internal/locks, "Leases").
+	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true}); err != nil {
 		return err
 	}
 	srcs, srcNames, err := d.buildSources(ctx, installation)
@@ -353,10 +355,12 @@ func (d *Daemon) build(ctx context.Context) error {
 		Channel:      migrations.Channel(d.schema),
 		LockKey:      locks.RelayKey(d.schema),
 		PollInterval: c.PollInterval,
-		LockHeld:     func(ctx context.Context) (bool, error) { return locks.Held(ctx, d.pool, exportKey) },
-		Sources:      srcNames,
-		NoResources:  pusher == nil,
-		Logger:       logger,
+		// A holder whose lease ran out does not count: a job must run to
+		// take the lock over from it.
+		LockHeld:    func(ctx context.Context) (bool, error) { return locks.HeldLive(ctx, d.pool, exportKey) },
+		Sources:     srcNames,
+		NoResources: pusher == nil,
+		Logger:      logger,
 	})
 	return err
 }
@@ -431,6 +435,19 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// guarded checks, just before every request to a third party, the locks
+// the request's context was derived from (locks.CheckContext): a process
+// that wakes from a freeze, past its lease, sends nothing more on behalf of
+// a lock a waiting daemon may have taken.
+type guarded struct{ delivery.Client }
+
+func (g guarded) PushBody(ctx context.Context, key string, body []byte, ids []string) (*thirdparty.Result, error) {
+	if err := locks.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("daemon: not sent: %w", err)
+	}
+	return g.Client.PushBody(ctx, key, body, ids)
 }
 
 // atLeast passes on records at or above min, unless the handler was set up

@@ -1,0 +1,174 @@
+package locks_test
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/locks"
+)
+
+// leaseSetup is setup on a migrated schema (syncer_lock_leases) with leased
+// Lockers of a short TTL.
+func leaseSetup(t *testing.T, ttl time.Duration) *testBundle {
+	t.Helper()
+	ts := dbtest.NewMigrated(t)
+	connConfig, err := pgx.ParseConfig(ts.DSN)
+	require.NoError(t, err)
+	b := &testBundle{dsn: ts.DSN, schema: ts.Name, connConfig: connConfig, pool: ts.Pool, key: locks.Key(ts.Name, t.Name())}
+	b.locker = b.leasedLocker(t, ttl)
+	return b
+}
+
+func (b *testBundle) leasedLocker(t *testing.T, ttl time.Duration) *locks.Locker {
+	t.Helper()
+	locker, err := locks.New(b.connConfig, &locks.Config{CheckInterval: checkInterval, Lease: true, LeaseTTL: ttl})
+	require.NoError(t, err)
+	t.Cleanup(locker.Close)
+	return locker
+}
+
+func TestLeaseIsRenewedWhileHeld(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	b := leaseSetup(t, ttl)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+	other := b.leasedLocker(t, ttl)
+
+	time.Sleep(3 * ttl)
+	require.NoError(t, lk.Check(), "a lease renewed every fifth of its TTL never runs out")
+	_, err := other.TryAcquire(ctx, b.key)
+	require.ErrorIs(t, err, locks.ErrLockBusy, "a live holder is never ended")
+	live, err := locks.HeldLive(ctx, b.pool, b.key)
+	require.NoError(t, err)
+	require.True(t, live)
+	var pid int
+	var left time.Duration
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT pid, expires_at - now() FROM syncer_lock_leases WHERE key = $1`, b.key).Scan(&pid, &left))
+	require.Equal(t, lk.PID(), pid)
+	require.Greater(t, left, ttl/2)
+}
+
+// A lease that ran out can no longer be renewed: its holder loses the lock
+// (even if nobody ended its session), and a waiter ends the session.
+func TestLeaseThatRanOutIsTakenOver(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	b := leaseSetup(t, ttl)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+	lctx, cancel := lk.Context(ctx)
+	defer cancel()
+	require.NoError(t, locks.CheckContext(lctx))
+
+	_, err := b.pool.Exec(ctx, `UPDATE syncer_lock_leases SET expires_at = now() - interval '1 second' WHERE key = $1`, b.key)
+	require.NoError(t, err)
+	live, err := locks.HeldLive(ctx, b.pool, b.key)
+	require.NoError(t, err)
+	require.False(t, live, "a holder whose lease ran out does not count")
+
+	other := b.leasedLocker(t, ttl)
+	lk2, err := other.TryAcquire(ctx, b.key)
+	require.NoError(t, err, "the waiter ends the stale session and takes the lock")
+	defer func() { require.NoError(t, lk2.Release(ctx)) }()
+	waitDone(t, lk, 2*checkInterval+time.Second)
+	require.ErrorIs(t, lk.Err(), locks.ErrLockLost)
+	require.ErrorIs(t, locks.CheckContext(lctx), locks.ErrLockLost)
+	require.NoError(t, lk2.Check())
+}
+
+func TestCheckContextChecksEveryLockItCameFrom(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	require.NoError(t, locks.CheckContext(ctx), "no lock, nothing to check")
+	outer := b.tryAcquire(t, b.locker)
+	inner, err := b.newLocker(t).TryAcquire(ctx, b.key+1)
+	require.NoError(t, err)
+	octx, ocancel := outer.Context(ctx)
+	defer ocancel()
+	ictx, icancel := inner.Context(octx)
+	defer icancel()
+	require.NoError(t, locks.CheckContext(ictx))
+	require.NoError(t, outer.Release(ctx))
+	require.ErrorIs(t, locks.CheckContext(ictx), locks.ErrReleased)
+	require.NoError(t, inner.Release(ctx))
+}
+
+// A holder frozen with SIGSTOP loses its lock to a waiter about one TTL
+// after it froze, and when it wakes its first check fails: no check passes
+// after the freeze, whatever its goroutines had not seen yet.
+func TestLeaseFrozenHolder(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	b := leaseSetup(t, ttl)
+	ctx := context.Background()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envHelper+"=hold", envDSN+"="+b.dsn,
+		envKey+"="+strconv.FormatInt(b.key, 10), envLeaseTTL+"="+ttl.String())
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	errOut := &syncBuffer{}
+	cmd.Stderr = errOut
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 1<<16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	select {
+	case l := <-lines:
+		require.True(t, strings.HasPrefix(l, "held "), l)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("child did not take the lock:\n%s", errOut.String())
+	}
+	time.Sleep(ttl) // a few renewals
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	frozenAt := time.Now()
+	waiter := b.leasedLocker(t, ttl)
+	var lk *locks.Lock
+	require.Eventually(t, func() bool {
+		lk, err = waiter.TryAcquire(ctx, b.key)
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond)
+	took := time.Since(frozenAt)
+	t.Logf("took over %.1fs after the freeze (lease TTL %s)", took.Seconds(), ttl)
+	require.Less(t, took, ttl+3*time.Second)
+	defer func() { require.NoError(t, lk.Release(ctx)) }()
+
+	time.Sleep(time.Second)
+	wokeAt := time.Now()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, cmd.Wait(), errOut.String())
+	var oks int
+	last := ""
+	for l := range lines {
+		last = l
+		if n, ok := strings.CutPrefix(l, "ok "); ok {
+			ns, err := strconv.ParseInt(n, 10, 64)
+			require.NoError(t, err)
+			require.True(t, time.Unix(0, ns).Before(frozenAt), "a check passed after the freeze, at %s (woke %s)", time.Unix(0, ns), wokeAt)
+			oks++
+		}
+	}
+	require.Equal(t, "lost", last)
+	require.Positive(t, oks)
+	require.NoError(t, lk.Check())
+}
