@@ -3,6 +3,7 @@ package locks_test
 import (
 	"bufio"
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -171,4 +172,75 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	require.Equal(t, "lost", last)
 	require.Positive(t, oks)
 	require.NoError(t, lk.Check())
+}
+
+// Ending a stale holder's session takes the holder's own role (a role may
+// end its own sessions) or pg_signal_backend: a daemon of another role says
+// so once, loudly, and counts the lock as busy.
+func TestLeaseTakeoverNeedsTheHoldersRole(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	b := leaseSetup(t, ttl)
+	ctx := context.Background()
+	role := func(name string) string {
+		name = b.schema + "_" + name
+		q := pgx.Identifier{name}.Sanitize()
+		_, err := b.pool.Exec(ctx, `CREATE ROLE `+q+` LOGIN;
+			GRANT USAGE ON SCHEMA `+pgx.Identifier{b.schema}.Sanitize()+` TO `+q+`;
+			GRANT SELECT, INSERT, UPDATE ON syncer_lock_leases TO `+q)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = b.pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, name)
+			_, _ = b.pool.Exec(context.Background(), `DROP OWNED BY `+q+`; DROP ROLE `+q)
+		})
+		return name
+	}
+	daemonRole, otherRole := role("daemon"), role("other")
+	as := func(user string) *pgx.ConnConfig {
+		cc := b.connConfig.Copy()
+		cc.User = user
+		return cc
+	}
+
+	// The holder, frozen: its lease runs out.
+	holderDSN := strings.Replace(b.dsn, "://", "://"+daemonRole+"@", 1)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envHelper+"=hold", envDSN+"="+holderDSN,
+		envKey+"="+strconv.FormatInt(b.key, 10), envLeaseTTL+"="+ttl.String())
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	errOut := &syncBuffer{}
+	cmd.Stderr = errOut
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	require.True(t, sc.Scan(), errOut.String())
+	require.True(t, strings.HasPrefix(sc.Text(), "held "), sc.Text())
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	time.Sleep(ttl + 200*time.Millisecond)
+	live, err := locks.HeldLive(ctx, b.pool, b.key)
+	require.NoError(t, err)
+	require.False(t, live)
+
+	logs := &syncBuffer{}
+	other, err := locks.New(as(otherRole), &locks.Config{Lease: true, LeaseTTL: ttl, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	defer other.Close()
+	for range 3 {
+		_, err = other.TryAcquire(ctx, b.key)
+		require.ErrorIs(t, err, locks.ErrLockBusy, "another role may not end the holder's session")
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "may not end its session"), "said once:\n%s", logs.String())
+
+	same, err := locks.New(as(daemonRole), &locks.Config{Lease: true, LeaseTTL: ttl})
+	require.NoError(t, err)
+	defer same.Close()
+	lk, err := same.TryAcquire(ctx, b.key)
+	require.NoError(t, err, "the holder's role ends its own session")
+	require.NoError(t, lk.Release(ctx))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
 }
