@@ -14,6 +14,10 @@
 // its stock settings. Through a pooler in transaction mode Open refuses, with
 // a PoolerError that names the fix (DetectPooling says how it knows).
 //
+// Its sessions end a transaction left idle for IdleInTransactionTimeoutDefault
+// unless the URL says otherwise, so a frozen process holds no lock for
+// longer.
+//
 // Its sessions run with jit off unless the URL sets it: every statement
 // syncer runs is short and index-driven, and a planner's estimate over a
 // table never analyzed (the sources' stats, 180 rows guessed for a table of
@@ -40,6 +44,15 @@ var ErrNotMigrated = errors.New("database is not migrated: run `syncer migrate`"
 
 // ErrBadURL is wrapped by every URLError, for errors.Is.
 var ErrBadURL = errors.New("malformed DATABASE_URL")
+
+// IdleInTransactionTimeoutDefault is the idle_in_transaction_session_timeout
+// of the pool's sessions when the URL sets none. syncer's own transactions
+// never wait on the client for long; a process frozen inside one (SIGSTOP, a
+// paused VM) would otherwise keep its row and advisory locks (the relay's
+// among them) for as long as it stays frozen, and stall the daemon that
+// takes its export lock over. The lock sessions set 0: they hold the lock
+// idle, sometimes inside a transaction.
+const IdleInTransactionTimeoutDefault = "10s"
 
 // ConnectTimeoutDefault bounds a connection attempt when the URL sets no
 // connect_timeout.
@@ -147,6 +160,9 @@ func Open(ctx context.Context, rawURL, role string) (*pgxpool.Pool, error) {
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = IdleInTransactionTimeoutDefault
 	}
 	if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault

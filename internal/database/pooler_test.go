@@ -48,14 +48,16 @@ func TestOpenThroughPgBouncerInSessionMode(t *testing.T) {
 	pool, err := database.Open(ctx, pgb.URL(t, dsn)+"&statement_timeout=7s", "syncer run")
 	require.NoError(t, err, pgb.Log())
 	defer pool.Close()
-	var got struct{ schema, jit, app, timeout string }
+	var got struct{ schema, jit, app, timeout, idle string }
 	require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema(), current_setting('jit'),
-		current_setting('application_name'), current_setting('statement_timeout')`).
-		Scan(&got.schema, &got.jit, &got.app, &got.timeout))
+		current_setting('application_name'), current_setting('statement_timeout'),
+		current_setting('idle_in_transaction_session_timeout')`).
+		Scan(&got.schema, &got.jit, &got.app, &got.timeout, &got.idle))
 	require.Equal(t, schema, got.schema)
 	require.Equal(t, "off", got.jit)
 	require.Equal(t, schema, got.app)
 	require.Equal(t, "7s", got.timeout)
+	require.Equal(t, database.IdleInTransactionTimeoutDefault, got.idle)
 	require.Equal(t, []string{"application_name"}, keys(pool.Config().ConnConfig.RuntimeParams),
 		"only what PgBouncer accepts goes in the startup packet")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
@@ -243,4 +244,29 @@ func TestLeaseTakeoverNeedsTheHoldersRole(t *testing.T) {
 	require.NoError(t, err, "the holder's role ends its own session")
 	require.NoError(t, lk.Release(ctx))
 	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+}
+
+// A lock session holds its lock idle, sometimes in a transaction: its own
+// settings win over those its connection config already makes (a pool's
+// idle_in_transaction_session_timeout).
+func TestLockSessionSettingsWinOverThePools(t *testing.T) {
+	t.Parallel()
+	dsn, _ := dbtest.NewSchema(t)
+	cc, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	database.ApplySettings(cc, map[string]string{"idle_in_transaction_session_timeout": "10s", "tcp_keepalives_idle": "99"})
+	locker, err := locks.New(cc, nil)
+	require.NoError(t, err)
+	defer locker.Close()
+	ctx := context.Background()
+	lk, err := locker.TryAcquire(ctx, locks.Key(dsn, t.Name()))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, lk.Release(ctx)) }()
+	var idle, keepalive string
+	require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('tcp_keepalives_idle')`).Scan(&idle, &keepalive)
+	}))
+	require.Equal(t, "0", idle)
+	require.Equal(t, "10", keepalive)
+	require.Empty(t, cc.RuntimeParams["idle_in_transaction_session_timeout"], "nothing a pooler refuses in the startup packet")
 }
