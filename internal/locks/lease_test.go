@@ -143,6 +143,9 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	time.Sleep(ttl) // a few renewals
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	// kill(2) returns before the process is stopped: it may run on a
+	// little, and check, until then.
+	waitStopped(t, cmd.Process.Pid)
 	frozenAt := time.Now()
 	waiter := b.leasedLocker(t, ttl)
 	var lk *locks.Lock
@@ -222,6 +225,7 @@ func TestLeaseTakeoverNeedsTheHoldersRole(t *testing.T) {
 		}
 	}()
 	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	waitStopped(t, cmd.Process.Pid)
 	time.Sleep(ttl + 200*time.Millisecond)
 	live, err := locks.HeldLive(ctx, b.pool, b.key)
 	require.NoError(t, err)
@@ -269,4 +273,29 @@ func TestLockSessionSettingsWinOverThePools(t *testing.T) {
 	require.Equal(t, "0", idle)
 	require.Equal(t, "10", keepalive)
 	require.Empty(t, cc.RuntimeParams["idle_in_transaction_session_timeout"], "nothing a pooler refuses in the startup packet")
+}
+
+// waitStopped waits until every thread of process pid is stopped by a
+// signal (state T in /proc/PID/task/TID/stat).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	require.Eventually(t, func() bool {
+		tasks, err := os.ReadDir(dir)
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, task := range tasks {
+			stat, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+			if err != nil {
+				return false
+			}
+			// tid (comm) state ...: comm may hold spaces, never ") ".
+			_, rest, ok := strings.Cut(string(stat), ") ")
+			if !ok || !strings.HasPrefix(rest, "T") {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
 }
