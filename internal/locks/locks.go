@@ -174,8 +174,8 @@ type Locker struct {
 	// poolerOnce says once that a pooler stands between the lock sessions
 	// and PostgreSQL.
 	poolerOnce sync.Once
-	// refused names the holders whose session this Locker could not end,
-	// said once each.
+	// refused holds the keys whose stale holder this Locker was not
+	// allowed to end, so each is said once.
 	refused sync.Map
 
 	mu     sync.Mutex
