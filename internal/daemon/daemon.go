@@ -299,7 +299,7 @@ func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, nam
 	c.Name = cmp.Or(c.Name, metrics.DefaultDestination)
 	c.Logger = d.logger.With(slog.String("destination", c.Name))
 	c.Metrics, c.Installation = d.metrics.Destination(c.Name), installation
-	deliverer, err := delivery.New(client, breakerstore.NewShared(store, 0), &c)
+	deliverer, err := delivery.New(guarded{client}, breakerstore.NewShared(store, 0), &c)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +323,9 @@ func (d *Daemon) build(ctx context.Context) error {
 		}
 		dest, d.inFlight = deliverer, deliverer.MaxInFlight()
 	}
-	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger}); err != nil {
+	// Leased locks: a frozen holder loses its locks to a waiting daemon
+	// (see internal/locks, "Leases").
+	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true}); err != nil {
 		return err
 	}
 	srcs, srcNames, err := d.buildSources(ctx, installation)
@@ -364,10 +366,12 @@ func (d *Daemon) build(ctx context.Context) error {
 		Channel:      migrations.Channel(d.schema),
 		LockKey:      locks.RelayKey(d.schema),
 		PollInterval: c.PollInterval,
-		LockHeld:     func(ctx context.Context) (bool, error) { return locks.Held(ctx, d.pool, exportKey) },
-		Sources:      srcNames,
-		NoResources:  dest == nil,
-		Logger:       logger,
+		// A holder whose lease ran out does not count: a job must run to
+		// take the lock over from it.
+		LockHeld:    func(ctx context.Context) (bool, error) { return locks.HeldLive(ctx, d.pool, exportKey) },
+		Sources:     srcNames,
+		NoResources: dest == nil,
+		Logger:      logger,
 	})
 	return err
 }
@@ -442,6 +446,21 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// guarded checks, just before every request to a third party, the locks
+// the request's context was derived from (locks.CheckContext): a process
+// that wakes from a freeze, past its lease, sends nothing more on behalf of
+// a lock a waiting daemon may have taken. The refusal is a *WaitError, which
+// the deliverer returns at once, neither retried nor counted by the breaker;
+// it wraps locks.ErrLockLost, which the job's result looks at first.
+type guarded struct{ delivery.Client }
+
+func (g guarded) PushBody(ctx context.Context, key string, body []byte, ids []string) (*thirdparty.Result, error) {
+	if err := locks.CheckContext(ctx); err != nil {
+		return nil, &delivery.WaitError{Err: fmt.Errorf("daemon: not sent: %w", err)}
+	}
+	return g.Client.PushBody(ctx, key, body, ids)
 }
 
 // atLeast passes on records at or above min, unless the handler was set up

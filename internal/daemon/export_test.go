@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 
+	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/metrics"
 )
 
@@ -11,3 +12,6 @@ func (d *Daemon) RefreshGauges(ctx context.Context) error { return d.refreshGaug
 
 // Metrics returns the daemon's collectors.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
+
+// Guarded is the guard the daemon puts around every destination's client.
+func Guarded(c delivery.Client) delivery.Client { return guarded{c} }

@@ -8,6 +8,16 @@
 // pg_stat_activity (and `syncer status`, for the lock holder) can tell the
 // daemons apart.
 //
+// Settings other than the few a connection pooler passes on in the startup
+// packet (search_path, jit, ...) are made with set_config once connected
+// (ApplySettings), so syncer works through PgBouncer in session mode with
+// its stock settings. Through a pooler in transaction mode Open refuses, with
+// a PoolerError that names the fix (DetectPooling says how it knows).
+//
+// Its sessions end a transaction left idle for IdleInTransactionTimeoutDefault
+// unless the URL says otherwise, so a frozen process holds no lock for
+// longer.
+//
 // Its sessions run with jit off unless the URL sets it: every statement
 // syncer runs is short and index-driven, and a planner's estimate over a
 // table never analyzed (the sources' stats, 180 rows guessed for a table of
@@ -34,6 +44,15 @@ var ErrNotMigrated = errors.New("database is not migrated: run `syncer migrate`"
 
 // ErrBadURL is wrapped by every URLError, for errors.Is.
 var ErrBadURL = errors.New("malformed DATABASE_URL")
+
+// IdleInTransactionTimeoutDefault is the idle_in_transaction_session_timeout
+// of the pool's sessions when the URL sets none. syncer's own transactions
+// never wait on the client for long; a process frozen inside one (SIGSTOP, a
+// paused VM) would otherwise keep its row and advisory locks (the relay's
+// among them) for as long as it stays frozen, and stall the daemon that
+// takes its export lock over. The lock sessions set 0: they hold the lock
+// idle, sometimes inside a transaction.
+const IdleInTransactionTimeoutDefault = "10s"
 
 // ConnectTimeoutDefault bounds a connection attempt when the URL sets no
 // connect_timeout.
@@ -142,9 +161,21 @@ func Open(ctx context.Context, rawURL, role string) (*pgxpool.Pool, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = IdleInTransactionTimeoutDefault
+	}
 	if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
 	}
+	mode, reason, err := DetectPooling(ctx, cfg.ConnConfig)
+	if err != nil {
+		return nil, fmt.Errorf("database: cannot connect to %s: %w", Describe(cfg.ConnConfig), err)
+	}
+	if mode == TransactionPooling {
+		return nil, fmt.Errorf("database: %w", &PoolerError{Where: Describe(cfg.ConnConfig), Reason: reason})
+	}
+	// Past a pooler, only a few parameters may go in the startup packet.
+	ApplySettings(cfg.ConnConfig, nil)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)

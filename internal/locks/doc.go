@@ -15,8 +15,11 @@
 // hours keeps one session instead of opening one a try.
 // The dedicated session sets server-side TCP keepalives
 // (tcp_keepalives_idle=10, tcp_keepalives_interval=5, tcp_keepalives_count=3),
-// so the server notices a vanished client machine within about 25 seconds and
-// frees the lock for another daemon.
+// with set_config once connected (a pooler refuses them in the startup
+// packet), so the server notices a vanished client machine within about 25
+// seconds and frees the lock for another daemon. Before a lock session is
+// closed it drops every advisory lock it holds, for a pooler that would keep
+// the server session without resetting it.
 //
 // # What loss means
 //
@@ -43,6 +46,29 @@
 // such as an HTTP push, should run under Lock.Context so it is abandoned as
 // soon as loss is known.
 //
+// # Leases
+//
+// A holder frozen alive (SIGSTOP, a paused VM) keeps its session, and the
+// kernel answers keepalives for it: without more, it would hold the lock for
+// as long as it stays frozen. With Config.Lease every lock is leased: the
+// statement that takes the lock writes the holder's row in
+// syncer_lock_leases (key, server pid, expiry by the database's clock,
+// LeaseTTL), and a session of the Locker's own renews it every fifth of
+// LeaseTTL, only while it has not run out and the pid still holds the lock.
+// A try that finds the lock held under a lease that ran out marks the lease
+// run out for good, under its row lock, ends the holder's session with
+// pg_terminate_backend (a role may end its own sessions; another role needs
+// pg_signal_backend) and tries again. HeldLive counts such a holder as none.
+//
+// The holder trusts its lease for four fifths of LeaseTTL after a renewal (or
+// the try) began, by its own monotonic clock: the database wrote the expiry
+// no earlier, so the holder stops trusting the lock a fifth of LeaseTTL
+// before any waiter may end its session. Lock.Check compares the clocks and
+// asks nothing of the database; anything sent on the lock's behalf outside
+// the database (an HTTP request) calls it, through CheckContext, just before
+// it goes. Past the deadline Check fails and the lock is lost. What no lease
+// can close is a freeze between the check and the write to the socket.
+//
 // # Connection poolers
 //
 // Session advisory locks need a real session. Behind a connection pooler in
@@ -50,8 +76,11 @@
 // statement may run on a different server connection: the lock is taken on one
 // server session and then "vanishes" while the connection still answers. The
 // self-check detects this, reports the lock lost and logs a warning naming
-// the cause. Connect the Locker directly to PostgreSQL or through a pooler in
-// session mode.
+// the cause; syncer's commands refuse such a pooler at start
+// (database.DetectPooling). Connect the Locker directly to PostgreSQL or
+// through a pooler in session mode. A Lock's PID is the server's (a pooler
+// announces a pid of its own), and the Locker says once, when it sees a
+// pooler, that the keepalives above cannot be had through it.
 //
 // # Keys
 //

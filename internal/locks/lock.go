@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,22 +38,38 @@ type Lock struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	checkerDone chan struct{}
+	// deadline is when, by this process's monotonic clock, the holder stops
+	// trusting its lease (leases only).
+	deadlineMu sync.Mutex
+	deadline   time.Time
+	// expiring is set once Check started losing the lock.
+	expiring atomic.Bool
+
+	// wg counts the self-check and lease goroutines.
+	wg sync.WaitGroup
 }
 
-func (l *Locker) newLock(conn *pgx.Conn, key int64) *Lock {
+// newLock wraps a session that was granted key; pid is the session's
+// server pid, and start when the try that took the lock began (its lease's
+// clock starts there).
+func (l *Locker) newLock(conn *pgx.Conn, key int64, pid int, start time.Time) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	lk := &Lock{
-		locker:      l,
-		key:         key,
-		pid:         int(conn.PgConn().PID()),
-		logger:      l.logger,
-		conn:        conn,
-		ctx:         ctx,
-		cancel:      cancel,
-		checkerDone: make(chan struct{}),
+		locker: l,
+		key:    key,
+		pid:    pid,
+		logger: l.logger,
+		conn:   conn,
+		ctx:    ctx,
+		cancel: cancel,
 	}
+	lk.wg.Add(1)
 	go lk.checkLoop(l.checkInterval, l.checkTimeout)
+	if l.leaseTTL > 0 {
+		lk.deadline = start.Add(leaseValidity(l.leaseTTL))
+		lk.wg.Add(1)
+		go lk.leaseLoop(l.leaseTTL)
+	}
 	return lk
 }
 
@@ -60,7 +77,7 @@ func (l *Locker) newLock(conn *pgx.Conn, key int64) *Lock {
 func (lk *Lock) Key() int64 { return lk.key }
 
 // PID returns the backend pid of the session holding the lock, as shown in
-// pg_locks and pg_stat_activity.
+// pg_locks and pg_stat_activity (the server's, also behind a pooler).
 func (lk *Lock) PID() int { return lk.pid }
 
 // Done returns a channel closed when the lock is known to be lost or has been
@@ -81,6 +98,8 @@ func (lk *Lock) Context(parent context.Context) (context.Context, context.Cancel
 		return ctx, func() {}
 	}
 	stop := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
+	prev, _ := parent.Value(guardKey{}).(*guard)
+	ctx = context.WithValue(ctx, guardKey{}, &guard{lk: lk, next: prev})
 	return ctx, func() {
 		stop()
 		cancel(context.Canceled)
@@ -153,7 +172,7 @@ func (lk *Lock) settle(err error, op string) error {
 func (lk *Lock) Release(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
-	defer func() { <-lk.checkerDone }()
+	defer lk.wg.Wait()
 
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
@@ -181,7 +200,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 
 // checkLoop verifies the lock every interval until it is lost or released.
 func (lk *Lock) checkLoop(interval, timeout time.Duration) {
-	defer close(lk.checkerDone)
+	defer lk.wg.Done()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -225,11 +244,15 @@ func (lk *Lock) lose(cause error) {
 		return
 	}
 	attrs := []any{slog.Int64("key", lk.key), slog.Int("pid", lk.pid), slog.String("error", cause.Error())}
-	if errors.Is(cause, errVanished) {
+	switch {
+	case errors.Is(cause, errLeaseExpired), errors.Is(cause, errLeaseTaken):
+		lk.logger.Warn("locks: lock lost: its lease was not renewed in time; nothing more is sent on its behalf, "+
+			"and a waiting daemon may have ended its session", attrs...)
+	case errors.Is(cause, errVanished):
 		lk.logger.Warn("locks: lock lost: it vanished while its connection still answers; "+
 			"a transaction-mode connection pooler (such as PgBouncer in transaction mode) breaks session advisory locks, "+
 			"connect directly or in session mode", attrs...)
-	} else {
+	default:
 		lk.logger.Warn("locks: lock lost: its connection failed; the server frees the lock when the session ends", attrs...)
 	}
 	lk.cancel(fmt.Errorf("%w: %w", ErrLockLost, cause))

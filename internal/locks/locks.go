@@ -51,7 +51,9 @@ const cleanupTimeout = 5 * time.Second
 // deadline ends the connection (and with it the lock).
 const cancelDeadlineDelay = 2 * time.Second
 
-// sessionParams are set at connection start on every lock session.
+// sessionParams are set on every lock session as soon as it is open (with
+// set_config rather than in the startup packet, which PgBouncer refuses;
+// see database.ApplySettings).
 var sessionParams = map[string]string{
 	// Server-side keepalives: a dead client machine is noticed, and its lock
 	// freed, within about idle + interval*count = 25 s.
@@ -127,6 +129,20 @@ type Config struct {
 	// Logger receives the warning logged when a lock is lost. Defaults to a
 	// logger that discards everything.
 	Logger *slog.Logger
+
+	// Lease makes every lock a leased one (see the package documentation,
+	// "Leases"): its holder renews a lease in syncer_lock_leases and stops
+	// trusting the lock when it could not for LeaseTTL*4/5 by its own
+	// clock, and a try that finds the lock held under a lease that ran out
+	// ends the holder's session and takes the lock. The table must be on
+	// the sessions' search_path (migration 013). Defaults to false.
+	Lease bool
+
+	// LeaseTTL is how long a lease lasts after its last renewal, by the
+	// database's clock; it is renewed every fifth of it. A frozen holder
+	// loses its lock to a waiting daemon about LeaseTTL after it froze.
+	// Defaults to LeaseTTLDefault (10s).
+	LeaseTTL time.Duration
 }
 
 func (c *Config) validate() error {
@@ -135,6 +151,9 @@ func (c *Config) validate() error {
 	}
 	if c.CheckTimeout < 0 {
 		return fmt.Errorf("locks: config: CheckTimeout must not be negative, got %s", c.CheckTimeout)
+	}
+	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < leaseTTLMin) {
+		return fmt.Errorf("locks: config: LeaseTTL must be at least %s, got %s", leaseTTLMin, c.LeaseTTL)
 	}
 	return nil
 }
@@ -149,6 +168,15 @@ type Locker struct {
 	checkInterval time.Duration
 	checkTimeout  time.Duration
 	logger        *slog.Logger
+	// leaseTTL is zero without leases.
+	leaseTTL time.Duration
+	lease    leaseConn
+	// poolerOnce says once that a pooler stands between the lock sessions
+	// and PostgreSQL.
+	poolerOnce sync.Once
+	// refused holds the keys whose stale holder this Locker was not
+	// allowed to end, so each is said once.
+	refused sync.Map
 
 	mu     sync.Mutex
 	idle   *pgx.Conn
@@ -173,12 +201,10 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = make(map[string]string)
 	}
-	for k, v := range sessionParams {
-		cc.RuntimeParams[k] = v
-	}
 	if cc.RuntimeParams["application_name"] == "" {
 		cc.RuntimeParams["application_name"] = ApplicationNameDefault
 	}
+	database.ApplySettings(cc, sessionParams)
 	// pgx's default answer to a cancelled context is to close the socket,
 	// which would end the session and lose the lock. Ask the server to cancel
 	// the statement instead, so that cancelling the caller's context inside
@@ -192,24 +218,35 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Locker{
+	l := &Locker{
 		connConfig:    cc,
 		checkInterval: cmp.Or(cfg.CheckInterval, CheckIntervalDefault),
 		checkTimeout:  cmp.Or(cfg.CheckTimeout, CheckTimeoutDefault),
 		logger:        logger,
-	}, nil
+	}
+	if cfg.Lease {
+		l.leaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
+	}
+	return l, nil
 }
 
 // TryAcquire takes the lock for key if it is free and returns ErrLockBusy at
 // once if another session holds it. It tries on the Locker's idle session
 // when there is one, and keeps the session for the next try when the lock is
 // busy: a busy try opens no session.
+//
+// With leases (Config.Lease), a busy try looks at the holder's lease: when
+// it ran out by the database's clock, it ends the holder's session
+// (pg_terminate_backend) and tries once more.
 func (l *Locker) TryAcquire(ctx context.Context, key int64) (*Lock, error) {
 	conn, reused, err := l.session(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("locks: try acquire: %w", err)
 	}
-	ok, err := tryLock(ctx, conn, key)
+	// The lease counts from before the try: by this process's clock, the
+	// database wrote its expiry no earlier.
+	start := time.Now()
+	got, err := l.tryLock(ctx, conn, key)
 	if err != nil && reused && ctx.Err() == nil {
 		// The idle session may have died while it waited (a restarted
 		// server, a terminated backend): one more try on a new one.
@@ -217,24 +254,63 @@ func (l *Locker) TryAcquire(ctx context.Context, key int64) (*Lock, error) {
 		if conn, err = l.connect(ctx); err != nil {
 			return nil, fmt.Errorf("locks: try acquire: %w", err)
 		}
-		ok, err = tryLock(ctx, conn, key)
+		start = time.Now()
+		got, err = l.tryLock(ctx, conn, key)
+	}
+	if err == nil && !got.ok && l.leaseTTL > 0 {
+		var ended bool
+		if ended, err = l.endStale(ctx, conn, key); err == nil && ended {
+			start = time.Now()
+			got, err = l.tryLock(ctx, conn, key)
+		}
 	}
 	if err != nil {
 		// Closing the session frees the lock if the server granted it.
 		closeConn(conn)
 		return nil, fmt.Errorf("locks: try acquire: %w", err)
 	}
-	if !ok {
+	if !got.ok {
 		l.putIdle(conn)
 		return nil, ErrLockBusy
 	}
-	return l.newLock(conn, key), nil
+	if got.pid != conn.PgConn().PID() {
+		l.poolerOnce.Do(func() {
+			l.logger.Warn("locks: a connection pooler stands between syncer and PostgreSQL (the server's pid is not the one announced): "+
+				"the lock sessions' TCP keepalives cannot be had (they act on the pooler's server connection, not on syncer's), "+
+				"so a vanished daemon machine frees its lock only when the pooler notices"+l.leaseNote(),
+				slog.Uint64("server_pid", uint64(got.pid)), slog.Uint64("announced_pid", uint64(conn.PgConn().PID())))
+		})
+	}
+	return l.newLock(conn, key, int(got.pid), start), nil
 }
 
-func tryLock(ctx context.Context, conn *pgx.Conn, key int64) (bool, error) {
-	var ok bool
-	err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok)
-	return ok, err
+func (l *Locker) leaseNote() string {
+	if l.leaseTTL > 0 {
+		return " or its lease runs out (" + l.leaseTTL.String() + ")"
+	}
+	return ""
+}
+
+// tried is the answer to a try: whether the lock was granted, and the
+// server pid of the session that tried.
+type tried struct {
+	ok  bool
+	pid uint32
+}
+
+func (l *Locker) tryLock(ctx context.Context, conn *pgx.Conn, key int64) (tried, error) {
+	var t tried
+	var pid int32
+	var err error
+	if l.leaseTTL > 0 {
+		// The lease is written by the statement that takes the lock, so no
+		// holder is ever without one a waiter can see run out.
+		err = conn.QueryRow(ctx, tryLeaseSQL, key, l.leaseTTL.Seconds()).Scan(&t.ok, &pid)
+	} else {
+		err = conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1), pg_backend_pid()", key).Scan(&t.ok, &pid)
+	}
+	t.pid = uint32(pid)
+	return t, err
 }
 
 // session returns the idle session, or a new one.
@@ -273,6 +349,7 @@ func (l *Locker) Close() {
 	if conn != nil {
 		closeConn(conn)
 	}
+	l.closeLease()
 }
 
 func (l *Locker) connect(ctx context.Context) (*pgx.Conn, error) {
@@ -283,13 +360,25 @@ func (l *Locker) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// closeConn closes a connection that is being given up, even when the
-// caller's context is already cancelled.
+// closeConn closes a lock session that is being given up, even when the
+// caller's context is already cancelled. It first drops every advisory lock
+// the session holds: through a pooler in session mode whose
+// server_reset_query does not (an empty one), the server session, and the
+// lock with it, would otherwise outlive the client in the pooler's pool.
 func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	if !conn.IsClosed() {
+		uctx, ucancel := context.WithTimeout(ctx, unlockAllTimeout)
+		_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock_all()")
+		ucancel()
+	}
 	_ = conn.Close(ctx)
 }
+
+// unlockAllTimeout bounds the unlock before a lock session is closed: a
+// session that does not answer is closed anyway.
+const unlockAllTimeout = time.Second
 
 // Querier is what HolderOf needs: *pgx.Conn, *pgxpool.Pool and pgx.Tx all
 // fit.

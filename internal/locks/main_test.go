@@ -21,12 +21,21 @@ const (
 	envDSN    = "LOCKS_TEST_DSN"
 	envKey    = "LOCKS_TEST_KEY"
 	envRounds = "LOCKS_TEST_ROUNDS"
+	// envLeaseTTL is the hold child's LeaseTTL.
+	envLeaseTTL = "LOCKS_TEST_LEASE_TTL"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envHelper) == "overlap" {
 		if err := runOverlapChild(); err != nil {
 			fmt.Fprintln(os.Stderr, "overlap child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if os.Getenv(envHelper) == "hold" {
+		if err := runHoldChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "hold child:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -103,4 +112,50 @@ func runOverlapChild() error {
 		}
 	}
 	return nil
+}
+
+// runHoldChild takes a leased lock (TTL envLeaseTTL), says "held PID", then
+// checks the lock every few milliseconds as a sender would before each
+// request, printing "ok T" for every check that passed, T the time (Unix
+// nanoseconds) taken just before it, until a check fails: then it prints
+// "lost" and exits 0. TestLeaseFrozenHolder stops it with SIGSTOP.
+func runHoldChild() error {
+	key, err := strconv.ParseInt(os.Getenv(envKey), 10, 64)
+	if err != nil {
+		return fmt.Errorf("parse key: %w", err)
+	}
+	ttl, err := time.ParseDuration(os.Getenv(envLeaseTTL))
+	if err != nil {
+		return fmt.Errorf("parse ttl: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	connConfig, err := pgx.ParseConfig(os.Getenv(envDSN))
+	if err != nil {
+		return fmt.Errorf("parse dsn: %w", err)
+	}
+	locker, err := locks.New(connConfig, &locks.Config{Lease: true, LeaseTTL: ttl})
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
+	lk, err := locker.TryAcquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lk.Release(context.Background()) }()
+	fmt.Printf("held %d\n", lk.PID())
+	for ctx.Err() == nil {
+		t := time.Now().UnixNano()
+		if err := lk.Check(); err != nil {
+			if !errors.Is(err, locks.ErrLockLost) {
+				return fmt.Errorf("check: %w", err)
+			}
+			fmt.Println("lost")
+			return nil
+		}
+		fmt.Printf("ok %d\n", t)
+		time.Sleep(5 * time.Millisecond)
+	}
+	return ctx.Err()
 }

@@ -1,0 +1,91 @@
+package database_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/dbtest"
+)
+
+func TestDetectPooling(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		mode string // "" is PostgreSQL itself
+		want database.Pooling
+	}{
+		{"", database.Direct},
+		{"session", database.SessionPooling},
+		{"transaction", database.TransactionPooling},
+		{"statement", database.TransactionPooling},
+	} {
+		t.Run(tt.want.String()+" "+tt.mode, func(t *testing.T) {
+			t.Parallel()
+			dsn, _ := dbtest.NewSchema(t)
+			if tt.mode != "" {
+				dsn = dbtest.StartPgBouncer(t, tt.mode).URL(t, dsn)
+			}
+			cc, err := pgx.ParseConfig(dsn)
+			require.NoError(t, err)
+			got, reason, err := database.DetectPooling(context.Background(), cc)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got, reason)
+		})
+	}
+}
+
+// PgBouncer's stock settings refuse every startup parameter but a few:
+// search_path, jit and the rest must be set once connected.
+func TestOpenThroughPgBouncerInSessionMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, schema := dbtest.NewSchema(t)
+	pgb := dbtest.StartPgBouncer(t, "session")
+	pool, err := database.Open(ctx, pgb.URL(t, dsn)+"&statement_timeout=7s", "syncer run")
+	require.NoError(t, err, pgb.Log())
+	defer pool.Close()
+	var got struct{ schema, jit, app, timeout, idle string }
+	require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema(), current_setting('jit'),
+		current_setting('application_name'), current_setting('statement_timeout'),
+		current_setting('idle_in_transaction_session_timeout')`).
+		Scan(&got.schema, &got.jit, &got.app, &got.timeout, &got.idle))
+	require.Equal(t, schema, got.schema)
+	require.Equal(t, "off", got.jit)
+	require.Equal(t, schema, got.app)
+	require.Equal(t, "7s", got.timeout)
+	require.Equal(t, database.IdleInTransactionTimeoutDefault, got.idle)
+	require.Equal(t, []string{"application_name"}, keys(pool.Config().ConnConfig.RuntimeParams),
+		"only what PgBouncer accepts goes in the startup packet")
+}
+
+func TestOpenRefusesTransactionPooling(t *testing.T) {
+	t.Parallel()
+	dsn, _ := dbtest.NewSchema(t)
+	pgb := dbtest.StartPgBouncer(t, "transaction")
+	_, err := database.Open(context.Background(), pgb.URL(t, dsn), "syncer run")
+	require.ErrorIs(t, err, database.ErrTransactionPooling)
+	var pe *database.PoolerError
+	require.True(t, errors.As(err, &pe))
+	require.True(t, pe.IsUsage(), "a setting of the user's: exit 2")
+	require.Contains(t, err.Error(), "DATABASE_URL")
+	require.Contains(t, err.Error(), "pool_mode=session")
+	require.NotContains(t, err.Error(), "\n")
+}
+
+func TestApplySettingsFailsOnARefusedSetting(t *testing.T) {
+	t.Parallel()
+	_, err := database.Open(context.Background(), dbtest.URL()+sep(dbtest.URL())+"no_such.setting_x=1&lock_timeout=nonsense", "syncer run")
+	require.ErrorContains(t, err, "lock_timeout")
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
