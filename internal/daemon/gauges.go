@@ -76,6 +76,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		for _, st := range stats {
 			if d.cfg.Sources.Source(st.Name) != nil {
 				m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, st.Error != "")
+				m.SetSourceUncaptured(st.Name, st.Destination, len(st.Uncaptured))
 				if w := st.Warning(); w != d.warned[st.Name] {
 					d.warned[st.Name] = w
 					if w != "" {

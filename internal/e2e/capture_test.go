@@ -189,7 +189,7 @@ func TestCapturePartitionWrites(t *testing.T) {
 	b.exec(t, `INSERT INTO events SELECT g, 'before' FROM generate_series(1, 190, 7) g`)
 	cfg := sourcesConfig(t, fmt.Sprintf("destinations:\n  one:\n    url: %s\nsources:\n  - {table: events, key: id, destination: one}\n", dest.url), nil)
 	b.installSources(t, cfg)
-	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg; c.GaugeInterval = 250 * time.Millisecond })
+	d := b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg; c.GaugeInterval = 250 * time.Millisecond })
 	b.waitSourcesDrained(t, "events")
 	whole := func() map[string]json.RawMessage { return b.tableRows(t, "events", "id", "to_jsonb(x.*)") }
 	settled := func(what string) (map[string]json.RawMessage, map[string]int) {
@@ -247,12 +247,18 @@ func TestCapturePartitionWrites(t *testing.T) {
 	rep := b.report(t)
 	require.Regexp(t, `partitions t_\w+\.p3, t_\w+\.p4 were attached or created since syncer migrate`, rep.Sources[0].Warning)
 	t.Logf("new partitions: %d rows held, %d tombstones; status warns: %s", len(live), len(tombs), rep.Sources[0].Warning)
+	waitFor(t, 30*time.Second, "syncer_source_uncaptured_partitions", func() bool {
+		return strings.Contains(metricsText(t, d.addr), `syncer_source_uncaptured_partitions{destination="one",source="events"} 2`)
+	})
 
 	// migrate: p3 and p4 get their TRUNCATE trigger, the snapshot sends 300.
 	b.installSources(t, cfg)
 	live, tombs = settled("after migrate")
 	require.Contains(t, live, "300")
 	require.Empty(t, b.report(t).Sources[0].Warning)
+	waitFor(t, 30*time.Second, "syncer_source_uncaptured_partitions back to 0", func() bool {
+		return strings.Contains(metricsText(t, d.addr), `syncer_source_uncaptured_partitions{destination="one",source="events"} 0`)
+	})
 	b.exec(t, `TRUNCATE p3`)
 	live, tombs = settled("a new partition truncated")
 	require.Equal(t, 1, tombs["201"])
@@ -350,14 +356,10 @@ sources:
 	require.Contains(t, logs.String(), `level=ERROR msg="exporter: source stopped: its table no longer matches its configuration" source=orders`)
 	require.Contains(t, logs.String(), `source=tags`)
 	waitFor(t, 30*time.Second, "syncer_source_stopped", func() bool {
-		resp, err := http.Get("http://" + d.addr + "/metrics")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		text, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return strings.Contains(string(text), `syncer_source_stopped{destination="one",source="orders"} 1`) &&
-			strings.Contains(string(text), `syncer_source_stopped{destination="one",source="tags"} 1`) &&
-			strings.Contains(string(text), `syncer_source_stopped{destination="one",source="notes"} 0`)
+		text := metricsText(t, d.addr)
+		return strings.Contains(text, `syncer_source_stopped{destination="one",source="orders"} 1`) &&
+			strings.Contains(text, `syncer_source_stopped{destination="one",source="tags"} 1`) &&
+			strings.Contains(text, `syncer_source_stopped{destination="one",source="notes"} 0`)
 	})
 
 	// The other source goes on.
@@ -380,4 +382,15 @@ func (b *bundle) schemaName(t *testing.T) string {
 	var s string
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&s))
 	return s
+}
+
+// metricsText is a daemon's /metrics.
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(text)
 }

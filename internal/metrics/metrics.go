@@ -63,6 +63,7 @@ type Metrics struct {
 	SourceFailed        *prometheus.GaugeVec
 	SourceOldestPending *prometheus.GaugeVec
 	SourceStopped       *prometheus.GaugeVec
+	SourceUncaptured    *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -126,7 +127,10 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.SourceStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "syncer_source_stopped", Help: "1 while a configured source is stopped because its table no longer matches its configuration.",
 	}, labels)
-	reg.MustRegister(m.SourceItemsExported, m.SourceItemsFailed, m.SourcePending, m.SourceFailed, m.SourceOldestPending, m.SourceStopped)
+	m.SourceUncaptured = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_source_uncaptured_partitions", Help: "Partitions of a configured source's table attached or created since migrate: a TRUNCATE of one alone is not captured until migrate runs.",
+	}, labels)
+	reg.MustRegister(m.SourceItemsExported, m.SourceItemsFailed, m.SourcePending, m.SourceFailed, m.SourceOldestPending, m.SourceStopped, m.SourceUncaptured)
 	return m
 }
 
@@ -148,6 +152,15 @@ func (m *Metrics) SetSource(source, destination string, pending, failed int64, o
 	m.SourceFailed.WithLabelValues(source, destination).Set(float64(failed))
 	m.SourceOldestPending.WithLabelValues(source, destination).Set(oldest.Seconds())
 	m.SourceStopped.WithLabelValues(source, destination).Set(boolValue(stopped))
+}
+
+// SetSourceUncaptured sets how many partitions of a configured source's
+// table lack its TRUNCATE trigger (sources.UncapturedPartitions).
+func (m *Metrics) SetSourceUncaptured(source, destination string, partitions int) {
+	if m == nil {
+		return
+	}
+	m.SourceUncaptured.WithLabelValues(source, destination).Set(float64(partitions))
 }
 
 // SetLockHeld records whether this process holds the export lock.

@@ -81,10 +81,11 @@ func (e *SourceError) Unwrap() error { return e.Err }
 //     text, varchar or uuid type, the configured columns exist); if one is
 //     wrong nothing is changed, and the error names each wrong source;
 //   - each source's capture function and triggers are created, or replaced
-//     when they differ from this version's, in a transaction of its own, and
-//     the source is recorded in syncer_sources, its snapshot pending (or
-//     skipped with snapshot: false); a source whose table or key changed
-//     starts afresh;
+//     when they differ from this version's or a partition lacks its
+//     TRUNCATE trigger (made since: the snapshot restarts if one of those
+//     holds a row), in a transaction of its own, and the source is
+//     recorded in syncer_sources, its snapshot pending (or skipped with
+//     snapshot: false); a source whose table or key changed starts afresh;
 //   - a source no longer configured loses its triggers, its function, its
 //     pending changes and failures, and its row.
 //
