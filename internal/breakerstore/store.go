@@ -120,8 +120,13 @@ type Rate struct {
 	// limit but the configured one).
 	Limit float64 `json:"limit"`
 	// Ceiling is the rate at which the last 429 came: the third party's
-	// limit as far as syncer knows. 0 when unknown.
+	// limit as far as syncer knows. 0 when unknown: in slow start, Limit
+	// doubles every second until a 429 sets it.
 	Ceiling float64 `json:"ceiling,omitempty"`
+	// Phase says how the rate moves: "slow start" (no ceiling yet: it
+	// doubles while nothing is refused) or "probing" (held near Ceiling
+	// and probing past it). Empty in a row written by an older syncer.
+	Phase string `json:"phase,omitempty"`
 	// UpdatedAt is when Limit was last written.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }

@@ -278,7 +278,7 @@ func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, r
 	if err == nil {
 		d.metrics.LastSuccess(d.now())
 		d.accepted(ctx)
-		d.rateChanged(ctx, d.pacer.succeeded(sentAt))
+		d.rateChanged(ctx, d.pacer.succeeded())
 		return
 	}
 
@@ -371,21 +371,31 @@ func (d *Deliverer) lastFailure() breakerstore.LastError {
 }
 
 // rateChanged publishes a change of the learnt rate: the metric, a log
-// line when it moved by more than half, and the store now and then.
+// line when it moved by more than half (at warn when it went down) or when
+// the third party's limit was found, and the store now and then.
 func (d *Deliverer) rateChanged(ctx context.Context, ch rateChange) {
 	if !ch.changed {
 		return
 	}
 	d.metrics.SetRateLimit(ch.limit)
-	if ch.log {
-		d.logger.WarnContext(ctx, "delivery: request rate changed by more than half",
+	switch {
+	case ch.found:
+		d.logger.InfoContext(ctx, "delivery: the third party's unannounced limit found; holding near it and probing past it",
+			slog.String("ceiling", rateText(ch.ceiling)), slog.String("from", rateText(ch.from)), slog.String("to", rateText(ch.learned)))
+	case ch.log:
+		level := slog.LevelInfo
+		if ch.learned < ch.from {
+			level = slog.LevelWarn
+		}
+		d.logger.Log(ctx, level, "delivery: request rate changed by more than half",
 			slog.String("from", rateText(ch.from)), slog.String("to", rateText(ch.learned)),
-			slog.String("ceiling", rateText(ch.ceiling)), slog.String("cause", ch.cause))
+			slog.String("ceiling", rateText(ch.ceiling)), slog.String("phase", ch.phase.String()), slog.String("cause", ch.cause))
 	}
 	if ch.store && d.store != nil {
 		wctx, cancel := d.writeContext(ctx)
 		defer cancel()
-		if err := d.store.SetRate(wctx, breakerstore.Rate{Limit: finite(ch.learned), Ceiling: finite(ch.ceiling)}); err != nil {
+		r := breakerstore.Rate{Limit: finite(ch.learned), Ceiling: finite(ch.ceiling), Phase: ch.phase.String()}
+		if err := d.store.SetRate(wctx, r); err != nil {
 			d.logger.WarnContext(ctx, "delivery: record the learnt rate", slog.String("error", err.Error()))
 		}
 	}
