@@ -42,9 +42,13 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 		d.logger.WarnContext(ctx, "delivery: read the shared state", slog.String("error", err.Error()))
 		return
 	}
-	d.breaker.adopt(st.Breaker)
-	if state, until := d.breaker.state(); !until.IsZero() {
+	inherited := d.breaker.adopt(st.Breaker)
+	if state, until := d.breaker.state(); !until.IsZero() || inherited {
 		d.metrics.SetBreakerState(int(state))
+		if inherited {
+			d.logger.WarnContext(ctx, "delivery: circuit breaker taken over from the shared state: nothing is sent before its open period ends, then one probe",
+				slog.String("state", state.String()), slog.Time("open_until", until), slog.Int("status", st.LastError.Status), slog.String("last_error", st.LastError.Text))
+		}
 	}
 	if st.Pause.Active(now) {
 		d.mu.Lock()

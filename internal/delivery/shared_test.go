@@ -323,3 +323,62 @@ func TestLastErrorRecorded(t *testing.T) {
 	// One warn for a run of the same failure.
 	require.Equal(t, 1, logs.countMsgLevel("delivery: the third party failed; retrying with backoff", slog.LevelWarn))
 }
+
+// A successor inherits its predecessor's breaker as it stands (issue 22):
+// nothing while the open period lasts, then exactly one probe, never a
+// fresh count of failures; a failed probe opens it again, as stored for
+// the next successor.
+func TestBreakerInheritedBySuccessor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{FailureRate: 1}, "")
+	db := newDatabase(t)
+	fast := delivery.Config{BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond}
+	cfg1 := fast
+	cfg1.BreakerFailures, cfg1.BreakerOpenTimeout = 3, time.Second
+	d1 := b.deliverer(t, db.shared(t), &cfg1)
+	_, err := d1.Deliver(t.Context(), batch("", items(1, 2, nil)))
+	require.ErrorIs(t, err, delivery.ErrBreakerOpen)
+	require.Len(t, b.fake.Requests(), 3)
+
+	// The successor starts within the open period: it sends nothing.
+	logs := &recorder{}
+	m := metrics.New(prometheus.NewRegistry())
+	cfg2 := fast
+	cfg2.BreakerFailures, cfg2.BreakerOpenTimeout, cfg2.Logger, cfg2.Metrics = 5, 2*time.Second, slog.New(logs), m
+	d2 := b.deliverer(t, db.shared(t), &cfg2)
+	_, err = d2.Deliver(t.Context(), batch("", items(1, 2, nil)))
+	var we *delivery.WaitError
+	require.ErrorAs(t, err, &we)
+	require.ErrorIs(t, err, delivery.ErrBreakerOpen)
+	require.LessOrEqual(t, we.RetryAfter(), time.Second)
+	require.Len(t, b.fake.Requests(), 3)
+	require.Equal(t, 1, logs.countMsgLevel("delivery: circuit breaker taken over from the shared state: nothing is sent before its open period ends, then one probe", slog.LevelWarn))
+	require.InDelta(t, float64(gobreaker.StateOpen), testutil.ToFloat64(m.BreakerState), 0)
+
+	// Past it: one probe, which fails and opens it for the successor's
+	// own period; not five failures counted afresh.
+	require.Eventually(t, func() bool {
+		_, err := d2.Deliver(t.Context(), batch("", items(1, 2, nil)))
+		require.ErrorAs(t, err, &we)
+		return we.RetryAfter() > time.Second
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Len(t, b.fake.Requests(), 4, "exactly one probe")
+	st := db.state(t)
+	require.Equal(t, gobreaker.StateOpen, st.Breaker.State)
+	require.WithinDuration(t, time.Now().Add(2*time.Second), st.Breaker.Expiry, time.Second)
+
+	// The third party answers again; the next successor, past that open
+	// period, probes once and closes the breaker.
+	b.fake.SetConfig(fakethirdparty.Config{})
+	d3 := b.deliverer(t, db.shared(t), &cfg2)
+	require.Eventually(t, func() bool {
+		out, err := d3.Deliver(t.Context(), batch("", items(1, 2, nil)))
+		if err != nil {
+			require.ErrorIs(t, err, delivery.ErrBreakerOpen)
+			return false
+		}
+		return len(out.Accepted) == 2
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Len(t, b.fake.Requests(), 5)
+	require.Equal(t, gobreaker.StateClosed, db.state(t).Breaker.State)
+}
