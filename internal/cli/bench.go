@@ -15,7 +15,7 @@ type BenchCmd struct {
 	DatabaseURL string   `name:"database-url" env:"DATABASE_URL" default:"postgres://127.0.0.1:5432/test" help:"PostgreSQL URL of a database the bench may create and drop scratch schemas in."`
 	Size        string   `name:"size" enum:"default,tiny" default:"default" help:"default: the sizes the targets are set for (about 7 minutes); tiny: 1-2% of them, under a minute, for CI."`
 	JSON        string   `name:"json" placeholder:"FILE" help:"Also write the report as JSON to FILE."`
-	Only        []string `name:"only" sep:"," placeholder:"SCENARIO,..." help:"Run only these scenarios: drain, latency, writer-overhead, memory, memory-limit, job-economy, recipe, deletes, slow-api, unknown-limit, quota, sources."`
+	Only        []string `name:"only" sep:"," placeholder:"SCENARIO,..." help:"Run only these scenarios: drain, latency, writer-overhead, memory, memory-limit, job-economy, recipe, deletes, slow-api, unknown-limit, quota, sources, cold-start, fast-limit, restart, handover."`
 	Profile     string   `name:"profile" placeholder:"DIR" help:"Run the drain's daemon with --pprof and save a 10 s CPU profile of its drain in DIR."`
 	Binary      string   `name:"binary" hidden:"" help:"The syncer binary run as the daemon; defaults to this executable."`
 }

@@ -96,9 +96,13 @@ func (p ratePhase) String() string {
 //     at what was accepted in the last second.
 //   - Slow start doubles the rate per growEvery while it is used and
 //     nothing is refused. A 429 within minSpan of its beginning halves the
-//     rate and slow start goes on; a later one sets the ceiling to the
-//     larger of what was accepted over the last measureSpan and the last
-//     rate used for a whole window without a 429.
+//     rate and slow start goes on. A later one holds the rate, to measure
+//     what gets through at it: a 429 minSpan or more into the hold sets
+//     the ceiling to the larger of what was accepted during the hold and
+//     the last rate used for a whole window without a 429; a window
+//     without one (the 429 was a stray: requests bunched on their way)
+//     lets slow start go on doubling. What was accepted before the hold
+//     measures the client's own pace, not the third party's.
 //   - With a ceiling, a 429 sets it to the rate it came at and lowers the
 //     rate multiplicatively (to what was accepted, when that is lower);
 //     accepted requests raise it back quickly to approachShare of the
@@ -118,6 +122,8 @@ type estimator struct {
 	since        time.Time
 	lastSent     time.Time
 	grownAt      time.Time // slow start's last doubling (or its beginning)
+	heldAt       time.Time // slow start holds its rate since; zero: not held
+	lastRefused  time.Time // the last 429 that slow start took in
 	probeFrom    time.Time // when the probe past the ceiling began
 	lastDecrease time.Time
 	lastIncrease time.Time
@@ -188,9 +194,11 @@ func (e *estimator) accepted(now time.Time) rateStep {
 	cause := "accepted requests"
 	switch {
 	case e.phase == phaseSlowStart:
-		if now.Sub(e.grownAt) < growEvery {
+		if now.Sub(e.grownAt) < growEvery || now.Sub(e.lastRefused) < growEvery {
 			return rateStep{}
 		}
+		// A window without a 429, holding or not: the rate is good.
+		e.heldAt = time.Time{}
 		e.good, e.grownAt = e.learned, now
 		next = 2 * e.learned
 		cause = "nothing refused for " + growEvery.String() + " (slow start)"
@@ -230,12 +238,27 @@ func (e *estimator) refused(now, sentAt time.Time) rateStep {
 			cause += ", early in slow start: halved"
 		}
 		e.phase, e.ceiling = phaseSlowStart, 0
-		e.good, e.since, e.grownAt = 0, now, now
-	case e.phase != phaseProbe:
-		// The first 429 after a span long enough: the limit lies where
-		// what was accepted says, and at least at the last rate used for
-		// a whole window without a 429.
+		e.good, e.since, e.grownAt, e.heldAt, e.lastRefused = 0, now, now, time.Time{}, time.Time{}
+	case e.phase == phaseSlowStart && e.heldAt.IsZero():
+		// Hold the rate a window, to measure what gets through at it.
+		e.heldAt, e.lastRefused = now, now
+		return rateStep{}
+	case e.phase == phaseSlowStart:
+		e.lastRefused = now
+		held := now.Sub(e.heldAt)
+		if held < minSpan {
+			return rateStep{}
+		}
+		span := min(held, measureSpan)
+		est = float64(e.acceptedWin.count(now, span)) / span.Seconds()
 		e.phase, e.ceiling, found = phaseProbe, max(est, e.good, startMin), true
+		e.heldAt = time.Time{}
+		next = e.ceiling * decreaseFactor
+		cause += ", limit found"
+	case e.phase == phaseUnlimited:
+		// The first 429 after a span long enough: the limit lies where
+		// what was accepted says.
+		e.phase, e.ceiling, found = phaseProbe, max(est, startMin), true
 		next = e.ceiling * decreaseFactor
 		cause += ", limit found"
 	default:

@@ -31,7 +31,9 @@ type simRequest struct {
 // fake clock in simStep steps: up to inFlight requests unanswered, each
 // answered after latency, paced as the pacer paces (a rate.Limiter of
 // burst 1 at the learnt rate). It returns every request and the estimator.
-func simulate(t *testing.T, e *estimator, stages []limitStage, run, latency time.Duration, inFlight int) []simRequest {
+// Each of strays refuses the first request sent from that time on, within
+// the limit or not, as a request bunched with others on its way would be.
+func simulate(t *testing.T, e *estimator, stages []limitStage, run, latency time.Duration, inFlight int, strays ...time.Duration) []simRequest {
 	t.Helper()
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	third := rate.NewLimiter(rate.Limit(stages[0].rate), stages[0].burst)
@@ -70,6 +72,9 @@ func simulate(t *testing.T, e *estimator, stages []limitStage, run, latency time
 		for len(flight) < inFlight && client.AllowN(now, 1) {
 			e.sent(now)
 			ok := third.AllowN(now, 1)
+			if len(strays) > 0 && step >= strays[0] {
+				ok, strays = false, strays[1:]
+			}
 			flight = append(flight, pending{sentAt: now, due: now.Add(latency), ok: ok})
 			reqs = append(reqs, simRequest{at: step, accepted: ok})
 		}
@@ -221,4 +226,20 @@ func TestEstimatorIdleThenBurst(t *testing.T) {
 	require.False(t, st.found, "no ceiling from a burst")
 	require.Equal(t, phaseSlowStart, e.phase)
 	require.Zero(t, e.ceiling)
+}
+
+// A stray 429 in slow start, below the limit, sets no ceiling from what
+// slow start's own pace let through: the rate holds a window, sees no
+// other 429, and goes on doubling.
+func TestEstimatorStrayRefusalInSlowStart(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := newEstimator(0)
+	require.True(t, e.adopt(now, 8, 0))
+	// At 8/s from 0 s, 16/s from 1 s: the stray comes at 16/s.
+	reqs := simulate(t, e, []limitStage{{0, 20, 2}}, 20*time.Second, 5*time.Millisecond, 4, 1500*time.Millisecond)
+	perSec, share := figures(reqs, 8*time.Second, 20*time.Second)
+	t.Logf("from 8 s on: %.1f accepted/s, %.1f%% refused; ceiling %.1f", perSec, 100*share, e.ceiling)
+	require.Greater(t, e.ceiling, 17.0, "the ceiling was measured at the limit, not at 8/s")
+	require.GreaterOrEqual(t, perSec, 17.0)
 }
