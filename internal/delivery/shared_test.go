@@ -14,6 +14,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -381,4 +382,42 @@ func TestBreakerInheritedBySuccessor(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond)
 	require.Len(t, b.fake.Requests(), 5)
 	require.Equal(t, gobreaker.StateClosed, db.state(t).Breaker.State)
+}
+
+// Each destination learns and keeps its own facts (issue 22): the daemon
+// gives each destination's Deliverer a store under the destination's
+// namespace. One destination limited, one down: the limited one's rate and
+// the other's open breaker are each stored under their own namespace only.
+func TestFactsPerDestination(t *testing.T) {
+	t.Parallel()
+	limited := setup(t, fakethirdparty.Config{UnannouncedLimit: 20, UnannouncedBurst: 2}, "")
+	down := setup(t, fakethirdparty.Config{FailureRate: 1}, "")
+	db := newDatabase(t)
+	store := func(ns string) *breakerstore.Shared {
+		s, err := breakerstore.New(db.newPool(t), &breakerstore.Config{Namespace: ns})
+		require.NoError(t, err)
+		return breakerstore.NewShared(s, 0)
+	}
+	dl := limited.deliverer(t, store("destination:search"), nil)
+	dd := down.deliverer(t, store("destination:crm"), &delivery.Config{
+		BreakerFailures: 3, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+	})
+	accepted := deliverAll(t, dl, 4, 60, 2)
+	require.Len(t, accepted, 120)
+	_, err := dd.Deliver(t.Context(), batch("", items(1, 2, nil)))
+	require.ErrorIs(t, err, delivery.ErrBreakerOpen)
+
+	read := func(ns string) breakerstore.State {
+		st, err := breakerstore.ReadStateOf(t.Context(), db.pool, ns)
+		require.NoError(t, err)
+		return st
+	}
+	search, crm, none := read("destination:search"), read("destination:crm"), read("")
+	require.Positive(t, search.Rate.Limit, "the limited destination learnt a rate")
+	require.NotEmpty(t, search.Rate.Phase)
+	require.Equal(t, gobreaker.StateClosed, search.Breaker.State)
+	require.Zero(t, crm.Rate.Limit, "the other learnt nothing of it")
+	require.Equal(t, gobreaker.StateOpen, crm.Breaker.State)
+	require.Equal(t, 503, crm.LastError.Status)
+	require.Equal(t, breakerstore.State{}, none, "nothing under the resources' own keys")
 }
