@@ -52,6 +52,10 @@ const (
 	// usedShare: a rate is raised only while the requests of the last
 	// second used this share of it; a quiet exporter proves nothing.
 	usedShare = 0.8
+	// holdRefusals: this many 429s of requests sent while slow start holds
+	// its rate show the overshoot is real, not a stray, without holding a
+	// whole second at up to twice the limit.
+	holdRefusals = 3
 	// idleGap: while nothing is learnt, a gap this long between two
 	// requests starts the measure afresh: an exporter that was idle did
 	// not learn how much the third party takes.
@@ -97,12 +101,14 @@ func (p ratePhase) String() string {
 //   - Slow start doubles the rate per growEvery while it is used and
 //     nothing is refused. A 429 within minSpan of its beginning halves the
 //     rate and slow start goes on. A later one holds the rate, to measure
-//     what gets through at it: a 429 minSpan or more into the hold sets
-//     the ceiling to the larger of what was accepted during the hold and
-//     the last rate used for a whole window without a 429; a window
-//     without one (the 429 was a stray: requests bunched on their way)
-//     lets slow start go on doubling. What was accepted before the hold
-//     measures the client's own pace, not the third party's.
+//     what gets through at it: holdRefusals more 429s (or one, minSpan
+//     into the hold) set the ceiling to the rate held times the share of
+//     the requests sent during the hold that were accepted (past its
+//     burst, a token bucket takes its rate of what comes at a higher one),
+//     and to at least the last rate used for a whole window without a
+//     429; a window without one (the 429 was a stray: requests bunched on
+//     their way) lets slow start go on doubling. What was accepted before
+//     the hold measures the client's own pace, not the third party's.
 //   - With a ceiling, a 429 sets it to the rate it came at and lowers the
 //     rate multiplicatively (to what was accepted, when that is lower);
 //     accepted requests raise it back quickly to approachShare of the
@@ -123,6 +129,8 @@ type estimator struct {
 	lastSent     time.Time
 	grownAt      time.Time // slow start's last doubling (or its beginning)
 	heldAt       time.Time // slow start holds its rate since; zero: not held
+	heldOK       int       // requests sent during the hold: accepted
+	heldRefused  int       // and answered 429
 	lastRefused  time.Time // the last 429 that slow start took in
 	probeFrom    time.Time // when the probe past the ceiling began
 	lastDecrease time.Time
@@ -175,10 +183,13 @@ func (e *estimator) measured(now time.Time) (float64, bool) {
 	return float64(e.acceptedWin.count(now, span)) / secs, true
 }
 
-// accepted notes an accepted request, and raises the learnt rate while it
-// is in use.
-func (e *estimator) accepted(now time.Time) rateStep {
+// accepted notes an accepted request sent at sentAt, and raises the
+// learnt rate while it is in use.
+func (e *estimator) accepted(now, sentAt time.Time) rateStep {
 	e.acceptedWin.add(now)
+	if !e.heldAt.IsZero() && !sentAt.Before(e.heldAt) {
+		e.heldOK++
+	}
 	if e.phase == phaseUnlimited || e.learned >= e.max {
 		return rateStep{}
 	}
@@ -240,18 +251,19 @@ func (e *estimator) refused(now, sentAt time.Time) rateStep {
 		e.phase, e.ceiling = phaseSlowStart, 0
 		e.good, e.since, e.grownAt, e.heldAt, e.lastRefused = 0, now, now, time.Time{}, time.Time{}
 	case e.phase == phaseSlowStart && e.heldAt.IsZero():
-		// Hold the rate a window, to measure what gets through at it.
-		e.heldAt, e.lastRefused = now, now
+		// Hold the rate, to measure what gets through at it.
+		e.heldAt, e.lastRefused, e.heldOK, e.heldRefused = now, now, 0, 0
 		return rateStep{}
 	case e.phase == phaseSlowStart:
 		e.lastRefused = now
-		held := now.Sub(e.heldAt)
-		if held < minSpan {
+		if !sentAt.Before(e.heldAt) {
+			e.heldRefused++
+		}
+		if e.heldRefused < holdRefusals && now.Sub(e.heldAt) < minSpan {
 			return rateStep{}
 		}
-		span := min(held, measureSpan)
-		est = float64(e.acceptedWin.count(now, span)) / span.Seconds()
-		e.phase, e.ceiling, found = phaseProbe, max(est, e.good, startMin), true
+		share := float64(e.heldOK) / float64(max(e.heldOK+e.heldRefused, 1))
+		e.phase, e.ceiling, found = phaseProbe, max(e.learned*share, e.good, startMin), true
 		e.heldAt = time.Time{}
 		next = e.ceiling * decreaseFactor
 		cause += ", limit found"

@@ -60,7 +60,7 @@ func simulate(t *testing.T, e *estimator, stages []limitStage, run, latency time
 				continue
 			}
 			if p.ok {
-				e.accepted(now)
+				e.accepted(now, p.sentAt)
 			} else {
 				e.refused(now, p.sentAt)
 			}
@@ -213,14 +213,14 @@ func TestEstimatorIdleThenBurst(t *testing.T) {
 	for i := range 10 { // one request every 2 s
 		at := start.Add(time.Duration(i) * 2 * time.Second)
 		e.sent(at)
-		e.accepted(at.Add(5 * time.Millisecond))
+		e.accepted(at.Add(5*time.Millisecond), at)
 	}
 	burst := start.Add(21 * time.Second)
 	for i := range 3 {
 		e.sent(burst.Add(time.Duration(i) * time.Millisecond))
 	}
-	e.accepted(burst.Add(5 * time.Millisecond))
-	e.accepted(burst.Add(6 * time.Millisecond))
+	e.accepted(burst.Add(5*time.Millisecond), burst)
+	e.accepted(burst.Add(6*time.Millisecond), burst.Add(time.Millisecond))
 	st := e.refused(burst.Add(7*time.Millisecond), burst.Add(2*time.Millisecond))
 	require.True(t, st.changed)
 	require.False(t, st.found, "no ceiling from a burst")
@@ -242,4 +242,16 @@ func TestEstimatorStrayRefusalInSlowStart(t *testing.T) {
 	t.Logf("from 8 s on: %.1f accepted/s, %.1f%% refused; ceiling %.1f", perSec, 100*share, e.ceiling)
 	require.Greater(t, e.ceiling, 17.0, "the ceiling was measured at the limit, not at 8/s")
 	require.GreaterOrEqual(t, perSec, 17.0)
+}
+
+// Finding the limit costs few refusals, even in a short run whose first
+// overshoot (a large burst taken at once) weighs more: slow start holds its
+// rate only until a few 429s show the overshoot is real.
+func TestEstimatorFindingCostsFewRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEstimator(0)
+	reqs := simulate(t, e, []limitStage{{0, 50, 50}}, 5*time.Second, 2*time.Millisecond, 4)
+	_, share := figures(reqs, 0, 5*time.Second)
+	t.Logf("%d requests, %.1f%% refused; ceiling %.1f", len(reqs), 100*share, e.ceiling)
+	require.LessOrEqual(t, share, 0.1)
 }

@@ -282,7 +282,7 @@ func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, r
 	if err == nil {
 		d.metrics.LastSuccess(d.now())
 		d.accepted(ctx)
-		d.rateChanged(ctx, d.pacer.succeeded())
+		d.rateChanged(ctx, d.pacer.succeeded(sentAt))
 		return
 	}
 

@@ -155,13 +155,13 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// succeeded notes an accepted request, and raises the learnt rate while it
-// is in use.
-func (p *pacer) succeeded() rateChange {
+// succeeded notes an accepted request sent at sentAt, and raises the
+// learnt rate while it is in use.
+func (p *pacer) succeeded(sentAt time.Time) rateChange {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.setLocked(now, p.est.accepted(now))
+	return p.setLocked(now, p.est.accepted(now, sentAt))
 }
 
 // limited notes a bare 429 (no Retry-After, no quota) for a request sent
