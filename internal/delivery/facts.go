@@ -46,6 +46,13 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 	if state, until := d.breaker.state(); !until.IsZero() || inherited {
 		d.metrics.SetBreakerState(int(state))
 		if inherited {
+			d.mu.Lock()
+			if d.failure.Text == "" {
+				// The cause the breaker's next line names, until this
+				// process sees one of its own.
+				d.failure = st.LastError
+			}
+			d.mu.Unlock()
 			d.logger.WarnContext(ctx, "delivery: circuit breaker taken over from the shared state: nothing is sent before its open period ends, then one probe",
 				slog.String("state", state.String()), slog.Time("open_until", until), slog.Int("status", st.LastError.Status), slog.String("last_error", st.LastError.Text))
 		}

@@ -364,6 +364,9 @@ func TestBreakerInheritedBySuccessor(t *testing.T) {
 		return we.RetryAfter() > time.Second
 	}, 5*time.Second, 50*time.Millisecond)
 	require.Len(t, b.fake.Requests(), 4, "exactly one probe")
+	const opened = "delivery: circuit breaker opened: the third party keeps failing; nothing is sent until a probe"
+	require.Equal(t, 1, logs.countMsgLevel(opened, slog.LevelWarn))
+	require.Contains(t, logs.attr(opened, "last_error").String(), "503", "the cause is named")
 	st := db.state(t)
 	require.Equal(t, gobreaker.StateOpen, st.Breaker.State)
 	require.WithinDuration(t, time.Now().Add(2*time.Second), st.Breaker.Expiry, time.Second)
