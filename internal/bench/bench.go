@@ -35,6 +35,10 @@ const (
 	ScenarioUnknownLimit   = "unknown-limit"
 	ScenarioQuota          = "quota"
 	ScenarioSources        = "sources"
+	ScenarioColdStart      = "cold-start"
+	ScenarioFastLimit      = "fast-limit"
+	ScenarioRestart        = "restart"
+	ScenarioHandover       = "handover"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -43,6 +47,7 @@ var Scenarios = []string{
 	ScenarioMemory, ScenarioMemoryLimit, ScenarioJobEconomy, ScenarioRecipe,
 	ScenarioDeletes, ScenarioSlowAPI, ScenarioUnknownLimit, ScenarioQuota,
 	ScenarioSources,
+	ScenarioColdStart, ScenarioFastLimit, ScenarioRestart, ScenarioHandover,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -59,6 +64,10 @@ var rowNames = map[string][]string{
 	ScenarioUnknownLimit:   {"unknown limit"},
 	ScenarioQuota:          {"advertised quota"},
 	ScenarioSources:        {"source writers", "source drain", "two sources"},
+	ScenarioColdStart:      {"cold start"},
+	ScenarioFastLimit:      {"fast limit"},
+	ScenarioRestart:        {"restart"},
+	ScenarioHandover:       {"handover"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -251,6 +260,10 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioUnknownLimit, r.unknownLimit},
 		{ScenarioQuota, r.advertisedQuota},
 		{ScenarioSources, r.sourcesScenario},
+		{ScenarioColdStart, r.coldStart},
+		{ScenarioFastLimit, r.fastLimit},
+		{ScenarioRestart, r.restart},
+		{ScenarioHandover, r.handover},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

@@ -13,8 +13,12 @@
 //     written by an older syncer still reads.
 //   - They outlive the process. A daemon that takes the export lock over
 //     reads what its predecessor learnt: an open breaker is not probed
-//     before its expiry, a pause is not cut short, the learnt rate is not
-//     learnt again by hammering the third party.
+//     before its expiry (and past it, one probe goes, not a fresh count of
+//     failures), a pause is not cut short, the learnt rate (with its
+//     ceiling and phase) is not learnt again by hammering the third party.
+//   - Per destination. A Store made with Config.Namespace keeps one
+//     destination's facts under keys of its own; the resources'
+//     destination uses the unprefixed keys.
 //   - Writes are single upserts (a refusal is a read-modify-write in one
 //     transaction, so its transition is reported once across daemons). Only
 //     the export lock's holder writes, so there is one writer at a time.
@@ -120,8 +124,13 @@ type Rate struct {
 	// limit but the configured one).
 	Limit float64 `json:"limit"`
 	// Ceiling is the rate at which the last 429 came: the third party's
-	// limit as far as syncer knows. 0 when unknown.
+	// limit as far as syncer knows. 0 when unknown: in slow start, Limit
+	// doubles every second until a 429 sets it.
 	Ceiling float64 `json:"ceiling,omitempty"`
+	// Phase says how the rate moves: "slow start" (no ceiling yet: it
+	// doubles while nothing is refused) or "probing" (held near Ceiling
+	// and probing past it). Empty in a row written by an older syncer.
+	Phase string `json:"phase,omitempty"`
 	// UpdatedAt is when Limit was last written.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }

@@ -38,6 +38,7 @@ type FakeThirdpartyCmd struct {
 	BadAnswer          string        `name:"bad-answer" env:"FAKE_BAD_ANSWER" help:"Answer batches with a 200 that is not the contract's: html, malformed, empty, huge, unknown-status or unknown-id."`
 	RetryAfterRaw      string        `name:"retry-after-raw" env:"FAKE_RETRY_AFTER_RAW" help:"Send this Retry-After verbatim with 429 and outage answers (e.g. 999999999)."`
 	UnannouncedLimit   float64       `name:"unannounced-limit" env:"FAKE_UNANNOUNCED_LIMIT" default:"0" help:"Requests a second beyond which a bare 429 (no Retry-After, no rate-limit headers) is answered. 0: none."`
+	UnannouncedBurst   int           `name:"unannounced-burst" env:"FAKE_UNANNOUNCED_BURST" default:"0" help:"Requests that may come at once within --unannounced-limit (0: the limit rounded up)."`
 	Quota              int           `name:"quota" env:"FAKE_QUOTA" default:"0" help:"Requests allowed per --quota-window, announced with RateLimit-* headers; 429 when exhausted. 0: none."`
 	QuotaWindow        time.Duration `name:"quota-window" env:"FAKE_QUOTA_WINDOW" default:"1s" help:"Window of --quota."`
 	QuotaXHeaders      bool          `name:"quota-x-headers" env:"FAKE_QUOTA_X_HEADERS" help:"Announce --quota with X-RateLimit-* headers too."`
@@ -60,6 +61,8 @@ func (c *FakeThirdpartyCmd) Validate() error {
 		return usagef("--retry-after-raw must be one line")
 	case c.UnannouncedLimit < 0:
 		return usagef("--unannounced-limit must not be negative, got %v", c.UnannouncedLimit)
+	case c.UnannouncedBurst < 0:
+		return usagef("--unannounced-burst must not be negative, got %d", c.UnannouncedBurst)
 	case c.Quota < 0:
 		return usagef("--quota must not be negative, got %d", c.Quota)
 	case c.Quota > 0 && c.QuotaWindow <= 0:
@@ -77,6 +80,7 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 		IgnoreIdempotencyKey: c.IgnoreKeys, Seed: c.Seed,
 		Redirect: c.Redirect, RedirectLocation: c.RedirectLocation, BadAnswer: c.BadAnswer, RetryAfterRaw: c.RetryAfterRaw,
 		UnannouncedLimit: c.UnannouncedLimit, Quota: c.Quota, QuotaWindow: c.QuotaWindow, QuotaXHeaders: c.QuotaXHeaders,
+		UnannouncedBurst: c.UnannouncedBurst,
 	}
 }
 

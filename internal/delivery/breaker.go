@@ -26,9 +26,17 @@ const BreakerName = "thirdparty"
 // tripped the breaker). So each process counts with gobreaker's
 // TwoStepCircuitBreaker, which is safe for concurrent requests, and the
 // store gets only what another daemon must know at a lock handover: the
-// state, and until when an open breaker stays open. A daemon that reads an
-// open breaker from the store sends nothing before its expiry (the fence);
-// after it, its own breaker counts afresh.
+// state, and until when an open breaker stays open.
+//
+// A daemon inherits another's breaker as it stands (issue 22): open, it
+// sends nothing before its expiry (the fence); then, or at once when it
+// was found half-open or open past its expiry, it is half-open: exactly
+// one request probes. A probe that fails opens it again for
+// BreakerOpenTimeout; one that succeeds closes it, and this process's own
+// breaker counts from there. The period running out never closes it: the
+// third party was failing when it was last seen. gobreaker's state cannot
+// be set from outside, so the inherited half-open and open states are kept
+// here, before gobreaker is asked.
 type breaker struct {
 	cb      *gobreaker.TwoStepCircuitBreaker[struct{}]
 	timeout time.Duration
@@ -36,7 +44,11 @@ type breaker struct {
 
 	mu         sync.Mutex
 	openUntil  time.Time // expiry of this process's open breaker
-	fence      time.Time // expiry of another daemon's open breaker
+	fence      time.Time // expiry of an inherited open breaker
+	inherited  bool      // an inherited breaker stands: after the fence, one probe
+	probing    bool      // the inherited breaker's probe is under way
+	adopted    breakerstore.Breaker
+	written    breakerstore.Breaker // what this process last stored
 	generation uint64
 	pending    []transition // to log and store, outside gobreaker's mutex
 	stale      bool         // the store shows a state this process has left
@@ -85,11 +97,26 @@ func newBreaker(failures int, timeout time.Duration, now func() time.Time) *brea
 func (b *breaker) allow() (func(error), error) {
 	now := b.now()
 	b.mu.Lock()
-	fence := b.fence
-	b.mu.Unlock()
-	if fence.After(now) {
-		return nil, &WaitError{Err: ErrBreakerOpen, Wait: fence.Sub(now)}
+	if b.fence.After(now) {
+		wait := b.fence.Sub(now)
+		b.mu.Unlock()
+		return nil, &WaitError{Err: ErrBreakerOpen, Wait: wait}
 	}
+	if b.inherited {
+		defer b.mu.Unlock()
+		if b.probing {
+			return nil, errProbing
+		}
+		b.probing = true
+		if !b.fence.IsZero() {
+			// The inherited open period ended: half-open, said once.
+			b.fence = time.Time{}
+			b.generation++
+			b.pending = append(b.pending, transition{from: gobreaker.StateOpen, to: gobreaker.StateHalfOpen, generation: b.generation})
+		}
+		return b.probed, nil
+	}
+	b.mu.Unlock()
 	done, err := b.cb.Allow()
 	switch {
 	case errors.Is(err, gobreaker.ErrOpenState):
@@ -106,9 +133,35 @@ func (b *breaker) allow() (func(error), error) {
 		done(err)
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		close(b.settled)
-		b.settled = make(chan struct{})
+		b.settleLocked()
 	}, nil
+}
+
+// probed reports the inherited breaker's probe: a success closes it, a
+// counted failure opens it for the open period, anything else (a 429, a
+// refusal) leaves it half-open for the next request to probe.
+func (b *breaker) probed(err error) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+	switch {
+	case err == nil:
+		b.inherited = false
+		b.generation++
+		b.pending = append(b.pending, transition{from: gobreaker.StateHalfOpen, to: gobreaker.StateClosed, generation: b.generation})
+	case errors.Is(err, errNotCounted):
+	default:
+		b.fence = now.Add(b.timeout)
+		b.generation++
+		b.pending = append(b.pending, transition{from: gobreaker.StateHalfOpen, to: gobreaker.StateOpen, generation: b.generation, expiry: b.fence})
+	}
+	b.settleLocked()
+}
+
+func (b *breaker) settleLocked() {
+	close(b.settled)
+	b.settled = make(chan struct{})
 }
 
 // minBreakerWait is the least wait returned for an open breaker.
@@ -122,31 +175,51 @@ func (b *breaker) waitSettled() <-chan struct{} {
 	return b.settled
 }
 
-// adopt takes what the store says: another daemon's open breaker fences
-// this one until its expiry; a state this process has left is to be
+// adopt takes what the store says. Another daemon's breaker, open or
+// half-open, is inherited as it stands when this process's own is closed:
+// it reports true then. Otherwise another daemon's open breaker fences this
+// one until its expiry, and a state this process has left is to be
 // overwritten at the next transition or success.
-func (b *breaker) adopt(stored breakerstore.Breaker) {
+func (b *breaker) adopt(stored breakerstore.Breaker) bool {
 	now := b.now()
 	local := b.cb.State()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if sameBreaker(stored, b.written) || sameBreaker(stored, b.adopted) {
+		return false // this process's own, or taken already
+	}
+	if local == gobreaker.StateClosed && !b.inherited && stored.Current(now) != gobreaker.StateClosed {
+		b.adopted, b.inherited = stored, true
+		b.fence = stored.OpenUntil(now) // zero: half-open now
+		b.generation = max(b.generation, stored.Generation)
+		return true
+	}
 	if until := stored.OpenUntil(now); !until.IsZero() {
 		if local != gobreaker.StateOpen {
 			b.fence = until
 		}
-		return
+		return false
 	}
 	b.stale = stored.State != local
+	return false
 }
 
-// state is the breaker's state as this process sees it.
+func sameBreaker(a, b breakerstore.Breaker) bool {
+	return a.State == b.State && a.Generation == b.Generation && a.Expiry.Equal(b.Expiry)
+}
+
+// state is the breaker's state as this process sees it, and until when it
+// stays open.
 func (b *breaker) state() (gobreaker.State, time.Time) {
 	now := b.now()
 	b.mu.Lock()
-	fence := b.fence
+	fence, inherited := b.fence, b.inherited
 	b.mu.Unlock()
-	if fence.After(now) {
+	switch {
+	case fence.After(now):
 		return gobreaker.StateOpen, fence
+	case inherited:
+		return gobreaker.StateHalfOpen, time.Time{}
 	}
 	st := b.cb.State()
 	if st != gobreaker.StateOpen {
@@ -209,8 +282,18 @@ func (d *Deliverer) breakerChanged(ctx context.Context) {
 	t := ts[len(ts)-1]
 	wctx, cancel := d.writeContext(ctx)
 	defer cancel()
-	err := d.store.SetBreaker(wctx, breakerstore.Breaker{State: t.to, Generation: t.generation, Expiry: t.expiry})
-	if err != nil {
+	stored := breakerstore.Breaker{State: t.to, Generation: t.generation, Expiry: t.expiry}
+	if err := d.store.SetBreaker(wctx, stored); err != nil {
 		d.logger.WarnContext(ctx, "delivery: record the circuit breaker's state", slog.String("error", err.Error()))
+		return
 	}
+	d.breaker.wrote(stored)
+}
+
+// wrote notes what this process stored, so that reading it back is not
+// taken for another daemon's breaker.
+func (b *breaker) wrote(stored breakerstore.Breaker) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.written = stored
 }

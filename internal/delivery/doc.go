@@ -16,11 +16,16 @@
 //     are shared by all of them.
 //   - Pacing. Every request waits for one rate.Limiter set to the lowest
 //     of: Config.RateLimit; the rate learnt from bare 429s (no Retry-After,
-//     no quota): the first one starts from the rate observed, each lowers it
-//     multiplicatively (once per overshoot), and accepted requests raise it
-//     additively (back quickly to where the 429s began, then a slow probe
-//     past it); and an advertised quota (RateLimit-* / X-RateLimit-*): what
-//     remains is spread over what remains of the window. The limiter is this
+//     no quota), by the estimator (estimate.go): no ceiling is ever set
+//     from a 429 that comes before a second of requests could be measured
+//     (a fresh client's first burst); slow start doubles the rate every
+//     second until a 429, holds it a second to measure what the third
+//     party accepts at it, and sets the ceiling from that; from there each
+//     429 lowers the rate multiplicatively (once per overshoot) and
+//     accepted requests raise it back quickly to where the 429s began, then
+//     probe past it, faster the longer nothing is refused; and an
+//     advertised quota (RateLimit-* / X-RateLimit-*): what remains is
+//     spread over what remains of the window. The limiter is this
 //     process's, yet the limit holds across daemons: only the holder of the
 //     export lock pushes.
 //   - Pauses. A 429's Retry-After (capped at Config.MaxRetryAfter, logged
@@ -39,6 +44,9 @@
 //     open it for Config.BreakerOpenTimeout; while it is open Deliver sends
 //     nothing and returns a *WaitError wrapping ErrBreakerOpen with the time
 //     left; then one probe decides between closing and opening again.
+//     Another daemon's breaker is inherited as it stands: open until its
+//     expiry, then half-open (one probe), never closed because its open
+//     period ran out.
 //   - Whole-batch refusals (413, 400, 422) split the batch in halves; a
 //     single item still refused becomes a Rejection. Refusals do not count
 //     for the breaker.
@@ -50,8 +58,10 @@
 //     state, the refusals, the pauses, the learnt rate and the last error
 //     are recorded for every daemon and `syncer status`, and read back
 //     before sending (at most once a second), so a daemon that takes the
-//     export lock over honours its predecessor's pause and open breaker and
-//     starts from the rate it learnt.
+//     export lock over honours its predecessor's pause and breaker and
+//     goes on from the rate it learnt (slow start or probe, as it stood).
+//     Each configured destination has its own Deliverer and its own
+//     namespace in the store: its own rate, breaker, pause and refusals.
 //   - Causes, loudly. Every change of state is logged once, at warn or
 //     error, with the status and a bounded, token-free excerpt of the answer
 //     (thirdparty.SafeText): the breaker opening and closing, a pause

@@ -42,9 +42,20 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 		d.logger.WarnContext(ctx, "delivery: read the shared state", slog.String("error", err.Error()))
 		return
 	}
-	d.breaker.adopt(st.Breaker)
-	if state, until := d.breaker.state(); !until.IsZero() {
+	inherited := d.breaker.adopt(st.Breaker)
+	if state, until := d.breaker.state(); !until.IsZero() || inherited {
 		d.metrics.SetBreakerState(int(state))
+		if inherited {
+			d.mu.Lock()
+			if d.failure.Text == "" {
+				// The cause the breaker's next line names, until this
+				// process sees one of its own.
+				d.failure = st.LastError
+			}
+			d.mu.Unlock()
+			d.logger.WarnContext(ctx, "delivery: circuit breaker taken over from the shared state: nothing is sent before its open period ends, then one probe",
+				slog.String("state", state.String()), slog.Time("open_until", until), slog.Int("status", st.LastError.Status), slog.String("last_error", st.LastError.Text))
+		}
 	}
 	if st.Pause.Active(now) {
 		d.mu.Lock()
@@ -371,21 +382,31 @@ func (d *Deliverer) lastFailure() breakerstore.LastError {
 }
 
 // rateChanged publishes a change of the learnt rate: the metric, a log
-// line when it moved by more than half, and the store now and then.
+// line when it moved by more than half (at warn when it went down) or when
+// the third party's limit was found, and the store now and then.
 func (d *Deliverer) rateChanged(ctx context.Context, ch rateChange) {
 	if !ch.changed {
 		return
 	}
 	d.metrics.SetRateLimit(ch.limit)
-	if ch.log {
-		d.logger.WarnContext(ctx, "delivery: request rate changed by more than half",
+	switch {
+	case ch.found:
+		d.logger.InfoContext(ctx, "delivery: the third party's unannounced limit found; holding near it and probing past it",
+			slog.String("ceiling", rateText(ch.ceiling)), slog.String("from", rateText(ch.from)), slog.String("to", rateText(ch.learned)))
+	case ch.log:
+		level := slog.LevelInfo
+		if ch.learned < ch.from {
+			level = slog.LevelWarn
+		}
+		d.logger.Log(ctx, level, "delivery: request rate changed by more than half",
 			slog.String("from", rateText(ch.from)), slog.String("to", rateText(ch.learned)),
-			slog.String("ceiling", rateText(ch.ceiling)), slog.String("cause", ch.cause))
+			slog.String("ceiling", rateText(ch.ceiling)), slog.String("phase", ch.phase.String()), slog.String("cause", ch.cause))
 	}
 	if ch.store && d.store != nil {
 		wctx, cancel := d.writeContext(ctx)
 		defer cancel()
-		if err := d.store.SetRate(wctx, breakerstore.Rate{Limit: finite(ch.learned), Ceiling: finite(ch.ceiling)}); err != nil {
+		r := breakerstore.Rate{Limit: finite(ch.learned), Ceiling: finite(ch.ceiling), Phase: ch.phase.String()}
+		if err := d.store.SetRate(wctx, r); err != nil {
 			d.logger.WarnContext(ctx, "delivery: record the learnt rate", slog.String("error", err.Error()))
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -322,4 +323,104 @@ func TestLastErrorRecorded(t *testing.T) {
 	require.NotContains(t, err.Error(), token)
 	// One warn for a run of the same failure.
 	require.Equal(t, 1, logs.countMsgLevel("delivery: the third party failed; retrying with backoff", slog.LevelWarn))
+}
+
+// A successor inherits its predecessor's breaker as it stands (issue 22):
+// nothing while the open period lasts, then exactly one probe, never a
+// fresh count of failures; a failed probe opens it again, as stored for
+// the next successor.
+func TestBreakerInheritedBySuccessor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{FailureRate: 1}, "")
+	db := newDatabase(t)
+	fast := delivery.Config{BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond}
+	cfg1 := fast
+	cfg1.BreakerFailures, cfg1.BreakerOpenTimeout = 3, time.Second
+	d1 := b.deliverer(t, db.shared(t), &cfg1)
+	_, err := d1.Deliver(t.Context(), batch("", items(1, 2, nil)))
+	require.ErrorIs(t, err, delivery.ErrBreakerOpen)
+	require.Len(t, b.fake.Requests(), 3)
+
+	// The successor starts within the open period: it sends nothing.
+	logs := &recorder{}
+	m := metrics.New(prometheus.NewRegistry())
+	cfg2 := fast
+	cfg2.BreakerFailures, cfg2.BreakerOpenTimeout, cfg2.Logger, cfg2.Metrics = 5, 2*time.Second, slog.New(logs), m.Destination(metrics.DefaultDestination)
+	d2 := b.deliverer(t, db.shared(t), &cfg2)
+	_, err = d2.Deliver(t.Context(), batch("", items(1, 2, nil)))
+	var we *delivery.WaitError
+	require.ErrorAs(t, err, &we)
+	require.ErrorIs(t, err, delivery.ErrBreakerOpen)
+	require.LessOrEqual(t, we.RetryAfter(), time.Second)
+	require.Len(t, b.fake.Requests(), 3)
+	require.Equal(t, 1, logs.countMsgLevel("delivery: circuit breaker taken over from the shared state: nothing is sent before its open period ends, then one probe", slog.LevelWarn))
+	require.InDelta(t, float64(gobreaker.StateOpen), testutil.ToFloat64(m.BreakerState.WithLabelValues(metrics.DefaultDestination)), 0)
+
+	// Past it: one probe, which fails and opens it for the successor's
+	// own period; not five failures counted afresh.
+	require.Eventually(t, func() bool {
+		_, err := d2.Deliver(t.Context(), batch("", items(1, 2, nil)))
+		require.ErrorAs(t, err, &we)
+		return we.RetryAfter() > time.Second
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Len(t, b.fake.Requests(), 4, "exactly one probe")
+	const opened = "delivery: circuit breaker opened: the third party keeps failing; nothing is sent until a probe"
+	require.Equal(t, 1, logs.countMsgLevel(opened, slog.LevelWarn))
+	require.Contains(t, logs.attr(opened, "last_error").String(), "503", "the cause is named")
+	st := db.state(t)
+	require.Equal(t, gobreaker.StateOpen, st.Breaker.State)
+	require.WithinDuration(t, time.Now().Add(2*time.Second), st.Breaker.Expiry, time.Second)
+
+	// The third party answers again; the next successor, past that open
+	// period, probes once and closes the breaker.
+	b.fake.SetConfig(fakethirdparty.Config{})
+	d3 := b.deliverer(t, db.shared(t), &cfg2)
+	require.Eventually(t, func() bool {
+		out, err := d3.Deliver(t.Context(), batch("", items(1, 2, nil)))
+		if err != nil {
+			require.ErrorIs(t, err, delivery.ErrBreakerOpen)
+			return false
+		}
+		return len(out.Accepted) == 2
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Len(t, b.fake.Requests(), 5)
+	require.Equal(t, gobreaker.StateClosed, db.state(t).Breaker.State)
+}
+
+// Each destination learns and keeps its own facts (issue 22): the daemon
+// gives each destination's Deliverer a store under the destination's
+// namespace. One destination limited, one down: the limited one's rate and
+// the other's open breaker are each stored under their own namespace only.
+func TestFactsPerDestination(t *testing.T) {
+	t.Parallel()
+	limited := setup(t, fakethirdparty.Config{UnannouncedLimit: 20, UnannouncedBurst: 2}, "")
+	down := setup(t, fakethirdparty.Config{FailureRate: 1}, "")
+	db := newDatabase(t)
+	store := func(ns string) *breakerstore.Shared {
+		s, err := breakerstore.New(db.newPool(t), &breakerstore.Config{Namespace: ns})
+		require.NoError(t, err)
+		return breakerstore.NewShared(s, 0)
+	}
+	dl := limited.deliverer(t, store("destination:search"), nil)
+	dd := down.deliverer(t, store("destination:crm"), &delivery.Config{
+		BreakerFailures: 3, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+	})
+	accepted := deliverAll(t, dl, 4, 60, 2)
+	require.Len(t, accepted, 120)
+	_, err := dd.Deliver(t.Context(), batch("", items(1, 2, nil)))
+	require.ErrorIs(t, err, delivery.ErrBreakerOpen)
+
+	read := func(ns string) breakerstore.State {
+		st, err := breakerstore.ReadStateOf(t.Context(), db.pool, ns)
+		require.NoError(t, err)
+		return st
+	}
+	search, crm, none := read("destination:search"), read("destination:crm"), read("")
+	require.Positive(t, search.Rate.Limit, "the limited destination learnt a rate")
+	require.NotEmpty(t, search.Rate.Phase)
+	require.Equal(t, gobreaker.StateClosed, search.Breaker.State)
+	require.Zero(t, crm.Rate.Limit, "the other learnt nothing of it")
+	require.Equal(t, gobreaker.StateOpen, crm.Breaker.State)
+	require.Equal(t, 503, crm.LastError.Status)
+	require.Equal(t, breakerstore.State{}, none, "nothing under the resources' own keys")
 }

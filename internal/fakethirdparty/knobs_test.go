@@ -162,6 +162,27 @@ func TestUnannouncedLimit(t *testing.T) {
 	require.Len(t, b.fake.Deliveries(), 3)
 }
 
+// A small burst refuses the third request in a row, however high the rate.
+func TestUnannouncedBurst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{UnannouncedLimit: 20, UnannouncedBurst: 2}, nil)
+	for i := range 2 {
+		_, err := b.push(t, batch(i+1, 1, 1, ""))
+		require.NoError(t, err)
+	}
+	_, err := b.push(t, batch(3, 1, 1, ""))
+	var e *thirdparty.Error
+	require.ErrorAs(t, err, &e)
+	require.True(t, e.RateLimited())
+	require.Zero(t, e.RetryAfter)
+
+	b.clock.Advance(50 * time.Millisecond) // one request's worth at 20/s
+	_, err = b.push(t, batch(3, 1, 1, ""))
+	require.NoError(t, err, "the rate refills")
+	_, err = b.push(t, batch(4, 1, 1, ""))
+	require.ErrorAs(t, err, &e)
+}
+
 func TestQuota(t *testing.T) {
 	t.Parallel()
 	// The stub clock stands at :07 of a minute; 10 s windows end at :10.

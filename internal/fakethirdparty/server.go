@@ -128,6 +128,11 @@ type Config struct {
 	// headers, as a third party that keeps its limits to itself. Defaults to
 	// 0, none.
 	UnannouncedLimit float64
+	// UnannouncedBurst is how many requests may come at once within
+	// UnannouncedLimit: a small one refuses a fresh client's first burst
+	// within milliseconds, as real APIs do. Defaults to UnannouncedLimit
+	// rounded up, at least 1.
+	UnannouncedBurst int
 	// Quota is the requests allowed per QuotaWindow, announced on every
 	// batch answer with RateLimit-Limit, RateLimit-Remaining and
 	// RateLimit-Reset (whole seconds, rounded up); once exhausted, requests
@@ -338,10 +343,11 @@ func (s *Server) applyLocked(cfg Config, initial bool) {
 			s.limiter = rate.NewLimiter(rate.Limit(cfg.RateLimit), burst)
 		}
 	}
-	if initial || cfg.UnannouncedLimit != old.UnannouncedLimit {
+	if initial || cfg.UnannouncedLimit != old.UnannouncedLimit || cfg.UnannouncedBurst != old.UnannouncedBurst {
 		s.bare = nil
 		if cfg.UnannouncedLimit > 0 {
-			s.bare = rate.NewLimiter(rate.Limit(cfg.UnannouncedLimit), max(1, int(math.Ceil(cfg.UnannouncedLimit))))
+			burst := cmp.Or(cfg.UnannouncedBurst, max(1, int(math.Ceil(cfg.UnannouncedLimit))))
+			s.bare = rate.NewLimiter(rate.Limit(cfg.UnannouncedLimit), burst)
 		}
 	}
 	if initial || cfg.Seed != old.Seed {
