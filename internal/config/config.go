@@ -250,7 +250,7 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{Msg: "the file is empty"}
 		}
-		return nil, &Error{Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, syntaxError(data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -271,14 +271,14 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 	cfg := &Config{}
 	dn, ok := fields["destinations"]
 	if !ok || isNull(dn) {
-		return nil, &Error{Path: "destinations", Line: root.Line, Msg: "required: at least one destination"}
+		return nil, &Error{Path: "destinations", Line: keyLine(root, "destinations"), Msg: "required: at least one destination"}
 	}
 	if cfg.Destinations, err = p.destinations(dn); err != nil {
 		return nil, err
 	}
 	sn, ok := fields["sources"]
 	if !ok || isNull(sn) {
-		return nil, &Error{Path: "sources", Line: root.Line, Msg: "required: at least one source"}
+		return nil, &Error{Path: "sources", Line: keyLine(root, "sources"), Msg: "required: at least one source"}
 	}
 	if cfg.Sources, err = p.sources(sn, cfg); err != nil {
 		return nil, err
@@ -563,6 +563,18 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 		}
 	}
 	return s, nil
+}
+
+// keyLine is the line of key in mapping n, else of n: a field given with
+// nothing under it (its entries indented too little) is reported where it
+// is written, not at the top of the file.
+func keyLine(n *yaml.Node, key string) int {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i].Line
+		}
+	}
+	return n.Line
 }
 
 func mappingValue(n *yaml.Node, key string) (*yaml.Node, bool) {

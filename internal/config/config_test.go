@@ -143,7 +143,7 @@ func TestParseRefuses(t *testing.T) {
 		want string
 	}{
 		{"empty file", func(*testing.T) string { return "" }, nil, "the file is empty"},
-		{"not yaml", func(*testing.T) string { return "destinations: [\n" }, nil, "not valid YAML: line"},
+		{"not yaml", func(*testing.T) string { return "destinations: [\n" }, nil, "not valid YAML: did not find expected node content (line 1)"},
 		{"two documents", func(*testing.T) string { return valid + "---\nsources: []\n" }, nil, "more than one YAML document"},
 		{"not a mapping", func(*testing.T) string { return "- a\n" }, nil, "must be a mapping with destinations and sources (line 1)"},
 		{"unknown top field", func(*testing.T) string { return valid + "source: []\n" }, nil, `unknown field "source" (known: destinations, sources)`},
