@@ -10,8 +10,8 @@
 //     URL"), so the command line can print it and exit 2.
 //   - Unknown fields are refused: a misspelt optional field never silently
 //     falls back to its default.
-//   - A token is read only from the environment variable the file names, and
-//     is held as a Secret, which never prints itself; no error quotes a token
+//   - A token is read only from the environment variable or the file the
+//     configuration names (token_env, token_file), once, and is held as a Secret, which never prints itself; no error quotes a token
 //     or a URL (a URL may hold one).
 //   - Names are unique: a source is named by its table (schema-qualified when
 //     the file qualifies it) unless it has a name, and two sources never share
@@ -82,8 +82,12 @@ type Destination struct {
 	// TokenEnv names the environment variable that holds the bearer token;
 	// empty when the file names none.
 	TokenEnv string
-	// Token is the bearer token read from TokenEnv: empty without one, or
-	// when Load was given no getenv.
+	// TokenFile is the file that holds the bearer token (a mounted
+	// secret), read once by Load; empty when the file names none. At most
+	// one of TokenEnv and TokenFile is set.
+	TokenFile string
+	// Token is the bearer token read from TokenEnv or TokenFile: empty
+	// without one, or when Load was given no getenv.
 	Token Secret
 	// RateLimit is the most requests a second, 0 meaning no limit; nil when
 	// the file does not say. Defaults to the run's --rate-limit.
@@ -122,7 +126,7 @@ func (d *Destination) Limits(def Limits) Limits {
 // LogValue leaves the token and the URL (which may hold credentials or a
 // query) out of logs.
 func (d *Destination) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("name", d.Name), slog.String("token_env", d.TokenEnv))
+	return slog.GroupValue(slog.String("name", d.Name), slog.String("token_env", d.TokenEnv), slog.String("token_file", d.TokenFile))
 }
 
 // Source is one application table to export.
@@ -217,7 +221,8 @@ func IsConfigError(err error) bool {
 
 // Load reads and validates the file at path. getenv looks up the token
 // variables the destinations name (os.Getenv in production); with a nil
-// getenv no token is read, for commands that need none (`syncer migrate`).
+// getenv no token is read, neither from a variable nor from a file, for
+// commands that need none (`syncer migrate`).
 // Every failure is an *Error.
 func Load(path string, getenv func(string) string) (*Config, error) {
 	b, err := os.ReadFile(path)
@@ -322,7 +327,7 @@ func join(path, field string) string {
 	}
 }
 
-var destinationFields = []string{"url", "token_env", "rate_limit", "rate_burst", "max_in_flight"}
+var destinationFields = []string{"url", "token_env", "token_file", "rate_limit", "rate_burst", "max_in_flight"}
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
 	if n.Kind != yaml.MappingNode {
@@ -354,7 +359,7 @@ func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
 
 func (p *parser) destination(name string, n *yaml.Node, path string) (*Destination, error) {
 	if n.Kind != yaml.MappingNode {
-		return nil, &Error{Path: path, Line: n.Line, Msg: "must be a mapping with url and optional token_env, rate_limit, rate_burst, max_in_flight"}
+		return nil, &Error{Path: path, Line: n.Line, Msg: "must be a mapping with url and optional token_env or token_file, rate_limit, rate_burst, max_in_flight"}
 	}
 	f, err := p.mapping(n, path, destinationFields)
 	if err != nil {
@@ -367,21 +372,11 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 	if err := checkURL(d.URL); err != "" {
 		return nil, &Error{Path: join(path, "url"), Line: line(f, "url", n), Msg: err}
 	}
-	if d.TokenEnv, err = str(f, "token_env", path); err != nil {
+	var ref SecretRef
+	if ref, d.Token, err = p.secret(f, n, path, "token"); err != nil {
 		return nil, err
 	}
-	if d.TokenEnv != "" {
-		if !envName.MatchString(d.TokenEnv) {
-			return nil, &Error{Path: join(path, "token_env"), Line: line(f, "token_env", n), Msg: "must be the name of an environment variable (letters, digits and _)"}
-		}
-		if p.getenv != nil {
-			tok := strings.TrimSpace(p.getenv(d.TokenEnv))
-			if tok == "" {
-				return nil, &Error{Path: join(path, "token_env"), Line: line(f, "token_env", n), Msg: fmt.Sprintf("environment variable %s is not set or empty", d.TokenEnv)}
-			}
-			d.Token = Secret(tok)
-		}
-	}
+	d.TokenEnv, d.TokenFile = ref.Env, ref.File
 	if v, ok := f["rate_limit"]; ok && !isNull(v) {
 		var r float64
 		if err := v.Decode(&r); err != nil || r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {

@@ -56,7 +56,11 @@ sources:
   - table: orders
     key: id
     destination: crm
-`, "destinations.token_env: must be a mapping with url and optional token_env, rate_limit, rate_burst, max_in_flight (line 4)"},
+`, "destinations.token_env: must be a mapping with url and optional "}, {"field outdented, its line", `destinations:
+  crm:
+    url: http://x
+  token_env: X
+`, "(line 4)"},
 		{"entries outdented under destinations", `sources:
   - table: orders
     key: id
