@@ -51,6 +51,9 @@ type Config struct {
 	Destinations []*Destination
 	// Sources in the order of the file.
 	Sources []*Source
+	// Secrets are every secret the file names (tokens, signing secrets),
+	// in its order, whether or not they were read.
+	Secrets []SecretUse
 }
 
 // Destination returns the destination named name, or nil.
@@ -288,11 +291,14 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 	if cfg.Sources, err = p.sources(sn, cfg); err != nil {
 		return nil, err
 	}
+	cfg.Secrets = p.secrets
 	return cfg, nil
 }
 
 type parser struct {
 	getenv func(string) string
+	// secrets are the secrets the file names, in its order.
+	secrets []SecretUse
 }
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }

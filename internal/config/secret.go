@@ -57,30 +57,57 @@ func (p *parser) secret(f map[string]*yaml.Node, entry *yaml.Node, path, field s
 		return ref, "", &Error{Path: join(path, fileField), Line: line(f, fileField, entry),
 			Msg: fmt.Sprintf("%s and %s are exclusive: give one", envField, fileField)}
 	}
-	switch {
-	case ref.Env != "":
-		if !envName.MatchString(ref.Env) {
-			return ref, "", &Error{Path: join(path, envField), Line: line(f, envField, entry), Msg: "must be the name of an environment variable (letters, digits and _)"}
-		}
-		if p.getenv == nil {
-			return ref, "", nil
-		}
-		v := strings.TrimSpace(p.getenv(ref.Env))
-		if v == "" {
-			return ref, "", &Error{Path: join(path, envField), Line: line(f, envField, entry), Msg: fmt.Sprintf("environment variable %s is not set or empty", ref.Env)}
-		}
-		return ref, Secret(v), nil
-	case ref.File != "":
-		if p.getenv == nil {
-			return ref, "", nil
-		}
-		v, msg := ReadSecretFile(ref.File)
-		if msg != "" {
-			return ref, "", &Error{Path: join(path, fileField), Line: line(f, fileField, entry), Msg: msg}
-		}
-		return ref, Secret(v), nil
+	if ref.Env != "" && !envName.MatchString(ref.Env) {
+		return ref, "", &Error{Path: join(path, envField), Line: line(f, envField, entry), Msg: "must be the name of an environment variable (letters, digits and _)"}
 	}
-	return ref, "", nil
+	if !ref.Given() {
+		return ref, "", nil
+	}
+	use := SecretUse{Path: path, Field: field, Ref: ref, Line: line(f, envField, entry)}
+	if ref.File != "" {
+		use.Line = line(f, fileField, entry)
+	}
+	p.secrets = append(p.secrets, use)
+	if p.getenv == nil {
+		return ref, "", nil
+	}
+	v, err := use.Read(p.getenv)
+	if err != nil {
+		return ref, "", err
+	}
+	return ref, v, nil
+}
+
+// SecretUse is one secret the file names: which entry and field, and
+// where it comes from. `syncer config check` reads them all to say which
+// are missing, without stopping at the first.
+type SecretUse struct {
+	// Path names the entry: "destinations.crm".
+	Path string
+	// Field is the secret's field without its suffix: "token".
+	Field string
+	// Ref is where the secret comes from.
+	Ref SecretRef
+	// Line is the line of its _env or _file field.
+	Line int
+}
+
+// Read reads the secret: a variable's surrounding space is trimmed, a
+// file's one trailing newline ignored. An unset or blank variable, an
+// unreadable or empty file is an *Error naming the entry and field.
+func (u SecretUse) Read(getenv func(string) string) (Secret, error) {
+	if u.Ref.Env != "" {
+		v := strings.TrimSpace(getenv(u.Ref.Env))
+		if v == "" {
+			return "", &Error{Path: join(u.Path, u.Field+"_env"), Line: u.Line, Msg: fmt.Sprintf("environment variable %s is not set or empty", u.Ref.Env)}
+		}
+		return Secret(v), nil
+	}
+	v, msg := ReadSecretFile(u.Ref.File)
+	if msg != "" {
+		return "", &Error{Path: join(u.Path, u.Field+"_file"), Line: u.Line, Msg: msg}
+	}
+	return Secret(v), nil
 }
 
 // ReadSecretFile reads a secret mounted as a file. One trailing newline is
