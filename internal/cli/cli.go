@@ -44,6 +44,7 @@ type CLI struct {
 	Run            RunCmd            `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
 	Replay         ReplayCmd         `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
 	Status         StatusCmd         `cmd:"" help:"Show counts and health."`
+	Config         ConfigCmd         `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
 	RetryFailed    RetryFailedCmd    `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
 	Healthcheck    HealthcheckCmd    `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
 	Version        VersionCmd        `cmd:"" help:"Print the version, commit and Go version."`
@@ -94,6 +95,7 @@ func vars() kong.Vars {
 		"healthcheck_timeout":  durationText(healthcheckTimeoutDefault),
 		"replay_poll":          durationText(replayPollDefault),
 		"replay_stall":         durationText(replayStallDefault),
+		"check_timeout":        durationText(checkTimeoutDefault),
 	}
 }
 
