@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,8 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/migrations"
 )
 
 // Defaults for Config.
@@ -42,6 +45,9 @@ const (
 	PollIntervalDefault = 2 * time.Second
 	LeaseTTLDefault     = 30 * time.Second
 )
+
+// sourceOps matches the op of every event of a configured source.
+const sourceOps = migrations.SourceOpPrefix + "%"
 
 // probePayload marks the notification a relay sends itself to prove LISTEN
 // works; probeTimeout is how long it may take.
@@ -91,7 +97,7 @@ func RenewLease(ctx context.Context, db Execer, ttl time.Duration) error {
 // 'source:<name>') are the relay's, for the sources' own jobs.
 func Consume(ctx context.Context, db Execer) error {
 	_, err := db.Exec(ctx, `DELETE FROM syncer_outbox WHERE id IN
-		(SELECT id FROM syncer_outbox WHERE op NOT LIKE 'source:%' ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED)`)
+		(SELECT id FROM syncer_outbox WHERE op NOT LIKE $1 ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED)`, sourceOps)
 	if err != nil {
 		return fmt.Errorf("outbox: consume: %w", err)
 	}
@@ -440,7 +446,7 @@ func (r *Relay) relay(ctx context.Context, force, ignoreRunning bool) (int, erro
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id FROM syncer_outbox WHERE op NOT LIKE 'source:%' ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`)
+		rows, err := tx.Query(ctx, `SELECT id FROM syncer_outbox WHERE op NOT LIKE $1 ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`, sourceOps)
 		if err != nil {
 			return err
 		}
@@ -535,9 +541,9 @@ func (r *Relay) relaySources(ctx context.Context, poll bool) error {
 		}
 		ops := make([]string, len(r.cfg.Sources))
 		for i, name := range r.cfg.Sources {
-			ops[i] = "source:" + name
+			ops[i] = migrations.SourceOp(name)
 		}
-		rows, err := tx.Query(ctx, `SELECT id, substr(op, 8) FROM syncer_outbox WHERE op = ANY($1)
+		rows, err := tx.Query(ctx, `SELECT id, op FROM syncer_outbox WHERE op = ANY($1)
 			ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`, ops)
 		if err != nil {
 			return err
@@ -545,22 +551,16 @@ func (r *Relay) relaySources(ctx context.Context, poll bool) error {
 		var ids []int64
 		want := map[string]bool{}
 		var id int64
-		var name string
-		if _, err := pgx.ForEachRow(rows, []any{&id, &name}, func() error {
+		var op string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &op}, func() error {
 			ids = append(ids, id)
-			want[name] = true
+			want[strings.TrimPrefix(op, migrations.SourceOpPrefix)] = true
 			return nil
 		}); err != nil {
 			return err
 		}
 		if poll {
-			rows, err := tx.Query(ctx, `SELECT s.name FROM syncer_sources s WHERE s.name = ANY($1)
-				AND (s.snapshot_state IN ('pending', 'running') OR EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = s.name))`,
-				r.cfg.Sources)
-			if err != nil {
-				return err
-			}
-			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			names, err := sources.WithWork(ctx, tx, r.cfg.Sources)
 			if err != nil {
 				return err
 			}
