@@ -234,7 +234,7 @@ func (d *Daemon) closeClients() {
 
 // DestinationNamespace is the breakerstore namespace of a configured
 // destination's shared facts (breaker, pause, learnt rate, credentials).
-func DestinationNamespace(name string) string { return "destination:" + name }
+func DestinationNamespace(name string) string { return breakerstore.DestinationNamespace(name) }
 
 // buildSources resolves the configured sources (installed by migrate) and
 // builds one client and deliverer per destination, with its URL, token,
