@@ -101,6 +101,10 @@ func (c *ConfigCheckCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
+	if err := c.checkSchema(ctx, pool); err != nil {
+		say("database: schema %s does not exist: migrate would create it, with every table of syncer's and River's", c.Schema)
+		return done()
+	}
 	river, ours, err := migrations.Pending(ctx, pool)
 	if err != nil {
 		return err

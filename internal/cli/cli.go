@@ -199,6 +199,7 @@ func secondsForDurations(_ []string, a slog.Attr) slog.Attr {
 type DB struct {
 	DatabaseURL     string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL, e.g. postgres://user@host:5432/db. It holds a password: set it in the environment or with --database-url-file, not with this flag (flags show in ps). Never logged with its password."`
 	DatabaseURLFile string `name:"database-url-file" env:"DATABASE_URL_FILE" placeholder:"FILE" help:"Read DATABASE_URL from FILE (a mounted secret), once at start; a trailing newline is ignored."`
+	Schema          string `name:"schema" env:"SYNCER_SCHEMA" placeholder:"NAME" help:"Keep syncer's and River's tables (resources included) in schema NAME, created by migrate, out of the application's way; the application's tables stay where they are. Default: the first schema of the search_path (public)."`
 
 	// fromFile is set once the file was read: kong may validate twice.
 	fromFile bool
@@ -223,6 +224,9 @@ func (d *DB) Validate() error {
 	}
 	if _, err := database.ParseURL(d.DatabaseURL); err != nil {
 		return usagef("--database-url (DATABASE_URL) is malformed: %s", parseReason(err))
+	}
+	if d.Schema != "" && (len(d.Schema) > 63 || strings.ContainsRune(d.Schema, 0)) {
+		return usagef("--schema (SYNCER_SCHEMA) must be a PostgreSQL name: 1 to 63 bytes, no NUL")
 	}
 	return nil
 }
@@ -258,7 +262,7 @@ func readSecretFile(path string) (string, error) {
 
 // open opens the pool; app names the command in pg_stat_activity.
 func (d *DB) open(ctx context.Context, app string) (*pgxpool.Pool, error) {
-	return database.Open(ctx, d.DatabaseURL, app)
+	return database.OpenIn(ctx, d.DatabaseURL, app, d.Schema)
 }
 
 // openMigrated opens the pool and fails with one line telling to run
@@ -268,11 +272,32 @@ func (d *DB) openMigrated(ctx context.Context, app string) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, err
 	}
+	if err := d.checkSchema(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if err := checkMigrated(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return pool, nil
+}
+
+// checkSchema makes sure that the schema --schema names exists: a search
+// path naming a missing schema silently falls through to the next one,
+// where an older installation may live.
+func (d *DB) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	if d.Schema == "" {
+		return nil
+	}
+	current, err := database.CurrentSchema(ctx, pool)
+	if err != nil && !errors.Is(err, database.ErrNotMigrated) {
+		return err
+	}
+	if current != d.Schema {
+		return fmt.Errorf("schema %s does not exist: %w", d.Schema, database.ErrNotMigrated)
+	}
+	return nil
 }
 
 func checkMigrated(ctx context.Context, pool *pgxpool.Pool) error {
