@@ -79,8 +79,12 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 			cp.Name, cp.LastID, cp.RowsDone, cp.RowsFailed, cp.BatchesDone, cp.UpdatedAt.Format(time.RFC3339))
 	}
 	for _, rp := range r.Replays {
-		fmt.Fprintf(w, "replay %d\t%s, %d of %d rows (%.1f%%), created %s\n",
-			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
+		what := "rows"
+		if rp.Source != "" {
+			what = "keys of source " + rp.Source
+		}
+		fmt.Fprintf(w, "replay %d\t%s, %d of %d %s (%.1f%%), created %s\n",
+			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, what, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
 	}
 	for _, f := range r.RecentFailures {
 		fmt.Fprintf(w, "failed row %d v%d\t%s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), f.Error)

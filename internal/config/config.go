@@ -155,6 +155,11 @@ type Source struct {
 	// Snapshot says whether rows already in the table when the source is
 	// installed are exported once. Defaults to true.
 	Snapshot bool
+	// ChangedAt names the table's column that holds the time of a row's
+	// last change (updated_at), on which `replay --source --since/--until`
+	// select rows; empty when the file names none (syncer keeps no time
+	// per row of its own).
+	ChangedAt string
 	// Line is where the source starts in the file.
 	Line int
 }
@@ -418,7 +423,7 @@ func checkURL(raw string) string {
 	return ""
 }
 
-var sourceFields = []string{"name", "table", "key", "columns", "destination", "batch_size", "snapshot"}
+var sourceFields = []string{"name", "table", "key", "columns", "destination", "batch_size", "snapshot", "changed_at"}
 
 func (p *parser) sources(n *yaml.Node, cfg *Config) ([]*Source, error) {
 	if n.Kind != yaml.SequenceNode {
@@ -557,6 +562,14 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 
 	if s.BatchSize, err = positiveInt(f, "batch_size", path); err != nil {
 		return nil, err
+	}
+	if s.ChangedAt, err = str(f, "changed_at", path); err != nil {
+		return nil, err
+	}
+	if _, given := f["changed_at"]; given && s.ChangedAt != "" {
+		if msg := checkIdentifier(s.ChangedAt); msg != "" {
+			return nil, &Error{Path: join(path, "changed_at"), Line: line(f, "changed_at", n), Msg: msg}
+		}
 	}
 	if v, ok := f["snapshot"]; ok && !isNull(v) {
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&s.Snapshot) != nil {

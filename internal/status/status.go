@@ -212,7 +212,10 @@ type Checkpoint struct {
 
 // Replay is a replay's progress.
 type Replay struct {
-	ID        int64         `json:"id"`
+	ID int64 `json:"id"`
+	// Source names the configured source of a source's replay, whose
+	// progress counts keys; empty for a replay of resources.
+	Source    string        `json:"source,omitempty"`
 	State     replays.State `json:"state"`
 	TotalRows int64         `json:"total_rows"`
 	RowsDone  int64         `json:"rows_done"`
@@ -327,9 +330,19 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			BatchesDone: cp.BatchesDone, InFlight: cp.InFlight, UpdatedAt: cp.UpdatedAt,
 		})
 	}
+	var ofSources map[int64]sources.ReplayInfo
 	for _, rp := range recent {
 		d := done[checkpoint.Replay(rp.ID)]
-		r.Replays = append(r.Replays, Replay{ID: rp.ID, State: rp.State, TotalRows: rp.TotalRows,
+		if rp.Source != "" {
+			if ofSources == nil {
+				if ofSources, err = sources.Replays(ctx, pool); err != nil {
+					return nil, err
+				}
+			}
+			info := ofSources[rp.ID]
+			d = max(info.KeysLogged-info.Unsent, 0)
+		}
+		r.Replays = append(r.Replays, Replay{ID: rp.ID, Source: rp.Source, State: rp.State, TotalRows: rp.TotalRows,
 			RowsDone: d, Percent: rp.Percent(d), CreatedAt: rp.CreatedAt})
 	}
 
