@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/term"
 
+	"github.com/syncer-dev/syncer/internal/bench"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
@@ -96,6 +97,7 @@ func vars() kong.Vars {
 		"replay_poll":          durationText(replayPollDefault),
 		"replay_stall":         durationText(replayStallDefault),
 		"check_timeout":        durationText(checkTimeoutDefault),
+		"bench_database_url":   bench.DatabaseURLDefault,
 	}
 }
 
@@ -123,14 +125,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 			panic(r)
 		}
 	}()
-	parser, err := kong.New(&root,
-		kong.Name("syncer"),
-		kong.Description("Exports rows of the resources table to a third-party HTTP API, exactly as often as it must."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(c int) { panic(exitPanic(c)) }),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-		vars(),
-	)
+	parser, err := newParser(&root, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "syncer: %v\n", err)
 		return 1
@@ -166,6 +161,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 		return 1
 	}
 	return 0
+}
+
+// newParser builds the command line's parser on root.
+func newParser(root *CLI, stdout, stderr io.Writer) (*kong.Kong, error) {
+	return kong.New(root,
+		kong.Name("syncer"),
+		kong.Description("Exports rows of the resources table to a third-party HTTP API, exactly as often as it must."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(c int) { panic(exitPanic(c)) }),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		vars(),
+	)
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
