@@ -167,7 +167,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 func newParser(root *CLI, stdout, stderr io.Writer) (*kong.Kong, error) {
 	return kong.New(root,
 		kong.Name("syncer"),
-		kong.Description("Exports rows of the resources table to a third-party HTTP API, exactly as often as it must."),
+		kong.Description("Exports the rows of PostgreSQL tables (the application's own, named by --config, and the resources table) to third-party HTTP APIs, exactly as often as it must."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(c int) { panic(exitPanic(c)) }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
