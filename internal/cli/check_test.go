@@ -112,6 +112,10 @@ func TestConfigCheckRules(t *testing.T) {
 			"source orders: columns changed: migrate would update it (run syncer migrate with this file)"},
 		{"a source no longer in the file", "", "  - table: customers\n    key: id\n    destination: crm\n",
 			"source orders: installed and no longer in the file: migrate would remove its triggers and pending work"},
+		{"changed_at column missing", "", "  - table: orders\n    key: id\n    columns: [status, total]\n    destination: crm\n    changed_at: updated_at\n",
+			"source orders: changed_at: " + s.schema + ".orders has no column updated_at"},
+		{"changed_at not a time", "", "  - table: orders\n    key: id\n    columns: [status, total]\n    destination: crm\n    changed_at: total\n",
+			"source orders: changed_at: total is of type numeric: the time of a row's last change must be a timestamptz, timestamp or date"},
 		{"a file that is not valid", "", "  - table: orders\n   key: id\n",
 			"not valid YAML: "},
 	}

@@ -67,6 +67,22 @@ func PlanInstall(ctx context.Context, q Querier, cfg *config.Config) (*Plan, err
 			plan.Problems = append(plan.Problems, err)
 			continue
 		}
+		if c.ChangedAt != "" {
+			var typ *string
+			err := q.QueryRow(ctx, `SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+				WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
+				s.table(), c.ChangedAt).Scan(&typ)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				plan.Problems = append(plan.Problems, &SourceError{Source: c.Name,
+					Err: fmt.Errorf("changed_at: %s has no column %s", s.QualifiedTable(), c.ChangedAt)})
+			case err != nil:
+				return nil, fmt.Errorf("sources: source %s: changed_at: %w", c.Name, err)
+			case !slices.Contains([]string{"timestamp with time zone", "timestamp without time zone", "date"}, *typ):
+				plan.Problems = append(plan.Problems, &SourceError{Source: c.Name,
+					Err: fmt.Errorf("changed_at: %s is of type %s: the time of a row's last change must be a timestamptz, timestamp or date", c.ChangedAt, *typ)})
+			}
+		}
 		prev, exists := installed[c.Name]
 		ch := Change{Source: c.Name, Action: Updated}
 		switch {
