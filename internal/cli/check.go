@@ -102,7 +102,17 @@ func (c *ConfigCheckCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	if err := c.checkSchema(ctx, pool); err != nil {
+		// A fresh installation: the tables can still be checked; what is
+		// installed cannot (another schema of the search_path may hold an
+		// older installation).
 		say("database: schema %s does not exist: migrate would create it, with every table of syncer's and River's", c.Schema)
+		plan, err := sources.PlanInstall(ctx, pool, cfg)
+		if err != nil {
+			return err
+		}
+		for _, p := range plan.Problems {
+			say("%s", p.Error())
+		}
 		return done()
 	}
 	river, ours, err := migrations.Pending(ctx, pool)

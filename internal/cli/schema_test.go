@@ -64,6 +64,13 @@ sources:
 	require.Equal(t, 1, r.code)
 	oneLine(t, r, "schema "+own+" does not exist: database is not migrated: run `syncer migrate`")
 
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("destinations:\n  crm:\n    url: "+srv.URL+"\nsources:\n  - table: invoices\n    key: id\n    destination: crm\n"), 0o600))
+	r = cmd("config", "check", "--config", bad)
+	require.Equal(t, 1, r.code)
+	require.Equal(t, "database: schema "+own+" does not exist: migrate would create it, with every table of syncer's and River's\n"+
+		"source invoices: table invoices does not exist (search_path: \""+own+"\", "+b.schema+")\n", r.stdout)
+
 	r = cmd("migrate", "--config", cfg)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "schema "+own+": applied")
