@@ -27,6 +27,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/syncer-dev/syncer/internal/bench"
+	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
@@ -249,22 +250,15 @@ func parseReason(err error) string {
 	return "want postgres://user@host:5432/database or key=value settings"
 }
 
-// readSecretFile reads a secret mounted as a file. One trailing newline (as
-// `echo` and most editors write) is not part of the secret.
+// readSecretFile reads a secret mounted as a file, as the configuration's
+// *_file fields are read (config.ReadSecretFile): one trailing newline is
+// not part of the secret; the error names the file, never its content.
 func readSecretFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return "", fmt.Errorf("cannot read %s: %w", path, pe.Err)
-		}
-		return "", fmt.Errorf("cannot read %s: %w", path, err)
+	v, msg := config.ReadSecretFile(path)
+	if msg != "" {
+		return "", errors.New(msg)
 	}
-	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	if s == "" {
-		return "", fmt.Errorf("%s is empty", path)
-	}
-	return s, nil
+	return v, nil
 }
 
 // open opens the pool; app names the command in pg_stat_activity.

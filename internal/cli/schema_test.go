@@ -22,7 +22,7 @@ import (
 // unqualified in the configuration, are still found; run exports their
 // inserts, updates and deletes from there; status and config check read
 // the same schema, and a command pointed at a schema that does not exist
-// says to migrate.
+// says to migrate. The destination's token is read from a token_file.
 func TestSchemaKeepsSyncerOutOfTheApplicationsWay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,13 +44,19 @@ func TestSchemaKeepsSyncerOutOfTheApplicationsWay(t *testing.T) {
 	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, status text, total numeric(10,2))`)
 	require.NoError(t, err)
 
-	fake := fakethirdparty.New(fakethirdparty.Config{})
+	// The destination's token comes from a file, as a mounted Secret
+	// gives it: the fake refuses any other.
+	fake := fakethirdparty.New(fakethirdparty.Config{Token: "s3cr3t-from-a-file"})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "crm-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("s3cr3t-from-a-file\n"), 0o600))
+	cfg := filepath.Join(dir, "syncer.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`destinations:
   crm:
     url: %s
+    token_file: `+tokenFile+`
 sources:
   - table: orders
     key: id
@@ -125,8 +131,10 @@ sources:
 		return m["3"].Deleted && len(fake.Deliveries()) >= 7
 	})
 
+	require.Zero(t, fake.Stats().RequestsByStatus["401"], "the token read from the file, without its newline")
 	r = cmd("status")
 	require.Equal(t, 0, r.code, r.stderr)
+	require.NotContains(t, r.stdout+r.stderr, "s3cr3t")
 	require.Regexp(t, `(?m)^source orders +`+b.schema+`\.orders to crm: 0 pending`, r.stdout)
 	require.Equal(t, []string{"orders"}, tables(b.schema), "nothing of syncer's ever lands in the application's schema")
 }
