@@ -220,10 +220,6 @@ type Config struct {
 	Namespace string
 }
 
-// DestinationNamespace is the Namespace of configured destination name's
-// facts: the daemon writes them there, status reads them from there.
-func DestinationNamespace(name string) string { return "destination:" + name }
-
 // keyPrefix is what a namespace puts before every key.
 func keyPrefix(namespace string) string {
 	if namespace == "" {

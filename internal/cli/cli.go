@@ -32,6 +32,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
@@ -78,8 +79,8 @@ type exitPanic int
 // constants.
 func vars() kong.Vars {
 	return kong.Vars{
-		"batch_size":           strconv.Itoa(exporter.BatchSizeDefault),
-		"batch_max_bytes":      strconv.Itoa(exporter.BatchMaxBytesDefault),
+		"batch_size":           strconv.Itoa(feed.ItemsDefault),
+		"batch_max_bytes":      strconv.Itoa(feed.BytesDefault),
 		"rate_burst":           strconv.Itoa(delivery.RateBurstDefault),
 		"breaker_failures":     strconv.Itoa(delivery.BreakerFailuresDefault),
 		"breaker_open_timeout": durationText(delivery.BreakerOpenTimeoutDefault),
@@ -89,10 +90,10 @@ func vars() kong.Vars {
 		"http_addr":            daemon.HTTPAddrDefault,
 		"http_addr_off":        daemon.HTTPAddrOff,
 		"workers":              strconv.Itoa(daemon.WorkersDefault),
-		"max_in_flight":        strconv.Itoa(exporter.MaxInFlightDefault),
+		"max_in_flight":        strconv.Itoa(delivery.MaxInFlightDefault),
 		"max_retry_after":      durationText(delivery.MaxRetryAfterDefault),
 		"replay_share":         strconv.FormatFloat(exporter.ReplayShareDefault, 'f', -1, 64),
-		"max_item_bytes":       strconv.Itoa(resources.MaxItemBytesDefault),
+		"max_item_bytes":       strconv.Itoa(feed.MaxItemBytesDefault),
 		"tombstone_retention":  durationText(resources.TombstoneRetentionDefault),
 		"healthcheck_timeout":  durationText(healthcheckTimeoutDefault),
 		"replay_poll":          durationText(replayPollDefault),
