@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/syncer-dev/syncer/internal/config"
 )
 
 // composeFile is the part of docker-compose.yml the tests read. The file
@@ -30,6 +32,7 @@ type composeService struct {
 	EnvFile     []string          `yaml:"env_file"`
 	Ports       []string          `yaml:"ports"`
 	Secrets     []string          `yaml:"secrets"`
+	Volumes     []string          `yaml:"volumes"`
 	DependsOn   map[string]struct {
 		Condition string `yaml:"condition"`
 	} `yaml:"depends_on"`
@@ -199,6 +202,57 @@ func TestComposeTokenIsNotInline(t *testing.T) {
 		}
 	}
 	require.Equal(t, strings.TrimSpace(string(token)), env["FAKE_TOKEN"], "%s and the fake's FAKE_TOKEN differ", tokenFile)
+}
+
+// TestComposeConfiguredMode: migrate and the daemon read the same config
+// and schema, the config is a file of the repository mounted into both,
+// valid, its tokens are compose secrets of the daemon, and the
+// application's table it exports is created with the database.
+func TestComposeConfiguredMode(t *testing.T) {
+	t.Parallel()
+	c := readCompose(t)
+	byCommand := map[string]composeService{}
+	for _, s := range c.Services {
+		if s.Build != "" {
+			byCommand[commandOf(s)] = s
+		}
+	}
+	daemon, migrate := byCommand["run"], byCommand["migrate"]
+	for _, v := range []string{"SYNCER_CONFIG", "SYNCER_SCHEMA"} {
+		require.NotEmpty(t, daemon.Environment[v], "the daemon's %s", v)
+		require.Equal(t, daemon.Environment[v], migrate.Environment[v], "%s: migrate installs what the daemon exports", v)
+	}
+	mounted := func(s composeService, target string) string {
+		for _, v := range s.Volumes {
+			parts := strings.Split(v, ":")
+			if len(parts) >= 2 && parts[1] == target {
+				return filepath.Join("..", parts[0])
+			}
+		}
+		return ""
+	}
+	local := mounted(daemon, daemon.Environment["SYNCER_CONFIG"])
+	require.NotEmpty(t, local, "the daemon's config is not mounted")
+	require.Equal(t, local, mounted(migrate, migrate.Environment["SYNCER_CONFIG"]), "migrate mounts the same config")
+	cfg, err := config.Load(local, nil)
+	require.NoError(t, err)
+	for _, sec := range cfg.Secrets {
+		secret, ok := strings.CutPrefix(sec.Ref.File, "/run/secrets/")
+		require.True(t, ok, "%s: a token from a compose secret's file, got %+v", sec.Path, sec.Ref)
+		require.Contains(t, daemon.Secrets, secret)
+		require.Contains(t, c.Secrets, secret)
+	}
+	var initSQL []byte
+	for _, v := range c.Services["postgres"].Volumes {
+		if src, target, _ := strings.Cut(v, ":"); strings.HasPrefix(target, "/docker-entrypoint-initdb.d/") {
+			b, err := os.ReadFile(filepath.Join("..", src))
+			require.NoError(t, err)
+			initSQL = append(initSQL, b...)
+		}
+	}
+	for _, s := range cfg.Sources {
+		require.Contains(t, string(initSQL), "CREATE TABLE "+s.Table+" ", "the database is created with the table of source %s", s.Name)
+	}
 }
 
 func TestComposeDuration(t *testing.T) {

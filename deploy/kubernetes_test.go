@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/syncer-dev/syncer/internal/config"
 )
 
 // shutdownTail is what the daemon may take after SYNCER_SHUTDOWN_TIMEOUT:
@@ -64,7 +66,10 @@ type k8sPodSpec struct {
 	} `yaml:"securityContext"`
 	Containers []k8sContainer `yaml:"containers"`
 	Volumes    []struct {
-		Name   string `yaml:"name"`
+		Name      string `yaml:"name"`
+		ConfigMap *struct {
+			Name string `yaml:"name"`
+		} `yaml:"configMap"`
 		Secret *struct {
 			SecretName string `yaml:"secretName"`
 			Items      []struct {
@@ -279,19 +284,79 @@ func TestKubernetesDeployment(t *testing.T) {
 	require.GreaterOrEqual(t, time.Duration(*grace)*time.Second, timeout+shutdownTail+shutdownMargin,
 		"terminationGracePeriodSeconds against SYNCER_SHUTDOWN_TIMEOUT %s", timeout)
 
-	// The token: a file mounted from a Secret, never a variable.
-	_, ok := c.env("SYNCER_THIRDPARTY_TOKEN")
-	require.False(t, ok, "the token as a variable: use SYNCER_THIRDPARTY_TOKEN_FILE")
-	tf, ok := c.env("SYNCER_THIRDPARTY_TOKEN_FILE")
-	require.True(t, ok, "SYNCER_THIRDPARTY_TOKEN_FILE")
-	dir, file := filepath.Split(tf.Value)
+	// The configured mode: the config from the ConfigMap, syncer's tables
+	// in a schema of their own, every token a file of the mounted Secret.
+	for _, v := range []string{"SYNCER_THIRDPARTY_TOKEN"} {
+		_, ok := c.env(v)
+		require.False(t, ok, "%s: a token as a variable", v)
+	}
+	cfg := requireConfigMounted(t, d)
+	require.NotEmpty(t, cfg.Secrets, "the example config names a token")
+	for _, sec := range cfg.Secrets {
+		require.NotEmpty(t, sec.Ref.File, "%s: a token from a file (%s_file), not a variable", sec.Path, sec.Field)
+		requireSecretFile(t, d, sec.Ref.File)
+	}
+}
+
+// requireConfigMounted checks that SYNCER_CONFIG names the file of the
+// kustomization's ConfigMap, mounted read-only, and that SYNCER_SCHEMA
+// puts syncer's tables in a schema of their own; it returns the config,
+// parsed by syncer's own parser.
+func requireConfigMounted(t *testing.T, o k8sObject) *config.Config {
+	t.Helper()
+	c := onlyContainer(t, o)
+	schema, ok := c.env("SYNCER_SCHEMA")
+	require.True(t, ok, "%s: SYNCER_SCHEMA, syncer's tables out of the application's schema", o.Kind)
+	require.NotEmpty(t, schema.Value)
+	e, ok := c.env("SYNCER_CONFIG")
+	require.True(t, ok, "%s: SYNCER_CONFIG", o.Kind)
+	dir, file := filepath.Split(e.Value)
+	gen := readKustomization(t).ConfigMapGenerator
+	require.Len(t, gen, 1, "one ConfigMap, generated from the config")
+	var local string
+	for _, f := range gen[0].Files {
+		key, path, found := strings.Cut(f, "=")
+		if !found {
+			key, path = filepath.Base(f), f
+		}
+		if key == file {
+			local = filepath.Join("kubernetes", path)
+		}
+	}
+	require.NotEmpty(t, local, "%s: the ConfigMap has no key %s", o.Kind, file)
+	var mounted bool
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Clean(dir) {
+			continue
+		}
+		require.True(t, m.ReadOnly, "the config's mount is read-only")
+		for _, v := range o.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name {
+				require.NotNil(t, v.ConfigMap, "the config's volume is a ConfigMap")
+				require.Equal(t, gen[0].Name, v.ConfigMap.Name)
+				mounted = true
+			}
+		}
+	}
+	require.True(t, mounted, "%s: %s is not a file of the mounted ConfigMap", o.Kind, e.Value)
+	cfg, err := config.Load(local, nil)
+	require.NoError(t, err, "the example config is valid")
+	return cfg
+}
+
+// requireSecretFile checks that path is a file of a Secret mounted
+// read-only in o's pods.
+func requireSecretFile(t *testing.T, o k8sObject, path string) {
+	t.Helper()
+	c := onlyContainer(t, o)
+	dir, file := filepath.Split(path)
 	var mounted bool
 	for _, m := range c.VolumeMounts {
 		if filepath.Clean(m.MountPath) != filepath.Clean(dir) {
 			continue
 		}
 		require.True(t, m.ReadOnly, "the token's mount is read-only")
-		for _, v := range d.Spec.Template.Spec.Volumes {
+		for _, v := range o.Spec.Template.Spec.Volumes {
 			if v.Name != m.Name {
 				continue
 			}
@@ -304,7 +369,7 @@ func TestKubernetesDeployment(t *testing.T) {
 			}
 		}
 	}
-	require.True(t, mounted, "%s is not a file of a mounted Secret", tf.Value)
+	require.True(t, mounted, "%s is not a file of a mounted Secret", path)
 }
 
 func TestKubernetesMigrateJob(t *testing.T) {
@@ -314,6 +379,15 @@ func TestKubernetesMigrateJob(t *testing.T) {
 	require.Equal(t, []string{"migrate"}, onlyContainer(t, j).Args)
 	require.Contains(t, []string{"Never", "OnFailure"}, j.Spec.Template.Spec.RestartPolicy)
 	requireLockedDown(t, j, img)
+	// migrate installs the sources' triggers: it reads the same config and
+	// the same schema as the daemons, or a deploy never installs them.
+	requireConfigMounted(t, j)
+	d := findObject(t, readManifests(t), "Deployment")
+	for _, v := range []string{"SYNCER_CONFIG", "SYNCER_SCHEMA"} {
+		je, _ := onlyContainer(t, j).env(v)
+		de, _ := onlyContainer(t, d).env(v)
+		require.Equal(t, de.Value, je.Value, "%s: the Job's and the Deployment's", v)
+	}
 }
 
 func TestKubernetesServiceReachesMetrics(t *testing.T) {
@@ -336,7 +410,7 @@ func TestKubernetesSecretIsAnExample(t *testing.T) {
 	require.Len(t, all["secret.example.yaml"], 1, "the Secret lives in secret.example.yaml only")
 	require.Empty(t, s.Data, "no encoded values")
 	require.Contains(t, s.StringData, "database-url")
-	require.Contains(t, s.StringData, "thirdparty-token")
+	require.Contains(t, s.StringData, "crm-token")
 	for k, v := range s.StringData {
 		require.Contains(t, v, "CHANGE-ME", "%s must be a placeholder", k)
 	}
@@ -360,17 +434,30 @@ func TestKubernetesSecretIsAnExample(t *testing.T) {
 	}
 }
 
-func TestKustomization(t *testing.T) {
-	t.Parallel()
+// kustomization is the part of kustomization.yaml the tests read.
+type kustomization struct {
+	Resources          []string `yaml:"resources"`
+	ConfigMapGenerator []struct {
+		Name  string   `yaml:"name"`
+		Files []string `yaml:"files"`
+	} `yaml:"configMapGenerator"`
+	Images []struct {
+		Name string `yaml:"name"`
+	} `yaml:"images"`
+}
+
+func readKustomization(t *testing.T) kustomization {
+	t.Helper()
 	raw, err := os.ReadFile("kubernetes/kustomization.yaml")
 	require.NoError(t, err)
-	var k struct {
-		Resources []string `yaml:"resources"`
-		Images    []struct {
-			Name string `yaml:"name"`
-		} `yaml:"images"`
-	}
+	var k kustomization
 	require.NoError(t, yaml.Unmarshal(raw, &k))
+	return k
+}
+
+func TestKustomization(t *testing.T) {
+	t.Parallel()
+	k := readKustomization(t)
 	require.NotContains(t, k.Resources, "secret.example.yaml", "the example Secret must not be applied")
 	for _, r := range k.Resources {
 		require.FileExists(t, filepath.Join("kubernetes", r))

@@ -162,6 +162,11 @@ func TestAlertRules(t *testing.T) {
 		"SyncerDown",               // a daemon down
 		"SyncerAbsent",             // no daemon at all
 		"SyncerLockNotHeld",        // no lock holder while rows are pending
+		// Issue 23: the configured mode's sources and destinations.
+		"SyncerSourceStopped",       // a source stopped by a schema change
+		"SyncerSourceLag",           // a source's oldest pending change
+		"SyncerDestinationStalled",  // a destination that accepts nothing
+		"SyncerSourceFailedGrowing", // a destination rejecting a source's items
 	} {
 		require.Contains(t, alerts, want)
 	}
@@ -255,6 +260,13 @@ func TestGrafanaDashboard(t *testing.T) {
 		"syncer_rate_limit_current",          // learned rate
 		"syncer_thirdparty_responses_total",  // responses by code
 		"syncer_push_duration_seconds_bucket",
+		// Issue 23: per source and per destination.
+		"syncer_source_items_exported_total",
+		"syncer_source_items_failed_total",
+		"syncer_source_pending",
+		"syncer_source_failed",
+		"syncer_source_oldest_pending_age_seconds",
+		"syncer_source_stopped",
 	} {
 		require.True(t, used[want], "the dashboard does not show %s", want)
 	}

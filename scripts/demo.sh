@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The demo: a scratch database, the fake third party, the daemon, and rows
-# inserted by plain SQL arriving at the fake. Run it with `make demo`.
+# The demo: a scratch database holding an application's own table (orders),
+# the fake third party, the daemon, and rows written by plain SQL arriving
+# at the fake: orders as the configuration says (inserts, updates and
+# deletes), and the resources table beside it. syncer's own tables live in
+# the schema syncer, out of the application's way. Run it with `make demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -8,49 +11,92 @@ export PATH="$PATH:/usr/local/go/bin"
 DB=${DEMO_DB:-syncer_demo}
 ADMIN_URL=${DEMO_ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 export DATABASE_URL=${DEMO_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/$DB}
-FAKE_ADDR=127.0.0.1:18081
+export SYNCER_SCHEMA=syncer
+FAKE_ADDR=127.0.0.1:18081     # resources' third party
+CRM_ADDR=127.0.0.1:18082      # the orders' destination, "crm"
 export SYNCER_THIRDPARTY_URL=http://$FAKE_ADDR
 export SYNCER_HTTP_ADDR=127.0.0.1:18080
+export SYNCER_CONFIG=/tmp/syncer-demo.yaml
 ROWS=${DEMO_ROWS:-20000}
+ORDERS=${DEMO_ORDERS:-1000}
 
 go build -o bin/syncer ./cmd/syncer
 psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
-./bin/syncer migrate
+
+echo "the application's table, as it already is: orders in public"
+psql "$DATABASE_URL" -q <<'SQL'
+CREATE TYPE order_status AS ENUM ('new', 'paid', 'shipped');
+CREATE TABLE orders (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    status     order_status   NOT NULL DEFAULT 'new',
+    total      numeric(12, 2) NOT NULL,
+    updated_at timestamptz    NOT NULL DEFAULT now()
+);
+INSERT INTO orders (total) SELECT g FROM generate_series(1, 10) g;
+SQL
+cat > "$SYNCER_CONFIG" <<YAML
+destinations:
+  crm:
+    url: http://$CRM_ADDR
+sources:
+  - table: orders
+    key: id
+    columns: [status, total]
+    destination: crm
+    changed_at: updated_at
+YAML
+echo "the configuration ($SYNCER_CONFIG):"; sed 's/^/  /' "$SYNCER_CONFIG"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-
 ./bin/syncer fake-thirdparty --addr "$FAKE_ADDR" --latency 2ms > /tmp/syncer-demo-fake.log 2>&1 &
 pids+=($!)
+./bin/syncer fake-thirdparty --addr "$CRM_ADDR" --latency 2ms > /tmp/syncer-demo-crm.log 2>&1 &
+pids+=($!)
+sleep 0.3
+
+echo "config check, before migrate (what migrate would change):"
+./bin/syncer config check || true
+./bin/syncer migrate --log-level warn
+./bin/syncer config check
+echo "tables in public: $(psql "$DATABASE_URL" -Atc "SELECT string_agg(tablename, ', ') FROM pg_tables WHERE schemaname = 'public'")"
+echo "tables in syncer: $(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM pg_tables WHERE schemaname = 'syncer'")"
+
 ./bin/syncer run --log-format text > /tmp/syncer-demo-daemon.log 2>&1 &
 pids+=($!)
 for _ in $(seq 1 50); do curl -fs "http://$SYNCER_HTTP_ADDR/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
-echo "daemon ready; inserting $ROWS rows with plain SQL, in 10 transactions"
 
-received() { curl -fs "http://$FAKE_ADDR/v1/stats" | sed -E 's/.*"distinct_pairs":([0-9]+).*/\1/'; }
+pairs() { curl -fs "http://$1/v1/stats" | sed -E 's/.*"distinct_pairs":([0-9]+).*/\1/'; }
+wait_for() { # address, count
+  for _ in $(seq 1 150); do [ "$(pairs "$1")" -ge "$2" ] && return; sleep 0.1; done
+}
+wait_for "$CRM_ADDR" 10
+echo "daemon ready; the 10 orders already there were exported by the snapshot: crm has $(pairs "$CRM_ADDR") (id, version) pairs"
+
+echo "the application writes orders: $ORDERS inserts, 5 updates, 3 deletes"
+psql "$DATABASE_URL" -qc "INSERT INTO orders (total) SELECT g * 1.5 FROM generate_series(1, $ORDERS) g"
+psql "$DATABASE_URL" -qc "UPDATE orders SET status = 'paid', updated_at = now() WHERE id <= 5"
+psql "$DATABASE_URL" -qc "DELETE FROM orders WHERE id BETWEEN 6 AND 8"
+wait_for "$CRM_ADDR" $((10 + ORDERS + 5 + 3))
+echo "crm has received $(pairs "$CRM_ADDR") (id, version) pairs; its statistics:"
+curl -fs "http://$CRM_ADDR/v1/stats" | tr ',' '\n' | grep -E '"(requests|items|distinct_pairs|tombstones)[a-z_]*"' | sed 's/^/  /' || true
+
+echo "beside it, resources: inserting $ROWS rows with plain SQL, in 10 transactions"
 for i in $(seq 1 10); do
-  psql "$DATABASE_URL" -qc "INSERT INTO resources (payload)
+  psql "$DATABASE_URL" -qc "INSERT INTO syncer.resources (payload)
     SELECT jsonb_build_object('order', g, 'customer', 'c-' || (g % 97), 'amount', g * 3)
     FROM generate_series(1, $ROWS / 10) g"
-  echo "  inserted $((i * ROWS / 10)), the third party has received $(received)"
 done
-for _ in $(seq 1 100); do
-  [ "$(received)" -ge "$ROWS" ] && break
-  sleep 0.1
-done
-echo "the third party has received $(received) distinct (id, version) pairs"
+psql "$DATABASE_URL" -qc "UPDATE syncer.resources SET payload = payload || '{\"amount\": 0}' WHERE id <= 5"
+psql "$DATABASE_URL" -qc "DELETE FROM syncer.resources WHERE id BETWEEN 6 AND 8"
+wait_for "$FAKE_ADDR" $((ROWS + 5 + 3))
+echo "resources' third party has received $(pairs "$FAKE_ADDR") (id, version) pairs"
 
-echo "updating 5 rows: each goes out again as version 2"
-psql "$DATABASE_URL" -qc "UPDATE resources SET payload = payload || '{\"amount\": 0}' WHERE id <= 5"
-echo "deleting 3 rows: each goes out as a tombstone, above its last version"
-psql "$DATABASE_URL" -qc "DELETE FROM resources WHERE id BETWEEN 6 AND 8"
-sleep 1
+echo "a replay of orders 1 to 100, by key:"
+./bin/syncer replay --source orders --from-key 1 --to-key 100 --wait
 echo
 ./bin/syncer status
 echo
-echo "fake third party stats:"
-curl -fs "http://$FAKE_ADDR/v1/stats"; echo
-echo
 echo "metrics (excerpt):"
-curl -fs "http://$SYNCER_HTTP_ADDR/metrics" | grep -E '^syncer_(items_exported_total|batches_total|unsynced_rows|lock_held)'
+curl -fs "http://$SYNCER_HTTP_ADDR/metrics" | grep -E '^syncer_(source_items_exported_total|source_pending|items_exported_total|lock_held)'

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/syncer-dev/syncer/internal/bench"
+	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
@@ -46,6 +47,7 @@ type CLI struct {
 	Run            RunCmd            `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
 	Replay         ReplayCmd         `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
 	Status         StatusCmd         `cmd:"" help:"Show counts and health."`
+	Config         ConfigCmd         `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
 	RetryFailed    RetryFailedCmd    `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
 	Healthcheck    HealthcheckCmd    `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
 	Version        VersionCmd        `cmd:"" help:"Print the version, commit and Go version."`
@@ -96,6 +98,7 @@ func vars() kong.Vars {
 		"healthcheck_timeout":  durationText(healthcheckTimeoutDefault),
 		"replay_poll":          durationText(replayPollDefault),
 		"replay_stall":         durationText(replayStallDefault),
+		"check_timeout":        durationText(checkTimeoutDefault),
 		"bench_database_url":   bench.DatabaseURLDefault,
 	}
 }
@@ -166,7 +169,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 func newParser(root *CLI, stdout, stderr io.Writer) (*kong.Kong, error) {
 	return kong.New(root,
 		kong.Name("syncer"),
-		kong.Description("Exports rows of the resources table to a third-party HTTP API, exactly as often as it must."),
+		kong.Description("Exports the rows of PostgreSQL tables (the application's own, named by --config, and the resources table) to third-party HTTP APIs, exactly as often as it must."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(c int) { panic(exitPanic(c)) }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
@@ -205,6 +208,7 @@ func secondsForDurations(_ []string, a slog.Attr) slog.Attr {
 type DB struct {
 	DatabaseURL     string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL, e.g. postgres://user@host:5432/db. It holds a password: set it in the environment or with --database-url-file, not with this flag (flags show in ps). Never logged with its password."`
 	DatabaseURLFile string `name:"database-url-file" env:"DATABASE_URL_FILE" placeholder:"FILE" help:"Read DATABASE_URL from FILE (a mounted secret), once at start; a trailing newline is ignored."`
+	Schema          string `name:"schema" env:"SYNCER_SCHEMA" placeholder:"NAME" help:"Keep syncer's and River's tables (resources included) in schema NAME, created by migrate, out of the application's way; the application's tables stay where they are. Default: the first schema of the search_path (public)."`
 
 	// fromFile is set once the file was read: kong may validate twice.
 	fromFile bool
@@ -230,6 +234,9 @@ func (d *DB) Validate() error {
 	if _, err := database.ParseURL(d.DatabaseURL); err != nil {
 		return usagef("--database-url (DATABASE_URL) is malformed: %s", parseReason(err))
 	}
+	if d.Schema != "" && (len(d.Schema) > 63 || strings.ContainsRune(d.Schema, 0)) {
+		return usagef("--schema (SYNCER_SCHEMA) must be a PostgreSQL name: 1 to 63 bytes, no NUL")
+	}
 	return nil
 }
 
@@ -244,27 +251,20 @@ func parseReason(err error) string {
 	return "want postgres://user@host:5432/database or key=value settings"
 }
 
-// readSecretFile reads a secret mounted as a file. One trailing newline (as
-// `echo` and most editors write) is not part of the secret.
+// readSecretFile reads a secret mounted as a file, as the configuration's
+// *_file fields are read (config.ReadSecretFile): one trailing newline is
+// not part of the secret; the error names the file, never its content.
 func readSecretFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return "", fmt.Errorf("cannot read %s: %w", path, pe.Err)
-		}
-		return "", fmt.Errorf("cannot read %s: %w", path, err)
+	v, msg := config.ReadSecretFile(path)
+	if msg != "" {
+		return "", errors.New(msg)
 	}
-	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	if s == "" {
-		return "", fmt.Errorf("%s is empty", path)
-	}
-	return s, nil
+	return v, nil
 }
 
 // open opens the pool; app names the command in pg_stat_activity.
 func (d *DB) open(ctx context.Context, app string) (*pgxpool.Pool, error) {
-	return database.Open(ctx, d.DatabaseURL, app)
+	return database.OpenIn(ctx, d.DatabaseURL, app, d.Schema)
 }
 
 // openMigrated opens the pool and fails with one line telling to run
@@ -274,11 +274,32 @@ func (d *DB) openMigrated(ctx context.Context, app string) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, err
 	}
+	if err := d.checkSchema(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if err := checkMigrated(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return pool, nil
+}
+
+// checkSchema makes sure that the schema --schema names exists: a search
+// path naming a missing schema silently falls through to the next one,
+// where an older installation may live.
+func (d *DB) checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	if d.Schema == "" {
+		return nil
+	}
+	current, err := database.CurrentSchema(ctx, pool)
+	if err != nil && !errors.Is(err, database.ErrNotMigrated) {
+		return err
+	}
+	if current != d.Schema {
+		return fmt.Errorf("schema %s does not exist: %w", d.Schema, database.ErrNotMigrated)
+	}
+	return nil
 }
 
 func checkMigrated(ctx context.Context, pool *pgxpool.Pool) error {

@@ -15,7 +15,7 @@ import (
 // ConfigFile is the --config setting of the commands that install or
 // export sources (the application's own tables): migrate and run.
 type ConfigFile struct {
-	Config string `name:"config" env:"SYNCER_CONFIG" help:"YAML file of the sources (application tables) to export and their destinations; see docs/sources.md. Without it, resources is exported to --thirdparty-url."`
+	Config string `name:"config" env:"SYNCER_CONFIG" help:"YAML file of the sources (application tables) to export and their destinations; see docs/configured-mode.md. Without it, resources is exported to --thirdparty-url."`
 }
 
 // Load reads the file named by --config: nil when none is named. Tokens are

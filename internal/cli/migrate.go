@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/migrations"
 )
@@ -25,6 +26,11 @@ func (c *MigrateCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
+	if c.Schema != "" {
+		if err := database.CreateSchema(ctx, pool, c.Schema); err != nil {
+			return err
+		}
+	}
 	var installed *sources.InstallResult
 	res, err := migrations.UpThen(ctx, pool, env.Logger, installSources(cfg, env.Stdout, &installed))
 	printSources(env.Stdout, installed)

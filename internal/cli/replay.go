@@ -36,21 +36,25 @@ const (
 // ReplayCmd is `syncer replay`.
 type ReplayCmd struct {
 	DB
-	FromID int64  `name:"from-id" help:"First id of the range (inclusive)."`
-	ToID   int64  `name:"to-id" help:"Last id of the range (inclusive)."`
-	Since  string `name:"since" help:"Rows created at or after this time (RFC 3339)."`
-	Until  string `name:"until" help:"Rows created before this time (RFC 3339)."`
-	Failed bool   `name:"failed" help:"Only rows whose current version failed."`
-	DryRun bool   `name:"dry-run" help:"Print how many rows the replay would send, and send nothing."`
-	Wait   bool   `name:"wait" help:"Follow the replay's progress until it is done."`
-	List   bool   `name:"list" help:"List the replays with their state and progress, and create none."`
-	Cancel int64  `name:"cancel" placeholder:"ID" help:"Cancel replay ID: nothing more of it is sent."`
-	Source string `name:"source" placeholder:"NAME" help:"Export every row of configured source NAME once more (its snapshot starts over), and create no replay of resources."`
+	ConfigFile
+	FromID  int64  `name:"from-id" help:"First id of resources' range (inclusive)."`
+	ToID    int64  `name:"to-id" help:"Last id of resources' range (inclusive)."`
+	FromKey string `name:"from-key" placeholder:"KEY" help:"With --source: first key of the range (inclusive), in the key's text form; integer keys compare as numbers, text and uuid keys in byte order."`
+	ToKey   string `name:"to-key" placeholder:"KEY" help:"With --source: last key of the range (inclusive)."`
+	Since   string `name:"since" help:"Rows created at or after this time (RFC 3339); with --source, rows whose last change (the source's changed_at column) is at or after it."`
+	Until   string `name:"until" help:"Rows created before this time (RFC 3339); with --source, rows last changed before it."`
+	Failed  bool   `name:"failed" help:"Only rows whose current version failed."`
+	DryRun  bool   `name:"dry-run" help:"Print how many rows the replay would send, and send nothing."`
+	Wait    bool   `name:"wait" help:"Follow the replay's progress until it is done."`
+	List    bool   `name:"list" help:"List the replays with their state and progress, and create none."`
+	Cancel  int64  `name:"cancel" placeholder:"ID" help:"Cancel replay ID: nothing more of it is sent."`
+	Source  string `name:"source" placeholder:"NAME" help:"Replay configured source NAME: every row, or those of --from-key/--to-key and --since/--until, once more."`
 
 	Poll  time.Duration `name:"poll" default:"${replay_poll}" hidden:""`
 	Stall time.Duration `name:"stall" default:"${replay_stall}" hidden:""`
 
 	filter resources.Filter
+	rng    sources.ReplayRange
 }
 
 func (c *ReplayCmd) hasRange() bool {
@@ -66,10 +70,12 @@ func (c *ReplayCmd) Validate() error {
 		return err
 	}
 	switch {
-	case c.Source != "" && (c.List || c.Cancel != 0 || c.hasRange() || c.DryRun || c.Wait):
-		return usagef("--source takes no range, --list, --cancel, --dry-run or --wait")
+	case c.Source != "" && (c.List || c.Cancel != 0):
+		return usagef("--source creates a replay: --list and --cancel ID come alone")
 	case c.Source != "":
-		return nil
+		return c.validateSource()
+	case c.FromKey != "" || c.ToKey != "":
+		return usagef("--from-key and --to-key name keys of a configured source: give --source NAME (for resources, --from-id and --to-id)")
 	case c.List && c.Cancel != 0:
 		return usagef("--list and --cancel are exclusive")
 	case (c.List || c.Cancel != 0) && (c.hasRange() || c.DryRun || c.Wait):
@@ -113,7 +119,7 @@ func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 	defer pool.Close()
 	switch {
 	case c.Source != "":
-		return resnapshot(ctx, env, pool, c.Source)
+		return c.createSource(ctx, env, pool)
 	case c.List:
 		return listReplays(ctx, env.Stdout, pool)
 	case c.Cancel != 0:
@@ -176,9 +182,20 @@ func listReplays(ctx context.Context, w io.Writer, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
+	ofSources, err := sources.Replays(ctx, pool)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tRANGE\tPROGRESS\tCREATED")
 	for _, r := range all {
+		if r.Source != "" {
+			info := ofSources[r.ID]
+			sent := max(info.KeysLogged-info.Unsent, 0)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d of %d keys sent (%d queued)\t%s\n",
+				r.ID, r.State, describeSourceRange(r.Source, info.Range), sent, r.TotalRows, info.KeysLogged, r.CreatedAt.Format(time.RFC3339))
+			continue
+		}
 		d := done[checkpoint.Replay(r.ID)]
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d of %d rows (%.1f%%)\t%s\n",
 			r.ID, r.State, describeFilter(r.Filter), d, r.TotalRows, r.Percent(d), r.CreatedAt.Format(time.RFC3339))
@@ -304,24 +321,4 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 		case <-t.C:
 		}
 	}
-}
-
-// resnapshot starts a configured source's snapshot over and wakes the
-// daemons, in one transaction.
-func resnapshot(ctx context.Context, env *Env, pool *pgxpool.Pool, name string) error {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		ok, err := sources.Resnapshot(ctx, tx, name)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("no source %s is installed (see syncer status)", name)
-		}
-		return outbox.Wake(ctx, tx, name)
-	})
-	if err != nil {
-		return fmt.Errorf("replay source: %w", err)
-	}
-	fmt.Fprintf(env.Stdout, "source %s: every row will be exported once more; follow its snapshot in syncer status\n", name)
-	return nil
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/status"
 )
 
@@ -33,31 +35,42 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		return enc.Encode(r)
 	}
 	w := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "rows\t%d total, %d synced, %d unsynced (%d pending, %d failed)\n", r.Total, r.Synced, r.Unsynced, r.Pending, r.Failed)
-	fmt.Fprintf(w, "oldest pending\t%s\n", (time.Duration(r.OldestUnsyncedAgeSeconds * float64(time.Second))).Round(time.Millisecond))
-	fmt.Fprintf(w, "outbox pending\t%d\n", r.OutboxPending)
-	fmt.Fprintf(w, "export lock\t%s\n", lockLine(r.Lock))
-	b := r.Breaker.State
-	if !r.Breaker.Until.IsZero() {
-		b += " until " + r.Breaker.Until.Format(time.RFC3339)
+	// What is configured comes first: the sources and their destinations.
+	for _, src := range r.Sources {
+		fmt.Fprintf(w, "source %s\t%s\n", src.Name, sourceLine(src))
 	}
-	fmt.Fprintf(w, "circuit breaker\t%s\n", b)
-	if r.Credentials.Refused {
-		fmt.Fprintf(w, "credentials\tREFUSED by the third party since %s: %s\n", r.Credentials.Since.Format(time.RFC3339), r.Credentials.Message)
+	for _, d := range r.Destinations {
+		fmt.Fprintf(w, "destination %s\t%s\n", d.Name, destinationLine(d))
+	}
+	if r.ResourcesExported {
+		fmt.Fprintf(w, "rows\t%d total, %d synced, %d unsynced (%d pending, %d failed)\n", r.Total, r.Synced, r.Unsynced, r.Pending, r.Failed)
+		fmt.Fprintf(w, "oldest pending\t%s\n", seconds(r.OldestUnsyncedAgeSeconds))
+		fmt.Fprintf(w, "outbox pending\t%d\n", r.OutboxPending)
+		fmt.Fprintf(w, "export lock\t%s\n", lockLine(r.Lock))
+		b := r.Breaker.State
+		if !r.Breaker.Until.IsZero() {
+			b += " until " + r.Breaker.Until.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "circuit breaker\t%s\n", b)
+		if r.Credentials.Refused {
+			fmt.Fprintf(w, "credentials\tREFUSED by the third party since %s: %s\n", r.Credentials.Since.Format(time.RFC3339), r.Credentials.Message)
+		} else {
+			fmt.Fprintf(w, "credentials\tok\n")
+		}
+		if r.Configuration.Refused {
+			fmt.Fprintf(w, "third party URL\tREFUSED (a redirect, 404 or 410) since %s: %s\n", r.Configuration.Since.Format(time.RFC3339), r.Configuration.Message)
+		}
+		if r.Pause != nil {
+			fmt.Fprintf(w, "paused\tuntil %s: %s\n", r.Pause.Until.Format(time.RFC3339), r.Pause.Cause)
+		}
+		if r.Rate != nil {
+			fmt.Fprintf(w, "learnt rate\t%s\n", strings.TrimPrefix(rateText(*r.Rate), "learnt rate "))
+		}
+		if r.LastError != nil {
+			fmt.Fprintf(w, "last error\t%s: %s\n", r.LastError.At.Format(time.RFC3339), r.LastError.Text)
+		}
 	} else {
-		fmt.Fprintf(w, "credentials\tok\n")
-	}
-	if r.Configuration.Refused {
-		fmt.Fprintf(w, "third party URL\tREFUSED (a redirect, 404 or 410) since %s: %s\n", r.Configuration.Since.Format(time.RFC3339), r.Configuration.Message)
-	}
-	if r.Pause != nil {
-		fmt.Fprintf(w, "paused\tuntil %s: %s\n", r.Pause.Until.Format(time.RFC3339), r.Pause.Cause)
-	}
-	if r.Rate != nil {
-		fmt.Fprintf(w, "learnt rate\t%.1f requests/s (429s began near %.1f/s)\n", r.Rate.Limit, r.Rate.Ceiling)
-	}
-	if r.LastError != nil {
-		fmt.Fprintf(w, "last error\t%s: %s\n", r.LastError.At.Format(time.RFC3339), r.LastError.Text)
+		fmt.Fprintf(w, "outbox pending\t%d\n", r.OutboxPending)
 	}
 	for _, k := range r.JobNames() {
 		fmt.Fprintf(w, "job %s\t%d\n", k, r.Jobs[k])
@@ -67,28 +80,76 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 			cp.Name, cp.LastID, cp.RowsDone, cp.RowsFailed, cp.BatchesDone, cp.UpdatedAt.Format(time.RFC3339))
 	}
 	for _, rp := range r.Replays {
-		fmt.Fprintf(w, "replay %d\t%s, %d of %d rows (%.1f%%), created %s\n",
-			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
-	}
-	for _, src := range r.Sources {
-		line := fmt.Sprintf("%s to %s: %d pending, %d failed, oldest pending %s, snapshot %s",
-			src.Table, src.Destination, src.Pending, src.Failed,
-			time.Duration(src.OldestPendingAgeSeconds*float64(time.Second)).Round(time.Millisecond), src.Snapshot)
-		if src.Snapshot == "running" && src.SnapshotPercent >= 0 {
-			line += fmt.Sprintf(" (%.1f%%)", src.SnapshotPercent)
+		what := "rows"
+		if rp.Source != "" {
+			what = "keys of source " + rp.Source
 		}
-		if src.Error != "" {
-			line += "; STOPPED: " + src.Error
-		}
-		if src.Warning != "" {
-			line += "; WARNING: " + src.Warning
-		}
-		fmt.Fprintf(w, "source %s\t%s\n", src.Name, line)
+		fmt.Fprintf(w, "replay %d\t%s, %d of %d %s (%.1f%%), created %s\n",
+			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, what, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
 	}
 	for _, f := range r.RecentFailures {
 		fmt.Fprintf(w, "failed row %d v%d\t%s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), f.Error)
 	}
 	return w.Flush()
+}
+
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond)
+}
+
+// sourceLine is a source's state in one line: its work, then why it is
+// stopped, if it is.
+func sourceLine(src status.Source) string {
+	line := fmt.Sprintf("%s to %s: %d pending, %d failed, oldest pending %s, %d batches in flight, snapshot %s",
+		src.Table, src.Destination, src.Pending, src.Failed, seconds(src.OldestPendingAgeSeconds), src.InFlight, src.Snapshot)
+	if src.Snapshot == "running" && src.SnapshotPercent >= 0 {
+		line += fmt.Sprintf(" (%.1f%%)", src.SnapshotPercent)
+	}
+	if src.Stopped != "" {
+		line += "; STOPPED: " + src.Stopped
+	}
+	if src.Warning != "" {
+		line += "; WARNING: " + src.Warning
+	}
+	return line
+}
+
+// destinationLine is a destination's shared facts in one line.
+func destinationLine(d status.Destination) string {
+	parts := []string{"breaker " + d.Breaker.State}
+	if !d.Breaker.Until.IsZero() {
+		parts[0] += " until " + d.Breaker.Until.Format(time.RFC3339)
+	}
+	if d.Credentials.Refused {
+		parts = append(parts, fmt.Sprintf("credentials REFUSED since %s: %s", d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
+	} else {
+		parts = append(parts, "credentials ok")
+	}
+	if d.Configuration.Refused {
+		parts = append(parts, fmt.Sprintf("URL REFUSED (a redirect, 404 or 410) since %s: %s", d.Configuration.Since.Format(time.RFC3339), d.Configuration.Message))
+	}
+	if d.Pause != nil {
+		parts = append(parts, fmt.Sprintf("paused until %s: %s", d.Pause.Until.Format(time.RFC3339), d.Pause.Cause))
+	}
+	if d.Rate != nil {
+		parts = append(parts, rateText(*d.Rate))
+	}
+	parts = append(parts, fmt.Sprintf("%d requests in flight", d.InFlight))
+	if d.LastError != nil {
+		parts = append(parts, fmt.Sprintf("last error %s: %s", d.LastError.At.Format(time.RFC3339), d.LastError.Text))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rateText says what was learnt of a destination's unannounced limit:
+// in slow start there is no ceiling yet, only a rate that doubles.
+func rateText(r breakerstore.Rate) string {
+	switch {
+	case r.Ceiling == 0:
+		return fmt.Sprintf("learnt rate %.1f requests/s (slow start, no limit found yet)", r.Limit)
+	default:
+		return fmt.Sprintf("learnt rate %.1f requests/s (limit found near %.1f/s, probing past it)", r.Limit, r.Ceiling)
+	}
 }
 
 // lockLine says who holds the export lock: the daemon's machine and

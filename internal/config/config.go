@@ -10,8 +10,8 @@
 //     URL"), so the command line can print it and exit 2.
 //   - Unknown fields are refused: a misspelt optional field never silently
 //     falls back to its default.
-//   - A token is read only from the environment variable the file names, and
-//     is held as a Secret, which never prints itself; no error quotes a token
+//   - A token is read only from the environment variable or the file the
+//     configuration names (token_env, token_file), once, and is held as a Secret, which never prints itself; no error quotes a token
 //     or a URL (a URL may hold one).
 //   - Names are unique: a source is named by its table (schema-qualified when
 //     the file qualifies it) unless it has a name, and two sources never share
@@ -51,6 +51,9 @@ type Config struct {
 	Destinations []*Destination
 	// Sources in the order of the file.
 	Sources []*Source
+	// Secrets are every secret the file names (tokens, signing secrets),
+	// in its order, whether or not they were read.
+	Secrets []SecretUse
 }
 
 // Destination returns the destination named name, or nil.
@@ -82,8 +85,12 @@ type Destination struct {
 	// TokenEnv names the environment variable that holds the bearer token;
 	// empty when the file names none.
 	TokenEnv string
-	// Token is the bearer token read from TokenEnv: empty without one, or
-	// when Load was given no getenv.
+	// TokenFile is the file that holds the bearer token (a mounted
+	// secret), read once by Load; empty when the file names none. At most
+	// one of TokenEnv and TokenFile is set.
+	TokenFile string
+	// Token is the bearer token read from TokenEnv or TokenFile: empty
+	// without one, or when Load was given no getenv.
 	Token Secret
 	// RateLimit is the most requests a second, 0 meaning no limit; nil when
 	// the file does not say. Defaults to the run's --rate-limit.
@@ -122,7 +129,7 @@ func (d *Destination) Limits(def Limits) Limits {
 // LogValue leaves the token and the URL (which may hold credentials or a
 // query) out of logs.
 func (d *Destination) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("name", d.Name), slog.String("token_env", d.TokenEnv))
+	return slog.GroupValue(slog.String("name", d.Name), slog.String("token_env", d.TokenEnv), slog.String("token_file", d.TokenFile))
 }
 
 // Source is one application table to export.
@@ -148,6 +155,11 @@ type Source struct {
 	// Snapshot says whether rows already in the table when the source is
 	// installed are exported once. Defaults to true.
 	Snapshot bool
+	// ChangedAt names the table's column that holds the time of a row's
+	// last change (updated_at), on which `replay --source --since/--until`
+	// select rows; empty when the file names none (syncer keeps no time
+	// per row of its own).
+	ChangedAt string
 	// Line is where the source starts in the file.
 	Line int
 }
@@ -217,7 +229,8 @@ func IsConfigError(err error) bool {
 
 // Load reads and validates the file at path. getenv looks up the token
 // variables the destinations name (os.Getenv in production); with a nil
-// getenv no token is read, for commands that need none (`syncer migrate`).
+// getenv no token is read, neither from a variable nor from a file, for
+// commands that need none (`syncer migrate`).
 // Every failure is an *Error.
 func Load(path string, getenv func(string) string) (*Config, error) {
 	b, err := os.ReadFile(path)
@@ -250,7 +263,7 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{Msg: "the file is empty"}
 		}
-		return nil, &Error{Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, syntaxError(data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -271,23 +284,26 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 	cfg := &Config{}
 	dn, ok := fields["destinations"]
 	if !ok || isNull(dn) {
-		return nil, &Error{Path: "destinations", Line: root.Line, Msg: "required: at least one destination"}
+		return nil, &Error{Path: "destinations", Line: keyLine(root, "destinations"), Msg: "required: at least one destination"}
 	}
 	if cfg.Destinations, err = p.destinations(dn); err != nil {
 		return nil, err
 	}
 	sn, ok := fields["sources"]
 	if !ok || isNull(sn) {
-		return nil, &Error{Path: "sources", Line: root.Line, Msg: "required: at least one source"}
+		return nil, &Error{Path: "sources", Line: keyLine(root, "sources"), Msg: "required: at least one source"}
 	}
 	if cfg.Sources, err = p.sources(sn, cfg); err != nil {
 		return nil, err
 	}
+	cfg.Secrets = p.secrets
 	return cfg, nil
 }
 
 type parser struct {
 	getenv func(string) string
+	// secrets are the secrets the file names, in its order.
+	secrets []SecretUse
 }
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
@@ -322,7 +338,7 @@ func join(path, field string) string {
 	}
 }
 
-var destinationFields = []string{"url", "token_env", "rate_limit", "rate_burst", "max_in_flight"}
+var destinationFields = []string{"url", "token_env", "token_file", "rate_limit", "rate_burst", "max_in_flight"}
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
 	if n.Kind != yaml.MappingNode {
@@ -354,7 +370,7 @@ func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
 
 func (p *parser) destination(name string, n *yaml.Node, path string) (*Destination, error) {
 	if n.Kind != yaml.MappingNode {
-		return nil, &Error{Path: path, Line: n.Line, Msg: "must be a mapping with url and optional token_env, rate_limit, rate_burst, max_in_flight"}
+		return nil, &Error{Path: path, Line: n.Line, Msg: "must be a mapping with url and optional token_env or token_file, rate_limit, rate_burst, max_in_flight"}
 	}
 	f, err := p.mapping(n, path, destinationFields)
 	if err != nil {
@@ -367,21 +383,11 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 	if err := checkURL(d.URL); err != "" {
 		return nil, &Error{Path: join(path, "url"), Line: line(f, "url", n), Msg: err}
 	}
-	if d.TokenEnv, err = str(f, "token_env", path); err != nil {
+	var ref SecretRef
+	if ref, d.Token, err = p.secret(f, n, path, "token"); err != nil {
 		return nil, err
 	}
-	if d.TokenEnv != "" {
-		if !envName.MatchString(d.TokenEnv) {
-			return nil, &Error{Path: join(path, "token_env"), Line: line(f, "token_env", n), Msg: "must be the name of an environment variable (letters, digits and _)"}
-		}
-		if p.getenv != nil {
-			tok := strings.TrimSpace(p.getenv(d.TokenEnv))
-			if tok == "" {
-				return nil, &Error{Path: join(path, "token_env"), Line: line(f, "token_env", n), Msg: fmt.Sprintf("environment variable %s is not set or empty", d.TokenEnv)}
-			}
-			d.Token = Secret(tok)
-		}
-	}
+	d.TokenEnv, d.TokenFile = ref.Env, ref.File
 	if v, ok := f["rate_limit"]; ok && !isNull(v) {
 		var r float64
 		if err := v.Decode(&r); err != nil || r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
@@ -417,7 +423,7 @@ func checkURL(raw string) string {
 	return ""
 }
 
-var sourceFields = []string{"name", "table", "key", "columns", "destination", "batch_size", "snapshot"}
+var sourceFields = []string{"name", "table", "key", "columns", "destination", "batch_size", "snapshot", "changed_at"}
 
 func (p *parser) sources(n *yaml.Node, cfg *Config) ([]*Source, error) {
 	if n.Kind != yaml.SequenceNode {
@@ -557,12 +563,32 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 	if s.BatchSize, err = positiveInt(f, "batch_size", path); err != nil {
 		return nil, err
 	}
+	if s.ChangedAt, err = str(f, "changed_at", path); err != nil {
+		return nil, err
+	}
+	if _, given := f["changed_at"]; given && s.ChangedAt != "" {
+		if msg := checkIdentifier(s.ChangedAt); msg != "" {
+			return nil, &Error{Path: join(path, "changed_at"), Line: line(f, "changed_at", n), Msg: msg}
+		}
+	}
 	if v, ok := f["snapshot"]; ok && !isNull(v) {
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&s.Snapshot) != nil {
 			return nil, &Error{Path: join(path, "snapshot"), Line: v.Line, Msg: "must be true or false"}
 		}
 	}
 	return s, nil
+}
+
+// keyLine is the line of key in mapping n, else of n: a field given with
+// nothing under it (its entries indented too little) is reported where it
+// is written, not at the top of the file.
+func keyLine(n *yaml.Node, key string) int {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i].Line
+		}
+	}
+	return n.Line
 }
 
 func mappingValue(n *yaml.Node, key string) (*yaml.Node, bool) {

@@ -143,7 +143,7 @@ func TestParseRefuses(t *testing.T) {
 		want string
 	}{
 		{"empty file", func(*testing.T) string { return "" }, nil, "the file is empty"},
-		{"not yaml", func(*testing.T) string { return "destinations: [\n" }, nil, "not valid YAML: line"},
+		{"not yaml", func(*testing.T) string { return "destinations: [\n" }, nil, "not valid YAML: did not find expected node content (line 1)"},
 		{"two documents", func(*testing.T) string { return valid + "---\nsources: []\n" }, nil, "more than one YAML document"},
 		{"not a mapping", func(*testing.T) string { return "- a\n" }, nil, "must be a mapping with destinations and sources (line 1)"},
 		{"unknown top field", func(*testing.T) string { return valid + "source: []\n" }, nil, `unknown field "source" (known: destinations, sources)`},
@@ -153,7 +153,7 @@ func TestParseRefuses(t *testing.T) {
 		{"destination name", func(t *testing.T) string { return edit(t, "  warehouse:", "  ware house:") }, nil, `destinations: "ware house" may only hold letters, digits and _ - . $`},
 		{"destination twice", func(t *testing.T) string { return edit(t, "  warehouse:", "  crm:") }, nil, "destinations.crm: given twice"},
 		{"destination not a mapping", func(t *testing.T) string { return "destinations:\n  crm: https://x\n" }, nil, "destinations.crm: must be a mapping with url"},
-		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, rate_limit, rate_burst, max_in_flight) (line 7)`},
+		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, rate_limit, rate_burst, max_in_flight) (line 7)`},
 		{"destination field twice", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_burst: 5\n    rate_burst: 6") }, nil, "destinations.crm.rate_burst: given twice"},
 		{"url missing", func(t *testing.T) string { return edit(t, "    url: https://api.example.com\n", "") }, nil, "destinations.crm.url: required (line 4)"},
 		{"url scheme", func(t *testing.T) string { return edit(t, "https://api.example.com", "ftp://api.example.com") }, nil, "destinations.crm.url: must be an http or https URL (line 4)"},
@@ -176,7 +176,7 @@ func TestParseRefuses(t *testing.T) {
 		{"empty sources", func(t *testing.T) string { return valid[:strings.Index(valid, "sources:")] + "sources: []\n" }, nil, "sources: required: at least one source"},
 		{"sources a mapping", func(t *testing.T) string { return valid[:strings.Index(valid, "sources:")] + "sources: {a: 1}\n" }, nil, "sources: must be a list of sources"},
 		{"source not a mapping", func(t *testing.T) string { return valid + "  - orders\n" }, nil, "sources[3]: must be a mapping with table, key and destination"},
-		{"source unknown field", func(t *testing.T) string { return edit(t, "    batch_size: 500", "    batchsize: 500") }, nil, `sources[0] (orders): unknown field "batchsize" (known: name, table, key, columns, destination, batch_size, snapshot) (line 17)`},
+		{"source unknown field", func(t *testing.T) string { return edit(t, "    batch_size: 500", "    batchsize: 500") }, nil, `sources[0] (orders): unknown field "batchsize" (known: name, table, key, columns, destination, batch_size, snapshot, changed_at) (line 17)`},
 		{"table missing", func(t *testing.T) string { return edit(t, firstSource, "  - key: id\n") }, nil, "sources[0]: table: required (line 13)"},
 		{"table a list", func(t *testing.T) string { return edit(t, firstSource, "  - table: [orders]\n    key: id\n") }, nil, "sources[0]: table: must be a string"},
 		{"table three parts", func(t *testing.T) string { return edit(t, "table: app.customers", "table: db.app.customers") }, nil, "sources[1] (db.app.customers): table: must be table or schema.table (line 18)"},

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -151,9 +152,18 @@ func ParseApplicationName(name string) (role, host string, pid int, ok bool) {
 // Its sessions are named ApplicationName(role) unless the URL names them.
 // A malformed URL is a *URLError.
 func Open(ctx context.Context, rawURL, role string) (*pgxpool.Pool, error) {
+	return OpenIn(ctx, rawURL, role, "")
+}
+
+// OpenIn is Open with syncer's objects in schema (SYNCER_SCHEMA), when not
+// empty: see UseSchema.
+func OpenIn(ctx context.Context, rawURL, role, schema string) (*pgxpool.Pool, error) {
 	cfg, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
+	}
+	if schema != "" {
+		UseSchema(cfg.ConnConfig, schema)
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok && role != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName(role)
@@ -189,6 +199,34 @@ func Open(ctx context.Context, rawURL, role string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// UseSchema makes every session of c (the pool's, and the dedicated
+// sessions of locks and the relay, which copy its ConnConfig) put schema
+// first on its search_path, before the path it had (the URL's, else the
+// role's or the database's): syncer's and River's tables, all named
+// unqualified, are created and found in schema, while an application's
+// tables named unqualified in the configuration still resolve where they
+// always did. It is set after connecting, not as a startup parameter,
+// which a pooler may refuse.
+func UseSchema(c *pgx.ConnConfig, schema string) {
+	q := quoteLiteral(pgx.Identifier{schema}.Sanitize())
+	sql := `SELECT set_config('search_path', CASE WHEN current_setting('search_path') = '' THEN ` + q +
+		` ELSE ` + q + ` || ', ' || current_setting('search_path') END, false)`
+	prev := c.AfterConnect
+	c.AfterConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
+		if prev != nil {
+			if err := prev(ctx, pc); err != nil {
+				return err
+			}
+		}
+		if err := pc.Exec(ctx, sql).Close(); err != nil {
+			return fmt.Errorf("database: set search_path for schema %s: %w", schema, err)
+		}
+		return nil
+	}
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
 // Describe names where a config points, without credentials.
 func Describe(c *pgx.ConnConfig) string {
 	return fmt.Sprintf("host=%s port=%d database=%s user=%s", c.Host, c.Port, c.Database, c.User)
@@ -213,6 +251,25 @@ func CurrentSchema(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 		return "", ErrNotMigrated
 	}
 	return *schema, nil
+}
+
+// CreateSchema creates schema if it does not exist, for syncer's objects
+// (SYNCER_SCHEMA). The pool's sessions, whose search_path names it
+// already, find it from their next statement on.
+func CreateSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	// Created only when missing: CREATE SCHEMA IF NOT EXISTS asks for the
+	// database's CREATE privilege even when the schema is there.
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL", pgx.Identifier{schema}.Sanitize()).Scan(&exists); err != nil {
+		return fmt.Errorf("database: find schema %s: %w", schema, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("database: create schema %s: %w", schema, err)
+	}
+	return nil
 }
 
 // CheckMigrated returns ErrNotMigrated unless syncer's schema is at version

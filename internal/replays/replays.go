@@ -47,7 +47,11 @@ var ErrFinished = errors.New("replays: replay already finished")
 
 // Replay is a replay's definition and state.
 type Replay struct {
-	ID         int64
+	ID int64
+	// Source names the configured source a source replay re-exports
+	// (internal/sources keeps its range and progress); empty for a replay
+	// of resources, whose range is Filter.
+	Source     string
 	Filter     resources.Filter
 	TotalRows  int64
 	State      State
@@ -96,14 +100,14 @@ func Create(ctx context.Context, db DB, f resources.Filter, total int64) (int64,
 	return id, nil
 }
 
-const columns = `id, from_id, to_id, since, until, failed_only, total_rows, state, created_at, finished_at`
+const columns = `id, from_id, to_id, since, until, failed_only, total_rows, state, created_at, finished_at, COALESCE(source, '')`
 
 func scan(row pgx.Row) (Replay, error) {
 	var r Replay
 	var fromID, toID *int64
 	var since, until, finished *time.Time
 	var state string
-	err := row.Scan(&r.ID, &fromID, &toID, &since, &until, &r.Filter.FailedOnly, &r.TotalRows, &state, &r.CreatedAt, &finished)
+	err := row.Scan(&r.ID, &fromID, &toID, &since, &until, &r.Filter.FailedOnly, &r.TotalRows, &state, &r.CreatedAt, &finished, &r.Source)
 	if err != nil {
 		return r, err
 	}
@@ -209,12 +213,40 @@ func Cancel(ctx context.Context, db DB, id int64) error {
 	return nil
 }
 
-// AnyWaiting reports whether some replay is pending or running: the live
-// job yields the export lock to it, and the relay's poll revives its job.
-// It is cheap enough to poll (the table is small).
+// CreateForSource records a pending replay of configured source src, total
+// keys of it when counted. internal/sources records its range, and the
+// source's job runs it, in the same transaction.
+func CreateForSource(ctx context.Context, db DB, src string, total int64) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows) VALUES ($1, $2) RETURNING id`, src, total).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("replays: create for source %s: %w", src, err)
+	}
+	return id, nil
+}
+
+// NextOfSource returns the oldest pending or running replay of source src,
+// the one its job works on next; 0 when none.
+func NextOfSource(ctx context.Context, db DB, src string) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, `SELECT id FROM syncer_replays WHERE source = $1 AND state IN ($2, $3) ORDER BY id LIMIT 1`,
+		src, StatePending, StateRunning).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("replays: next of source %s: %w", src, err)
+	}
+	return id, nil
+}
+
+// AnyWaiting reports whether some replay of resources is pending or
+// running: the live job yields the export lock to it, and the relay's poll
+// revives its job. A source's replays are its own job's. It is cheap
+// enough to poll (the table is small).
 func AnyWaiting(ctx context.Context, db DB) (bool, error) {
 	var ok bool
-	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ($1, $2))`,
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ($1, $2) AND source IS NULL)`,
 		StatePending, StateRunning).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("replays: any waiting: %w", err)
@@ -222,9 +254,10 @@ func AnyWaiting(ctx context.Context, db DB) (bool, error) {
 	return ok, nil
 }
 
-// Unfinished returns the ids of the pending and running replays, in order.
+// Unfinished returns the ids of the pending and running replays of
+// resources, in order: those a replay job runs.
 func Unfinished(ctx context.Context, db DB) ([]int64, error) {
-	rows, err := db.Query(ctx, `SELECT id FROM syncer_replays WHERE state IN ($1, $2) ORDER BY id`,
+	rows, err := db.Query(ctx, `SELECT id FROM syncer_replays WHERE state IN ($1, $2) AND source IS NULL ORDER BY id`,
 		StatePending, StateRunning)
 	if err != nil {
 		return nil, fmt.Errorf("replays: unfinished: %w", err)

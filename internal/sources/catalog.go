@@ -27,12 +27,13 @@ func CountInstalled(ctx context.Context, q Querier) (int, error) {
 }
 
 // WithWork returns those of names with work to export: pending changes,
-// a snapshot not done, or a capture broken (a partition without triggers).
-// The relay's poll asks it, so that work whose
+// a snapshot not done, a replay (replay --source) not done, or a capture
+// broken (a partition without triggers). The relay's poll asks it, so that work whose
 // event the shut gate or a lost notification kept away is still found.
 func WithWork(ctx context.Context, q Querier, names []string) ([]string, error) {
 	rows, err := q.Query(ctx, `SELECT s.name FROM syncer_sources s WHERE s.name = ANY($1)
 		AND (s.snapshot_state IN ('pending', 'running') OR EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = s.name)
+			OR EXISTS (SELECT 1 FROM syncer_replays r WHERE r.source = s.name AND r.state IN ('pending', 'running'))
 			OR `+CaptureBrokenSQL+`)`, names)
 	if err != nil {
 		return nil, fmt.Errorf("sources: with work: %w", err)

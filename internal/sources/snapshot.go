@@ -27,7 +27,20 @@ type DB interface {
 	Querier
 }
 
-// Snapshot logs a change for the next chunk rows of src's table that
+// Snapshot logs the next chunk of src's snapshot, then, once the snapshot
+// is done or skipped, of its replays (replay --source), oldest first, and
+// reports whether both are done: the source's job calls it until they are.
+func Snapshot(ctx context.Context, db DB, src *Source, chunk int) (done bool, err error) {
+	if chunk <= 0 {
+		return false, fmt.Errorf("sources: source %s: snapshot chunk must be positive, got %d", src.Name, chunk)
+	}
+	if done, err = snapshotChunk(ctx, db, src, chunk); err != nil || !done {
+		return done, err
+	}
+	return replayChunk(ctx, db, src, chunk)
+}
+
+// snapshotChunk logs a change for the next chunk rows of src's table that
 // existed before the source was installed, in key order, from the cursor
 // kept in syncer_sources, and reports whether the snapshot is done. Each
 // call is one short transaction: it takes a share lock on the chunk's rows
@@ -37,10 +50,7 @@ type DB interface {
 // Rows the triggers already logged are logged again: the key goes out at
 // its highest version, once or twice, never out of order. A source whose
 // snapshot is done or skipped returns true at once.
-func Snapshot(ctx context.Context, db DB, src *Source, chunk int) (done bool, err error) {
-	if chunk <= 0 {
-		return false, fmt.Errorf("sources: source %s: snapshot chunk must be positive, got %d", src.Name, chunk)
-	}
+func snapshotChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", SnapshotLockTimeout.Milliseconds())); err != nil {
 			return err

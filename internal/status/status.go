@@ -95,6 +95,13 @@ type Report struct {
 	RecentFailures []Failure `json:"recent_failures"`
 	// Jobs counts syncer's unfinished River jobs by "kind:state".
 	Jobs map[string]int `json:"jobs"`
+	// ResourcesExported says whether resources is exported here: no
+	// source is installed, or resources holds rows, or its live sync ran.
+	// A setup of sources alone has no use for resources' lines.
+	ResourcesExported bool `json:"resources_exported"`
+	// Destinations are the configured sources' destinations, by name, with
+	// their own shared facts.
+	Destinations []Destination `json:"destinations"`
 	// Sources are the configured sources (SYNCER_CONFIG) installed, by
 	// name. The contract's keys above are the sums of resources and
 	// sources: a source's unsynced keys are its pending and failed ones
@@ -114,12 +121,54 @@ type Source struct {
 	Snapshot                string  `json:"snapshot"`
 	// SnapshotPercent is the snapshot's progress, -1 when unknown.
 	SnapshotPercent float64 `json:"snapshot_percent"`
+	// InFlight counts its batches recorded and not yet answered.
+	InFlight int `json:"batches_in_flight"`
 	// Error says why the daemon stopped exporting the source (its table
 	// no longer matches its configuration).
 	Error string `json:"error,omitempty"`
 	// Warning says what of the source is not captured (partitions made
 	// since migrate) while it exports.
 	Warning string `json:"warning,omitempty"`
+	// Stopped says why nothing of the source is sent now: its Error, or
+	// its destination's refusal, open breaker or pause; empty while it
+	// exports.
+	Stopped string `json:"stopped,omitempty"`
+}
+
+// Destination is a configured destination's state: the facts its daemons
+// share (breakerstore, in the destination's namespace) and its requests in
+// flight.
+type Destination struct {
+	Name string `json:"name"`
+	// Sources are the names of the sources that go to it.
+	Sources []string `json:"sources"`
+	Breaker Breaker  `json:"breaker"`
+	// Credentials says whether it refused the token.
+	Credentials breakerstore.Refusal `json:"credentials"`
+	// Configuration says whether its URL answered a redirect, 404 or 410.
+	Configuration breakerstore.Refusal `json:"configuration"`
+	Pause         *breakerstore.Pause  `json:"pause,omitempty"`
+	Rate          *breakerstore.Rate   `json:"learned_rate,omitempty"`
+	// InFlight counts the batches of its sources recorded and not yet
+	// answered: its requests in flight.
+	InFlight  int                     `json:"requests_in_flight"`
+	LastError *breakerstore.LastError `json:"last_error,omitempty"`
+}
+
+// stopped says why nothing goes to the destination now; empty when
+// batches may go.
+func (d *Destination) stopped() string {
+	switch {
+	case d.Credentials.Refused:
+		return fmt.Sprintf("destination %s refuses the credentials: %s", d.Name, d.Credentials.Message)
+	case d.Configuration.Refused:
+		return fmt.Sprintf("destination %s refuses the URL (a redirect, 404 or 410): %s", d.Name, d.Configuration.Message)
+	case d.Breaker.State == "open":
+		return fmt.Sprintf("destination %s: circuit breaker open until %s", d.Name, d.Breaker.Until.Format(time.RFC3339))
+	case d.Pause != nil:
+		return fmt.Sprintf("destination %s paused until %s: %s", d.Name, d.Pause.Until.Format(time.RFC3339), d.Pause.Cause)
+	}
+	return ""
 }
 
 // JobNames returns the keys of Jobs ("kind:state"), sorted.
@@ -166,7 +215,10 @@ type Checkpoint struct {
 
 // Replay is a replay's progress.
 type Replay struct {
-	ID        int64         `json:"id"`
+	ID int64 `json:"id"`
+	// Source names the configured source of a source's replay, whose
+	// progress counts keys; empty for a replay of resources.
+	Source    string        `json:"source,omitempty"`
 	State     replays.State `json:"state"`
 	TotalRows int64         `json:"total_rows"`
 	RowsDone  int64         `json:"rows_done"`
@@ -203,11 +255,40 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
+	cps, err := checkpoint.List(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	inFlight := map[string]int{}
+	liveRan := false
+	for _, cp := range cps {
+		inFlight[cp.Name] = cp.InFlight
+		liveRan = liveRan || cp.Name == checkpoint.Live
+	}
+	r.ResourcesExported = len(stats) == 0 || counts.Total > 0 || liveRan
 	r.Sources = make([]Source, 0, len(stats))
+	r.Destinations = []Destination{}
+	dests := map[string]int{}
 	for _, st := range stats {
+		if _, ok := dests[st.Destination]; !ok {
+			dests[st.Destination] = len(r.Destinations)
+			d, err := readDestination(ctx, pool, st.Destination)
+			if err != nil {
+				return nil, err
+			}
+			r.Destinations = append(r.Destinations, d)
+		}
+		d := &r.Destinations[dests[st.Destination]]
 		src := Source{Name: st.Name, Table: st.Table, Destination: st.Destination, Pending: st.PendingKeys,
 			Failed: st.FailedKeys, OldestPendingAgeSeconds: st.OldestPending.Seconds(), Snapshot: string(st.Snapshot),
-			SnapshotPercent: st.SnapshotPercent(), Error: st.Error, Warning: st.Warning()}
+			SnapshotPercent: st.SnapshotPercent(), Error: st.Error, Warning: st.Warning(),
+			InFlight: inFlight[checkpoint.Source(st.Name)]}
+		d.Sources = append(d.Sources, st.Name)
+		d.InFlight += src.InFlight
+		src.Stopped = src.Error
+		if src.Stopped == "" {
+			src.Stopped = d.stopped()
+		}
 		r.Sources = append(r.Sources, src)
 		r.Total += src.Pending + src.Failed
 		r.Unsynced += src.Pending + src.Failed
@@ -215,6 +296,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		r.Pending += src.Pending
 		r.OldestUnsyncedAgeSeconds = max(r.OldestUnsyncedAgeSeconds, src.OldestPendingAgeSeconds)
 	}
+	slices.SortFunc(r.Destinations, func(a, b Destination) int { return cmp.Compare(a.Name, b.Name) })
 
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {
@@ -241,10 +323,6 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	for _, rp := range recent {
 		shown[checkpoint.Replay(rp.ID)] = true
 	}
-	cps, err := checkpoint.List(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
 	done := map[string]int64{}
 	for _, cp := range cps {
 		done[cp.Name] = cp.RowsDone + cp.RowsFailed
@@ -256,9 +334,19 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			BatchesDone: cp.BatchesDone, InFlight: cp.InFlight, UpdatedAt: cp.UpdatedAt,
 		})
 	}
+	var ofSources map[int64]sources.ReplayInfo
 	for _, rp := range recent {
 		d := done[checkpoint.Replay(rp.ID)]
-		r.Replays = append(r.Replays, Replay{ID: rp.ID, State: rp.State, TotalRows: rp.TotalRows,
+		if rp.Source != "" {
+			if ofSources == nil {
+				if ofSources, err = sources.Replays(ctx, pool); err != nil {
+					return nil, err
+				}
+			}
+			info := ofSources[rp.ID]
+			d = max(info.KeysLogged-info.Unsent, 0)
+		}
+		r.Replays = append(r.Replays, Replay{ID: rp.ID, Source: rp.Source, State: rp.State, TotalRows: rp.TotalRows,
 			RowsDone: d, Percent: rp.Percent(d), CreatedAt: rp.CreatedAt})
 	}
 
@@ -281,6 +369,28 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		return nil, fmt.Errorf("status: jobs: %w", err)
 	}
 	return r, nil
+}
+
+// readDestination reads a configured destination's shared facts.
+func readDestination(ctx context.Context, pool *pgxpool.Pool, name string) (Destination, error) {
+	d := Destination{Name: name}
+	st, err := breakerstore.ReadStateOf(ctx, pool, breakerstore.DestinationNamespace(name))
+	if err != nil {
+		return d, fmt.Errorf("status: destination %s: %w", name, err)
+	}
+	now := time.Now()
+	d.Breaker = Breaker{State: BreakerStateName(int(st.Breaker.Current(now))), Until: st.Breaker.OpenUntil(now)}
+	d.Credentials, d.Configuration = st.Credentials, st.Configuration
+	if st.Pause.Active(now) {
+		d.Pause = &st.Pause
+	}
+	if st.Rate.Limit > 0 {
+		d.Rate = &st.Rate
+	}
+	if !st.LastError.At.IsZero() {
+		d.LastError = &st.LastError
+	}
+	return d, nil
 }
 
 func readState(ctx context.Context, pool *pgxpool.Pool, r *Report) error {

@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// validateSource checks the flags of a source's replay: a flag that names
+// rows of resources, or that a source's replay does not take, is refused,
+// never reinterpreted.
+func (c *ReplayCmd) validateSource() error {
+	switch {
+	case c.FromID != 0 || c.ToID != 0:
+		return usagef("--from-id and --to-id name rows of resources: with --source use --from-key and --to-key")
+	case c.Failed:
+		return usagef("--failed does not apply to --source: use syncer retry-failed --source %s", c.Source)
+	}
+	r := sources.ReplayRange{FromKey: c.FromKey, ToKey: c.ToKey}
+	var err error
+	if c.Since != "" {
+		if r.Since, err = time.Parse(time.RFC3339, c.Since); err != nil {
+			return usagef("--since must be an RFC 3339 time, got %q", c.Since)
+		}
+	}
+	if c.Until != "" {
+		if r.Until, err = time.Parse(time.RFC3339, c.Until); err != nil {
+			return usagef("--until must be an RFC 3339 time, got %q", c.Until)
+		}
+	}
+	if !r.Since.IsZero() && !r.Until.IsZero() && !r.Since.Before(r.Until) {
+		return usagef("--since must be before --until")
+	}
+	c.rng = r
+	return nil
+}
+
+// createSource records a replay of a configured source and wakes its
+// daemons, in one transaction, and follows it if asked.
+func (c *ReplayCmd) createSource(ctx context.Context, env *Env, pool *pgxpool.Pool) error {
+	all, err := sources.Load(ctx, pool)
+	if err != nil {
+		return err
+	}
+	var src *sources.Source
+	var names []string
+	for _, s := range all {
+		names = append(names, s.Name)
+		if s.Name == c.Source {
+			src = s
+		}
+	}
+	if src == nil {
+		return usagef("--source: no source %s is installed (installed: %s)", c.Source, strings.Join(names, ", "))
+	}
+	r := c.rng
+	if !r.Since.IsZero() || !r.Until.IsZero() {
+		// The time of a row's last change is the application's column:
+		// syncer keeps none per row.
+		cfg, err := c.ConfigFile.Load(false)
+		if err != nil {
+			return err
+		}
+		if cfg != nil && cfg.Source(c.Source) != nil {
+			r.ChangedColumn = cfg.Source(c.Source).ChangedAt
+		}
+		if r.ChangedColumn == "" {
+			return usagef("--since and --until with --source select rows by the time of their last change: name that column as changed_at of source %s in --config (SYNCER_CONFIG)", c.Source)
+		}
+	}
+	if err := src.CheckRange(&r); err != nil {
+		if errors.Is(err, sources.ErrBadKey) {
+			return usagef("--from-key/--to-key of source %s (its key is %s): %v", src.Name, src.KeyType, strings.TrimSuffix(err.Error(), ": "+sources.ErrBadKey.Error()))
+		}
+		return usagef("%v", err)
+	}
+	n, err := sources.CountReplay(ctx, pool, src, r)
+	if err != nil {
+		return err
+	}
+	if c.DryRun {
+		fmt.Fprintf(env.Stdout, "would send %d keys of source %s\n", n, src.Name)
+		return nil
+	}
+	if n == 0 {
+		return fmt.Errorf("no row of source %s matches the range: nothing to replay, no replay created", src.Name)
+	}
+	var id int64
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if id, err = sources.CreateReplay(ctx, tx, src, r, n); err != nil {
+			return err
+		}
+		return outbox.Wake(ctx, tx, src.Name)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "replay %d created: %d keys of source %s; running daemons will send them\n", id, n, src.Name)
+	if !c.Wait {
+		return nil
+	}
+	return c.followSource(ctx, env, pool, id, n)
+}
+
+// followSource shows a source replay's progress until its keys are sent:
+// logged by the source's job, then accepted or rejected by the third
+// party. When nothing moves for Stall, it says that no daemon seems to
+// work on it, once per stall, and keeps waiting.
+func (c *ReplayCmd) followSource(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64) error {
+	start := time.Now()
+	lastLine := time.Time{}
+	lastState, lastSent, lastMove := replays.State(""), int64(-1), time.Now()
+	warned := false
+	t := time.NewTicker(c.Poll)
+	defer t.Stop()
+	for {
+		state, err := replays.StateOf(ctx, pool, id)
+		if err != nil {
+			return err
+		}
+		infos, err := sources.Replays(ctx, pool)
+		if err != nil {
+			return err
+		}
+		info := infos[id]
+		sent := max(info.KeysLogged-info.Unsent, 0)
+		finished := state == replays.StateDone && info.Unsent == 0
+		if state != lastState || sent != lastSent {
+			lastState, lastSent, lastMove, warned = state, sent, time.Now(), false
+		}
+		if time.Since(lastLine) >= 2*time.Second || finished || state == replays.StateCancelled {
+			lastLine = time.Now()
+			rate := float64(sent) / max(time.Since(start).Seconds(), 0.001)
+			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d keys queued, %d sent, %.0f keys/s\n", id, state, info.KeysLogged, total, sent, rate)
+		}
+		switch {
+		case finished:
+			fmt.Fprintf(env.Stdout, "replay %d done: %d keys sent\n", id, info.KeysLogged)
+			return nil
+		case state == replays.StateCancelled:
+			return fmt.Errorf("replay %d was cancelled after %d of %d keys", id, sent, total)
+		}
+		if !warned && time.Since(lastMove) >= c.Stall {
+			warned = true
+			fmt.Fprintf(env.Stdout, "replay %d: nothing moved in %s: is `syncer run --config` running? Still waiting (Ctrl-C stops waiting, not the replay)\n",
+				id, durationText(c.Stall))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// describeSourceRange writes a source replay's range as the flags that
+// made it.
+func describeSourceRange(src string, r sources.ReplayRange) string {
+	parts := []string{"source " + src}
+	switch {
+	case r.FromKey != "" && r.ToKey != "":
+		parts = append(parts, fmt.Sprintf("keys %s to %s", r.FromKey, r.ToKey))
+	case r.FromKey != "":
+		parts = append(parts, "keys from "+r.FromKey)
+	case r.ToKey != "":
+		parts = append(parts, "keys to "+r.ToKey)
+	}
+	if !r.Since.IsZero() {
+		parts = append(parts, "changed since "+r.Since.UTC().Format(time.RFC3339))
+	}
+	if !r.Until.IsZero() {
+		parts = append(parts, "changed until "+r.Until.UTC().Format(time.RFC3339))
+	}
+	if len(parts) == 1 {
+		parts = append(parts, "all rows")
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,305 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/internal/replays"
+)
+
+// ReplayRange selects the rows of a source that a replay exports once
+// more. Its zero value is the whole table.
+type ReplayRange struct {
+	// FromKey and ToKey bound the key, inclusive, in its text form; empty
+	// is unbounded. Integer keys compare as numbers, text and uuid keys in
+	// byte order.
+	FromKey, ToKey string
+	// Since (inclusive) and Until (exclusive) bound the time of a row's
+	// last change, read from ChangedColumn; zero is unbounded.
+	Since, Until time.Time
+	// ChangedColumn is the table's column that holds the time of a row's
+	// last change (the source's changed_at); required with Since or Until.
+	ChangedColumn string
+}
+
+// ErrBadKey is wrapped by the errors of a key that is not of the source's
+// kind, or of a range whose start is after its end.
+var ErrBadKey = errors.New("not a key of the source")
+
+var uuidText = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// NormalizeKey returns text as the key's text form: an integer in decimal,
+// a uuid in lower case. It is an error wrapping ErrBadKey when text
+// cannot be a key of the source.
+func (s *Source) NormalizeKey(text string) (string, error) {
+	switch s.Kind {
+	case KeyInteger:
+		n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("%q is not an integer: %w", text, ErrBadKey)
+		}
+		return strconv.FormatInt(n, 10), nil
+	case KeyUUID:
+		u := strings.ToLower(strings.Trim(strings.TrimSpace(text), "{}"))
+		if !uuidText.MatchString(u) {
+			return "", fmt.Errorf("%q is not a uuid: %w", text, ErrBadKey)
+		}
+		return u, nil
+	}
+	return text, nil
+}
+
+// CheckRange normalizes r's keys and refuses a range whose start is after
+// its end, or a time bound without its column.
+func (s *Source) CheckRange(r *ReplayRange) error {
+	var err error
+	for _, k := range []*string{&r.FromKey, &r.ToKey} {
+		if *k == "" {
+			continue
+		}
+		if *k, err = s.NormalizeKey(*k); err != nil {
+			return err
+		}
+	}
+	if r.FromKey != "" && r.ToKey != "" && s.compareKeys(r.FromKey, r.ToKey) > 0 {
+		return fmt.Errorf("from %s is after to %s: %w", r.FromKey, r.ToKey, ErrBadKey)
+	}
+	if (!r.Since.IsZero() || !r.Until.IsZero()) && r.ChangedColumn == "" {
+		return errors.New("a time range needs the column of the rows' last change (changed_at)")
+	}
+	return nil
+}
+
+// compareKeys compares two normalized keys in the source's order.
+func (s *Source) compareKeys(a, b string) int {
+	if s.Kind == KeyInteger {
+		x, _ := strconv.ParseInt(a, 10, 64)
+		y, _ := strconv.ParseInt(b, 10, 64)
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	}
+	return strings.Compare(a, b)
+}
+
+// rangeSQL is r's condition on the table aliased t, with its parameters
+// numbered from next on.
+func (s *Source) rangeSQL(r ReplayRange, next int) (string, []any) {
+	key := "t." + pgx.Identifier{s.Key}.Sanitize()
+	var conds []string
+	var args []any
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(next+len(args)-1)
+	}
+	bound := func(op, v string) {
+		switch s.Kind {
+		case KeyInteger:
+			conds = append(conds, key+" "+op+" "+param(v)+"::bigint")
+		case KeyUUID:
+			conds = append(conds, key+" "+op+" "+param(v)+"::uuid")
+		default:
+			// Byte order, whatever the column's collation.
+			conds = append(conds, key+` COLLATE "C" `+op+" "+param(v)+"::text")
+		}
+	}
+	if r.FromKey != "" {
+		bound(">=", r.FromKey)
+	}
+	if r.ToKey != "" {
+		bound("<=", r.ToKey)
+	}
+	changed := "t." + pgx.Identifier{r.ChangedColumn}.Sanitize()
+	if !r.Since.IsZero() {
+		conds = append(conds, changed+" >= "+param(r.Since)+"::timestamptz")
+	}
+	if !r.Until.IsZero() {
+		conds = append(conds, changed+" < "+param(r.Until)+"::timestamptz")
+	}
+	if len(conds) == 0 {
+		return "true", nil
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// CountReplay counts the rows of src's table in r: what a replay would
+// send, and what --dry-run prints. It reads the application's table.
+func CountReplay(ctx context.Context, q Querier, src *Source, r ReplayRange) (int64, error) {
+	cond, args := src.rangeSQL(r, 1)
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM `+src.table()+` t WHERE `+cond, args...).Scan(&n); err != nil {
+		return 0, src.explain(ctx, q, fmt.Errorf("sources: source %s: count replay: %w", src.Name, err))
+	}
+	return n, nil
+}
+
+// CreateReplay records a pending replay of src's rows in r, total of them
+// when counted, in tx, and returns its id. The source's job (woken by the
+// caller in the same transaction) logs its keys, chunk by chunk, as
+// changes, after the source's snapshot.
+func CreateReplay(ctx context.Context, tx pgx.Tx, src *Source, r ReplayRange, total int64) (int64, error) {
+	id, err := replays.CreateForSource(ctx, tx, src.Name, total)
+	if err != nil {
+		return 0, err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO syncer_source_replays (replay_id, from_key, to_key, since, until, changed_column)
+		VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4, $5, NULLIF($6, ''))`,
+		id, r.FromKey, r.ToKey, nullTime(r.Since), nullTime(r.Until), r.ChangedColumn)
+	if err != nil {
+		return 0, fmt.Errorf("sources: source %s: create replay: %w", src.Name, err)
+	}
+	return id, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// ReplayInfo is a source replay's range and progress.
+type ReplayInfo struct {
+	ReplayID int64
+	Range    ReplayRange
+	// KeysLogged counts the keys the replay queued for export so far.
+	KeysLogged int64
+	// Unsent counts the keys the source still has pending from changes up
+	// to the replay's last one: queued by it (or by a write meanwhile) and
+	// not yet accepted or rejected.
+	Unsent int64
+}
+
+// Replays returns the range and progress of every source replay, by
+// replay id.
+func Replays(ctx context.Context, q Querier) (map[int64]ReplayInfo, error) {
+	rows, err := q.Query(ctx, `SELECT sr.replay_id, COALESCE(sr.from_key, ''), COALESCE(sr.to_key, ''), sr.since, sr.until,
+			COALESCE(sr.changed_column, ''), sr.keys_logged,
+			CASE WHEN sr.last_seq = 0 THEN 0 ELSE (SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c
+				WHERE c.source = r.source AND c.seq <= sr.last_seq) k) END
+		FROM syncer_source_replays sr JOIN syncer_replays r ON r.id = sr.replay_id ORDER BY sr.replay_id`)
+	if err != nil {
+		return nil, fmt.Errorf("sources: replays: %w", err)
+	}
+	out := map[int64]ReplayInfo{}
+	var ri ReplayInfo
+	var since, until *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&ri.ReplayID, &ri.Range.FromKey, &ri.Range.ToKey, &since, &until, &ri.Range.ChangedColumn, &ri.KeysLogged, &ri.Unsent}, func() error {
+		ri.Range.Since, ri.Range.Until = time.Time{}, time.Time{}
+		if since != nil {
+			ri.Range.Since = *since
+		}
+		if until != nil {
+			ri.Range.Until = *until
+		}
+		out[ri.ReplayID] = ri
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sources: replays: %w", err)
+	}
+	return out, nil
+}
+
+// replayChunk logs a change for the next chunk rows of the oldest
+// unfinished replay of src, in key order from its cursor, as a snapshot
+// chunk does (a share lock on those rows only, the cursor moved in the
+// same transaction), and reports whether src has no replay left to log.
+// A replay whose last chunk is logged is done: its keys are then pending
+// like any change. A cancelled replay logs nothing more.
+func replayChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", SnapshotLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		id, err := replays.NextOfSource(ctx, tx, src.Name)
+		if err != nil {
+			return err
+		}
+		if id == 0 {
+			done = true
+			return nil
+		}
+		var r ReplayRange
+		var after *string
+		var sinceT, untilT *time.Time
+		err = tx.QueryRow(ctx, `SELECT COALESCE(from_key, ''), COALESCE(to_key, ''), since, until, COALESCE(changed_column, ''), after_key
+			FROM syncer_source_replays WHERE replay_id = $1 FOR UPDATE NOWAIT`, id).
+			Scan(&r.FromKey, &r.ToKey, &sinceT, &untilT, &r.ChangedColumn, &after)
+		if err != nil {
+			return err
+		}
+		if sinceT != nil {
+			r.Since = *sinceT
+		}
+		if untilT != nil {
+			r.Until = *untilT
+		}
+		if err := replays.Start(ctx, tx, id); err != nil {
+			return err
+		}
+		cond, args := src.rangeSQL(r, 3)
+		args = append([]any{src.Name, chunk}, args...)
+		key := "t." + pgx.Identifier{src.Key}.Sanitize()
+		if after != nil {
+			args = append(args, *after)
+			cond += " AND " + key + " > $" + strconv.Itoa(len(args)) + "::" + src.castType()
+		}
+		num := "0"
+		if src.Kind == KeyInteger {
+			num = "r.k::bigint"
+		}
+		var n, last int64
+		var lastKey *string
+		err = tx.QueryRow(ctx, `WITH r AS (SELECT `+key+` AS k FROM `+src.table()+` t WHERE `+cond+`
+				ORDER BY `+key+` LIMIT $2 FOR SHARE OF t),
+			ins AS (INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, `+num+`, r.k::text, false FROM r ORDER BY r.k RETURNING seq)
+			SELECT (SELECT count(*) FROM r), (SELECT r.k::text FROM r ORDER BY r.k DESC LIMIT 1), COALESCE((SELECT max(seq) FROM ins), 0)`,
+			args...).Scan(&n, &lastKey, &last)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE syncer_source_replays SET after_key = COALESCE($2, after_key),
+				keys_logged = keys_logged + $3, last_seq = GREATEST(last_seq, $4) WHERE replay_id = $1`,
+			id, lastKey, n, last); err != nil {
+			return err
+		}
+		if n < int64(chunk) {
+			if _, err := replays.Finish(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return false, ErrSnapshotBusy
+		}
+		return false, src.explain(ctx, db, fmt.Errorf("sources: source %s: replay: %w", src.Name, err))
+	}
+	return done, nil
+}
+
+// castType is the type a key's text form is read back as.
+func (s *Source) castType() string {
+	switch s.Kind {
+	case KeyInteger:
+		return "bigint"
+	case KeyUUID:
+		return "uuid"
+	}
+	return "text"
+}
