@@ -162,9 +162,6 @@ func OpenIn(ctx context.Context, rawURL, role, schema string) (*pgxpool.Pool, er
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	if schema != "" {
-		UseSchema(cfg.ConnConfig, schema)
-	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok && role != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName(role)
 	}
@@ -186,6 +183,11 @@ func OpenIn(ctx context.Context, rawURL, role, schema string) (*pgxpool.Pool, er
 	}
 	// Past a pooler, only a few parameters may go in the startup packet.
 	ApplySettings(cfg.ConnConfig, nil)
+	if schema != "" {
+		// After the settings: the URL's search_path is set first, and the
+		// schema goes before it.
+		UseSchema(cfg.ConnConfig, schema)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
