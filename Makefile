@@ -24,6 +24,7 @@ vet:
 # does not), so ./... does not reach it.
 test:
 	./scripts/ensure-postgres.sh
+	./scripts/ensure-pgbouncer.sh
 	$(GO) test -race -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -race -count=1 ./...
 
