@@ -25,6 +25,9 @@ type batch struct {
 	salt  string
 	key   string
 	body  []byte
+	// at is when the batch was made, recorded with it: formats whose
+	// bodies carry a time render this one, on every send.
+	at time.Time
 	// lastID is the last row's id (resources); a source's batches leave
 	// it 0: a source pass always reads its pending keys from the first.
 	lastID int64
@@ -43,14 +46,14 @@ type batch struct {
 }
 
 func (b *batch) record() checkpoint.Batch {
-	return checkpoint.Batch{Name: b.name, Key: b.key, Salt: b.salt, Items: len(b.items), Body: b.body}
+	return checkpoint.Batch{Name: b.name, Key: b.key, Salt: b.salt, Items: len(b.items), Body: b.body, Time: b.at}
 }
 
 // newBatch encodes rows as one request under the installation's key. Rows
 // too large to send stay out of the request; a batch of nothing else is
 // only marked.
 func (e *Exporter) newBatch(name, salt string, rows []resources.Row) *batch {
-	b := &batch{name: name, salt: salt, lastID: rows[len(rows)-1].ID}
+	b := &batch{name: name, salt: salt, lastID: rows[len(rows)-1].ID, at: batchTime()}
 	b.items = make([]thirdparty.Item, 0, len(rows))
 	for _, r := range rows {
 		if r.Oversize > 0 {
@@ -66,6 +69,19 @@ func (e *Exporter) newBatch(name, salt string, rows []resources.Row) *batch {
 	return b
 }
 
+// batchTime is a new batch's time, in whole seconds (what formats write,
+// and what the record keeps exactly).
+func batchTime() time.Time { return time.Now().UTC().Truncate(time.Second) }
+
+// sourceOf names what a checkpoint's batches are rows of, for formats that
+// say it: a configured source's name, or "resources".
+func sourceOf(checkpointName string) string {
+	if name, ok := checkpoint.SourceName(checkpointName); ok {
+		return name
+	}
+	return delivery.SourceDefault
+}
+
 // oversizeError says why a row was never sent.
 func (e *Exporter) oversizeError(r resources.Row) string {
 	return fmt.Sprintf("payload of %d bytes is larger than SYNCER_MAX_ITEM_BYTES (%d): not sent; shrink the row, or raise the limit and run syncer retry-failed",
@@ -75,7 +91,7 @@ func (e *Exporter) oversizeError(r resources.Row) string {
 // newKeyedBatch encodes a source's pending rows as one request: each
 // item's id is the key's text form.
 func (e *Exporter) newKeyedBatch(name, salt string, rows []sources.Row) *batch {
-	b := &batch{name: name, salt: salt}
+	b := &batch{name: name, salt: salt, at: batchTime()}
 	b.items = make([]thirdparty.Item, len(rows))
 	for i, r := range rows {
 		b.items[i] = thirdparty.Item{Key: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted}
@@ -92,7 +108,7 @@ func recordedBatch(r checkpoint.Batch) (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exporter: recorded batch %d (%s): %w", r.Seq, r.Key, err)
 	}
-	b := &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true}
+	b := &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true, at: r.Time.UTC()}
 	if len(items) > 0 && items[len(items)-1].Key == "" {
 		b.lastID = items[len(items)-1].ID
 	}
@@ -637,7 +653,8 @@ func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) ma
 // push delivers one batch and records metrics.
 func (e *Exporter) push(ctx context.Context, sk *sink, b *batch) (*delivery.Outcome, error) {
 	start := time.Now()
-	out, err := sk.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
+	out, err := sk.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body,
+		Source: sourceOf(b.name), Time: b.at})
 	if err != nil {
 		e.metrics.BatchFailed(time.Since(start))
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
