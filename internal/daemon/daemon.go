@@ -36,6 +36,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -69,6 +70,10 @@ type Config struct {
 	// Delivery configures rate limiting, retries and the breaker. Defaults
 	// to delivery's defaults.
 	Delivery delivery.Config
+	// Format is the format of the resources export (CONTRACT.md section
+	// 6; a configured destination's is in Sources). Defaults to the syncer
+	// format.
+	Format formats.Spec
 	// Exporter configures batches and lingering. Defaults to exporter's
 	// defaults.
 	Exporter exporter.Config
@@ -252,6 +257,11 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 	for _, dest := range c.Sources.Destinations {
 		tcfg := c.ThirdParty
 		tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
+		tcfg.Headers = dest.Format.Header()
+		format, err := formats.New(dest.Format.Spec(), installation)
+		if err != nil {
+			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+		}
 		client, err := thirdparty.New(&tcfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
@@ -267,6 +277,7 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 		dcfg.RateLimit, dcfg.RateBurst, dcfg.MaxInFlight = lim.RateLimit, lim.RateBurst, lim.MaxInFlight
 		dcfg.Logger = d.logger.With(slog.String("destination", dest.Name))
 		dcfg.Metrics, dcfg.Installation = d.metrics, installation
+		dcfg.Format = format
 		deliverer, err := delivery.New(client, breakerstore.NewShared(store, 0), &dcfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
@@ -306,6 +317,9 @@ func (d *Daemon) build(ctx context.Context) error {
 		dcfg := c.Delivery
 		dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, d.metrics, installation
 		dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
+		if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
+			return fmt.Errorf("daemon: format: %w", err)
+		}
 		deliverer, err := delivery.New(d.tp, breakerstore.NewShared(shared, 0), &dcfg)
 		if err != nil {
 			return err
