@@ -35,6 +35,11 @@ const (
 	ScenarioUnknownLimit   = "unknown-limit"
 	ScenarioQuota          = "quota"
 	ScenarioSources        = "sources"
+	// The destination formats (issue 21).
+	ScenarioCloudEventsDrain   = "cloudevents-drain"
+	ScenarioElasticsearchDrain = "elasticsearch-drain"
+	ScenarioCustomDrain        = "custom-drain"
+	ScenarioWebhooks           = "webhooks"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -43,22 +48,27 @@ var Scenarios = []string{
 	ScenarioMemory, ScenarioMemoryLimit, ScenarioJobEconomy, ScenarioRecipe,
 	ScenarioDeletes, ScenarioSlowAPI, ScenarioUnknownLimit, ScenarioQuota,
 	ScenarioSources,
+	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
 }
 
 // rowNames are the rows each scenario adds to the table.
 var rowNames = map[string][]string{
-	ScenarioDrain:          {"drain"},
-	ScenarioLatency:        {"latency"},
-	ScenarioWriterOverhead: {"writer overhead", "writers, daemon running"},
-	ScenarioMemory:         {"memory (small)", "memory (large)"},
-	ScenarioMemoryLimit:    {memoryLimitRow300, memoryLimitRow8K},
-	ScenarioJobEconomy:     {"job economy: jobs", "job economy: lock wait"},
-	ScenarioRecipe:         {"recipe: drain", "recipe: burst export", "recipe: burst writers"},
-	ScenarioDeletes:        {"delete overhead", "writers, no daemon", "tombstone drain"},
-	ScenarioSlowAPI:        {"slow API"},
-	ScenarioUnknownLimit:   {"unknown limit"},
-	ScenarioQuota:          {"advertised quota"},
-	ScenarioSources:        {"source writers", "source drain", "two sources"},
+	ScenarioDrain:              {"drain"},
+	ScenarioLatency:            {"latency"},
+	ScenarioWriterOverhead:     {"writer overhead", "writers, daemon running"},
+	ScenarioMemory:             {"memory (small)", "memory (large)"},
+	ScenarioMemoryLimit:        {memoryLimitRow300, memoryLimitRow8K},
+	ScenarioJobEconomy:         {"job economy: jobs", "job economy: lock wait"},
+	ScenarioRecipe:             {"recipe: drain", "recipe: burst export", "recipe: burst writers"},
+	ScenarioDeletes:            {"delete overhead", "writers, no daemon", "tombstone drain"},
+	ScenarioSlowAPI:            {"slow API"},
+	ScenarioUnknownLimit:       {"unknown limit"},
+	ScenarioQuota:              {"advertised quota"},
+	ScenarioSources:            {"source writers", "source drain", "two sources"},
+	ScenarioCloudEventsDrain:   {"cloudevents drain"},
+	ScenarioElasticsearchDrain: {"elasticsearch drain"},
+	ScenarioCustomDrain:        {"custom drain"},
+	ScenarioWebhooks:           {"webhooks"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -247,6 +257,10 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioUnknownLimit, r.unknownLimit},
 		{ScenarioQuota, r.advertisedQuota},
 		{ScenarioSources, r.sourcesScenario},
+		{ScenarioCloudEventsDrain, r.cloudEventsDrain},
+		{ScenarioElasticsearchDrain, r.elasticsearchDrain},
+		{ScenarioCustomDrain, r.customDrain},
+		{ScenarioWebhooks, r.webhooks},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {
