@@ -16,15 +16,19 @@ build:
 
 vet:
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 
 # Every test, against the local PostgreSQL (started if it is down), with the
-# race detector. Each test makes and drops its own schema.
+# race detector. Each test makes and drops its own schema. deploy/ is a
+# module of its own (its tests need Prometheus' parsers, which the daemon
+# does not), so ./... does not reach it.
 test:
 	./scripts/ensure-postgres.sh
 	$(GO) test -race -count=1 -timeout 30m ./...
 	# The formats against the specifications' own libraries: a module of
 	# its own, so the daemon's module graph does not carry them.
 	cd conformance && $(GO) test -race -count=1 ./...
+	cd deploy && $(GO) test -race -count=1 ./...
 
 # The benchmark of the README, at its default sizes (about 7 minutes).
 bench: build

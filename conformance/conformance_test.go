@@ -28,10 +28,10 @@ const oddKey = "a/b c?#%é"
 // escaping everywhere, and a tombstone.
 func items() []thirdparty.Item {
 	return []thirdparty.Item{
-		{ID: 1, Version: 1, Payload: json.RawMessage(`{"name":"one","n":12345678901234567890}`)},
-		{ID: 2, Version: 7, Payload: json.RawMessage(`{"name":"two","tags":["a","b"]}`)},
-		{Key: oddKey, Version: 3, Payload: json.RawMessage(`{"name":"odd \u00e9\n"}`)},
-		{ID: 4, Version: 9, Deleted: true},
+		{ID: "1", Version: 1, Payload: json.RawMessage(`{"name":"one","n":12345678901234567890}`)},
+		{ID: "2", Version: 7, Payload: json.RawMessage(`{"name":"two","tags":["a","b"]}`)},
+		{ID: oddKey, Version: 3, Payload: json.RawMessage(`{"name":"odd \u00e9\n"}`)},
+		{ID: "4", Version: 9, Deleted: true},
 	}
 }
 

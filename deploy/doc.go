@@ -10,4 +10,9 @@
 // take secrets from Secrets, never from literals; compose leaves the host's
 // PostgreSQL port alone. They read files and build a metrics registry; they
 // need neither a cluster, nor Docker, nor a database.
+//
+// It is a Go module of its own (deploy/go.mod, with the root module
+// replaced by ../): Prometheus' parsers pull cloud SDKs into a module's
+// graph, and the daemon's module must hold only what the daemon needs. Run
+// its tests with `cd deploy && go test ./...` (make test does).
 package deploy

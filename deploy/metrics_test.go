@@ -37,7 +37,9 @@ func servedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics.New(reg)
+	// As the daemon does: the push path's series exist per destination,
+	// the default export's from the start.
+	metrics.New(reg).Destination(metrics.DefaultDestination)
 
 	descs := make(chan *prometheus.Desc, 1024)
 	reg.Describe(descs)

@@ -18,7 +18,7 @@ ALTER TABLE {{schema}}.syncer_gate
 CREATE OR REPLACE FUNCTION {{schema}}.syncer_outbox_append() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF (SELECT armed AND lease_until > now() FROM {{schema}}.syncer_gate) THEN
+    IF {{gate_open}} THEN
         INSERT INTO {{schema}}.syncer_outbox (op) VALUES (TG_OP);
         PERFORM pg_notify({{channel}}, '');
     END IF;

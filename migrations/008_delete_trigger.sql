@@ -17,7 +17,7 @@ BEGIN
             synced_at  = NULL,
             failed_at  = NULL,
             sync_error = NULL;
-    IF (SELECT armed AND lease_until > now() FROM {{schema}}.syncer_gate) THEN
+    IF {{gate_open}} THEN
         INSERT INTO {{schema}}.syncer_outbox (op) VALUES ('DELETE');
         PERFORM pg_notify({{channel}}, '');
     END IF;

@@ -45,6 +45,24 @@ func Channel(schema string) string {
 	return c
 }
 
+// SourceOpPrefix starts the op of every outbox event of a configured source
+// ('source:<name>'): the capture triggers write it, the relay routes on it.
+const SourceOpPrefix = "source:"
+
+// SourceOp is the op of an outbox event of configured source name.
+func SourceOp(name string) string { return SourceOpPrefix + name }
+
+// GateOpen is the condition of the outbox gate, as SQL, for the tables in
+// schema: a statement appends an event and notifies only while the daemon
+// waits for one (armed) and some relay's lease says it is alive to hear it.
+// Every trigger that appends events reads it: the migrations' through
+// {{gate_open}}, the sources' capture functions (internal/sources, which
+// must bump its captureVersion when this changes). It is read inline rather
+// than through a function: a call would cost the writer as much as the read.
+func GateOpen(schema string) string {
+	return "(SELECT g.armed AND g.lease_until > now() FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
+}
+
 // Migration is one embedded SQL file.
 type Migration struct {
 	Version int
@@ -172,6 +190,7 @@ func UpThen(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, then T
 	replacer := strings.NewReplacer(
 		"{{schema}}", qschema,
 		"{{channel}}", quoteLiteral(Channel(schema)),
+		"{{gate_open}}", GateOpen(schema),
 	)
 	for _, m := range all {
 		if applied[m.Version] {

@@ -132,6 +132,10 @@ func SizesFor(size string) (Sizes, error) {
 	return Sizes{}, fmt.Errorf("bench: unknown size %q (want %s or %s)", size, SizeDefault, SizeTiny)
 }
 
+// DatabaseURLDefault is the database `syncer bench` works in unless told
+// otherwise: the local test database, never the one DATABASE_URL names.
+const DatabaseURLDefault = "postgres://127.0.0.1:5432/test"
+
 // Config configures a run.
 type Config struct {
 	// DatabaseURL is a postgres:// URL of the database to work in. Scratch

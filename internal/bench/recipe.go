@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,7 +58,7 @@ func (w *recipeWorker) Work(ctx context.Context, _ *river.Job[RecipeArgs]) error
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, w.lockKey)
 	}()
-	rows, err := conn.Query(ctx, `SELECT id, version, payload FROM resources
+	rows, err := conn.Query(ctx, `SELECT id::text, version, payload FROM resources
 		WHERE synced_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $1`, w.batch)
 	if err != nil {
 		return fmt.Errorf("recipe: select: %w", err)
@@ -76,7 +77,7 @@ func (w *recipeWorker) Work(ctx context.Context, _ *river.Job[RecipeArgs]) error
 	body := thirdparty.AppendBatch(nil, items)
 	ids := make([]string, len(items))
 	for i, it := range items {
-		ids[i] = it.WireID()
+		ids[i] = it.ID
 	}
 	res, err := w.client.PushBody(ctx, thirdparty.BatchKey("recipe", "", body), body, ids)
 	if err != nil {
@@ -88,8 +89,12 @@ func (w *recipeWorker) Work(ctx context.Context, _ *river.Job[RecipeArgs]) error
 	}
 	var acc resources.Versions
 	for _, it := range items {
-		if !rejected[it.WireID()] {
-			acc.Add(it.ID, it.Version)
+		if !rejected[it.ID] {
+			id, err := strconv.ParseInt(it.ID, 10, 64)
+			if err != nil {
+				return fmt.Errorf("recipe: id %q: %w", it.ID, err)
+			}
+			acc.Add(id, it.Version)
 		}
 	}
 	if _, err := resources.MarkSynced(ctx, conn, acc); err != nil {

@@ -248,15 +248,6 @@ const advanceSQL = `INSERT INTO syncer_checkpoints AS c (name, rows_done, batche
 		rows_failed = c.rows_failed + EXCLUDED.rows_failed,
 		updated_at = now()`
 
-// Drop removes a job's checkpoint and recorded batches: a cancelled replay
-// sends nothing more.
-func Drop(ctx context.Context, db DB, name string) error {
-	if _, err := db.Exec(ctx, `DELETE FROM syncer_batches WHERE checkpoint = $1`, name); err != nil {
-		return fmt.Errorf("checkpoint: drop %s: %w", name, err)
-	}
-	return nil
-}
-
 // List returns every checkpoint, for status.
 func List(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -12,7 +12,7 @@ import (
 
 // BenchCmd is `syncer bench`.
 type BenchCmd struct {
-	DatabaseURL string   `name:"database-url" env:"DATABASE_URL" default:"postgres://127.0.0.1:5432/test" help:"PostgreSQL URL of a database the bench may create and drop scratch schemas in."`
+	DatabaseURL string   `name:"bench-database-url" env:"SYNCER_BENCH_DATABASE_URL" default:"${bench_database_url}" help:"PostgreSQL URL of a scratch database the bench may load for minutes and create and drop schemas in. DATABASE_URL is never read, so a bench run in a production container cannot touch the production database."`
 	Size        string   `name:"size" enum:"default,tiny" default:"default" help:"default: the sizes the targets are set for (about 7 minutes); tiny: 1-2% of them, under a minute, for CI."`
 	JSON        string   `name:"json" placeholder:"FILE" help:"Also write the report as JSON to FILE."`
 	Only        []string `name:"only" sep:"," placeholder:"SCENARIO,..." help:"Run only these scenarios: drain, latency, writer-overhead, memory, memory-limit, job-economy, recipe, deletes, slow-api, unknown-limit, quota, sources."`
@@ -23,7 +23,7 @@ type BenchCmd struct {
 // Validate names the first bad setting.
 func (c *BenchCmd) Validate() error {
 	if c.DatabaseURL == "" {
-		return usagef("--database-url (DATABASE_URL) is required")
+		return usagef("--bench-database-url (SYNCER_BENCH_DATABASE_URL) is required")
 	}
 	for _, s := range c.Only {
 		known := false

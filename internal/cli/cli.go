@@ -26,10 +26,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/term"
 
+	"github.com/syncer-dev/syncer/internal/bench"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
@@ -75,8 +77,8 @@ type exitPanic int
 // constants.
 func vars() kong.Vars {
 	return kong.Vars{
-		"batch_size":           strconv.Itoa(exporter.BatchSizeDefault),
-		"batch_max_bytes":      strconv.Itoa(exporter.BatchMaxBytesDefault),
+		"batch_size":           strconv.Itoa(feed.ItemsDefault),
+		"batch_max_bytes":      strconv.Itoa(feed.BytesDefault),
 		"rate_burst":           strconv.Itoa(delivery.RateBurstDefault),
 		"breaker_failures":     strconv.Itoa(delivery.BreakerFailuresDefault),
 		"breaker_open_timeout": durationText(delivery.BreakerOpenTimeoutDefault),
@@ -86,14 +88,15 @@ func vars() kong.Vars {
 		"http_addr":            daemon.HTTPAddrDefault,
 		"http_addr_off":        daemon.HTTPAddrOff,
 		"workers":              strconv.Itoa(daemon.WorkersDefault),
-		"max_in_flight":        strconv.Itoa(exporter.MaxInFlightDefault),
+		"max_in_flight":        strconv.Itoa(delivery.MaxInFlightDefault),
 		"max_retry_after":      durationText(delivery.MaxRetryAfterDefault),
 		"replay_share":         strconv.FormatFloat(exporter.ReplayShareDefault, 'f', -1, 64),
-		"max_item_bytes":       strconv.Itoa(resources.MaxItemBytesDefault),
+		"max_item_bytes":       strconv.Itoa(feed.MaxItemBytesDefault),
 		"tombstone_retention":  durationText(resources.TombstoneRetentionDefault),
 		"healthcheck_timeout":  durationText(healthcheckTimeoutDefault),
 		"replay_poll":          durationText(replayPollDefault),
 		"replay_stall":         durationText(replayStallDefault),
+		"bench_database_url":   bench.DatabaseURLDefault,
 	}
 }
 
@@ -121,14 +124,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 			panic(r)
 		}
 	}()
-	parser, err := kong.New(&root,
-		kong.Name("syncer"),
-		kong.Description("Exports rows of the resources table to a third-party HTTP API, exactly as often as it must."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(c int) { panic(exitPanic(c)) }),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-		vars(),
-	)
+	parser, err := newParser(&root, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "syncer: %v\n", err)
 		return 1
@@ -164,6 +160,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 		return 1
 	}
 	return 0
+}
+
+// newParser builds the command line's parser on root.
+func newParser(root *CLI, stdout, stderr io.Writer) (*kong.Kong, error) {
+	return kong.New(root,
+		kong.Name("syncer"),
+		kong.Description("Exports rows of the resources table to a third-party HTTP API, exactly as often as it must."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(c int) { panic(exitPanic(c)) }),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		vars(),
+	)
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

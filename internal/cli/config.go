@@ -47,9 +47,9 @@ func (c *ConfigFile) Load(withTokens bool) (*config.Config, error) {
 func installSources(cfg *config.Config, out io.Writer, res **sources.InstallResult) func(ctx context.Context, conn *pgx.Conn) error {
 	return func(ctx context.Context, conn *pgx.Conn) error {
 		if cfg == nil {
-			var n int
-			if err := conn.QueryRow(ctx, "SELECT count(*) FROM syncer_sources").Scan(&n); err != nil {
-				return fmt.Errorf("count installed sources: %w", err)
+			n, err := sources.CountInstalled(ctx, conn)
+			if err != nil {
+				return err
 			}
 			if n > 0 {
 				fmt.Fprintf(out, "%d sources installed and left as they are: pass --config (SYNCER_CONFIG) to update or remove them\n", n)

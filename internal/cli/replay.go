@@ -17,11 +17,10 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/database"
-	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // Defaults of replay's hidden flags.
@@ -151,18 +150,11 @@ func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) er
 	}
 	var id int64
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if id, err = replays.Create(ctx, tx, c.filter, n); err != nil {
+		if id, err = replays.Enqueue(ctx, tx, rc, c.filter, n); err != nil {
 			return err
 		}
-		if _, err := rc.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, nil); err != nil {
-			return fmt.Errorf("enqueue replay: %w", err)
-		}
-		// Wake the live job that holds the export lock, wherever it runs:
-		// it gives the lock to a waiting replay instead of lingering.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, migrations.Channel(schema)); err != nil {
-			return fmt.Errorf("wake daemons: %w", err)
-		}
-		return nil
+		// The live job that holds the export lock gives it to the replay.
+		return outbox.Nudge(ctx, tx)
 	})
 	if err != nil {
 		return err
@@ -325,25 +317,11 @@ func resnapshot(ctx context.Context, env *Env, pool *pgxpool.Pool, name string) 
 		if !ok {
 			return fmt.Errorf("no source %s is installed (see syncer status)", name)
 		}
-		return wakeSource(ctx, tx, pool, name)
+		return outbox.Wake(ctx, tx, name)
 	})
 	if err != nil {
 		return fmt.Errorf("replay source: %w", err)
 	}
 	fmt.Fprintf(env.Stdout, "source %s: every row will be exported once more; follow its snapshot in syncer status\n", name)
 	return nil
-}
-
-// wakeSource appends the source's event and notifies, as its triggers
-// would, so a daemon that exports it takes the work at once.
-func wakeSource(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, name string) error {
-	schema, err := database.CurrentSchema(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO syncer_outbox (op) VALUES ($1)`, "source:"+name); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, migrations.Channel(schema), "source:"+name)
-	return err
 }

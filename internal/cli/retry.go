@@ -6,10 +6,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // RetryFailedCmd is `syncer retry-failed`.
@@ -37,15 +36,11 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
-	schema, err := database.CurrentSchema(ctx, pool)
-	if err != nil {
-		return err
-	}
 	var n int64
 	if c.Source != "" {
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var known bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_sources WHERE name = $1)`, c.Source).Scan(&known); err != nil {
+			known, err := sources.IsInstalled(ctx, tx, c.Source)
+			if err != nil {
 				return err
 			}
 			if !known {
@@ -54,7 +49,7 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 			if n, err = sources.RetryFailed(ctx, tx, c.Source); err != nil || n == 0 {
 				return err
 			}
-			return wakeSource(ctx, tx, pool, c.Source)
+			return outbox.Wake(ctx, tx, c.Source)
 		})
 		if err != nil {
 			return fmt.Errorf("retry failed keys: %w", err)
@@ -66,13 +61,8 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 		if n, err = resources.RetryFailed(ctx, tx, c.ID); err != nil || n == 0 {
 			return err
 		}
-		// Clearing failed_at is not a payload change, so no trigger fires:
-		// append the event and notify here, as the trigger would.
-		if _, err := tx.Exec(ctx, `INSERT INTO syncer_outbox (op) VALUES ('RETRY')`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, migrations.Channel(schema))
-		return err
+		// Clearing failed_at is not a payload change, so no trigger fired.
+		return outbox.Wake(ctx, tx, "")
 	})
 	if err != nil {
 		return fmt.Errorf("retry failed rows: %w", err)

@@ -172,7 +172,6 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 			BatchSize:     c.BatchSize,
 			BatchMaxBytes: c.BatchMaxBytes,
 			MaxItemBytes:  c.MaxItemBytes,
-			MaxInFlight:   c.MaxInFlight,
 			ReplayShare:   c.ReplayShare,
 		},
 		Sources:            srcs,

@@ -93,7 +93,7 @@ type Config struct {
 	// to WorkersDefault.
 	Workers int
 	// PollInterval bounds the delay of a lost notification. Defaults to
-	// outbox.PollIntervalDefault.
+	// outbox.PollIntervalDefault, applied by the relay.
 	PollInterval time.Duration
 	// GaugeInterval is how often the database-wide gauges are refreshed.
 	// Defaults to GaugeIntervalDefault.
@@ -124,7 +124,6 @@ func (c *Config) withDefaults() Config {
 	out.HTTPAddr = cmp.Or(out.HTTPAddr, HTTPAddrDefault)
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
 	out.Workers = cmp.Or(out.Workers, WorkersDefault)
-	out.PollInterval = cmp.Or(out.PollInterval, outbox.PollIntervalDefault)
 	out.GaugeInterval = cmp.Or(out.GaugeInterval, GaugeIntervalDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
@@ -177,14 +176,19 @@ type Daemon struct {
 
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
-	tp      *thirdparty.Client
-	// destClients are the configured destinations' clients.
-	destClients []*thirdparty.Client
-	exp         *exporter.Exporter
-	locker      *locks.Locker
-	purger      *resources.Purger
-	river       *river.Client[pgx.Tx]
-	relay       *outbox.Relay
+	// clients are the destinations' HTTP clients, closed by Run.
+	clients []*thirdparty.Client
+	// destinations are what the gauges refresh: each destination's facts,
+	// read from its namespace, onto its own series.
+	destinations []destinationState
+	// inFlight is the default destination's requests in flight, for the
+	// start's log line.
+	inFlight int
+	exp      *exporter.Exporter
+	locker   *locks.Locker
+	purger   *resources.Purger
+	river    *river.Client[pgx.Tx]
+	relay    *outbox.Relay
 
 	riverRunning atomic.Bool
 	ran          atomic.Bool
@@ -216,11 +220,6 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 
 	// Without ThirdParty.URL (a SYNCER_CONFIG alone) resources are not
 	// exported: no client, no live sync.
-	if c.ThirdParty.URL != "" {
-		if d.tp, err = thirdparty.New(&c.ThirdParty); err != nil {
-			return nil, err
-		}
-	}
 	if err := d.build(ctx); err != nil {
 		d.closeClients()
 		return nil, err
@@ -229,17 +228,17 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 }
 
 func (d *Daemon) closeClients() {
-	if d.tp != nil {
-		d.tp.Close()
-	}
-	for _, c := range d.destClients {
+	for _, c := range d.clients {
 		c.Close()
 	}
 }
 
-// DestinationNamespace is the breakerstore namespace of a configured
-// destination's shared facts (breaker, pause, learnt rate, credentials).
-func DestinationNamespace(name string) string { return "destination:" + name }
+// destinationState is where one destination's shared facts live and which
+// series show them.
+type destinationState struct {
+	name, namespace string
+	metrics         *metrics.Destination
+}
 
 // buildSources resolves the configured sources (installed by migrate) and
 // builds one client and deliverer per destination, with its URL, token,
@@ -253,7 +252,7 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 	if err != nil {
 		return nil, nil, err
 	}
-	pushers := map[string]exporter.Pusher{}
+	dests := map[string]exporter.Destination{}
 	for _, dest := range c.Sources.Destinations {
 		tcfg := c.ThirdParty
 		tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
@@ -262,27 +261,18 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 		if err != nil {
 			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
 		}
-		client, err := thirdparty.New(&tcfg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
-		}
-		d.destClients = append(d.destClients, client)
-		store, err := breakerstore.New(d.pool, &breakerstore.Config{Namespace: DestinationNamespace(dest.Name)})
-		if err != nil {
-			return nil, nil, err
-		}
 		dcfg := c.Delivery
-		lim := dest.Limits(config.Limits{RateLimit: dcfg.RateLimit, RateBurst: dcfg.RateBurst,
-			MaxInFlight: cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)})
+		lim := dest.Limits(config.Limits{RateLimit: dcfg.RateLimit, RateBurst: dcfg.RateBurst, MaxInFlight: dcfg.MaxInFlight})
 		dcfg.RateLimit, dcfg.RateBurst, dcfg.MaxInFlight = lim.RateLimit, lim.RateBurst, lim.MaxInFlight
-		dcfg.Logger = d.logger.With(slog.String("destination", dest.Name))
-		dcfg.Metrics, dcfg.Installation = d.metrics, installation
 		dcfg.Format = format
-		deliverer, err := delivery.New(client, breakerstore.NewShared(store, 0), &dcfg)
+		dcfg.Name = dest.Name
+		dcfg.CredentialsSetting = cmp.Or(dest.TokenEnv, "the token of destination "+dest.Name+" (token_env in SYNCER_CONFIG)")
+		dcfg.URLSetting = "the url of destination " + dest.Name + " in SYNCER_CONFIG"
+		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(dest.Name), installation)
 		if err != nil {
 			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
 		}
-		pushers[dest.Name] = deliverer
+		dests[dest.Name] = deliverer
 	}
 	out := make([]exporter.Source, 0, len(srcs))
 	names := make([]string, 0, len(srcs))
@@ -292,39 +282,57 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 		if conf != nil {
 			bs = conf.BatchSize
 		}
-		out = append(out, exporter.Source{Source: s, Pusher: pushers[s.Destination], BatchSize: bs})
+		out = append(out, exporter.Source{Source: s, Destination: dests[s.Destination], BatchSize: bs})
 		names = append(names, s.Name)
 	}
 	return out, names, nil
 }
 
+// destination builds one destination: its client, and its deliverer with
+// its own settings, its shared facts in its own namespace of syncer_state
+// (so a daemon that takes the export over inherits them), its metrics
+// under its name and its log lines naming it.
+func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, namespace, installation string) (*delivery.Deliverer, error) {
+	client, err := thirdparty.New(tcfg)
+	if err != nil {
+		return nil, err
+	}
+	d.clients = append(d.clients, client)
+	store, err := breakerstore.New(d.pool, &breakerstore.Config{Namespace: namespace})
+	if err != nil {
+		return nil, err
+	}
+	c := *dcfg
+	c.Name = cmp.Or(c.Name, metrics.DefaultDestination)
+	c.Logger = d.logger.With(slog.String("destination", c.Name))
+	c.Metrics, c.Installation = d.metrics.Destination(c.Name), installation
+	deliverer, err := delivery.New(client, breakerstore.NewShared(store, 0), &c)
+	if err != nil {
+		return nil, err
+	}
+	d.destinations = append(d.destinations, destinationState{name: c.Name, namespace: namespace, metrics: c.Metrics})
+	return deliverer, nil
+}
+
 // build wires the push path, River and the relay.
 func (d *Daemon) build(ctx context.Context) error {
 	c, logger := &d.cfg, d.logger
-	// The breaker's state and the credentials fact live in syncer_state, so
-	// a daemon that takes the export lock over inherits them.
-	shared, err := breakerstore.New(d.pool, nil)
-	if err != nil {
-		return err
-	}
 	// The installation's id salts every key: read once, never changed.
 	installation, err := checkpoint.Installation(context.Background(), d.pool)
 	if err != nil {
 		return err
 	}
-	var pusher exporter.Pusher // nil: resources are not exported
-	if d.tp != nil {
+	var dest exporter.Destination // nil: resources are not exported
+	if c.ThirdParty.URL != "" {
 		dcfg := c.Delivery
-		dcfg.Logger, dcfg.Metrics, dcfg.Installation = logger, d.metrics, installation
-		dcfg.MaxInFlight = cmp.Or(dcfg.MaxInFlight, c.Exporter.MaxInFlight)
 		if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
 			return fmt.Errorf("daemon: format: %w", err)
 		}
-		deliverer, err := delivery.New(d.tp, breakerstore.NewShared(shared, 0), &dcfg)
+		deliverer, err := d.destination(&c.ThirdParty, &dcfg, breakerstore.DefaultNamespace, installation)
 		if err != nil {
 			return err
 		}
-		pusher = deliverer
+		dest, d.inFlight = deliverer, deliverer.MaxInFlight()
 	}
 	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger}); err != nil {
 		return err
@@ -336,7 +344,7 @@ func (d *Daemon) build(ctx context.Context) error {
 	ecfg := c.Exporter
 	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
 	ecfg.Sources = srcs
-	if d.exp, err = exporter.New(d.pool, d.locker, pusher, &ecfg); err != nil {
+	if d.exp, err = exporter.New(d.pool, d.locker, dest, &ecfg); err != nil {
 		return err
 	}
 	if d.purger, err = resources.NewPurger(d.pool, &resources.PurgerConfig{Retention: c.TombstoneRetention, Logger: logger}); err != nil {
@@ -369,7 +377,7 @@ func (d *Daemon) build(ctx context.Context) error {
 		PollInterval: c.PollInterval,
 		LockHeld:     func(ctx context.Context) (bool, error) { return locks.Held(ctx, d.pool, exportKey) },
 		Sources:      srcNames,
-		NoResources:  pusher == nil,
+		NoResources:  dest == nil,
 		Logger:       logger,
 	})
 	return err
@@ -412,7 +420,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	logger.InfoContext(ctx, "daemon: running", slog.String("schema", d.schema), slog.String("http_addr", cmp.Or(addr, HTTPAddrOff)),
 		slog.String("thirdparty", thirdparty.RedactURL(c.ThirdParty.URL)), slog.Int("batch_size", d.exp.BatchSize()),
-		slog.Int("max_in_flight", d.exp.MaxInFlight()))
+		slog.Int("max_in_flight", d.inFlight))
 	if c.Ready != nil {
 		c.Ready(addr)
 	}

@@ -55,14 +55,17 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	}
 	m.OutboxPending.Set(float64(n))
 	// The push path's facts are shared: a standby daemon reports the state
-	// the lock holder left, not only what it saw itself.
-	st, err := breakerstore.ReadState(ctx, d.pool)
-	if err != nil {
-		return err
+	// the lock holder left, not only what it saw itself. Each destination's
+	// come from its own namespace onto its own series.
+	for _, dest := range d.destinations {
+		st, err := breakerstore.ReadStateOf(ctx, d.pool, dest.namespace)
+		if err != nil {
+			return err
+		}
+		dest.metrics.SetBreakerState(int(st.Breaker.Current(time.Now())))
+		dest.metrics.SetCredentialsRefused(st.Credentials.Refused)
+		dest.metrics.SetMisconfigured(st.Configuration.Refused)
 	}
-	m.SetBreakerState(int(st.Breaker.Current(time.Now())))
-	m.SetCredentialsRefused(st.Credentials.Refused)
-	m.SetMisconfigured(st.Configuration.Refused)
 	if d.cfg.Sources != nil {
 		// Only the sources this daemon exports: another daemon's file
 		// may name others, and it reports those.

@@ -75,7 +75,7 @@ func TestRequestsInFlight(t *testing.T) {
 			b := setup(t, tt.fake, "")
 			m := metrics.New(prometheus.NewRegistry())
 			d := b.deliverer(t, nil, &delivery.Config{
-				MaxInFlight: tt.maxInFlight, Metrics: m, BreakerFailures: 1000,
+				MaxInFlight: tt.maxInFlight, Metrics: m.Destination(metrics.DefaultDestination), BreakerFailures: 1000,
 				BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 			})
 			accepted := deliverAll(t, d, 8, 24, 4)
@@ -87,12 +87,12 @@ func TestRequestsInFlight(t *testing.T) {
 				require.Greater(t, st.MaxInFlight, int64(1), "requests really run at once")
 			}
 			require.Zero(t, st.OverlappingIDs)
-			require.InDelta(t, float64(tt.want), testutil.ToFloat64(m.MaxInFlightCurrent), 0)
-			require.Zero(t, testutil.ToFloat64(m.RequestsInFlight), "every request answered")
-			require.Equal(t, float64(st.Requests), testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues("2xx"))+
-				testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues("429"))+
-				testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues("413"))+
-				testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues("5xx")), "every answer counted once")
+			require.InDelta(t, float64(tt.want), testutil.ToFloat64(m.MaxInFlightCurrent.WithLabelValues(metrics.DefaultDestination)), 0)
+			require.Zero(t, testutil.ToFloat64(m.RequestsInFlight.WithLabelValues(metrics.DefaultDestination)), "every request answered")
+			require.Equal(t, float64(st.Requests), testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues(metrics.DefaultDestination, "2xx"))+
+				testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues(metrics.DefaultDestination, "429"))+
+				testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues(metrics.DefaultDestination, "413"))+
+				testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues(metrics.DefaultDestination, "5xx")), "every answer counted once")
 		})
 	}
 }

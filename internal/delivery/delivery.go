@@ -67,13 +67,6 @@ var (
 	_ Store = (*breakerstore.Store)(nil)
 )
 
-// StateWriter is what Config.State was.
-//
-// Deprecated: the Store given to New records every shared fact.
-type StateWriter interface {
-	SetCredentials(ctx context.Context, refused bool, message string) (changed bool, err error)
-}
-
 // Defaults for Config.
 const (
 	RateBurstDefault          = 1
@@ -87,6 +80,10 @@ const (
 	MaxElapsedDefault         = 60 * time.Second
 	GaveUpSnoozeDefault       = 10 * time.Second
 	AuthProbeIntervalDefault  = 30 * time.Second
+	// CredentialsSettingDefault and URLSettingDefault are the settings of
+	// the export of resources, named when the third party refuses them.
+	CredentialsSettingDefault = "SYNCER_THIRDPARTY_TOKEN"
+	URLSettingDefault         = "SYNCER_THIRDPARTY_URL"
 )
 
 // RetryAfterDefault is the pause after an answer that says the quota is used
@@ -107,8 +104,18 @@ const (
 	warnEvery = 30 * time.Second
 )
 
-// Config configures a Deliverer.
+// Config configures a Deliverer: one destination's settings.
 type Config struct {
+	// Name is the destination's name: its metrics' destination label.
+	// Defaults to metrics.DefaultDestination, the export of resources.
+	Name string
+	// CredentialsSetting names where the destination's credentials come
+	// from (a token_env's variable), for the log line that says they are
+	// refused. Defaults to CredentialsSettingDefault.
+	CredentialsSetting string
+	// URLSetting names where the destination's URL comes from, for the log
+	// line that says it is refused. Defaults to URLSettingDefault.
+	URLSetting string
 	// Installation is the installation's id (created by `syncer migrate`);
 	// it derives the Idempotency-Keys of split halves and of batches given
 	// without a key, so two installations never share a key. Required: an
@@ -155,22 +162,21 @@ type Config struct {
 	// ErrCredentials or ErrConfiguration); then one request probes.
 	// Defaults to AuthProbeIntervalDefault.
 	AuthProbeInterval time.Duration
-	// State is ignored: the Store given to New records every shared fact.
-	// Defaults to nil.
-	//
-	// Deprecated: pass the store to New.
-	State StateWriter
 	// Format makes the requests and reads the answers. Defaults to the
 	// syncer format (CONTRACT.md section 2).
 	Format Format
 	// Logger defaults to discarding.
 	Logger *slog.Logger
-	// Metrics defaults to nil, none.
-	Metrics *metrics.Metrics
+	// Metrics are the destination's own series (metrics.Metrics.Destination).
+	// Defaults to nil, none.
+	Metrics *metrics.Destination
 }
 
 func (c *Config) withDefaults() Config {
 	out := *c
+	out.Name = cmp.Or(c.Name, metrics.DefaultDestination)
+	out.CredentialsSetting = cmp.Or(c.CredentialsSetting, CredentialsSettingDefault)
+	out.URLSetting = cmp.Or(c.URLSetting, URLSettingDefault)
 	out.RateBurst = cmp.Or(c.RateBurst, RateBurstDefault)
 	out.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
 	out.MaxInlineWait = cmp.Or(c.MaxInlineWait, MaxInlineWaitDefault)
@@ -234,7 +240,7 @@ type Deliverer struct {
 	store   Store // nil: the facts live in this process only
 	cfg     Config
 	logger  *slog.Logger
-	metrics *metrics.Metrics
+	metrics *metrics.Destination
 	now     func() time.Time
 
 	slots   chan struct{} // one per request unanswered
@@ -313,6 +319,13 @@ func New(client Client, store Store, cfg *Config) (*Deliverer, error) {
 	d.metrics.SetBreakerState(0)
 	return d, nil
 }
+
+// Name is the destination's name.
+func (d *Deliverer) Name() string { return d.cfg.Name }
+
+// MaxInFlight is the most requests to the destination unanswered at once:
+// a pipeline that pushes to it keeps no more batches in flight.
+func (d *Deliverer) MaxInFlight() int { return d.cfg.MaxInFlight }
 
 // errNotCounted marks a request error that says nothing about the third
 // party's health (a 429, a refusal, our own cancellation): the breaker
@@ -534,7 +547,7 @@ func apply(res *thirdparty.Result, items []thirdparty.Item, out *Outcome) (pendi
 		left[id] = true
 	}
 	for _, it := range items {
-		id := it.WireID()
+		id := it.ID
 		if msg, ok := rejected[id]; ok {
 			out.Rejected = append(out.Rejected, Rejection{Item: it, Error: cmp.Or(msg, "rejected")})
 		} else if left[id] {
@@ -586,10 +599,10 @@ func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request,
 			}
 		case thirdparty.ClassAuth:
 			return nil, d.refused(ctx, &d.creds, tpErr,
-				"delivery: the third party refused the credentials; nothing is sent until a probe succeeds (check SYNCER_THIRDPARTY_TOKEN)")
+				"delivery: the third party refused the credentials; nothing is sent until a probe succeeds (check "+d.cfg.CredentialsSetting+")")
 		case thirdparty.ClassConfig:
 			return nil, d.refused(ctx, &d.conf, tpErr,
-				"delivery: the third party's URL is misconfigured (a redirect, 404 or 410); nothing is sent until a probe succeeds (check SYNCER_THIRDPARTY_URL)")
+				"delivery: the third party's URL is misconfigured (a redirect, 404 or 410); nothing is sent until a probe succeeds (check "+d.cfg.URLSetting+")")
 		case thirdparty.ClassBatchRefused:
 			return nil, err
 		default:

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,7 +140,7 @@ func items(from, n int, payload func(i int) string) []thirdparty.Item {
 		if payload != nil {
 			p = payload(from + i)
 		}
-		out[i] = thirdparty.Item{ID: int64(from + i), Version: 1, Payload: json.RawMessage(p)}
+		out[i] = thirdparty.Item{ID: strconv.Itoa(from + i), Version: 1, Payload: json.RawMessage(p)}
 	}
 	return out
 }
@@ -157,9 +158,18 @@ func batch(salt string, its []thirdparty.Item) delivery.Batch {
 func ids(its []thirdparty.Item) []int64 {
 	out := make([]int64, len(its))
 	for i, it := range its {
-		out[i] = it.ID
+		out[i] = rowID(it)
 	}
 	return out
+}
+
+// rowID is an item's id as the fake reports it: a row's.
+func rowID(it thirdparty.Item) int64 {
+	n, err := strconv.ParseInt(it.ID, 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
 
 // requireOnlyAccepted checks that every item reported accepted was accepted
@@ -171,7 +181,7 @@ func requireOnlyAccepted(t *testing.T, fake *fakethirdparty.Server, accepted []t
 		got[[2]int64{d.ID, d.Version}] = true
 	}
 	for _, it := range accepted {
-		require.True(t, got[[2]int64{it.ID, it.Version}], "item %d v%d reported accepted, the third party never took it", it.ID, it.Version)
+		require.True(t, got[[2]int64{rowID(it), it.Version}], "item %d v%d reported accepted, the third party never took it", it.ID, it.Version)
 	}
 }
 
@@ -234,19 +244,19 @@ func TestDeliverTextKeys(t *testing.T) {
 	b := setup(t, fakethirdparty.Config{RejectField: "bad", MaxBatchItems: 2}, "")
 	d := b.deliverer(t, nil, nil)
 	its := []thirdparty.Item{
-		{Key: "00000000-0000-4000-8000-000000000001", Version: 1, Payload: json.RawMessage(`{"ok":1}`)},
-		{Key: "a \"quoted\" key", Version: 2, Payload: json.RawMessage(`{"bad":1}`)},
-		{Key: "01", Version: 3, Deleted: true},
-		{ID: 1, Version: 4, Payload: json.RawMessage(`{"bad":1}`)},
+		{ID: "00000000-0000-4000-8000-000000000001", Version: 1, Payload: json.RawMessage(`{"ok":1}`)},
+		{ID: "a \"quoted\" key", Version: 2, Payload: json.RawMessage(`{"bad":1}`)},
+		{ID: "01", Version: 3, Deleted: true},
+		{ID: "1", Version: 4, Payload: json.RawMessage(`{"bad":1}`)},
 	}
 	out, err := d.Deliver(t.Context(), batch("source:x", its))
 	require.NoError(t, err)
 	var accepted, rejected []string
 	for _, it := range out.Accepted {
-		accepted = append(accepted, it.WireID())
+		accepted = append(accepted, it.ID)
 	}
 	for _, r := range out.Rejected {
-		rejected = append(rejected, r.Item.WireID())
+		rejected = append(rejected, r.Item.ID)
 		require.Equal(t, "field bad is not allowed", r.Error)
 	}
 	require.ElementsMatch(t, []string{"00000000-0000-4000-8000-000000000001", "01"}, accepted)
@@ -361,7 +371,7 @@ func TestPoisonItemIsRejectedAlone(t *testing.T) {
 	out, err := d.Deliver(t.Context(), batch("", its))
 	require.NoError(t, err)
 	require.Len(t, out.Rejected, 1)
-	require.Equal(t, int64(6), out.Rejected[0].Item.ID)
+	require.Equal(t, "6", out.Rejected[0].Item.ID)
 	require.Equal(t, "refused as a whole: 400 batch holds an item with field poison", out.Rejected[0].Error)
 	require.Len(t, out.Accepted, 8)
 	require.EqualValues(t, 8, b.fake.Stats().DistinctPairs)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,10 +72,10 @@ const oddKey = "a/b c?#%é"
 func mix() [][]thirdparty.Item {
 	p := func(s string) json.RawMessage { return json.RawMessage(s) }
 	return [][]thirdparty.Item{
-		{{ID: 1, Version: 1, Payload: p(`{"name":"one"}`)}, {ID: 2, Version: 1, Payload: p(`{"name":"two"}`)},
-			{Key: oddKey, Version: 1, Payload: p(`{"name":"odd","n":12345678901234567890}`)}, {ID: 3, Version: 1, Payload: p(`{"bad":true}`)}},
-		{{ID: 1, Version: 2, Payload: p(`{"name":"one again"}`)}, {ID: 2, Version: 2, Deleted: true}, {Key: oddKey, Version: 2, Payload: p(`{"name":"odd again"}`)}},
-		{{ID: 2, Version: 3, Payload: p(`{"name":"two is back"}`)}, {ID: 4, Version: 1, Deleted: true}},
+		{{ID: "1", Version: 1, Payload: p(`{"name":"one"}`)}, {ID: "2", Version: 1, Payload: p(`{"name":"two"}`)},
+			{ID: oddKey, Version: 1, Payload: p(`{"name":"odd","n":12345678901234567890}`)}, {ID: "3", Version: 1, Payload: p(`{"bad":true}`)}},
+		{{ID: "1", Version: 2, Payload: p(`{"name":"one again"}`)}, {ID: "2", Version: 2, Deleted: true}, {ID: oddKey, Version: 2, Payload: p(`{"name":"odd again"}`)}},
+		{{ID: "2", Version: 3, Payload: p(`{"name":"two is back"}`)}, {ID: "4", Version: 1, Deleted: true}},
 	}
 }
 
@@ -99,7 +100,7 @@ func TestFormatsDeliverTheMix(t *testing.T) {
 				rejected += len(out.Rejected)
 				for _, r := range out.Rejected {
 					texts = append(texts, r.Error)
-					require.Equal(t, int64(3), r.Item.ID)
+					require.Equal(t, "3", r.Item.ID)
 				}
 				// The same batch again, as after a crash: same bodies under
 				// the same keys, nothing taken twice.
@@ -117,7 +118,7 @@ func TestFormatsDeliverTheMix(t *testing.T) {
 			require.Zero(t, st.OutOfOrder)
 			require.Zero(t, st.DuplicatesOtherKey, "a resend goes under its key")
 			require.Equal(t, map[int64]int64{1: 2, 2: 3, 4: 1}, fake.Latest())
-			require.Equal(t, map[string]int64{oddKey: 2}, fake.LatestText())
+			require.Equal(t, map[string]int64{oddKey: 2}, latestText(fake))
 			t.Logf("%s: %d requests, by status %v", tc.name, st.Requests, st.RequestsByStatus)
 		})
 	}
@@ -128,7 +129,7 @@ func TestElasticsearchItemsPendingGoAgain(t *testing.T) {
 	fake, d := formatSetup(t, formatCases[2], fakethirdparty.Config{ItemTooManyRate: 0.5, Seed: 3})
 	items := make([]thirdparty.Item, 40)
 	for i := range items {
-		items[i] = thirdparty.Item{ID: int64(i + 1), Version: 1, Payload: json.RawMessage(`{}`)}
+		items[i] = thirdparty.Item{ID: strconv.Itoa(i + 1), Version: 1, Payload: json.RawMessage(`{}`)}
 	}
 	out, err := d.Deliver(context.Background(), delivery.Batch{Items: items, Time: time.Unix(1, 0)})
 	require.NoError(t, err)
@@ -164,7 +165,7 @@ func TestFormatsHostileAnswersMarkNothing(t *testing.T) {
 			require.NoError(t, err)
 			d := newDeliverer(t, newClient(t, url+tt.tc.path, ""), nil, &delivery.Config{Format: f,
 				BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond, MaxElapsed: 50 * time.Millisecond, BreakerFailures: 1000})
-			items := []thirdparty.Item{{ID: 1, Version: 1, Payload: json.RawMessage(`{}`)}, {ID: 2, Version: 1, Payload: json.RawMessage(`{}`)}}
+			items := []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{}`)}, {ID: "2", Version: 1, Payload: json.RawMessage(`{}`)}}
 			out, err := d.Deliver(context.Background(), delivery.Batch{Items: items, Time: time.Unix(1, 0)})
 			require.Nil(t, out, "nothing marked")
 			require.ErrorIs(t, err, delivery.ErrGaveUp)
@@ -179,7 +180,7 @@ func TestStandardWebhooksPerItemInFlight(t *testing.T) {
 	fake, d := formatSetup(t, formatCases[3], fakethirdparty.Config{Latency: 5 * time.Millisecond})
 	items := make([]thirdparty.Item, 64)
 	for i := range items {
-		items[i] = thirdparty.Item{ID: int64(i + 1), Version: 1, Payload: json.RawMessage(`{"i":1}`)}
+		items[i] = thirdparty.Item{ID: strconv.Itoa(i + 1), Version: 1, Payload: json.RawMessage(`{"i":1}`)}
 	}
 	out, err := d.Deliver(context.Background(), delivery.Batch{Items: items, Time: time.Unix(1, 0)})
 	require.NoError(t, err)
@@ -207,9 +208,21 @@ func TestCustomProgramFailureIsNoAnswer(t *testing.T) {
 	url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) { sent++ })
 	d := newDeliverer(t, newClient(t, url, ""), nil, &delivery.Config{Format: f,
 		BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond, MaxElapsed: 30 * time.Millisecond})
-	out, err := d.Deliver(context.Background(), delivery.Batch{Items: []thirdparty.Item{{ID: 1, Version: 1, Payload: json.RawMessage(`{"n":"x"}`)}}})
+	out, err := d.Deliver(context.Background(), delivery.Batch{Items: []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{"n":"x"}`)}}})
 	require.Nil(t, out)
 	require.True(t, errors.Is(err, delivery.ErrGaveUp))
 	require.Contains(t, err.Error(), "request.body")
 	require.Zero(t, sent)
+}
+
+// latestText is the highest version the fake accepted of each id that is
+// not a decimal integer.
+func latestText(f *fakethirdparty.Server) map[string]int64 {
+	out := map[string]int64{}
+	for _, d := range f.Deliveries() {
+		if d.Text != "" && d.Version > out[d.Text] {
+			out[d.Text] = d.Version
+		}
+	}
+	return out
 }

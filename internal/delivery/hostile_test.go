@@ -52,7 +52,7 @@ func TestConfigurationErrors(t *testing.T) {
 			logs := &recorder{}
 			m := metrics.New(prometheus.NewRegistry())
 			d := newDeliverer(t, newClient(t, url, "tok"), db.shared(t), &delivery.Config{
-				AuthProbeInterval: 300 * time.Millisecond, BreakerFailures: 1, Logger: slog.New(logs), Metrics: m,
+				AuthProbeInterval: 300 * time.Millisecond, BreakerFailures: 1, Logger: slog.New(logs), Metrics: m.Destination(metrics.DefaultDestination),
 			})
 			for range 3 {
 				out, err := d.Deliver(t.Context(), batch("", items(1, 4, nil)))
@@ -65,8 +65,8 @@ func TestConfigurationErrors(t *testing.T) {
 			require.EqualValues(t, 1, requests.Load(), "one request, no retry, until the probe time")
 			require.Equal(t, 1, logs.count(slog.LevelError), "said once")
 			require.NotContains(t, logs.text(), "leak")
-			require.InDelta(t, 1, testutil.ToFloat64(m.Misconfigured), 0)
-			require.InDelta(t, 1, testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues(metrics.ResponseCode(tt.status))), 0)
+			require.InDelta(t, 1, testutil.ToFloat64(m.Misconfigured.WithLabelValues(metrics.DefaultDestination)), 0)
+			require.InDelta(t, 1, testutil.ToFloat64(m.ThirdpartyResponses.WithLabelValues(metrics.DefaultDestination, metrics.ResponseCode(tt.status))), 0)
 			st := db.state(t)
 			require.True(t, st.Configuration.Refused)
 			require.Equal(t, tt.status, st.Configuration.Status)
@@ -85,7 +85,7 @@ func TestConfigurationErrors(t *testing.T) {
 				return len(out.Accepted) == 4
 			}, 5*time.Second, 50*time.Millisecond)
 			require.False(t, db.state(t).Configuration.Refused)
-			require.Zero(t, testutil.ToFloat64(m.Misconfigured))
+			require.Zero(t, testutil.ToFloat64(m.Misconfigured.WithLabelValues(metrics.DefaultDestination)))
 			require.Equal(t, 1, logs.countMsg("delivery: the third party accepts the URL again"))
 		})
 	}
@@ -114,7 +114,7 @@ func TestBadAnswersRetriedUnderTheSameKey(t *testing.T) {
 			m := metrics.New(prometheus.NewRegistry())
 			d := b.deliverer(t, nil, &delivery.Config{
 				BreakerFailures: 1000, BackoffInitial: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond,
-				MaxElapsed: 150 * time.Millisecond, Logger: slog.New(logs), Metrics: m,
+				MaxElapsed: 150 * time.Millisecond, Logger: slog.New(logs), Metrics: m.Destination(metrics.DefaultDestination),
 			})
 			its := items(1, 5, nil)
 			out, err := d.Deliver(t.Context(), batch("", its))
@@ -145,7 +145,7 @@ func TestBadAnswersRetriedUnderTheSameKey(t *testing.T) {
 			if tpErr.BadAnswer != "" {
 				require.Equal(t, 1, logs.countMsgLevel(msg, slog.LevelWarn))
 			}
-			require.Zero(t, testutil.ToFloat64(m.LastSuccessTime))
+			require.Zero(t, testutil.ToFloat64(m.LastSuccessTime.WithLabelValues(metrics.DefaultDestination)))
 
 			// The third party comes to its senses: the same key is accepted.
 			b.fake.SetConfig(fakethirdparty.Config{})
@@ -156,7 +156,7 @@ func TestBadAnswersRetriedUnderTheSameKey(t *testing.T) {
 			for _, r := range b.fake.Requests() {
 				require.Equal(t, bodyKey("", its), r.Key)
 			}
-			require.Positive(t, testutil.ToFloat64(m.LastSuccessTime))
+			require.Positive(t, testutil.ToFloat64(m.LastSuccessTime.WithLabelValues(metrics.DefaultDestination)))
 		})
 	}
 }

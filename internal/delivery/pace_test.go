@@ -39,7 +39,7 @@ func TestLearnsUnannouncedLimit(t *testing.T) {
 			b := setup(t, tt.fake, "")
 			logs := &recorder{}
 			m := metrics.New(prometheus.NewRegistry())
-			d := b.deliverer(t, nil, &delivery.Config{Metrics: m, Logger: slog.New(logs)})
+			d := b.deliverer(t, nil, &delivery.Config{Metrics: m.Destination(metrics.DefaultDestination), Logger: slog.New(logs)})
 			accepted := deliverAll(t, d, 4, tt.batches, 3)
 			require.Len(t, accepted, tt.batches*3)
 			requireOnlyAccepted(t, b.fake, accepted)
@@ -49,10 +49,10 @@ func TestLearnsUnannouncedLimit(t *testing.T) {
 			t.Logf("%d of %d requests answered 429", limited, st.Requests)
 			require.Positive(t, limited, "the limit was met")
 			require.LessOrEqual(t, float64(limited), tt.most*float64(st.Requests), "the limit was learnt: %d of %d requests refused", limited, st.Requests)
-			rate := testutil.ToFloat64(m.RateLimitCurrent)
+			rate := testutil.ToFloat64(m.RateLimitCurrent.WithLabelValues(metrics.DefaultDestination))
 			require.Positive(t, rate)
 			require.Less(t, rate, 2*tt.fake.UnannouncedLimit)
-			require.InDelta(t, float64(limited), testutil.ToFloat64(m.RateLimited), 0)
+			require.InDelta(t, float64(limited), testutil.ToFloat64(m.RateLimited.WithLabelValues(metrics.DefaultDestination)), 0)
 			require.GreaterOrEqual(t, logs.countMsg("delivery: request rate changed by more than half"), 1, "from unlimited to a rate")
 		})
 	}
@@ -63,10 +63,10 @@ func TestLearntRateBelowTheConfiguredOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{UnannouncedLimit: 1000}, "")
 	m := metrics.New(prometheus.NewRegistry())
-	d := b.deliverer(t, nil, &delivery.Config{Metrics: m, RateLimit: 30})
+	d := b.deliverer(t, nil, &delivery.Config{Metrics: m.Destination(metrics.DefaultDestination), RateLimit: 30})
 	accepted := deliverAll(t, d, 4, 40, 1)
 	require.Len(t, accepted, 40)
-	require.InDelta(t, 30, testutil.ToFloat64(m.RateLimitCurrent), 0)
+	require.InDelta(t, 30, testutil.ToFloat64(m.RateLimitCurrent.WithLabelValues(metrics.DefaultDestination)), 0)
 	require.LessOrEqual(t, b.fake.Stats().MaxRequestsInOneSecond, int64(31))
 }
 

@@ -132,7 +132,7 @@ func TestCredentialsRefusedThenAccepted(t *testing.T) {
 	b := setup(t, fakethirdparty.Config{Token: "right"}, "wrong")
 	db := newDatabase(t)
 	m := metrics.New(prometheus.NewRegistry())
-	d := b.deliverer(t, db.shared(t), &delivery.Config{AuthProbeInterval: 300 * time.Millisecond, BreakerFailures: 1, Metrics: m})
+	d := b.deliverer(t, db.shared(t), &delivery.Config{AuthProbeInterval: 300 * time.Millisecond, BreakerFailures: 1, Metrics: m.Destination(metrics.DefaultDestination)})
 
 	for range 2 {
 		out, err := d.Deliver(t.Context(), batch("", items(1, 2, nil)))
@@ -150,7 +150,7 @@ func TestCredentialsRefusedThenAccepted(t *testing.T) {
 	require.Contains(t, st.Credentials.Message, "401")
 	require.False(t, st.Credentials.Since.IsZero())
 	require.Equal(t, gobreaker.StateClosed, st.Breaker.State, "401s do not trip the breaker")
-	require.InDelta(t, 1, testutil.ToFloat64(m.CredentialsRefused), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(m.CredentialsRefused.WithLabelValues(metrics.DefaultDestination)), 0)
 	require.Empty(t, b.fake.Deliveries())
 
 	b.fake.SetConfig(fakethirdparty.Config{Token: "wrong"})
@@ -163,7 +163,7 @@ func TestCredentialsRefusedThenAccepted(t *testing.T) {
 		return len(out.Accepted) == 2
 	}, 5*time.Second, 50*time.Millisecond)
 	require.False(t, db.state(t).Credentials.Refused)
-	require.Zero(t, testutil.ToFloat64(m.CredentialsRefused))
+	require.Zero(t, testutil.ToFloat64(m.CredentialsRefused.WithLabelValues(metrics.DefaultDestination)))
 }
 
 func TestLogsCredentialTransitionsOnce(t *testing.T) {
@@ -284,11 +284,11 @@ func TestLearntRateSurvivesHandover(t *testing.T) {
 
 	logs := &recorder{}
 	m := metrics.New(prometheus.NewRegistry())
-	d2 := b.deliverer(t, db.shared(t), &delivery.Config{Logger: slog.New(logs), Metrics: m})
+	d2 := b.deliverer(t, db.shared(t), &delivery.Config{Logger: slog.New(logs), Metrics: m.Destination(metrics.DefaultDestination)})
 	_, err := d2.Deliver(t.Context(), batch("", items(1000, 1, nil)))
 	require.NoError(t, err)
 	require.Equal(t, 1, logs.countMsg("delivery: request rate taken over from the shared state"))
-	require.Positive(t, testutil.ToFloat64(m.RateLimitCurrent))
+	require.Positive(t, testutil.ToFloat64(m.RateLimitCurrent.WithLabelValues(metrics.DefaultDestination)))
 }
 
 // The last error is recorded for status: bounded, escaped, token-free.

@@ -192,7 +192,7 @@ func TestFormatsSIGKILLMidDrain(t *testing.T) {
 				_ = cmd.Wait()
 				cmd = start()
 			}
-			waitFor(t, 2*time.Minute, "all delivered", func() bool { return len(fake.LatestText()) == rows })
+			waitFor(t, 2*time.Minute, "all delivered", func() bool { return len(byID(fake)) == rows })
 			st := fake.Stats()
 			require.Zero(t, st.KeyBodyConflicts, "no key sent with two bodies")
 			require.Zero(t, st.KeyConflicts)

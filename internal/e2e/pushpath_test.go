@@ -150,7 +150,7 @@ func TestPushPathRateLimit(t *testing.T) {
 		// One request at a time, so arrivals at the fake keep the gaps the
 		// limiter made; TestPushPathRateLimitWithRequestsInFlight counts
 		// with four.
-		c.Exporter.MaxInFlight = 1
+		c.Delivery.MaxInFlight = 1
 	})
 	r := b.waitDrained(t, 90*time.Second)
 	require.EqualValues(t, 300, r.Synced)

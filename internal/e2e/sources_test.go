@@ -399,7 +399,7 @@ sources:
 		return n > 0
 	})
 	waitFor(t, 30*time.Second, "the refusal recorded for its destination", func() bool {
-		st, err := breakerstore.ReadStateOf(context.Background(), b.pool, daemon.DestinationNamespace("bad"))
+		st, err := breakerstore.ReadStateOf(context.Background(), b.pool, breakerstore.DestinationNamespace("bad"))
 		require.NoError(t, err)
 		return st.Configuration.Refused
 	})

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -51,7 +52,11 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if items, err := thirdparty.DecodeBatch(body); err == nil {
 		r.mu.Lock()
 		for _, it := range items {
-			r.sent = append(r.sent, item{it.ID, it.Version, it.Deleted})
+			id, err := strconv.ParseInt(it.ID, 10, 64)
+			if err != nil {
+				continue // not a row of resources
+			}
+			r.sent = append(r.sent, item{id, it.Version, it.Deleted})
 		}
 		r.mu.Unlock()
 	}

@@ -23,7 +23,6 @@ package exporter
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,23 +30,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/syncer-dev/syncer/internal/checkpoint"
-	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Defaults for Config.
 const (
-	BatchSizeDefault          = 500
-	BatchMaxBytesDefault      = 4 << 20
 	LockBusySnoozeDefault     = 250 * time.Millisecond
 	HotPollDefault            = 5 * time.Millisecond
 	HotLingerDefault          = 500 * time.Millisecond
@@ -56,23 +49,18 @@ const (
 	ReplayChunkBatchesDefault = 20
 	ReplayHoldDefault         = 2 * time.Second
 	MarkTimeoutDefault        = 30 * time.Second
-	MaxInFlightDefault        = 4
 	ReplayShareDefault        = 0.25
 	MaxSnoozeDefault          = 10 * time.Second
 	PassLengthDefault         = 2 * time.Second
 )
 
-// Pusher delivers one batch, handling retries, splits and the rate limit.
-type Pusher interface {
-	Deliver(ctx context.Context, b delivery.Batch) (*delivery.Outcome, error)
-}
-
 // Config configures an Exporter.
 type Config struct {
-	// BatchSize is the most rows a batch holds. Defaults to BatchSizeDefault.
+	// BatchSize is the most items a batch of any feed holds, unless a
+	// source sets its own. Defaults to feed.ItemsDefault.
 	BatchSize int
 	// BatchMaxBytes is the most payload bytes a batch holds. Defaults to
-	// BatchMaxBytesDefault.
+	// feed.BytesDefault.
 	BatchMaxBytes int
 	// LockBusySnooze is how long a job snoozes when another session holds the
 	// export lock. Defaults to LockBusySnoozeDefault.
@@ -100,13 +88,10 @@ type Config struct {
 	// ReplayHold is how long a replay keeps the lock, chunk after chunk,
 	// before it gives it back. Defaults to ReplayHoldDefault.
 	ReplayHold time.Duration
-	// MaxItemBytes is the largest payload sent; a larger row is recorded
-	// failed with the reason, never read whole. Defaults to
-	// resources.MaxItemBytesDefault.
+	// MaxItemBytes is the largest payload sent, of every feed; a larger
+	// item is recorded failed with the reason, never read whole. Defaults
+	// to feed.MaxItemBytesDefault.
 	MaxItemBytes int
-	// MaxInFlight is the most batches pushed and not yet answered at once.
-	// Defaults to MaxInFlightDefault.
-	MaxInFlight int
 	// ReplayShare is the least share of the batches a replay gets while
 	// live rows keep arriving, from 0 (exclusive) to 1. Defaults to
 	// ReplayShareDefault.
@@ -127,6 +112,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is optional.
 	Metrics *metrics.Metrics
+	// Destination is the name of resources' destination, for metrics.
+	// Defaults to metrics.DefaultDestination.
+	Destination string
 	// Sources are the configured sources (SYNCER_CONFIG) this exporter
 	// exports, each to its own destination, with jobs.SourceArgs. Defaults
 	// to none.
@@ -135,9 +123,11 @@ type Config struct {
 
 // Exporter pushes rows under the export lock.
 type Exporter struct {
-	pool    *pgxpool.Pool
-	locker  *locks.Locker
-	pusher  Pusher
+	pool   *pgxpool.Pool
+	locker *locks.Locker
+	// dest is resources' destination; nil when resources are not
+	// exported (a configuration of sources only).
+	dest    Destination
 	cfg     Config
 	logger  *slog.Logger
 	metrics *metrics.Metrics
@@ -177,8 +167,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("exporter: config: MaxItemBytes must not be negative, got %d", c.MaxItemBytes)
 	case c.BatchMaxBytes < 0:
 		return fmt.Errorf("exporter: config: BatchMaxBytes must not be negative, got %d", c.BatchMaxBytes)
-	case c.MaxInFlight < 0:
-		return fmt.Errorf("exporter: config: MaxInFlight must not be negative, got %d", c.MaxInFlight)
 	case c.ReplayShare < 0 || c.ReplayShare > 1:
 		return fmt.Errorf("exporter: config: ReplayShare must be within 0 and 1, got %v", c.ReplayShare)
 	}
@@ -198,7 +186,7 @@ func (c *Config) validate() error {
 }
 
 // New returns an Exporter.
-func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (*Exporter, error) {
+func New(pool *pgxpool.Pool, locker *locks.Locker, dest Destination, cfg *Config) (*Exporter, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
@@ -206,8 +194,8 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
-	c.BatchMaxBytes = cmp.Or(c.BatchMaxBytes, BatchMaxBytesDefault)
+	lim := feed.Limits{Items: c.BatchSize, Bytes: c.BatchMaxBytes, MaxItemBytes: c.MaxItemBytes}.WithDefaults()
+	c.BatchSize, c.BatchMaxBytes, c.MaxItemBytes = lim.Items, lim.Bytes, lim.MaxItemBytes
 	c.LockBusySnooze = cmp.Or(c.LockBusySnooze, LockBusySnoozeDefault)
 	c.HotPoll = cmp.Or(c.HotPoll, HotPollDefault)
 	c.HotLinger = cmp.Or(c.HotLinger, HotLingerDefault)
@@ -215,7 +203,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 	c.MaxRun = cmp.Or(c.MaxRun, MaxRunDefault)
 	c.ReplayChunkBatches = cmp.Or(c.ReplayChunkBatches, ReplayChunkBatchesDefault)
 	c.ReplayHold = cmp.Or(c.ReplayHold, ReplayHoldDefault)
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
+	c.Destination = cmp.Or(c.Destination, metrics.DefaultDestination)
 	c.ReplayShare = cmp.Or(c.ReplayShare, ReplayShareDefault)
 	c.MaxSnooze = cmp.Or(c.MaxSnooze, MaxSnoozeDefault)
 	c.PassLength = cmp.Or(c.PassLength, PassLengthDefault)
@@ -225,13 +213,13 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 	byName := make(map[string]*Source, len(c.Sources))
 	for i := range c.Sources {
 		s := c.Sources[i]
-		if s.Source == nil || s.Pusher == nil {
-			return nil, fmt.Errorf("exporter: config: Sources[%d]: Source and Pusher are required", i)
+		if s.Source == nil || s.Destination == nil {
+			return nil, fmt.Errorf("exporter: config: Sources[%d]: Source and Destination are required", i)
 		}
 		byName[s.Source.Name] = &s
 	}
 	return &Exporter{sources: byName,
-		pool: pool, locker: locker, pusher: pusher, cfg: c, logger: c.Logger, metrics: c.Metrics,
+		pool: pool, locker: locker, dest: dest, cfg: c, logger: c.Logger, metrics: c.Metrics,
 		lockKey:  locks.ExportKey(c.Schema),
 		stopping: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
@@ -240,9 +228,6 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, pusher Pusher, cfg *Config) (
 
 // BatchSize is the effective batch size.
 func (e *Exporter) BatchSize() int { return e.cfg.BatchSize }
-
-// MaxInFlight is the effective limit of batches unanswered at once.
-func (e *Exporter) MaxInFlight() int { return e.cfg.MaxInFlight }
 
 // LockKey is the export lock's key.
 func (e *Exporter) LockKey() int64 { return e.lockKey }
@@ -308,76 +293,16 @@ func (e *Exporter) deactivate() bool {
 // errStopping ends a pass because the daemon is shutting down.
 var errStopping = errors.New("exporter: shutting down")
 
-// source is what a pass exports: the live pending rows or a replay's
-// range of resources, or a configured source's pending keys.
-type source struct {
-	checkpoint string
-	// fetch returns the next batch and the salt of its key: a replay's own,
-	// or the live generation's (resources.LiveSalt) read with the rows.
-	fetch func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error)
-	// fetchKeys, set for a configured source instead of fetch, returns the
-	// next batch of its pending keys after afterKey (nil: from the first).
-	fetchKeys func(ctx context.Context, afterKey *string) ([]sources.Row, error)
-	// salt is the keys' salt of a configured source.
-	salt string
-	// sink is where a configured source's batches go; nil: resources'.
-	sink *sink
+// rows is the target of resources' live export and replays' resends.
+func (e *Exporter) rows() target {
+	return target{feed: e.liveFeed(), dest: e.dest, destName: e.cfg.Destination}
 }
 
-// sink is where a pass's batches go and how their outcomes are written,
-// in the marker's transaction on the lock's connection.
-type sink struct {
-	// source and destination label a configured source's metrics; empty
-	// for resources.
-	source, destination string
-	pusher              Pusher
-	// mark queues the statements that write a group of outcomes, to be
-	// sent with the rest of the marker transaction in one round trip.
-	mark func(b *pgx.Batch, accepted, rejected []thirdparty.Item, errs []string) error
+// replayTarget is the target of a replay's range.
+func (e *Exporter) replayTarget(id int64, f resources.Filter) target {
+	return target{feed: e.replayFeed(id, f), dest: e.dest, destName: e.cfg.Destination}
 }
 
-// rowsSink delivers to the resources' destination and marks resources.
-func (e *Exporter) rowsSink() *sink {
-	return &sink{pusher: e.pusher, mark: func(b *pgx.Batch, accepted, rejected []thirdparty.Item, errs []string) error {
-		var o resources.Outcomes
-		for _, it := range accepted {
-			if it.Deleted {
-				o.SyncedTombstones.Add(it.ID, it.Version)
-			} else {
-				o.Synced.Add(it.ID, it.Version)
-			}
-		}
-		for i, it := range rejected {
-			if it.Deleted {
-				o.FailedTombstones.Add(it.ID, it.Version)
-				o.TombstoneErrs = append(o.TombstoneErrs, errs[i])
-			} else {
-				o.Failed.Add(it.ID, it.Version)
-				o.Errs = append(o.Errs, errs[i])
-			}
-		}
-		resources.QueueMarks(b, o)
-		return nil
-	}}
-}
-
-func (e *Exporter) sinkOf(src source) *sink {
-	if src.sink != nil {
-		return src.sink
-	}
-	return e.rowsSink()
-}
-
-func (e *Exporter) liveSource() source {
-	return source{
-		checkpoint: checkpoint.Live,
-		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error) {
-			rows, gen, err := resources.Pending(ctx, e.pool, after, lim, nil)
-			return rows, resources.LiveSalt(gen), err
-		},
-	}
-}
-
-func (e *Exporter) limits() resources.Limits {
-	return resources.Limits{Rows: e.cfg.BatchSize, Bytes: e.cfg.BatchMaxBytes, MaxItemBytes: e.cfg.MaxItemBytes}
-}
+// ownsRows says which recorded batches the holder of resources' lock
+// resends: those of resources, live and replays.
+func ownsRows(name string) bool { return !isSourceCheckpoint(name) }

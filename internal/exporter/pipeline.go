@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,9 +10,9 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
-	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -21,24 +20,24 @@ import (
 // read, recorded (seq set), sent, answered (out set), marked.
 type batch struct {
 	name  string // the checkpoint it belongs to
-	items []thirdparty.Item
+	items []feed.Item
 	salt  string
 	key   string
 	body  []byte
 	// at is when the batch was made, recorded with it: formats whose
 	// bodies carry a time render this one, on every send.
 	at time.Time
-	// lastID is the last row's id (resources); a source's batches leave
-	// it 0: a source pass always reads its pending keys from the first.
-	lastID int64
-	seq    int64 // set once a committed record covers the batch
+	// position is the feed's position after the batch, recorded with it
+	// (feed.Page.Position).
+	position int64
+	seq      int64 // set once a committed record covers the batch
 	// recording is set while a marker transaction in flight records the
 	// batch: it is not recorded twice.
 	recording bool
 	out       *delivery.Outcome
-	// oversize are rows too large to send: recorded failed with the
+	// oversize are items too large to send: recorded failed with the
 	// batch's outcome, never sent.
-	oversize []resources.Row
+	oversize []feed.Oversize
 	// resent marks a batch a previous holder recorded: it may have reached
 	// the third party, so it stays recorded until it is marked, even if
 	// this run never sends it.
@@ -49,22 +48,14 @@ func (b *batch) record() checkpoint.Batch {
 	return checkpoint.Batch{Name: b.name, Key: b.key, Salt: b.salt, Items: len(b.items), Body: b.body, Time: b.at}
 }
 
-// newBatch encodes rows as one request under the installation's key. Rows
-// too large to send stay out of the request; a batch of nothing else is
-// only marked.
-func (e *Exporter) newBatch(name, salt string, rows []resources.Row) *batch {
-	b := &batch{name: name, salt: salt, lastID: rows[len(rows)-1].ID, at: batchTime()}
-	b.items = make([]thirdparty.Item, 0, len(rows))
-	for _, r := range rows {
-		if r.Oversize > 0 {
-			b.oversize = append(b.oversize, r)
-			continue
-		}
-		b.items = append(b.items, thirdparty.Item{ID: r.ID, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted})
-	}
+// newBatch encodes a page of a feed as one request under the
+// installation's key. Items too large to send stay out of the request; a
+// batch of nothing else is only marked.
+func (e *Exporter) newBatch(name string, p feed.Page) *batch {
+	b := &batch{name: name, salt: p.Salt, items: p.Items, oversize: p.Oversize, position: p.Position, at: batchTime()}
 	if len(b.items) > 0 {
 		b.body = thirdparty.AppendBatch(nil, b.items)
-		b.key = thirdparty.BatchKey(e.cfg.Installation, salt, b.body)
+		b.key = thirdparty.BatchKey(e.cfg.Installation, b.salt, b.body)
 	}
 	return b
 }
@@ -82,120 +73,19 @@ func sourceOf(checkpointName string) string {
 	return delivery.SourceDefault
 }
 
-// oversizeError says why a row was never sent.
-func (e *Exporter) oversizeError(r resources.Row) string {
+// oversizeError says why an item was never sent.
+func oversizeError(o feed.Oversize, lim feed.Limits) string {
 	return fmt.Sprintf("payload of %d bytes is larger than SYNCER_MAX_ITEM_BYTES (%d): not sent; shrink the row, or raise the limit and run syncer retry-failed",
-		r.Oversize, cmp.Or(e.cfg.MaxItemBytes, resources.MaxItemBytesDefault))
-}
-
-// newKeyedBatch encodes a source's pending rows as one request: each
-// item's id is the key's text form.
-func (e *Exporter) newKeyedBatch(name, salt string, rows []sources.Row) *batch {
-	b := &batch{name: name, salt: salt, at: batchTime()}
-	b.items = make([]thirdparty.Item, len(rows))
-	for i, r := range rows {
-		b.items[i] = thirdparty.Item{Key: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted}
-	}
-	b.body = thirdparty.AppendBatch(nil, b.items)
-	b.key = thirdparty.BatchKey(e.cfg.Installation, salt, b.body)
-	return b
-}
-
-// recordedBatch turns a recorded batch back into one to send: its exact
-// body, its key, and the items the body holds (for marks and splits).
-func recordedBatch(r checkpoint.Batch) (*batch, error) {
-	items, err := thirdparty.DecodeBatch(r.Body)
-	if err != nil {
-		return nil, fmt.Errorf("exporter: recorded batch %d (%s): %w", r.Seq, r.Key, err)
-	}
-	b := &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true, at: r.Time.UTC()}
-	if len(items) > 0 && items[len(items)-1].Key == "" {
-		b.lastID = items[len(items)-1].ID
-	}
-	return b, nil
-}
-
-// reader reads a source's batches ahead of the pushers, in id order.
-type reader struct {
-	ch     chan fetched
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-type fetched struct {
-	b   *batch
-	err error
-}
-
-// startReader reads src after startAfter until the source is exhausted,
-// maxBatches were read (0: no limit) or until has passed (zero: never).
-// One batch waits in the channel while the next is read; the pipeline
-// bounds what it holds beyond that.
-func (e *Exporter) startReader(ctx context.Context, src source, startAfter int64, maxBatches int, until time.Time) *reader {
-	rctx, cancel := context.WithCancel(ctx)
-	r := &reader{ch: make(chan fetched, 1), cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		defer close(r.ch)
-		after := startAfter
-		var afterKey *string // a source's position: nil before the first key
-		for n := 0; maxBatches == 0 || n < maxBatches; n++ {
-			if !until.IsZero() && time.Now().After(until) {
-				return
-			}
-			var f fetched
-			if src.fetchKeys != nil {
-				rows, err := src.fetchKeys(rctx, afterKey)
-				if err == nil && len(rows) == 0 {
-					return
-				}
-				if err != nil {
-					f.err = err
-				} else {
-					f.b = e.newKeyedBatch(src.checkpoint, src.salt, rows)
-					last := rows[len(rows)-1].Key
-					afterKey = &last
-				}
-			} else {
-				rows, salt, err := src.fetch(rctx, after, e.limits())
-				if err == nil && len(rows) == 0 {
-					return
-				}
-				if err != nil {
-					f.err = err
-				} else {
-					f.b = e.newBatch(src.checkpoint, salt, rows)
-					after = f.b.lastID
-				}
-			}
-			err := f.err
-			select {
-			case r.ch <- f:
-			case <-rctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return r
-}
-
-// stop ends the reader and waits for it.
-func (r *reader) stop() {
-	r.cancel()
-	for range r.ch {
-	}
-	<-r.done
+		o.Bytes, lim.MaxItemBytes)
 }
 
 // passResult says what a pass did.
 type passResult struct {
 	rows    int
 	batches int
-	lastID  int64
-	// done is true when the pass reached the end of its source.
+	// position is the feed's position after the last batch marked.
+	position int64
+	// done is true when the pass reached the end of its feed.
 	done bool
 }
 
@@ -243,8 +133,14 @@ type rejectedNote struct {
 type pipeline struct {
 	e  *Exporter
 	lk *locks.Lock
-	// sink is where batches go and how their outcomes are written.
-	sink *sink
+	// feed is what the batches are read from and how their outcomes are
+	// written; dest is where they go.
+	feed Feed
+	dest Destination
+	// destName and source label metrics (target); metrics are the
+	// destination's.
+	destName, source string
+	metrics          *metrics.Destination
 	// serial pushes one batch at a time, for resends whose batches may
 	// share ids.
 	serial bool
@@ -257,7 +153,7 @@ type pipeline struct {
 // pushedCounts is what a pipeline marked.
 type pushedCounts struct {
 	rows, batches int
-	lastID        int64
+	position      int64
 }
 
 // markerDepth is how many marker transactions are in flight at most: one
@@ -274,8 +170,7 @@ const readAhead = 2
 // returns true, makes the pipeline send nothing more; the batches recorded
 // and never sent are forgotten.
 func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop func() bool) error {
-	e := p.e
-	limit := e.cfg.MaxInFlight
+	limit := max(p.dest.MaxInFlight(), 1)
 	if p.serial {
 		limit = 1
 	}
@@ -287,7 +182,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		markerTxs  int   // handed to the marker and not yet reported
 		halt       error // first error: nothing more is read or sent
 		markFailed bool
-		sentUpTo   = p.start // the last row of the last batch sent
+		sentUpTo   = p.start // the position after the last batch sent
 	)
 	results := make(chan pushed, limit)
 	ctxDone := ctx.Done()
@@ -350,9 +245,9 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			b := queue[0]
 			queue = queue[1:]
 			inflight++
-			sentUpTo = b.lastID
+			sentUpTo = b.position
 			go func() {
-				out, err := e.push(ctx, p.sink, b)
+				out, err := p.push(ctx, b)
 				results <- pushed{b: b, out: out, err: err}
 			}()
 		}
@@ -374,7 +269,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			case f.err != nil:
 				setHalt(f.err)
 			case len(f.b.items) == 0:
-				// Nothing to send: only its oversize rows to mark.
+				// Nothing to send: only its oversize items to mark.
 				f.b.out = &delivery.Outcome{}
 				answered = append(answered, f.b)
 				held++
@@ -406,7 +301,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			for _, b := range m.marks {
 				p.res.rows += len(b.items)
 				p.res.batches++
-				p.res.lastID = max(p.res.lastID, b.lastID)
+				p.res.position = max(p.res.position, b.position)
 				held--
 			}
 		case <-ctxDone:
@@ -454,214 +349,19 @@ func hasUnrecorded(queue []*batch) bool {
 	return false
 }
 
-// markReq is what one marker transaction writes: the outcomes of answered
-// batches, and the records of batches about to be sent.
-type markReq struct {
-	marks, records []*batch
-}
-
-// marker runs the pipeline's marker transactions on the lock's session, in
-// the order handed, until reqs is closed, and reports each on out. It keeps
-// up to two in flight (locks.Pipe): while one runs, the next is already on
-// the wire, so PostgreSQL starts it the moment the first commits instead of
-// idling while the answer goes out and the next transaction comes in. A
-// transaction only commits if the one before it did. The marks run even
-// when the job is being cancelled: what the third party accepted must be
-// recorded.
-func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- marked) {
-	pipe := p.lk.NewPipe()
-	defer pipe.Close()
-	var sent []marked
-	// The marker waits for the next transaction's content for up to three
-	// quarters of the shortest of the last transactions' times, before it
-	// blocks on the oldest's answer. An underestimate costs an overlap; an
-	// overestimate leaves an answer unread while its batches wait to be
-	// pushed, so one slow transaction (a checkpoint's flush) must not
-	// lengthen the waits after it.
-	var recent [8]time.Duration
-	var n int
-	var headSince time.Time
-	shortest := func() time.Duration {
-		m := time.Duration(0)
-		for i := range min(n, len(recent)) {
-			if i == 0 || recent[i] < m {
-				m = recent[i]
-			}
-		}
-		return m
-	}
-	send := func(r markReq) {
-		if len(sent) == 0 {
-			headSince = time.Now()
-		}
-		// A transaction that could not be sent is reported in its turn.
-		sent = append(sent, p.send(ctx, pipe, r))
-	}
-	for {
-		if len(sent) == 0 {
-			r, ok := <-reqs
-			if !ok {
-				return
-			}
-			send(r)
-			continue
-		}
-		if len(sent) < markerDepth && reqs != nil {
-			switch r, state := takeWithin(reqs, shortest()*3/4-time.Since(headSince)); state {
-			case taken:
-				send(r)
-			case closed:
-				reqs = nil
-			}
-		}
-		head := sent[0]
-		sent = sent[1:]
-		if head.err == nil {
-			head = p.receive(ctx, pipe, head)
-		}
-		now := time.Now()
-		recent[n%len(recent)] = now.Sub(headSince)
-		n++
-		headSince = now
-		out <- head
-		if reqs == nil && len(sent) == 0 {
-			return
-		}
-	}
-}
-
-type takeState int
-
-const (
-	timedOut takeState = iota
-	taken
-	closed
-)
-
-// takeWithin takes the next request from reqs if one comes within wait.
-func takeWithin(reqs <-chan markReq, wait time.Duration) (markReq, takeState) {
-	select {
-	case r, ok := <-reqs:
-		if !ok {
-			return r, closed
-		}
-		return r, taken
-	default:
-	}
-	if wait <= 0 {
-		return markReq{}, timedOut
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case r, ok := <-reqs:
-		if !ok {
-			return r, closed
-		}
-		return r, taken
-	case <-t.C:
-		return markReq{}, timedOut
-	}
-}
-
-// send queues one marker transaction on pipe: the outcomes of answered
-// batches, the forgetting of their records, and the records of batches
-// about to be sent. The statements and their callbacks are built here; the
-// callbacks run in receive.
-func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked {
-	res := marked{marks: r.marks, records: r.records}
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
-	defer cancel()
-	type group struct {
-		acc, rej []thirdparty.Item
-		errs     []string
-		batches  int64
-		seqs     []int64
-	}
-	byName := map[string]*group{}
-	var order []string
-	for _, b := range r.marks {
-		g := byName[b.name]
-		if g == nil {
-			g = &group{}
-			byName[b.name] = g
-			order = append(order, b.name)
-		}
-		g.acc = append(g.acc, b.out.Accepted...)
-		for _, r := range b.out.Rejected {
-			g.rej = append(g.rej, r.Item)
-			g.errs = append(g.errs, r.Error)
-		}
-		for _, r := range b.oversize {
-			g.rej = append(g.rej, thirdparty.Item{ID: r.ID, Version: r.Version})
-			g.errs = append(g.errs, p.e.oversizeError(r))
-		}
-		g.batches++
-		if b.seq != 0 {
-			g.seqs = append(g.seqs, b.seq)
-		}
-	}
-	seqs := new([]int64)
-	res.seqsOut = seqs
-	for _, name := range order {
-		if g := byName[name]; len(g.rej) > 0 {
-			res.rejected = append(res.rejected, rejectedNote{name: name, n: len(g.rej), first: g.errs[0]})
-		}
-	}
-	err := pipe.Send(mctx, func(qb *pgx.Batch) error {
-		for _, name := range order {
-			g := byName[name]
-			if err := p.sink.mark(qb, g.acc, g.rej, g.errs); err != nil {
-				return err
-			}
-			checkpoint.QueueForget(qb, g.seqs)
-			checkpoint.QueueAdvance(qb, name, checkpoint.Progress{
-				Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches,
-			})
-		}
-		if len(r.records) == 0 {
-			return nil
-		}
-		// Every batch of one pipeline's reads belongs to one checkpoint.
-		recs := make([]checkpoint.Batch, len(r.records))
-		for i, b := range r.records {
-			recs[i] = b.record()
-		}
-		checkpoint.QueueRecord(qb, r.records[0].name, r.records[len(r.records)-1].lastID, recs, seqs)
-		return nil
-	})
-	if err != nil {
-		res.err = fmt.Errorf("exporter: mark batches: %w", err)
-	}
-	return res
-}
-
-// receive waits for a transaction send queued and completes its report.
-func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) marked {
-	if err := pipe.Receive(); err != nil {
-		res.err = fmt.Errorf("exporter: mark batches: %w", err)
-		return res
-	}
-	res.seqs = *res.seqsOut
-	for _, r := range res.rejected {
-		p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
-			slog.String("checkpoint", r.name), slog.Int("rejected", r.n), slog.String("first_error", r.first))
-	}
-	return res
-}
-
 // push delivers one batch and records metrics.
-func (e *Exporter) push(ctx context.Context, sk *sink, b *batch) (*delivery.Outcome, error) {
+func (p *pipeline) push(ctx context.Context, b *batch) (*delivery.Outcome, error) {
+	e := p.e
 	start := time.Now()
-	out, err := sk.pusher.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body,
+	out, err := p.dest.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body,
 		Source: sourceOf(b.name), Time: b.at})
 	if err != nil {
-		e.metrics.BatchFailed(time.Since(start))
+		p.metrics.BatchFailed(time.Since(start))
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
 	}
-	e.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
-	if sk.source != "" {
-		e.metrics.SourceBatch(sk.source, sk.destination, len(out.Accepted), len(out.Rejected))
+	p.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
+	if p.source != "" {
+		e.metrics.SourceBatch(p.source, p.destName, len(out.Accepted), len(out.Rejected))
 	}
 	e.lastKey.Store(&b.key)
 	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
@@ -671,76 +371,33 @@ func (e *Exporter) push(ctx context.Context, sk *sink, b *batch) (*delivery.Outc
 	return out, nil
 }
 
-// pass pushes src's rows after startAfter until the source is exhausted,
-// maxBatches were read (0: no limit), or until has passed (zero: never).
-func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, src source, startAfter int64, maxBatches int, until time.Time) (passResult, error) {
-	p := &pipeline{e: e, lk: lk, sink: e.sinkOf(src), start: startAfter, res: pushedCounts{lastID: startAfter}}
-	rd := e.startReader(ctx, src, startAfter, maxBatches, until)
-	exhausted := false
-	// The reader closes its channel at the end of the source, at
+// pass pushes f's items after startAfter to dest until the feed is
+// exhausted, maxBatches were read (0: no limit), or until has passed
+// (zero: never).
+func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, t target, startAfter int64, maxBatches int, until time.Time) (passResult, error) {
+	p := t.pipeline(e, lk)
+	p.start, p.res.position = startAfter, startAfter
+	rd := e.startReader(ctx, t.feed, startAfter, maxBatches, until)
+	// The reader closes its channel at the end of the feed, at
 	// maxBatches or at until; only the first means the pass is done.
 	err := p.run(ctx, nil, rd, e.isStopping)
-	res := passResult{rows: p.res.rows, batches: p.res.batches, lastID: p.res.lastID}
+	res := passResult{rows: p.res.rows, batches: p.res.batches, position: p.res.position}
 	if err == nil {
-		exhausted = (maxBatches == 0 || p.res.batches < maxBatches) && (until.IsZero() || time.Now().Before(until))
+		res.done = (maxBatches == 0 || p.res.batches < maxBatches) && (until.IsZero() || time.Now().Before(until))
 	}
-	res.done = exhausted
 	return res, err
 }
 
-// resume sends, one at a time and in the order they were recorded, every
-// batch a previous holder of the lock recorded and did not mark, before
-// anything else is read: they may have reached the third party, so they go
-// again byte for byte under their keys, and a later version of any of their
-// rows goes only after them. Batches of cancelled replays are dropped.
-// The holder of the resources' lock resends the batches of resources (live
-// and replays); a source's holder those of its own checkpoint only.
-func (e *Exporter) resume(ctx context.Context, lk *locks.Lock) error {
-	return e.resumeFor(ctx, lk, source{})
+// target is a feed and its destination: what one pipeline runs.
+type target struct {
+	feed Feed
+	dest Destination
+	// destName and source label metrics: the destination's name, and a
+	// configured source's (empty for resources).
+	destName, source string
 }
 
-func (e *Exporter) resumeFor(ctx context.Context, lk *locks.Lock, src source) error {
-	recs, err := checkpoint.Recorded(ctx, e.pool)
-	if err != nil {
-		return err
-	}
-	if len(recs) == 0 {
-		return nil
-	}
-	var batches []*batch
-	var drop []int64
-	for _, r := range recs {
-		if src.sink != nil && r.Name != src.checkpoint {
-			continue
-		}
-		if src.sink == nil && isSourceCheckpoint(r.Name) {
-			continue
-		}
-		if keep, err := e.keepRecorded(ctx, r.Name); err != nil {
-			return err
-		} else if !keep {
-			drop = append(drop, r.Seq)
-			continue
-		}
-		b, err := recordedBatch(r)
-		if err != nil {
-			return err
-		}
-		batches = append(batches, b)
-	}
-	if len(drop) > 0 {
-		if err := lk.WithTx(ctx, func(tx pgx.Tx) error { return checkpoint.Forget(ctx, tx, drop) }); err != nil {
-			return err
-		}
-	}
-	if len(batches) == 0 {
-		return nil
-	}
-	e.logger.InfoContext(ctx, "exporter: resending the batches in flight at the last stop, under their keys",
-		slog.Int("batches", len(batches)), slog.String("first_idempotency_key", batches[0].key))
-	p := &pipeline{e: e, lk: lk, sink: e.sinkOf(src), serial: true}
-	if err := p.run(ctx, batches, nil, nil); err != nil {
-		return err
-	}
-	return nil
+func (t target) pipeline(e *Exporter, lk *locks.Lock) *pipeline {
+	return &pipeline{e: e, lk: lk, feed: t.feed, dest: t.dest, destName: t.destName, source: t.source,
+		metrics: e.metrics.Destination(t.destName)}
 }

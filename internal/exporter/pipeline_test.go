@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,11 +16,12 @@ import (
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
-// scripted is a Pusher whose answers a test scripts by call number. It
+// scripted is a Destination whose answers a test scripts by call number. It
 // checks the pipeline's rules on every call: no batch is pushed before a
 // committed record holds its exact body under its key, no id is in two
 // unanswered calls, and no more than the limit are unanswered at once.
@@ -32,11 +34,15 @@ type scripted struct {
 	calls       []delivery.Batch
 	inflight    int
 	maxInflight int
-	busy        map[int64]bool
+	busy        map[string]bool
 	overlaps    int
 	unrecorded  int
-	sent        map[int64][]int64 // versions of each id, in the order sent
+	sent        map[string][]int64 // versions of each id, in the order sent
+	// limit is the destination's requests in flight.
+	limit int
 }
+
+func (s *scripted) MaxInFlight() int { return s.limit }
 
 func (s *scripted) Deliver(ctx context.Context, b delivery.Batch) (*delivery.Outcome, error) {
 	recs, err := checkpoint.Recorded(context.WithoutCancel(ctx), s.pool)
@@ -87,7 +93,9 @@ type pipelineBundle struct {
 	pusher *scripted
 }
 
-func setupPipeline(t *testing.T, cfg Config) *pipelineBundle {
+// setupPipeline returns an exporter of resources to a scripted destination
+// that takes inFlight batches at once (0: 4, delivery's default).
+func setupPipeline(t *testing.T, cfg Config, inFlight ...int) *pipelineBundle {
 	t.Helper()
 	ctx := t.Context()
 	ts := dbtest.NewMigrated(t)
@@ -96,7 +104,10 @@ func setupPipeline(t *testing.T, cfg Config) *pipelineBundle {
 	require.NoError(t, err)
 	locker, err := locks.New(pool.Config().ConnConfig, nil)
 	require.NoError(t, err)
-	p := &scripted{t: t, pool: pool, busy: map[int64]bool{}, sent: map[int64][]int64{}}
+	p := &scripted{t: t, pool: pool, busy: map[string]bool{}, sent: map[string][]int64{}, limit: 4}
+	if len(inFlight) > 0 {
+		p.limit = inFlight[0]
+	}
 	cfg.Schema, cfg.Installation = schema, inst
 	e, err := New(pool, locker, p, &cfg)
 	require.NoError(t, err)
@@ -144,11 +155,11 @@ func TestPipelineKeepsItsLimits(t *testing.T) {
 	for _, n := range []int{1, 4} {
 		t.Run(fmt.Sprint(n, " in flight"), func(t *testing.T) {
 			t.Parallel()
-			b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: n})
+			b := setupPipeline(t, Config{BatchSize: 10}, n)
 			b.pusher.answer = slow(5 * time.Millisecond)
 			b.insert(t, 400)
 
-			res, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+			res, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 			require.NoError(t, err)
 			require.True(t, res.done)
 			require.Equal(t, 400, res.rows)
@@ -166,7 +177,7 @@ func TestPipelineKeepsItsLimits(t *testing.T) {
 
 func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T) {
 	t.Parallel()
-	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b := setupPipeline(t, Config{BatchSize: 10}, 4)
 	b.insert(t, 200)
 	const k = 7
 	refused := errors.New("scripted: third party unavailable")
@@ -177,7 +188,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 		return slow(2*time.Millisecond)(ctx, i, bt)
 	}
 
-	_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.ErrorIs(t, err, refused)
 
 	calls, _, overlaps, unrecorded := b.pusher.snapshot()
@@ -200,7 +211,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 	require.NoError(t, err)
 
 	b.pusher.answer = nil
-	require.NoError(t, b.e.resume(t.Context(), b.lk))
+	require.NoError(t, b.e.resume(t.Context(), b.lk, b.e.rows(), ownsRows))
 	after, _, _, unrecorded := b.pusher.snapshot()
 	require.Zero(t, unrecorded)
 	resent := after[len(calls):]
@@ -211,7 +222,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 	}
 	require.Empty(t, b.recorded(t))
 
-	res, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	res, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.NoError(t, err)
 	require.True(t, res.done)
 	require.Equal(t, 200, b.count(t, "synced_at IS NOT NULL"))
@@ -226,7 +237,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 
 func TestPipelineCancelledMidPushMarksWhatWasAnswered(t *testing.T) {
 	t.Parallel()
-	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b := setupPipeline(t, Config{BatchSize: 10}, 4)
 	b.insert(t, 200)
 	ctx, cancel := context.WithCancel(t.Context())
 	const k = 5
@@ -240,7 +251,7 @@ func TestPipelineCancelledMidPushMarksWhatWasAnswered(t *testing.T) {
 		}
 		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
 	}
-	_, err := b.e.pass(ctx, b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	_, err := b.e.pass(ctx, b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.ErrorIs(t, err, context.Canceled)
 
 	calls, maxInflight, _, unrecorded := b.pusher.snapshot()
@@ -253,12 +264,12 @@ func TestPipelineCancelledMidPushMarksWhatWasAnswered(t *testing.T) {
 
 func TestPipelineRejectionsFailOnlyTheirVersion(t *testing.T) {
 	t.Parallel()
-	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b := setupPipeline(t, Config{BatchSize: 10}, 4)
 	b.insert(t, 50)
 	b.pusher.answer = func(ctx context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
 		out := &delivery.Outcome{Requests: 1}
 		for _, it := range bt.Items {
-			if it.ID%7 == 0 {
+			if id, _ := strconv.Atoi(it.ID); id%7 == 0 {
 				out.Rejected = append(out.Rejected, delivery.Rejection{Item: it, Error: "no sevens"})
 			} else {
 				out.Accepted = append(out.Accepted, it)
@@ -266,7 +277,7 @@ func TestPipelineRejectionsFailOnlyTheirVersion(t *testing.T) {
 		}
 		return out, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, 7, b.count(t, "failed_at IS NOT NULL AND sync_error = 'no sevens'"))
 	require.Equal(t, 43, b.count(t, "synced_at IS NOT NULL"))
@@ -274,7 +285,7 @@ func TestPipelineRejectionsFailOnlyTheirVersion(t *testing.T) {
 
 func TestPipelineStopSendsNothingMoreAndForgetsUnsent(t *testing.T) {
 	t.Parallel()
-	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 2})
+	b := setupPipeline(t, Config{BatchSize: 10}, 2)
 	b.insert(t, 300)
 	b.pusher.answer = func(ctx context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
 		if i == 3 {
@@ -282,7 +293,7 @@ func TestPipelineStopSendsNothingMoreAndForgetsUnsent(t *testing.T) {
 		}
 		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.ErrorIs(t, err, errStopping)
 	calls, _, _, _ := b.pusher.snapshot()
 	require.Less(t, len(calls), 30)
@@ -296,7 +307,7 @@ func TestPipelineKeysAreTheInstallations(t *testing.T) {
 	two := setupPipeline(t, Config{BatchSize: 10})
 	for _, b := range []*pipelineBundle{one, two} {
 		b.insert(t, 10)
-		_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+		_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 		require.NoError(t, err)
 	}
 	c1, _, _, _ := one.pusher.snapshot()
@@ -312,7 +323,7 @@ func TestPipelineExportsEveryBigintID(t *testing.T) {
 	_, err := b.pool.Exec(t.Context(), `INSERT INTO resources (id, payload) VALUES
 		(-9223372036854775808, '{}'), (-1, '{}'), (0, '{}'), (1, '{}'), (9223372036854775807, '{}')`)
 	require.NoError(t, err)
-	res, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	res, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, 5, res.rows)
 	require.Equal(t, 5, b.count(t, "synced_at IS NOT NULL"))
@@ -320,7 +331,7 @@ func TestPipelineExportsEveryBigintID(t *testing.T) {
 
 func TestResumeThatFailsForgetsNothing(t *testing.T) {
 	t.Parallel()
-	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b := setupPipeline(t, Config{BatchSize: 10}, 4)
 	b.insert(t, 100)
 	refused := errors.New("scripted: down")
 	b.pusher.answer = func(ctx context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
@@ -329,7 +340,7 @@ func TestResumeThatFailsForgetsNothing(t *testing.T) {
 		}
 		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.ErrorIs(t, err, refused)
 	recs := b.recorded(t)
 	require.NotEmpty(t, recs)
@@ -338,7 +349,7 @@ func TestResumeThatFailsForgetsNothing(t *testing.T) {
 
 	// The next holder's resend fails too: what was recorded stays, under
 	// its keys, and the position does not move.
-	require.ErrorIs(t, b.e.resume(t.Context(), b.lk), refused)
+	require.ErrorIs(t, b.e.resume(t.Context(), b.lk, b.e.rows(), ownsRows), refused)
 	again := b.recorded(t)
 	require.Equal(t, len(recs), len(again), "a failed resume forgets no recorded batch")
 	for i := range recs {
@@ -355,7 +366,7 @@ func TestResumeThatFailsForgetsNothing(t *testing.T) {
 // pending below the position, and the next holder finishes the job.
 func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
 	t.Parallel()
-	b := setupPipeline(t, Config{BatchSize: 10, MaxInFlight: 4})
+	b := setupPipeline(t, Config{BatchSize: 10}, 4)
 	b.insert(t, 300)
 	// The marks of the batch holding the 105th row fail, whichever
 	// transaction carries them.
@@ -370,7 +381,7 @@ func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
 	require.NoError(t, err)
 	b.pusher.answer = slow(time.Millisecond)
 
-	_, err = b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	_, err = b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.ErrorContains(t, err, "scripted: mark refused")
 	require.NoError(t, b.lk.Err(), "a failed mark keeps the lock")
 
@@ -384,18 +395,18 @@ func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
 	}
 	for _, c := range calls {
 		var synced int
-		ids := make([]int64, len(c.Items))
+		ids := make([]string, len(c.Items))
 		for i, it := range c.Items {
 			ids[i] = it.ID
 		}
-		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM resources WHERE id = ANY($1) AND synced_at IS NOT NULL`, ids).Scan(&synced))
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM resources WHERE id = ANY($1::text[]::bigint[]) AND synced_at IS NOT NULL`, ids).Scan(&synced))
 		require.True(t, synced == len(ids) || recorded[c.Key], "batch %s: %d of %d marked and not recorded", c.Key, synced, len(ids))
 		require.True(t, synced == 0 || synced == len(ids), "a batch is marked whole or not at all")
 	}
 	// Every row up to the position is marked or in a recorded batch.
 	cp, err := checkpoint.Get(t.Context(), b.pool, checkpoint.Live)
 	require.NoError(t, err)
-	inRecords := map[int64]bool{}
+	inRecords := map[string]bool{}
 	for _, r := range b.recorded(t) {
 		items, err := thirdparty.DecodeBatch(r.Body)
 		require.NoError(t, err)
@@ -403,18 +414,18 @@ func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
 			inRecords[it.ID] = true
 		}
 	}
-	rows, err := b.pool.Query(t.Context(), `SELECT id FROM resources WHERE synced_at IS NULL AND id <= $1`, cp.LastID)
+	rows, err := b.pool.Query(t.Context(), `SELECT id::text FROM resources WHERE synced_at IS NULL AND id <= $1`, cp.LastID)
 	require.NoError(t, err)
-	pendingBelow, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	pendingBelow, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	for _, id := range pendingBelow {
-		require.True(t, inRecords[id], "row %d is below the position (%d), pending and in no recorded batch", id, cp.LastID)
+		require.True(t, inRecords[id], "row %s is below the position (%d), pending and in no recorded batch", id, cp.LastID)
 	}
 
 	_, err = b.pool.Exec(t.Context(), `DROP TRIGGER refuse_mark ON resources`)
 	require.NoError(t, err)
-	require.NoError(t, b.e.resume(t.Context(), b.lk))
-	res, err := b.e.pass(t.Context(), b.lk, b.e.liveSource(), startID, 0, time.Time{})
+	require.NoError(t, b.e.resume(t.Context(), b.lk, b.e.rows(), ownsRows))
+	res, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
 	require.NoError(t, err)
 	require.True(t, res.done)
 	require.Equal(t, 300, b.count(t, "synced_at IS NOT NULL"))

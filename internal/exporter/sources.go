@@ -1,20 +1,18 @@
 package exporter
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Defaults for sources.
@@ -28,8 +26,8 @@ const (
 type Source struct {
 	// Source is the installed source (sources.Resolve). Required.
 	Source *sources.Source
-	// Pusher is the source's destination's deliverer. Required.
-	Pusher Pusher
+	// Destination is the source's destination's deliverer. Required.
+	Destination Destination
 	// BatchSize is the most keys a batch holds. Defaults to
 	// Config.BatchSize.
 	BatchSize int
@@ -116,42 +114,18 @@ func (e *Exporter) workSource(ctx context.Context, s *Source) error {
 	return lockCause(lk, lockCause(dk, err))
 }
 
-// configSource is what a pass of a configured source reads and where it
-// goes.
-func (e *Exporter) configSource(s *Source) source {
-	src := s.Source
-	lim := sources.Limits{Rows: cmp.Or(s.BatchSize, e.cfg.BatchSize), Bytes: e.cfg.BatchMaxBytes}
-	return source{
-		checkpoint: checkpoint.Source(src.Name),
-		salt:       checkpoint.Source(src.Name),
-		fetchKeys: func(ctx context.Context, afterKey *string) ([]sources.Row, error) {
-			if afterKey == nil {
-				return sources.Pending(ctx, e.pool, src, "", true, lim)
-			}
-			return sources.Pending(ctx, e.pool, src, *afterKey, false, lim)
-		},
-		sink: &sink{source: src.Name, destination: src.Destination, pusher: s.Pusher, mark: func(b *pgx.Batch, accepted, rejected []thirdparty.Item, errs []string) error {
-			keys, versions := wire(accepted)
-			rkeys, rversions := wire(rejected)
-			return sources.QueueMarks(b, src, keys, versions, rkeys, rversions, errs)
-		}},
-	}
-}
-
-func wire(items []thirdparty.Item) ([]string, []int64) {
-	keys, versions := make([]string, len(items)), make([]int64, len(items))
-	for i, it := range items {
-		keys[i], versions[i] = it.WireID(), it.Version
-	}
-	return keys, versions
+// target is the source's feed and its destination.
+func (e *Exporter) sourceTarget(s *Source) target {
+	return target{feed: e.sourceFeed(s), dest: s.Destination, destName: s.Source.Destination, source: s.Source.Name}
 }
 
 // drainSource resends the source's recorded batches, then alternates
 // snapshot chunks and passes over its pending keys until both are done or
 // the run limit has passed.
 func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, s *Source) error {
-	src := e.configSource(s)
-	if err := e.resumeFor(ctx, lk, src); err != nil {
+	t := e.sourceTarget(s)
+	own := t.feed.Checkpoint()
+	if err := e.resume(ctx, lk, t, func(name string) bool { return name == own }); err != nil {
 		return err
 	}
 	started := time.Now()
@@ -177,7 +151,7 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, s *Source) e
 			}
 			snapshotDone = done
 		}
-		res, err := e.pass(ctx, lk, src, startID, 0, time.Now().Add(e.cfg.PassLength))
+		res, err := e.pass(ctx, lk, t, feed.Start, 0, time.Now().Add(e.cfg.PassLength))
 		total += res.rows
 		if err != nil {
 			return err

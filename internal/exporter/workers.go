@@ -12,11 +12,11 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
-	"github.com/syncer-dev/syncer/internal/resources"
 )
 
 // SyncWorker runs the live sync.
@@ -34,7 +34,7 @@ func (w *SyncWorker) Timeout(*river.Job[jobs.SyncArgs]) time.Duration { return -
 
 // Work drains pending rows under the export lock, then lingers.
 func (w *SyncWorker) Work(ctx context.Context, job *river.Job[jobs.SyncArgs]) error {
-	if w.e.pusher == nil {
+	if w.e.dest == nil {
 		// This daemon exports configured sources only; a daemon that
 		// exports resources enqueues its own job again (its relay's poll).
 		return nil
@@ -57,7 +57,7 @@ func (w *ReplayWorker) Timeout(*river.Job[jobs.ReplayArgs]) time.Duration { retu
 // Work pushes one chunk of the replay, after draining live rows first so a
 // backfill never starves new inserts.
 func (w *ReplayWorker) Work(ctx context.Context, job *river.Job[jobs.ReplayArgs]) error {
-	if w.e.pusher == nil {
+	if w.e.dest == nil {
 		// As SyncWorker: the replay stays unfinished, and a daemon that
 		// exports resources gives it a job of its own (reviveReplays).
 		return nil
@@ -158,9 +158,6 @@ type drainOpts struct {
 // replay drains live rows itself, and the open gate brings a new live job.
 var errYield = errors.New("exporter: yielding to a replay")
 
-// startID is the position before every row.
-const startID = resources.Start
-
 // drainLive pushes pending rows until a pass finds none (or as o says). It
 // returns how many rows it pushed. Every pass is bounded by PassLength, so
 // between passes it can look at the clock and at waiting replays.
@@ -176,7 +173,7 @@ func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (
 		if !o.deadline.IsZero() && o.deadline.Before(until) {
 			until = o.deadline
 		}
-		res, err := e.pass(ctx, lk, e.liveSource(), startID, o.maxBatches, until)
+		res, err := e.pass(ctx, lk, e.rows(), feed.Start, o.maxBatches, until)
 		total += res.rows
 		if err != nil || res.rows == 0 || o.maxBatches > 0 || o.once {
 			return total, err
@@ -237,7 +234,7 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 		}
 	}()
 
-	if err := e.resume(ctx, lk); err != nil {
+	if err := e.resume(ctx, lk, e.rows(), ownsRows); err != nil {
 		return err
 	}
 	hot := time.NewTimer(0)
@@ -351,30 +348,6 @@ func (e *Exporter) yieldToReplay(ctx context.Context, lk *locks.Lock) (bool, err
 	return true, e.setGate(ctx, lk, true)
 }
 
-// keepRecorded reports whether a recorded batch of the named checkpoint is
-// still to be sent: not when it belongs to a replay that was cancelled or
-// is gone.
-func (e *Exporter) keepRecorded(ctx context.Context, name string) (bool, error) {
-	id, ok := checkpoint.ReplayID(name)
-	if !ok {
-		return true, nil
-	}
-	cancelled, err := replays.Cancelled(ctx, e.pool, id)
-	return !cancelled, err
-}
-
-func (e *Exporter) replaySource(r replays.Replay) source {
-	return source{
-		checkpoint: checkpoint.Replay(r.ID),
-		// A different salt from the live sync (see fetch): the third party
-		// must not take a replay for a retry of the original export.
-		fetch: func(ctx context.Context, after int64, lim resources.Limits) ([]resources.Row, string, error) {
-			rows, err := resources.Matching(ctx, e.pool, r.Filter, after, lim, nil)
-			return rows, fmt.Sprintf("replay-%d", r.ID), err
-		},
-	}
-}
-
 func (e *Exporter) workReplay(ctx context.Context, id int64) error {
 	r, err := replays.Load(ctx, e.pool, id)
 	if errors.Is(err, replays.ErrNotFound) {
@@ -401,15 +374,15 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Re
 	if err := replays.Start(ctx, e.pool, r.ID); err != nil {
 		return err
 	}
-	src := e.replaySource(r)
-	if err := e.resume(ctx, lk); err != nil {
+	t := e.replayTarget(r.ID, r.Filter)
+	if err := e.resume(ctx, lk, e.rows(), ownsRows); err != nil {
 		return err
 	}
-	cp, err := checkpoint.Get(ctx, e.pool, src.checkpoint)
+	cp, err := checkpoint.Get(ctx, e.pool, t.feed.Checkpoint())
 	if err != nil {
 		return err
 	}
-	after := int64(startID)
+	after := feed.Start
 	if cp.Positioned {
 		after = cp.LastID
 	}
@@ -429,13 +402,13 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Re
 			return err
 		}
 		chunkStart := time.Now()
-		res, err := e.pass(ctx, lk, src, after, e.cfg.ReplayChunkBatches, time.Time{})
+		res, err := e.pass(ctx, lk, t, after, e.cfg.ReplayChunkBatches, time.Time{})
 		e.logger.DebugContext(ctx, "exporter: replay chunk", slog.Int64("replay_id", r.ID), slog.Int("rows", res.rows),
-			slog.Int64("last_id", res.lastID), slog.Duration("took", time.Since(chunkStart)))
+			slog.Int64("last_id", res.position), slog.Duration("took", time.Since(chunkStart)))
 		if err != nil {
 			return err
 		}
-		after = res.lastID
+		after = res.position
 		if res.done {
 			break
 		}
@@ -453,7 +426,13 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Re
 	}); err != nil {
 		return fmt.Errorf("exporter: finish replay: %w", err)
 	}
-	cp, _ = checkpoint.Get(ctx, e.pool, src.checkpoint)
+	// The replay is done whatever the summary's read says: a failure to
+	// read it only leaves the counts out of the log line.
+	if cp, err = checkpoint.Get(ctx, e.pool, t.feed.Checkpoint()); err != nil {
+		e.logger.WarnContext(ctx, "exporter: replay done; its counts could not be read", slog.Int64("replay_id", r.ID),
+			slog.String("error", err.Error()))
+		return nil
+	}
 	e.logger.InfoContext(ctx, "exporter: replay done", slog.Int64("replay_id", r.ID),
 		slog.Int64("rows", cp.RowsDone), slog.Int64("failed", cp.RowsFailed))
 	return nil

@@ -1,5 +1,5 @@
 // Package fakethirdparty is a stand-in third party that speaks the wire
-// protocol of CONTRACT.md section 2: the project's test double and the
+// protocol of docs/protocol.md, section 2: the project's test double and the
 // target of `syncer fake-thirdparty` in demos and benchmarks.
 //
 // What it guarantees:

@@ -149,7 +149,7 @@ func decodeWebhook(s *Server, cfg Config, r *http.Request, body []byte) ([]third
 	if m.Data.Deleted != strings.HasSuffix(m.Type, ".deleted") || (!m.Data.Deleted && !strings.HasSuffix(m.Type, ".upserted")) {
 		return nil, fmt.Errorf("type %q does not match the data", m.Type)
 	}
-	return []thirdparty.Item{{Key: m.Data.ID, Version: m.Data.Version, Payload: m.Data.Payload, Deleted: m.Data.Deleted}}, nil
+	return []thirdparty.Item{{ID: m.Data.ID, Version: m.Data.Version, Payload: m.Data.Payload, Deleted: m.Data.Deleted}}, nil
 }
 
 // errSignature is a request whose signature does not verify: 401.
@@ -187,7 +187,7 @@ func decodeCloudEvents(_ *Server, _ Config, _ *http.Request, body []byte) ([]thi
 		if !deleted && !strings.HasSuffix(e.Type, ".upserted") {
 			return nil, fmt.Errorf("event %d: type %q ends neither in .upserted nor .deleted", i, e.Type)
 		}
-		items[i] = thirdparty.Item{Key: e.Subject, Version: v, Deleted: deleted}
+		items[i] = thirdparty.Item{ID: e.Subject, Version: v, Deleted: deleted}
 		if !deleted {
 			items[i].Payload = e.Data
 		} else if len(e.Data) > 0 {
@@ -221,7 +221,7 @@ func decodeBulk(_ *Server, _ Config, r *http.Request, body []byte) ([]thirdparty
 			if a.ID == nil || a.VersionType != "external" {
 				return nil, fmt.Errorf("action %d: _id and version_type external are required", len(items))
 			}
-			it := thirdparty.Item{Key: *a.ID, Version: a.Version}
+			it := thirdparty.Item{ID: *a.ID, Version: a.Version}
 			switch kind {
 			case "delete":
 				it.Deleted = true
@@ -261,7 +261,7 @@ func bulkAnswer(items []thirdparty.Item, verdicts []itemVerdict, _ Config) (int,
 	}{Items: make([]map[string]entry, len(items))}
 	for i, it := range items {
 		v := verdicts[i]
-		e := entry{Index: "fake", ID: it.WireID(), Version: it.Version, Status: v.status}
+		e := entry{Index: "fake", ID: it.ID, Version: it.Version, Status: v.status}
 		kind := "index"
 		if it.Deleted {
 			kind = "delete"
@@ -313,7 +313,7 @@ func decodeInputs(_ *Server, _ Config, r *http.Request, body []byte) ([]thirdpar
 	}
 	items := make([]thirdparty.Item, len(in.Inputs))
 	for i, x := range in.Inputs {
-		items[i] = thirdparty.Item{Key: x.ID, Version: x.Version, Deleted: archive}
+		items[i] = thirdparty.Item{ID: x.ID, Version: x.Version, Deleted: archive}
 		if !archive {
 			items[i].Payload = x.Properties
 		}
@@ -339,10 +339,10 @@ func inputsAnswer(items []thirdparty.Item, verdicts []itemVerdict, _ Config) (in
 	}{Status: "COMPLETE", Results: []map[string]any{}}
 	for i, it := range items {
 		if verdicts[i].status >= 300 {
-			out.Errors = append(out.Errors, failure{Status: "error", Category: "VALIDATION_ERROR", Message: verdicts[i].reason, Context: ctx{IDs: []string{it.WireID()}}})
+			out.Errors = append(out.Errors, failure{Status: "error", Category: "VALIDATION_ERROR", Message: verdicts[i].reason, Context: ctx{IDs: []string{it.ID}}})
 			continue
 		}
-		out.Results = append(out.Results, map[string]any{"id": it.WireID()})
+		out.Results = append(out.Results, map[string]any{"id": it.ID})
 	}
 	b, _ := json.Marshal(out)
 	if len(out.Errors) > 0 {

@@ -241,9 +241,9 @@ func TestTombstones(t *testing.T) {
 	_, err := b.push(t, batch(1, 2, 1, ""))
 	require.NoError(t, err)
 	its := []thirdparty.Item{
-		{ID: 1, Version: 2, Deleted: true},
-		{ID: 3, Version: 1, Payload: json.RawMessage(`{"n":3}`)},
-		{ID: 2, Version: 5, Deleted: true},
+		{ID: "1", Version: 2, Deleted: true},
+		{ID: "3", Version: 1, Payload: json.RawMessage(`{"n":3}`)},
+		{ID: "2", Version: 5, Deleted: true},
 	}
 	res, err := b.push(t, its)
 	require.NoError(t, err)
@@ -260,7 +260,7 @@ func TestTombstones(t *testing.T) {
 	require.True(t, d[4].Deleted)
 
 	// A tombstone below an accepted version is out of order.
-	_, err = b.push(t, []thirdparty.Item{{ID: 2, Version: 4, Deleted: true}})
+	_, err = b.push(t, []thirdparty.Item{{ID: "2", Version: 4, Deleted: true}})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), b.fake.Stats().OutOfOrder)
 }

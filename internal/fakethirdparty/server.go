@@ -482,18 +482,6 @@ func (s *Server) Latest() map[int64]int64 {
 	return out
 }
 
-// LatestText returns, for every id accepted that is not a decimal int64
-// (a source's text or uuid key), the highest version accepted.
-func (s *Server) LatestText() map[string]int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]int64, len(s.latest.text))
-	for id, v := range s.latest.text {
-		out[id] = v
-	}
-	return out
-}
-
 // answerKind is what the checks before reading the body decided.
 type answerKind int
 

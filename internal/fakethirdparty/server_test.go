@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -108,7 +109,7 @@ func batch(from, n int, version int64, payload string) []thirdparty.Item {
 		if p == "" {
 			p = fmt.Sprintf(`{"n":%d}`, from+i)
 		}
-		out[i] = thirdparty.Item{ID: int64(from + i), Version: version, Payload: json.RawMessage(p)}
+		out[i] = thirdparty.Item{ID: strconv.Itoa(from + i), Version: version, Payload: json.RawMessage(p)}
 	}
 	return out
 }
@@ -373,10 +374,10 @@ func TestRejectField(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{RejectField: "secret"}, nil)
 	its := []thirdparty.Item{
-		{ID: 1, Version: 1, Payload: json.RawMessage(`{"secret":1}`)},
-		{ID: 2, Version: 1, Payload: json.RawMessage(`{"nested":{"secret":1},"x":"secret"}`)},
-		{ID: 3, Version: 1, Payload: json.RawMessage(`"secret"`)},
-		{ID: 4, Version: 1, Payload: json.RawMessage(`{"a":[1,{"secret":2}], "secret" : null}`)},
+		{ID: "1", Version: 1, Payload: json.RawMessage(`{"secret":1}`)},
+		{ID: "2", Version: 1, Payload: json.RawMessage(`{"nested":{"secret":1},"x":"secret"}`)},
+		{ID: "3", Version: 1, Payload: json.RawMessage(`"secret"`)},
+		{ID: "4", Version: 1, Payload: json.RawMessage(`{"a":[1,{"secret":2}], "secret" : null}`)},
 	}
 	res, err := b.push(t, its)
 	require.NoError(t, err)

@@ -33,9 +33,9 @@ var cookbookEnv = map[string]string{
 // escaping in a URL, an update's later version, a tombstone.
 func cookbookBatch() *thirdparty.Batch {
 	return &thirdparty.Batch{Source: "orders", Time: time.Date(2026, 11, 24, 13, 0, 0, 0, time.UTC), Items: []thirdparty.Item{
-		{Key: "ann@example.com", Version: 3, Payload: json.RawMessage(`{"email": "ann@example.com", "lastname": "Lee", "firstname": "Ann"}`)},
-		{Key: "bö/b x?#%", Version: 5, Payload: json.RawMessage(`{"email": "bob@example.com", "lastname": "Bö", "firstname": "Bob", "n": 12345678901234567890}`)},
-		{Key: "cy@example.com", Version: 7, Deleted: true},
+		{ID: "ann@example.com", Version: 3, Payload: json.RawMessage(`{"email": "ann@example.com", "lastname": "Lee", "firstname": "Ann"}`)},
+		{ID: "bö/b x?#%", Version: 5, Payload: json.RawMessage(`{"email": "bob@example.com", "lastname": "Bö", "firstname": "Bob", "n": 12345678901234567890}`)},
+		{ID: "cy@example.com", Version: 7, Deleted: true},
 	}}
 }
 

@@ -347,11 +347,3 @@ func Held(ctx context.Context, q Querier, key int64) (bool, error) {
 	_, held, err := HolderOf(ctx, q, key)
 	return held, err
 }
-
-// Holder reports the backend pid of the session holding the lock for key.
-//
-// Deprecated: use HolderOf, which also names the host and process.
-func (l *Locker) Holder(ctx context.Context, q Querier, key int64) (pid int, held bool, err error) {
-	h, held, err := HolderOf(ctx, q, key)
-	return h.PID, held, err
-}

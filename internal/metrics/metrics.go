@@ -1,6 +1,12 @@
 // Package metrics declares syncer's Prometheus metrics. A Metrics is built
 // on a registry the caller owns (no global registry), and every method is
 // safe on a nil *Metrics, so libraries can take one optionally.
+//
+// Every series of the push path carries a destination label: a
+// configured destination's name, or DefaultDestination for the export of
+// resources to SYNCER_THIRDPARTY_URL. A Destination is the view one
+// destination's deliverer and pipelines write through, so two
+// destinations never write the same series.
 package metrics
 
 import (
@@ -12,28 +18,33 @@ import (
 	"github.com/syncer-dev/syncer/internal/buildinfo"
 )
 
+// DefaultDestination is the destination label of the export of resources
+// to SYNCER_THIRDPARTY_URL, the one destination there is without a
+// configuration file.
+const DefaultDestination = "default"
+
 // Metrics holds the collectors.
 type Metrics struct {
-	ItemsExported     prometheus.Counter
-	ItemsFailed       prometheus.Counter
-	Batches           *prometheus.CounterVec
-	PushDuration      *prometheus.HistogramVec
 	UnsyncedRows      prometheus.Gauge
 	OldestUnsyncedAge prometheus.Gauge
-	BreakerState      prometheus.Gauge
-	RateLimited       prometheus.Counter
 	LockHeld          prometheus.Gauge
 	RiverJobs         *prometheus.GaugeVec
 	OutboxPending     prometheus.Gauge
 
-	// Push path (delivery).
+	// Push path (delivery and the pipeline), by destination.
+	ItemsExported       *prometheus.CounterVec
+	ItemsFailed         *prometheus.CounterVec
+	Batches             *prometheus.CounterVec
+	PushDuration        *prometheus.HistogramVec
+	BreakerState        *prometheus.GaugeVec
+	RateLimited         *prometheus.CounterVec
 	ThirdpartyResponses *prometheus.CounterVec
-	LastSuccessTime     prometheus.Gauge
-	CredentialsRefused  prometheus.Gauge
-	Misconfigured       prometheus.Gauge
-	RateLimitCurrent    prometheus.Gauge
-	MaxInFlightCurrent  prometheus.Gauge
-	RequestsInFlight    prometheus.Gauge
+	LastSuccessTime     *prometheus.GaugeVec
+	CredentialsRefused  *prometheus.GaugeVec
+	Misconfigured       *prometheus.GaugeVec
+	RateLimitCurrent    *prometheus.GaugeVec
+	MaxInFlightCurrent  *prometheus.GaugeVec
+	RequestsInFlight    *prometheus.GaugeVec
 	// Database-wide counts of failures and deletes.
 	FailedRows        prometheus.Gauge
 	TombstonesPending prometheus.Gauge
@@ -57,30 +68,11 @@ type Metrics struct {
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		ItemsExported: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "syncer_items_exported_total", Help: "Items the third party accepted and syncer marked synced.",
-		}),
-		ItemsFailed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "syncer_items_failed_total", Help: "Items the third party rejected, recorded as failed.",
-		}),
-		Batches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncer_batches_total", Help: "Batches pushed, by result (ok, partial, error).",
-		}, []string{"result"}),
-		PushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "syncer_push_duration_seconds", Help: "Time to deliver one batch, retries and splits included, by result (ok, failed).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
-		}, []string{"result"}),
 		UnsyncedRows: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncer_unsynced_rows", Help: "Rows whose current version is not synced (failed ones included).",
 		}),
 		OldestUnsyncedAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncer_oldest_unsynced_age_seconds", Help: "Age of the oldest pending version.",
-		}),
-		BreakerState: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "syncer_breaker_state", Help: "Circuit breaker state: 0 closed, 1 half-open, 2 open.",
-		}),
-		RateLimited: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "syncer_rate_limited_total", Help: "429 answers from the third party.",
 		}),
 		LockHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncer_lock_held", Help: "1 while this process holds the export lock.",
@@ -92,14 +84,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "syncer_outbox_pending", Help: "Outbox events not yet relayed.",
 		}),
 	}
-	reg.MustRegister(m.ItemsExported, m.ItemsFailed, m.Batches, m.PushDuration, m.UnsyncedRows,
-		m.OldestUnsyncedAge, m.BreakerState, m.RateLimited, m.LockHeld, m.RiverJobs, m.OutboxPending)
+	reg.MustRegister(m.UnsyncedRows, m.OldestUnsyncedAge, m.LockHeld, m.RiverJobs, m.OutboxPending)
 	m.newPushPath(reg)
-	// Both results exist from the start, so a dashboard or an alert on a
-	// daemon that has not pushed yet finds the series.
-	for _, r := range []string{"ok", "failed"} {
-		m.PushDuration.WithLabelValues(r)
-	}
 
 	m.FailedRows = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "syncer_failed_rows", Help: "Rows and tombstones whose current version the third party rejected.",
@@ -164,40 +150,6 @@ func (m *Metrics) SetSource(source, destination string, pending, failed int64, o
 	m.SourceStopped.WithLabelValues(source, destination).Set(boolValue(stopped))
 }
 
-// Batch records one delivered batch.
-func (m *Metrics) Batch(accepted, rejected int, took time.Duration) {
-	if m == nil {
-		return
-	}
-	m.ItemsExported.Add(float64(accepted))
-	m.ItemsFailed.Add(float64(rejected))
-	result := "ok"
-	if rejected > 0 {
-		result = "partial"
-	}
-	m.Batches.WithLabelValues(result).Inc()
-	m.PushDuration.WithLabelValues("ok").Observe(took.Seconds())
-}
-
-// BatchFailed records a batch that could not be delivered after took: it
-// counts as an error batch and in the push histogram as failed.
-func (m *Metrics) BatchFailed(took time.Duration) {
-	if m == nil {
-		return
-	}
-	m.Batches.WithLabelValues("error").Inc()
-	m.PushDuration.WithLabelValues("failed").Observe(took.Seconds())
-}
-
-// BatchError records a batch that could not be delivered, without its
-// duration; BatchFailed also puts it in the push histogram.
-func (m *Metrics) BatchError() {
-	if m == nil {
-		return
-	}
-	m.Batches.WithLabelValues("error").Inc()
-}
-
 // SetLockHeld records whether this process holds the export lock.
 func (m *Metrics) SetLockHeld(held bool) {
 	if m == nil {
@@ -210,51 +162,134 @@ func (m *Metrics) SetLockHeld(held bool) {
 	}
 }
 
-// RateLimitedInc counts a 429.
-func (m *Metrics) RateLimitedInc() {
-	if m == nil {
-		return
-	}
-	m.RateLimited.Inc()
-}
-
-// SetBreakerState records the breaker's state (0 closed, 1 half-open, 2 open).
-func (m *Metrics) SetBreakerState(s int) {
-	if m == nil {
-		return
-	}
-	m.BreakerState.Set(float64(s))
-}
-
 // Push path (delivery): what the third party answers and how syncer paces
 // it.
 
 func (m *Metrics) newPushPath(reg prometheus.Registerer) {
+	dest := []string{"destination"}
+	m.ItemsExported = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncer_items_exported_total", Help: "Items the destination accepted and syncer marked synced.",
+	}, dest)
+	m.ItemsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncer_items_failed_total", Help: "Items the destination rejected, recorded as failed.",
+	}, dest)
+	m.Batches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncer_batches_total", Help: "Batches pushed, by destination and result (ok, partial, error).",
+	}, []string{"destination", "result"})
+	m.PushDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "syncer_push_duration_seconds", Help: "Time to deliver one batch, retries and splits included, by destination and result (ok, failed).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+	}, []string{"destination", "result"})
+	m.BreakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_breaker_state", Help: "A destination's circuit breaker: 0 closed, 1 half-open, 2 open.",
+	}, dest)
+	m.RateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncer_rate_limited_total", Help: "429 answers from a destination.",
+	}, dest)
 	m.ThirdpartyResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "syncer_thirdparty_responses_total",
-		Help: "Requests to the third party by answer: the status for those the protocol names " +
+		Help: "Requests to a destination by answer: the status for those the protocol names " +
 			"(400, 401, 403, 404, 408, 409, 410, 413, 422, 429), else its class (2xx, 3xx, 4xx, 5xx); error when no answer came.",
-	}, []string{"code"})
-	m.LastSuccessTime = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "syncer_thirdparty_last_success_timestamp_seconds", Help: "Unix time of the last request the third party accepted.",
-	})
-	m.CredentialsRefused = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "syncer_credentials_refused", Help: "1 while the third party refuses the credentials (401, 403).",
-	})
-	m.Misconfigured = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "syncer_thirdparty_misconfigured", Help: "1 while the third party's URL redirects or does not exist (3xx, 404, 410).",
-	})
-	m.RateLimitCurrent = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "syncer_rate_limit_current", Help: "Requests a second syncer allows itself now (configured, learnt or advertised); 0 means no limit.",
-	})
-	m.MaxInFlightCurrent = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "syncer_max_in_flight_current", Help: "The most requests to the third party allowed unanswered at once.",
-	})
-	m.RequestsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "syncer_requests_in_flight", Help: "Requests to the third party unanswered now.",
-	})
-	reg.MustRegister(m.ThirdpartyResponses, m.LastSuccessTime, m.CredentialsRefused, m.Misconfigured,
+	}, []string{"destination", "code"})
+	m.LastSuccessTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_thirdparty_last_success_timestamp_seconds", Help: "Unix time of the last request a destination accepted.",
+	}, dest)
+	m.CredentialsRefused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_credentials_refused", Help: "1 while a destination refuses the credentials (401, 403).",
+	}, dest)
+	m.Misconfigured = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_thirdparty_misconfigured", Help: "1 while a destination's URL redirects or does not exist (3xx, 404, 410).",
+	}, dest)
+	m.RateLimitCurrent = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_rate_limit_current", Help: "Requests a second syncer allows itself to a destination now (configured, learnt or advertised); 0 means no limit.",
+	}, dest)
+	m.MaxInFlightCurrent = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_max_in_flight_current", Help: "The most requests to a destination allowed unanswered at once.",
+	}, dest)
+	m.RequestsInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_requests_in_flight", Help: "Requests to a destination unanswered now.",
+	}, dest)
+	reg.MustRegister(m.ItemsExported, m.ItemsFailed, m.Batches, m.PushDuration, m.BreakerState, m.RateLimited,
+		m.ThirdpartyResponses, m.LastSuccessTime, m.CredentialsRefused, m.Misconfigured,
 		m.RateLimitCurrent, m.MaxInFlightCurrent, m.RequestsInFlight)
+}
+
+// Destination is the push path's metrics of one destination: every series
+// it writes carries the destination's label. Its methods are safe on a
+// nil *Destination.
+type Destination struct {
+	m    *Metrics
+	name string
+}
+
+// Destination returns the view of destination name, creating its series
+// so that a dashboard or an alert finds them before its first push. Nil
+// on a nil *Metrics.
+func (m *Metrics) Destination(name string) *Destination {
+	if m == nil {
+		return nil
+	}
+	d := &Destination{m: m, name: name}
+	for _, r := range []string{"ok", "failed"} {
+		m.PushDuration.WithLabelValues(name, r)
+	}
+	m.ItemsExported.WithLabelValues(name)
+	m.ItemsFailed.WithLabelValues(name)
+	m.RateLimited.WithLabelValues(name)
+	m.BreakerState.WithLabelValues(name)
+	m.CredentialsRefused.WithLabelValues(name)
+	m.Misconfigured.WithLabelValues(name)
+	m.RequestsInFlight.WithLabelValues(name)
+	return d
+}
+
+// Name is the destination's label.
+func (d *Destination) Name() string {
+	if d == nil {
+		return ""
+	}
+	return d.name
+}
+
+// Batch records one delivered batch.
+func (d *Destination) Batch(accepted, rejected int, took time.Duration) {
+	if d == nil {
+		return
+	}
+	d.m.ItemsExported.WithLabelValues(d.name).Add(float64(accepted))
+	d.m.ItemsFailed.WithLabelValues(d.name).Add(float64(rejected))
+	result := "ok"
+	if rejected > 0 {
+		result = "partial"
+	}
+	d.m.Batches.WithLabelValues(d.name, result).Inc()
+	d.m.PushDuration.WithLabelValues(d.name, "ok").Observe(took.Seconds())
+}
+
+// BatchFailed records a batch that could not be delivered after took: it
+// counts as an error batch and in the push histogram as failed.
+func (d *Destination) BatchFailed(took time.Duration) {
+	if d == nil {
+		return
+	}
+	d.m.Batches.WithLabelValues(d.name, "error").Inc()
+	d.m.PushDuration.WithLabelValues(d.name, "failed").Observe(took.Seconds())
+}
+
+// RateLimitedInc counts a 429.
+func (d *Destination) RateLimitedInc() {
+	if d == nil {
+		return
+	}
+	d.m.RateLimited.WithLabelValues(d.name).Inc()
+}
+
+// SetBreakerState records the breaker's state (0 closed, 1 half-open, 2 open).
+func (d *Destination) SetBreakerState(s int) {
+	if d == nil {
+		return
+	}
+	d.m.BreakerState.WithLabelValues(d.name).Set(float64(s))
 }
 
 // ResponseCode is the bounded label of syncer_thirdparty_responses_total for
@@ -280,67 +315,67 @@ func ResponseCode(status int) string {
 }
 
 // Response counts one request's answer (status 0: none came).
-func (m *Metrics) Response(status int) {
-	if m == nil {
+func (d *Destination) Response(status int) {
+	if d == nil {
 		return
 	}
-	m.ThirdpartyResponses.WithLabelValues(ResponseCode(status)).Inc()
+	d.m.ThirdpartyResponses.WithLabelValues(d.name, ResponseCode(status)).Inc()
 }
 
 // LastSuccess records when the third party last accepted a request.
-func (m *Metrics) LastSuccess(t time.Time) {
-	if m == nil {
+func (d *Destination) LastSuccess(t time.Time) {
+	if d == nil {
 		return
 	}
-	m.LastSuccessTime.Set(float64(t.UnixNano()) / 1e9)
+	d.m.LastSuccessTime.WithLabelValues(d.name).Set(float64(t.UnixNano()) / 1e9)
 }
 
 // SetCredentialsRefused records whether the credentials are refused.
-func (m *Metrics) SetCredentialsRefused(refused bool) {
-	if m == nil {
+func (d *Destination) SetCredentialsRefused(refused bool) {
+	if d == nil {
 		return
 	}
-	m.CredentialsRefused.Set(boolValue(refused))
+	d.m.CredentialsRefused.WithLabelValues(d.name).Set(boolValue(refused))
 }
 
 // SetMisconfigured records whether the third party's URL is refused.
-func (m *Metrics) SetMisconfigured(refused bool) {
-	if m == nil {
+func (d *Destination) SetMisconfigured(refused bool) {
+	if d == nil {
 		return
 	}
-	m.Misconfigured.Set(boolValue(refused))
+	d.m.Misconfigured.WithLabelValues(d.name).Set(boolValue(refused))
 }
 
 // SetRateLimit records the request rate allowed now; 0 means none.
-func (m *Metrics) SetRateLimit(perSecond float64) {
-	if m == nil {
+func (d *Destination) SetRateLimit(perSecond float64) {
+	if d == nil {
 		return
 	}
-	m.RateLimitCurrent.Set(perSecond)
+	d.m.RateLimitCurrent.WithLabelValues(d.name).Set(perSecond)
 }
 
 // SetMaxInFlight records the in-flight limit.
-func (m *Metrics) SetMaxInFlight(n int) {
-	if m == nil {
+func (d *Destination) SetMaxInFlight(n int) {
+	if d == nil {
 		return
 	}
-	m.MaxInFlightCurrent.Set(float64(n))
+	d.m.MaxInFlightCurrent.WithLabelValues(d.name).Set(float64(n))
 }
 
 // RequestStarted and RequestEnded count the requests unanswered.
-func (m *Metrics) RequestStarted() {
-	if m == nil {
+func (d *Destination) RequestStarted() {
+	if d == nil {
 		return
 	}
-	m.RequestsInFlight.Inc()
+	d.m.RequestsInFlight.WithLabelValues(d.name).Inc()
 }
 
 // RequestEnded: see RequestStarted.
-func (m *Metrics) RequestEnded() {
-	if m == nil {
+func (d *Destination) RequestEnded() {
+	if d == nil {
 		return
 	}
-	m.RequestsInFlight.Dec()
+	d.m.RequestsInFlight.WithLabelValues(d.name).Dec()
 }
 
 func boolValue(b bool) float64 {

@@ -17,6 +17,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	jobargs "github.com/syncer-dev/syncer/internal/jobs"
 
 	"github.com/syncer-dev/syncer/internal/resources"
 )
@@ -58,8 +62,29 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// JobInserter enqueues River jobs in a transaction: a river.Client, even
+// an insert-only one.
+type JobInserter interface {
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+}
+
+// Enqueue records a pending replay of the rows f matches (total of them when
+// counted) and enqueues its job, in tx: a replay never exists without a
+// job to run it.
+func Enqueue(ctx context.Context, tx pgx.Tx, jobs JobInserter, f resources.Filter, total int64) (int64, error) {
+	id, err := Create(ctx, tx, f, total)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := jobs.InsertTx(ctx, tx, jobargs.ReplayArgs{ReplayID: id}, nil); err != nil {
+		return 0, fmt.Errorf("replays: enqueue replay %d: %w", id, err)
+	}
+	return id, nil
+}
+
 // Create records a pending replay of the rows f matches, total of them when
-// counted. The caller enqueues its job in the same transaction.
+// counted. The caller enqueues its job in the same transaction (Enqueue
+// does both).
 func Create(ctx context.Context, db DB, f resources.Filter, total int64) (int64, error) {
 	var id int64
 	err := db.QueryRow(ctx, `INSERT INTO syncer_replays (from_id, to_id, since, until, failed_only, total_rows)

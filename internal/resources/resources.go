@@ -10,27 +10,24 @@
 package resources
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/internal/feed"
 )
 
-// Start is the cursor before every id: keyset reads take ids after the
-// cursor, and any id a bigint holds, zero and negative ones included, is
-// exported. Reads from Start take ids >= Start, so math.MinInt64 itself is
-// not lost.
-const Start int64 = math.MinInt64
-
-// MaxItemBytesDefault is the default Limits.MaxItemBytes.
-const MaxItemBytesDefault = 16 << 20
+// Start is the cursor before every id (feed.Start): keyset reads take ids
+// after the cursor, and any id a bigint holds, zero and negative ones
+// included, is exported. Reads from Start take ids >= Start, so
+// math.MinInt64 itself is not lost.
+const Start = feed.Start
 
 // Row is one exported row at one version, or the tombstone of a deleted one.
 type Row struct {
@@ -43,7 +40,7 @@ type Row struct {
 	// above its last version.
 	Deleted bool
 	// Oversize is the payload's size in bytes when it is larger than
-	// Limits.MaxItemBytes: the payload was not read, and the row is to be
+	// feed.Limits.MaxItemBytes: the payload was not read, and the row is to be
 	// recorded as failed rather than sent. 0 otherwise.
 	Oversize int64
 }
@@ -59,26 +56,11 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Limits bound one batch.
-type Limits struct {
-	// Rows is the most rows a batch holds. Required.
-	Rows int
-	// Bytes is the most payload bytes a batch holds; a single row larger
-	// than this still forms a batch of its own. 0 means no limit. Defaults
-	// to 0.
-	Bytes int
-	// MaxItemBytes is the largest payload that is read and sent; a row
-	// whose payload is larger comes without it, with Row.Oversize set.
-	// Defaults to MaxItemBytesDefault.
-	MaxItemBytes int
-}
-
-func (l Limits) args() (bytes, maxItem int64) {
-	bytes = math.MaxInt64
-	if l.Bytes > 0 {
-		bytes = int64(l.Bytes)
-	}
-	return bytes, int64(cmp.Or(l.MaxItemBytes, MaxItemBytesDefault))
+// batchArgs are a batch's byte bound and item bound as the statements take
+// them.
+func batchArgs(l feed.Limits) (bytes, maxItem int64) {
+	l = l.WithDefaults()
+	return int64(l.Bytes), int64(l.MaxItemBytes)
 }
 
 // The statements that read batches share one shape. candidates are the
@@ -153,9 +135,9 @@ func pendingQuery(afterID int64) string {
 // in the same statement (see RetryFailed). An id is never both a pending
 // row and a pending tombstone. scratch, if non-nil, is reused to spare
 // allocations.
-func Pending(ctx context.Context, q Querier, afterID int64, lim Limits, scratch []Row) ([]Row, int64, error) {
-	bytes, maxItem := lim.args()
-	rows, err := q.Query(ctx, pendingQuery(afterID), afterID, lim.Rows, bytes, maxItem)
+func Pending(ctx context.Context, q Querier, afterID int64, lim feed.Limits, scratch []Row) ([]Row, int64, error) {
+	bytes, maxItem := batchArgs(lim)
+	rows, err := q.Query(ctx, pendingQuery(afterID), afterID, lim.Items, bytes, maxItem)
 	if err != nil {
 		return nil, 0, fmt.Errorf("resources: select pending: %w", err)
 	}
@@ -205,12 +187,12 @@ func Count(ctx context.Context, q Querier, f Filter) (int64, error) {
 
 // Matching returns the next batch of rows and tombstones matching f with
 // id > afterID (Start for all), whatever their synced_at, in id order.
-func Matching(ctx context.Context, q Querier, f Filter, afterID int64, lim Limits, scratch []Row) ([]Row, error) {
-	bytes, maxItem := lim.args()
+func Matching(ctx context.Context, q Querier, f Filter, afterID int64, lim feed.Limits, scratch []Row) ([]Row, error) {
+	bytes, maxItem := batchArgs(lim)
 	// The filter's parameters follow the batch's four.
 	w := strings.NewReplacer("$2", "$5", "$3", "$6", "$4", "$7", "$5", "$8", "$6", "$9").Replace(f.where())
 	where := after(afterID) + " AND " + w
-	args := append([]any{afterID, lim.Rows, bytes, maxItem}, f.args()...)
+	args := append([]any{afterID, lim.Items, bytes, maxItem}, f.args()...)
 	rows, err := q.Query(ctx, fmt.Sprintf(batchSQL, where, where, ""), args...)
 	if err != nil {
 		return nil, fmt.Errorf("resources: select range: %w", err)
@@ -225,9 +207,9 @@ func Matching(ctx context.Context, q Querier, f Filter, afterID int64, lim Limit
 // one allocation per batch is cheaper than one per row. The buffer grows
 // with what was read, never ahead of it: sizing it from the first row
 // (times the batch size) is what once asked for 32 GiB.
-func collect(rows pgx.Rows, lim Limits, out []Row, extra *int64) ([]Row, error) {
+func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, error) {
 	defer rows.Close()
-	bytes, maxItem := lim.args()
+	bytes, maxItem := batchArgs(lim)
 	var size int64
 	dest := make([]any, 5, 6)
 	if extra != nil {
@@ -239,7 +221,7 @@ func collect(rows pgx.Rows, lim Limits, out []Row, extra *int64) ([]Row, error) 
 	if cap(out) == 0 {
 		// A batch is usually full: size it once rather than grow it
 		// through every power of two.
-		out = make([]Row, 0, min(max(lim.Rows, 1), 4096))
+		out = make([]Row, 0, min(max(lim.Items, 1), 4096))
 		spans = make([]span, 0, cap(out))
 	}
 	var stored int64
@@ -266,7 +248,7 @@ func collect(rows pgx.Rows, lim Limits, out []Row, extra *int64) ([]Row, error) 
 			break
 		}
 		if raw != nil && arena == nil {
-			arena = make([]byte, 0, min(int64(len(raw))*int64(max(lim.Rows, 1)), bytes, 1<<20)+int64(len(raw)))
+			arena = make([]byte, 0, min(int64(len(raw))*int64(max(lim.Items, 1)), bytes, 1<<20)+int64(len(raw)))
 		}
 		start := len(arena)
 		arena = append(arena, raw...)

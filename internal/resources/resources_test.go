@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 
@@ -39,7 +40,7 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int64 {
 	return n
 }
 
-func (b *bundle) pending(t *testing.T, lim resources.Limits) []resources.Row {
+func (b *bundle) pending(t *testing.T, lim feed.Limits) []resources.Row {
 	t.Helper()
 	rows, _, err := resources.Pending(context.Background(), b.pool, resources.Start, lim, nil)
 	require.NoError(t, err)
@@ -47,7 +48,7 @@ func (b *bundle) pending(t *testing.T, lim resources.Limits) []resources.Row {
 }
 
 // drain reads every pending batch without marking, as a pass does.
-func (b *bundle) drain(t *testing.T, lim resources.Limits) [][]resources.Row {
+func (b *bundle) drain(t *testing.T, lim feed.Limits) [][]resources.Row {
 	t.Helper()
 	var out [][]resources.Row
 	after := resources.Start
@@ -70,7 +71,7 @@ func versions(rows ...resources.Row) resources.Versions {
 	return v
 }
 
-var lim = resources.Limits{Rows: 10}
+var lim = feed.Limits{Items: 10}
 
 func TestPendingPassesPayloadsThroughAndMarksExactVersions(t *testing.T) {
 	t.Parallel()
@@ -91,7 +92,7 @@ func TestPendingPassesPayloadsThroughAndMarksExactVersions(t *testing.T) {
 	}
 
 	// A byte limit cuts the batch but never below one row.
-	require.Len(t, b.pending(t, resources.Limits{Rows: 10, Bytes: 1}), 1)
+	require.Len(t, b.pending(t, feed.Limits{Items: 10, Bytes: 1}), 1)
 
 	// Row 1 changes while "in flight": its mark must not apply.
 	b.exec(t, `UPDATE resources SET payload = '{"a": 2}' WHERE id = $1`, rows[0].ID)
@@ -113,7 +114,7 @@ func TestEveryBigintIDIsExported(t *testing.T) {
 		b.exec(t, `INSERT INTO resources (id, payload) VALUES ($1, '{}')`, id)
 	}
 	var got []int64
-	for _, batch := range b.drain(t, resources.Limits{Rows: 2}) {
+	for _, batch := range b.drain(t, feed.Limits{Items: 2}) {
 		for _, r := range batch {
 			got = append(got, r.ID)
 		}
@@ -128,15 +129,15 @@ func TestEveryBigintIDIsExported(t *testing.T) {
 	require.Equal(t, int64(len(ids)), n)
 
 	// Replayable, synced or not, and counted.
-	all := b.pending(t, resources.Limits{Rows: 100})
+	all := b.pending(t, feed.Limits{Items: 100})
 	_, err = resources.MarkFailed(ctx, b.pool, versions(all[:3]...), []string{"a", "b", "c"})
 	require.NoError(t, err)
 	_, err = resources.MarkSynced(ctx, b.pool, versions(all[3:]...))
 	require.NoError(t, err)
-	replay, err := resources.Matching(ctx, b.pool, resources.Filter{ToID: -1}, resources.Start, resources.Limits{Rows: 100}, nil)
+	replay, err := resources.Matching(ctx, b.pool, resources.Filter{ToID: -1}, resources.Start, feed.Limits{Items: 100}, nil)
 	require.NoError(t, err)
 	require.Len(t, replay, 3)
-	replay, err = resources.Matching(ctx, b.pool, resources.Filter{FailedOnly: true}, resources.Start, resources.Limits{Rows: 100}, nil)
+	replay, err = resources.Matching(ctx, b.pool, resources.Filter{FailedOnly: true}, resources.Start, feed.Limits{Items: 100}, nil)
 	require.NoError(t, err)
 	require.Len(t, replay, 3)
 	c, err := resources.CountAll(ctx, b.pool)
@@ -145,7 +146,7 @@ func TestEveryBigintIDIsExported(t *testing.T) {
 	n, err = resources.RetryFailed(ctx, b.pool, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n)
-	require.Len(t, b.pending(t, resources.Limits{Rows: 100}), 3)
+	require.Len(t, b.pending(t, feed.Limits{Items: 100}), 3)
 }
 
 // payloadBytes is what a batch holds in memory.
@@ -174,7 +175,7 @@ func TestHugeRowsKeepBatchesBounded(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT octet_length(payload::text) FROM resources WHERE id = 30`).Scan(&rnd))
 
 	const limit = 1 << 20
-	lim := resources.Limits{Rows: 500, Bytes: limit, MaxItemBytes: 4 << 20}
+	lim := feed.Limits{Items: 500, Bytes: limit, MaxItemBytes: 4 << 20}
 	batches := b.drain(t, lim)
 	seen := map[int64]resources.Row{}
 	for _, batch := range batches {

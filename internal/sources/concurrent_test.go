@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -97,7 +98,7 @@ func TestVersionsIncreaseUnderConcurrentWritesAndSnapshot(t *testing.T) {
 	last := map[string]sources.Row{}
 	for {
 		quiet := writesDone.Load() && snapshotDone.Load()
-		rows, err := sources.Pending(ctx, b.pool, src, "", true, sources.Limits{Rows: 25})
+		rows, err := sources.Pending(ctx, b.pool, src, "", true, feed.Limits{Items: 25})
 		require.NoError(t, err)
 		for _, r := range rows {
 			prev, seen := last[r.Key]

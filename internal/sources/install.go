@@ -470,7 +470,7 @@ func remove(ctx context.Context, db Beginner, schema, name string) error {
 // captureBody is the capture function of a source: one change row per row
 // written, one outbox event and notification per statement that wrote any
 // while the gate is open; the event's op and the notification's payload
-// are 'source:<name>', so a relay can tell which source has work. It names every
+// are migrations.SourceOp(name), so a relay can tell which source has work. It names every
 // object with its schema (the function pins its search_path), and the
 // source's name comes as the trigger's argument. The key is logged in its
 // text form, and as a bigint for integer keys (num) so that they are read
@@ -485,6 +485,7 @@ func captureBody(schema string, s *Source) string {
 		}
 		return "0"
 	}
+	op := "'" + migrations.SourceOpPrefix + "' || syncer_source" // a constant with no quote in it
 	ins := "INSERT INTO " + changes + " (source, num, key, deleted)\n        "
 	return `
 -- ` + captureVersion + `: see internal/sources.
@@ -507,26 +508,15 @@ BEGIN
         -- TRUNCATE, before it: every row still there is deleted.
         ` + ins + `SELECT syncer_source, ` + num("o") + `, o.` + key + `::text, true FROM ` + s.table() + ` o;
     END IF;
-    -- The gate of 006_gate_lease.sql, read here rather than through a
-    -- function: a call would cost the writer as much as the read.
+    -- The outbox's gate (migrations.GateOpen).
     GET DIAGNOSTICS syncer_rows = ROW_COUNT;
-    IF syncer_rows > 0 AND ` + gateOpen(schema) + ` THEN
-        INSERT INTO ` + outbox + ` (op) VALUES ('source:' || syncer_source);
-        PERFORM pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, 'source:' || syncer_source);
+    IF syncer_rows > 0 AND ` + migrations.GateOpen(schema) + ` THEN
+        INSERT INTO ` + outbox + ` (op) VALUES (` + op + `);
+        PERFORM pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, ` + op + `);
     END IF;
     RETURN NULL;
 END
 `
-}
-
-// gateOpen is the condition of the outbox gate (see 006_gate_lease.sql and
-// internal/outbox): a statement appends an event and notifies only while
-// the daemon waits for one and some relay's lease says it is alive to
-// hear it. It must say what syncer_outbox_append says;
-// when it changes, bump captureVersion so that migrate replaces the
-// capture functions.
-func gateOpen(schema string) string {
-	return "(SELECT g.armed AND g.lease_until > now() FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
 }
 
 // dollarQuote quotes a function body with a tag that does not occur in

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/internal/feed"
 )
 
 // Row is one pending item of a source: a key at a version, with its payload,
@@ -22,15 +24,11 @@ type Row struct {
 	Deleted bool
 	// Payload is the row (or its configured columns) as a JSON object.
 	Payload json.RawMessage
-}
-
-// Limits bound one batch.
-type Limits struct {
-	// Rows is the most items a batch holds.
-	Rows int
-	// Bytes is the most payload bytes a batch holds; a single item larger
-	// than this still forms a batch of its own. 0 means no limit.
-	Bytes int
+	// Oversize is the payload's size in bytes when it is larger than
+	// feed.Limits.MaxItemBytes: the payload was not returned, and the key
+	// is to be recorded failed at this version rather than sent. 0
+	// otherwise.
+	Oversize int64
 }
 
 // ErrSchemaChanged is matched (errors.Is) by every *SchemaError.
@@ -69,13 +67,16 @@ func (e *SchemaError) Is(target error) bool { return target == ErrSchemaChanged 
 // true. Each item carries its key's highest pending seq as its version, and
 // the row read in the same statement (nil when it is gone: a tombstone).
 // Keys whose failed version has no later change are not pending. It reads
-// one item past a byte limit at most and leaves it for the next call.
+// one item past a byte limit at most and leaves it for the next call. A
+// payload larger than lim.MaxItemBytes is not returned: its row comes with
+// Oversize set, as resources' rows do.
 //
 // A source whose table, key or configured column is gone returns a
 // *SchemaError. Call it on a pool, not in a transaction, so that the
 // error's cause can still be looked up.
-func Pending(ctx context.Context, q Querier, src *Source, afterKey string, first bool, lim Limits) ([]Row, error) {
-	sql, args := src.sql.pendingFirst, []any{src.Name, lim.Rows}
+func Pending(ctx context.Context, q Querier, src *Source, afterKey string, first bool, lim feed.Limits) ([]Row, error) {
+	lim = lim.WithDefaults()
+	sql, args := src.sql.pendingFirst, []any{src.Name, lim.Items, lim.MaxItemBytes}
 	if !first {
 		num, err := src.num(afterKey)
 		if err != nil {
@@ -121,9 +122,10 @@ func (s *Source) nums(keys []string) ([]int64, error) {
 	return out, nil
 }
 
-// collect reads (key, version, deleted, payload) rows. Payloads are copied
-// raw into one buffer per batch: they go to the third party as they are.
-func collect(rows pgx.Rows, lim Limits) ([]Row, error) {
+// collect reads (key, version, deleted, payload, size) rows. Payloads are
+// copied raw into one buffer per batch: they go to the third party as they
+// are.
+func collect(rows pgx.Rows, lim feed.Limits) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
 	var arena []byte
@@ -132,20 +134,27 @@ func collect(rows pgx.Rows, lim Limits) ([]Row, error) {
 	size := 0
 	for rows.Next() {
 		var r Row
-		if err := rows.Scan(&r.Key, &r.Version, &r.Deleted, nil); err != nil {
+		var stored int64
+		if err := rows.Scan(&r.Key, &r.Version, &r.Deleted, nil, &stored); err != nil {
 			return nil, fmt.Errorf("scan: %w", err)
 		}
 		raw := rows.RawValues()[3]
 		if raw != nil && rows.FieldDescriptions()[3].Format == pgx.BinaryFormatCode && len(raw) > 0 {
 			raw = raw[1:] // jsonb's binary form is a version byte, then the text
 		}
-		if lim.Bytes > 0 && len(out) > 0 && size+len(raw) > lim.Bytes {
+		if !r.Deleted && (raw == nil || len(raw) > lim.MaxItemBytes) {
+			// The stored size said too large, or (rarely: jsonb's text
+			// can be longer than its stored form) the text did.
+			r.Oversize = max(stored, int64(len(raw)))
+			raw = nil
+		}
+		if len(out) > 0 && size+len(raw) > lim.Bytes {
 			break
 		}
 		sp := span{-1, -1}
 		if raw != nil {
 			if arena == nil {
-				arena = make([]byte, 0, max(lim.Rows, 1)*(len(raw)+16))
+				arena = make([]byte, 0, min(max(lim.Items, 1)*(len(raw)+16), lim.Bytes+len(raw)))
 			}
 			sp.start = len(arena)
 			arena = append(arena, raw...)

@@ -201,13 +201,15 @@ func (s *Source) build() statements {
 	}
 }
 
-// pendingSQL reads a batch: $1 the source, $2 the limit, after the cursor
-// ($3 num, $4 key), then the payload's field names as one text[].
+// pendingSQL reads a batch: $1 the source, $2 the limit, $3 the largest
+// payload (its stored size: larger payloads are measured, not returned),
+// after the cursor ($4 num, $5 key), then the payload's field names as one
+// text[].
 func (s *Source) pendingSQL(after bool) string {
 	key := "t." + pgx.Identifier{s.Key}.Sanitize()
-	cond, names := "", "$3"
+	cond, names := "", "$4"
 	if after {
-		cond, names = " AND (c.num, c.key) > ($3::bigint, $4::text)", "$5"
+		cond, names = " AND (c.num, c.key) > ($4::bigint, $5::text)", "$6"
 	}
 
 	// The payload: the whole row, or the configured columns under their
@@ -241,7 +243,8 @@ func (s *Source) pendingSQL(after bool) string {
 	// planner from turning the lookups into a scan of the whole table, which
 	// its estimates can prefer for a table of some 100,000 rows). No row:
 	// the key was deleted.
-	return `SELECT k.key, k.version, r.payload IS NULL, r.payload
+	return `SELECT k.key, k.version, r.payload IS NULL,
+			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0)
 		FROM (SELECT c.num, c.key, max(c.seq) AS version FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k

@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -74,7 +75,7 @@ func (b *bundle) pending(t *testing.T, src *sources.Source) []sources.Row {
 	var out []sources.Row
 	after, first := "", true
 	for {
-		rows, err := sources.Pending(context.Background(), b.pool, src, after, first, sources.Limits{Rows: 2})
+		rows, err := sources.Pending(context.Background(), b.pool, src, after, first, feed.Limits{Items: 2})
 		require.NoError(t, err)
 		if len(rows) == 0 {
 			return out
@@ -193,7 +194,7 @@ func TestTextKeysWholeRowAndAddedColumn(t *testing.T) {
 
 	// A byte limit cuts the batch but never below one item.
 	b.exec(t, `UPDATE "Customers" SET tier = 4`)
-	small, err := sources.Pending(context.Background(), b.pool, src, "", true, sources.Limits{Rows: 10, Bytes: 1})
+	small, err := sources.Pending(context.Background(), b.pool, src, "", true, feed.Limits{Items: 10, Bytes: 1})
 	require.NoError(t, err)
 	require.Len(t, small, 1)
 }
@@ -563,7 +564,7 @@ func TestDroppedColumnOrTableIsASchemaError(t *testing.T) {
 	require.Len(t, b.pending(t, srcs["orders"]), 1, "prepared once before the change")
 
 	b.exec(t, `ALTER TABLE orders DROP COLUMN total`)
-	_, err := sources.Pending(ctx, b.pool, srcs["orders"], "", true, sources.Limits{Rows: 10})
+	_, err := sources.Pending(ctx, b.pool, srcs["orders"], "", true, feed.Limits{Items: 10})
 	var se *sources.SchemaError
 	require.ErrorAs(t, err, &se)
 	require.ErrorIs(t, err, sources.ErrSchemaChanged)
@@ -581,7 +582,7 @@ func TestDroppedColumnOrTableIsASchemaError(t *testing.T) {
 
 	// The table gone.
 	b.exec(t, `DROP TABLE orders`)
-	_, err = sources.Pending(ctx, b.pool, srcs["orders"], "5", false, sources.Limits{Rows: 10})
+	_, err = sources.Pending(ctx, b.pool, srcs["orders"], "5", false, feed.Limits{Items: 10})
 	require.ErrorAs(t, err, &se)
 	require.Empty(t, se.Column)
 	require.Contains(t, err.Error(), "table "+b.schema+".orders no longer exists")

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // AppendBatch appends the request body of items to dst and returns it. The
@@ -30,8 +29,6 @@ func AppendBatch(dst []byte, items []Item) []byte {
 // is what keeps one key on one body across a resend; anything else (extra
 // fields, a payload on a tombstone, spacing, a non-canonical id) is an
 // error rather than a body that would silently change on its next encoding.
-// An id that is a canonical decimal int64 comes back as ID, any other as
-// Key.
 func DecodeBatch(body []byte) ([]Item, error) {
 	var w struct {
 		Items []struct {
@@ -48,16 +45,10 @@ func DecodeBatch(body []byte) ([]Item, error) {
 	}
 	items := make([]Item, len(w.Items))
 	for i, it := range w.Items {
-		items[i] = Item{Version: it.Version, Payload: it.Payload, Deleted: it.Deleted}
-		// A canonical decimal int64 is a row id; anything else is a
-		// source's key, kept as text.
-		if id, err := strconv.ParseInt(it.ID, 10, 64); err == nil && strconv.FormatInt(id, 10) == it.ID {
-			items[i].ID = id
-		} else if it.ID == "" {
+		if it.ID == "" {
 			return nil, fmt.Errorf("thirdparty: decode batch: item %d: empty id", i)
-		} else {
-			items[i].Key = it.ID
 		}
+		items[i] = Item{ID: it.ID, Version: it.Version, Payload: it.Payload, Deleted: it.Deleted}
 	}
 	if !bytes.Equal(AppendBatch(make([]byte, 0, len(body)), items), body) {
 		return nil, errors.New("thirdparty: decode batch: body is not as AppendBatch writes it")

@@ -13,12 +13,12 @@ import (
 func TestBatchRoundTrip(t *testing.T) {
 	t.Parallel()
 	its := []thirdparty.Item{
-		{ID: 42, Version: 3, Payload: json.RawMessage(`{"a": 1, "big": 123456789012345678901234567890}`)},
-		{ID: 43, Version: 7, Deleted: true},
-		{ID: 9223372036854775807, Version: 1, Payload: json.RawMessage(`"text \"quoted\" \u00e9"`)},
-		{ID: -5, Version: 2, Payload: json.RawMessage(`[1, 2.50, null]`)},
-		{ID: 44, Version: 1},
-		{ID: 45, Version: 9, Deleted: true},
+		{ID: "42", Version: 3, Payload: json.RawMessage(`{"a": 1, "big": 123456789012345678901234567890}`)},
+		{ID: "43", Version: 7, Deleted: true},
+		{ID: "9223372036854775807", Version: 1, Payload: json.RawMessage(`"text \"quoted\" \u00e9"`)},
+		{ID: "-5", Version: 2, Payload: json.RawMessage(`[1, 2.50, null]`)},
+		{ID: "44", Version: 1},
+		{ID: "45", Version: 9, Deleted: true},
 	}
 	body := thirdparty.AppendBatch(nil, its)
 	got, err := thirdparty.DecodeBatch(body)
@@ -32,17 +32,16 @@ func TestBatchRoundTrip(t *testing.T) {
 }
 
 // Keys of sources (text, uuid, a number padded or beyond int64) travel as
-// their text, escaped, and come back byte for byte: an id that is not a
-// canonical int64 comes back as Key, one that is as ID.
+// their text, escaped, and come back byte for byte, as any id does.
 func TestBatchRoundTripKeys(t *testing.T) {
 	t.Parallel()
 	its := []thirdparty.Item{
-		{Key: "0e4f2c1a-3b7d-4c55-9e2a-111111111111", Version: 3, Payload: json.RawMessage(`{"a":1}`)},
-		{Key: "01", Version: 4, Deleted: true},
-		{Key: "quote \" \\ é \u2028 <>&\n", Version: 5, Payload: json.RawMessage(`null`)},
-		{Key: "99999999999999999999", Version: 6, Payload: json.RawMessage(`1`)},
-		{Key: "-", Version: 7, Payload: json.RawMessage(`2`)},
-		{ID: 42, Version: 8, Payload: json.RawMessage(`3`)},
+		{ID: "0e4f2c1a-3b7d-4c55-9e2a-111111111111", Version: 3, Payload: json.RawMessage(`{"a":1}`)},
+		{ID: "01", Version: 4, Deleted: true},
+		{ID: "quote \" \\ é \u2028 <>&\n", Version: 5, Payload: json.RawMessage(`null`)},
+		{ID: "99999999999999999999", Version: 6, Payload: json.RawMessage(`1`)},
+		{ID: "-", Version: 7, Payload: json.RawMessage(`2`)},
+		{ID: "42", Version: 8, Payload: json.RawMessage(`3`)},
 	}
 	body := thirdparty.AppendBatch(nil, its)
 	require.Equal(t, body, thirdparty.AppendBatch(nil, its), "deterministic")
@@ -57,9 +56,9 @@ func TestBatchRoundTripKeys(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(body, &w))
 	for i, it := range its {
-		require.Equal(t, it.WireID(), w.Items[i].ID)
+		require.Equal(t, it.ID, w.Items[i].ID)
 	}
-	require.Equal(t, "42", its[5].WireID())
+	require.Equal(t, "42", its[5].ID)
 }
 
 func TestDecodeBatchStrict(t *testing.T) {

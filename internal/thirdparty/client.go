@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/syncer-dev/syncer/internal/feed"
 )
 
 // TimeoutDefault is the per-request timeout when Config.Timeout is zero.
@@ -22,29 +24,9 @@ const TimeoutDefault = 10 * time.Second
 // BatchPath is appended to Config.URL to form the endpoint.
 const BatchPath = "/v1/batches"
 
-// Item is one row as exported.
-type Item struct {
-	ID int64
-	// Key is the id as sent when it is not a row id (a source's text or
-	// uuid key, section 5 of the contract); empty: ID in decimal.
-	Key     string
-	Version int64
-	// Payload is written to the wire as is; it must be valid JSON (a jsonb
-	// value always is). An empty Payload is sent as null.
-	Payload json.RawMessage
-	// Deleted makes the item a tombstone: it is sent with "deleted": true
-	// and no payload.
-	Deleted bool
-}
-
-// WireID is the item's id as the body carries it: Key when set, else ID
-// in decimal.
-func (it Item) WireID() string {
-	if it.Key != "" {
-		return it.Key
-	}
-	return strconv.FormatInt(it.ID, 10)
-}
+// Item is one item as exported: the one item type of every feed
+// (internal/feed).
+type Item = feed.Item
 
 // Config configures a Client.
 type Config struct {
@@ -148,7 +130,7 @@ func New(cfg *Config) (*Client, error) {
 		hc := *c.httpClient // the caller's client keeps its own policy
 		c.httpClient = &hc
 	}
-	// A redirect is a configuration error (CONTRACT.md section 2): a 303
+	// A redirect is a configuration error (docs/protocol.md, section 2): a 303
 	// would turn the POST into an empty GET whose 200 reads as "all
 	// accepted", a 307 would re-send the batch and the token to whatever
 	// Location names. The 3xx is returned as is and becomes an *Error.
@@ -199,7 +181,7 @@ type Quota struct {
 
 // Rejection is one item the third party refused, with its reason.
 type Rejection struct {
-	// ID is the item's id as the body carries it (Item.WireID).
+	// ID is the item's id as the body carries it (Item.ID).
 	ID    string
 	Error string
 }
@@ -215,7 +197,7 @@ func (c *Client) Push(ctx context.Context, key string, items []Item) (*Result, e
 	}
 	ids := make([]string, len(items))
 	for i := range items {
-		ids[i] = items[i].WireID()
+		ids[i] = items[i].ID
 	}
 	return c.PushBody(ctx, key, AppendBatch(nil, items), ids)
 }
@@ -223,7 +205,7 @@ func (c *Client) Push(ctx context.Context, key string, items []Item) (*Result, e
 // PushBody sends body, a request body made by AppendBatch, exactly as given
 // under key, and returns which items were rejected, or an error whose class
 // says what to do with the batch. ids are the ids the body holds, in their
-// text form (Item.WireID): an answer
+// text form (Item.ID): an answer
 // that names any other id, or one of them twice, is not an acceptance. No
 // ids means an empty batch: nothing is sent. PushBody makes one attempt;
 // retrying is the caller's job. It is Send with the syncer format's request
@@ -362,9 +344,11 @@ func (c *Client) transportError(parent context.Context, err error) error {
 func (c *Client) safe(s string) string { return SafeText(s, c.token) }
 
 // encodeBatch writes {"items":[{"id":"42","version":3,"payload":...}]} by
-// hand: row ids and versions are integers that need no escaping, a Key is
-// escaped by encoding/json (deterministic), and payloads are already JSON,
-// so nothing here needs reflection or a second copy.
+// hand: an id of plain characters (a row's decimal id, most keys) is
+// written as is, any other is escaped by encoding/json (deterministic, and
+// the same bytes as before ids were one type), versions are integers, and
+// payloads are already JSON, so nothing here needs reflection or a second
+// copy.
 func encodeBatch(buf *bytes.Buffer, items []Item) {
 	size := 16
 	for i := range items {
@@ -377,16 +361,16 @@ func encodeBatch(buf *bytes.Buffer, items []Item) {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		if items[i].Key != "" {
-			buf.WriteString(`{"id":`)
-			k, _ := json.Marshal(items[i].Key) // a string always marshals
-			buf.Write(k)
-			buf.WriteString(`,"version":`)
+		buf.WriteString(`{"id":`)
+		if plainID(items[i].ID) {
+			buf.WriteByte('"')
+			buf.WriteString(items[i].ID)
+			buf.WriteByte('"')
 		} else {
-			buf.WriteString(`{"id":"`)
-			buf.Write(strconv.AppendInt(num[:0], items[i].ID, 10))
-			buf.WriteString(`","version":`)
+			k, _ := json.Marshal(items[i].ID) // a string always marshals
+			buf.Write(k)
 		}
+		buf.WriteString(`,"version":`)
 		buf.Write(strconv.AppendInt(num[:0], items[i].Version, 10))
 		if items[i].Deleted {
 			buf.WriteString(`,"deleted":true}`)
@@ -401,4 +385,17 @@ func encodeBatch(buf *bytes.Buffer, items []Item) {
 		buf.WriteByte('}')
 	}
 	buf.WriteString(`]}`)
+}
+
+// plainID reports whether encoding/json writes id between quotes as it is:
+// printable ASCII but the quote, the backslash and the three characters it
+// escapes for HTML.
+func plainID(id string) bool {
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -68,7 +69,7 @@ func setup(t *testing.T, handler http.HandlerFunc, cfg *thirdparty.Config) *test
 func items(n int) []thirdparty.Item {
 	out := make([]thirdparty.Item, n)
 	for i := range out {
-		out[i] = thirdparty.Item{ID: int64(i + 1), Version: int64(i%3 + 1), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"s":"x\"y"}`, i))}
+		out[i] = thirdparty.Item{ID: strconv.Itoa(i + 1), Version: int64(i%3 + 1), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"s":"x\"y"}`, i))}
 	}
 	return out
 }
@@ -100,9 +101,9 @@ func TestPushBodyAndHeaders(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil, &thirdparty.Config{Token: "s3cret"})
 	batch := []thirdparty.Item{
-		{ID: 42, Version: 3, Payload: json.RawMessage(`{"any":"json","nested":{"a":[1,2]}}`)},
-		{ID: 9007199254740993, Version: 1, Payload: json.RawMessage(`"text"`)},
-		{ID: 7, Version: 2},
+		{ID: "42", Version: 3, Payload: json.RawMessage(`{"any":"json","nested":{"a":[1,2]}}`)},
+		{ID: "9007199254740993", Version: 1, Payload: json.RawMessage(`"text"`)},
+		{ID: "7", Version: 2},
 	}
 	res, err := b.client.Push(t.Context(), "syncer-abc", batch)
 	require.NoError(t, err)
@@ -470,7 +471,7 @@ func BenchmarkEncode(b *testing.B) {
 	payload := json.RawMessage(`{"name":"` + strings.Repeat("a", 240) + `","count":12345,"tags":["x","y"]}`)
 	its := make([]thirdparty.Item, 500)
 	for i := range its {
-		its[i] = thirdparty.Item{ID: int64(1_000_000 + i), Version: 3, Payload: payload}
+		its[i] = thirdparty.Item{ID: strconv.Itoa(1_000_000 + i), Version: 3, Payload: payload}
 	}
 	buf := thirdparty.AppendBatch(nil, its)
 	b.ReportAllocs()
@@ -490,7 +491,7 @@ func BenchmarkPush(b *testing.B) {
 	payload := json.RawMessage(`{"name":"` + strings.Repeat("a", 240) + `","count":12345,"tags":["x","y"]}`)
 	its := make([]thirdparty.Item, 500)
 	for i := range its {
-		its[i] = thirdparty.Item{ID: int64(1_000_000 + i), Version: 3, Payload: payload}
+		its[i] = thirdparty.Item{ID: strconv.Itoa(1_000_000 + i), Version: 3, Payload: payload}
 	}
 	key := thirdparty.BatchKey("bench", "", thirdparty.AppendBatch(nil, its))
 	b.ReportAllocs()

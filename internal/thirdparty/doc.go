@@ -1,5 +1,5 @@
 // Package thirdparty is the HTTP client of the third-party wire protocol
-// (CONTRACT.md section 2): it pushes one batch of items and says what became
+// (docs/protocol.md, section 2): it pushes one batch of items and says what became
 // of it.
 //
 // What it guarantees:

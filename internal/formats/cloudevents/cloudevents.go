@@ -71,7 +71,7 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 	buf.WriteByte('[')
 	var num [20]byte
 	for i, it := range b.Items {
-		ids[i] = it.WireID()
+		ids[i] = it.ID
 		if i > 0 {
 			buf.WriteByte(',')
 		}

@@ -229,7 +229,7 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 func (p *program) request(source string, items []thirdparty.Item, now float64) (thirdparty.Request, error) {
 	ids := make([]string, len(items))
 	for i := range items {
-		ids[i] = items[i].WireID()
+		ids[i] = items[i].ID
 	}
 	r := thirdparty.Request{Method: p.method, Path: p.path, IDs: ids, Items: items}
 	if p.perItem {
@@ -291,7 +291,7 @@ func (p *program) request(source string, items []thirdparty.Item, now float64) (
 // itemValue is an item as the programs see it; numbers in payloads keep
 // their precision.
 func itemValue(it *thirdparty.Item) (map[string]any, error) {
-	m := map[string]any{"id": it.WireID(), "version": int(it.Version)}
+	m := map[string]any{"id": it.ID, "version": int(it.Version)}
 	if it.Deleted {
 		m["deleted"] = true
 		return m, nil
@@ -301,7 +301,7 @@ func itemValue(it *thirdparty.Item) (map[string]any, error) {
 		dec := json.NewDecoder(bytes.NewReader(it.Payload))
 		dec.UseNumber()
 		if err := dec.Decode(&payload); err != nil {
-			return nil, fmt.Errorf("item %s: payload: %w", it.WireID(), err)
+			return nil, fmt.Errorf("item %s: payload: %w", it.ID, err)
 		}
 	}
 	m["payload"] = payload

@@ -14,8 +14,8 @@ import (
 
 func batch() *thirdparty.Batch {
 	return &thirdparty.Batch{Source: "orders", Time: time.Unix(1700000000, 0).UTC(), Items: []thirdparty.Item{
-		{Key: "a/b c?#%é", Version: 3, Payload: json.RawMessage(`{"n":12345678901234567890,"z":1,"a":2}`)},
-		{ID: 7, Version: 4, Deleted: true},
+		{ID: "a/b c?#%é", Version: 3, Payload: json.RawMessage(`{"n":12345678901234567890,"z":1,"a":2}`)},
+		{ID: "7", Version: 4, Deleted: true},
 	}}
 }
 

@@ -46,7 +46,7 @@ func Request(items []thirdparty.Item) thirdparty.Request {
 	ids := make([]string, len(items))
 	var num [20]byte
 	for i, it := range items {
-		ids[i] = it.WireID()
+		ids[i] = it.ID
 		if it.Deleted {
 			buf.WriteString(`{"delete":{"_id":`)
 		} else {

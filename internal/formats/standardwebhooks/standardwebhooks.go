@@ -78,7 +78,7 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 	var num [20]byte
 	for i := range b.Items {
 		it := &b.Items[i]
-		id := it.WireID()
+		id := it.ID
 		buf := bytes.NewBuffer(make([]byte, 0, 120+len(it.Payload)))
 		buf.WriteString(`{"type":`)
 		if it.Deleted {

@@ -24,7 +24,7 @@ func (Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 func Request(items []thirdparty.Item, body []byte) thirdparty.Request {
 	ids := make([]string, len(items))
 	for i := range items {
-		ids[i] = items[i].WireID()
+		ids[i] = items[i].ID
 	}
 	return thirdparty.Request{Path: thirdparty.BatchPath, ContentType: "application/json", Body: body, IDs: ids, Items: items}
 }

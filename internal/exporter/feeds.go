@@ -1,0 +1,222 @@
+package exporter
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// Feed is one exported stream as the pipeline knows it: resources' live
+// rows, a replay's range of them, or a configured source's keys. Every
+// feed answers the same questions, so a rule of the pipeline (records,
+// keys, limits, the largest item) holds for all of them. The package that
+// owns a feed's tables holds its SQL; the feeds here only translate.
+type Feed interface {
+	// Checkpoint names the feed's progress and its recorded batches.
+	Checkpoint() string
+	// Limits bound each page the feed reads.
+	Limits() feed.Limits
+	// Open starts a pass after pos: feed.Start, or a position the feed's
+	// checkpoint recorded (feed.Page.Position).
+	Open(pos int64) Cursor
+	// QueueMarks queues on b the statements that write the outcomes of
+	// the feed's items, accepted and rejected (with their errors), to be
+	// sent with the rest of a marker transaction in one round trip.
+	QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs []string) error
+}
+
+// Cursor reads one pass of a feed, page after page, in the feed's order.
+type Cursor interface {
+	// Next returns the next page; an empty one (feed.Page.Empty) ends the
+	// pass.
+	Next(ctx context.Context) (feed.Page, error)
+}
+
+// Destination is where a feed's batches go: a configured destination or
+// the resources' third party, with its own limits, state and metrics.
+type Destination interface {
+	// Deliver pushes one batch, handling retries, splits and the rate.
+	Deliver(ctx context.Context, b delivery.Batch) (*delivery.Outcome, error)
+	// MaxInFlight is the most batches pushed to it and unanswered at once:
+	// the destination's own setting, which bounds each pipeline that
+	// pushes to it.
+	MaxInFlight() int
+}
+
+var _ Destination = (*delivery.Deliverer)(nil)
+
+// rowsFeed is resources, the live export or a replay: both read rows and
+// tombstones of resources by id and mark them there.
+type rowsFeed struct {
+	name string
+	lim  feed.Limits
+	// read returns the rows after an id and the salt of their keys.
+	read func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error)
+}
+
+func (e *Exporter) liveFeed() *rowsFeed {
+	return &rowsFeed{name: checkpoint.Live, lim: e.limits(0), read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error) {
+		rows, gen, err := resources.Pending(ctx, e.pool, after, lim, nil)
+		return rows, resources.LiveSalt(gen), err
+	}}
+}
+
+// replayFeed reads a replay's range. A salt of its own: the third party
+// must not take a replay for a retry of the original export.
+func (e *Exporter) replayFeed(id int64, f resources.Filter) *rowsFeed {
+	salt := fmt.Sprintf("replay-%d", id)
+	return &rowsFeed{name: checkpoint.Replay(id), lim: e.limits(0), read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error) {
+		rows, err := resources.Matching(ctx, e.pool, f, after, lim, nil)
+		return rows, salt, err
+	}}
+}
+
+func (f *rowsFeed) Checkpoint() string  { return f.name }
+func (f *rowsFeed) Limits() feed.Limits { return f.lim }
+
+func (f *rowsFeed) Open(pos int64) Cursor { return &rowsCursor{f: f, after: pos} }
+
+type rowsCursor struct {
+	f     *rowsFeed
+	after int64
+}
+
+func (c *rowsCursor) Next(ctx context.Context) (feed.Page, error) {
+	rows, salt, err := c.f.read(ctx, c.after, c.f.lim)
+	if err != nil || len(rows) == 0 {
+		return feed.Page{}, err
+	}
+	p := feed.Page{Salt: salt, Items: make([]feed.Item, 0, len(rows))}
+	for _, r := range rows {
+		id := strconv.FormatInt(r.ID, 10)
+		if r.Oversize > 0 {
+			p.Oversize = append(p.Oversize, feed.Oversize{ID: id, Version: r.Version, Bytes: r.Oversize})
+			continue
+		}
+		p.Items = append(p.Items, feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted})
+	}
+	c.after = rows[len(rows)-1].ID
+	p.Position = c.after
+	return p, nil
+}
+
+func (f *rowsFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs []string) error {
+	var o resources.Outcomes
+	for _, it := range accepted {
+		id, err := rowID(it)
+		if err != nil {
+			return err
+		}
+		if it.Deleted {
+			o.SyncedTombstones.Add(id, it.Version)
+		} else {
+			o.Synced.Add(id, it.Version)
+		}
+	}
+	for i, it := range rejected {
+		id, err := rowID(it)
+		if err != nil {
+			return err
+		}
+		if it.Deleted {
+			o.FailedTombstones.Add(id, it.Version)
+			o.TombstoneErrs = append(o.TombstoneErrs, errs[i])
+		} else {
+			o.Failed.Add(id, it.Version)
+			o.Errs = append(o.Errs, errs[i])
+		}
+	}
+	resources.QueueMarks(b, o)
+	return nil
+}
+
+// rowID is the row id an item of resources carries.
+func rowID(it feed.Item) (int64, error) {
+	id, err := strconv.ParseInt(it.ID, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("exporter: item %q of resources: not a row id: %w", it.ID, err)
+	}
+	return id, nil
+}
+
+// sourceFeed is a configured source's pending keys. A pass always reads
+// from its first pending key (a key marked leaves the change log), so its
+// pages have no position (0).
+type sourceFeed struct {
+	pool *pgxpool.Pool
+	src  *sources.Source
+	lim  feed.Limits
+}
+
+func (e *Exporter) sourceFeed(s *Source) *sourceFeed {
+	return &sourceFeed{pool: e.pool, src: s.Source, lim: e.limits(s.BatchSize)}
+}
+
+func (f *sourceFeed) Checkpoint() string  { return checkpoint.Source(f.src.Name) }
+func (f *sourceFeed) Limits() feed.Limits { return f.lim }
+
+func (f *sourceFeed) Open(int64) Cursor { return &sourceCursor{f: f} }
+
+type sourceCursor struct {
+	f     *sourceFeed
+	after *string // nil before the first key
+}
+
+func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
+	var rows []sources.Row
+	var err error
+	if c.after == nil {
+		rows, err = sources.Pending(ctx, c.f.pool, c.f.src, "", true, c.f.lim)
+	} else {
+		rows, err = sources.Pending(ctx, c.f.pool, c.f.src, *c.after, false, c.f.lim)
+	}
+	if err != nil || len(rows) == 0 {
+		return feed.Page{}, err
+	}
+	p := feed.Page{Salt: c.f.Checkpoint(), Items: make([]feed.Item, 0, len(rows))}
+	for _, r := range rows {
+		if r.Oversize > 0 {
+			p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
+			continue
+		}
+		p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted})
+	}
+	last := rows[len(rows)-1].Key
+	c.after = &last
+	return p, nil
+}
+
+func (f *sourceFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs []string) error {
+	keys, versions := wire(accepted)
+	rkeys, rversions := wire(rejected)
+	return sources.QueueMarks(b, f.src, keys, versions, rkeys, rversions, errs)
+}
+
+func wire(items []feed.Item) ([]string, []int64) {
+	keys, versions := make([]string, len(items)), make([]int64, len(items))
+	for i, it := range items {
+		keys[i], versions[i] = it.ID, it.Version
+	}
+	return keys, versions
+}
+
+// limits are the pages' limits of every feed (the defaults are applied by
+// New), with items per page (a source's own batch size) when set.
+func (e *Exporter) limits(items int) feed.Limits {
+	return feed.Limits{Items: cmp.Or(items, e.cfg.BatchSize), Bytes: e.cfg.BatchMaxBytes, MaxItemBytes: e.cfg.MaxItemBytes}
+}
+
+var (
+	_ Feed = (*rowsFeed)(nil)
+	_ Feed = (*sourceFeed)(nil)
+)

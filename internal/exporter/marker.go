@@ -1,0 +1,210 @@
+package exporter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/locks"
+)
+
+// markReq is what one marker transaction writes: the outcomes of answered
+// batches, and the records of batches about to be sent.
+type markReq struct {
+	marks, records []*batch
+}
+
+// marker runs the pipeline's marker transactions on the lock's session, in
+// the order handed, until reqs is closed, and reports each on out. It keeps
+// up to two in flight (locks.Pipe): while one runs, the next is already on
+// the wire, so PostgreSQL starts it the moment the first commits instead of
+// idling while the answer goes out and the next transaction comes in. A
+// transaction only commits if the one before it did. The marks run even
+// when the job is being cancelled: what the third party accepted must be
+// recorded.
+func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- marked) {
+	pipe := p.lk.NewPipe()
+	defer pipe.Close()
+	var sent []marked
+	// The marker waits for the next transaction's content for up to three
+	// quarters of the shortest of the last transactions' times, before it
+	// blocks on the oldest's answer. An underestimate costs an overlap; an
+	// overestimate leaves an answer unread while its batches wait to be
+	// pushed, so one slow transaction (a checkpoint's flush) must not
+	// lengthen the waits after it.
+	var recent [8]time.Duration
+	var n int
+	var headSince time.Time
+	shortest := func() time.Duration {
+		m := time.Duration(0)
+		for i := range min(n, len(recent)) {
+			if i == 0 || recent[i] < m {
+				m = recent[i]
+			}
+		}
+		return m
+	}
+	send := func(r markReq) {
+		if len(sent) == 0 {
+			headSince = time.Now()
+		}
+		// A transaction that could not be sent is reported in its turn.
+		sent = append(sent, p.send(ctx, pipe, r))
+	}
+	for {
+		if len(sent) == 0 {
+			r, ok := <-reqs
+			if !ok {
+				return
+			}
+			send(r)
+			continue
+		}
+		if len(sent) < markerDepth && reqs != nil {
+			switch r, state := takeWithin(reqs, shortest()*3/4-time.Since(headSince)); state {
+			case taken:
+				send(r)
+			case closed:
+				reqs = nil
+			}
+		}
+		head := sent[0]
+		sent = sent[1:]
+		if head.err == nil {
+			head = p.receive(ctx, pipe, head)
+		}
+		now := time.Now()
+		recent[n%len(recent)] = now.Sub(headSince)
+		n++
+		headSince = now
+		out <- head
+		if reqs == nil && len(sent) == 0 {
+			return
+		}
+	}
+}
+
+type takeState int
+
+const (
+	timedOut takeState = iota
+	taken
+	closed
+)
+
+// takeWithin takes the next request from reqs if one comes within wait.
+func takeWithin(reqs <-chan markReq, wait time.Duration) (markReq, takeState) {
+	select {
+	case r, ok := <-reqs:
+		if !ok {
+			return r, closed
+		}
+		return r, taken
+	default:
+	}
+	if wait <= 0 {
+		return markReq{}, timedOut
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case r, ok := <-reqs:
+		if !ok {
+			return r, closed
+		}
+		return r, taken
+	case <-t.C:
+		return markReq{}, timedOut
+	}
+}
+
+// send queues one marker transaction on pipe: the outcomes of answered
+// batches, the forgetting of their records, and the records of batches
+// about to be sent. The statements and their callbacks are built here; the
+// callbacks run in receive.
+func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked {
+	res := marked{marks: r.marks, records: r.records}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
+	defer cancel()
+	type group struct {
+		acc, rej []feed.Item
+		errs     []string
+		batches  int64
+		seqs     []int64
+	}
+	byName := map[string]*group{}
+	var order []string
+	for _, b := range r.marks {
+		g := byName[b.name]
+		if g == nil {
+			g = &group{}
+			byName[b.name] = g
+			order = append(order, b.name)
+		}
+		g.acc = append(g.acc, b.out.Accepted...)
+		for _, r := range b.out.Rejected {
+			g.rej = append(g.rej, r.Item)
+			g.errs = append(g.errs, r.Error)
+		}
+		for _, o := range b.oversize {
+			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version})
+			g.errs = append(g.errs, oversizeError(o, p.feed.Limits()))
+		}
+		g.batches++
+		if b.seq != 0 {
+			g.seqs = append(g.seqs, b.seq)
+		}
+	}
+	seqs := new([]int64)
+	res.seqsOut = seqs
+	for _, name := range order {
+		if g := byName[name]; len(g.rej) > 0 {
+			res.rejected = append(res.rejected, rejectedNote{name: name, n: len(g.rej), first: g.errs[0]})
+		}
+	}
+	err := pipe.Send(mctx, func(qb *pgx.Batch) error {
+		for _, name := range order {
+			g := byName[name]
+			if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
+				return err
+			}
+			checkpoint.QueueForget(qb, g.seqs)
+			checkpoint.QueueAdvance(qb, name, checkpoint.Progress{
+				Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches,
+			})
+		}
+		if len(r.records) == 0 {
+			return nil
+		}
+		// Every batch of one pipeline's reads belongs to one checkpoint.
+		recs := make([]checkpoint.Batch, len(r.records))
+		for i, b := range r.records {
+			recs[i] = b.record()
+		}
+		checkpoint.QueueRecord(qb, r.records[0].name, r.records[len(r.records)-1].position, recs, seqs)
+		return nil
+	})
+	if err != nil {
+		res.err = fmt.Errorf("exporter: mark batches: %w", err)
+	}
+	return res
+}
+
+// receive waits for a transaction send queued and completes its report.
+func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) marked {
+	if err := pipe.Receive(); err != nil {
+		res.err = fmt.Errorf("exporter: mark batches: %w", err)
+		return res
+	}
+	res.seqs = *res.seqsOut
+	for _, r := range res.rejected {
+		p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
+			slog.String("checkpoint", r.name), slog.Int("rejected", r.n), slog.String("first_error", r.first))
+	}
+	return res
+}

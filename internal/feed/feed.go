@@ -1,0 +1,100 @@
+// Package feed is what every exported stream hands the pipeline, in one
+// shape: resources' pending rows, a replay's range of them, and each
+// configured source's pending keys are all pages of Items read within one
+// set of Limits. A rule written here (the largest item, the bytes of a
+// batch) holds for every feed; the pipeline (internal/exporter) knows a
+// feed only through these types, and the package that owns a feed's
+// tables (internal/resources, internal/sources) reads and marks it.
+package feed
+
+import (
+	"encoding/json"
+	"math"
+)
+
+// Item is one exported item at one version: a row of resources or a
+// source's key, with its payload, or the tombstone of a deleted one. Its id
+// is the text the wire carries: a row's id in decimal, a source's key in
+// its text form.
+type Item struct {
+	ID      string
+	Version int64
+	// Payload is written to the wire as is; it must be valid JSON (a jsonb
+	// value always is). An empty Payload is sent as null.
+	Payload json.RawMessage
+	// Deleted makes the item a tombstone: it is sent with "deleted": true
+	// and no payload.
+	Deleted bool
+}
+
+// Defaults for Limits.
+const (
+	// ItemsDefault is the default Limits.Items.
+	ItemsDefault = 500
+	// BytesDefault is the default Limits.Bytes.
+	BytesDefault = 4 << 20
+	// MaxItemBytesDefault is the default Limits.MaxItemBytes.
+	MaxItemBytesDefault = 16 << 20
+)
+
+// Limits bound one page of a feed, whichever it is.
+type Limits struct {
+	// Items is the most items a page holds. Defaults to ItemsDefault.
+	Items int
+	// Bytes is the most payload bytes a page holds; a single item larger
+	// than this (and within MaxItemBytes) still forms a page of its own.
+	// Defaults to BytesDefault.
+	Bytes int
+	// MaxItemBytes is the largest payload read and sent: a larger item
+	// comes without it, as an Oversize, to be recorded failed with the
+	// reason, and is never read whole. Defaults to MaxItemBytesDefault.
+	MaxItemBytes int
+}
+
+// WithDefaults returns l with every unset limit at its default.
+func (l Limits) WithDefaults() Limits {
+	if l.Items <= 0 {
+		l.Items = ItemsDefault
+	}
+	if l.Bytes <= 0 {
+		l.Bytes = BytesDefault
+	}
+	if l.MaxItemBytes <= 0 {
+		l.MaxItemBytes = MaxItemBytesDefault
+	}
+	return l
+}
+
+// Start is the position before every item: keyset reads take ids after
+// the position, and any id a bigint holds, zero and negative ones
+// included, is exported.
+const Start int64 = math.MinInt64
+
+// Oversize is an item too large to send (Limits.MaxItemBytes): it is
+// recorded failed at its version with the reason, never sent.
+type Oversize struct {
+	ID      string
+	Version int64
+	// Bytes is the payload's size, as far as it was measured.
+	Bytes int64
+}
+
+// Page is one read of a feed: the items of one request, in the feed's
+// order, with the salt of their Idempotency-Key.
+type Page struct {
+	Items    []Item
+	Oversize []Oversize
+	// Salt separates the keys of this feed's batches from every other
+	// feed's (a replay's from the live export's, a source's from another).
+	Salt string
+	// Position is where the next read of the pass starts, and what the
+	// feed's checkpoint records with the page: a replay resumes after it.
+	// A feed whose passes always read from its first pending item (a
+	// source: a marked key leaves its change log) has no position and
+	// leaves it 0.
+	Position int64
+}
+
+// Empty reports whether the page holds nothing at all: the feed is
+// exhausted.
+func (p Page) Empty() bool { return len(p.Items) == 0 && len(p.Oversize) == 0 }

@@ -1,0 +1,58 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/migrations"
+)
+
+// Tx is what the wake-ups need of a transaction: pgx.Tx has it.
+type Tx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// retryOp is the op of the event a command appends for resources when it
+// made rows pending without changing a payload (retry-failed), so that no
+// trigger fired.
+const retryOp = "RETRY"
+
+// Wake appends an event and notifies, as the triggers would, in tx: for
+// configured source src, or for resources when src is "". A command that
+// makes rows or keys pending without writing them (retry-failed, a
+// source's resnapshot) calls it, so that a daemon takes the work at once
+// and, if none listens, the relay's poll finds the event. Like a trigger's,
+// the event exists only if tx commits.
+func Wake(ctx context.Context, tx Tx, src string) error {
+	op, payload := retryOp, ""
+	if src != "" {
+		op = migrations.SourceOp(src)
+		payload = op
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO syncer_outbox (op) VALUES ($1)`, op); err != nil {
+		return fmt.Errorf("outbox: wake: %w", err)
+	}
+	return notify(ctx, tx, payload)
+}
+
+// Nudge notifies the daemons with no event: the live job that holds the
+// export lock, wherever it runs, hears it and gives the lock to a waiting
+// replay instead of lingering. Sent when tx commits.
+func Nudge(ctx context.Context, tx Tx) error {
+	return notify(ctx, tx, "")
+}
+
+func notify(ctx context.Context, tx Tx, payload string) error {
+	var schema *string
+	if err := tx.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil || schema == nil {
+		return fmt.Errorf("outbox: notify: no current schema: %v", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, migrations.Channel(*schema), payload); err != nil {
+		return fmt.Errorf("outbox: notify: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package sources
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// IsInstalled reports whether source name is installed (migrate ran with it
+// in the configuration).
+func IsInstalled(ctx context.Context, q Querier, name string) (bool, error) {
+	var ok bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_sources WHERE name = $1)`, name).Scan(&ok); err != nil {
+		return false, fmt.Errorf("sources: source %s: installed: %w", name, err)
+	}
+	return ok, nil
+}
+
+// CountInstalled counts the installed sources.
+func CountInstalled(ctx context.Context, q Querier) (int, error) {
+	var n int
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM syncer_sources`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sources: count installed: %w", err)
+	}
+	return n, nil
+}
+
+// WithWork returns those of names with work to export: pending changes,
+// or a snapshot not done. The relay's poll asks it, so that work whose
+// event the shut gate or a lost notification kept away is still found.
+func WithWork(ctx context.Context, q Querier, names []string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT s.name FROM syncer_sources s WHERE s.name = ANY($1)
+		AND (s.snapshot_state IN ('pending', 'running') OR EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = s.name))`, names)
+	if err != nil {
+		return nil, fmt.Errorf("sources: with work: %w", err)
+	}
+	names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("sources: with work: %w", err)
+	}
+	return names, nil
+}
