@@ -154,20 +154,32 @@ func TestFormatsHostileAnswersMarkNothing(t *testing.T) {
 		{"custom accepted says no", formatCases[4], `{"status":"PENDING","results":[]}`},
 		{"custom rejects an id not sent", formatCases[4], `{"status":"COMPLETE","errors":[{"message":"x","context":{"ids":["99"]}}]}`},
 		{"syncer html", formatCases[0], `<html>ok</html>`},
+		// Formats whose 2xx needs no body can only be hostile otherwise:
+		// a redirect (to a login page, say) is refused, never followed.
+		{"cloudevents redirect", formatCases[1], "redirect"},
+		{"standard-webhooks redirect", formatCases[3], "redirect"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) {
+				if tt.answer == "redirect" {
+					http.Redirect(w, r, "/login", http.StatusFound)
+					return
+				}
 				w.WriteHeader(http.StatusOK)
 				_, _ = w.Write([]byte(tt.answer))
 			})
 			f, err := formats.New(&tt.tc.spec, installation)
 			require.NoError(t, err)
-			d := newDeliverer(t, newClient(t, url+tt.tc.path, ""), nil, &delivery.Config{Format: f,
+			d := newDeliverer(t, newClient(t, url+tt.tc.path, "tok"), nil, &delivery.Config{Format: f,
 				BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond, MaxElapsed: 50 * time.Millisecond, BreakerFailures: 1000})
 			items := []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{}`)}, {ID: "2", Version: 1, Payload: json.RawMessage(`{}`)}}
 			out, err := d.Deliver(context.Background(), delivery.Batch{Items: items, Time: time.Unix(1, 0)})
 			require.Nil(t, out, "nothing marked")
+			if tt.answer == "redirect" {
+				require.ErrorIs(t, err, delivery.ErrConfiguration)
+				return
+			}
 			require.ErrorIs(t, err, delivery.ErrGaveUp)
 		})
 	}
