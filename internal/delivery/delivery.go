@@ -460,7 +460,7 @@ func (d *Deliverer) render(ctx context.Context, j *job, items []thirdparty.Item)
 		if err == nil {
 			return reqs, nil
 		}
-		d.failed(ctx, "", 0, &thirdparty.Error{Err: err})
+		d.programFailed(ctx, err)
 		next := bo.NextBackOff()
 		if next == backoff.Stop {
 			return nil, &WaitError{Err: fmt.Errorf("%w: %w", ErrGaveUp, err), Wait: d.cfg.GaveUpSnooze}

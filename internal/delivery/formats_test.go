@@ -218,13 +218,17 @@ func TestCustomProgramFailureIsNoAnswer(t *testing.T) {
 	require.NoError(t, err)
 	sent := 0
 	url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) { sent++ })
-	d := newDeliverer(t, newClient(t, url, ""), nil, &delivery.Config{Format: f,
+	db := newDatabase(t)
+	d := newDeliverer(t, newClient(t, url, ""), db.shared(t), &delivery.Config{Format: f,
 		BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond, MaxElapsed: 30 * time.Millisecond})
 	out, err := d.Deliver(context.Background(), delivery.Batch{Items: []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{"n":"x"}`)}}})
 	require.Nil(t, out)
 	require.True(t, errors.Is(err, delivery.ErrGaveUp))
 	require.Contains(t, err.Error(), "request.body")
 	require.Zero(t, sent)
+	last := db.state(t).LastError
+	require.Contains(t, last.Text, "request.body", "the destination's last error names the program's field")
+	require.Contains(t, last.Text, "ltrimstr")
 }
 
 // latestText is the highest version the fake accepted of each id that is
