@@ -89,11 +89,15 @@ func (c *Config) validate() (*url.URL, error) {
 
 // Client pushes batches to one third party. It is safe for concurrent use.
 type Client struct {
-	base       string // the URL without its query, no trailing slash
-	query      string // "?" and the URL's query, or ""
-	headers    http.Header
-	auth       string // "Bearer <token>", or "" for none
-	token      string // kept only to scrub it from echoed bodies
+	base    string // the URL without its query, no trailing slash
+	query   string // "?" and the URL's query, or ""
+	headers http.Header
+	auth    string // "Bearer <token>", or "" for none
+	token   string // kept only to scrub it from echoed bodies
+	// secrets are the token and the configured header values (an API key
+	// read from the environment), scrubbed from whatever the third party
+	// echoes back.
+	secrets    []string
 	timeout    time.Duration
 	httpClient *http.Client
 	now        func() time.Time
@@ -120,6 +124,18 @@ func New(cfg *Config) (*Client, error) {
 	}
 	if q != "" {
 		c.query = "?" + q
+	}
+	if cfg.Token != "" {
+		c.secrets = append(c.secrets, cfg.Token)
+	}
+	for _, vs := range cfg.Headers {
+		for _, v := range vs {
+			// Short literals (a tenant name) are no secret, and scrubbing
+			// them would garble the third party's text.
+			if len(v) >= 8 {
+				c.secrets = append(c.secrets, v)
+			}
+		}
 	}
 	if cfg.Token != "" {
 		c.auth = "Bearer " + cfg.Token
@@ -296,7 +312,7 @@ func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*An
 // of it.
 func (c *Client) answer(ctx context.Context, resp *http.Response) (*Answer, error) {
 	now := c.now()
-	a := &Answer{StatusCode: resp.StatusCode, Header: resp.Header, Quota: parseQuota(resp.Header, now), token: c.token}
+	a := &Answer{StatusCode: resp.StatusCode, Header: resp.Header, Quota: parseQuota(resp.Header, now), token: c.token, secrets: c.secrets}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// Read past SafeTextMax by a few token lengths, so a token that
 		// starts inside the excerpt is read whole and redacted, never cut
@@ -341,7 +357,7 @@ func (c *Client) transportError(parent context.Context, err error) error {
 }
 
 // safe makes third-party text safe to log, store and show.
-func (c *Client) safe(s string) string { return SafeText(s, c.token) }
+func (c *Client) safe(s string) string { return SafeText(s, c.secrets...) }
 
 // encodeBatch writes {"items":[{"id":"42","version":3,"payload":...}]} by
 // hand: an id of plain characters (a row's decimal id, most keys) is

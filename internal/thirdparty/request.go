@@ -46,7 +46,8 @@ type Answer struct {
 	Quota Quota
 
 	token   string
-	refusal *Error // set for a status other than 2xx
+	secrets []string // the token and configured header values
+	refusal *Error   // set for a status other than 2xx
 }
 
 // OK reports a 2xx status.
@@ -81,7 +82,7 @@ func (a *Answer) NotAnAnswer(why string) error {
 
 // Safe makes third-party text safe to log, store and show ([SafeText],
 // with the token removed).
-func (a *Answer) Safe(s string) string { return SafeText(s, a.token) }
+func (a *Answer) Safe(s string) string { return SafeText(s, a.secrets...) }
 
 // Results reads the answer as the syncer format does (CONTRACT.md section
 // 2): a status other than 2xx by the common rules; a 2xx body empty, an
@@ -92,7 +93,7 @@ func (a *Answer) Results(ids []string) (*Result, error) {
 	}
 	res, why := decodeResult(a.Body, ids, a.token)
 	if why != "" {
-		return nil, &Error{StatusCode: a.StatusCode, BadAnswer: why, Body: a.Safe(string(a.Body)), Quota: a.Quota}
+		return nil, &Error{StatusCode: a.StatusCode, BadAnswer: a.Safe(why), Body: a.Safe(string(a.Body)), Quota: a.Quota}
 	}
 	return res, nil
 }
