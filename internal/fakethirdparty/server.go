@@ -656,7 +656,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d *dialect) {
 		s.refuse(w, &rec, http.StatusUnsupportedMediaType, "Content-Type must be "+contentType)
 		return
 	}
-	if key == "" && !cfg.IgnoreIdempotencyKey {
+	if key == "" && !cfg.IgnoreIdempotencyKey && (d == nil || d.honoursKey) {
 		s.refuse(w, &rec, http.StatusBadRequest, "Idempotency-Key header is required")
 		return
 	}
