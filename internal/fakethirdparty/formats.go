@@ -1,7 +1,6 @@
 package fakethirdparty
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
@@ -198,6 +197,8 @@ func decodeCloudEvents(_ *Server, _ Config, _ *http.Request, body []byte) ([]thi
 }
 
 // decodeBulk reads an Elasticsearch bulk body with external versions.
+// Payload lines are not copied: they are views into body, which outlives
+// the request's processing.
 func decodeBulk(_ *Server, _ Config, r *http.Request, body []byte) ([]thirdparty.Item, error) {
 	if !strings.HasSuffix(r.URL.Path, "/_bulk") {
 		return nil, errNotFound
@@ -205,84 +206,147 @@ func decodeBulk(_ *Server, _ Config, r *http.Request, body []byte) ([]thirdparty
 	if len(body) > 0 && body[len(body)-1] != '\n' {
 		return nil, errors.New("the bulk request must be terminated by a newline [\\n]")
 	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64<<10), MaxBodyBytes)
-	var items []thirdparty.Item
-	for sc.Scan() {
-		var action map[string]struct {
-			ID          *string `json:"_id"`
-			Version     int64   `json:"version"`
-			VersionType string  `json:"version_type"`
+	items := make([]thirdparty.Item, 0, bytes.Count(body, []byte{'\n'})/2+1)
+	next := func() ([]byte, bool) {
+		i := bytes.IndexByte(body, '\n')
+		if i < 0 {
+			return nil, false
 		}
-		if err := strictJSON(sc.Bytes(), &action); err != nil || len(action) != 1 {
-			return nil, fmt.Errorf("malformed action/metadata line [%d]", len(items)+1)
-		}
-		for kind, a := range action {
-			if a.ID == nil || a.VersionType != "external" {
-				return nil, fmt.Errorf("action %d: _id and version_type external are required", len(items))
-			}
-			it := thirdparty.Item{ID: *a.ID, Version: a.Version}
-			switch kind {
-			case "delete":
-				it.Deleted = true
-			case "index":
-				if !sc.Scan() {
-					return nil, fmt.Errorf("action %d: index without its document", len(items))
-				}
-				it.Payload = append(json.RawMessage(nil), sc.Bytes()...)
-			default:
-				return nil, fmt.Errorf("action %d: unknown action %q", len(items), kind)
-			}
-			items = append(items, it)
-		}
+		line := body[:i]
+		body = body[i+1:]
+		return line, true
 	}
-	return items, sc.Err()
+	for {
+		line, ok := next()
+		if !ok {
+			return items, nil
+		}
+		it, ok := fastAction(line)
+		if !ok {
+			var err error
+			if it, err = slowAction(line, len(items)); err != nil {
+				return nil, err
+			}
+		}
+		if !it.Deleted {
+			doc, ok := next()
+			if !ok {
+				return nil, fmt.Errorf("action %d: index without its document", len(items))
+			}
+			it.Payload = doc
+		}
+		items = append(items, it)
+	}
+}
+
+// fastAction reads an action line as syncer writes it, without
+// reflection: {"index":{"_id":"42","version":3,"version_type":"external"}}.
+// Anything else is left to slowAction.
+func fastAction(line []byte) (thirdparty.Item, bool) {
+	var it thirdparty.Item
+	rest, ok := bytes.CutPrefix(line, []byte(`{"index":{"_id":"`))
+	if !ok {
+		if rest, ok = bytes.CutPrefix(line, []byte(`{"delete":{"_id":"`)); !ok {
+			return it, false
+		}
+		it.Deleted = true
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return it, false
+	}
+	it.ID = string(rest[:end])
+	rest, ok = bytes.CutPrefix(rest[end+1:], []byte(`,"version":`))
+	if !ok {
+		return it, false
+	}
+	digits := 0
+	for digits < len(rest) && rest[digits] >= '0' && rest[digits] <= '9' {
+		digits++
+	}
+	v, err := strconv.ParseInt(string(rest[:digits]), 10, 64)
+	if err != nil || !bytes.Equal(rest[digits:], []byte(`,"version_type":"external"}}`)) {
+		return it, false
+	}
+	it.Version = v
+	return it, true
+}
+
+// slowAction reads any other action line as JSON.
+func slowAction(line []byte, n int) (thirdparty.Item, error) {
+	var action map[string]struct {
+		ID          *string `json:"_id"`
+		Version     int64   `json:"version"`
+		VersionType string  `json:"version_type"`
+	}
+	if err := strictJSON(line, &action); err != nil || len(action) != 1 {
+		return thirdparty.Item{}, fmt.Errorf("malformed action/metadata line [%d]", n+1)
+	}
+	for kind, a := range action {
+		if a.ID == nil || a.VersionType != "external" {
+			return thirdparty.Item{}, fmt.Errorf("action %d: _id and version_type external are required", n)
+		}
+		switch kind {
+		case "delete":
+			return thirdparty.Item{ID: *a.ID, Version: a.Version, Deleted: true}, nil
+		case "index":
+			return thirdparty.Item{ID: *a.ID, Version: a.Version}, nil
+		}
+		return thirdparty.Item{}, fmt.Errorf("action %d: unknown action %q", n, kind)
+	}
+	return thirdparty.Item{}, nil
 }
 
 var errNotFound = errors.New("no handler found for uri")
 
-// bulkAnswer is Elasticsearch's bulk answer, an entry per action in order.
+// bulkAnswer is Elasticsearch's bulk answer, an entry per action in
+// order, written by hand: the fake shares its machine with the daemon it
+// measures.
 func bulkAnswer(items []thirdparty.Item, verdicts []itemVerdict, _ Config) (int, []byte) {
-	type entry struct {
-		Index   string `json:"_index"`
-		ID      string `json:"_id"`
-		Version int64  `json:"_version,omitempty"`
-		Result  string `json:"result,omitempty"`
-		Status  int    `json:"status"`
-		Error   *struct {
-			Type   string `json:"type"`
-			Reason string `json:"reason"`
-		} `json:"error,omitempty"`
+	var b bytes.Buffer
+	b.Grow(64 + 110*len(items))
+	anyError := false
+	for _, v := range verdicts {
+		anyError = anyError || (v.status != http.StatusOK && v.status != http.StatusCreated && v.status != http.StatusNotFound)
 	}
-	out := struct {
-		Took   int                `json:"took"`
-		Errors bool               `json:"errors"`
-		Items  []map[string]entry `json:"items"`
-	}{Items: make([]map[string]entry, len(items))}
+	b.WriteString(`{"took":0,"errors":` + strconv.FormatBool(anyError) + `,"items":[`)
+	var num [20]byte
 	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
 		v := verdicts[i]
-		e := entry{Index: "fake", ID: it.ID, Version: it.Version, Status: v.status}
-		kind := "index"
 		if it.Deleted {
-			kind = "delete"
+			b.WriteString(`{"delete":{"_index":"fake","_id":`)
+		} else {
+			b.WriteString(`{"index":{"_index":"fake","_id":`)
 		}
+		id, _ := json.Marshal(it.ID) // a string always marshals
+		b.Write(id)
 		switch v.status {
-		case http.StatusOK, http.StatusCreated:
-			e.Result = map[bool]string{true: "deleted", false: "created"}[it.Deleted]
-		case http.StatusNotFound:
-			e.Result = "not_found"
+		case http.StatusOK, http.StatusCreated, http.StatusNotFound:
+			b.WriteString(`,"_version":`)
+			b.Write(strconv.AppendInt(num[:0], it.Version, 10))
+			switch {
+			case v.status == http.StatusNotFound:
+				b.WriteString(`,"result":"not_found"`)
+			case it.Deleted:
+				b.WriteString(`,"result":"deleted"`)
+			default:
+				b.WriteString(`,"result":"created"`)
+			}
 		default:
-			out.Errors = true
-			e.Version = 0
-			e.Error = &struct {
-				Type   string `json:"type"`
-				Reason string `json:"reason"`
-			}{Type: errorType(v.status), Reason: v.reason}
+			reason, _ := json.Marshal(v.reason)
+			b.WriteString(`,"error":{"type":"` + errorType(v.status) + `","reason":`)
+			b.Write(reason)
+			b.WriteByte('}')
 		}
-		out.Items[i] = map[string]entry{kind: e}
+		b.WriteString(`,"status":`)
+		b.Write(strconv.AppendInt(num[:0], int64(v.status), 10))
+		b.WriteString(`}}`)
 	}
-	b, _ := json.Marshal(out)
-	return http.StatusOK, b
+	b.WriteString(`]}`)
+	return http.StatusOK, b.Bytes()
 }
 
 func errorType(status int) string {

@@ -409,7 +409,7 @@ func (s *Server) resetLocked() {
 	s.pairKeys = map[pair][]string{}
 	s.answers = map[string]cachedAnswer{}
 	s.keyBodies = map[string][sha256.Size]byte{}
-	s.docs = map[idKey]bool{}
+	s.docs = make(map[idKey]bool, n)
 	s.outageUntil = time.Time{}
 	s.quotaStart, s.quotaUsed = time.Time{}, 0
 	if s.held == nil {

@@ -72,16 +72,23 @@ func Request(items []thirdparty.Item) thirdparty.Request {
 	return thirdparty.Request{Path: Path, ContentType: ContentType, Body: buf.Bytes(), IDs: ids, Items: items}
 }
 
-// answer is the part of a bulk answer that is read.
+// answer is the part of a bulk answer that is read. An entry is read
+// into named fields rather than a map: an entry with neither action (a
+// "create", say) or with both is not an answer.
 type answer struct {
-	Items []map[string]struct {
-		ID     *string `json:"_id"`
-		Status int     `json:"status"`
-		Error  *struct {
-			Type   string `json:"type"`
-			Reason string `json:"reason"`
-		} `json:"error"`
+	Items []struct {
+		Index  *result `json:"index"`
+		Delete *result `json:"delete"`
 	} `json:"items"`
+}
+
+type result struct {
+	ID     *string `json:"_id"`
+	Status int     `json:"status"`
+	Error  *struct {
+		Type   string `json:"type"`
+		Reason string `json:"reason"`
+	} `json:"error"`
 }
 
 // Read reads a bulk answer item by item: a 2xx, a 409 (the index holds this
@@ -103,12 +110,11 @@ func (Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.Res
 	res := &thirdparty.Result{}
 	for i, entry := range ans.Items {
 		it := r.Items[i]
-		action := "index"
+		action, got, other := "index", entry.Index, entry.Delete
 		if it.Deleted {
-			action = "delete"
+			action, got, other = "delete", entry.Delete, entry.Index
 		}
-		got, ok := entry[action]
-		if len(entry) != 1 || !ok {
+		if got == nil || other != nil {
 			return nil, a.NotAnAnswer(fmt.Sprintf("item %d is not the answer to a %s action", i, action))
 		}
 		if got.ID == nil || *got.ID != r.IDs[i] {
