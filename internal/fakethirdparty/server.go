@@ -692,7 +692,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d *dialect) {
 
 	if d != nil {
 		status, body := s.processFormat(cfg, &rec, d, batch, formatItems, buf.Bytes(), fp, poisoned, rejected)
-		if d.contentType == "application/x-ndjson" || status == http.StatusNoContent {
+		if status == http.StatusNoContent {
 			w.WriteHeader(status)
 			if len(body) > 0 {
 				_, _ = w.Write(body)
