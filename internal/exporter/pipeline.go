@@ -16,8 +16,8 @@ import (
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
-// batch is one request's worth of rows on its way through the pipeline:
-// read, recorded (seq set), sent, answered (out set), marked.
+// batch is one request's worth of a feed's items on its way through the
+// pipeline: read, recorded (seq set), sent, answered (out set), marked.
 type batch struct {
 	name  string // the checkpoint it belongs to
 	items []feed.Item
