@@ -70,15 +70,14 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 	ids := make([]string, len(b.Items))
 	buf.WriteByte('[')
 	var num [20]byte
+	scratch := make([]byte, 0, 64)
 	for i, it := range b.Items {
 		ids[i] = it.ID
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		subject, _ := json.Marshal(ids[i])
-		id, _ := json.Marshal(ids[i] + ":" + string(strconv.AppendInt(num[:0], it.Version, 10)))
 		buf.WriteString(`{"specversion":"1.0","id":`)
-		buf.Write(id)
+		buf.Write(thirdparty.AppendString(scratch[:0], ids[i]+":"+string(strconv.AppendInt(num[:0], it.Version, 10))))
 		buf.WriteString(`,"source":`)
 		buf.Write(src)
 		buf.WriteString(`,"type":`)
@@ -88,7 +87,7 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 			buf.Write(upserted)
 		}
 		buf.WriteString(`,"subject":`)
-		buf.Write(subject)
+		buf.Write(thirdparty.AppendString(scratch[:0], ids[i]))
 		buf.WriteString(`,"time":`)
 		buf.Write(at)
 		if it.Deleted {

@@ -45,6 +45,7 @@ func Request(items []thirdparty.Item) thirdparty.Request {
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	ids := make([]string, len(items))
 	var num [20]byte
+	scratch := make([]byte, 0, 64)
 	for i, it := range items {
 		ids[i] = it.ID
 		if it.Deleted {
@@ -52,8 +53,7 @@ func Request(items []thirdparty.Item) thirdparty.Request {
 		} else {
 			buf.WriteString(`{"index":{"_id":`)
 		}
-		id, _ := json.Marshal(ids[i]) // a string always marshals
-		buf.Write(id)
+		buf.Write(thirdparty.AppendString(scratch[:0], ids[i]))
 		buf.WriteString(`,"version":`)
 		buf.Write(strconv.AppendInt(num[:0], it.Version, 10))
 		buf.WriteString(`,"version_type":"external"}}` + "\n")

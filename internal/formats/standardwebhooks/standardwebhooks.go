@@ -89,8 +89,7 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 		buf.WriteString(`,"timestamp":`)
 		buf.Write(at)
 		buf.WriteString(`,"data":{"id":`)
-		idText, _ := json.Marshal(id)
-		buf.Write(idText)
+		buf.Write(thirdparty.AppendString(nil, id))
 		buf.WriteString(`,"version":`)
 		buf.Write(strconv.AppendInt(num[:0], it.Version, 10))
 		if it.Deleted {
