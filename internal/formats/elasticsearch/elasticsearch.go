@@ -100,9 +100,14 @@ func (Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.Res
 	if !a.OK() {
 		return nil, a.Refusal()
 	}
-	var ans answer
-	if err := json.Unmarshal(a.Body, &ans); err != nil {
-		return nil, a.NotAnAnswer("not a bulk answer: " + err.Error())
+	ans, err := scanAnswer(a.Body)
+	if err != nil {
+		// Anything the fast path does not take is read by encoding/json,
+		// which says what is wrong with it, if anything.
+		ans = answer{}
+		if err := json.Unmarshal(a.Body, &ans); err != nil {
+			return nil, a.NotAnAnswer("not a bulk answer: " + err.Error())
+		}
 	}
 	if len(ans.Items) != len(r.Items) {
 		return nil, a.NotAnAnswer(fmt.Sprintf("the answer has %d items for %d actions", len(ans.Items), len(r.Items)))
