@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -418,21 +419,27 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 	if len(reqs) == 1 {
 		return d.deliverRequest(ctx, j, &reqs[0], whole != nil, pendingSince, out)
 	}
-	// One goroutine per request; the slots bound what is in flight. The
-	// items of one batch have distinct ids, so their order is free.
+	// As many workers as requests may be in flight, taking the requests in
+	// order; the slots bound what is in flight across batches. The items
+	// of one batch have distinct ids, so their order is free.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	outs := make([]Outcome, len(reqs))
 	errs := make([]error, len(reqs))
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for i := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if errs[i] = d.deliverRequest(cctx, j, &reqs[i], false, pendingSince, &outs[i]); errs[i] != nil {
-				cancel()
+	for range min(len(reqs), d.cfg.MaxInFlight) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(reqs) || cctx.Err() != nil {
+					return
+				}
+				if errs[i] = d.deliverRequest(cctx, j, &reqs[i], false, pendingSince, &outs[i]); errs[i] != nil {
+					cancel()
+				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	var first error
