@@ -425,7 +425,10 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	outs := make([]Outcome, len(reqs))
-	errs := make([]error, len(reqs))
+	// first is the failure that stopped the others: theirs (a cancelled
+	// request, or an answer read after the cancellation) follow from it.
+	var mu sync.Mutex
+	var first error
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(len(reqs), d.cfg.MaxInFlight) {
@@ -435,22 +438,22 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 				if i >= len(reqs) || cctx.Err() != nil {
 					return
 				}
-				if errs[i] = d.deliverRequest(cctx, j, &reqs[i], false, pendingSince, &outs[i]); errs[i] != nil {
+				if err := d.deliverRequest(cctx, j, &reqs[i], false, pendingSince, &outs[i]); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
 					cancel()
 				}
 			}
 		})
 	}
 	wg.Wait()
-	var first error
 	for i := range reqs {
 		out.Accepted = append(out.Accepted, outs[i].Accepted...)
 		out.Rejected = append(out.Rejected, outs[i].Rejected...)
 		out.Requests += outs[i].Requests
-		// The first error that is not the cancellation of the others.
-		if errs[i] != nil && (first == nil || (errors.Is(first, context.Canceled) && ctx.Err() == nil)) {
-			first = errs[i]
-		}
 	}
 	return first
 }
