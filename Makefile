@@ -26,6 +26,9 @@ test:
 	./scripts/ensure-postgres.sh
 	./scripts/ensure-pgbouncer.sh
 	$(GO) test -race -count=1 -timeout 30m ./...
+	# The formats against the specifications' own libraries: a module of
+	# its own, so the daemon's module graph does not carry them.
+	cd conformance && $(GO) test -race -count=1 ./...
 	cd deploy && $(GO) test -race -count=1 ./...
 
 # The benchmark of the README, at its default sizes (about 7 minutes).

@@ -39,6 +39,11 @@ const (
 	ScenarioFastLimit      = "fast-limit"
 	ScenarioRestart        = "restart"
 	ScenarioHandover       = "handover"
+	// The destination formats (issue 21).
+	ScenarioCloudEventsDrain   = "cloudevents-drain"
+	ScenarioElasticsearchDrain = "elasticsearch-drain"
+	ScenarioCustomDrain        = "custom-drain"
+	ScenarioWebhooks           = "webhooks"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -48,26 +53,31 @@ var Scenarios = []string{
 	ScenarioDeletes, ScenarioSlowAPI, ScenarioUnknownLimit, ScenarioQuota,
 	ScenarioSources,
 	ScenarioColdStart, ScenarioFastLimit, ScenarioRestart, ScenarioHandover,
+	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
 }
 
 // rowNames are the rows each scenario adds to the table.
 var rowNames = map[string][]string{
-	ScenarioDrain:          {"drain"},
-	ScenarioLatency:        {"latency"},
-	ScenarioWriterOverhead: {"writer overhead", "writers, daemon running"},
-	ScenarioMemory:         {"memory (small)", "memory (large)"},
-	ScenarioMemoryLimit:    {memoryLimitRow300, memoryLimitRow8K},
-	ScenarioJobEconomy:     {"job economy: jobs", "job economy: lock wait"},
-	ScenarioRecipe:         {"recipe: drain", "recipe: burst export", "recipe: burst writers"},
-	ScenarioDeletes:        {"delete overhead", "writers, no daemon", "tombstone drain"},
-	ScenarioSlowAPI:        {"slow API"},
-	ScenarioUnknownLimit:   {"unknown limit"},
-	ScenarioQuota:          {"advertised quota"},
-	ScenarioSources:        {"source writers", "source drain", "two sources"},
-	ScenarioColdStart:      {"cold start"},
-	ScenarioFastLimit:      {"fast limit"},
-	ScenarioRestart:        {"restart"},
-	ScenarioHandover:       {"handover"},
+	ScenarioDrain:              {"drain"},
+	ScenarioLatency:            {"latency"},
+	ScenarioWriterOverhead:     {"writer overhead", "writers, daemon running"},
+	ScenarioMemory:             {"memory (small)", "memory (large)"},
+	ScenarioMemoryLimit:        {memoryLimitRow300, memoryLimitRow8K},
+	ScenarioJobEconomy:         {"job economy: jobs", "job economy: lock wait"},
+	ScenarioRecipe:             {"recipe: drain", "recipe: burst export", "recipe: burst writers"},
+	ScenarioDeletes:            {"delete overhead", "writers, no daemon", "tombstone drain"},
+	ScenarioSlowAPI:            {"slow API"},
+	ScenarioUnknownLimit:       {"unknown limit"},
+	ScenarioQuota:              {"advertised quota"},
+	ScenarioSources:            {"source writers", "source drain", "two sources"},
+	ScenarioCloudEventsDrain:   {"cloudevents drain"},
+	ScenarioElasticsearchDrain: {"elasticsearch drain"},
+	ScenarioCustomDrain:        {"custom drain"},
+	ScenarioWebhooks:           {"webhooks"},
+	ScenarioColdStart:          {"cold start"},
+	ScenarioFastLimit:          {"fast limit"},
+	ScenarioRestart:            {"restart"},
+	ScenarioHandover:           {"handover"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -264,6 +274,10 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioFastLimit, r.fastLimit},
 		{ScenarioRestart, r.restart},
 		{ScenarioHandover, r.handover},
+		{ScenarioCloudEventsDrain, r.cloudEventsDrain},
+		{ScenarioElasticsearchDrain, r.elasticsearchDrain},
+		{ScenarioCustomDrain, r.customDrain},
+		{ScenarioWebhooks, r.webhooks},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

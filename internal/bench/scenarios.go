@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/jobs"
 )
 
@@ -82,6 +83,12 @@ type drainResult struct {
 // and measures until the table is drained. profile, if set, is where a CPU
 // profile of the daemon is saved.
 func (r *runner) syncerDrain(ctx context.Context, label string, n int, profile string) (drainResult, error) {
+	return r.syncerDrainIn(ctx, label, n, profile, "", nil)
+}
+
+// syncerDrainIn is syncerDrain with the fake speaking fakeFormat ("" for
+// syncer's own) and the daemon given settings(fake) besides its defaults.
+func (r *runner) syncerDrainIn(ctx context.Context, label string, n int, profile, fakeFormat string, settings func(f *fake) []string) (drainResult, error) {
 	var res drainResult
 	s, err := r.newScratch(ctx, label, false)
 	if err != nil {
@@ -92,13 +99,17 @@ func (r *runner) syncerDrain(ctx context.Context, label string, n int, profile s
 	if err := s.preload(ctx, n); err != nil {
 		return res, err
 	}
-	f, err := startFake(n)
+	f, err := startFakeWith(fakethirdparty.Config{ExpectedItems: n, Format: fakeFormat})
 	if err != nil {
 		return res, err
 	}
 	defer f.close()
 	r.progressf("   %s: daemon draining", label)
-	d, err := r.startDaemon(ctx, s, f, profile != "")
+	var extra []string
+	if settings != nil {
+		extra = settings(f)
+	}
+	d, err := r.startDaemon(ctx, s, f, profile != "", extra...)
 	if err != nil {
 		return res, err
 	}

@@ -57,6 +57,13 @@ type benchSource struct {
 	table, destination string
 	url                string // the destination's URL
 	inFlight           int    // the destination's max_in_flight; 0: the run's
+	yaml               string // more fields of the destination (a format's), indented
+}
+
+// benchFormat is the format of a bench destination: what the fake speaks,
+// the path its requests take, the destination's fields.
+type benchFormat struct {
+	fake, path, yaml string
 }
 
 // writeSourceConfig writes a configuration file of srcs, each to its own
@@ -70,6 +77,7 @@ func writeSourceConfig(dir string, srcs []benchSource) (string, error) {
 		if s.inFlight > 0 {
 			fmt.Fprintf(&b, "    max_in_flight: %d\n", s.inFlight)
 		}
+		b.WriteString(s.yaml)
 	}
 	b.WriteString("sources:\n")
 	for _, s := range srcs {
@@ -285,6 +293,11 @@ type sourceRun struct {
 // own fake (answering after latency), with one daemon run with --config
 // alone, and measures from the first request to all synced.
 func (r *runner) runSources(ctx context.Context, label string, tables []string, n int, latency time.Duration, inFlight int) (sourceRun, error) {
+	return r.runSourcesIn(ctx, label, tables, n, latency, inFlight, benchFormat{})
+}
+
+// runSourcesIn is runSources with the destinations in format bf.
+func (r *runner) runSourcesIn(ctx context.Context, label string, tables []string, n int, latency time.Duration, inFlight int, bf benchFormat) (sourceRun, error) {
 	var res sourceRun
 	dir, err := os.MkdirTemp("", "syncer-bench-")
 	if err != nil {
@@ -294,13 +307,13 @@ func (r *runner) runSources(ctx context.Context, label string, tables []string, 
 	fakes := make([]*fake, len(tables))
 	srcs := make([]benchSource, len(tables))
 	for i, t := range tables {
-		f, err := startFakeWith(fakethirdparty.Config{Latency: latency, ExpectedItems: n})
+		f, err := startFakeWith(fakethirdparty.Config{Latency: latency, ExpectedItems: n, Format: bf.fake})
 		if err != nil {
 			return res, err
 		}
 		defer f.close()
 		fakes[i] = f
-		srcs[i] = benchSource{table: t, destination: "api_" + t, url: f.url, inFlight: inFlight}
+		srcs[i] = benchSource{table: t, destination: "api_" + t, url: f.url + bf.path, inFlight: inFlight, yaml: bf.yaml}
 	}
 	path, err := writeSourceConfig(dir, srcs)
 	if err != nil {

@@ -73,6 +73,12 @@ type Batch struct {
 	Salt string
 	// Items is how many items Body holds.
 	Items int
+	// Time is when the batch was made (recorded_at): destination formats
+	// whose bodies carry a time use it, so a resend is byte-identical. It
+	// is stored to the microsecond; give it whole seconds (or
+	// microseconds) to read back what was written. Zero records the time
+	// of recording.
+	Time time.Time
 	// Body is the exact request body. It is stored compressed (S2's block
 	// format): a batch's JSON shrinks several times at about a gigabyte a
 	// second, which costs the marks' connection far less than sending it
@@ -126,10 +132,15 @@ func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]in
 		return
 	}
 	keys, salts, items, bodies := make([]string, len(bs)), make([]string, len(bs)), make([]int32, len(bs)), make([][]byte, len(bs))
+	times := make([]time.Time, len(bs))
 	for i, bt := range bs {
 		keys[i], salts[i], items[i], bodies[i] = bt.Key, bt.Salt, int32(bt.Items), s2.Encode(nil, bt.Body)
+		times[i] = bt.Time
+		if times[i].IsZero() {
+			times[i] = time.Now()
+		}
 	}
-	b.Queue(recordSQL, name, keys, salts, items, bodies).Fn = func(br pgx.BatchResults) error {
+	b.Queue(recordSQL, name, keys, salts, items, bodies, times).Fn = func(br pgx.BatchResults) error {
 		rows, _ := br.Query()
 		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
@@ -141,8 +152,8 @@ func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]in
 	queueExec(b, "position "+name, positionSQL, name, lastID)
 }
 
-const recordSQL = `INSERT INTO syncer_batches (checkpoint, key, salt, items, body)
-	SELECT $1, k, s, n, b FROM unnest($2::text[], $3::text[], $4::int[], $5::bytea[]) WITH ORDINALITY AS u(k, s, n, b, o)
+const recordSQL = `INSERT INTO syncer_batches (checkpoint, key, salt, items, body, recorded_at)
+	SELECT $1, k, s, n, b, t FROM unnest($2::text[], $3::text[], $4::int[], $5::bytea[], $6::timestamptz[]) WITH ORDINALITY AS u(k, s, n, b, t, o)
 	ORDER BY o RETURNING seq`
 
 const positionSQL = `INSERT INTO syncer_checkpoints AS c (name, last_id) VALUES ($1, $2)
@@ -191,7 +202,7 @@ const forgetSQL = `DELETE FROM syncer_batches WHERE seq = ANY($1)`
 // recorded: batches of different jobs may hold the same rows, and must go
 // again in that order.
 func Recorded(ctx context.Context, db DB) ([]Batch, error) {
-	rows, err := db.Query(ctx, `SELECT checkpoint, seq, key, salt, items, body FROM syncer_batches ORDER BY seq`)
+	rows, err := db.Query(ctx, `SELECT checkpoint, seq, key, salt, items, body, recorded_at FROM syncer_batches ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: recorded batches: %w", err)
 	}
@@ -199,7 +210,7 @@ func Recorded(ctx context.Context, db DB) ([]Batch, error) {
 		var b Batch
 		var n int32
 		var packed []byte
-		if err := r.Scan(&b.Name, &b.Seq, &b.Key, &b.Salt, &n, &packed); err != nil {
+		if err := r.Scan(&b.Name, &b.Seq, &b.Key, &b.Salt, &n, &packed, &b.Time); err != nil {
 			return b, err
 		}
 		b.Items = int(n)

@@ -42,6 +42,9 @@ type FakeThirdpartyCmd struct {
 	Quota              int           `name:"quota" env:"FAKE_QUOTA" default:"0" help:"Requests allowed per --quota-window, announced with RateLimit-* headers; 429 when exhausted. 0: none."`
 	QuotaWindow        time.Duration `name:"quota-window" env:"FAKE_QUOTA_WINDOW" default:"1s" help:"Window of --quota."`
 	QuotaXHeaders      bool          `name:"quota-x-headers" env:"FAKE_QUOTA_X_HEADERS" help:"Announce --quota with X-RateLimit-* headers too."`
+	Format             string        `name:"format" env:"FAKE_FORMAT" default:"syncer" help:"Format spoken on every path but /v1/: syncer, standard-webhooks, cloudevents, elasticsearch (external versions: 409, 404 for a delete of nothing) or custom (a HubSpot-like .../batch/upsert and .../batch/archive answered 207)."`
+	SigningSecret      string        `name:"signing-secret" env:"FAKE_SIGNING_SECRET" help:"Verify standard-webhooks signatures with this secret (whsec_ and base64); 401 otherwise."`
+	ItemTooManyRate    float64       `name:"item-429-rate" env:"FAKE_ITEM_429_RATE" default:"0" help:"Share (0..1) of elasticsearch bulk items answered 429 (--reject-field answers items 400)."`
 }
 
 // Validate checks the shares.
@@ -63,6 +66,10 @@ func (c *FakeThirdpartyCmd) Validate() error {
 		return usagef("--unannounced-limit must not be negative, got %v", c.UnannouncedLimit)
 	case c.UnannouncedBurst < 0:
 		return usagef("--unannounced-burst must not be negative, got %d", c.UnannouncedBurst)
+	case !slices.Contains(fakethirdparty.Formats, c.Format):
+		return usagef("--format must be one of %s, got %q", strings.Join(fakethirdparty.Formats, ", "), c.Format)
+	case c.ItemTooManyRate < 0 || c.ItemTooManyRate > 1:
+		return usagef("--item-429-rate must be between 0 and 1, got %v", c.ItemTooManyRate)
 	case c.Quota < 0:
 		return usagef("--quota must not be negative, got %d", c.Quota)
 	case c.Quota > 0 && c.QuotaWindow <= 0:
@@ -81,6 +88,7 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 		Redirect: c.Redirect, RedirectLocation: c.RedirectLocation, BadAnswer: c.BadAnswer, RetryAfterRaw: c.RetryAfterRaw,
 		UnannouncedLimit: c.UnannouncedLimit, Quota: c.Quota, QuotaWindow: c.QuotaWindow, QuotaXHeaders: c.QuotaXHeaders,
 		UnannouncedBurst: c.UnannouncedBurst,
+		Format:           c.Format, SigningSecret: c.SigningSecret, ItemTooManyRate: c.ItemTooManyRate,
 	}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"os/signal"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -17,21 +19,24 @@ import (
 type RunCmd struct {
 	DB
 	ConfigFile
-	ThirdpartyURL       string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
-	ThirdpartyToken     string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Set it in the environment or with --thirdparty-token-file, not with this flag (flags show in ps). Never logged."`
-	ThirdpartyTokenFile string        `name:"thirdparty-token-file" env:"SYNCER_THIRDPARTY_TOKEN_FILE" placeholder:"FILE" help:"Read the bearer token from FILE (a mounted secret), once at start; a trailing newline is ignored. Exclusive with --thirdparty-token."`
-	BatchSize           int           `name:"batch-size" env:"SYNCER_BATCH_SIZE" default:"${batch_size}" help:"Items a batch."`
-	BatchMaxBytes       int           `name:"batch-max-bytes" env:"SYNCER_BATCH_MAX_BYTES" default:"${batch_max_bytes}" help:"Payload bytes a batch, at most."`
-	RateLimit           float64       `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party; 0 means no limit."`
-	RateBurst           int           `name:"rate-burst" env:"SYNCER_RATE_BURST" default:"${rate_burst}" help:"Burst of the rate limit."`
-	BreakerFailures     int           `name:"breaker-failures" env:"SYNCER_BREAKER_FAILURES" default:"${breaker_failures}" help:"Consecutive transient failures that open the circuit breaker."`
-	BreakerOpenTimeout  time.Duration `name:"breaker-open-timeout" env:"SYNCER_BREAKER_OPEN_TIMEOUT" default:"${breaker_open_timeout}" help:"How long the circuit breaker stays open before a probe."`
-	BackoffMaxElapsed   time.Duration `name:"backoff-max-elapsed" env:"SYNCER_BACKOFF_MAX_ELAPSED" default:"${backoff_max_elapsed}" help:"How long one batch is retried after transient failures before the job pauses."`
-	RequestTimeout      time.Duration `name:"request-timeout" env:"SYNCER_REQUEST_TIMEOUT" default:"${request_timeout}" help:"Timeout of one request to the third party."`
-	ShutdownTimeout     time.Duration `name:"shutdown-timeout" env:"SYNCER_SHUTDOWN_TIMEOUT" default:"${shutdown_timeout}" help:"How long the batch in flight may take to finish on SIGTERM."`
-	HTTPAddr            string        `name:"http-addr" env:"SYNCER_HTTP_ADDR" default:"${http_addr}" help:"Address of /healthz, /readyz and /metrics (host:port; :8080 listens on every interface, as a container needs); ${http_addr_off} serves nothing."`
-	Workers             int           `name:"workers" env:"SYNCER_WORKERS" default:"${workers}" help:"River workers for syncer's queue."`
-	Pprof               bool          `name:"pprof" env:"SYNCER_PPROF" help:"Serve /debug/pprof/ on the HTTP address (never /debug/pprof/cmdline, which would show the flags)."`
+	ThirdpartyURL               string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
+	ThirdpartyToken             string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Set it in the environment or with --thirdparty-token-file, not with this flag (flags show in ps). Never logged."`
+	ThirdpartyTokenFile         string        `name:"thirdparty-token-file" env:"SYNCER_THIRDPARTY_TOKEN_FILE" placeholder:"FILE" help:"Read the bearer token from FILE (a mounted secret), once at start; a trailing newline is ignored. Exclusive with --thirdparty-token."`
+	ThirdpartyFormat            string        `name:"thirdparty-format" env:"SYNCER_THIRDPARTY_FORMAT" default:"syncer" help:"Format of the resources export's requests: syncer, standard-webhooks, cloudevents or elasticsearch (docs/destinations.md)."`
+	ThirdpartySigningSecret     string        `name:"thirdparty-signing-secret" env:"SYNCER_THIRDPARTY_SIGNING_SECRET" help:"Signing secret of the standard-webhooks format (whsec_ and base64). Set it in the environment or with --thirdparty-signing-secret-file, not with this flag. Never logged."`
+	ThirdpartySigningSecretFile string        `name:"thirdparty-signing-secret-file" env:"SYNCER_THIRDPARTY_SIGNING_SECRET_FILE" placeholder:"FILE" help:"Read the signing secret from FILE, once at start. Exclusive with --thirdparty-signing-secret."`
+	BatchSize                   int           `name:"batch-size" env:"SYNCER_BATCH_SIZE" default:"${batch_size}" help:"Items a batch."`
+	BatchMaxBytes               int           `name:"batch-max-bytes" env:"SYNCER_BATCH_MAX_BYTES" default:"${batch_max_bytes}" help:"Payload bytes a batch, at most."`
+	RateLimit                   float64       `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party; 0 means no limit."`
+	RateBurst                   int           `name:"rate-burst" env:"SYNCER_RATE_BURST" default:"${rate_burst}" help:"Burst of the rate limit."`
+	BreakerFailures             int           `name:"breaker-failures" env:"SYNCER_BREAKER_FAILURES" default:"${breaker_failures}" help:"Consecutive transient failures that open the circuit breaker."`
+	BreakerOpenTimeout          time.Duration `name:"breaker-open-timeout" env:"SYNCER_BREAKER_OPEN_TIMEOUT" default:"${breaker_open_timeout}" help:"How long the circuit breaker stays open before a probe."`
+	BackoffMaxElapsed           time.Duration `name:"backoff-max-elapsed" env:"SYNCER_BACKOFF_MAX_ELAPSED" default:"${backoff_max_elapsed}" help:"How long one batch is retried after transient failures before the job pauses."`
+	RequestTimeout              time.Duration `name:"request-timeout" env:"SYNCER_REQUEST_TIMEOUT" default:"${request_timeout}" help:"Timeout of one request to the third party."`
+	ShutdownTimeout             time.Duration `name:"shutdown-timeout" env:"SYNCER_SHUTDOWN_TIMEOUT" default:"${shutdown_timeout}" help:"How long the batch in flight may take to finish on SIGTERM."`
+	HTTPAddr                    string        `name:"http-addr" env:"SYNCER_HTTP_ADDR" default:"${http_addr}" help:"Address of /healthz, /readyz and /metrics (host:port; :8080 listens on every interface, as a container needs); ${http_addr_off} serves nothing."`
+	Workers                     int           `name:"workers" env:"SYNCER_WORKERS" default:"${workers}" help:"River workers for syncer's queue."`
+	Pprof                       bool          `name:"pprof" env:"SYNCER_PPROF" help:"Serve /debug/pprof/ on the HTTP address (never /debug/pprof/cmdline, which would show the flags)."`
 
 	MaxInFlight        int           `name:"max-in-flight" env:"SYNCER_MAX_IN_FLIGHT" default:"${max_in_flight}" help:"Requests to the third party unanswered at once, at most."`
 	MaxRetryAfter      time.Duration `name:"max-retry-after" env:"SYNCER_MAX_RETRY_AFTER" default:"${max_retry_after}" help:"Longest wait a Retry-After or a quota reset may impose; a longer one is cut to it, and logged."`
@@ -42,6 +47,46 @@ type RunCmd struct {
 	// tokenFromFile is set once the token file was read: kong may
 	// validate twice.
 	tokenFromFile bool
+	// secretFromFile is tokenFromFile for the signing secret.
+	secretFromFile bool
+}
+
+// validateFormat checks the resources export's format and its secret: an
+// unknown format, a missing secret or one of the wrong form exits 2,
+// naming the setting, never quoting the secret.
+func (c *RunCmd) validateFormat() error {
+	if c.ThirdpartySigningSecretFile != "" && !c.secretFromFile {
+		if c.ThirdpartySigningSecret != "" {
+			return usagef("%s and %s are exclusive: set one", setting(c, "ThirdpartySigningSecret"), setting(c, "ThirdpartySigningSecretFile"))
+		}
+		secret, err := readSecretFile(c.ThirdpartySigningSecretFile)
+		if err != nil {
+			return usagef("%s: %v", setting(c, "ThirdpartySigningSecretFile"), err)
+		}
+		c.ThirdpartySigningSecret, c.secretFromFile = secret, true
+	}
+	spec := c.formatSpec()
+	switch spec.Name {
+	case "", "syncer", "standard-webhooks", "cloudevents", "elasticsearch":
+	default:
+		return usagef("%s must be syncer, standard-webhooks, cloudevents or elasticsearch, got %q", setting(c, "ThirdpartyFormat"), spec.Name)
+	}
+	if _, err := formats.New(spec, ""); err != nil {
+		name := "ThirdpartySigningSecret"
+		if c.secretFromFile {
+			name = "ThirdpartySigningSecretFile"
+		}
+		var fe *formats.FieldError
+		if errors.As(err, &fe) {
+			err = fe.Err
+		}
+		return usagef("%s: %v", setting(c, name), err)
+	}
+	return nil
+}
+
+func (c *RunCmd) formatSpec() *formats.Spec {
+	return &formats.Spec{Name: c.ThirdpartyFormat, SigningSecret: c.ThirdpartySigningSecret}
 }
 
 // Validate names the first bad setting.
@@ -67,6 +112,9 @@ func (c *RunCmd) Validate() error {
 		// resources are not exported.
 	case !validHTTPURL(c.ThirdpartyURL):
 		return usagef("%s must be an http or https URL", setting(c, "ThirdpartyURL"))
+	}
+	if err := c.validateFormat(); err != nil {
+		return err
 	}
 	if err := positive(c, "BatchSize", "BatchMaxBytes", "RateBurst", "BreakerFailures", "BreakerOpenTimeout",
 		"BackoffMaxElapsed", "RequestTimeout", "ShutdownTimeout", "Workers"); err != nil {
@@ -110,6 +158,7 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	setMemoryLimit(env.Logger)
 	d, err := daemon.New(ctx, pool, &daemon.Config{
 		ThirdParty: thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
+		Format:     *c.formatSpec(),
 		Delivery: delivery.Config{
 			RateLimit:          c.RateLimit,
 			RateBurst:          c.RateBurst,

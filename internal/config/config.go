@@ -101,6 +101,9 @@ type Destination struct {
 	// MaxInFlight is the most requests unanswered at once; 0 when the file
 	// does not say. Defaults to the run's --max-in-flight.
 	MaxInFlight int
+	// Format is how batches become requests and answers are read
+	// (CONTRACT.md section 6). Defaults to the syncer format.
+	Format Format
 	// Line is where the destination starts in the file.
 	Line int
 }
@@ -338,7 +341,7 @@ func join(path, field string) string {
 	}
 }
 
-var destinationFields = []string{"url", "token_env", "token_file", "rate_limit", "rate_burst", "max_in_flight"}
+var destinationFields = append([]string{"url", "token_env", "token_file", "rate_limit", "rate_burst", "max_in_flight"}, formatFields...)
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
 	if n.Kind != yaml.MappingNode {
@@ -399,6 +402,9 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 		return nil, err
 	}
 	if d.MaxInFlight, err = positiveInt(f, "max_in_flight", path); err != nil {
+		return nil, err
+	}
+	if err := p.format(d, f, path, n); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -153,7 +153,7 @@ func TestParseRefuses(t *testing.T) {
 		{"destination name", func(t *testing.T) string { return edit(t, "  warehouse:", "  ware house:") }, nil, `destinations: "ware house" may only hold letters, digits and _ - . $`},
 		{"destination twice", func(t *testing.T) string { return edit(t, "  warehouse:", "  crm:") }, nil, "destinations.crm: given twice"},
 		{"destination not a mapping", func(t *testing.T) string { return "destinations:\n  crm: https://x\n" }, nil, "destinations.crm: must be a mapping with url"},
-		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, rate_limit, rate_burst, max_in_flight) (line 7)`},
+		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, rate_limit, rate_burst, max_in_flight, format, headers, signing_secret_env, signing_secret_file, event_source, event_type_prefix, request, deletes, response) (line 7)`},
 		{"destination field twice", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_burst: 5\n    rate_burst: 6") }, nil, "destinations.crm.rate_burst: given twice"},
 		{"url missing", func(t *testing.T) string { return edit(t, "    url: https://api.example.com\n", "") }, nil, "destinations.crm.url: required (line 4)"},
 		{"url scheme", func(t *testing.T) string { return edit(t, "https://api.example.com", "ftp://api.example.com") }, nil, "destinations.crm.url: must be an http or https URL (line 4)"},

@@ -36,6 +36,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -69,6 +70,10 @@ type Config struct {
 	// Delivery configures rate limiting, retries and the breaker. Defaults
 	// to delivery's defaults.
 	Delivery delivery.Config
+	// Format is the format of the resources export (CONTRACT.md section
+	// 6; a configured destination's is in Sources). Defaults to the syncer
+	// format.
+	Format formats.Spec
 	// Exporter configures batches and lingering. Defaults to exporter's
 	// defaults.
 	Exporter exporter.Config
@@ -255,9 +260,15 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 	for _, dest := range c.Sources.Destinations {
 		tcfg := c.ThirdParty
 		tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
+		tcfg.Headers = dest.Format.Header()
+		format, err := formats.New(dest.Format.Spec(), installation)
+		if err != nil {
+			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+		}
 		dcfg := c.Delivery
 		lim := dest.Limits(config.Limits{RateLimit: dcfg.RateLimit, RateBurst: dcfg.RateBurst, MaxInFlight: dcfg.MaxInFlight})
 		dcfg.RateLimit, dcfg.RateBurst, dcfg.MaxInFlight = lim.RateLimit, lim.RateBurst, lim.MaxInFlight
+		dcfg.Format = format
 		dcfg.Name = dest.Name
 		dcfg.CredentialsSetting = cmp.Or(dest.TokenEnv, "the token of destination "+dest.Name+" (token_env in SYNCER_CONFIG)")
 		dcfg.URLSetting = "the url of destination " + dest.Name + " in SYNCER_CONFIG"
@@ -317,7 +328,11 @@ func (d *Daemon) build(ctx context.Context) error {
 	}
 	var dest exporter.Destination // nil: resources are not exported
 	if c.ThirdParty.URL != "" {
-		deliverer, err := d.destination(&c.ThirdParty, &c.Delivery, breakerstore.DefaultNamespace, installation)
+		dcfg := c.Delivery
+		if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
+			return fmt.Errorf("daemon: format: %w", err)
+		}
+		deliverer, err := d.destination(&c.ThirdParty, &dcfg, breakerstore.DefaultNamespace, installation)
 		if err != nil {
 			return err
 		}
@@ -456,11 +471,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 // it wraps locks.ErrLockLost, which the job's result looks at first.
 type guarded struct{ delivery.Client }
 
-func (g guarded) PushBody(ctx context.Context, key string, body []byte, ids []string) (*thirdparty.Result, error) {
+func (g guarded) Send(ctx context.Context, key string, r *thirdparty.Request, read func(*thirdparty.Answer) (*thirdparty.Result, error)) (*thirdparty.Result, error) {
 	if err := locks.CheckContext(ctx); err != nil {
 		return nil, &delivery.WaitError{Err: fmt.Errorf("daemon: not sent: %w", err)}
 	}
-	return g.Client.PushBody(ctx, key, body, ids)
+	return g.Client.Send(ctx, key, r, read)
 }
 
 // atLeast passes on records at or above min, unless the handler was set up

@@ -17,7 +17,7 @@ import (
 
 type countingClient struct{ calls int }
 
-func (c *countingClient) PushBody(context.Context, string, []byte, []string) (*thirdparty.Result, error) {
+func (c *countingClient) Send(context.Context, string, *thirdparty.Request, func(*thirdparty.Answer) (*thirdparty.Result, error)) (*thirdparty.Result, error) {
 	c.calls++
 	return &thirdparty.Result{}, nil
 }
@@ -41,14 +41,14 @@ func TestGuardSendsOnlyUnderItsLocks(t *testing.T) {
 
 	inner := &countingClient{}
 	client := daemon.Guarded(inner)
-	_, err = client.PushBody(lctx, "k", []byte(`{}`), nil)
+	_, err = client.Send(lctx, "k", &thirdparty.Request{}, nil)
 	require.NoError(t, err)
-	_, err = client.PushBody(ctx, "k", []byte(`{}`), nil)
+	_, err = client.Send(ctx, "k", &thirdparty.Request{}, nil)
 	require.NoError(t, err, "a request under no lock is not the guard's business")
 	require.Equal(t, 2, inner.calls)
 
 	require.NoError(t, lk.Release(ctx))
-	_, err = client.PushBody(lctx, "k", []byte(`{}`), nil)
+	_, err = client.Send(lctx, "k", &thirdparty.Request{}, nil)
 	require.ErrorIs(t, err, locks.ErrReleased)
 	var we *delivery.WaitError
 	require.True(t, errors.As(err, &we), "returned by the deliverer as it is, not retried")

@@ -9,19 +9,44 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	syncerformat "github.com/syncer-dev/syncer/internal/formats/syncer"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Client is the HTTP client of the third party.
 type Client interface {
-	PushBody(ctx context.Context, key string, body []byte, ids []string) (*thirdparty.Result, error)
+	Send(ctx context.Context, key string, r *thirdparty.Request, read func(*thirdparty.Answer) (*thirdparty.Result, error)) (*thirdparty.Result, error)
 }
+
+// Format is a destination format (internal/formats/...): how a batch
+// becomes requests and how an answer to one is read. Everything else (keys,
+// limits, pauses, the breaker, backoff, splits, refusals) is the
+// Deliverer's and holds for every format.
+type Format interface {
+	// Requests makes the requests of a batch: one for the whole batch, or
+	// one per item. It must be deterministic: the same batch always gives
+	// the same requests, byte for byte, so a resend is the same body. An
+	// error is a program that failed at run time: retried, never a
+	// rejection.
+	Requests(b *thirdparty.Batch) ([]thirdparty.Request, error)
+	// Read says what an answer to r made of its items: accepted, rejected,
+	// pending, or an error (the answer's refusal by the common rules, or
+	// not an answer at all).
+	Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.Result, error)
+}
+
+// canonical is a Format whose one request's body is the recorded body
+// itself (the syncer format): a recorded batch goes as recorded.
+type canonical interface{ Canonical() bool }
+
+var _ Format = syncerformat.Format{}
 
 var _ Client = (*thirdparty.Client)(nil)
 
@@ -138,6 +163,9 @@ type Config struct {
 	// ErrCredentials or ErrConfiguration); then one request probes.
 	// Defaults to AuthProbeIntervalDefault.
 	AuthProbeInterval time.Duration
+	// Format makes the requests and reads the answers. Defaults to the
+	// syncer format (CONTRACT.md section 2).
+	Format Format
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Metrics are the destination's own series (metrics.Metrics.Destination).
@@ -163,6 +191,9 @@ func (c *Config) withDefaults() Config {
 	out.AuthProbeInterval = cmp.Or(c.AuthProbeInterval, AuthProbeIntervalDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Format == nil {
+		out.Format = syncerformat.Format{}
 	}
 	return out
 }
@@ -202,7 +233,11 @@ func (c *Config) validate() error {
 
 // Deliverer delivers batches. Create it with New.
 type Deliverer struct {
-	client  Client
+	client Client
+	format Format
+	// whole is set when the format's request of a whole batch is the
+	// recorded body itself.
+	whole   bool
 	store   Store // nil: the facts live in this process only
 	cfg     Config
 	logger  *slog.Logger
@@ -265,6 +300,7 @@ func New(client Client, store Store, cfg *Config) (*Deliverer, error) {
 	c := cfg.withDefaults()
 	d := &Deliverer{
 		client:  client,
+		format:  c.Format,
 		store:   store,
 		cfg:     c,
 		logger:  c.Logger,
@@ -273,6 +309,9 @@ func New(client Client, store Store, cfg *Config) (*Deliverer, error) {
 		slots:   make(chan struct{}, c.MaxInFlight),
 		creds:   refusal{key: breakerstore.KeyCredentials, sentinel: ErrCredentials},
 		conf:    refusal{key: breakerstore.KeyConfiguration, sentinel: ErrConfiguration},
+	}
+	if cf, ok := c.Format.(canonical); ok && cf.Canonical() {
+		d.whole = true
 	}
 	d.pacer = newPacer(c.RateLimit, c.RateBurst, d.now)
 	d.breaker = newBreaker(c.BreakerFailures, c.BreakerOpenTimeout, d.now)
@@ -316,56 +355,218 @@ func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 			return out, nil
 		}
 	}
-	key := cmp.Or(b.Key, thirdparty.BatchKey(d.cfg.Installation, b.Salt, body))
-	if err := d.deliver(ctx, b.Salt, key, body, items, out); err != nil {
+	j := &job{salt: b.Salt, batch: thirdparty.Batch{Source: cmp.Or(b.Source, SourceDefault), Time: b.Time}}
+	if j.batch.Time.IsZero() {
+		// Only a caller that records nothing comes here (the exporter
+		// always passes the time it recorded): its bodies need not be
+		// stable across processes.
+		j.batch.Time = d.now().UTC().Truncate(time.Second)
+	}
+	var whole *thirdparty.Request
+	if d.whole {
+		r := syncerformat.Request(items, body)
+		whole = &r
+		j.wholeKey = cmp.Or(b.Key, thirdparty.BatchKey(d.cfg.Installation, b.Salt, body))
+	}
+	if err := d.deliver(ctx, j, items, whole, time.Time{}, out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// deliver pushes body under key and splits it on a whole-batch refusal.
-func (d *Deliverer) deliver(ctx context.Context, salt, key string, body []byte, items []thirdparty.Item, out *Outcome) error {
-	res, err := d.push(ctx, key, body, items, out)
+// SourceDefault is the source a Batch without one belongs to: the
+// resources export.
+const SourceDefault = "resources"
+
+// job is what the requests of one Deliver share.
+type job struct {
+	salt     string
+	batch    thirdparty.Batch // Source and Time; Items set per call
+	wholeKey string           // the key of the whole recorded body, for a canonical format
+}
+
+// key is the Idempotency-Key of one request: the recorded key for the
+// recorded body, else a hash of the request's method, path and body, so a
+// key still names one body, and requests without a body (a DELETE per
+// item) still have keys of their own.
+func (d *Deliverer) key(j *job, r *thirdparty.Request, whole bool) string {
+	if whole {
+		return j.wholeKey
+	}
+	if d.whole {
+		return thirdparty.BatchKey(d.cfg.Installation, j.salt, r.Body)
+	}
+	h := make([]byte, 0, len(r.Method)+len(r.Path)+len(r.Body)+8)
+	h = append(append(append(append(h, cmp.Or(r.Method, "POST")...), ' '), r.Path...), '\n')
+	return thirdparty.BatchKey(d.cfg.Installation, j.salt, append(h, r.Body...))
+}
+
+// deliver sends items as the format's requests (concurrently when there
+// are several: they share the in-flight slots) and splits a request
+// refused as a whole. whole, when set, is the request of the recorded
+// body. pendingSince is when items first came back pending (zero: they
+// did not).
+func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item, whole *thirdparty.Request, pendingSince time.Time, out *Outcome) error {
+	var reqs []thirdparty.Request
+	if whole != nil {
+		reqs = []thirdparty.Request{*whole}
+	} else {
+		var err error
+		if reqs, err = d.render(ctx, j, items); err != nil {
+			return err
+		}
+	}
+	if len(reqs) == 1 {
+		return d.deliverRequest(ctx, j, &reqs[0], whole != nil, pendingSince, out)
+	}
+	// As many workers as requests may be in flight, taking the requests in
+	// order; the slots bound what is in flight across batches. The items
+	// of one batch have distinct ids, so their order is free.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	outs := make([]Outcome, len(reqs))
+	// first is the failure that stopped the others: theirs (a cancelled
+	// request, or an answer read after the cancellation) follow from it.
+	var mu sync.Mutex
+	var first error
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(reqs), d.cfg.MaxInFlight) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(reqs) || cctx.Err() != nil {
+					return
+				}
+				if err := d.deliverRequest(cctx, j, &reqs[i], false, pendingSince, &outs[i]); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range reqs {
+		out.Accepted = append(out.Accepted, outs[i].Accepted...)
+		out.Rejected = append(out.Rejected, outs[i].Rejected...)
+		out.Requests += outs[i].Requests
+	}
+	return first
+}
+
+// render makes the format's requests of items, retrying a program that
+// fails at run time with backoff: such a failure is no answer, and says so
+// in the log and in the last error.
+func (d *Deliverer) render(ctx context.Context, j *job, items []thirdparty.Item) ([]thirdparty.Request, error) {
+	b := j.batch
+	b.Items = items
+	bo := d.newBackoff()
+	for {
+		reqs, err := d.format.Requests(&b)
+		if err == nil {
+			return reqs, nil
+		}
+		d.programFailed(ctx, err)
+		next := bo.NextBackOff()
+		if next == backoff.Stop {
+			return nil, &WaitError{Err: fmt.Errorf("%w: %w", ErrGaveUp, err), Wait: d.cfg.GaveUpSnooze}
+		}
+		if err := sleep(ctx, next); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *Deliverer) newBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(d.cfg.BackoffInitial),
+		backoff.WithMaxInterval(d.cfg.BackoffMax),
+		backoff.WithMaxElapsedTime(d.cfg.MaxElapsed),
+	)
+}
+
+// deliverRequest sends one request until it is answered, splits it on a
+// whole-request refusal, and sends again, after a backoff, the items the
+// answer left pending.
+func (d *Deliverer) deliverRequest(ctx context.Context, j *job, r *thirdparty.Request, whole bool, pendingSince time.Time, out *Outcome) error {
+	key := d.key(j, r, whole)
+	res, err := d.push(ctx, key, r, out)
 	if err == nil {
-		apply(res, items, out)
-		return nil
+		pending := apply(res, r.Items, out)
+		if len(pending) == 0 {
+			return nil
+		}
+		return d.retryPending(ctx, j, pending, pendingSince, out)
 	}
 	var we *WaitError
 	var tpErr *thirdparty.Error
 	if errors.As(err, &we) || !errors.As(err, &tpErr) || !tpErr.BatchRefused() {
 		return err
 	}
-	if len(items) == 1 {
-		out.Rejected = append(out.Rejected, Rejection{Item: items[0], Error: refusalText(tpErr)})
+	if len(r.Items) == 1 {
+		out.Rejected = append(out.Rejected, Rejection{Item: r.Items[0], Error: refusalText(tpErr)})
 		return nil
 	}
-	half := len(items) / 2
-	for _, part := range [][]thirdparty.Item{items[:half], items[half:]} {
-		partBody := thirdparty.AppendBatch(nil, part)
-		partKey := thirdparty.BatchKey(d.cfg.Installation, salt, partBody)
-		if err := d.deliver(ctx, salt, partKey, partBody, part, out); err != nil {
+	half := len(r.Items) / 2
+	for _, part := range [][]thirdparty.Item{r.Items[:half], r.Items[half:]} {
+		if err := d.deliver(ctx, j, part, nil, pendingSince, out); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func apply(res *thirdparty.Result, items []thirdparty.Item, out *Outcome) {
-	if res == nil || len(res.Rejected) == 0 {
+// retryPending sends items an answer left pending again, in requests of
+// their own, after a backoff that grows from when they first came back
+// pending; past MaxElapsed it gives up like push does.
+func (d *Deliverer) retryPending(ctx context.Context, j *job, pending []thirdparty.Item, since time.Time, out *Outcome) error {
+	now := d.now()
+	if since.IsZero() {
+		since = now
+	}
+	elapsed := now.Sub(since)
+	if elapsed >= d.cfg.MaxElapsed {
+		return &WaitError{Err: fmt.Errorf("%w: %d items left pending by the third party", ErrGaveUp, len(pending)), Wait: d.cfg.GaveUpSnooze}
+	}
+	wait := min(max(d.cfg.BackoffInitial, elapsed), d.cfg.BackoffMax)
+	d.logger.DebugContext(ctx, "delivery: items left pending by the third party; sending them again",
+		slog.Int("items", len(pending)), slog.Duration("in", wait))
+	if err := sleep(ctx, wait); err != nil {
+		return err
+	}
+	return d.deliver(ctx, j, pending, nil, since, out)
+}
+
+// apply adds what res made of items to out, and returns the items it left
+// pending.
+func apply(res *thirdparty.Result, items []thirdparty.Item, out *Outcome) (pending []thirdparty.Item) {
+	if res == nil || (len(res.Rejected) == 0 && len(res.Pending) == 0) {
 		out.Accepted = append(out.Accepted, items...)
-		return
+		return nil
 	}
 	rejected := make(map[string]string, len(res.Rejected))
 	for _, r := range res.Rejected {
 		rejected[r.ID] = r.Error
 	}
+	left := make(map[string]bool, len(res.Pending))
+	for _, id := range res.Pending {
+		left[id] = true
+	}
 	for _, it := range items {
-		if msg, ok := rejected[it.ID]; ok {
+		id := it.ID
+		if msg, ok := rejected[id]; ok {
 			out.Rejected = append(out.Rejected, Rejection{Item: it, Error: cmp.Or(msg, "rejected")})
+		} else if left[id] {
+			pending = append(pending, it)
 		} else {
 			out.Accepted = append(out.Accepted, it)
 		}
 	}
+	return pending
 }
 
 // refusalText says why a single item was refused as a whole batch: the
@@ -385,20 +586,12 @@ func refusalText(e *thirdparty.Error) string {
 	return thirdparty.SafeText(text)
 }
 
-// push sends body under key until an answer that is not transient, with
+// push sends r under key until an answer that is not transient, with
 // backoff between transient failures.
-func (d *Deliverer) push(ctx context.Context, key string, body []byte, items []thirdparty.Item, out *Outcome) (*thirdparty.Result, error) {
-	ids := make([]string, len(items))
-	for i := range items {
-		ids[i] = items[i].ID
-	}
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(d.cfg.BackoffInitial),
-		backoff.WithMaxInterval(d.cfg.BackoffMax),
-		backoff.WithMaxElapsedTime(d.cfg.MaxElapsed),
-	)
+func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request, out *Outcome) (*thirdparty.Result, error) {
+	bo := d.newBackoff()
 	for {
-		res, err := d.attempt(ctx, key, body, ids, out)
+		res, err := d.attempt(ctx, key, r, out)
 		if err == nil {
 			return res, nil
 		}
@@ -440,7 +633,7 @@ func (d *Deliverer) push(ctx context.Context, key string, body []byte, items []t
 
 // attempt sends one request once the refusals, the pause, an in-flight slot,
 // the pacer and the breaker let it.
-func (d *Deliverer) attempt(ctx context.Context, key string, body []byte, ids []string, out *Outcome) (*thirdparty.Result, error) {
+func (d *Deliverer) attempt(ctx context.Context, key string, r *thirdparty.Request, out *Outcome) (*thirdparty.Result, error) {
 	d.loadShared(ctx)
 	for {
 		if err := d.checkRefusals(); err != nil {
@@ -454,7 +647,7 @@ func (d *Deliverer) attempt(ctx context.Context, key string, body []byte, ids []
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		res, err, again := d.send(ctx, key, body, ids, out)
+		res, err, again := d.send(ctx, key, r, out)
 		<-d.slots
 		if !again {
 			return res, err
@@ -479,7 +672,7 @@ func (d *Deliverer) attempt(ctx context.Context, key string, body []byte, ids []
 // send sends one request while holding an in-flight slot. again asks the
 // caller to give the slot up and start over (a pause began meanwhile, or
 // the breaker's probe is under way: err is then errProbing).
-func (d *Deliverer) send(ctx context.Context, key string, body []byte, ids []string, out *Outcome) (res *thirdparty.Result, err error, again bool) {
+func (d *Deliverer) send(ctx context.Context, key string, r *thirdparty.Request, out *Outcome) (res *thirdparty.Result, err error, again bool) {
 	if until, ok := d.pacer.quotaUsed(); ok {
 		d.setPause(ctx, until, fmt.Errorf("%w: the third party's quota is used up until its reset", ErrPaused), "", pauseBudget)
 		return nil, nil, true
@@ -498,7 +691,7 @@ func (d *Deliverer) send(ctx context.Context, key string, body []byte, ids []str
 	sentAt := d.pacer.sent()
 	out.Requests++
 	d.metrics.RequestStarted()
-	res, err = d.client.PushBody(ctx, key, body, ids)
+	res, err = d.client.Send(ctx, key, r, func(a *thirdparty.Answer) (*thirdparty.Result, error) { return d.format.Read(r, a) })
 	d.metrics.RequestEnded()
 	switch {
 	case err == nil:

@@ -330,32 +330,12 @@ func (d *Deliverer) capWait(wait time.Duration) (time.Duration, bool) {
 // after warnEvery; the states with their own lines (refusals, pauses, the
 // breaker) are not logged here.
 func (d *Deliverer) failed(ctx context.Context, key string, status int, tpErr *thirdparty.Error) {
-	now := d.now()
-	text := tpErr.Error()
-	d.mu.Lock()
-	d.failure = breakerstore.LastError{Text: text, Status: status, At: now.UTC()}
-	failure := d.failure
-	write := d.store != nil && (text != d.written.Text || now.Sub(d.written.At) >= lastErrorEvery)
-	if write {
-		d.written = failure
-	}
 	kind := thirdparty.Classify(tpErr).String() + ":" + strconv.Itoa(status)
 	if tpErr.BadAnswer != "" {
 		kind += ":bad"
 	}
-	warn := kind != d.warned || now.Sub(d.warnedAt) >= warnEvery
-	if warn {
-		d.warned, d.warnedAt = kind, now
-	}
-	d.mu.Unlock()
-	if write {
-		wctx, cancel := d.writeContext(ctx)
-		if err := d.store.SetLastError(wctx, failure); err != nil {
-			d.logger.WarnContext(ctx, "delivery: record the last error", slog.String("error", err.Error()))
-		}
-		cancel()
-	}
-
+	text := tpErr.Error()
+	warn := d.lastError(ctx, text, status, kind)
 	var msg string
 	switch {
 	case tpErr.BadAnswer != "":
@@ -372,6 +352,45 @@ func (d *Deliverer) failed(ctx context.Context, key string, status int, tpErr *t
 		level = slog.LevelWarn
 	}
 	d.logger.Log(ctx, level, msg, slog.Int("status", status), slog.String("idempotency_key", key), slog.String("answer", text))
+}
+
+// lastError records text as the last error (in the store when its text
+// changed or every lastErrorEvery) and says whether a failure of this
+// kind is to be logged at warn (once per kind, again after warnEvery).
+func (d *Deliverer) lastError(ctx context.Context, text string, status int, kind string) (warn bool) {
+	now := d.now()
+	d.mu.Lock()
+	d.failure = breakerstore.LastError{Text: text, Status: status, At: now.UTC()}
+	failure := d.failure
+	write := d.store != nil && (text != d.written.Text || now.Sub(d.written.At) >= lastErrorEvery)
+	if write {
+		d.written = failure
+	}
+	warn = kind != d.warned || now.Sub(d.warnedAt) >= warnEvery
+	if warn {
+		d.warned, d.warnedAt = kind, now
+	}
+	d.mu.Unlock()
+	if write {
+		wctx, cancel := d.writeContext(ctx)
+		if err := d.store.SetLastError(wctx, failure); err != nil {
+			d.logger.WarnContext(ctx, "delivery: record the last error", slog.String("error", err.Error()))
+		}
+		cancel()
+	}
+	return warn
+}
+
+// programFailed records a format's program that failed at run time (a jq
+// body): no request was sent, nothing is marked, the batch goes again.
+func (d *Deliverer) programFailed(ctx context.Context, err error) {
+	text := "format: " + thirdparty.SafeText(err.Error())
+	level := slog.LevelDebug
+	if d.lastError(ctx, text, 0, "program") {
+		level = slog.LevelWarn
+	}
+	d.logger.Log(ctx, level, "delivery: a program of the destination's format failed; nothing sent, retrying with backoff",
+		slog.String("error", text))
 }
 
 // lastFailure is the last failure seen by this process.

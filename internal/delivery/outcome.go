@@ -20,7 +20,17 @@ type Batch struct {
 	Items []thirdparty.Item
 	// Body is the request body of Items (thirdparty.AppendBatch), recorded
 	// before the push so a resend is byte-identical; nil means encode Items.
+	// Whatever the format, the recorded body is this canonical one: the
+	// format's requests are made of it, Source and Time, deterministically.
 	Body []byte
+	// Source names what the items are rows of, for formats that say so
+	// ("resources" or a configured source's name). Defaults to
+	// SourceDefault.
+	Source string
+	// Time is when the batch was made, recorded with it, for formats whose
+	// bodies carry a time. Zero uses the time of the first send (for
+	// callers that record nothing).
+	Time time.Time
 }
 
 // Outcome is what the third party made of a batch, after any splitting.

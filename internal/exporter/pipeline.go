@@ -24,6 +24,9 @@ type batch struct {
 	salt  string
 	key   string
 	body  []byte
+	// at is when the batch was made, recorded with it: formats whose
+	// bodies carry a time render this one, on every send.
+	at time.Time
 	// position is the feed's position after the batch, recorded with it
 	// (feed.Page.Position).
 	position int64
@@ -42,19 +45,32 @@ type batch struct {
 }
 
 func (b *batch) record() checkpoint.Batch {
-	return checkpoint.Batch{Name: b.name, Key: b.key, Salt: b.salt, Items: len(b.items), Body: b.body}
+	return checkpoint.Batch{Name: b.name, Key: b.key, Salt: b.salt, Items: len(b.items), Body: b.body, Time: b.at}
 }
 
 // newBatch encodes a page of a feed as one request under the
 // installation's key. Items too large to send stay out of the request; a
 // batch of nothing else is only marked.
 func (e *Exporter) newBatch(name string, p feed.Page) *batch {
-	b := &batch{name: name, salt: p.Salt, items: p.Items, oversize: p.Oversize, position: p.Position}
+	b := &batch{name: name, salt: p.Salt, items: p.Items, oversize: p.Oversize, position: p.Position, at: batchTime()}
 	if len(b.items) > 0 {
 		b.body = thirdparty.AppendBatch(nil, b.items)
 		b.key = thirdparty.BatchKey(e.cfg.Installation, b.salt, b.body)
 	}
 	return b
+}
+
+// batchTime is a new batch's time, in whole seconds (what formats write,
+// and what the record keeps exactly).
+func batchTime() time.Time { return time.Now().UTC().Truncate(time.Second) }
+
+// sourceOf names what a checkpoint's batches are rows of, for formats that
+// say it: a configured source's name, or "resources".
+func sourceOf(checkpointName string) string {
+	if name, ok := checkpoint.SourceName(checkpointName); ok {
+		return name
+	}
+	return delivery.SourceDefault
 }
 
 // oversizeError says why an item was never sent.
@@ -337,7 +353,8 @@ func hasUnrecorded(queue []*batch) bool {
 func (p *pipeline) push(ctx context.Context, b *batch) (*delivery.Outcome, error) {
 	e := p.e
 	start := time.Now()
-	out, err := p.dest.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body})
+	out, err := p.dest.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body,
+		Source: sourceOf(b.name), Time: b.at})
 	if err != nil {
 		p.metrics.BatchFailed(time.Since(start))
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)

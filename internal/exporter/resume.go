@@ -70,7 +70,7 @@ func recordedBatch(r checkpoint.Batch) (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exporter: recorded batch %d (%s): %w", r.Seq, r.Key, err)
 	}
-	return &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true}, nil
+	return &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true, at: r.Time.UTC()}, nil
 }
 
 // keepRecorded reports whether a recorded batch of the named checkpoint is

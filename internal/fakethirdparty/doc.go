@@ -30,6 +30,15 @@
 //     values, a bare 429 past an unannounced rate, and an advertised quota
 //     (RateLimit-* and X-RateLimit-* on every answer). Memory grows with distinct pairs and accepted
 //     items (a few dozen bytes each), never with payload size.
+//   - With Config.Format it speaks a destination format of CONTRACT.md
+//     section 6 on every path but /v1/ (formats.go): standard-webhooks
+//     (signatures verified with Config.SigningSecret, webhook-id honoured
+//     as the key), cloudevents batches, the Elasticsearch bulk API with
+//     external versions (409 for a version held, 404 for a delete of
+//     nothing, item-level 429 and 400), and a HubSpot-like custom API
+//     answering 207. Each request is read into the same batch as syncer's
+//     own, so every check, record and count above holds for every format,
+//     and Stats.KeyBodyConflicts counts a key that came with two bodies.
 //   - It is safe for concurrent use, and its knobs (Config) can change while
 //     it serves, so a test can switch a failure on and off mid-run.
 //

@@ -3,6 +3,7 @@ package fakethirdparty
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // FailureStatusDefault is the status of injected failures when
@@ -160,6 +163,17 @@ type Config struct {
 	// from 98,000 to 109,000 a second (medians of 8) once sized. Defaults
 	// to 0: records grow as items come.
 	ExpectedItems int
+	// Format is the format the fake speaks (Formats), fixed at New:
+	// besides POST /v1/batches, requests to any other path are read in it.
+	// Defaults to "" (syncer's own only).
+	Format string
+	// SigningSecret verifies standard-webhooks signatures (whsec_ and
+	// base64): a request without a valid one gets 401. Defaults to "", no
+	// check.
+	SigningSecret string
+	// ItemTooManyRate is the share (0..1) of elasticsearch items answered
+	// 429 inside a 200 bulk answer. Defaults to 0.
+	ItemTooManyRate float64
 }
 
 // Request is one request as the fake saw it.
@@ -234,6 +248,13 @@ type Stats struct {
 	// BadAnswers counts requests answered with a BadAnswer body that
 	// accepted nothing.
 	BadAnswers int64 `json:"bad_answers"`
+	// KeyBodyConflicts counts keys (Idempotency-Key, webhook-id) that came
+	// with a body other than their first, in a Config.Format mode: one key,
+	// one body, broken.
+	KeyBodyConflicts int64 `json:"key_body_conflicts"`
+	// VersionConflicts counts elasticsearch items answered 409: a version
+	// the fake already held.
+	VersionConflicts int64 `json:"version_conflicts"`
 	// MaxRequestsInOneSecond is the most requests received within one
 	// calendar second of the clock.
 	MaxRequestsInOneSecond int64     `json:"max_requests_in_one_second"`
@@ -294,6 +315,9 @@ type Server struct {
 	pairs      byPair[pairState]
 	pairKeys   map[pair][]string // further keys of pairs delivered under more than one
 	answers    map[string]cachedAnswer
+	keyBodies  map[string][sha256.Size]byte // format mode: the body each key came with
+	docs       map[idKey]bool               // format mode: ids the receiver holds (not deleted)
+	dialect    *dialect                     // Config.Format's, nil for syncer's own
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -305,6 +329,10 @@ func New(cfg Config) *Server {
 	s.applyLocked(cfg, true)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/v1/batches", s.handleBatch)
+	if s.dialect = s.dialectOf(cfg.Format); s.dialect != nil {
+		// The format's requests go wherever the destination's URL points.
+		s.mux.HandleFunc("/", s.handleFormat)
+	}
 	s.mux.HandleFunc("GET /v1/stats", s.handleStats)
 	s.mux.HandleFunc("POST /v1/admin/outage", s.handleOutage)
 	s.mux.HandleFunc("POST /v1/admin/reset", s.handleReset)
@@ -386,6 +414,8 @@ func (s *Server) resetLocked() {
 	s.pairs = newByPair[pairState](n)
 	s.pairKeys = map[pair][]string{}
 	s.answers = map[string]cachedAnswer{}
+	s.keyBodies = map[string][sha256.Size]byte{}
+	s.docs = make(map[idKey]bool, n)
 	s.outageUntil = time.Time{}
 	s.quotaStart, s.quotaUsed = time.Time{}, 0
 	if s.held == nil {
@@ -488,8 +518,19 @@ type quotaView struct {
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) { s.serve(w, r, nil) }
+
+// handleFormat serves a request of Config.Format's dialect.
+func (s *Server) handleFormat(w http.ResponseWriter, r *http.Request) { s.serve(w, r, s.dialect) }
+
+// serve serves one request: of syncer's protocol when d is nil, else of
+// d's format, read into the same batch, checked, counted and recorded by
+// the same code.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, d *dialect) {
 	key := r.Header.Get("Idempotency-Key")
+	if d != nil {
+		key = d.keyOf(r)
+	}
 
 	s.mu.Lock()
 	arrival := s.now()
@@ -530,7 +571,18 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	// Decoded now, though a bad body is refused only after the checks a
 	// real API makes first, so that its ids count as held from arrival to
 	// answer (Stats.OverlappingIDs), Latency included.
-	batch, decodeErr := decodeBatch(buf.Bytes())
+	var batch *wireBatch
+	var decodeErr error
+	var formatItems []thirdparty.Item
+	if d == nil {
+		batch, decodeErr = decodeBatch(buf.Bytes())
+	} else if formatItems, decodeErr = d.decode(s, cfg, r, buf.Bytes()); decodeErr == nil {
+		if len(formatItems) == 0 {
+			decodeErr = errors.New("the request holds no item")
+		} else {
+			batch, decodeErr = decodeBatch(thirdparty.AppendBatch(nil, formatItems))
+		}
+	}
 	if decodeErr == nil {
 		defer batch.release()
 		s.hold(batch)
@@ -545,6 +597,17 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
 		s.refuse(w, &rec, http.StatusMethodNotAllowed, "method must be POST")
 		return
+	}
+	if d != nil {
+		var sigErr errSignature
+		switch {
+		case errors.As(decodeErr, &sigErr):
+			s.refuse(w, &rec, http.StatusUnauthorized, sigErr.Error())
+			return
+		case errors.Is(decodeErr, errNotFound):
+			s.refuse(w, &rec, http.StatusNotFound, decodeErr.Error())
+			return
+		}
 	}
 
 	s.mu.Lock()
@@ -591,11 +654,15 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.abandon(rec) // does not return
 	}
 
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		s.refuse(w, &rec, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+	contentType := "application/json"
+	if d != nil {
+		contentType = d.contentType
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != contentType {
+		s.refuse(w, &rec, http.StatusUnsupportedMediaType, "Content-Type must be "+contentType)
 		return
 	}
-	if key == "" && !cfg.IgnoreIdempotencyKey {
+	if key == "" && !cfg.IgnoreIdempotencyKey && (d == nil || d.honoursKey) {
 		s.refuse(w, &rec, http.StatusBadRequest, "Idempotency-Key header is required")
 		return
 	}
@@ -629,6 +696,18 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	fp := batch.fingerprint()
 
+	if d != nil {
+		status, body := s.processFormat(cfg, &rec, d, batch, formatItems, buf.Bytes(), fp, poisoned, rejected)
+		if status == http.StatusNoContent {
+			w.WriteHeader(status)
+			if len(body) > 0 {
+				_, _ = w.Write(body)
+			}
+			return
+		}
+		writeJSON(w, status, body)
+		return
+	}
 	status, body, bad := s.process(cfg, &rec, batch, fp, poisoned, rejected)
 	if bad {
 		writeBadAnswer(w, cfg.BadAnswer, batch)

@@ -78,3 +78,19 @@ func BatchKey(installation, salt string, body []byte) string {
 	h.Sum(sum[:0])
 	return "syncer-" + hex.EncodeToString(sum[:])
 }
+
+// AppendString appends s as a JSON string, exactly as encoding/json
+// writes it (so bodies keep their bytes whichever path wrote them), without
+// its reflection when s is plain ASCII that needs no escape: the ids of a
+// batch nearly always are.
+func AppendString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always marshals
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}

@@ -108,3 +108,12 @@ func TestBatchKey(t *testing.T) {
 		seen[k] = name
 	}
 }
+
+func TestAppendStringIsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "42", "a/b c?#%", "bö", "<&>", "a\"b\\c", "\x00\x1f", "\u2028", "\xff"} {
+		want, err := json.Marshal(s)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(thirdparty.AppendString(nil, s)), "%q", s)
+	}
+}

@@ -31,7 +31,8 @@ type Item = feed.Item
 // Config configures a Client.
 type Config struct {
 	// URL is the third party's base URL, http or https; requests go to
-	// URL + "/v1/batches". Required.
+	// URL + the request's path (the syncer format's is "/v1/batches").
+	// Required.
 	URL string
 	// Token is sent as "Authorization: Bearer <Token>" when set. It never
 	// appears in an error. Defaults to no Authorization header.
@@ -46,6 +47,10 @@ type Config struct {
 	// so concurrent workers reuse connections instead of paying a handshake
 	// per batch.
 	HTTPClient *http.Client
+	// Headers are sent with every request, before the request's own
+	// Content-Type, Idempotency-Key and Authorization (which win). Values
+	// are never logged. Defaults to none.
+	Headers http.Header
 	// Now is the clock that resolves Retry-After HTTP dates and
 	// X-RateLimit-Reset Unix times. Defaults to time.Now.
 	Now func() time.Time
@@ -72,14 +77,27 @@ func (c *Config) validate() (*url.URL, error) {
 	if strings.ContainsAny(c.Token, "\r\n") {
 		return nil, errors.New("thirdparty: config: Token must not contain line breaks")
 	}
+	for k, vs := range c.Headers {
+		for _, v := range vs {
+			if strings.ContainsAny(k+v, "\r\n") {
+				return nil, fmt.Errorf("thirdparty: config: header %s must not contain line breaks", k)
+			}
+		}
+	}
 	return u, nil
 }
 
 // Client pushes batches to one third party. It is safe for concurrent use.
 type Client struct {
-	endpoint   string
-	auth       string // "Bearer <token>", or "" for none
-	token      string // kept only to scrub it from echoed bodies
+	base    string // the URL without its query, no trailing slash
+	query   string // "?" and the URL's query, or ""
+	headers http.Header
+	auth    string // "Bearer <token>", or "" for none
+	token   string // kept only to scrub it from echoed bodies
+	// secrets are the token and the configured header values (an API key
+	// read from the environment), scrubbed from whatever the third party
+	// echoes back.
+	secrets    []string
 	timeout    time.Duration
 	httpClient *http.Client
 	now        func() time.Time
@@ -94,12 +112,30 @@ func New(cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	q := u.RawQuery
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
 	c := &Client{
-		endpoint:   u.JoinPath(BatchPath).String(),
+		base:       strings.TrimSuffix(u.String(), "/"),
+		headers:    cfg.Headers.Clone(),
 		token:      cfg.Token,
 		timeout:    cmp.Or(cfg.Timeout, TimeoutDefault),
 		httpClient: cfg.HTTPClient,
 		now:        cfg.Now,
+	}
+	if q != "" {
+		c.query = "?" + q
+	}
+	if cfg.Token != "" {
+		c.secrets = append(c.secrets, cfg.Token)
+	}
+	for _, vs := range cfg.Headers {
+		for _, v := range vs {
+			// Short literals (a tenant name) are no secret, and scrubbing
+			// them would garble the third party's text.
+			if len(v) >= 8 {
+				c.secrets = append(c.secrets, v)
+			}
+		}
 	}
 	if cfg.Token != "" {
 		c.auth = "Bearer " + cfg.Token
@@ -133,10 +169,14 @@ func newTransport() *http.Transport {
 // Close closes idle connections. The Client stays usable; it dials anew.
 func (c *Client) Close() { c.httpClient.CloseIdleConnections() }
 
-// Result is what became of a batch the third party accepted with a 2xx:
-// items named in Rejected were rejected, every other item was accepted.
+// Result is what became of a request the third party answered: items
+// named in Rejected were rejected, those in Pending are to go again, every
+// other item was accepted.
 type Result struct {
 	Rejected []Rejection
+	// Pending names items the answer neither accepted nor rejected (an
+	// Elasticsearch item answered 429 or 5xx): they are to go again.
+	Pending []string
 	// Quota is what the answer's rate-limit headers said, if anything.
 	Quota Quota
 }
@@ -184,7 +224,8 @@ func (c *Client) Push(ctx context.Context, key string, items []Item) (*Result, e
 // text form (Item.ID): an answer
 // that names any other id, or one of them twice, is not an acceptance. No
 // ids means an empty batch: nothing is sent. PushBody makes one attempt;
-// retrying is the caller's job.
+// retrying is the caller's job. It is Send with the syncer format's request
+// and reading (CONTRACT.md section 2).
 //
 // The body is not copied: net/http may still read it briefly after
 // PushBody has returned, so the caller must not change it afterwards (a
@@ -196,18 +237,44 @@ func (c *Client) PushBody(ctx context.Context, key string, body []byte, ids []st
 	if len(ids) == 0 {
 		return &Result{}, nil
 	}
+	req := &Request{Path: BatchPath, ContentType: "application/json", Body: body, IDs: ids}
+	return c.Send(ctx, key, req, func(a *Answer) (*Result, error) { return a.Results(ids) })
+}
 
+// Send sends one request under key (its Idempotency-Key) and hands the
+// answer to read, which says what became of the request's items. Every
+// rule that holds whatever the format lives here: the token and the
+// configured headers go to the configured origin only, redirects are never
+// followed, the answer's body is read within bounds, rate-limit headers are
+// parsed, and transport failures become an [*Error]. read is called for
+// every answer, 2xx or not; [Answer.Refusal] is the common reading of a
+// status. A nil read takes a 2xx as accepting everything.
+func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*Answer) (*Result, error)) (*Result, error) {
+	if key == "" {
+		return nil, errors.New("thirdparty: push: empty idempotency key")
+	}
 	reqCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(reqCtx, cmp.Or(r.Method, http.MethodPost), c.base+r.Path+c.query, bytes.NewReader(r.Body))
 	if err != nil {
 		redactURLError(err)
 		return nil, fmt.Errorf("thirdparty: push: %w", err)
 	}
-	req.Header["Content-Type"] = []string{"application/json"}
+	for k, v := range c.headers {
+		req.Header[k] = v
+	}
+	if r.ContentType != "" {
+		req.Header["Content-Type"] = []string{r.ContentType}
+	}
 	req.Header["Idempotency-Key"] = []string{key}
 	if c.auth != "" {
 		req.Header["Authorization"] = []string{c.auth}
+	}
+	if r.Body == nil {
+		req.Body, req.ContentLength = http.NoBody, 0
+	}
+	if r.Sign != nil {
+		r.Sign(req.Header, key, c.now())
 	}
 
 	resp, err := c.httpClient.Do(req)
@@ -219,22 +286,43 @@ func (c *Client) PushBody(ctx context.Context, key string, body []byte, ids []st
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		_ = resp.Body.Close()
 	}()
-	return c.answer(ctx, resp, ids)
+	a, err := c.answer(ctx, resp)
+	if err != nil {
+		return nil, err
+	}
+	if read == nil {
+		if a.refusal != nil {
+			return nil, a.refusal
+		}
+		return &Result{Quota: a.Quota}, nil
+	}
+	res, err := read(a)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		res = &Result{}
+	}
+	res.Quota = a.Quota
+	return res, nil
 }
 
-// answer turns a response into a Result or an *Error.
-func (c *Client) answer(ctx context.Context, resp *http.Response, ids []string) (*Result, error) {
+// answer reads a response into an Answer: the body within bounds, the
+// quota, and for a status other than 2xx the *Error the common rules make
+// of it.
+func (c *Client) answer(ctx context.Context, resp *http.Response) (*Answer, error) {
 	now := c.now()
-	quota := parseQuota(resp.Header, now)
+	a := &Answer{StatusCode: resp.StatusCode, Header: resp.Header, Quota: parseQuota(resp.Header, now), token: c.token, secrets: c.secrets}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// Read past SafeTextMax by a few token lengths, so a token that
 		// starts inside the excerpt is read whole and redacted, never cut
 		// into a prefix that would survive.
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, int64(SafeTextMax+3*len(c.token)+16)))
+		a.Body = raw
 		e := &Error{
 			StatusCode: resp.StatusCode,
 			Body:       c.safe(string(raw)),
-			Quota:      quota,
+			Quota:      a.Quota,
 		}
 		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
 			e.RetryAfter = parseRetryAfter(v[0], now)
@@ -243,7 +331,8 @@ func (c *Client) answer(ctx context.Context, resp *http.Response, ids []string) 
 		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			e.Location = c.safe(RedactURL(loc))
 		}
-		return nil, e
+		a.refusal = e
+		return a, nil
 	}
 	// One byte past the limit tells an oversized body from one that fills
 	// it exactly.
@@ -251,18 +340,11 @@ func (c *Client) answer(ctx context.Context, resp *http.Response, ids []string) 
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}
-	bad := func(why string) error {
-		return &Error{StatusCode: resp.StatusCode, BadAnswer: why, Body: c.safe(string(raw)), Quota: quota}
-	}
+	a.Body = raw
 	if len(raw) > maxResultBody {
-		return nil, bad(fmt.Sprintf("answer body is larger than %d MiB", maxResultBody>>20))
+		return nil, a.NotAnAnswer(fmt.Sprintf("answer body is larger than %d MiB", maxResultBody>>20))
 	}
-	res, why := decodeResult(raw, ids, c.token)
-	if why != "" {
-		return nil, bad(why)
-	}
-	res.Quota = quota
-	return res, nil
+	return a, nil
 }
 
 // transportError turns a failure to get an answer into an *Error, keeping
@@ -275,7 +357,7 @@ func (c *Client) transportError(parent context.Context, err error) error {
 }
 
 // safe makes third-party text safe to log, store and show.
-func (c *Client) safe(s string) string { return SafeText(s, c.token) }
+func (c *Client) safe(s string) string { return SafeText(s, c.secrets...) }
 
 // encodeBatch writes {"items":[{"id":"42","version":3,"payload":...}]} by
 // hand: an id of plain characters (a row's decimal id, most keys) is

@@ -1,0 +1,300 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
+)
+
+// The formats scenarios (issue 21): the destination formats of CONTRACT.md
+// section 6, each against the syncer format in the same run.
+//
+//   - cloudevents drain, elasticsearch drain: the drain row's rows to the
+//     fake speaking the format (--thirdparty-format), against the syncer
+//     format's drain, alternating. Targets >= 0.8x.
+//   - custom drain: a configured source's rows through a jq body and a
+//     rejected program (a HubSpot-like API), against the same source
+//     drained in the syncer format, alternating. Target >= 0.6x.
+//   - webhooks: 20,000 rows, one signed standard-webhooks request each, 16
+//     in flight, to a local receiver that answers at once, against a plain
+//     Go client sending the same signed requests, 16 at once, to the same
+//     receiver. Target >= 0.7x.
+
+// benchSecret signs the webhooks scenario's requests.
+const benchSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// formatDrain is a drain row of a format that takes its settings.
+func (r *runner) formatDrain(ctx context.Context, row, format, path string, target float64) ([]Row, error) {
+	n := r.sizes.DrainRows
+	base, rate, err := r.alternate(func(i int) (float64, error) {
+		res, err := r.syncerDrainIn(ctx, "drain-syncer", n, "", "", nil)
+		return res.rate, err
+	}, func(i int) (float64, error) {
+		res, err := r.syncerDrainIn(ctx, "drain-"+format, n, "", format, func(f *fake) []string {
+			return []string{"--thirdparty-url", f.url + path, "--thirdparty-format", format}
+		})
+		return res.rate, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	ratio := rate / base
+	return []Row{{
+		Scenario: row,
+		Measured: fmt.Sprintf("%s rows/s (%s rows, median of %d)", count(rate), count(float64(n)), r.sizes.DrainRepeats),
+		Baseline: fmt.Sprintf("syncer format %s rows/s (median of %d)", count(base), r.sizes.DrainRepeats),
+		Figure:   fmt.Sprintf("%.2fx", ratio),
+		Target:   fmt.Sprintf(">= %.2fx", target),
+		Pass:     ratio >= target,
+		Values:   map[string]float64{"rows": float64(n), "rows_per_s": rate, "syncer_rows_per_s": base, "ratio": ratio},
+	}}, nil
+}
+
+func (r *runner) cloudEventsDrain(ctx context.Context) ([]Row, error) {
+	return r.formatDrain(ctx, "cloudevents drain", "cloudevents", "/events", 0.8)
+}
+
+func (r *runner) elasticsearchDrain(ctx context.Context) ([]Row, error) {
+	return r.formatDrain(ctx, "elasticsearch drain", "elasticsearch", "/orders", 0.8)
+}
+
+// hubspotYAML is the custom destination of the custom drain.
+const hubspotYAML = `    format: custom
+    request:
+      path: /batch/upsert
+      body: '{inputs: [.items[] | {id, version, properties: .payload}]}'
+    deletes:
+      path: /batch/archive
+      body: '{inputs: [.items[] | {id, version}]}'
+    response:
+      accepted: '.status == 204 or .body.status == "COMPLETE"'
+      rejected: '[.body.errors[]? | {id: .context.ids[0], error: .message}]'
+`
+
+func (r *runner) customDrain(ctx context.Context) ([]Row, error) {
+	n := r.sourceSizes().drainRows
+	base, rate, err := r.alternate(func(int) (float64, error) {
+		run, err := r.runSources(ctx, "custom-base", []string{"orders"}, n, 0, 0)
+		return float64(n) / run.took.Seconds(), err
+	}, func(int) (float64, error) {
+		run, err := r.runSourcesIn(ctx, "custom", []string{"orders"}, n, 0, 0,
+			benchFormat{fake: "custom", path: "/crm/v3/objects/contacts", yaml: hubspotYAML})
+		return float64(n) / run.took.Seconds(), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	ratio := rate / base
+	return []Row{{
+		Scenario: "custom drain",
+		Measured: fmt.Sprintf("%s rows/s (%s rows of a source, jq body and rejected program, median of %d)", count(rate), count(float64(n)), r.sizes.DrainRepeats),
+		Baseline: fmt.Sprintf("syncer format %s rows/s (same source, median of %d)", count(base), r.sizes.DrainRepeats),
+		Figure:   fmt.Sprintf("%.2fx", ratio),
+		Target:   ">= 0.60x",
+		Pass:     ratio >= 0.6,
+		Values:   map[string]float64{"rows": float64(n), "rows_per_s": rate, "syncer_rows_per_s": base, "ratio": ratio},
+	}}, nil
+}
+
+// receiver is a webhook receiver that answers at once: it reads the body,
+// counts the request and the distinct webhook-ids, and answers 204.
+type receiver struct {
+	srv      *http.Server
+	url      string
+	requests atomic.Int64
+	mu       sync.Mutex
+	ids      map[string]bool
+	first    time.Time
+	last     time.Time
+}
+
+func startReceiver() (*receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench: listen for the receiver: %w", err)
+	}
+	rc := &receiver{url: "http://" + ln.Addr().String() + "/hooks", ids: map[string]bool{}}
+	buf := sync.Pool{New: func() any { return make([]byte, 64<<10) }}
+	rc.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := buf.Get().([]byte)
+		for {
+			if _, err := r.Body.Read(b); err != nil {
+				break
+			}
+		}
+		buf.Put(b)
+		rc.requests.Add(1)
+		now := time.Now()
+		rc.mu.Lock()
+		rc.ids[r.Header.Get("Webhook-Id")] = true
+		if rc.first.IsZero() {
+			rc.first = now
+		}
+		rc.last = now
+		rc.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = rc.srv.Serve(ln) }()
+	return rc, nil
+}
+
+func (rc *receiver) distinct() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.ids)
+}
+
+func (rc *receiver) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = rc.srv.Shutdown(ctx)
+}
+
+// webhookRows is the rows of the webhooks scenario.
+func (r *runner) webhookRows() int {
+	if r.cfg.Size == SizeTiny {
+		return 1_000
+	}
+	return 20_000
+}
+
+const webhookInFlight = 16
+
+// plainWebhooks sends n signed requests like syncer's, 16 at once, with a
+// plain Go client, and returns requests a second.
+func plainWebhooks(ctx context.Context, url string, n int) (float64, error) {
+	key, err := standardwebhooks.ParseSecret(benchSecret)
+	if err != nil {
+		return 0, err
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: webhookInFlight}, Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `{"type":"resources.upserted","timestamp":"2026-11-24T13:00:00Z","data":{"id":"%d","version":1,"payload":%s}}`, i+1, payloadFor(int64(i+1)))
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, webhookInFlight)
+	start := time.Now()
+	for range webhookInFlight {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				id := "msg_" + strconv.Itoa(i)
+				ts := strconv.FormatInt(time.Now().Unix(), 10)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[i]))
+				req.Header["Content-Type"] = []string{"application/json"}
+				req.Header["Webhook-Id"] = []string{id}
+				req.Header["Webhook-Timestamp"] = []string{ts}
+				req.Header["Webhook-Signature"] = []string{standardwebhooks.Signature(key, id, ts, bodies[i])}
+				resp, err := client.Do(req)
+				if err != nil {
+					errc <- err
+					return
+				}
+				_ = resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errc)
+	if err := <-errc; err != nil {
+		return 0, fmt.Errorf("bench: plain webhooks client: %w", err)
+	}
+	return float64(n) / took.Seconds(), nil
+}
+
+// syncerWebhooks drains n rows as standard-webhooks requests to a fresh
+// receiver and returns requests a second, from the first request to the
+// last row marked.
+func (r *runner) syncerWebhooks(ctx context.Context, n int) (float64, error) {
+	s, err := r.newScratch(ctx, "webhooks", false)
+	if err != nil {
+		return 0, err
+	}
+	defer s.drop(ctx)
+	if err := s.preload(ctx, n); err != nil {
+		return 0, err
+	}
+	rc, err := startReceiver()
+	if err != nil {
+		return 0, err
+	}
+	defer rc.close()
+	// The fake is not used: the receiver is the third party.
+	f := &fake{url: rc.url}
+	r.progressf("   webhooks: daemon sending %s signed requests, %d in flight", count(float64(n)), webhookInFlight)
+	d, err := r.startDaemon(ctx, s, f, false, "--thirdparty-format", "standard-webhooks",
+		"--max-in-flight", strconv.Itoa(webhookInFlight), "SYNCER_THIRDPARTY_SIGNING_SECRET="+benchSecret)
+	if err != nil {
+		return 0, err
+	}
+	defer d.stop()
+	wctx, cancel := context.WithTimeout(ctx, drainLimit(n))
+	defer cancel()
+	for {
+		if rc.distinct() >= n {
+			pending, err := s.anyPending(wctx)
+			if err != nil {
+				return 0, fmt.Errorf("bench: webhooks: %w", err)
+			}
+			if !pending {
+				break
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return 0, fmt.Errorf("bench: webhooks: not drained: the receiver saw %d of %d ids: %s", rc.distinct(), n, d.stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	end := time.Now()
+	rc.mu.Lock()
+	first := rc.first
+	rc.mu.Unlock()
+	if extra := rc.requests.Load() - int64(n); extra > 0 {
+		r.note("webhooks: the receiver got %d requests more than rows", extra)
+	}
+	return float64(n) / end.Sub(first).Seconds(), d.stop()
+}
+
+func (r *runner) webhooks(ctx context.Context) ([]Row, error) {
+	n := r.webhookRows()
+	base, rate, err := r.alternate(func(int) (float64, error) {
+		rc, err := startReceiver()
+		if err != nil {
+			return 0, err
+		}
+		defer rc.close()
+		r.progressf("   webhooks: plain Go client, %s signed requests, %d at once", count(float64(n)), webhookInFlight)
+		return plainWebhooks(ctx, rc.url, n)
+	}, func(int) (float64, error) {
+		return r.syncerWebhooks(ctx, n)
+	})
+	if err != nil {
+		return nil, err
+	}
+	ratio := rate / base
+	return []Row{{
+		Scenario: "webhooks",
+		Measured: fmt.Sprintf("%s requests/s (%s rows, one signed request each, %d in flight, median of %d)", count(rate), count(float64(n)), webhookInFlight, r.sizes.DrainRepeats),
+		Baseline: fmt.Sprintf("plain Go client %s requests/s (same requests, %d at once)", count(base), webhookInFlight),
+		Figure:   fmt.Sprintf("%.2fx", ratio),
+		Target:   ">= 0.70x",
+		Pass:     ratio >= 0.7,
+		Values:   map[string]float64{"rows": float64(n), "requests_per_s": rate, "plain_requests_per_s": base, "ratio": ratio},
+	}}, nil
+}

@@ -1,0 +1,244 @@
+package delivery_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// testSecret is a signing secret in the Standard Webhooks form.
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// hubspot is the custom format of CONTRACT.md section 6's example, with
+// versions in the bodies, as the fake's custom mode reads them.
+var hubspot = custom.Config{
+	Request:  custom.Request{Path: "/batch/upsert", Body: `{inputs: [.items[] | {id, version, properties: .payload}]}`},
+	Deletes:  &custom.Request{Path: "/batch/archive", Body: `{inputs: [.items[] | {id, version}]}`},
+	Accepted: `.status == 204 or .body.status == "COMPLETE"`,
+	Rejected: `[.body.errors[]? | {id: .context.ids[0], error: .message}]`,
+}
+
+// formatCase is one format with where its requests go on the fake.
+type formatCase struct {
+	name string
+	path string // appended to the fake's URL
+	spec formats.Spec
+}
+
+var formatCases = []formatCase{
+	{"syncer", "", formats.Spec{}},
+	{"cloudevents", "/events", formats.Spec{Name: "cloudevents"}},
+	{"elasticsearch", "/orders", formats.Spec{Name: "elasticsearch"}},
+	{"standard-webhooks", "/hooks", formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret}},
+	{"custom", "/crm/v3/objects/contacts", formats.Spec{Name: "custom", Custom: hubspot}},
+}
+
+// formatSetup starts the fake speaking tc's format and a Deliverer in it.
+func formatSetup(t *testing.T, tc formatCase, fakeCfg fakethirdparty.Config) (*fakethirdparty.Server, *delivery.Deliverer) {
+	t.Helper()
+	fakeCfg.Format, fakeCfg.SigningSecret = tc.name, testSecret
+	fake := fakethirdparty.New(fakeCfg)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	f, err := formats.New(&tc.spec, installation)
+	require.NoError(t, err)
+	d := newDeliverer(t, newClient(t, srv.URL+tc.path, ""), nil, &delivery.Config{
+		Format: f, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, BreakerFailures: 1000,
+		MaxInFlight: 8,
+	})
+	return fake, d
+}
+
+const oddKey = "a/b c?#%é"
+
+// mix is the same mix of writes for every format: inserts, one the third
+// party refuses, updates, a delete, a re-inserted key, a text key with
+// characters that need escaping everywhere.
+func mix() [][]thirdparty.Item {
+	p := func(s string) json.RawMessage { return json.RawMessage(s) }
+	return [][]thirdparty.Item{
+		{{ID: "1", Version: 1, Payload: p(`{"name":"one"}`)}, {ID: "2", Version: 1, Payload: p(`{"name":"two"}`)},
+			{ID: oddKey, Version: 1, Payload: p(`{"name":"odd","n":12345678901234567890}`)}, {ID: "3", Version: 1, Payload: p(`{"bad":true}`)}},
+		{{ID: "1", Version: 2, Payload: p(`{"name":"one again"}`)}, {ID: "2", Version: 2, Deleted: true}, {ID: oddKey, Version: 2, Payload: p(`{"name":"odd again"}`)}},
+		{{ID: "2", Version: 3, Payload: p(`{"name":"two is back"}`)}, {ID: "4", Version: 1, Deleted: true}},
+	}
+}
+
+func TestFormatsDeliverTheMix(t *testing.T) {
+	t.Parallel()
+	for _, tc := range formatCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fake, d := formatSetup(t, tc, fakethirdparty.Config{RejectField: "bad", FailureRate: 0.3, Seed: 7})
+			at := time.Date(2026, 11, 24, 13, 0, 0, 0, time.UTC)
+			var accepted, rejected int
+			var texts []string
+			for i, items := range mix() {
+				b := delivery.Batch{Items: items, Salt: "s", Source: "orders", Time: at}
+				if i == 1 {
+					// A 429 on the way: nothing sent before it passes.
+					fake.SetConfig(fakethirdparty.Config{Format: tc.name, SigningSecret: testSecret, RejectField: "bad", RateLimit: 50, RateBurst: 1, RetryAfter: time.Second})
+				}
+				out, err := d.Deliver(context.Background(), b)
+				require.NoError(t, err)
+				accepted += len(out.Accepted)
+				rejected += len(out.Rejected)
+				for _, r := range out.Rejected {
+					texts = append(texts, r.Error)
+					require.Equal(t, "3", r.Item.ID)
+				}
+				// The same batch again, as after a crash: same bodies under
+				// the same keys, nothing taken twice.
+				again, err := d.Deliver(context.Background(), b)
+				require.NoError(t, err)
+				require.Len(t, again.Accepted, len(out.Accepted))
+			}
+			require.Equal(t, 8, accepted)
+			require.Equal(t, 1, rejected)
+			require.Contains(t, texts[0], "field bad is not allowed", "the third party's own text")
+
+			st := fake.Stats()
+			require.Zero(t, st.KeyBodyConflicts, "one key, one body")
+			require.Zero(t, st.KeyConflicts)
+			require.Zero(t, st.OutOfOrder)
+			require.Zero(t, st.DuplicatesOtherKey, "a resend goes under its key")
+			require.Equal(t, map[int64]int64{1: 2, 2: 3, 4: 1}, fake.Latest())
+			require.Equal(t, map[string]int64{oddKey: 2}, latestText(fake))
+			t.Logf("%s: %d requests, by status %v", tc.name, st.Requests, st.RequestsByStatus)
+		})
+	}
+}
+
+func TestElasticsearchItemsPendingGoAgain(t *testing.T) {
+	t.Parallel()
+	fake, d := formatSetup(t, formatCases[2], fakethirdparty.Config{ItemTooManyRate: 0.5, Seed: 3})
+	items := make([]thirdparty.Item, 40)
+	for i := range items {
+		items[i] = thirdparty.Item{ID: strconv.Itoa(i + 1), Version: 1, Payload: json.RawMessage(`{}`)}
+	}
+	out, err := d.Deliver(context.Background(), delivery.Batch{Items: items, Time: time.Unix(1, 0)})
+	require.NoError(t, err)
+	require.Len(t, out.Accepted, 40)
+	require.Greater(t, out.Requests, 1, "items answered 429 went again")
+	require.Len(t, fake.Latest(), 40)
+	require.Zero(t, fake.Stats().DuplicatePairs)
+}
+
+// TestFormatsHostileAnswersMarkNothing: an answer that is not one (an
+// Elasticsearch bulk answer one item short, a custom accepted that says
+// no) marks nothing and is retried until the Deliverer gives up.
+func TestFormatsHostileAnswersMarkNothing(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		tc     formatCase
+		answer string
+	}{
+		{"elasticsearch items one short", formatCases[2], `{"took":1,"errors":false,"items":[{"index":{"_id":"1","status":201}}]}`},
+		{"elasticsearch ids swapped", formatCases[2], `{"took":1,"errors":false,"items":[{"index":{"_id":"2","status":201}},{"index":{"_id":"1","status":201}}]}`},
+		{"custom accepted says no", formatCases[4], `{"status":"PENDING","results":[]}`},
+		{"custom rejects an id not sent", formatCases[4], `{"status":"COMPLETE","errors":[{"message":"x","context":{"ids":["99"]}}]}`},
+		{"syncer html", formatCases[0], `<html>ok</html>`},
+		// Formats whose 2xx needs no body can only be hostile otherwise:
+		// a redirect (to a login page, say) is refused, never followed.
+		{"cloudevents redirect", formatCases[1], "redirect"},
+		{"standard-webhooks redirect", formatCases[3], "redirect"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) {
+				if tt.answer == "redirect" {
+					http.Redirect(w, r, "/login", http.StatusFound)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+				_, _ = w.Write([]byte(tt.answer))
+			})
+			f, err := formats.New(&tt.tc.spec, installation)
+			require.NoError(t, err)
+			d := newDeliverer(t, newClient(t, url+tt.tc.path, "tok"), nil, &delivery.Config{Format: f,
+				BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond, MaxElapsed: 50 * time.Millisecond, BreakerFailures: 1000})
+			items := []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{}`)}, {ID: "2", Version: 1, Payload: json.RawMessage(`{}`)}}
+			out, err := d.Deliver(context.Background(), delivery.Batch{Items: items, Time: time.Unix(1, 0)})
+			require.Nil(t, out, "nothing marked")
+			if tt.answer == "redirect" {
+				require.ErrorIs(t, err, delivery.ErrConfiguration)
+				return
+			}
+			require.ErrorIs(t, err, delivery.ErrGaveUp)
+		})
+	}
+}
+
+// TestStandardWebhooksPerItemInFlight: one request per item, as many at
+// once as MaxInFlight allows and no more.
+func TestStandardWebhooksPerItemInFlight(t *testing.T) {
+	t.Parallel()
+	fake, d := formatSetup(t, formatCases[3], fakethirdparty.Config{Latency: 5 * time.Millisecond})
+	items := make([]thirdparty.Item, 64)
+	for i := range items {
+		items[i] = thirdparty.Item{ID: strconv.Itoa(i + 1), Version: 1, Payload: json.RawMessage(`{"i":1}`)}
+	}
+	out, err := d.Deliver(context.Background(), delivery.Batch{Items: items, Time: time.Unix(1, 0)})
+	require.NoError(t, err)
+	require.Len(t, out.Accepted, 64)
+	require.Equal(t, 64, out.Requests)
+	st := fake.Stats()
+	require.Equal(t, int64(64), st.Requests)
+	require.LessOrEqual(t, st.MaxInFlight, int64(8))
+	require.GreaterOrEqual(t, st.MaxInFlight, int64(4), "requests of one batch go concurrently")
+	ids := make([]int, 0, 64)
+	for id := range fake.Latest() {
+		ids = append(ids, int(id))
+	}
+	sort.Ints(ids)
+	require.Len(t, ids, 64)
+}
+
+// TestCustomProgramFailureIsNoAnswer: a body program that fails at run
+// time sends nothing, is retried, and is the destination's last error.
+func TestCustomProgramFailureIsNoAnswer(t *testing.T) {
+	t.Parallel()
+	f, err := formats.New(&formats.Spec{Name: "custom", Custom: custom.Config{Request: custom.Request{Body: `{x: (.items[0].payload.n | ltrimstr(1) | error)}`}}}, installation)
+	require.NoError(t, err)
+	sent := 0
+	url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) { sent++ })
+	db := newDatabase(t)
+	d := newDeliverer(t, newClient(t, url, ""), db.shared(t), &delivery.Config{Format: f,
+		BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond, MaxElapsed: 30 * time.Millisecond})
+	out, err := d.Deliver(context.Background(), delivery.Batch{Items: []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{"n":"x"}`)}}})
+	require.Nil(t, out)
+	require.True(t, errors.Is(err, delivery.ErrGaveUp))
+	require.Contains(t, err.Error(), "request.body")
+	require.Zero(t, sent)
+	last := db.state(t).LastError
+	require.Contains(t, last.Text, "request.body", "the destination's last error names the program's field")
+	require.Contains(t, last.Text, "ltrimstr")
+}
+
+// latestText is the highest version the fake accepted of each id that is
+// not a decimal integer.
+func latestText(f *fakethirdparty.Server) map[string]int64 {
+	out := map[string]int64{}
+	for _, d := range f.Deliveries() {
+		if d.Text != "" && d.Version > out[d.Text] {
+			out[d.Text] = d.Version
+		}
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package thirdparty
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Request is one HTTP request a destination format made of items: what
+// differs between formats. What does not (the origin, the token, the
+// configured headers, the Idempotency-Key, redirects, timeouts) is the
+// Client's.
+type Request struct {
+	// Method defaults to POST.
+	Method string
+	// Path is appended to the configured URL as is (already escaped); ""
+	// sends to the URL as written.
+	Path string
+	// ContentType is the Content-Type header; "" sends none.
+	ContentType string
+	// Body is sent exactly as given; nil sends no body.
+	Body []byte
+	// IDs are the ids the request carries (Item.WireID), in its order.
+	IDs []string
+	// Items are the items the request carries, in its order, for the
+	// caller that splits a refused request and marks answered items.
+	Items []Item
+	// Sign, when set, adds headers that must be fresh on every send (a
+	// signature over a timestamp): it is called for each attempt with the
+	// request's key and the Client's clock, after every other header is
+	// set. It must not change the body.
+	Sign func(h http.Header, key string, now time.Time)
+}
+
+// Answer is what came back for a Request, handed to the format's reader.
+type Answer struct {
+	// StatusCode is the HTTP status.
+	StatusCode int
+	// Header is the answer's header.
+	Header http.Header
+	// Body is the answer's body: for a 2xx up to 16 MiB (more is not an
+	// answer), otherwise its start. It is raw third-party text: pass what
+	// leaves the reader through Safe.
+	Body []byte
+	// Quota is what the rate-limit headers said.
+	Quota Quota
+
+	token   string
+	secrets []string // the token and configured header values
+	refusal *Error   // set for a status other than 2xx
+}
+
+// OK reports a 2xx status.
+func (a *Answer) OK() bool { return a.refusal == nil }
+
+// Refusal is what the common rules of CONTRACT.md section 2 make of an
+// answer that is not a 2xx (its class by [Classify]); nil for a 2xx.
+func (a *Answer) Refusal() error {
+	if a.refusal == nil {
+		return nil
+	}
+	return a.refusal
+}
+
+// RefusalText is the answer's status and body as safe text, for an item
+// rejected by it.
+func (a *Answer) RefusalText() string {
+	text := http.StatusText(a.StatusCode)
+	msg := a.Safe(string(a.Body))
+	if msg != "" {
+		text += ": " + msg
+	}
+	return a.Safe(itoa(a.StatusCode) + " " + text)
+}
+
+// NotAnAnswer is the error for an answer whose body does not say what
+// became of the items (why says what is wrong): transient, retried under
+// the same key, never an acceptance.
+func (a *Answer) NotAnAnswer(why string) error {
+	return &Error{StatusCode: a.StatusCode, BadAnswer: a.Safe(why), Body: a.Safe(string(a.Body)), Quota: a.Quota}
+}
+
+// Safe makes third-party text safe to log, store and show ([SafeText],
+// with the token removed).
+func (a *Answer) Safe(s string) string { return SafeText(s, a.secrets...) }
+
+// Results reads the answer as the syncer format does (CONTRACT.md section
+// 2): a status other than 2xx by the common rules; a 2xx body empty, an
+// object without results, or results naming ids of the request.
+func (a *Answer) Results(ids []string) (*Result, error) {
+	if a.refusal != nil {
+		return nil, a.refusal
+	}
+	res, why := decodeResult(a.Body, ids, a.token)
+	if why != "" {
+		return nil, &Error{StatusCode: a.StatusCode, BadAnswer: a.Safe(why), Body: a.Safe(string(a.Body)), Quota: a.Quota}
+	}
+	return res, nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// Batch is what a destination format makes requests of: the items of one
+// recorded batch, with what was recorded along with them.
+type Batch struct {
+	// Source names what the items are rows of: "resources", or a configured
+	// source's name.
+	Source string
+	// Time is when the batch was made, recorded with it: a format's body
+	// that carries a time uses this one, so a resend after a crash is
+	// byte-identical.
+	Time time.Time
+	// Items are the batch's items, in order.
+	Items []Item
+}
