@@ -135,7 +135,7 @@ type Config struct {
 	// trusting the lock when it could not for LeaseTTL*4/5 by its own
 	// clock, and a try that finds the lock held under a lease that ran out
 	// ends the holder's session and takes the lock. The table must be on
-	// the sessions' search_path (migration 013). Defaults to false.
+	// the sessions' search_path (migration 011). Defaults to false.
 	Lease bool
 
 	// LeaseTTL is how long a lease lasts after its last renewal, by the
