@@ -43,16 +43,17 @@ type CLI struct {
 	LogFormat string `name:"log-format" env:"SYNCER_LOG_FORMAT" enum:"auto,text,json" default:"auto" help:"Log format: text on a terminal and JSON otherwise when auto. JSON writes durations in seconds."`
 	LogLevel  string `name:"log-level" env:"SYNCER_LOG_LEVEL" enum:"debug,info,warn,error" default:"info" help:"Lowest level logged (debug shows one line per batch)."`
 
-	Migrate        MigrateCmd        `cmd:"" help:"Bring the database to the current schema (River's and syncer's). Idempotent."`
-	Run            RunCmd            `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
-	Replay         ReplayCmd         `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
-	Status         StatusCmd         `cmd:"" help:"Show counts and health."`
-	Config         ConfigCmd         `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
-	RetryFailed    RetryFailedCmd    `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
-	Healthcheck    HealthcheckCmd    `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
-	Version        VersionCmd        `cmd:"" help:"Print the version, commit and Go version."`
-	FakeThirdparty FakeThirdpartyCmd `cmd:"" name:"fake-thirdparty" help:"Serve a local stand-in for the third-party API, with fault knobs."`
-	Bench          BenchCmd          `cmd:"" help:"Measure throughput, latency, writer overhead and memory against baselines from the same run."`
+	Migrate        MigrateCmd             `cmd:"" help:"Bring the database to the current schema (River's and syncer's). Idempotent."`
+	Run            RunCmd                 `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
+	Replay         ReplayCmd              `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
+	Status         StatusCmd              `cmd:"" help:"Show counts and health."`
+	Config         ConfigCmd              `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
+	RetryFailed    RetryFailedCmd         `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
+	Healthcheck    HealthcheckCmd         `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
+	Version        VersionCmd             `cmd:"" help:"Print the version, commit and Go version."`
+	FakeThirdparty FakeThirdpartyCmd      `cmd:"" name:"fake-thirdparty" help:"Serve a local stand-in for the third-party API, with fault knobs."`
+	Bench          BenchCmd               `cmd:"" help:"Measure throughput, latency, writer overhead and memory against baselines from the same run."`
+	BenchWebhooks  BenchWebhooksClientCmd `cmd:"" name:"bench-webhooks-client" hidden:"" help:"The plain client the bench's webhooks row compares with (run by syncer bench)."`
 }
 
 // Env is what a command gets besides its flags.
