@@ -31,7 +31,7 @@ test:
 	cd conformance && $(GO) test -race -count=1 ./...
 	cd deploy && $(GO) test -race -count=1 ./...
 
-# The benchmark of the README, at its default sizes (about 7 minutes).
+# The benchmark of the README, at its default sizes (about 10 minutes).
 bench: build
 	./scripts/ensure-postgres.sh
 	./bin/syncer bench --json bench-default.json
