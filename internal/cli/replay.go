@@ -90,18 +90,8 @@ func (c *ReplayCmd) Validate() error {
 		return usagef("--from-id %d is after --to-id %d", c.FromID, c.ToID)
 	}
 	var err error
-	if c.Since != "" {
-		if f.Since, err = time.Parse(time.RFC3339, c.Since); err != nil {
-			return usagef("--since must be an RFC 3339 time, got %q", c.Since)
-		}
-	}
-	if c.Until != "" {
-		if f.Until, err = time.Parse(time.RFC3339, c.Until); err != nil {
-			return usagef("--until must be an RFC 3339 time, got %q", c.Until)
-		}
-	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
-		return usagef("--since must be before --until")
+	if f.Since, f.Until, err = c.timeRange(); err != nil {
+		return err
 	}
 	if !c.hasRange() {
 		return usagef("replay needs a range (--from-id/--to-id, --since/--until or --failed), --list or --cancel ID")
@@ -321,4 +311,23 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 		case <-t.C:
 		}
 	}
+}
+
+// timeRange parses --since and --until (RFC 3339), which a replay of
+// resources and one of a source read alike; zero is unbounded.
+func (c *ReplayCmd) timeRange() (since, until time.Time, err error) {
+	if c.Since != "" {
+		if since, err = time.Parse(time.RFC3339, c.Since); err != nil {
+			return since, until, usagef("--since must be an RFC 3339 time, got %q", c.Since)
+		}
+	}
+	if c.Until != "" {
+		if until, err = time.Parse(time.RFC3339, c.Until); err != nil {
+			return since, until, usagef("--until must be an RFC 3339 time, got %q", c.Until)
+		}
+	}
+	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
+		return since, until, usagef("--since must be before --until")
+	}
+	return since, until, nil
 }

@@ -27,18 +27,8 @@ func (c *ReplayCmd) validateSource() error {
 	}
 	r := sources.ReplayRange{FromKey: c.FromKey, ToKey: c.ToKey}
 	var err error
-	if c.Since != "" {
-		if r.Since, err = time.Parse(time.RFC3339, c.Since); err != nil {
-			return usagef("--since must be an RFC 3339 time, got %q", c.Since)
-		}
-	}
-	if c.Until != "" {
-		if r.Until, err = time.Parse(time.RFC3339, c.Until); err != nil {
-			return usagef("--until must be an RFC 3339 time, got %q", c.Until)
-		}
-	}
-	if !r.Since.IsZero() && !r.Until.IsZero() && !r.Since.Before(r.Until) {
-		return usagef("--since must be before --until")
+	if r.Since, r.Until, err = c.timeRange(); err != nil {
+		return err
 	}
 	c.rng = r
 	return nil
