@@ -151,9 +151,10 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 }
 
 // acceptedRate is the accepted requests a second and the share of 429s
-// among the requests that arrived from from on, up to the last of them.
-func acceptedRate(reqs []fakethirdparty.Request, from time.Time) (perSec, share float64, err error) {
-	var ok, limited, total int
+// among the total requests that arrived from from on, up to the last of
+// them.
+func acceptedRate(reqs []fakethirdparty.Request, from time.Time) (perSec, share float64, total int, err error) {
+	var ok, limited int
 	to := from
 	for _, q := range reqs {
 		if q.At.Before(from) {
@@ -170,15 +171,15 @@ func acceptedRate(reqs []fakethirdparty.Request, from time.Time) (perSec, share 
 	}
 	secs := to.Sub(from).Seconds()
 	if total == 0 || secs <= 0 {
-		return 0, 0, errors.New("bench: no request in the measured span")
+		return 0, 0, total, errors.New("bench: no request in the measured span")
 	}
-	return float64(ok) / secs, float64(limited) / float64(total), nil
+	return float64(ok) / secs, float64(limited) / float64(total), total, nil
 }
 
 // measure is acceptedRate; at SizeTiny a span with no request (a slow
 // machine's restart took it all) reads as zero rather than failing the row.
 func (sz limitSizes) measure(reqs []fakethirdparty.Request, from time.Time) (perSec, share float64, err error) {
-	perSec, share, err = acceptedRate(reqs, from)
+	perSec, share, _, err = acceptedRate(reqs, from)
 	if err != nil && !sz.judge {
 		return 0, 0, nil
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -135,28 +134,10 @@ func (r *runner) unknownLimit(ctx context.Context) ([]Row, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("bench: unknown limit: no request reached the fake")
 	}
-	from := reqs[0].At.Add(sz.unknownFrom)
-	to := from
-	var ok, limited, total int
-	for _, q := range reqs {
-		if q.At.Before(from) {
-			continue
-		}
-		total++
-		to = q.At
-		switch q.Status {
-		case http.StatusOK:
-			ok++
-		case http.StatusTooManyRequests:
-			limited++
-		}
-	}
-	secs := to.Sub(from).Seconds()
-	if total == 0 || secs <= 0 {
+	perSec, share, total, err := acceptedRate(reqs, reqs[0].At.Add(sz.unknownFrom))
+	if err != nil {
 		return nil, fmt.Errorf("bench: unknown limit: no request after %s", sz.unknownFrom)
 	}
-	perSec := float64(ok) / secs
-	share := float64(limited) / float64(total)
 	return []Row{{
 		Scenario: "unknown limit",
 		Measured: fmt.Sprintf("%.1f accepted requests/s, %.1f%% answered 429 (from %s on)", perSec, 100*share, sz.unknownFrom),
