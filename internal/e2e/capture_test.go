@@ -298,7 +298,7 @@ sources:
   - {table: tags, key: id, destination: one}
 `, dest.url), nil)
 	b.installSources(t, cfg)
-	logs := &lockedBuffer{}
+	logs := &logBuffer{}
 	d := b.startDaemon(t, func(c *daemon.Config) {
 		c.Sources = cfg
 		// Not shorter: each refresh must finish within it, on a busy

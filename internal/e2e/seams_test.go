@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,24 +29,6 @@ func (d *runningDaemon) scrape(t *testing.T) string {
 	text, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(text)
-}
-
-// lockedBuffer is a log sink the daemon writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A source's row larger than SYNCER_MAX_ITEM_BYTES is recorded failed with
@@ -136,7 +117,7 @@ sources:
   - {table: leads, key: id, destination: crm}
 `, down.URL, crm.url), map[string]string{"CRM_TOKEN": "wr0ng-crm-t0ken"})
 	b.installSources(t, cfg)
-	var logs lockedBuffer
+	var logs logBuffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(logs.String())
