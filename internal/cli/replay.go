@@ -251,8 +251,7 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 	}
 	start := time.Now()
 	lastLine := time.Time{}
-	lastState, lastDone, lastMove := replays.State(""), int64(-1), time.Now()
-	warned := false
+	stall := newStallWatch(c.Stall)
 	t := time.NewTicker(c.Poll)
 	defer t.Stop()
 	for {
@@ -265,9 +264,6 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 			return err
 		}
 		done := cp.RowsDone + cp.RowsFailed
-		if state != lastState || done != lastDone {
-			lastState, lastDone, lastMove, warned = state, done, time.Now(), false
-		}
 		if bar != nil {
 			_ = bar.Set64(min(done, total))
 		} else if time.Since(lastLine) >= 2*time.Second || state.Finished() {
@@ -293,8 +289,7 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 		case replays.StateCancelled:
 			return fmt.Errorf("replay %d was cancelled after %d of %d rows", id, done, total)
 		}
-		if !warned && time.Since(lastMove) >= c.Stall {
-			warned = true
+		if stall.stalled(state, done) {
 			if bar != nil {
 				fmt.Fprintln(env.Stdout)
 			}
@@ -330,4 +325,32 @@ func (c *ReplayCmd) timeRange() (since, until time.Time, err error) {
 		return since, until, usagef("--since must be before --until")
 	}
 	return since, until, nil
+}
+
+// stallWatch tells when a followed replay has not moved (neither its state
+// nor its progress) for a while: once per stall, so `--wait` says so once
+// and keeps waiting.
+type stallWatch struct {
+	after    time.Duration
+	state    replays.State
+	progress int64
+	moved    time.Time
+	warned   bool
+}
+
+func newStallWatch(after time.Duration) *stallWatch {
+	return &stallWatch{progress: -1, moved: time.Now(), after: after}
+}
+
+// stalled records what the replay shows now and reports whether a stall
+// is to be said.
+func (w *stallWatch) stalled(state replays.State, progress int64) bool {
+	if state != w.state || progress != w.progress {
+		w.state, w.progress, w.moved, w.warned = state, progress, time.Now(), false
+	}
+	if w.warned || time.Since(w.moved) < w.after {
+		return false
+	}
+	w.warned = true
+	return true
 }

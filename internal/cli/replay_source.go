@@ -108,8 +108,7 @@ func (c *ReplayCmd) createSource(ctx context.Context, env *Env, pool *pgxpool.Po
 func (c *ReplayCmd) followSource(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64) error {
 	start := time.Now()
 	lastLine := time.Time{}
-	lastState, lastSent, lastMove := replays.State(""), int64(-1), time.Now()
-	warned := false
+	stall := newStallWatch(c.Stall)
 	t := time.NewTicker(c.Poll)
 	defer t.Stop()
 	for {
@@ -124,9 +123,6 @@ func (c *ReplayCmd) followSource(ctx context.Context, env *Env, pool *pgxpool.Po
 		info := infos[id]
 		sent := max(info.KeysLogged-info.Unsent, 0)
 		finished := state == replays.StateDone && info.Unsent == 0
-		if state != lastState || sent != lastSent {
-			lastState, lastSent, lastMove, warned = state, sent, time.Now(), false
-		}
 		if time.Since(lastLine) >= 2*time.Second || finished || state == replays.StateCancelled {
 			lastLine = time.Now()
 			rate := float64(sent) / max(time.Since(start).Seconds(), 0.001)
@@ -139,8 +135,7 @@ func (c *ReplayCmd) followSource(ctx context.Context, env *Env, pool *pgxpool.Po
 		case state == replays.StateCancelled:
 			return fmt.Errorf("replay %d was cancelled after %d of %d keys", id, sent, total)
 		}
-		if !warned && time.Since(lastMove) >= c.Stall {
-			warned = true
+		if stall.stalled(state, sent) {
 			fmt.Fprintf(env.Stdout, "replay %d: nothing moved in %s: is `syncer run --config` running? Still waiting (Ctrl-C stops waiting, not the replay)\n",
 				id, durationText(c.Stall))
 		}
