@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 )
 
 // AppendBatch appends the request body of items to dst and returns it. The
@@ -65,18 +67,41 @@ const batchKeyDomain = "syncer idempotency key v2\x00"
 // installation's identity, the salt and the exact body, so two installations
 // never share a key, and one key never names two bodies.
 func BatchKey(installation, salt string, body []byte) string {
-	h := sha256.New()
-	var n [8]byte
-	_, _ = h.Write([]byte(batchKeyDomain))
+	return batchKey(installation, salt, nil, body)
+}
+
+// RequestKey is the Idempotency-Key of a request of a format that is not
+// the batch itself: BatchKey of "METHOD path\n" followed by the body,
+// hashed in pieces so the body is never copied.
+func RequestKey(installation, salt, method, path string, body []byte) string {
+	var head [256]byte
+	h := append(append(append(append(head[:0], method...), ' '), path...), '\n')
+	return batchKey(installation, salt, h, body)
+}
+
+// keyHashes keeps SHA-256 states between keys: a key is made per request.
+var keyHashes = sync.Pool{New: func() any { return sha256.New() }}
+
+func batchKey(installation, salt string, head, body []byte) string {
+	h := keyHashes.Get().(hash.Hash)
+	defer keyHashes.Put(h)
+	h.Reset()
+	// Everything before the body goes in one write from the stack: a
+	// string written to a hash on its own is copied to the heap first.
+	var pre [512]byte
+	p := append(pre[:0], batchKeyDomain...)
 	for _, part := range []string{installation, salt} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		_, _ = h.Write(n[:])
-		_, _ = h.Write([]byte(part))
+		p = binary.BigEndian.AppendUint64(p, uint64(len(part)))
+		p = append(p, part...)
 	}
+	_, _ = h.Write(append(p, head...))
 	_, _ = h.Write(body)
 	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return "syncer-" + hex.EncodeToString(sum[:])
+	const prefix = "syncer-"
+	var out [len(prefix) + 2*sha256.Size]byte
+	copy(out[:], prefix)
+	hex.Encode(out[len(prefix):], h.Sum(sum[:0]))
+	return string(out[:])
 }
 
 // AppendString appends s as a JSON string, exactly as encoding/json

@@ -109,6 +109,21 @@ func TestBatchKey(t *testing.T) {
 	}
 }
 
+// TestRequestKey: a request's key is BatchKey of "METHOD path\n" and its
+// body, as it was when it was made by concatenating them; the goldens were
+// computed by that concatenation, so a key sent before an upgrade is sent
+// again after it.
+func TestRequestKey(t *testing.T) {
+	t.Parallel()
+	const inst = "6f1c0f2e-7d55-4e7b-9a1e-4b1f3c2d9e10"
+	require.Equal(t, "syncer-34237fabd9893986493f5a64a067a6594062ac0fe4a1a55dc4c96260a7da5b2e",
+		thirdparty.RequestKey(inst, "replay:7", "POST", "/hooks/a%2Fb", []byte(`{"id":"a/b"}`)))
+	require.Equal(t, "syncer-69788cdb6669224ed981aa22c4b33136319fa3e84be30c68b662ecae312317c9",
+		thirdparty.RequestKey("inst", "s", "DELETE", "/objects/42", nil))
+	long := strings.Repeat("p", 1000) // past the stack buffer
+	require.Equal(t, thirdparty.BatchKey(inst, "", []byte("PUT "+long+"\n{}")), thirdparty.RequestKey(inst, "", "PUT", long, []byte("{}")))
+}
+
 func TestAppendStringIsEncodingJSON(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", "42", "a/b c?#%", "bö", "<&>", "a\"b\\c", "\x00\x1f", "\u2028", "\xff"} {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/feed"
@@ -100,7 +101,21 @@ type Client struct {
 	secrets    []string
 	timeout    time.Duration
 	httpClient *http.Client
-	now        func() time.Time
+	// rt is the transport of the client New built, used directly: that
+	// client has no jar, no timeout and follows no redirect, so its Do
+	// would only clone every request's headers for redirects never taken.
+	// Nil for a caller's client, which keeps its whole policy.
+	rt  http.RoundTripper
+	now func() time.Time
+	// parsed is the last request URL parsed: a format's requests nearly
+	// always go to one URL, and parsing it for each is a cost per request.
+	parsed atomic.Pointer[parsedURL]
+}
+
+// parsedURL is a request URL with its parsed form, which is never changed.
+type parsedURL struct {
+	raw string
+	u   *url.URL
 }
 
 // New returns a Client for cfg, or an error naming the bad field.
@@ -141,7 +156,8 @@ func New(cfg *Config) (*Client, error) {
 		c.auth = "Bearer " + cfg.Token
 	}
 	if c.httpClient == nil {
-		c.httpClient = &http.Client{Transport: newTransport()}
+		t := newTransport()
+		c.httpClient, c.rt = &http.Client{Transport: t}, t
 	} else {
 		hc := *c.httpClient // the caller's client keeps its own policy
 		c.httpClient = &hc
@@ -163,6 +179,10 @@ func newTransport() *http.Transport {
 	t.MaxIdleConnsPerHost = 16
 	t.IdleConnTimeout = 90 * time.Second
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	// Answers are small (a status, per-item results), and asking for gzip
+	// costs every request a header map of its own in net/http: they are
+	// asked for as they are.
+	t.DisableCompression = true
 	return t
 }
 
@@ -255,7 +275,7 @@ func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*An
 	}
 	reqCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(reqCtx, cmp.Or(r.Method, http.MethodPost), c.base+r.Path+c.query, bytes.NewReader(r.Body))
+	req, err := c.newRequest(reqCtx, cmp.Or(r.Method, http.MethodPost), c.base+r.Path+c.query, r.Body)
 	if err != nil {
 		redactURLError(err)
 		return nil, fmt.Errorf("thirdparty: push: %w", err)
@@ -270,14 +290,11 @@ func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*An
 	if c.auth != "" {
 		req.Header["Authorization"] = []string{c.auth}
 	}
-	if r.Body == nil {
-		req.Body, req.ContentLength = http.NoBody, 0
-	}
 	if r.Sign != nil {
-		r.Sign(req.Header, key, c.now())
+		r.Sign(req.Header, key, r.Body, c.now())
 	}
 
-	resp, err := c.httpClient.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}
@@ -307,6 +324,59 @@ func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*An
 	return res, nil
 }
 
+// newRequest is http.NewRequestWithContext for a body held in memory,
+// reusing the parse of the last URL when rawURL is the same.
+func (c *Client) newRequest(ctx context.Context, method, rawURL string, body []byte) (*http.Request, error) {
+	p := c.parsed.Load()
+	if p == nil || p.raw != rawURL {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, &url.Error{Op: "parse", URL: rawURL, Err: err}
+		}
+		p = &parsedURL{raw: rawURL, u: u}
+		c.parsed.Store(p)
+	}
+	// An empty URL parses at no cost, and the request is made with its
+	// context at once; its URL is then a copy of the one kept (net/http may
+	// hold on to a request's URL, and the kept one stays as parsed).
+	req, err := http.NewRequestWithContext(ctx, method, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	u := *p.u
+	req.URL, req.Host = &u, strings.TrimSuffix(u.Host, ":")
+	// Room for the format's, the signature's and the configured headers.
+	req.Header = make(http.Header, 8+len(c.headers))
+	req.Body, req.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+	if len(body) > 0 {
+		req.ContentLength = int64(len(body))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	return req, nil
+}
+
+// do sends req: through the transport when the client is New's own (as
+// its Do would, user info in the URL included), else through the caller's
+// client.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	if c.rt == nil {
+		return c.httpClient.Do(req)
+	}
+	if u := req.URL.User; u != nil && len(req.Header["Authorization"]) == 0 {
+		pw, _ := u.Password()
+		req.SetBasicAuth(u.Username(), pw)
+	}
+	resp, err := c.rt.RoundTrip(req)
+	if err != nil {
+		// As Client.Do says it: the method, the URL (redacted by the
+		// caller) and the cause.
+		op := req.Method[:1] + strings.ToLower(req.Method[1:])
+		return nil, &url.Error{Op: op, URL: req.URL.String(), Err: err}
+	}
+	return resp, nil
+}
+
 // answer reads a response into an Answer: the body within bounds, the
 // quota, and for a status other than 2xx the *Error the common rules make
 // of it.
@@ -333,6 +403,9 @@ func (c *Client) answer(ctx context.Context, resp *http.Response) (*Answer, erro
 		}
 		a.refusal = e
 		return a, nil
+	}
+	if resp.Body == http.NoBody || resp.ContentLength == 0 {
+		return a, nil // a 204, or a 200 that says nothing
 	}
 	// One byte past the limit tells an oversized body from one that fills
 	// it exactly.

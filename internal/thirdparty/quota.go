@@ -69,6 +69,11 @@ func isDigits(s string) bool {
 // parse is ignored, and a spelling without a readable remaining count says
 // nothing: a budget half understood is not trusted.
 func parseQuota(h http.Header, now time.Time) Quota {
+	// Most answers say nothing of a quota: three lookups of the keys as
+	// net/http canonicalizes them tell so without six Gets.
+	if len(h["Ratelimit-Remaining"]) == 0 && len(h["Ratelimit"]) == 0 && len(h["X-Ratelimit-Remaining"]) == 0 {
+		return Quota{}
+	}
 	if q, ok := quotaFrom(h.Get("RateLimit-Limit"), h.Get("RateLimit-Remaining"), h.Get("RateLimit-Reset"), false, now); ok {
 		return q
 	}

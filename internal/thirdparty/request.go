@@ -27,9 +27,10 @@ type Request struct {
 	Items []Item
 	// Sign, when set, adds headers that must be fresh on every send (a
 	// signature over a timestamp): it is called for each attempt with the
-	// request's key and the Client's clock, after every other header is
-	// set. It must not change the body.
-	Sign func(h http.Header, key string, now time.Time)
+	// request's key, its body and the Client's clock, after every other
+	// header is set. It must not change the body. Taking the body as an
+	// argument lets one function sign every request of a format.
+	Sign func(h http.Header, key string, body []byte, now time.Time)
 }
 
 // Answer is what came back for a Request, handed to the format's reader.

@@ -45,12 +45,22 @@ func TestSignFreshBodyFixed(t *testing.T) {
 	require.Len(t, reqs, 1)
 	require.Equal(t, `{"type":"orders.upserted","timestamp":"2023-11-14T22:13:20Z","data":{"id":"42","version":3,"payload":{"a":1}}}`, string(reqs[0].Body))
 	h1, h2 := http.Header{}, http.Header{}
-	reqs[0].Sign(h1, "key-1", time.Unix(1700000001, 0))
-	reqs[0].Sign(h2, "key-1", time.Unix(1700000060, 0))
+	reqs[0].Sign(h1, "key-1", reqs[0].Body, time.Unix(1700000001, 0))
+	reqs[0].Sign(h2, "key-1", reqs[0].Body, time.Unix(1700000060, 0))
 	require.Equal(t, "key-1", h1.Get("Webhook-Id"))
 	require.Equal(t, h1.Get("Webhook-Id"), h2.Get("Webhook-Id"))
-	require.NotEqual(t, h1.Get("Webhook-Timestamp"), h2.Get("Webhook-Timestamp"))
+	require.Equal(t, "1700000001", h1.Get("Webhook-Timestamp"))
 	require.NotEqual(t, h1.Get("Webhook-Signature"), h2.Get("Webhook-Signature"))
+	// The format's signer keeps HMAC states between sends: every one of
+	// its signatures is still the plain computation's.
+	key, err := standardwebhooks.ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	require.NoError(t, err)
+	for i := range 3 {
+		h := http.Header{}
+		ts := time.Unix(1700000000+int64(i), 0)
+		reqs[0].Sign(h, "key-2", reqs[0].Body, ts)
+		require.Equal(t, standardwebhooks.Signature(key, "key-2", h.Get("Webhook-Timestamp"), reqs[0].Body), h.Get("Webhook-Signature"))
+	}
 }
 
 func TestReadRejectsUnnamed4xx(t *testing.T) {
