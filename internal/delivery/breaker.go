@@ -53,6 +53,7 @@ type breaker struct {
 	pending    []transition // to log and store, outside gobreaker's mutex
 	stale      bool         // the store shows a state this process has left
 	settled    chan struct{}
+	watched    bool // settled was handed out since it was made
 }
 
 type transition struct {
@@ -160,8 +161,11 @@ func (b *breaker) probed(err error) {
 }
 
 func (b *breaker) settleLocked() {
+	if !b.watched {
+		return // nobody holds the channel: closing it would wake no one
+	}
 	close(b.settled)
-	b.settled = make(chan struct{})
+	b.settled, b.watched = make(chan struct{}), false
 }
 
 // minBreakerWait is the least wait returned for an open breaker.
@@ -172,6 +176,7 @@ const minBreakerWait = 100 * time.Millisecond
 func (b *breaker) waitSettled() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.watched = true
 	return b.settled
 }
 

@@ -244,9 +244,12 @@ type Deliverer struct {
 	metrics *metrics.Destination
 	now     func() time.Time
 
-	slots   chan struct{} // one per request unanswered
-	pacer   *pacer
-	breaker *breaker
+	slots chan struct{} // one per request unanswered
+	// places and admission order the workers of batches of many requests
+	// (see admit): one place per worker, one batch admitted at a time.
+	places, admission chan struct{}
+	pacer             *pacer
+	breaker           *breaker
 
 	mu       sync.Mutex
 	loadedAt time.Time // when the shared facts were last read
@@ -299,16 +302,18 @@ func New(client Client, store Store, cfg *Config) (*Deliverer, error) {
 	}
 	c := cfg.withDefaults()
 	d := &Deliverer{
-		client:  client,
-		format:  c.Format,
-		store:   store,
-		cfg:     c,
-		logger:  c.Logger,
-		metrics: c.Metrics,
-		now:     time.Now,
-		slots:   make(chan struct{}, c.MaxInFlight),
-		creds:   refusal{key: breakerstore.KeyCredentials, sentinel: ErrCredentials},
-		conf:    refusal{key: breakerstore.KeyConfiguration, sentinel: ErrConfiguration},
+		client:    client,
+		format:    c.Format,
+		store:     store,
+		cfg:       c,
+		logger:    c.Logger,
+		metrics:   c.Metrics,
+		now:       time.Now,
+		slots:     make(chan struct{}, c.MaxInFlight),
+		places:    make(chan struct{}, c.MaxInFlight),
+		admission: make(chan struct{}, 1),
+		creds:     refusal{key: breakerstore.KeyCredentials, sentinel: ErrCredentials},
+		conf:      refusal{key: breakerstore.KeyConfiguration, sentinel: ErrConfiguration},
 	}
 	if cf, ok := c.Format.(canonical); ok && cf.Canonical() {
 		d.whole = true
@@ -368,7 +373,7 @@ func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 		whole = &r
 		j.wholeKey = cmp.Or(b.Key, thirdparty.BatchKey(d.cfg.Installation, b.Salt, body))
 	}
-	if err := d.deliver(ctx, j, items, whole, time.Time{}, out); err != nil {
+	if err := d.deliver(ctx, j, items, whole, time.Time{}, true, out); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -396,9 +401,7 @@ func (d *Deliverer) key(j *job, r *thirdparty.Request, whole bool) string {
 	if d.whole {
 		return thirdparty.BatchKey(d.cfg.Installation, j.salt, r.Body)
 	}
-	h := make([]byte, 0, len(r.Method)+len(r.Path)+len(r.Body)+8)
-	h = append(append(append(append(h, cmp.Or(r.Method, "POST")...), ' '), r.Path...), '\n')
-	return thirdparty.BatchKey(d.cfg.Installation, j.salt, append(h, r.Body...))
+	return thirdparty.RequestKey(d.cfg.Installation, j.salt, cmp.Or(r.Method, "POST"), r.Path, r.Body)
 }
 
 // deliver sends items as the format's requests (concurrently when there
@@ -406,7 +409,7 @@ func (d *Deliverer) key(j *job, r *thirdparty.Request, whole bool) string {
 // refused as a whole. whole, when set, is the request of the recorded
 // body. pendingSince is when items first came back pending (zero: they
 // did not).
-func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item, whole *thirdparty.Request, pendingSince time.Time, out *Outcome) error {
+func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item, whole *thirdparty.Request, pendingSince time.Time, admit bool, out *Outcome) error {
 	var reqs []thirdparty.Request
 	if whole != nil {
 		reqs = []thirdparty.Request{*whole}
@@ -431,31 +434,82 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 	var first error
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(len(reqs), d.cfg.MaxInFlight) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(reqs) || cctx.Err() != nil {
-					return
-				}
-				if err := d.deliverRequest(cctx, j, &reqs[i], false, pendingSince, &outs[i]); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					cancel()
-				}
+	work := func() {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= len(reqs) || cctx.Err() != nil {
+				return
 			}
-		})
+			if err := d.deliverRequest(cctx, j, &reqs[i], false, pendingSince, &outs[i]); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				cancel()
+			}
+		}
+	}
+	workers := min(len(reqs), d.cfg.MaxInFlight)
+	var admitErr error
+	if admit {
+		admitErr = d.admit(cctx, workers, func() bool { return next.Load() >= int64(len(reqs)) }, &wg, work)
+	} else {
+		for range workers {
+			wg.Go(work)
+		}
 	}
 	wg.Wait()
+	if first == nil && admitErr != nil {
+		return admitErr
+	}
 	for i := range reqs {
 		out.Accepted = append(out.Accepted, outs[i].Accepted...)
 		out.Rejected = append(out.Rejected, outs[i].Rejected...)
 		out.Requests += outs[i].Requests
 	}
 	return first
+}
+
+// admit starts up to n workers of one batch's requests, each holding one
+// of the destination's MaxInFlight worker places while it runs, and stops
+// early once done says every request is taken. One batch at a time is
+// admitted, in the order batches come, and it keeps the places it gets
+// until its requests run out: batches then end one after another, in the
+// order they were read. Were places handed round-robin, every batch in
+// flight would end at about the same time, and the pipeline would have
+// nothing to send while they are all marked at once and the next batches
+// are read.
+//
+// Requests of a split or sent again (deliver from a worker) are not
+// admitted: their caller holds a place already, and waiting for another
+// could wait for itself.
+func (d *Deliverer) admit(ctx context.Context, n int, done func() bool, wg *sync.WaitGroup, work func()) error {
+	select {
+	case d.admission <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-d.admission }()
+	for range n {
+		if done() {
+			return nil
+		}
+		select {
+		case d.places <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if done() {
+			<-d.places
+			return nil
+		}
+		wg.Go(func() {
+			defer func() { <-d.places }()
+			work()
+		})
+	}
+	return nil
 }
 
 // render makes the format's requests of items, retrying a program that
@@ -513,7 +567,7 @@ func (d *Deliverer) deliverRequest(ctx context.Context, j *job, r *thirdparty.Re
 	}
 	half := len(r.Items) / 2
 	for _, part := range [][]thirdparty.Item{r.Items[:half], r.Items[half:]} {
-		if err := d.deliver(ctx, j, part, nil, pendingSince, out); err != nil {
+		if err := d.deliver(ctx, j, part, nil, pendingSince, false, out); err != nil {
 			return err
 		}
 	}
@@ -538,7 +592,7 @@ func (d *Deliverer) retryPending(ctx context.Context, j *job, pending []thirdpar
 	if err := sleep(ctx, wait); err != nil {
 		return err
 	}
-	return d.deliver(ctx, j, pending, nil, since, out)
+	return d.deliver(ctx, j, pending, nil, since, false, out)
 }
 
 // apply adds what res made of items to out, and returns the items it left
@@ -589,7 +643,7 @@ func refusalText(e *thirdparty.Error) string {
 // push sends r under key until an answer that is not transient, with
 // backoff between transient failures.
 func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request, out *Outcome) (*thirdparty.Result, error) {
-	bo := d.newBackoff()
+	var bo *backoff.ExponentialBackOff // made at the first failure: most requests have none
 	for {
 		res, err := d.attempt(ctx, key, r, out)
 		if err == nil {
@@ -616,6 +670,9 @@ func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request,
 		case thirdparty.ClassBatchRefused:
 			return nil, err
 		default:
+			if bo == nil {
+				bo = d.newBackoff()
+			}
 			next := bo.NextBackOff()
 			if next == backoff.Stop {
 				d.logger.WarnContext(ctx, "delivery: giving up on a batch after transient failures",

@@ -128,6 +128,12 @@ func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.E
 // accepted ends the refusals after an accepted request. The first success
 // of a process also clears a refusal an earlier process left recorded.
 func (d *Deliverer) accepted(ctx context.Context) {
+	d.mu.Lock()
+	none := d.creds.state == refusalNone && d.conf.state == refusalNone
+	d.mu.Unlock()
+	if none {
+		return // the common case, once per accepted request
+	}
 	for _, r := range []*refusal{&d.creds, &d.conf} {
 		d.mu.Lock()
 		prev := r.state

@@ -86,8 +86,13 @@ func (p *pacer) applyLocked(now time.Time) float64 {
 // wait blocks until the limiter lets a request go.
 func (p *pacer) wait(ctx context.Context) error {
 	p.mu.Lock()
-	p.applyLocked(p.now())
+	r := p.applyLocked(p.now())
 	p.mu.Unlock()
+	if math.IsInf(r, 1) {
+		// No rate applies: the limiter would let the request go at once,
+		// after its lock and a look at the clock.
+		return ctx.Err()
+	}
 	return p.limiter.Wait(ctx)
 }
 

@@ -11,6 +11,7 @@ package metrics
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -233,6 +234,13 @@ func (m *Metrics) newPushPath(reg prometheus.Registerer) {
 type Destination struct {
 	m    *Metrics
 	name string
+	// The series touched on every request, looked up once: a label lookup
+	// hashes the labels each time. The last two appear at their first use,
+	// as a series looked up each time would: a last success of 0 would
+	// read as "never" to an alert.
+	inFlight    prometheus.Gauge
+	lastSuccess atomic.Pointer[prometheus.Gauge]
+	accepted    atomic.Pointer[prometheus.Counter]
 }
 
 // Destination returns the view of destination name, creating its series
@@ -252,7 +260,7 @@ func (m *Metrics) Destination(name string) *Destination {
 	m.BreakerState.WithLabelValues(name)
 	m.CredentialsRefused.WithLabelValues(name)
 	m.Misconfigured.WithLabelValues(name)
-	m.RequestsInFlight.WithLabelValues(name)
+	d.inFlight = m.RequestsInFlight.WithLabelValues(name)
 	return d
 }
 
@@ -332,6 +340,16 @@ func (d *Destination) Response(status int) {
 	if d == nil {
 		return
 	}
+	if status >= 200 && status < 300 {
+		c := d.accepted.Load()
+		if c == nil {
+			v := d.m.ThirdpartyResponses.WithLabelValues(d.name, ResponseCode(status))
+			c = &v
+			d.accepted.Store(c)
+		}
+		(*c).Inc()
+		return
+	}
 	d.m.ThirdpartyResponses.WithLabelValues(d.name, ResponseCode(status)).Inc()
 }
 
@@ -340,7 +358,13 @@ func (d *Destination) LastSuccess(t time.Time) {
 	if d == nil {
 		return
 	}
-	d.m.LastSuccessTime.WithLabelValues(d.name).Set(float64(t.UnixNano()) / 1e9)
+	g := d.lastSuccess.Load()
+	if g == nil {
+		v := d.m.LastSuccessTime.WithLabelValues(d.name)
+		g = &v
+		d.lastSuccess.Store(g)
+	}
+	(*g).Set(float64(t.UnixNano()) / 1e9)
 }
 
 // SetCredentialsRefused records whether the credentials are refused.
@@ -380,7 +404,7 @@ func (d *Destination) RequestStarted() {
 	if d == nil {
 		return
 	}
-	d.m.RequestsInFlight.WithLabelValues(d.name).Inc()
+	d.inFlight.Inc()
 }
 
 // RequestEnded: see RequestStarted.
@@ -388,7 +412,7 @@ func (d *Destination) RequestEnded() {
 	if d == nil {
 		return
 	}
-	d.m.RequestsInFlight.WithLabelValues(d.name).Dec()
+	d.inFlight.Dec()
 }
 
 func boolValue(b bool) float64 {
