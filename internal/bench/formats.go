@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // The formats scenarios (issue 21): the destination formats of CONTRACT.md
@@ -190,7 +191,11 @@ func (r *runner) webhookRows() int {
 const webhookInFlight = 16
 
 // PlainWebhooks sends n signed requests like syncer's, 16 at once, with a
-// plain Go client, and returns requests a second.
+// plain Go client, and returns requests a second. The requests are the
+// ones syncer sends, byte for byte but for the signature's time: the same
+// body, an Idempotency-Key and webhook-id of the same form, the same
+// headers. A plain client has its messages and their ids ready: they are
+// made before the clock starts.
 func PlainWebhooks(ctx context.Context, url string, n int) (float64, error) {
 	key, err := standardwebhooks.ParseSecret(benchSecret)
 	if err != nil {
@@ -198,9 +203,12 @@ func PlainWebhooks(ctx context.Context, url string, n int) (float64, error) {
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: webhookInFlight}, Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
+	at := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339Nano)
 	bodies := make([][]byte, n)
+	ids := make([]string, n)
 	for i := range bodies {
-		bodies[i] = fmt.Appendf(nil, `{"type":"resources.upserted","timestamp":"2026-11-24T13:00:00Z","data":{"id":"%d","version":1,"payload":%s}}`, i+1, payloadFor(int64(i+1)))
+		bodies[i] = fmt.Appendf(nil, `{"type":"resources.upserted","timestamp":%q,"data":{"id":"%d","version":1,"payload":%s}}`, at, i+1, payloadFor(int64(i+1)))
+		ids[i] = thirdparty.RequestKey("bench", "plain", http.MethodPost, "", bodies[i])
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -213,10 +221,11 @@ func PlainWebhooks(ctx context.Context, url string, n int) (float64, error) {
 				if i >= n {
 					return
 				}
-				id := "msg_" + strconv.Itoa(i)
+				id := ids[i]
 				ts := strconv.FormatInt(time.Now().Unix(), 10)
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[i]))
 				req.Header["Content-Type"] = []string{"application/json"}
+				req.Header["Idempotency-Key"] = []string{id}
 				req.Header["Webhook-Id"] = []string{id}
 				req.Header["Webhook-Timestamp"] = []string{ts}
 				req.Header["Webhook-Signature"] = []string{standardwebhooks.Signature(key, id, ts, bodies[i])}
