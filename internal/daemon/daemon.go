@@ -297,7 +297,10 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 // (so a daemon that takes the export over inherits them), its metrics
 // under its name and its log lines naming it.
 func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, namespace, installation string) (*delivery.Deliverer, error) {
-	client, err := thirdparty.New(tcfg)
+	t := *tcfg
+	// Every request in flight keeps its connection for the next one.
+	t.IdleConns = dcfg.MaxInFlight
+	client, err := thirdparty.New(&t)
 	if err != nil {
 		return nil, err
 	}

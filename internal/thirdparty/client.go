@@ -48,6 +48,11 @@ type Config struct {
 	// so concurrent workers reuse connections instead of paying a handshake
 	// per batch.
 	HTTPClient *http.Client
+	// IdleConns is how many idle connections to the third party are kept
+	// for reuse: set it to the requests in flight at once, or every answer
+	// beyond it closes a connection the next request dials again. Ignored
+	// with HTTPClient. Defaults to IdleConnsDefault.
+	IdleConns int
 	// Headers are sent with every request, before the request's own
 	// Content-Type, Idempotency-Key and Authorization (which win). Values
 	// are never logged. Defaults to none.
@@ -156,7 +161,7 @@ func New(cfg *Config) (*Client, error) {
 		c.auth = "Bearer " + cfg.Token
 	}
 	if c.httpClient == nil {
-		t := newTransport()
+		t := newTransport(cmp.Or(cfg.IdleConns, IdleConnsDefault))
 		c.httpClient, c.rt = &http.Client{Transport: t}, t
 	} else {
 		hc := *c.httpClient // the caller's client keeps its own policy
@@ -173,10 +178,14 @@ func New(cfg *Config) (*Client, error) {
 	return c, nil
 }
 
-func newTransport() *http.Transport {
+// IdleConnsDefault is Config.IdleConns's default: the default number of
+// requests in flight.
+const IdleConnsDefault = 16
+
+func newTransport(idle int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 64
-	t.MaxIdleConnsPerHost = 16
+	t.MaxIdleConns = max(64, idle)
+	t.MaxIdleConnsPerHost = idle
 	t.IdleConnTimeout = 90 * time.Second
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	// Answers are small (a status, per-item results), and asking for gzip

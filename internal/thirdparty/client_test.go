@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/thirdparty"
@@ -430,6 +432,54 @@ func TestPushReusesConnections(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, remotes, 1)
+}
+
+// TestIdleConnsFollowInFlight: with as many idle connections kept as
+// requests in flight, rounds of 32 concurrent requests dial 32 connections
+// once; with the 16 kept by default, every round closes and dials again.
+func TestIdleConnsFollowInFlight(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		idle      int
+		wantFewer bool // dials stay at 32
+	}{{32, true}, {0, false}} {
+		var dials atomic.Int64
+		release := make(chan struct{})
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-release
+			_, _ = io.WriteString(w, `{"results":[]}`)
+		}))
+		srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				dials.Add(1)
+			}
+		}
+		srv.Start()
+		client, err := thirdparty.New(&thirdparty.Config{URL: srv.URL, IdleConns: tt.idle})
+		require.NoError(t, err)
+		for range 5 {
+			var wg sync.WaitGroup
+			for i := range 32 {
+				wg.Go(func() {
+					_, err := client.Push(t.Context(), fmt.Sprint("k", i), items(1))
+					assert.NoError(t, err)
+				})
+			}
+			require.Eventually(t, func() bool { return dials.Load() >= 32 }, 5*time.Second, time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // every request of the round is in
+			for range 32 {
+				release <- struct{}{}
+			}
+			wg.Wait()
+		}
+		client.Close()
+		srv.Close()
+		if tt.wantFewer {
+			require.EqualValues(t, 32, dials.Load(), "idle %d", tt.idle)
+		} else {
+			require.Greater(t, dials.Load(), int64(32), "idle %d", tt.idle)
+		}
+	}
 }
 
 func TestPushConcurrent(t *testing.T) {
