@@ -381,7 +381,7 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 		// As Client.Do says it: the method, the URL (redacted by the
 		// caller) and the cause.
 		op := req.Method[:1] + strings.ToLower(req.Method[1:])
-		return nil, &url.Error{Op: op, URL: req.URL.String(), Err: err}
+		return nil, &url.Error{Op: op, URL: RedactURL(req.URL.String()), Err: err}
 	}
 	return resp, nil
 }
