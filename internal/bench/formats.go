@@ -166,18 +166,28 @@ func (rc *receiver) close() {
 // in its own: both then pay the same process boundary to the receiver,
 // which lives in the bench's process, and the figure compares syncer with
 // a plain client, not one process placement with another.
-func (r *runner) plainWebhooksProcess(ctx context.Context, url string, n int) (float64, error) {
+func (r *runner) plainWebhooksProcess(ctx context.Context, url string, n int) (webhooksRun, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, r.cfg.Binary, "bench-webhooks-client", "--url", url, "--rows", strconv.Itoa(n))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	self0, _ := procCPUSeconds("self")
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("bench: plain webhooks client: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return webhooksRun{}, fmt.Errorf("bench: plain webhooks client: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	rate, err := strconv.ParseFloat(strings.TrimSpace(stdout.String()), 64)
-	if err != nil {
-		return 0, fmt.Errorf("bench: plain webhooks client: %w", err)
+	self1, _ := procCPUSeconds("self")
+	var rate, cpu float64
+	if _, err := fmt.Sscan(stdout.String(), &rate, &cpu); err != nil {
+		return webhooksRun{}, fmt.Errorf("bench: plain webhooks client: %w", err)
 	}
-	return rate, nil
+	return webhooksRun{rate: rate, sender: cpu / float64(n), receiver: (self1 - self0) / float64(n)}, nil
+}
+
+// webhooksRun is one run of the webhooks row: requests a second, and the
+// CPU each party spent a request, in seconds (database: PostgreSQL, for
+// syncer's runs).
+type webhooksRun struct {
+	rate                       float64
+	sender, database, receiver float64
 }
 
 // webhookRows is the rows of the webhooks scenario.
@@ -191,15 +201,16 @@ func (r *runner) webhookRows() int {
 const webhookInFlight = 16
 
 // PlainWebhooks sends n signed requests like syncer's, 16 at once, with a
-// plain Go client, and returns requests a second. The requests are the
+// plain Go client, and returns requests a second and the CPU seconds its
+// process spent while sending. The requests are the
 // ones syncer sends, byte for byte but for the signature's time: the same
 // body, an Idempotency-Key and webhook-id of the same form, the same
 // headers. A plain client has its messages and their ids ready: they are
 // made before the clock starts.
-func PlainWebhooks(ctx context.Context, url string, n int) (float64, error) {
+func PlainWebhooks(ctx context.Context, url string, n int) (rate, cpu float64, err error) {
 	key, err := standardwebhooks.ParseSecret(benchSecret)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: webhookInFlight}, Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
@@ -213,6 +224,7 @@ func PlainWebhooks(ctx context.Context, url string, n int) (float64, error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, webhookInFlight)
+	cpu0, _ := procCPUSeconds("self")
 	start := time.Now()
 	for range webhookInFlight {
 		wg.Go(func() {
@@ -240,28 +252,29 @@ func PlainWebhooks(ctx context.Context, url string, n int) (float64, error) {
 	}
 	wg.Wait()
 	took := time.Since(start)
+	cpu1, _ := procCPUSeconds("self")
 	close(errc)
 	if err := <-errc; err != nil {
-		return 0, fmt.Errorf("bench: plain webhooks client: %w", err)
+		return 0, 0, fmt.Errorf("bench: plain webhooks client: %w", err)
 	}
-	return float64(n) / took.Seconds(), nil
+	return float64(n) / took.Seconds(), cpu1 - cpu0, nil
 }
 
 // syncerWebhooks drains n rows as standard-webhooks requests to a fresh
 // receiver and returns requests a second, from the first request to the
-// last row marked.
-func (r *runner) syncerWebhooks(ctx context.Context, n int) (float64, error) {
+// last row marked, and the CPU each party spent meanwhile.
+func (r *runner) syncerWebhooks(ctx context.Context, n int) (webhooksRun, error) {
 	s, err := r.newScratch(ctx, "webhooks", false)
 	if err != nil {
-		return 0, err
+		return webhooksRun{}, err
 	}
 	defer s.drop(ctx)
 	if err := s.preload(ctx, n); err != nil {
-		return 0, err
+		return webhooksRun{}, err
 	}
 	rc, err := startReceiver()
 	if err != nil {
-		return 0, err
+		return webhooksRun{}, err
 	}
 	defer rc.close()
 	// The fake is not used: the receiver is the third party.
@@ -270,16 +283,19 @@ func (r *runner) syncerWebhooks(ctx context.Context, n int) (float64, error) {
 	d, err := r.startDaemon(ctx, s, f, false, "--thirdparty-format", "standard-webhooks",
 		"--max-in-flight", strconv.Itoa(webhookInFlight), "SYNCER_THIRDPARTY_SIGNING_SECRET="+benchSecret)
 	if err != nil {
-		return 0, err
+		return webhooksRun{}, err
 	}
 	defer d.stop()
 	wctx, cancel := context.WithTimeout(ctx, drainLimit(n))
 	defer cancel()
+	daemon0, _ := d.cpuSeconds()
+	db0 := postgresCPUSeconds()
+	self0, _ := procCPUSeconds("self")
 	for {
 		if rc.distinct() >= n {
 			pending, err := s.anyPending(wctx)
 			if err != nil {
-				return 0, fmt.Errorf("bench: webhooks: %w", err)
+				return webhooksRun{}, fmt.Errorf("bench: webhooks: %w", err)
 			}
 			if !pending {
 				break
@@ -287,22 +303,32 @@ func (r *runner) syncerWebhooks(ctx context.Context, n int) (float64, error) {
 		}
 		select {
 		case <-wctx.Done():
-			return 0, fmt.Errorf("bench: webhooks: not drained: the receiver saw %d of %d ids: %s", rc.distinct(), n, d.stderr.String())
+			return webhooksRun{}, fmt.Errorf("bench: webhooks: not drained: the receiver saw %d of %d ids: %s", rc.distinct(), n, d.stderr.String())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	end := time.Now()
+	daemon1, _ := d.cpuSeconds()
+	db1 := postgresCPUSeconds()
+	self1, _ := procCPUSeconds("self")
 	rc.mu.Lock()
 	first := rc.first
 	rc.mu.Unlock()
 	if extra := rc.requests.Load() - int64(n); extra > 0 {
 		r.note("webhooks: the receiver got %d requests more than rows", extra)
 	}
-	return float64(n) / end.Sub(first).Seconds(), d.stop()
+	run := webhooksRun{
+		rate:     float64(n) / end.Sub(first).Seconds(),
+		sender:   (daemon1 - daemon0) / float64(n),
+		database: (db1 - db0) / float64(n),
+		receiver: (self1 - self0) / float64(n),
+	}
+	return run, d.stop()
 }
 
 func (r *runner) webhooks(ctx context.Context) ([]Row, error) {
 	n := r.webhookRows()
+	var plain, daemon []webhooksRun
 	base, rate, err := r.alternate(func(int) (float64, error) {
 		rc, err := startReceiver()
 		if err != nil {
@@ -310,13 +336,31 @@ func (r *runner) webhooks(ctx context.Context) ([]Row, error) {
 		}
 		defer rc.close()
 		r.progressf("   webhooks: plain Go client (its own process), %s signed requests, %d at once", count(float64(n)), webhookInFlight)
-		return r.plainWebhooksProcess(ctx, rc.url, n)
+		run, err := r.plainWebhooksProcess(ctx, rc.url, n)
+		plain = append(plain, run)
+		return run.rate, err
 	}, func(int) (float64, error) {
-		return r.syncerWebhooks(ctx, n)
+		run, err := r.syncerWebhooks(ctx, n)
+		daemon = append(daemon, run)
+		return run.rate, err
 	})
 	if err != nil {
 		return nil, err
 	}
+	// Where the CPU went, a request at a time: medians over the runs, read
+	// from /proc (clock ticks of 10 ms, so rough at the tiny size).
+	us := func(runs []webhooksRun, f func(webhooksRun) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, x := range runs {
+			v[i] = f(x) * 1e6
+		}
+		return median(v)
+	}
+	plainSender, plainReceiver := us(plain, func(x webhooksRun) float64 { return x.sender }), us(plain, func(x webhooksRun) float64 { return x.receiver })
+	sender, database, receiver := us(daemon, func(x webhooksRun) float64 { return x.sender }),
+		us(daemon, func(x webhooksRun) float64 { return x.database }), us(daemon, func(x webhooksRun) float64 { return x.receiver })
+	r.note("webhooks: CPU per request (medians, from /proc): plain client %.0f µs + its receiver %.0f µs = %.0f µs; daemon %.0f µs + PostgreSQL %.0f µs + its receiver %.0f µs = %.0f µs",
+		plainSender, plainReceiver, plainSender+plainReceiver, sender, database, receiver, sender+database+receiver)
 	ratio := rate / base
 	return []Row{{
 		Scenario: "webhooks",
@@ -325,6 +369,8 @@ func (r *runner) webhooks(ctx context.Context) ([]Row, error) {
 		Figure:   fmt.Sprintf("%.2fx", ratio),
 		Target:   ">= 0.70x",
 		Pass:     ratio >= 0.7,
-		Values:   map[string]float64{"rows": float64(n), "requests_per_s": rate, "plain_requests_per_s": base, "ratio": ratio},
+		Values: map[string]float64{"rows": float64(n), "requests_per_s": rate, "plain_requests_per_s": base, "ratio": ratio,
+			"plain_client_cpu_us": plainSender, "plain_receiver_cpu_us": plainReceiver,
+			"daemon_cpu_us": sender, "postgres_cpu_us": database, "receiver_cpu_us": receiver},
 	}}, nil
 }

@@ -84,12 +84,13 @@ type BenchWebhooksClientCmd struct {
 	Rows int    `name:"rows" default:"20000" help:"Signed requests to send."`
 }
 
-// Run sends the requests and prints the requests a second.
+// Run sends the requests and prints the requests a second and the CPU
+// seconds spent sending them.
 func (c *BenchWebhooksClientCmd) Run(ctx context.Context, env *Env) error {
-	rate, err := bench.PlainWebhooks(ctx, c.URL, c.Rows)
+	rate, cpu, err := bench.PlainWebhooks(ctx, c.URL, c.Rows)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(env.Stdout, "%f\n", rate)
+	_, err = fmt.Fprintf(env.Stdout, "%f %f\n", rate, cpu)
 	return err
 }
