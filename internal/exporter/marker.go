@@ -49,9 +49,21 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 		}
 		return m
 	}
+	// failed is the error of a transaction that did not commit. Nothing
+	// handed after it is sent: the pipe fences a transaction only on one
+	// still in flight, and a request the pipeline handed before it saw
+	// the failure would otherwise go out unfenced once the failed one was
+	// received, and commit records (and a position) past the batches the
+	// failed one was to record.
+	var failed error
 	send := func(r markReq) {
 		if len(sent) == 0 {
 			headSince = time.Now()
+		}
+		if failed != nil {
+			sent = append(sent, marked{marks: r.marks, records: r.records,
+				err: fmt.Errorf("exporter: mark batches: not sent: %w: %w", locks.ErrEarlierFailed, failed)})
+			return
 		}
 		// A transaction that could not be sent is reported in its turn.
 		sent = append(sent, p.send(ctx, pipe, r))
@@ -77,6 +89,9 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 		sent = sent[1:]
 		if head.err == nil {
 			head = p.receive(ctx, pipe, head)
+		}
+		if head.err != nil && failed == nil {
+			failed = head.err
 		}
 		now := time.Now()
 		recent[n%len(recent)] = now.Sub(headSince)
