@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,6 +182,70 @@ func TestFormatsHostileAnswersMarkNothing(t *testing.T) {
 				return
 			}
 			require.ErrorIs(t, err, delivery.ErrGaveUp)
+		})
+	}
+}
+
+// TestFormatsHostileThirdParty: for every format, the third party at its
+// worst on the shared push path: a redirect, a bare 429 on every request,
+// a 413 for everything (a row too large for it), and answers that take
+// 100 ms. Nothing is reported accepted that the third party did not
+// accept, and the slow one accepts exactly what was sent.
+func TestFormatsHostileThirdParty(t *testing.T) {
+	t.Parallel()
+	items := func() []thirdparty.Item {
+		return []thirdparty.Item{
+			{ID: "1", Version: 1, Payload: json.RawMessage(`{"big":"` + strings.Repeat("x", 64<<10) + `"}`)},
+			{ID: "2", Version: 1, Payload: json.RawMessage(`{}`)},
+		}
+	}
+	cfg := func(f delivery.Format) *delivery.Config {
+		return &delivery.Config{Format: f, BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond,
+			MaxElapsed: 50 * time.Millisecond, BreakerFailures: 1000}
+	}
+	for _, tc := range formatCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := formats.New(&tc.spec, installation)
+			require.NoError(t, err)
+			deliver := func(t *testing.T, status int, timeout time.Duration) (*delivery.Outcome, error) {
+				url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) {
+					if status == http.StatusFound {
+						http.Redirect(w, r, "/login", http.StatusFound)
+						return
+					}
+					http.Error(w, "no", status)
+				})
+				d := newDeliverer(t, newClient(t, url+tc.path, "tok"), nil, cfg(f))
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				return d.Deliver(ctx, delivery.Batch{Items: items(), Time: time.Unix(1, 0)})
+			}
+			t.Run("redirect", func(t *testing.T) {
+				out, err := deliver(t, http.StatusFound, 5*time.Second)
+				require.Nil(t, out, "nothing marked")
+				require.ErrorIs(t, err, delivery.ErrConfiguration)
+			})
+			t.Run("bare 429", func(t *testing.T) {
+				out, err := deliver(t, http.StatusTooManyRequests, 300*time.Millisecond)
+				require.Nil(t, out, "nothing marked")
+				require.Error(t, err)
+			})
+			t.Run("413 for everything", func(t *testing.T) {
+				out, err := deliver(t, http.StatusRequestEntityTooLarge, 5*time.Second)
+				require.NoError(t, err)
+				require.Empty(t, out.Accepted, "a refused row is never accepted")
+				require.Len(t, out.Rejected, 2, "each row refused on its own, with the answer's text")
+				require.Contains(t, out.Rejected[0].Error, "413")
+			})
+			t.Run("100 ms answers", func(t *testing.T) {
+				fake, d := formatSetup(t, tc, fakethirdparty.Config{Latency: 100 * time.Millisecond})
+				out, err := d.Deliver(context.Background(), delivery.Batch{Items: items(), Time: time.Unix(1, 0)})
+				require.NoError(t, err)
+				require.Len(t, out.Accepted, 2)
+				require.Empty(t, out.Rejected)
+				require.Equal(t, map[int64]int64{1: 1, 2: 1}, fake.Latest(), "the fake holds exactly what was accepted")
+			})
 		})
 	}
 }
