@@ -10,8 +10,9 @@
 package metrics
 
 import (
+	"net/http"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -239,8 +240,8 @@ type Destination struct {
 	// as a series looked up each time would: a last success of 0 would
 	// read as "never" to an alert.
 	inFlight    prometheus.Gauge
-	lastSuccess atomic.Pointer[prometheus.Gauge]
-	accepted    atomic.Pointer[prometheus.Counter]
+	lastSuccess func() prometheus.Gauge
+	accepted    func() prometheus.Counter
 }
 
 // Destination returns the view of destination name, creating its series
@@ -261,6 +262,10 @@ func (m *Metrics) Destination(name string) *Destination {
 	m.CredentialsRefused.WithLabelValues(name)
 	m.Misconfigured.WithLabelValues(name)
 	d.inFlight = m.RequestsInFlight.WithLabelValues(name)
+	d.lastSuccess = sync.OnceValue(func() prometheus.Gauge { return m.LastSuccessTime.WithLabelValues(name) })
+	d.accepted = sync.OnceValue(func() prometheus.Counter {
+		return m.ThirdpartyResponses.WithLabelValues(name, ResponseCode(http.StatusOK))
+	})
 	return d
 }
 
@@ -341,13 +346,7 @@ func (d *Destination) Response(status int) {
 		return
 	}
 	if status >= 200 && status < 300 {
-		c := d.accepted.Load()
-		if c == nil {
-			v := d.m.ThirdpartyResponses.WithLabelValues(d.name, ResponseCode(status))
-			c = &v
-			d.accepted.Store(c)
-		}
-		(*c).Inc()
+		d.accepted().Inc()
 		return
 	}
 	d.m.ThirdpartyResponses.WithLabelValues(d.name, ResponseCode(status)).Inc()
@@ -358,13 +357,7 @@ func (d *Destination) LastSuccess(t time.Time) {
 	if d == nil {
 		return
 	}
-	g := d.lastSuccess.Load()
-	if g == nil {
-		v := d.m.LastSuccessTime.WithLabelValues(d.name)
-		g = &v
-		d.lastSuccess.Store(g)
-	}
-	(*g).Set(float64(t.UnixNano()) / 1e9)
+	d.lastSuccess().Set(float64(t.UnixNano()) / 1e9)
 }
 
 // SetCredentialsRefused records whether the credentials are refused.
