@@ -182,6 +182,17 @@ func (r *runner) plainWebhooksProcess(ctx context.Context, url string, n int) (w
 	return webhooksRun{rate: rate, sender: cpu / float64(n), receiver: (self1 - self0) / float64(n)}, nil
 }
 
+// cpuPerRequest is where the CPU of runs went, a request at a time, in µs:
+// the medians of each party's, read from /proc (clock ticks of 10 ms, so
+// rough at the tiny size).
+func cpuPerRequest(runs []webhooksRun) (sender, database, receiver float64) {
+	var s, d, r []float64
+	for _, x := range runs {
+		s, d, r = append(s, x.sender*1e6), append(d, x.database*1e6), append(r, x.receiver*1e6)
+	}
+	return median(s), median(d), median(r)
+}
+
 // webhooksRun is one run of the webhooks row: requests a second, and the
 // CPU each party spent a request, in seconds (database: PostgreSQL, for
 // syncer's runs).
@@ -202,11 +213,11 @@ const webhookInFlight = 16
 
 // PlainWebhooks sends n signed requests like syncer's, 16 at once, with a
 // plain Go client, and returns requests a second and the CPU seconds its
-// process spent while sending. The requests are the
-// ones syncer sends, byte for byte but for the signature's time: the same
-// body, an Idempotency-Key and webhook-id of the same form, the same
-// headers. A plain client has its messages and their ids ready: they are
-// made before the clock starts.
+// process spent while sending. The requests are the ones syncer sends,
+// byte for byte but for the signature's time: the same body, an
+// Idempotency-Key and webhook-id of the same form, the same headers. A
+// plain client has its messages and their ids ready: they are made before
+// the clock starts.
 func PlainWebhooks(ctx context.Context, url string, n int) (rate, cpu float64, err error) {
 	key, err := standardwebhooks.ParseSecret(benchSecret)
 	if err != nil {
@@ -347,18 +358,8 @@ func (r *runner) webhooks(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Where the CPU went, a request at a time: medians over the runs, read
-	// from /proc (clock ticks of 10 ms, so rough at the tiny size).
-	us := func(runs []webhooksRun, f func(webhooksRun) float64) float64 {
-		v := make([]float64, len(runs))
-		for i, x := range runs {
-			v[i] = f(x) * 1e6
-		}
-		return median(v)
-	}
-	plainSender, plainReceiver := us(plain, func(x webhooksRun) float64 { return x.sender }), us(plain, func(x webhooksRun) float64 { return x.receiver })
-	sender, database, receiver := us(daemon, func(x webhooksRun) float64 { return x.sender }),
-		us(daemon, func(x webhooksRun) float64 { return x.database }), us(daemon, func(x webhooksRun) float64 { return x.receiver })
+	plainSender, _, plainReceiver := cpuPerRequest(plain)
+	sender, database, receiver := cpuPerRequest(daemon)
 	r.note("webhooks: CPU per request (medians, from /proc): plain client %.0f µs + its receiver %.0f µs = %.0f µs; daemon %.0f µs + PostgreSQL %.0f µs + its receiver %.0f µs = %.0f µs",
 		plainSender, plainReceiver, plainSender+plainReceiver, sender, database, receiver, sender+database+receiver)
 	ratio := rate / base
