@@ -251,6 +251,14 @@ type Deliverer struct {
 	pacer             *pacer
 	breaker           *breaker
 
+	// held is set, under mu, while a pause or a refusal that is not known
+	// to be none may hold requests back (as refusals are, until the first
+	// success): requests look under mu only then. Requests go 16 at a time
+	// and more, and would otherwise take turns at mu four times each.
+	held atomic.Bool
+	// loadedAtNano is loadedAt, for a look without mu.
+	loadedAtNano atomic.Int64
+
 	mu       sync.Mutex
 	loadedAt time.Time // when the shared facts were last read
 	loaded   bool      // read once at least: the learnt rate was adopted
@@ -318,6 +326,7 @@ func New(client Client, store Store, cfg *Config) (*Deliverer, error) {
 	if cf, ok := c.Format.(canonical); ok && cf.Canonical() {
 		d.whole = true
 	}
+	d.held.Store(true)
 	d.pacer = newPacer(c.RateLimit, c.RateBurst, d.now)
 	d.breaker = newBreaker(c.BreakerFailures, c.BreakerOpenTimeout, d.now)
 	d.metrics.SetMaxInFlight(c.MaxInFlight)
@@ -435,12 +444,17 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	work := func() {
+		// A context of the worker's own: each request's context is a child
+		// of it, and children of one context shared by every worker would
+		// take turns at its lock, twice a request.
+		wctx, wcancel := context.WithCancel(cctx)
+		defer wcancel()
 		for {
 			i := int(next.Add(1)) - 1
-			if i >= len(reqs) || cctx.Err() != nil {
+			if i >= len(reqs) || wctx.Err() != nil {
 				return
 			}
-			if err := d.deliverRequest(cctx, j, &reqs[i], false, pendingSince, &outs[i]); err != nil {
+			if err := d.deliverRequest(wctx, j, &reqs[i], false, pendingSince, &outs[i]); err != nil {
 				mu.Lock()
 				if first == nil {
 					first = err

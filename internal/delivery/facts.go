@@ -27,6 +27,9 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 		return
 	}
 	now := d.now()
+	if at := d.loadedAtNano.Load(); at != 0 && now.UnixNano()-at < int64(loadEvery) {
+		return // read not long ago: the common case, without mu
+	}
 	d.mu.Lock()
 	if d.loaded && now.Sub(d.loadedAt) < loadEvery {
 		d.mu.Unlock()
@@ -34,6 +37,7 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 	}
 	first := !d.loaded
 	d.loaded, d.loadedAt = true, now
+	d.loadedAtNano.Store(now.UnixNano())
 	d.mu.Unlock()
 
 	st, err := d.store.Load(ctx)
@@ -62,6 +66,7 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 		if st.Pause.Until.After(d.pause.until) {
 			d.pause.until = st.Pause.Until
 			d.pause.err = fmt.Errorf("%w: %s", ErrPaused, st.Pause.Cause)
+			d.heldLocked(now)
 		}
 		if st.Pause.Until.After(d.pause.stored) {
 			d.pause.stored = st.Pause.Until
@@ -81,6 +86,9 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 // refused and the probe time has not come; when it has, the caller's
 // request is the probe, and the others wait for another interval.
 func (d *Deliverer) checkRefusals() error {
+	if !d.held.Load() {
+		return nil
+	}
 	now := d.now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -103,6 +111,7 @@ func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.E
 	d.mu.Lock()
 	local := r.state != refusalStanding
 	r.state, r.until, r.err = refusalStanding, d.now().Add(d.cfg.AuthProbeInterval), err
+	d.held.Store(true)
 	d.mu.Unlock()
 	d.setRefusalMetric(r, true)
 	changed := local
@@ -128,6 +137,9 @@ func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.E
 // accepted ends the refusals after an accepted request. The first success
 // of a process also clears a refusal an earlier process left recorded.
 func (d *Deliverer) accepted(ctx context.Context) {
+	if !d.held.Load() {
+		return // nothing is refused: the common case, once per accepted request
+	}
 	d.mu.Lock()
 	none := d.creds.state == refusalNone && d.conf.state == refusalNone
 	d.mu.Unlock()
@@ -138,6 +150,7 @@ func (d *Deliverer) accepted(ctx context.Context) {
 		d.mu.Lock()
 		prev := r.state
 		r.state, r.until, r.err = refusalNone, time.Time{}, nil
+		d.heldLocked(d.now())
 		d.mu.Unlock()
 		if prev == refusalNone {
 			continue
@@ -153,6 +166,7 @@ func (d *Deliverer) accepted(ctx context.Context) {
 				d.mu.Lock()
 				if r.state == refusalNone {
 					r.state = refusalUnknown // try again at the next success
+					d.held.Store(true)
 				}
 				d.mu.Unlock()
 				continue
@@ -179,17 +193,31 @@ func (d *Deliverer) setRefusalMetric(r *refusal, refused bool) {
 
 // pauseLeft is how long the pause still holds.
 func (d *Deliverer) pauseLeft() time.Duration {
+	if !d.held.Load() {
+		return 0
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.pause.until.Sub(d.now())
 }
 
+// heldLocked sets held from what it stands for, forgetting a pause that
+// has ended.
+func (d *Deliverer) heldLocked(now time.Time) {
+	if !d.pause.until.After(now) {
+		d.pause.until = time.Time{}
+	}
+	d.held.Store(!d.pause.until.IsZero() || d.creds.state != refusalNone || d.conf.state != refusalNone)
+}
+
 // waitPause returns once no pause holds, waiting at most MaxInlineWait; a
 // longer pause is returned as a *WaitError at once.
 func (d *Deliverer) waitPause(ctx context.Context) error {
-	for {
+	for d.held.Load() {
+		now := d.now()
 		d.mu.Lock()
-		wait, cause := d.pause.until.Sub(d.now()), d.pause.err
+		wait, cause := d.pause.until.Sub(now), d.pause.err
+		d.heldLocked(now)
 		d.mu.Unlock()
 		if wait <= 0 {
 			return nil
@@ -201,6 +229,7 @@ func (d *Deliverer) waitPause(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
 }
 
 // pauseKind says who asked for a pause.
@@ -228,6 +257,7 @@ func (d *Deliverer) setPause(ctx context.Context, until time.Time, cause error, 
 	}
 	began := !d.pause.until.After(now)
 	d.pause.until, d.pause.err = until, cause
+	d.held.Store(true)
 	write := kind != pauseBudget && d.store != nil && until.Sub(d.pause.stored) >= time.Second
 	if write {
 		d.pause.stored = until

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -24,6 +25,10 @@ type pacer struct {
 	limiter *rate.Limiter
 	max     float64 // Config.RateLimit; +Inf when none
 	now     func() time.Time
+	// open is set, under mu, while no rate applies and no quota window is
+	// known: a request then asks neither the limiter nor the quota, and
+	// takes mu only to count itself (sent, succeeded).
+	open atomic.Bool
 
 	mu          sync.Mutex
 	est         *estimator
@@ -40,6 +45,7 @@ func newPacer(limit float64, burst int, now func() time.Time) *pacer {
 		p.max = limit
 	}
 	p.limiter = rate.NewLimiter(toLimit(p.max), burst)
+	p.applyLocked(now())
 	return p
 }
 
@@ -80,11 +86,15 @@ func (p *pacer) applyLocked(now time.Time) float64 {
 	if toLimit(r) != p.limiter.Limit() {
 		p.limiter.SetLimitAt(now, toLimit(r))
 	}
+	p.open.Store(math.IsInf(r, 1) && !p.quotaUntil.After(now))
 	return r
 }
 
 // wait blocks until the limiter lets a request go.
 func (p *pacer) wait(ctx context.Context) error {
+	if p.open.Load() {
+		return ctx.Err()
+	}
 	p.mu.Lock()
 	r := p.applyLocked(p.now())
 	p.mu.Unlock()
@@ -112,6 +122,9 @@ func (p *pacer) sent() time.Time {
 // quotaUsed reports the end of the quota's window when nothing of it is
 // left to spend.
 func (p *pacer) quotaUsed() (time.Time, bool) {
+	if p.open.Load() {
+		return time.Time{}, false
+	}
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -79,28 +79,36 @@ func RequestKey(installation, salt, method, path string, body []byte) string {
 	return batchKey(installation, salt, h, body)
 }
 
-// keyHashes keeps SHA-256 states between keys: a key is made per request.
-var keyHashes = sync.Pool{New: func() any { return sha256.New() }}
+// keyStates keeps SHA-256 states between keys, a key being made per
+// request, with the scratch they are fed from: a buffer written to a
+// hash.Hash escapes, so one on the stack would be a heap allocation each.
+var keyStates = sync.Pool{New: func() any { return &keyState{h: sha256.New()} }}
+
+type keyState struct {
+	h   hash.Hash
+	pre []byte
+	sum [sha256.Size]byte
+}
 
 func batchKey(installation, salt string, head, body []byte) string {
-	h := keyHashes.Get().(hash.Hash)
-	defer keyHashes.Put(h)
+	st := keyStates.Get().(*keyState)
+	defer keyStates.Put(st)
+	h := st.h
 	h.Reset()
-	// Everything before the body goes in one write from the stack: a
-	// string written to a hash on its own is copied to the heap first.
-	var pre [512]byte
-	p := append(pre[:0], batchKeyDomain...)
+	// Everything before the body goes in one write.
+	p := append(st.pre[:0], batchKeyDomain...)
 	for _, part := range []string{installation, salt} {
 		p = binary.BigEndian.AppendUint64(p, uint64(len(part)))
 		p = append(p, part...)
 	}
-	_, _ = h.Write(append(p, head...))
+	p = append(p, head...)
+	_, _ = h.Write(p)
+	st.pre = p[:0]
 	_, _ = h.Write(body)
-	var sum [sha256.Size]byte
 	const prefix = "syncer-"
 	var out [len(prefix) + 2*sha256.Size]byte
 	copy(out[:], prefix)
-	hex.Encode(out[len(prefix):], h.Sum(sum[:0]))
+	hex.Encode(out[len(prefix):], h.Sum(st.sum[:0]))
 	return string(out[:])
 }
 

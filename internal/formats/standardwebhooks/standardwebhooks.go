@@ -59,9 +59,9 @@ func ParseSecret(secret string) ([]byte, error) {
 // Format is the standard-webhooks format.
 type Format struct {
 	key []byte
-	// macs keeps HMAC states keyed with key between sends: a signature is
-	// made per request and attempt, and a fresh HMAC is three allocations
-	// and two hashes of the key.
+	// macs keeps HMAC states keyed with key between sends (*signer): a
+	// signature is made per request and attempt, and a fresh HMAC is three
+	// allocations and two hashes of the key.
 	macs sync.Pool
 }
 
@@ -72,7 +72,7 @@ func New(secret string) (*Format, error) {
 		return nil, err
 	}
 	f := &Format{key: key}
-	f.macs.New = func() any { return hmac.New(sha256.New, f.key) }
+	f.macs.New = func() any { return &signer{mac: hmac.New(sha256.New, f.key)} }
 	return f, nil
 }
 
@@ -130,25 +130,34 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 
 // sign sets the three webhook headers for one send.
 func (f *Format) sign(h http.Header, id string, body []byte, now time.Time) {
-	mac := f.macs.Get().(hash.Hash)
-	defer f.macs.Put(mac)
+	s := f.macs.Get().(*signer)
+	defer f.macs.Put(s)
+	mac := s.mac
 	mac.Reset()
-	// "{id}.{timestamp}." in one write from the stack, then the body.
-	var pre [160]byte
-	p := append(append(pre[:0], id...), '.')
+	// "{id}.{timestamp}." in one write, then the body.
+	p := append(append(s.pre[:0], id...), '.')
 	p = strconv.AppendInt(p, now.Unix(), 10)
 	ts := p[len(id)+1:]
 	_, _ = mac.Write(append(p, '.'))
-	_, _ = mac.Write(body)
-	var sum [sha256.Size]byte
 	var sig [3 + 44]byte // "v1," and the base64 of 32 bytes
 	copy(sig[:], "v1,")
-	base64.StdEncoding.Encode(sig[3:], mac.Sum(sum[:0]))
+	_, _ = mac.Write(body)
+	base64.StdEncoding.Encode(sig[3:], mac.Sum(s.sum[:0]))
 	// One array holds the three values: three headers, one allocation.
 	vals := [...]string{id, string(ts), string(sig[:])}
+	s.pre = p[:0]
 	h["Webhook-Id"] = vals[0:1:1]
 	h["Webhook-Timestamp"] = vals[1:2:2]
 	h["Webhook-Signature"] = vals[2:3:3]
+}
+
+// signer is a pooled HMAC state with the scratch it is fed from: a buffer
+// written to a hash.Hash escapes, so one on the stack would be a heap
+// allocation per signature.
+type signer struct {
+	mac hash.Hash
+	pre []byte
+	sum [sha256.Size]byte
 }
 
 // Signature is the specification's v1 signature of a message: "v1," and
