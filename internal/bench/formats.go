@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
@@ -302,23 +303,10 @@ func (r *runner) syncerWebhooks(ctx context.Context, n int) (webhooksRun, error)
 	daemon0, _ := d.cpuSeconds()
 	db0 := postgresCPUSeconds()
 	self0, _ := procCPUSeconds("self")
-	for {
-		if rc.distinct() >= n {
-			pending, err := s.anyPending(wctx)
-			if err != nil {
-				return webhooksRun{}, fmt.Errorf("bench: webhooks: %w", err)
-			}
-			if !pending {
-				break
-			}
-		}
-		select {
-		case <-wctx.Done():
-			return webhooksRun{}, fmt.Errorf("bench: webhooks: not drained: the receiver saw %d of %d ids: %s", rc.distinct(), n, d.stderr.String())
-		case <-time.After(5 * time.Millisecond):
-		}
+	end, err := s.waitMarked(wctx, rc, n)
+	if err != nil {
+		return webhooksRun{}, fmt.Errorf("bench: webhooks: %w (the receiver saw %d of %d ids): %s", err, rc.distinct(), n, d.stderr.String())
 	}
-	end := time.Now()
 	daemon1, _ := d.cpuSeconds()
 	db1 := postgresCPUSeconds()
 	self1, _ := procCPUSeconds("self")
@@ -335,6 +323,56 @@ func (r *runner) syncerWebhooks(ctx context.Context, n int) (webhooksRun, error)
 		receiver: (self1 - self0) / float64(n),
 	}
 	return run, d.stop()
+}
+
+// waitMarked waits until the receiver holds n ids and the daemon has
+// marked n rows, and returns when the marks were first seen. The marks'
+// count is read from the checkpoint, which the transaction that marks a
+// batch updates too: one row's lookup, so it is polled every millisecond
+// (the last batch's marks take a few), where a scan for pending rows would
+// take milliseconds itself and put the end late by as much. No row left
+// pending is checked at the end.
+func (s *scratch) waitMarked(ctx context.Context, rc *receiver, n int) (time.Time, error) {
+	for rc.distinct() < n {
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("not drained: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	for {
+		var done int64
+		err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(rows_done), 0) FROM syncer_checkpoints WHERE name = $1`, checkpoint.Live).Scan(&done)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if done >= int64(n) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("not drained: %d of %d rows marked: %w", done, n, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	end := time.Now()
+	// Were a batch counted twice, the count would run ahead of the marks:
+	// then the end is when no row is left pending.
+	for {
+		pending, err := s.anyPending(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if !pending {
+			return end, nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("not drained: rows still pending: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+		end = time.Now()
+	}
 }
 
 func (r *runner) webhooks(ctx context.Context) ([]Row, error) {
