@@ -1,17 +1,12 @@
 package delivery_test
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
-	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/formats"
-	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // BenchmarkWebhooksDeliver delivers batches of 500 items as signed
@@ -27,28 +22,5 @@ func BenchmarkWebhooksDeliver(b *testing.B) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	b.Cleanup(srv.Close)
-	f, err := formats.New(&formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret}, installation)
-	if err != nil {
-		b.Fatal(err)
-	}
-	client, err := thirdparty.New(&thirdparty.Config{URL: srv.URL + "/hooks", IdleConns: 16})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(client.Close)
-	d, err := delivery.New(client, nil, &delivery.Config{Installation: installation, Format: f, MaxInFlight: 16})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		its := items(n*500, 500, nil)
-		n++
-		out, err := d.Deliver(context.Background(), delivery.Batch{Items: its, Salt: fmt.Sprint(n), Time: time.Unix(1, 0)})
-		if err != nil || len(out.Accepted) != 500 {
-			b.Fatalf("deliver: %v", err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*500), "ns/request")
+	benchDeliver(b, srv.URL+"/hooks", &formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret})
 }
