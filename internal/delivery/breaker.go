@@ -54,7 +54,6 @@ type breaker struct {
 	pending    []transition // to log and store, outside gobreaker's mutex
 	stale      bool         // the store shows a state this process has left
 	settled    chan struct{}
-	watched    bool // settled was handed out since it was made
 
 	// The fast path of a request through a closed breaker of this process's
 	// own: each flag is set, under mu, while the state it names needs mu,
@@ -62,7 +61,8 @@ type breaker struct {
 	// and would otherwise take turns at mu three times each.
 	//
 	//   - special: a fence or an inherited breaker stands (allow);
-	//   - watching: settled was handed out (the report);
+	//   - watching: settled was handed out since it was made (the report
+	//     closes it then, and only then);
 	//   - dirty: transitions are pending or the store is stale.
 	special, watching, dirty atomic.Bool
 }
@@ -166,7 +166,6 @@ func (b *breaker) allowSpecial(now time.Time) (done func(error), err error, ok b
 // flagLocked sets the fast path's flags from the state they stand for.
 func (b *breaker) flagLocked() {
 	b.special.Store(!b.fence.IsZero() || b.inherited)
-	b.watching.Store(b.watched)
 	b.dirty.Store(len(b.pending) > 0 || b.stale)
 }
 
@@ -194,11 +193,11 @@ func (b *breaker) probed(err error) {
 }
 
 func (b *breaker) settleLocked() {
-	if !b.watched {
+	if !b.watching.Load() {
 		return // nobody holds the channel: closing it would wake no one
 	}
 	close(b.settled)
-	b.settled, b.watched = make(chan struct{}), false
+	b.settled = make(chan struct{})
 	b.watching.Store(false)
 }
 
@@ -210,7 +209,6 @@ const minBreakerWait = 100 * time.Millisecond
 func (b *breaker) waitSettled() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.watched = true
 	b.watching.Store(true)
 	return b.settled
 }

@@ -256,12 +256,12 @@ type Deliverer struct {
 	// success): requests look under mu only then. Requests go 16 at a time
 	// and more, and would otherwise take turns at mu four times each.
 	held atomic.Bool
-	// loadedAtNano is loadedAt, for a look without mu.
-	loadedAtNano atomic.Int64
+	// loadedAt is when the shared facts were last read, in Unix
+	// nanoseconds; 0 until they are read once (and the learnt rate
+	// adopted). The request that moves it reads them.
+	loadedAt atomic.Int64
 
 	mu       sync.Mutex
-	loadedAt time.Time // when the shared facts were last read
-	loaded   bool      // read once at least: the learnt rate was adopted
 	pause    pause
 	creds    refusal
 	conf     refusal

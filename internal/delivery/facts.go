@@ -27,18 +27,14 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 		return
 	}
 	now := d.now()
-	if at := d.loadedAtNano.Load(); at != 0 && now.UnixNano()-at < int64(loadEvery) {
-		return // read not long ago: the common case, without mu
+	at := d.loadedAt.Load()
+	if at != 0 && now.UnixNano()-at < int64(loadEvery) {
+		return // read not long ago: the common case
 	}
-	d.mu.Lock()
-	if d.loaded && now.Sub(d.loadedAt) < loadEvery {
-		d.mu.Unlock()
-		return
+	if !d.loadedAt.CompareAndSwap(at, now.UnixNano()) {
+		return // another request reads them
 	}
-	first := !d.loaded
-	d.loaded, d.loadedAt = true, now
-	d.loadedAtNano.Store(now.UnixNano())
-	d.mu.Unlock()
+	first := at == 0
 
 	st, err := d.store.Load(ctx)
 	if err != nil {
@@ -144,7 +140,7 @@ func (d *Deliverer) accepted(ctx context.Context) {
 	none := d.creds.state == refusalNone && d.conf.state == refusalNone
 	d.mu.Unlock()
 	if none {
-		return // the common case, once per accepted request
+		return // a pause holds, and nothing is refused
 	}
 	for _, r := range []*refusal{&d.creds, &d.conf} {
 		d.mu.Lock()
