@@ -203,3 +203,49 @@ func TestCloudEventsReadBySDK(t *testing.T) {
 	require.Equal(t, "syncer.orders.deleted", got[3].typ)
 	require.Empty(t, got[3].data, "a tombstone has no data")
 }
+
+// TestStandardWebhooksSecretRotation: the signing secret rotated as the
+// specification allows, old, then "old new" while receivers move, then
+// new: during the overlap a receiver holding either secret verifies every
+// request with the specification's library; after it, only the new one.
+func TestStandardWebhooksSecretRotation(t *testing.T) {
+	t.Parallel()
+	const next = "whsec_" + "bmV4dC1zZWNyZXQtYWZ0ZXItcm90YXRpb24="
+	oldWH, err := standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	newWH, err := standardwebhooks.NewWebhook(next)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	verified := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		if oldWH.Verify(body, r.Header) == nil {
+			verified["old"]++
+		}
+		if newWH.Verify(body, r.Header) == nil {
+			verified["new"]++
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	var current sync.Map
+	current.Store("s", secret)
+	d := deliverer(t, srv.URL, &formats.Spec{Name: "standard-webhooks",
+		SigningSecretFunc: func() string { v, _ := current.Load("s"); return v.(string) }})
+	phase := func(secrets string, salt string) map[string]int {
+		current.Store("s", secrets)
+		mu.Lock()
+		clear(verified)
+		mu.Unlock()
+		_, err := d.Deliver(context.Background(), delivery.Batch{Items: items(), Salt: salt, Source: "orders", Time: time.Now()})
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		return map[string]int{"old": verified["old"], "new": verified["new"]}
+	}
+	require.Equal(t, map[string]int{"old": 4, "new": 0}, phase(secret, "a"))
+	require.Equal(t, map[string]int{"old": 4, "new": 4}, phase(secret+" "+next, "b"), "both receivers verify during the overlap")
+	require.Equal(t, map[string]int{"old": 0, "new": 4}, phase(next, "c"))
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +61,30 @@ type Config struct {
 	// Now is the clock that resolves Retry-After HTTP dates and
 	// X-RateLimit-Reset Unix times. Defaults to time.Now.
 	Now func() time.Time
+	// Auth gives every request's Authorization header, in place of Token:
+	// a rotating bearer token, basic auth, an OAuth2 token. Defaults to
+	// none (Token, if set).
+	Auth Authorizer
+	// TLS is the TLS configuration of the requests (a private CA, a
+	// client certificate). Ignored with HTTPClient. Defaults to Go's.
+	TLS *tls.Config
+}
+
+// Authorizer gives the Authorization header of a request. Its errors that
+// have a TokenRefused() bool method saying true refuse the credentials
+// (as a 401 does); any other is transient.
+type Authorizer interface {
+	Authorization(ctx context.Context) (string, error)
+	// Secrets are the values to scrub from whatever the third party
+	// echoes back (the token, the password).
+	Secrets() []string
+}
+
+// Refresher is an Authorizer whose credential may be renewed: after a 401
+// to a request that carried header, the request is sent once more with
+// the header it gives then, and only a second 401 refuses the credentials.
+type Refresher interface {
+	Refresh(header string)
 }
 
 func (c *Config) validate() (*url.URL, error) {
@@ -115,6 +140,7 @@ type Client struct {
 	// parsed is the last request URL parsed: a format's requests nearly
 	// always go to one URL, and parsing it for each is a cost per request.
 	parsed atomic.Pointer[parsedURL]
+	authz  Authorizer
 }
 
 // parsedURL is a request URL with its parsed form, which is never changed.
@@ -141,6 +167,7 @@ func New(cfg *Config) (*Client, error) {
 		timeout:    cmp.Or(cfg.Timeout, TimeoutDefault),
 		httpClient: cfg.HTTPClient,
 		now:        cfg.Now,
+		authz:      cfg.Auth,
 	}
 	if q != "" {
 		c.query = "?" + q
@@ -162,6 +189,9 @@ func New(cfg *Config) (*Client, error) {
 	}
 	if c.httpClient == nil {
 		t := newTransport(cmp.Or(cfg.IdleConns, IdleConnsDefault))
+		if cfg.TLS != nil {
+			t.TLSClientConfig = cfg.TLS
+		}
 		c.httpClient, c.rt = &http.Client{Transport: t}, t
 	} else {
 		hc := *c.httpClient // the caller's client keeps its own policy
@@ -254,7 +284,7 @@ func (c *Client) Push(ctx context.Context, key string, items []Item) (*Result, e
 // that names any other id, or one of them twice, is not an acceptance. No
 // ids means an empty batch: nothing is sent. PushBody makes one attempt;
 // retrying is the caller's job. It is Send with the syncer format's request
-// and reading (CONTRACT.md section 2).
+// and reading (docs/protocol.md section 2).
 //
 // The body is not copied: net/http may still read it briefly after
 // PushBody has returned, so the caller must not change it afterwards (a
@@ -284,28 +314,9 @@ func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*An
 	}
 	reqCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := c.newRequest(reqCtx, cmp.Or(r.Method, http.MethodPost), c.base+r.Path+c.query, r.Body)
+	resp, err := c.attempt(ctx, reqCtx, key, r)
 	if err != nil {
-		redactURLError(err)
-		return nil, fmt.Errorf("thirdparty: push: %w", err)
-	}
-	for k, v := range c.headers {
-		req.Header[k] = v
-	}
-	if r.ContentType != "" {
-		req.Header["Content-Type"] = []string{r.ContentType}
-	}
-	req.Header["Idempotency-Key"] = []string{key}
-	if c.auth != "" {
-		req.Header["Authorization"] = []string{c.auth}
-	}
-	if r.Sign != nil {
-		r.Sign(req.Header, key, r.Body, c.now())
-	}
-
-	resp, err := c.do(req)
-	if err != nil {
-		return nil, c.transportError(ctx, err)
+		return nil, err
 	}
 	defer func() {
 		// Drain what is left so the connection goes back to the pool.
@@ -386,12 +397,69 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// attempt sends the request, with the Authorization of the moment. A 401
+// to a credential that may be renewed (an OAuth2 token revoked or expired
+// early) renews it and sends once more: the 401 accepted nothing, and the
+// second request carries the same key and body.
+func (c *Client) attempt(ctx, reqCtx context.Context, key string, r *Request) (*http.Response, error) {
+	for try := 0; ; try++ {
+		req, err := c.newRequest(reqCtx, cmp.Or(r.Method, http.MethodPost), c.base+r.Path+c.query, r.Body)
+		if err != nil {
+			redactURLError(err)
+			return nil, fmt.Errorf("thirdparty: push: %w", err)
+		}
+		for k, v := range c.headers {
+			req.Header[k] = v
+		}
+		if r.ContentType != "" {
+			req.Header["Content-Type"] = []string{r.ContentType}
+		}
+		req.Header["Idempotency-Key"] = []string{key}
+		auth := c.auth
+		if c.authz != nil {
+			if auth, err = c.authz.Authorization(reqCtx); err != nil {
+				return nil, c.authError(ctx, err)
+			}
+		}
+		if auth != "" {
+			req.Header["Authorization"] = []string{auth}
+		}
+		if r.Sign != nil {
+			r.Sign(req.Header, key, r.Body, c.now())
+		}
+		resp, err := c.do(req)
+		if err != nil {
+			return nil, c.transportError(ctx, err)
+		}
+		rf, ok := c.authz.(Refresher)
+		if resp.StatusCode != http.StatusUnauthorized || !ok || try > 0 {
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		rf.Refresh(auth)
+	}
+}
+
+// authError makes an Authorizer's failure an *Error: a refusal of the
+// credentials (as a 401) when it says so, transient otherwise.
+func (c *Client) authError(ctx context.Context, err error) error {
+	var tr interface{ TokenRefused() bool }
+	if errors.As(err, &tr) && tr.TokenRefused() {
+		return &Error{StatusCode: http.StatusUnauthorized, Body: c.safe(err.Error())}
+	}
+	return &Error{Err: err, Timeout: isTimeout(ctx, err), errText: c.safe(err.Error())}
+}
+
 // answer reads a response into an Answer: the body within bounds, the
 // quota, and for a status other than 2xx the *Error the common rules make
 // of it.
 func (c *Client) answer(ctx context.Context, resp *http.Response) (*Answer, error) {
 	now := c.now()
 	a := &Answer{StatusCode: resp.StatusCode, Header: resp.Header, Quota: parseQuota(resp.Header, now), token: c.token, secrets: c.secrets}
+	if c.authz != nil {
+		a.secrets = append(c.authz.Secrets(), c.secrets...)
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// Read past SafeTextMax by a few token lengths, so a token that
 		// starts inside the excerpt is read whole and redacted, never cut
@@ -439,7 +507,12 @@ func (c *Client) transportError(parent context.Context, err error) error {
 }
 
 // safe makes third-party text safe to log, store and show.
-func (c *Client) safe(s string) string { return SafeText(s, c.secrets...) }
+func (c *Client) safe(s string) string {
+	if c.authz != nil {
+		return SafeText(s, append(c.authz.Secrets(), c.secrets...)...)
+	}
+	return SafeText(s, c.secrets...)
+}
 
 // encodeBatch writes {"items":[{"id":"42","version":3,"payload":...}]} by
 // hand: an id of plain characters (a row's decimal id, most keys) is

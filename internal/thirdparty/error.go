@@ -45,7 +45,15 @@ type Error struct {
 	Quota Quota
 
 	errText string // Err's text as SafeText, token removed
+	// verdict is a format's reading of the answer that overrides its
+	// status (RefusesCredentials, Transient); why says which program.
+	verdict, why string
 }
+
+const (
+	verdictCredentials = "credentials"
+	verdictTransient   = "transient"
+)
 
 func (e *Error) Error() string {
 	var b strings.Builder
@@ -60,6 +68,12 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, "refused with status %d", e.StatusCode)
 		if text := http.StatusText(e.StatusCode); text != "" {
 			b.WriteString(" " + text)
+		}
+		switch e.verdict {
+		case verdictCredentials:
+			b.WriteString(", read as refused credentials (" + e.why + ")")
+		case verdictTransient:
+			b.WriteString(", read as transient (" + e.why + ")")
 		}
 		if e.StatusCode >= 300 && e.StatusCode < 400 {
 			loc := e.Location
@@ -103,11 +117,16 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // RateLimited reports a 429: send nothing before RetryAfter has passed; the
 // rows are not at fault.
-func (e *Error) RateLimited() bool { return e.StatusCode == http.StatusTooManyRequests }
+func (e *Error) RateLimited() bool {
+	return e.verdict == "" && e.StatusCode == http.StatusTooManyRequests
+}
 
 // BatchRefused reports that the batch as a whole was refused (413, 400,
 // 422): split it and retry the halves, down to single items.
 func (e *Error) BatchRefused() bool {
+	if e.verdict != "" {
+		return false
+	}
 	switch e.StatusCode {
 	case http.StatusRequestEntityTooLarge, http.StatusBadRequest, http.StatusUnprocessableEntity:
 		return true
@@ -118,6 +137,9 @@ func (e *Error) BatchRefused() bool {
 // AuthRefused reports bad credentials (401, 403): stop pushing and say so;
 // the rows are not at fault.
 func (e *Error) AuthRefused() bool {
+	if e.verdict != "" {
+		return e.verdict == verdictCredentials
+	}
 	return e.StatusCode == http.StatusUnauthorized || e.StatusCode == http.StatusForbidden
 }
 
@@ -126,6 +148,9 @@ func (e *Error) AuthRefused() bool {
 // leave the configured origin), 404 or 410. Like AuthRefused: stop pushing,
 // say so loudly, probe now and then; the rows are not at fault.
 func (e *Error) ConfigRefused() bool {
+	if e.verdict != "" {
+		return false
+	}
 	switch {
 	case e.StatusCode >= 300 && e.StatusCode < 400:
 		return true

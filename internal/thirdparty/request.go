@@ -54,7 +54,7 @@ type Answer struct {
 // OK reports a 2xx status.
 func (a *Answer) OK() bool { return a.refusal == nil }
 
-// Refusal is what the common rules of CONTRACT.md section 2 make of an
+// Refusal is what the common rules of docs/protocol.md section 2 make of an
 // answer that is not a 2xx (its class by [Classify]); nil for a 2xx.
 func (a *Answer) Refusal() error {
 	if a.refusal == nil {
@@ -81,11 +81,24 @@ func (a *Answer) NotAnAnswer(why string) error {
 	return &Error{StatusCode: a.StatusCode, BadAnswer: a.Safe(why), Body: a.Safe(string(a.Body)), Quota: a.Quota}
 }
 
+// RefusesCredentials is the error for an answer a format reads as a
+// refusal of the credentials whatever its status (a 403 wrapped in a 400):
+// the destination is held, nothing fails.
+func (a *Answer) RefusesCredentials(why string) error {
+	return &Error{StatusCode: a.StatusCode, Body: a.Safe(string(a.Body)), Quota: a.Quota, verdict: verdictCredentials, why: a.Safe(why)}
+}
+
+// Transient is the error for an answer a format reads as transient
+// whatever its status: retried under backoff, nothing fails.
+func (a *Answer) Transient(why string) error {
+	return &Error{StatusCode: a.StatusCode, Body: a.Safe(string(a.Body)), Quota: a.Quota, verdict: verdictTransient, why: a.Safe(why)}
+}
+
 // Safe makes third-party text safe to log, store and show ([SafeText],
 // with the token removed).
 func (a *Answer) Safe(s string) string { return SafeText(s, a.secrets...) }
 
-// Results reads the answer as the syncer format does (CONTRACT.md section
+// Results reads the answer as the syncer format does (docs/protocol.md section
 // 2): a status other than 2xx by the common rules; a 2xx body empty, an
 // object without results, or results naming ids of the request.
 func (a *Answer) Results(ids []string) (*Result, error) {

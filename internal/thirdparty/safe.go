@@ -18,7 +18,7 @@ const safeTextCut = "...[cut]"
 const redacted = "[redacted]"
 
 // SafeText makes text that came from outside (a response body, a rejection
-// reason, a header) fit to be logged, stored or printed: invalid UTF-8 is
+// reason, a header), trimmed of the white space around it, fit to be logged, stored or printed: invalid UTF-8 is
 // replaced, every secret (and its URL-escaped forms) becomes [redacted],
 // control characters, terminal escapes and Unicode line or direction
 // controls are written as visible escapes (\n, \x1b, \u2028), so the text
@@ -29,7 +29,9 @@ const redacted = "[redacted]"
 // start of a secret behind; callers that read a bounded excerpt read
 // SafeTextMax plus a few times the secret's length for the same reason.
 func SafeText(s string, secrets ...string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	// An answer's text ends in a newline more often than not (http.Error,
+	// most frameworks): trimmed, a reason never ends in a literal \n.
+	s = strings.TrimSpace(strings.ToValidUTF8(s, "\uFFFD"))
 	for _, secret := range secrets {
 		if secret == "" {
 			continue

@@ -1,5 +1,5 @@
 // Package custom is the destination format described by jq programs
-// (CONTRACT.md section 6): the configuration says how a batch (or an item)
+// (docs/protocol.md section  7): the configuration says how a batch (or an item)
 // becomes a request and how an answer is read, so any JSON API can take
 // syncer's rows without an adapter in between.
 //
@@ -80,7 +80,45 @@ type Config struct {
 	// Rejected is a jq program that takes the same and gives a list of
 	// {"id", "error"}: those items are rejected. Defaults to "" (none).
 	Rejected string
+	// Refused is a jq program that takes what Accepted takes, for any
+	// status, and gives true when the answer refuses the credentials (a
+	// 403 wrapped in a 400, as PocketBase's batch API does): the
+	// destination is held as for a 401, nothing fails. Defaults to ""
+	// (the status alone says).
+	Refused string
+	// Retry is the same for an answer that is transient: retried under
+	// backoff, nothing fails. Defaults to "".
+	Retry string
+	// ProgramTimeout bounds one run of a request program: past it, the
+	// program fails (a *ProgramError) and no core is held. Defaults to
+	// ProgramTimeoutDefault.
+	ProgramTimeout time.Duration
+	// MaxBodyBytes bounds a request body a program writes: past it, the
+	// program fails. Defaults to MaxBodyBytesDefault.
+	MaxBodyBytes int
 }
+
+// Defaults of a Config's bounds.
+const (
+	ProgramTimeoutDefault = time.Second
+	MaxBodyBytesDefault   = 16 << 20
+)
+
+// ProgramError is a request program that failed on the items it was given
+// (an error, a wrong output, its time or byte bound passed): a batch the
+// format cannot send. The deliverer renders the items one by one, and
+// rejects those it fails on with it as their reason.
+type ProgramError struct {
+	Field string
+	Err   error
+}
+
+func (e *ProgramError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *ProgramError) Unwrap() error { return e.Err }
+
+// ProgramFailed marks the error for the deliverer, which does not import
+// this package.
+func (e *ProgramError) ProgramFailed() bool { return true }
 
 // program is one compiled request shape.
 type program struct {
@@ -88,6 +126,8 @@ type program struct {
 	body                      *gojq.Code // nil: no body
 	bodyField                 string
 	perItem                   bool
+	timeout                   time.Duration
+	maxBytes                  int
 }
 
 // Format is the custom format. Create it with New.
@@ -96,6 +136,8 @@ type Format struct {
 	deletes  *program
 	accepted *gojq.Code
 	rejected *gojq.Code
+	refused  *gojq.Code
+	retry    *gojq.Code
 }
 
 // nowVar is the variable that holds the batch's time for `now`.
@@ -130,19 +172,27 @@ func New(cfg *Config) (*Format, error) {
 	}
 	f.upsert = up
 	if d := cfg.Deletes; d != nil {
+		// deletes.per_item stands on its own: deletes one by one (a
+		// 404-tolerant DELETE per row) beside batched upserts.
+		perItem := r.PerItem || d.PerItem
 		body := d.Body
-		if body == "" && !r.PerItem {
+		if body == "" && !perItem {
 			body = cmp.Or(r.Body, ".")
 		}
 		dr := Request{Method: cmp.Or(d.Method, r.Method), Path: cmp.Or(d.Path, r.Path), ContentType: cmp.Or(d.ContentType, r.ContentType)}
-		if d.PerItem {
-			return nil, errors.New("deletes.per_item: deletes follow request.per_item")
+		if d.PerItem && !r.PerItem && d.Path == "" {
+			return nil, errors.New("deletes.path: required with deletes.per_item when request is not per item")
 		}
-		dp, err := newProgram("deletes", dr, r.PerItem, body)
+		dp, err := newProgram("deletes", dr, perItem, body)
 		if err != nil {
 			return nil, err
 		}
 		f.deletes = &dp
+	}
+	timeout, maxBytes := cmp.Or(cfg.ProgramTimeout, ProgramTimeoutDefault), cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	f.upsert.timeout, f.upsert.maxBytes = timeout, maxBytes
+	if f.deletes != nil {
+		f.deletes.timeout, f.deletes.maxBytes = timeout, maxBytes
 	}
 	if cfg.Accepted != "" {
 		if f.accepted, err = compile("response.accepted", cfg.Accepted); err != nil {
@@ -151,6 +201,16 @@ func New(cfg *Config) (*Format, error) {
 	}
 	if cfg.Rejected != "" {
 		if f.rejected, err = compile("response.rejected", cfg.Rejected); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Refused != "" {
+		if f.refused, err = compile("response.refused", cfg.Refused); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Retry != "" {
+		if f.retry, err = compile("response.retry", cfg.Retry); err != nil {
 			return nil, err
 		}
 	}
@@ -258,7 +318,15 @@ func (p *program) request(source string, items []thirdparty.Item, now float64) (
 	}
 	r.ContentType = p.contentType
 	var buf bytes.Buffer
-	iter := p.body.RunWithContext(context.Background(), in, now)
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	fail := func(err error) (thirdparty.Request, error) {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("ran past its bound of %s (program_timeout)", p.timeout)
+		}
+		return r, &ProgramError{Field: p.bodyField, Err: err}
+	}
+	iter := p.body.RunWithContext(ctx, in, now)
 	n := 0
 	for {
 		v, ok := iter.Next()
@@ -266,23 +334,26 @@ func (p *program) request(source string, items []thirdparty.Item, now float64) (
 			break
 		}
 		if err, ok := v.(error); ok {
-			return r, fmt.Errorf("%s: %w", p.bodyField, err)
+			return fail(err)
 		}
 		n++
 		if n > 1 && p.contentType != NDJSON {
-			return r, fmt.Errorf("%s: gives more than one output (only %s takes several)", p.bodyField, NDJSON)
+			return fail(fmt.Errorf("gives more than one output (only %s takes several)", NDJSON))
 		}
 		out, err := gojq.Marshal(v)
 		if err != nil {
-			return r, fmt.Errorf("%s: %w", p.bodyField, err)
+			return fail(err)
 		}
 		buf.Write(out)
 		if p.contentType == NDJSON {
 			buf.WriteByte('\n')
 		}
+		if buf.Len() > p.maxBytes {
+			return fail(fmt.Errorf("writes a body past the request's byte limit (%d bytes)", p.maxBytes))
+		}
 	}
 	if n == 0 {
-		return r, fmt.Errorf("%s: gives no output", p.bodyField)
+		return fail(errors.New("gives no output"))
 	}
 	r.Body = buf.Bytes()
 	return r, nil
@@ -312,6 +383,29 @@ func itemValue(it *thirdparty.Item) (map[string]any, error) {
 // minus the items response.rejected names; a 404 or 410 to a delete sent
 // on its own accepts it; anything else by the common rules.
 func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.Result, error) {
+	var in map[string]any
+	if f.refused != nil || f.retry != nil {
+		in = answerValue(a)
+		now := float64(time.Now().Unix())
+		for _, c := range []struct {
+			code  *gojq.Code
+			field string
+			as    func(string) error
+		}{{f.refused, "response.refused", a.RefusesCredentials}, {f.retry, "response.retry", a.Transient}} {
+			if c.code == nil {
+				continue
+			}
+			v, err := one(c.code, in, now, c.field)
+			if err != nil {
+				return nil, a.NotAnAnswer(err.Error())
+			}
+			if b, ok := v.(bool); ok && b {
+				return nil, c.as(c.field + " says so")
+			} else if !ok && v != nil {
+				return nil, a.NotAnAnswer(c.field + ": gives " + typeOf(v) + ", not a boolean")
+			}
+		}
+	}
 	if !a.OK() {
 		if f.deletes != nil && f.deletes.perItem && len(r.Items) == 1 && r.Items[0].Deleted &&
 			(a.StatusCode == http.StatusNotFound || a.StatusCode == http.StatusGone) {
@@ -326,14 +420,8 @@ func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.
 	if f.accepted == nil && f.rejected == nil {
 		return &thirdparty.Result{}, nil
 	}
-	in := map[string]any{"status": a.StatusCode, "headers": headerValue(a.Header), "body": nil}
-	if body := bytes.TrimSpace(a.Body); len(body) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.UseNumber()
-		var v any
-		if dec.Decode(&v) == nil && !dec.More() {
-			in["body"] = v
-		}
+	if in == nil {
+		in = answerValue(a)
 	}
 	now := float64(time.Now().Unix()) // an answer's reading is not recorded
 	if f.accepted != nil {
@@ -400,6 +488,20 @@ func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.
 }
 
 // one runs code on in and returns its one output.
+// answerValue is an answer as the response programs see it.
+func answerValue(a *thirdparty.Answer) map[string]any {
+	in := map[string]any{"status": a.StatusCode, "headers": headerValue(a.Header), "body": nil}
+	if body := bytes.TrimSpace(a.Body); len(body) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		var v any
+		if dec.Decode(&v) == nil && !dec.More() {
+			in["body"] = v
+		}
+	}
+	return in
+}
+
 func one(code *gojq.Code, in any, now float64, field string) (any, error) {
 	iter := code.RunWithContext(context.Background(), in, now)
 	v, ok := iter.Next()

@@ -1,5 +1,5 @@
 // Package standardwebhooks is the destination format of the Standard
-// Webhooks specification (https://www.standardwebhooks.com, CONTRACT.md
+// Webhooks specification (https://www.standardwebhooks.com, docs/protocol.md
 // section 6): one signed request per item, POST {url}.
 //
 // What it guarantees: an item's body is a function of the item and the
@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/thirdparty"
@@ -56,24 +57,89 @@ func ParseSecret(secret string) ([]byte, error) {
 	return key, nil
 }
 
-// Format is the standard-webhooks format.
-type Format struct {
-	key []byte
-	// macs keeps HMAC states keyed with key between sends (*signer): a
-	// signature is made per request and attempt, and a fresh HMAC is three
-	// allocations and two hashes of the key.
-	macs sync.Pool
+// ParseSecrets returns the keys of one or more secrets separated by
+// spaces, as a rotation has them: requests are signed with each, and the
+// receiver accepts any (webhook-signature carries several, space
+// separated).
+func ParseSecrets(secrets string) ([][]byte, error) {
+	fields := strings.Fields(secrets)
+	if len(fields) == 0 {
+		return nil, ErrSecret
+	}
+	keys := make([][]byte, 0, len(fields))
+	for _, f := range fields {
+		k, err := ParseSecret(f)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
-// New returns the format signing with secret ("whsec_" and base64).
+// Format is the standard-webhooks format.
+type Format struct {
+	// get returns the secrets of the moment, for a secret read from a file
+	// that rotates; nil for secrets fixed at New.
+	get  func() string
+	keys atomic.Pointer[keySet]
+}
+
+// keySet is the keys of one value of the secrets, with their pooled HMAC
+// states.
+type keySet struct {
+	raw  string
+	macs []*sync.Pool
+}
+
+func newKeySet(raw string, keys [][]byte) *keySet {
+	ks := &keySet{raw: raw}
+	for _, k := range keys {
+		// macs keeps HMAC states keyed with k between sends (*signer): a
+		// signature is made per request and attempt, and a fresh HMAC is
+		// three allocations and two hashes of the key.
+		ks.macs = append(ks.macs, &sync.Pool{New: func() any { return &signer{mac: hmac.New(sha256.New, k)} }})
+	}
+	return ks
+}
+
+// New returns the format signing with secret ("whsec_" and base64), or
+// with each of several such secrets separated by spaces.
 func New(secret string) (*Format, error) {
-	key, err := ParseSecret(secret)
+	keys, err := ParseSecrets(secret)
 	if err != nil {
 		return nil, err
 	}
-	f := &Format{key: key}
-	f.macs.New = func() any { return &signer{mac: hmac.New(sha256.New, f.key)} }
+	f := &Format{}
+	f.keys.Store(newKeySet(secret, keys))
 	return f, nil
+}
+
+// NewRotating returns the format signing with the secrets get returns at
+// each request (a file read again when it changes). A value that does not
+// parse keeps the keys of the last one that did.
+func NewRotating(get func() string) (*Format, error) {
+	f, err := New(get())
+	if err != nil {
+		return nil, err
+	}
+	f.get = get
+	return f, nil
+}
+
+// current returns the keys to sign with now.
+func (f *Format) current() *keySet {
+	ks := f.keys.Load()
+	if f.get == nil {
+		return ks
+	}
+	if raw := f.get(); raw != ks.raw {
+		if keys, err := ParseSecrets(raw); err == nil {
+			ks = newKeySet(raw, keys)
+			f.keys.Store(ks)
+		}
+	}
+	return ks
 }
 
 // Requests makes one request per item. The bodies share one allocation,
@@ -128,24 +194,45 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 	return reqs, nil
 }
 
-// sign sets the three webhook headers for one send.
+// sign sets the three webhook headers for one send, with a signature per
+// secret.
 func (f *Format) sign(h http.Header, id string, body []byte, now time.Time) {
-	s := f.macs.Get().(*signer)
-	defer f.macs.Put(s)
-	mac := s.mac
-	mac.Reset()
-	// "{id}.{timestamp}." in one write, then the body.
-	p := append(append(s.pre[:0], id...), '.')
-	p = strconv.AppendInt(p, now.Unix(), 10)
-	ts := p[len(id)+1:]
-	_, _ = mac.Write(append(p, '.'))
-	var sig [3 + 44]byte // "v1," and the base64 of 32 bytes
-	copy(sig[:], "v1,")
-	_, _ = mac.Write(body)
-	base64.StdEncoding.Encode(sig[3:], mac.Sum(s.sum[:0]))
+	ks := f.current()
+	var ts string
+	var first [3 + 44]byte
+	var sigs []byte // only for several secrets: one costs no allocation more
+	for i, pool := range ks.macs {
+		s := pool.Get().(*signer)
+		mac := s.mac
+		mac.Reset()
+		// "{id}.{timestamp}." in one write, then the body.
+		p := append(append(s.pre[:0], id...), '.')
+		p = strconv.AppendInt(p, now.Unix(), 10)
+		if i == 0 {
+			ts = string(p[len(id)+1:])
+		}
+		_, _ = mac.Write(append(p, '.'))
+		_, _ = mac.Write(body)
+		var sig [3 + 44]byte // "v1," and the base64 of 32 bytes
+		copy(sig[:], "v1,")
+		base64.StdEncoding.Encode(sig[3:], mac.Sum(s.sum[:0]))
+		switch {
+		case i == 0:
+			first = sig
+		case i == 1:
+			sigs = append(append(append(sigs, first[:]...), ' '), sig[:]...)
+		default:
+			sigs = append(append(sigs, ' '), sig[:]...)
+		}
+		s.pre = p[:0]
+		pool.Put(s)
+	}
 	// One array holds the three values: three headers, one allocation.
-	vals := [...]string{id, string(ts), string(sig[:])}
-	s.pre = p[:0]
+	sig := string(sigs)
+	if len(ks.macs) == 1 {
+		sig = string(first[:])
+	}
+	vals := [...]string{id, ts, sig}
 	h["Webhook-Id"] = vals[0:1:1]
 	h["Webhook-Timestamp"] = vals[1:2:2]
 	h["Webhook-Signature"] = vals[2:3:3]

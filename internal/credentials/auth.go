@@ -1,0 +1,209 @@
+package credentials
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
+)
+
+// Bearer sends "Authorization: Bearer <token>", the token read again when
+// its file changes.
+type Bearer struct{ Token *Secret }
+
+// Authorization returns the header's value.
+func (b *Bearer) Authorization(context.Context) (string, error) {
+	return "Bearer " + b.Token.Value(), nil
+}
+
+// Secrets are the values to scrub from whatever the third party echoes.
+func (b *Bearer) Secrets() []string { return []string{b.Token.Value()} }
+
+// Basic sends HTTP basic auth (RFC 7617).
+type Basic struct{ Username, Password *Secret }
+
+// Authorization returns the header's value.
+func (b *Basic) Authorization(context.Context) (string, error) {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(b.Username.Value()+":"+b.Password.Value())), nil
+}
+
+// Secrets are the values to scrub from whatever the third party echoes.
+func (b *Basic) Secrets() []string { return []string{b.Password.Value()} }
+
+// OAuth2Config is an OAuth2 client-credentials grant (RFC 6749 section 4.4).
+type OAuth2Config struct {
+	// TokenURL is the token endpoint. Required.
+	TokenURL string
+	// ClientID and ClientSecret are sent in the HTTP basic header. Required.
+	ClientID, ClientSecret *Secret
+	// Scopes are asked for; none when empty.
+	Scopes []string
+	// Params are extra form parameters (audience, resource).
+	Params map[string]string
+	// HTTPClient reaches the token endpoint: the destination's TLS
+	// settings. Redirects are not followed. Defaults to a client with
+	// TokenTimeoutDefault.
+	HTTPClient *http.Client
+}
+
+// TokenTimeoutDefault bounds one request to a token endpoint.
+const TokenTimeoutDefault = 10 * time.Second
+
+// OAuth2 fetches a token from the endpoint, shares it among every request
+// of its destination, fetches a new one shortly before it expires and
+// after a 401 (Refresh), never per request.
+type OAuth2 struct {
+	cfg     OAuth2Config
+	client  *http.Client
+	fetches atomic.Int64
+
+	mu      sync.Mutex
+	tok     *oauth2.Token
+	fetched time.Time
+	lastErr error
+}
+
+// NewOAuth2 returns the grant of cfg; nothing is fetched before the first
+// request.
+func NewOAuth2(cfg OAuth2Config) (*OAuth2, error) {
+	if cfg.TokenURL == "" {
+		return nil, errors.New("credentials: OAuth2Config.TokenURL is required")
+	}
+	if cfg.ClientID == nil || cfg.ClientSecret == nil {
+		return nil, errors.New("credentials: OAuth2Config.ClientID and ClientSecret are required")
+	}
+	c := cfg.HTTPClient
+	if c == nil {
+		c = &http.Client{Timeout: TokenTimeoutDefault}
+	} else {
+		cc := *c
+		c = &cc
+	}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &OAuth2{cfg: cfg, client: c}, nil
+}
+
+// Fetches counts the tokens asked of the endpoint.
+func (o *OAuth2) Fetches() int64 { return o.fetches.Load() }
+
+// renewMargin is how long before its expiry a token is replaced: a fifth of
+// its life, at most 10 s (oauth2's own margin, which alone would fetch a
+// token lasting under 10 s at every request).
+func renewMargin(life time.Duration) time.Duration { return min(10*time.Second, life/5) }
+
+// Authorization returns "Bearer <token>", fetching a token first when
+// there is none or it is about to expire. Concurrent requests wait for one
+// fetch.
+func (o *OAuth2) Authorization(ctx context.Context) (string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now()
+	if o.tok != nil && (o.tok.Expiry.IsZero() || now.Before(o.tok.Expiry.Add(-renewMargin(o.tok.Expiry.Sub(o.fetched))))) {
+		return "Bearer " + o.tok.AccessToken, nil
+	}
+	cc := clientcredentials.Config{
+		ClientID:     o.cfg.ClientID.Value(),
+		ClientSecret: o.cfg.ClientSecret.Value(),
+		TokenURL:     o.cfg.TokenURL,
+		Scopes:       o.cfg.Scopes,
+		AuthStyle:    oauth2.AuthStyleInHeader,
+	}
+	if len(o.cfg.Params) > 0 {
+		cc.EndpointParams = map[string][]string{}
+		for k, v := range o.cfg.Params {
+			cc.EndpointParams[k] = []string{v}
+		}
+	}
+	o.fetches.Add(1)
+	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, o.client))
+	if err != nil {
+		o.tok = nil
+		o.lastErr = o.tokenError(err, cc.ClientID, cc.ClientSecret)
+		return "", o.lastErr
+	}
+	o.tok, o.fetched, o.lastErr = tok, now, nil
+	return "Bearer " + tok.AccessToken, nil
+}
+
+// Refresh drops the token header carried, after the third party answered
+// 401 to it: the next request fetches a new one. A header of an older token
+// changes nothing.
+func (o *OAuth2) Refresh(header string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.tok != nil && header == "Bearer "+o.tok.AccessToken {
+		o.tok = nil
+	}
+}
+
+// Secrets are the values to scrub from whatever the third party echoes:
+// the client secret and the token in use.
+func (o *OAuth2) Secrets() []string {
+	out := []string{o.cfg.ClientSecret.Value()}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.tok != nil {
+		out = append(out, o.tok.AccessToken)
+	}
+	return out
+}
+
+// TokenError is a token endpoint's failure, in its own words (the OAuth2
+// error code and description, or the transport's), never a secret.
+type TokenError struct {
+	// Status is the endpoint's HTTP status; 0 when it did not answer.
+	Status int
+	// Text says what failed.
+	Text string
+}
+
+func (e *TokenError) Error() string { return "token endpoint: " + e.Text }
+
+// TokenRefused reports an endpoint that refused the client (400, 401 or
+// 403: invalid_client, unauthorized_client, invalid_scope): the
+// destination's credentials are wrong, and retrying will not mend them.
+// Anything else (5xx, no answer) is transient.
+func (e *TokenError) TokenRefused() bool {
+	return e.Status == http.StatusBadRequest || e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+}
+
+func (o *OAuth2) tokenError(err error, secrets ...string) *TokenError {
+	te := &TokenError{}
+	var re *oauth2.RetrieveError
+	switch {
+	case errors.As(err, &re):
+		if re.Response != nil {
+			te.Status = re.Response.StatusCode
+		}
+		parts := []string{fmt.Sprintf("answered %d", te.Status)}
+		if re.ErrorCode != "" {
+			parts = append(parts, re.ErrorCode)
+		}
+		if re.ErrorDescription != "" {
+			parts = append(parts, re.ErrorDescription)
+		}
+		if re.ErrorCode == "" && len(re.Body) > 0 {
+			parts = append(parts, string(re.Body))
+		}
+		te.Text = strings.Join(parts, ": ")
+	default:
+		te.Text = err.Error()
+	}
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			te.Text = strings.ReplaceAll(te.Text, s, "[redacted]")
+		}
+	}
+	if len(te.Text) > 512 {
+		te.Text = te.Text[:512] + "…"
+	}
+	return te
+}

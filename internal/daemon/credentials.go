@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// Reload makes every secret and certificate file of the destinations be
+// read again at its next use, as SIGHUP asks.
+func (d *Daemon) Reload() {
+	d.creds.Reload()
+	d.logger.Info("daemon: SIGHUP: every secret and certificate file is read again at its next use")
+}
+
+// secret builds a credentials.Secret from where the file says it is.
+func (d *Daemon) secret(dest, field string, ref config.SecretRef) (*credentials.Secret, error) {
+	name := fmt.Sprintf("destination %s: %s", dest, field)
+	if ref.File != "" {
+		return d.creds.FromFile(name+"_file", ref.File)
+	}
+	return d.creds.FromEnv(name+"_env", ref.Env, os.Getenv)
+}
+
+// destinationCredentials sets a configured destination's Authorization
+// and TLS on tcfg: auth's type, or a token_file read again when it
+// changes; tls's files, checked now. It returns what the log lines name as
+// the setting to fix.
+func (d *Daemon) destinationCredentials(dest *config.Destination, tcfg *thirdparty.Config) (string, error) {
+	setting := "the token of destination " + dest.Name + " (token_env in SYNCER_CONFIG)"
+	if dest.TokenEnv != "" {
+		setting = dest.TokenEnv
+	}
+	var tlsCfg *credentials.TLS
+	if t := dest.TLS; t != nil {
+		var err error
+		tlsCfg, err = d.creds.TLS("destination "+dest.Name+": tls", credentials.TLSFiles{
+			CAFile: t.CAFile, CAOnly: t.CAOnly, CertFile: t.CertFile, KeyFile: t.KeyFile,
+			ServerName: t.ServerName, MinVersion: t.MinVersion,
+		})
+		if err != nil {
+			return "", err
+		}
+		tcfg.TLS = tlsCfg.Config()
+		store, err := breakerstore.New(d.pool, &breakerstore.Config{Namespace: breakerstore.DestinationNamespace(dest.Name)})
+		if err != nil {
+			return "", err
+		}
+		d.certificates = append(d.certificates, destinationCertificates{name: dest.Name, tls: tlsCfg, store: store})
+	}
+	a := dest.Auth
+	switch {
+	case a == nil && dest.TokenFile != "":
+		tok, err := d.creds.FromFile("destination "+dest.Name+": token_file", dest.TokenFile)
+		if err != nil {
+			return "", err
+		}
+		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
+		setting = "the token file of destination " + dest.Name + " (" + dest.TokenFile + ")"
+	case a == nil:
+	case a.Type == config.AuthBearer:
+		tok, err := d.secret(dest.Name, "auth.token", a.Token)
+		if err != nil {
+			return "", err
+		}
+		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
+		setting = "auth.token of destination " + dest.Name
+	case a.Type == config.AuthBasic:
+		user, err := d.secret(dest.Name, "auth.username", a.Username)
+		if err != nil {
+			return "", err
+		}
+		pass, err := d.secret(dest.Name, "auth.password", a.Password)
+		if err != nil {
+			return "", err
+		}
+		tcfg.Token, tcfg.Auth = "", &credentials.Basic{Username: user, Password: pass}
+		setting = "auth.username and auth.password of destination " + dest.Name
+	case a.Type == config.AuthOAuth2:
+		id, err := d.secret(dest.Name, "auth.client_id", a.ClientID)
+		if err != nil {
+			return "", err
+		}
+		secret, err := d.secret(dest.Name, "auth.client_secret", a.ClientSecret)
+		if err != nil {
+			return "", err
+		}
+		// The token endpoint is reached with the destination's TLS: an
+		// identity provider behind the same private CA is common.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if tcfg.TLS != nil {
+			tr.TLSClientConfig = tcfg.TLS
+		}
+		o, err := credentials.NewOAuth2(credentials.OAuth2Config{
+			TokenURL: a.TokenURL, ClientID: id, ClientSecret: secret, Scopes: a.Scopes, Params: a.Params,
+			HTTPClient: &http.Client{Transport: tr, Timeout: credentials.TokenTimeoutDefault},
+		})
+		if err != nil {
+			return "", err
+		}
+		tcfg.Token, tcfg.Auth = "", o
+		setting = "auth (oauth2_client_credentials: client_id, client_secret, token_url) of destination " + dest.Name
+	}
+	return setting, nil
+}
+
+// destinationCertificates are a destination's certificates, for the
+// expiry gauge and the warning.
+type destinationCertificates struct {
+	name    string
+	tls     *credentials.TLS
+	store   *breakerstore.Store
+	written breakerstore.Certificates
+}
+
+// refreshCertificates sets each destination's earliest certificate expiry
+// and warns once a day-long stretch of a certificate that ends within
+// ExpiryWarningDefault.
+func (d *Daemon) refreshCertificates(ctx context.Context, now time.Time) {
+	for i := range d.certificates {
+		dc := &d.certificates[i]
+		ex := dc.tls.Expiries()
+		if len(ex) == 0 {
+			continue
+		}
+		d.metrics.SetCertificateExpiry(dc.name, ex[0].NotAfter)
+		// status reads it from the database, as every fact of a
+		// destination; written when it changed.
+		if dc.written.What != ex[0].What || !dc.written.NotAfter.Equal(ex[0].NotAfter) {
+			c := breakerstore.Certificates{What: ex[0].What, NotAfter: ex[0].NotAfter}
+			if err := dc.store.SetCertificates(ctx, c); err == nil {
+				dc.written = c
+			}
+		}
+		if left := ex[0].NotAfter.Sub(now); left < credentials.ExpiryWarningDefault {
+			key := "certificate:" + dc.name
+			msg := fmt.Sprintf("%s expires %s", ex[0].What, ex[0].NotAfter.Format(time.RFC3339))
+			if d.warned[key] != msg {
+				d.warned[key] = msg
+				d.logger.Warn("daemon: a certificate of a destination expires within 14 days: replace the file (it is read again when it changes)",
+					"destination", dc.name, "certificate", ex[0].What, "not_after", ex[0].NotAfter.Format(time.RFC3339), "left", left.Round(time.Hour).String())
+			}
+		}
+	}
+}
