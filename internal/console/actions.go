@@ -1,0 +1,140 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/syncer-dev/syncer/internal/operator"
+)
+
+// done sends the browser back to a page with a line saying what was done
+// (a script gets the line itself).
+func (c *Console) done(w http.ResponseWriter, r *http.Request, cl caller, page, msg string) {
+	c.reports.forget()
+	if cl.bearer {
+		_, _ = fmt.Fprintln(w, msg)
+		return
+	}
+	http.Redirect(w, r, page+"?done="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+// refuse answers an action the request got wrong (an unknown name, a bad
+// key) with 400 and the reason.
+func refuse(w http.ResponseWriter, err error) {
+	http.Error(w, "400 "+err.Error(), http.StatusBadRequest)
+}
+
+func (c *Console) retry(w http.ResponseWriter, r *http.Request, cl caller) {
+	name := r.PathValue("name")
+	keys := r.PostForm["key"]
+	n, err := operator.RetrySource(r.Context(), c.pool, name, keys)
+	switch {
+	case errors.Is(err, operator.ErrUnknown):
+		refuse(w, err)
+		return
+	case err != nil:
+		c.fail(w, r, err)
+		return
+	}
+	c.done(w, r, cl, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("%d failed keys of source %s are eligible again", n, name))
+}
+
+// replayData is the dry run's page.
+type replayData struct {
+	Source, From, To, Error string
+	Counted                 bool
+	Count                   int64
+}
+
+// replayDryRun shows the replay's form and, once a range is given, counts
+// its keys: nothing is recorded. The page does not refresh itself, so the
+// count stays the one the person confirms.
+func (c *Console) replayDryRun(w http.ResponseWriter, r *http.Request, cl caller) {
+	name, q := r.PathValue("name"), r.URL.Query()
+	d := replayData{Source: name, From: q.Get("from"), To: q.Get("to"), Counted: q.Get("count") != ""}
+	code := http.StatusOK
+	var plan *operator.SourceReplay
+	var err error
+	if d.Counted {
+		// The form alone counts nothing: a whole table's count waits for
+		// the person's range.
+		plan, err = operator.PlanSourceReplay(r.Context(), c.pool, name, d.From, d.To)
+	}
+	switch {
+	case errors.Is(err, operator.ErrUnknown):
+		http.NotFound(w, r)
+		return
+	case !d.Counted:
+	case err != nil:
+		d.Error, code = err.Error(), http.StatusBadRequest
+	default:
+		d.Count = plan.Count
+	}
+	v := c.pageView(r, cl, "Replay of "+name, d)
+	v.Refresh = 0 // the count stays as read until confirmed
+	c.render(w, code, "replay", v)
+}
+
+// replayStart starts the replay the dry run counted.
+func (c *Console) replayStart(w http.ResponseWriter, r *http.Request, cl caller) {
+	name := r.PathValue("name")
+	plan, err := operator.PlanSourceReplay(r.Context(), c.pool, name, r.PostFormValue("from"), r.PostFormValue("to"))
+	if err != nil {
+		refuse(w, err)
+		return
+	}
+	id, err := plan.Start(r.Context(), c.pool)
+	if err != nil {
+		refuse(w, err)
+		return
+	}
+	c.done(w, r, cl, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("replay %d started: %d keys of source %s", id, plan.Count, name))
+}
+
+func (c *Console) replayCancel(w http.ResponseWriter, r *http.Request, cl caller) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		refuse(w, fmt.Errorf("replay id %q: not a number", r.PathValue("id")))
+		return
+	}
+	if err := operator.CancelReplay(r.Context(), c.pool, id); err != nil {
+		refuse(w, err)
+		return
+	}
+	back := r.Referer()
+	if u, err := url.Parse(back); err != nil || u.Path == "" {
+		back = Prefix
+	} else {
+		back = localPath(u.Path)
+	}
+	c.done(w, r, cl, back, fmt.Sprintf("replay %d cancelled: nothing more of it is sent", id))
+}
+
+func (c *Console) destinationAction(w http.ResponseWriter, r *http.Request, cl caller) {
+	name, action := r.PathValue("name"), r.PathValue("action")
+	var err error
+	var msg string
+	switch action {
+	case "pause":
+		err, msg = operator.Pause(r.Context(), c.pool, name, operator.ByConsole), "destination %s paused: nothing is sent, pending rows are kept"
+	case "resume":
+		err, msg = operator.Resume(r.Context(), c.pool, name, operator.ByConsole), "destination %s resumed"
+	case "probe":
+		err, msg = operator.Probe(r.Context(), c.pool, name, operator.ByConsole), "destination %s: a probe was asked for; the daemons send it within seconds if it is held"
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	switch {
+	case errors.Is(err, operator.ErrUnknown):
+		refuse(w, err)
+		return
+	case err != nil:
+		c.fail(w, r, err)
+		return
+	}
+	c.done(w, r, cl, Prefix+"/destinations/"+url.PathEscape(name), fmt.Sprintf(msg, name))
+}
