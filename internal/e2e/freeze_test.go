@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/url"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
-	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/status"
 )
 
@@ -25,30 +23,17 @@ func TestFrozenHolderIsTakenOver(t *testing.T) {
 	t.Parallel()
 	const rows, updated = 6000, 500
 	b := setup(t, fakethirdparty.Config{})
-	ctx := context.Background()
 	b.exec(t, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) g`, rows)
-	// The daemons' sessions carry syncer's own application_name, so the
-	// lock's holder names its process.
-	u, err := url.Parse(b.dsn)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Del("application_name")
-	u.RawQuery = q.Encode()
-	schema := q.Get("search_path")
+	runURL, holder := b.frozenSetup(t)
 	// Slow enough to be mid-drain for seconds: 50 rows a request, 8
 	// requests a second.
 	slow := []string{"--batch-size", "50", "--rate-limit", "8"}
-	first, firstErr := b.startRun(t, u.String(), slow...)
-	holder := func() (int, bool) {
-		h, held, err := locks.HolderOf(ctx, b.pool, locks.ExportKey(schema))
-		require.NoError(t, err)
-		return h.Process, held
-	}
+	first, firstErr := b.startRun(t, runURL, slow...)
 	waitFor(t, time.Minute, "the first daemon takes the lock", func() bool {
 		pid, held := holder()
 		return held && pid == first.Process.Pid
 	})
-	second, secondErr := b.startRun(t, u.String(), slow...)
+	second, secondErr := b.startRun(t, runURL, slow...)
 	waitFor(t, time.Minute, "mid-drain", func() bool { return b.fake.Stats().DistinctPairs >= 1000 })
 
 	require.NoError(t, first.Process.Signal(syscall.SIGSTOP))

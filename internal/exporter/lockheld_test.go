@@ -1,0 +1,51 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/metrics"
+)
+
+// TestLockHeldGaugeSurvivesALostLocksRelease: a job whose export lock was
+// lost (its session ended, as pg_terminate_backend or a restart does)
+// releases it only after another job of the process took the lock anew;
+// syncer_lock_held must still say the process holds it. The soak (seed
+// 20261125) found the gauge at 0 under a holding daemon.
+func TestLockHeldGaugeSurvivesALostLocksRelease(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(prometheus.NewRegistry())
+	b := setupPipeline(t, Config{Metrics: m})
+	ctx := t.Context()
+	require.NoError(t, b.lk.Release(ctx))
+	a, err := b.e.acquire(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.LockHeld))
+
+	h, held, err := locks.HolderOf(ctx, b.pool, b.e.LockKey())
+	require.NoError(t, err)
+	require.True(t, held)
+	_, err = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", h.PID)
+	require.NoError(t, err)
+	var c *locks.Lock
+	require.Eventually(t, func() bool {
+		c, err = b.e.acquire(ctx)
+		if errors.Is(err, locks.ErrLockBusy) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "the second job takes the freed lock")
+
+	b.e.release(ctx, a) // the first job's deferred release, late
+	require.Equal(t, 1.0, testutil.ToFloat64(m.LockHeld), "the process still holds the lock")
+	b.e.release(context.Background(), c)
+	require.Equal(t, 0.0, testutil.ToFloat64(m.LockHeld))
+}

@@ -1,0 +1,69 @@
+package soak
+
+import (
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// The faults of the daemons and of the database.
+const (
+	daemonKill      = "daemon-sigkill"  // SIGKILL, restarted after a moment
+	daemonStop      = "daemon-sigstop"  // SIGSTOP for longer than the lease, then SIGCONT
+	daemonTerm      = "daemon-sigterm"  // SIGTERM mid-batch, restarted once it exited
+	pgTerminate     = "pg-terminate"    // pg_terminate_backend of every syncer session
+	pgRestart       = "pg-restart"      // the server stopped immediate and started again
+	proxyBlackholed = "proxy-blackhole" // one daemon's database route carries nothing
+	proxyResets     = "proxy-reset"     // one daemon's database connections reset
+)
+
+// fault is one event of the schedule.
+type fault struct {
+	At     time.Duration // from the start of the run
+	Kind   string
+	Target int           // the daemon, for daemon faults
+	For    time.Duration // how long it lasts, where it lasts
+	Share  float64       // the share of requests an API fault answers
+}
+
+// schedule draws the run's faults from its seed: overlapping, of every
+// kind, over the run but for its quiet tail, in which everything drains. A
+// seed gives the same schedule for the same duration and daemon count,
+// which is what makes a failure replayable.
+func schedule(seed uint64, d time.Duration, daemons int, lease time.Duration) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x50a4))
+	active := d - d/5 // the last fifth is quiet
+	var out []fault
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+	}
+	// About one fault every 8 seconds, at least one of each kind.
+	n := max(int(active/(8*time.Second)), 16)
+	kinds := []string{daemonKill, daemonStop, daemonTerm, pgTerminate, pgRestart, proxyBlackholed, proxyResets,
+		api5xx, api429Bare, api429Retry, apiLatency, apiReset, apiSlowBody}
+	for i := range n {
+		kind := kinds[i%len(kinds)]
+		if i >= len(kinds) {
+			kind = kinds[rng.IntN(len(kinds))]
+		}
+		f := fault{At: between(2*time.Second, active-5*time.Second), Kind: kind, Target: rng.IntN(daemons)}
+		switch kind {
+		case daemonKill, daemonTerm:
+			f.For = between(time.Second, 5*time.Second) // down for this long
+		case daemonStop:
+			f.For = between(lease+2*time.Second, 2*lease+5*time.Second)
+		case proxyBlackholed:
+			f.For = between(3*time.Second, 20*time.Second)
+		case api5xx, api429Bare, api429Retry, apiLatency, apiReset, apiSlowBody:
+			f.For = between(2*time.Second, 15*time.Second)
+			f.Share = 0.3 + 0.7*rng.Float64()
+		}
+		out = append(out, f)
+	}
+	// One outage of the API: a minute in a long run, a sixth of a short
+	// one.
+	outage := min(time.Minute, d/6)
+	out = append(out, fault{At: between(active/4, max(active/4, active-outage-time.Second)), Kind: apiOutage, For: outage, Share: 1})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
+}
