@@ -240,6 +240,47 @@ func NextOfSource(ctx context.Context, db DB, src string) (int64, error) {
 	return id, nil
 }
 
+// Reader is what the functions that only read need: a pool, a connection
+// or a transaction.
+type Reader interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// SourcesWaiting returns those of the configured sources names that have a
+// pending or running replay: work their job has still to log.
+func SourcesWaiting(ctx context.Context, db Reader, names []string) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT DISTINCT source FROM syncer_replays WHERE source = ANY($1) AND state IN ($2, $3)`,
+		names, StatePending, StateRunning)
+	if err != nil {
+		return nil, fmt.Errorf("replays: sources waiting: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("replays: sources waiting: %w", err)
+	}
+	return out, nil
+}
+
+// SourceReplays returns the ids of every replay of a configured source and,
+// at the same index, the source it replays.
+func SourceReplays(ctx context.Context, db Reader) (ids []int64, srcs []string, err error) {
+	rows, err := db.Query(ctx, `SELECT id, source FROM syncer_replays WHERE source IS NOT NULL ORDER BY id`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replays: source replays: %w", err)
+	}
+	var id int64
+	var src string
+	_, err = pgx.ForEachRow(rows, []any{&id, &src}, func() error {
+		ids, srcs = append(ids, id), append(srcs, src)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("replays: source replays: %w", err)
+	}
+	return ids, srcs, nil
+}
+
 // AnyWaiting reports whether some replay of resources is pending or
 // running: the live job yields the export lock to it, and the relay's poll
 // revives its job. A source's replays are its own job's. It is cheap

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/replays"
 )
 
 // IsInstalled reports whether source name is installed (migrate ran with it
@@ -31,10 +33,13 @@ func CountInstalled(ctx context.Context, q Querier) (int, error) {
 // broken (a partition without triggers). The relay's poll asks it, so that work whose
 // event the shut gate or a lost notification kept away is still found.
 func WithWork(ctx context.Context, q Querier, names []string) ([]string, error) {
+	replaying, err := replays.SourcesWaiting(ctx, q, names)
+	if err != nil {
+		return nil, fmt.Errorf("sources: with work: %w", err)
+	}
 	rows, err := q.Query(ctx, `SELECT s.name FROM syncer_sources s WHERE s.name = ANY($1)
 		AND (s.snapshot_state IN ('pending', 'running') OR EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = s.name)
-			OR EXISTS (SELECT 1 FROM syncer_replays r WHERE r.source = s.name AND r.state IN ('pending', 'running'))
-			OR `+CaptureBrokenSQL+`)`, names)
+			OR s.name = ANY($2) OR `+CaptureBrokenSQL+`)`, names, replaying)
 	if err != nil {
 		return nil, fmt.Errorf("sources: with work: %w", err)
 	}

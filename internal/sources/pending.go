@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -239,7 +240,7 @@ func (s *Source) diagnose(ctx context.Context, q Querier) *SchemaError {
 		se.Problem = "no longer exists"
 		return se
 	}
-	cols := append([]string{s.Key}, s.Columns...)
+	cols := append(slices.Clone(s.Keys), s.Columns...)
 	rows, err := q.Query(ctx, `SELECT u.c, format_type(a.atttypid, a.atttypmod)
 		FROM unnest($2::text[]) WITH ORDINALITY AS u(c, i)
 		LEFT JOIN pg_attribute a ON a.attrelid = to_regclass($1) AND a.attname = u.c AND a.attnum > 0 AND NOT a.attisdropped

@@ -42,14 +42,15 @@ func PlanInstall(ctx context.Context, q Querier, cfg *config.Config) (*Plan, err
 		return nil, fmt.Errorf("sources: installed sources: %w", err)
 	}
 	if migrated {
-		rows, err := q.Query(ctx, `SELECT name, schema_name, table_name, key_column, key_kind, key_type, columns, destination
+		rows, err := q.Query(ctx, `SELECT name, schema_name, table_name, key_column, key_kind, key_type, columns, destination,
+				COALESCE(row_filter, '')
 			FROM syncer_sources ORDER BY name`)
 		if err != nil {
 			return nil, fmt.Errorf("sources: installed sources: %w", err)
 		}
 		var name string
 		var r installedRow
-		_, err = pgx.ForEachRow(rows, []any{&name, &r.schema, &r.table, &r.key, &r.kind, &r.keyType, &r.columns, &r.destination}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&name, &r.schema, &r.table, &r.key, &r.kind, &r.keyType, &r.columns, &r.destination, &r.where}, func() error {
 			installed[name] = r
 			return nil
 		})
@@ -95,6 +96,8 @@ func PlanInstall(ctx context.Context, q Querier, cfg *config.Config) (*Plan, err
 			ch.Detail = "columns changed"
 		case prev.destination != s.Destination:
 			ch.Detail = fmt.Sprintf("destination changed from %s", prev.destination)
+		case prev.where != s.Where:
+			ch.Detail = "where changed"
 		default:
 			current, err := triggersCurrent(ctx, q, schema, objectHash(schema, s.Name), s, captureBody(schema, s))
 			if err != nil {

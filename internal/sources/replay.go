@@ -41,6 +41,8 @@ var uuidText = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 // cannot be a key of the source.
 func (s *Source) NormalizeKey(text string) (string, error) {
 	switch s.Kind {
+	case KeyComposite:
+		return s.normalizeComposite(text)
 	case KeyInteger:
 		n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
 		if err != nil {
@@ -80,6 +82,9 @@ func (s *Source) CheckRange(r *ReplayRange) error {
 
 // compareKeys compares two normalized keys in the source's order.
 func (s *Source) compareKeys(a, b string) int {
+	if s.Kind == KeyComposite {
+		return s.compareComposite(a, b)
+	}
 	if s.Kind == KeyInteger {
 		x, _ := strconv.ParseInt(a, 10, 64)
 		y, _ := strconv.ParseInt(b, 10, 64)
@@ -106,6 +111,15 @@ func (s *Source) rangeSQL(r ReplayRange, next int) (string, []any) {
 	}
 	bound := func(op, v string) {
 		switch s.Kind {
+		case KeyComposite:
+			// Column by column, text in byte order whatever its collation.
+			cols, vals := s.keyColumns("t"), s.keyValuesSQL(param(v)+"::text")
+			for i, k := range s.Kinds {
+				if k == KeyText {
+					cols[i] += ` COLLATE "C"`
+				}
+			}
+			conds = append(conds, rowSQL(cols)+" "+op+" "+rowSQL(vals))
 		case KeyInteger:
 			conds = append(conds, key+" "+op+" "+param(v)+"::bigint")
 		case KeyUUID:
@@ -139,7 +153,7 @@ func (s *Source) rangeSQL(r ReplayRange, next int) (string, []any) {
 func CountReplay(ctx context.Context, q Querier, src *Source, r ReplayRange) (int64, error) {
 	cond, args := src.rangeSQL(r, 1)
 	var n int64
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM `+src.table()+` t WHERE `+cond, args...).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM `+src.table()+` t WHERE `+cond+src.filterAnd(), args...).Scan(&n); err != nil {
 		return 0, src.explain(ctx, q, fmt.Errorf("sources: source %s: count replay: %w", src.Name, err))
 	}
 	return n, nil
@@ -185,11 +199,16 @@ type ReplayInfo struct {
 // Replays returns the range and progress of every source replay, by
 // replay id.
 func Replays(ctx context.Context, q Querier) (map[int64]ReplayInfo, error) {
+	ids, srcs, err := replays.SourceReplays(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("sources: replays: %w", err)
+	}
 	rows, err := q.Query(ctx, `SELECT sr.replay_id, COALESCE(sr.from_key, ''), COALESCE(sr.to_key, ''), sr.since, sr.until,
 			COALESCE(sr.changed_column, ''), sr.keys_logged,
 			CASE WHEN sr.last_seq = 0 THEN 0 ELSE (SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c
 				WHERE c.source = r.source AND c.seq <= sr.last_seq) k) END
-		FROM syncer_source_replays sr JOIN syncer_replays r ON r.id = sr.replay_id ORDER BY sr.replay_id`)
+		FROM syncer_source_replays sr JOIN unnest($1::bigint[], $2::text[]) AS r (id, source) ON r.id = sr.replay_id
+		ORDER BY sr.replay_id`, ids, srcs)
 	if err != nil {
 		return nil, fmt.Errorf("sources: replays: %w", err)
 	}
@@ -252,22 +271,13 @@ func replayChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool,
 		}
 		cond, args := src.rangeSQL(r, 3)
 		args = append([]any{src.Name, chunk}, args...)
-		key := "t." + pgx.Identifier{src.Key}.Sanitize()
 		if after != nil {
 			args = append(args, *after)
-			cond += " AND " + key + " > $" + strconv.Itoa(len(args)) + "::" + src.castType()
-		}
-		num := "0"
-		if src.Kind == KeyInteger {
-			num = "r.k::bigint"
+			cond += " AND " + rowSQL(src.keyColumns("t")) + " > " + rowSQL(src.keyValuesSQL("$"+strconv.Itoa(len(args))+"::text"))
 		}
 		var n, last int64
 		var lastKey *string
-		err = tx.QueryRow(ctx, `WITH r AS (SELECT `+key+` AS k FROM `+src.table()+` t WHERE `+cond+`
-				ORDER BY `+key+` LIMIT $2 FOR SHARE OF t),
-			ins AS (INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, `+num+`, r.k::text, false FROM r ORDER BY r.k RETURNING seq)
-			SELECT (SELECT count(*) FROM r), (SELECT r.k::text FROM r ORDER BY r.k DESC LIMIT 1), COALESCE((SELECT max(seq) FROM ins), 0)`,
-			args...).Scan(&n, &lastKey, &last)
+		err = tx.QueryRow(ctx, src.logKeysSQL(" WHERE "+cond), args...).Scan(&n, &lastKey, &last)
 		if err != nil {
 			return err
 		}
@@ -291,15 +301,4 @@ func replayChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool,
 		return false, src.explain(ctx, db, fmt.Errorf("sources: source %s: replay: %w", src.Name, err))
 	}
 	return done, nil
-}
-
-// castType is the type a key's text form is read back as.
-func (s *Source) castType() string {
-	switch s.Kind {
-	case KeyInteger:
-		return "bigint"
-	case KeyUUID:
-		return "uuid"
-	}
-	return "text"
 }

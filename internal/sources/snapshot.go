@@ -84,12 +84,12 @@ func snapshotChunk(ctx context.Context, db DB, src *Source, chunk int) (done boo
 			}
 			total = &est
 		}
-		var n int64
+		var n, seq int64
 		var last *string
 		if after == nil {
-			err = tx.QueryRow(ctx, src.sql.snapshotFirst, src.Name, chunk).Scan(&n, &last)
+			err = tx.QueryRow(ctx, src.sql.snapshotFirst, src.Name, chunk).Scan(&n, &last, &seq)
 		} else {
-			err = tx.QueryRow(ctx, src.sql.snapshotAfter, src.Name, chunk, *after).Scan(&n, &last)
+			err = tx.QueryRow(ctx, src.sql.snapshotAfter, src.Name, chunk, *after).Scan(&n, &last, &seq)
 		}
 		if err != nil {
 			return err

@@ -69,16 +69,25 @@ type Source struct {
 	Name string
 	// Schema and Table name the application's table.
 	Schema, Table string
-	// Key is its single-column primary key.
+	// Key names its primary key: the column, or for a key of several
+	// columns the compact JSON array of their names (config.Source.Key).
 	Key string
-	// Kind is the key's kind.
+	// Kind is the key's kind: KeyComposite for a key of several columns.
 	Kind KeyKind
-	// KeyType is the key's SQL type, as PostgreSQL prints it.
+	// Keys and Kinds are the key's columns and their kinds, in the
+	// configuration's order: one of each for a key of one column.
+	Keys  []string
+	Kinds []KeyKind
+	// KeyType is the key's SQL type, as PostgreSQL prints it (the types,
+	// comma-separated, of a composite key).
 	KeyType string
 	// Columns are the payload's columns; nil means the whole row.
 	Columns []string
 	// Destination names the destination, as the file did at install time.
 	Destination string
+	// Where is the row filter the triggers evaluate (config.Source.Where);
+	// empty exports every row.
+	Where string
 
 	// partitioned is set by Install for a partitioned table, whose writes
 	// are captured by row triggers (see captureBody).
@@ -105,14 +114,18 @@ var ErrNotInstalled = errors.New("not installed as configured: run syncer migrat
 
 // Load returns every installed source, by name.
 func Load(ctx context.Context, q Querier) ([]*Source, error) {
-	rows, err := q.Query(ctx, `SELECT name, schema_name, table_name, key_column, key_kind, key_type, columns, destination
+	rows, err := q.Query(ctx, `SELECT name, schema_name, table_name, key_column, key_kind, key_type, columns, destination,
+			key_columns, key_kinds, COALESCE(row_filter, '')
 		FROM syncer_sources ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("sources: load: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Source, error) {
 		s := &Source{}
-		err := r.Scan(&s.Name, &s.Schema, &s.Table, &s.Key, &s.Kind, &s.KeyType, &s.Columns, &s.Destination)
+		err := r.Scan(&s.Name, &s.Schema, &s.Table, &s.Key, &s.Kind, &s.KeyType, &s.Columns, &s.Destination, &s.Keys, &s.Kinds, &s.Where)
+		if s.Keys == nil {
+			s.Keys, s.Kinds = []string{s.Key}, []KeyKind{s.Kind}
+		}
 		return s, err
 	})
 	if err != nil {
@@ -146,6 +159,12 @@ func Resolve(ctx context.Context, q Querier, cfg *config.Config) ([]*Source, err
 		var differs string
 		switch {
 		case s == nil:
+			// Say why migrate could not install it, when its table says
+			// (no primary key, a missing column...).
+			var se *SourceError
+			if _, err := inspect(ctx, q, c); errors.As(err, &se) {
+				return nil, fmt.Errorf("sources: %w", err)
+			}
 			return nil, fmt.Errorf("sources: source %s: %w", c.Name, ErrNotInstalled)
 		case s.Table != c.Table || (c.Schema != "" && s.Schema != c.Schema):
 			differs = "table"
@@ -155,6 +174,8 @@ func Resolve(ctx context.Context, q Querier, cfg *config.Config) ([]*Source, err
 			differs = "columns"
 		case s.Destination != c.Destination:
 			differs = "destination"
+		case s.Where != c.Where:
+			differs = "where"
 		}
 		if differs != "" {
 			return nil, fmt.Errorf("sources: source %s: its %s changed, so it is %w", c.Name, differs, ErrNotInstalled)
@@ -242,6 +263,8 @@ func (s *Source) pendingSQL(after bool) string {
 		match = key + " = k.num"
 	case KeyUUID:
 		match = key + " = k.key::uuid"
+	case KeyComposite:
+		match = s.keyMatchSQL("k.key")
 	default:
 		match = key + " = k.key::text COLLATE " + s.collation
 	}
@@ -257,7 +280,7 @@ func (s *Source) pendingSQL(after bool) string {
 		FROM (SELECT c.num, c.key, max(c.seq) AS version FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k
-		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + ` LIMIT 1) r ON true
+		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + s.filterAnd() + ` LIMIT 1) r ON true
 		ORDER BY k.num, k.key`
 }
 
@@ -268,23 +291,38 @@ func (s *Source) pendingSQL(after bool) string {
 // source, $2 the chunk, $3 the cursor. It returns the rows logged and the
 // last key.
 func (s *Source) snapshotSQL(after bool) string {
-	key := "t." + pgx.Identifier{s.Key}.Sanitize()
-	var cast, num string
-	switch s.Kind {
-	case KeyInteger:
-		cast, num = "bigint", "r.k::bigint"
-	case KeyUUID:
-		cast, num = "uuid", "0"
-	default:
-		cast, num = "text", "0"
-	}
 	cond := ""
 	if after {
-		cond = " WHERE " + key + " > $3::" + cast
+		cond = " WHERE " + rowSQL(s.keyColumns("t")) + " > " + rowSQL(s.keyValuesSQL("$3::text"))
 	}
-	return `WITH r AS (SELECT ` + key + ` AS k FROM ` + s.table() + ` t` + cond + ` ORDER BY ` + key + ` LIMIT $2 FOR SHARE OF t),
-		ins AS (INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, ` + num + `, r.k::text, false FROM r ORDER BY r.k)
-		SELECT count(*), (SELECT r.k::text FROM r ORDER BY r.k DESC LIMIT 1) FROM r`
+	return s.logKeysSQL(cond)
+}
+
+// logKeysSQL logs a chunk of the table's rows that cond (a WHERE clause on
+// the table aliased t, or empty) selects, in the key's order, from the
+// table's primary key, under a share lock. $1 is the source, $2 the chunk.
+// It returns the rows logged, the last key's text form and the highest seq
+// logged.
+func (s *Source) logKeysSQL(cond string) string {
+	cols := s.keyColumns("t")
+	sel, rcols, desc := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		r := "r.k" + strconv.Itoa(i)
+		sel[i], rcols[i], desc[i] = c+" AS k"+strconv.Itoa(i), r, r+" DESC"
+	}
+	text := s.keyTextSQL(rcols)
+	switch {
+	case s.Where != "" && cond == "":
+		cond = " WHERE (" + s.Where + ")"
+	case s.Where != "":
+		cond += s.filterAnd()
+	}
+	return `WITH r AS (SELECT ` + strings.Join(sel, ", ") + ` FROM ` + s.table() + ` t` + cond + `
+			ORDER BY ` + strings.Join(cols, ", ") + ` LIMIT $2 FOR SHARE OF t),
+		ins AS (INSERT INTO syncer_changes (source, num, key, deleted)
+			SELECT $1, ` + s.numSQL(rcols) + `, ` + text + `, false FROM r ORDER BY ` + strings.Join(rcols, ", ") + ` RETURNING seq)
+		SELECT (SELECT count(*) FROM r), (SELECT ` + text + ` FROM r ORDER BY ` + strings.Join(desc, ", ") + ` LIMIT 1),
+			COALESCE((SELECT max(seq) FROM ins), 0)`
 }
 
 // objectHash names a source's triggers and capture function: a hash of

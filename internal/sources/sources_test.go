@@ -418,9 +418,10 @@ func TestInstallRefusesUnusableTables(t *testing.T) {
 	}{
 		{"no table", "  - table: missing\n    key: id\n    destination: crm\n", "source missing: table missing does not exist (search_path: " + b.schema},
 		{"no table in schema", "  - table: nowhere.missing\n    key: id\n    destination: crm\n", "source nowhere.missing: table nowhere.missing does not exist"},
-		{"no primary key", "  - table: nopk\n    key: id\n    destination: crm\n", "has no primary key: a source needs a single-column primary key"},
-		{"two-column key", "  - table: twopk\n    key: a\n    destination: crm\n", "the primary key of " + b.schema + ".twopk has 2 columns (a, b): a source needs a single-column primary key"},
-		{"numeric key", "  - table: numkey\n    key: id\n    destination: crm\n", "key: id is of type numeric: a key must be an integer (smallint, integer, bigint), text, varchar or uuid"},
+		{"no primary key", "  - table: nopk\n    key: id\n    destination: crm\n", "has no primary key: a source needs one (key: id)"},
+		{"part of a two-column key", "  - table: twopk\n    key: a\n    destination: crm\n", "key: a is not the primary key of " + b.schema + ".twopk (its primary key is a, b)"},
+		{"more than the key", "  - table: twopk\n    key: [a, b, c]\n    destination: crm\n", "key: a, b, c is not the primary key of " + b.schema + ".twopk (its primary key is a, b)"},
+		{"numeric key", "  - table: numkey\n    key: id\n    destination: crm\n", "key: id is of type numeric: a key's columns must be integers (smallint, integer, bigint), text, varchar or uuid"},
 		{"not the primary key", "  - table: good\n    key: code\n    destination: crm\n", "key: code is not the primary key of " + b.schema + ".good (its primary key is id)"},
 		{"missing column", "  - table: good\n    key: id\n    columns: [status, colour, size]\n    destination: crm\n", "columns: " + b.schema + ".good has no column colour, size"},
 		{"a view", "  - table: goodview\n    key: id\n    destination: crm\n", "goodview is not a table"},

@@ -1,0 +1,149 @@
+package sources
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/migrations"
+)
+
+// captureVersion is written into every capture function, so that an
+// installation made by an older syncer is recognised and replaced.
+const captureVersion = "syncer capture v3"
+
+// captureBody is the capture function of a source: one change row per row
+// written, one outbox event and notification per statement (a table) or
+// per transaction (a partitioned table) that wrote any while the gate is
+// open; the event's op and the notification's payload are
+// migrations.SourceOp(name), so a relay can tell which source has work. It names
+// every object with its schema (the function pins its search_path), and
+// the source's name comes as the trigger's argument. The key is logged in
+// its text form, and as a bigint for integer keys (num) so that they are
+// read in numeric order. Columns of the application's table are only ever
+// read qualified (n.col, OLD.col), and the function's variables win over
+// them (use_variable), so no column name can change what it does.
+func captureBody(schema string, s *Source) string {
+	changes := pgx.Identifier{schema, "syncer_changes"}.Sanitize()
+	outbox := pgx.Identifier{schema, "syncer_outbox"}.Sanitize()
+	num := func(alias string) string { return s.numSQL(s.keyColumns(alias)) }
+	text := func(alias string) string { return s.keyTextSQL(s.keyColumns(alias)) }
+	row := func(alias string) string { return rowSQL(s.keyColumns(alias)) }
+	ins := "INSERT INTO " + changes + " (source, num, key, deleted)\n        "
+	op := "'" + migrations.SourceOpPrefix + "' || syncer_source" // a constant with no quote in it
+	signal := `INSERT INTO ` + outbox + ` (op) VALUES (` + op + `);
+        PERFORM pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, ` + op + `);`
+	// TRUNCATE runs the statement triggers of the table named and of
+	// every partition it empties: each logs the rows of its table but
+	// those of a partition that has the trigger too, which logs its own.
+	// So a partition made after migrate (no trigger of its own) is logged
+	// when its parent is truncated, and each row once.
+	tail := `' o WHERE o.tableoid <> ALL ($2)'`
+	if s.Where != "" {
+		tail = quoteLiteral(" o WHERE o.tableoid <> ALL ($2)" + s.filterAnd())
+	}
+	// Without a filter, each statement is the one it was before filters
+	// were, so that an installation made then is current still.
+	// With a filter, an UPDATE logs the rows that match after it and those
+	// that matched before it and no longer do (their key reads as gone).
+	guard := func(cond, stmt string) string {
+		if s.Where == "" {
+			return stmt
+		}
+		return "IF " + cond + " THEN\n            " + stmt + "\n        END IF;"
+	}
+	truncate := `EXECUTE ` + quoteLiteral("INSERT INTO "+changes+" (source, num, key, deleted) SELECT $1, "+num("o")+", "+text("o")+", true FROM ") + `
+            || TG_RELID::regclass::text || ` + tail + `
+        USING syncer_source, ARRAY(SELECT tg.tgrelid FROM pg_catalog.pg_trigger tg WHERE tg.tgname = TG_NAME AND tg.tgrelid <> TG_RELID);`
+	head := `
+-- ` + captureVersion + `: see internal/sources.
+#variable_conflict use_variable
+DECLARE
+    syncer_source text := TG_ARGV[0];
+    syncer_rows   bigint;
+BEGIN
+`
+	if s.partitioned {
+		oldGone := row("NEW") + ` IS DISTINCT FROM ` + row("OLD")
+		if s.Where != "" {
+			// Or the row no longer matches: its key reads as gone.
+			oldGone = s.filterOfRecord("OLD") + " AND (" + oldGone + " OR NOT " + s.filterOfRecord("NEW") + ")"
+		}
+		flag := quoteLiteral("syncer.signalled_" + objectHash(schema, s.Name))
+		return head + `    IF TG_OP = 'TRUNCATE' THEN
+        -- Before it: every row still there is deleted.
+        ` + truncate + `
+        GET DIAGNOSTICS syncer_rows = ROW_COUNT;
+        IF syncer_rows > 0 AND ` + migrations.GateOpen(schema) + ` THEN
+            ` + signal + `
+        END IF;
+        RETURN NULL;
+    END IF;
+    -- A row trigger, cloned to every partition: one change per row.
+    IF TG_OP = 'INSERT' THEN
+        ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
+    ELSIF TG_OP = 'UPDATE' THEN
+        ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
+        -- A changed key is a new key and a deleted one. (A row moved to
+        -- another partition comes as a DELETE and an INSERT.)
+        IF ` + oldGone + ` THEN
+            ` + ins + `VALUES (syncer_source, ` + num("OLD") + `, ` + text("OLD") + `, true);
+        END IF;
+    ELSE
+        ` + guard(s.filterOfRecord("OLD"), ins+`VALUES (syncer_source, `+num("OLD")+`, `+text("OLD")+`, true);`) + `
+    END IF;
+    -- One event a transaction, not one a row: the flag is local to the
+    -- transaction (and undone with a rolled-back savepoint, as the event
+    -- is). The gate is read until it is found open.
+    IF current_setting(` + flag + `, true) IS DISTINCT FROM 'on' AND ` + migrations.GateOpen(schema) + ` THEN
+        ` + signal + `
+        PERFORM set_config(` + flag + `, 'on', true);
+    END IF;
+    RETURN NULL;
+END
+`
+	}
+	return head + `    IF TG_OP = 'INSERT' THEN
+        ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n` + s.filterWhere() + `;
+    ELSIF TG_OP = 'UPDATE' THEN
+        -- A changed key is a new key and a deleted one.
+        ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n` + s.filterWhere() + `
+        UNION ALL
+        SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true FROM syncer_old o
+        WHERE NOT EXISTS (SELECT FROM syncer_new n WHERE ` + row("n") + ` = ` + row("o") + s.filterAnd() + `)` + s.filterAnd() + `;
+    ELSIF TG_OP = 'DELETE' THEN
+        ` + ins + `SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true FROM syncer_old o` + s.filterWhere() + `;
+    ELSE
+        -- TRUNCATE, before it: every row still there is deleted.
+        ` + truncate + `
+    END IF;
+    -- The gate of 006_gate_lease.sql, read here rather than through a
+    -- function: a call would cost the writer as much as the read.
+    GET DIAGNOSTICS syncer_rows = ROW_COUNT;
+    IF syncer_rows > 0 AND ` + migrations.GateOpen(schema) + ` THEN
+        ` + signal + `
+    END IF;
+    RETURN NULL;
+END
+`
+}
+
+// dollarQuote quotes a function body with a tag that does not occur in
+// it.
+func dollarQuote(body string) string {
+	tag := "$syncer$"
+	for i := 0; strings.Contains(body, tag); i++ {
+		tag = fmt.Sprintf("$syncer%d$", i)
+	}
+	return tag + body + tag
+}
+
+// quoteLiteral quotes a string as an SQL literal that reads the same
+// whatever standard_conforming_strings says: an E-prefixed string with quotes
+// and backslashes doubled. DDL takes no parameters.
+func quoteLiteral(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	s = strings.ReplaceAll(s, `'`, `''`)
+	return "E'" + s + "'"
+}

@@ -1,0 +1,48 @@
+package sources
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SourceFailure is a failed key of any source, for status and the console.
+type SourceFailure struct {
+	Source      string
+	Destination string
+	Failure
+}
+
+// AllRecentFailures returns the most recently failed keys of every source
+// that have not changed since, latest first, at most limit of them.
+func AllRecentFailures(ctx context.Context, q Querier, limit int) ([]SourceFailure, error) {
+	rows, err := q.Query(ctx, `SELECT f.source, s.destination, f.key, f.version, f.failed_at, f.error
+		FROM syncer_source_failures f JOIN syncer_sources s ON s.name = f.source
+		WHERE NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)
+		ORDER BY f.failed_at DESC, f.source DESC, f.key DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sources: failures: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceFailure, error) {
+		var f SourceFailure
+		err := r.Scan(&f.Source, &f.Destination, &f.Key, &f.Version, &f.FailedAt, &f.Error)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sources: failures: %w", err)
+	}
+	return out, nil
+}
+
+// RetryFailedKeys is RetryFailed of the keys named only, each in its text
+// form (a composite key's compact JSON array); a key that has not failed is
+// left alone.
+func RetryFailedKeys(ctx context.Context, e Execer, src string, keys []string) (int64, error) {
+	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 AND key = ANY($2) RETURNING num, key)
+		INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, num, key, false FROM f ORDER BY num, key`, src, keys)
+	if err != nil {
+		return 0, fmt.Errorf("sources: source %s: retry failed keys: %w", src, err)
+	}
+	return tag.RowsAffected(), nil
+}
