@@ -33,7 +33,7 @@ sources:
 		args []string
 		want string
 	}{
-		{"unknown format", []string{"--thirdparty-format", "kafka"}, `--thirdparty-format (SYNCER_THIRDPARTY_FORMAT) must be syncer, standard-webhooks, cloudevents or elasticsearch, got "kafka"`},
+		{"unknown format", []string{"--thirdparty-format", "kafka"}, `--thirdparty-format (SYNCER_THIRDPARTY_FORMAT) must be one of syncer, standard-webhooks, cloudevents, elasticsearch (custom needs a file: SYNCER_CONFIG), got "kafka"`},
 		{"webhooks without a secret", []string{"--thirdparty-format", "standard-webhooks"}, "--thirdparty-signing-secret (SYNCER_THIRDPARTY_SIGNING_SECRET): required by standard-webhooks"},
 		{"secret of the wrong form", []string{"--thirdparty-format", "standard-webhooks", "--thirdparty-signing-secret", "not-whsec-secret"},
 			"--thirdparty-signing-secret (SYNCER_THIRDPARTY_SIGNING_SECRET): standardwebhooks: the signing secret must be whsec_ followed by base64"},

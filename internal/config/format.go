@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -12,11 +13,18 @@ import (
 	"github.com/syncer-dev/syncer/internal/formats/custom"
 )
 
-// formatFields are a destination's fields of CONTRACT.md section 6.
-var formatFields = []string{"format", "headers", "signing_secret_env", "signing_secret_file",
-	"event_source", "event_type_prefix", "request", "deletes", "response"}
+// formatFields are a destination's fields of docs/protocol.md section 7:
+// the format's name and headers, then the fields of every format, from the
+// table of formats.
+var formatFields = func() []string {
+	out := []string{"format", "headers"}
+	for _, k := range formats.Kinds() {
+		out = append(out, k.Fields...)
+	}
+	return out
+}()
 
-// Format is what a destination's file says of its format (CONTRACT.md
+// Format is what a destination's file says of its format (docs/protocol.md
 // section 6). Its secrets never print themselves.
 type Format struct {
 	// Name is the format; "" is the syncer format.
@@ -66,16 +74,14 @@ func (p *parser) format(d *Destination, f map[string]*yaml.Node, path string, n 
 	}
 	if !formats.Known(fm.Name) {
 		return &Error{Path: join(path, "format"), Line: line(f, "format", n),
-			Msg: fmt.Sprintf("unknown format %q (known: %s)", fm.Name, strings.Join(formats.Names, ", "))}
+			Msg: fmt.Sprintf("unknown format %q (known: %s)", fm.Name, strings.Join(formats.Names(false), ", "))}
 	}
-	only := map[string]string{
-		"signing_secret_env": "standard-webhooks", "signing_secret_file": "standard-webhooks",
-		"event_source": "cloudevents", "event_type_prefix": "cloudevents",
-		"request": "custom", "deletes": "custom", "response": "custom",
-	}
-	for field, format := range only {
-		if v, ok := f[field]; ok && !isNull(v) && fm.Name != format {
-			return &Error{Path: join(path, field), Line: v.Line, Msg: "is only for format " + format}
+	kind, _ := formats.Lookup(fm.Name)
+	for _, k := range formats.Kinds() {
+		for _, field := range k.Fields {
+			if v, ok := f[field]; ok && !isNull(v) && k.Name != kind.Name {
+				return &Error{Path: join(path, field), Line: v.Line, Msg: "is only for format " + k.Name}
+			}
 		}
 	}
 	if err := p.headers(fm, f, path); err != nil {
@@ -96,10 +102,10 @@ func (p *parser) format(d *Destination, f map[string]*yaml.Node, path string, n 
 		return err
 	}
 	fm.SigningSecretEnv, fm.SigningSecretFile, fm.SigningSecret = ref.Env, ref.File, secret
-	if fm.Name == "standard-webhooks" && !ref.Given() {
-		return &Error{Path: join(path, "signing_secret_env"), Line: n.Line, Msg: "required by format standard-webhooks (or signing_secret_file)"}
+	if kind.Secret == "signing_secret" && !ref.Given() {
+		return &Error{Path: join(path, "signing_secret_env"), Line: n.Line, Msg: "required by format " + kind.Name + " (or signing_secret_file)"}
 	}
-	if fm.Name == "custom" {
+	if fm.Name == custom.Name {
 		if err := p.custom(fm, f, path, n); err != nil {
 			return err
 		}
@@ -108,7 +114,7 @@ func (p *parser) format(d *Destination, f map[string]*yaml.Node, path string, n 
 	// the first batch (a secret of the wrong form, a program that does not
 	// compile). Without a secret read (no getenv) the secret is not checked.
 	spec := fm.Spec()
-	if spec.Name == "standard-webhooks" && spec.SigningSecret == "" {
+	if kind.Secret != "" && spec.SigningSecret == "" {
 		return nil
 	}
 	if _, err := formats.New(spec, ""); err != nil {
@@ -227,16 +233,29 @@ func (p *parser) custom(fm *Format, f map[string]*yaml.Node, path string, n *yam
 	if req != nil {
 		fm.Custom.Request = *req
 	}
-	if fm.Custom.Deletes, err = read("deletes", []string{"method", "path", "body"}); err != nil {
+	if fm.Custom.Deletes, err = read("deletes", []string{"method", "path", "body", "per_item"}); err != nil {
 		return err
+	}
+	if v, ok := f["program_timeout"]; ok && !isNull(v) {
+		d, err := time.ParseDuration(v.Value)
+		if err != nil || d <= 0 || d > time.Minute {
+			return &Error{Path: join(path, "program_timeout"), Line: v.Line, Msg: "must be a duration above 0 and at most 1m, such as 500ms or 2s"}
+		}
+		fm.Custom.ProgramTimeout = d
 	}
 	if v, ok := f["response"]; ok && !isNull(v) {
 		rpath := join(path, "response")
 		if v.Kind != yaml.MappingNode {
-			return &Error{Path: rpath, Line: v.Line, Msg: "must be a mapping with accepted, rejected"}
+			return &Error{Path: rpath, Line: v.Line, Msg: "must be a mapping with accepted, rejected, refused, retry"}
 		}
-		rf, err := p.mapping(v, rpath, []string{"accepted", "rejected"})
+		rf, err := p.mapping(v, rpath, []string{"accepted", "rejected", "refused", "retry"})
 		if err != nil {
+			return err
+		}
+		if fm.Custom.Refused, err = str(rf, "refused", rpath); err != nil {
+			return err
+		}
+		if fm.Custom.Retry, err = str(rf, "retry", rpath); err != nil {
 			return err
 		}
 		if fm.Custom.Accepted, err = str(rf, "accepted", rpath); err != nil {

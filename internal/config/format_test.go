@@ -9,7 +9,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/config"
 )
 
-// contractFormats is CONTRACT.md section 6's example, with a source.
+// contractFormats is docs/protocol.md section  7's example, with a source.
 const contractFormats = `
 destinations:
   hooks:

@@ -2,6 +2,7 @@ package delivery_test
 
 import (
 	"context"
+	syncerformat "github.com/syncer-dev/syncer/internal/formats/syncer"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
@@ -61,7 +62,7 @@ func BenchmarkUnannouncedLimit(b *testing.B) {
 	)
 	for b.Loop() {
 		fake, client := benchFake(b, fakethirdparty.Config{UnannouncedLimit: limit})
-		d, err := delivery.New(client, nil, &delivery.Config{Installation: installation, MaxInFlight: 4})
+		d, err := delivery.New(client, nil, &delivery.Config{Installation: installation, Format: syncerformat.Format{}, MaxInFlight: 4})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -105,7 +106,7 @@ func BenchmarkAdvertisedQuota(b *testing.B) {
 	)
 	for b.Loop() {
 		fake, client := benchFake(b, fakethirdparty.Config{Quota: quota, QuotaWindow: window})
-		d, err := delivery.New(client, nil, &delivery.Config{Installation: installation, MaxInFlight: 4})
+		d, err := delivery.New(client, nil, &delivery.Config{Installation: installation, Format: syncerformat.Format{}, MaxInFlight: 4})
 		if err != nil {
 			b.Fatal(err)
 		}

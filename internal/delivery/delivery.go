@@ -15,7 +15,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
-	syncerformat "github.com/syncer-dev/syncer/internal/formats/syncer"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
@@ -42,11 +41,13 @@ type Format interface {
 	Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.Result, error)
 }
 
-// canonical is a Format whose one request's body is the recorded body
-// itself (the syncer format): a recorded batch goes as recorded.
-type canonical interface{ Canonical() bool }
-
-var _ Format = syncerformat.Format{}
+// Canonical is the optional capability of a Format whose one request of
+// a whole batch has the recorded body itself (the syncer format's
+// thirdparty.AppendBatch): a recorded batch goes as recorded, without being
+// encoded again.
+type Canonical interface {
+	CanonicalRequest(items []thirdparty.Item, body []byte) thirdparty.Request
+}
 
 var _ Client = (*thirdparty.Client)(nil)
 
@@ -163,8 +164,8 @@ type Config struct {
 	// ErrCredentials or ErrConfiguration); then one request probes.
 	// Defaults to AuthProbeIntervalDefault.
 	AuthProbeInterval time.Duration
-	// Format makes the requests and reads the answers. Defaults to the
-	// syncer format (CONTRACT.md section 2).
+	// Format makes the requests and reads the answers (formats.New builds
+	// one). Required.
 	Format Format
 	// Logger defaults to discarding.
 	Logger *slog.Logger
@@ -192,13 +193,13 @@ func (c *Config) withDefaults() Config {
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
-	if out.Format == nil {
-		out.Format = syncerformat.Format{}
-	}
 	return out
 }
 
 func (c *Config) validate() error {
+	if c.Format == nil {
+		return errors.New("delivery: Config.Format is required (formats.New builds one)")
+	}
 	durations := []struct {
 		name string
 		d    time.Duration
@@ -235,14 +236,14 @@ func (c *Config) validate() error {
 type Deliverer struct {
 	client Client
 	format Format
-	// whole is set when the format's request of a whole batch is the
-	// recorded body itself.
-	whole   bool
-	store   Store // nil: the facts live in this process only
-	cfg     Config
-	logger  *slog.Logger
-	metrics *metrics.Destination
-	now     func() time.Time
+	// canonical is the format's, when its request of a whole batch is the
+	// recorded body itself; nil otherwise.
+	canonical Canonical
+	store     Store // nil: the facts live in this process only
+	cfg       Config
+	logger    *slog.Logger
+	metrics   *metrics.Destination
+	now       func() time.Time
 
 	slots chan struct{} // one per request unanswered
 	// places and admission order the workers of batches of many requests
@@ -260,11 +261,22 @@ type Deliverer struct {
 	// nanoseconds; 0 until they are read once (and the learnt rate
 	// adopted). The request that moves it reads them.
 	loadedAt atomic.Int64
+	// clean is set while no failure was seen since the last error was
+	// cleared (see succeeded); unset, the first success clears it.
+	clean atomic.Bool
+	// hold is set while a person paused the destination; probedAt is the
+	// time of the last probe a person asked for, in Unix nanoseconds
+	// (hold.go).
+	hold     atomic.Bool
+	probedAt atomic.Int64
 
-	mu       sync.Mutex
-	pause    pause
-	creds    refusal
-	conf     refusal
+	mu    sync.Mutex
+	pause pause
+	creds refusal
+	conf  refusal
+	// streak is the batches rejected whole for one reason in a row
+	// (storm.go).
+	streak   streak
 	failure  breakerstore.LastError // the last failure seen
 	written  breakerstore.LastError // the last failure written to the store
 	warned   string                 // the kind of failure last logged at warn
@@ -323,8 +335,8 @@ func New(client Client, store Store, cfg *Config) (*Deliverer, error) {
 		creds:     refusal{key: breakerstore.KeyCredentials, sentinel: ErrCredentials},
 		conf:      refusal{key: breakerstore.KeyConfiguration, sentinel: ErrConfiguration},
 	}
-	if cf, ok := c.Format.(canonical); ok && cf.Canonical() {
-		d.whole = true
+	if cf, ok := c.Format.(Canonical); ok {
+		d.canonical = cf
 	}
 	d.held.Store(true)
 	d.pacer = newPacer(c.RateLimit, c.RateBurst, d.now)
@@ -377,12 +389,15 @@ func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 		j.batch.Time = d.now().UTC().Truncate(time.Second)
 	}
 	var whole *thirdparty.Request
-	if d.whole {
-		r := syncerformat.Request(items, body)
+	if d.canonical != nil {
+		r := d.canonical.CanonicalRequest(items, body)
 		whole = &r
 		j.wholeKey = cmp.Or(b.Key, thirdparty.BatchKey(d.cfg.Installation, b.Salt, body))
 	}
 	if err := d.deliver(ctx, j, items, whole, time.Time{}, true, out); err != nil {
+		return nil, err
+	}
+	if err := d.judgeRejections(ctx, out); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -407,7 +422,7 @@ func (d *Deliverer) key(j *job, r *thirdparty.Request, whole bool) string {
 	if whole {
 		return j.wholeKey
 	}
-	if d.whole {
+	if d.canonical != nil {
 		return thirdparty.BatchKey(d.cfg.Installation, j.salt, r.Body)
 	}
 	return thirdparty.RequestKey(d.cfg.Installation, j.salt, cmp.Or(r.Method, "POST"), r.Path, r.Body)
@@ -425,6 +440,9 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 	} else {
 		var err error
 		if reqs, err = d.render(ctx, j, items); err != nil {
+			if isProgramFailure(err) {
+				return d.isolate(ctx, j, items, err, pendingSince, out)
+			}
 			return err
 		}
 	}
@@ -535,8 +553,8 @@ func (d *Deliverer) render(ctx context.Context, j *job, items []thirdparty.Item)
 	bo := d.newBackoff()
 	for {
 		reqs, err := d.format.Requests(&b)
-		if err == nil {
-			return reqs, nil
+		if err == nil || isProgramFailure(err) {
+			return reqs, err
 		}
 		d.programFailed(ctx, err)
 		next := bo.NextBackOff()
@@ -707,6 +725,9 @@ func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request,
 func (d *Deliverer) attempt(ctx context.Context, key string, r *thirdparty.Request, out *Outcome) (*thirdparty.Result, error) {
 	d.loadShared(ctx)
 	for {
+		if err := d.checkHold(); err != nil {
+			return nil, err
+		}
 		if err := d.checkRefusals(); err != nil {
 			return nil, err
 		}

@@ -42,6 +42,7 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 		d.logger.WarnContext(ctx, "delivery: read the shared state", slog.String("error", err.Error()))
 		return
 	}
+	d.adoptPerson(ctx, st, first)
 	inherited := d.breaker.adopt(st.Breaker)
 	if state, until := d.breaker.state(); !until.IsZero() || inherited {
 		d.metrics.SetBreakerState(int(state))
@@ -321,6 +322,7 @@ func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, r
 	if err == nil {
 		d.metrics.LastSuccess(d.now())
 		d.accepted(ctx)
+		d.succeeded(ctx)
 		d.rateChanged(ctx, d.pacer.succeeded(sentAt))
 		return
 	}
@@ -393,6 +395,7 @@ func (d *Deliverer) lastError(ctx context.Context, text string, status int, kind
 	now := d.now()
 	d.mu.Lock()
 	d.failure = breakerstore.LastError{Text: text, Status: status, At: now.UTC()}
+	d.clean.Store(false)
 	failure := d.failure
 	write := d.store != nil && (text != d.written.Text || now.Sub(d.written.At) >= lastErrorEvery)
 	if write {

@@ -1,11 +1,18 @@
 // Package jobs declares the River job kinds syncer enqueues, so the relay,
-// the CLI and the workers agree on them without depending on each other.
+// the CLI and the workers agree on them without depending on each other,
+// and counts them (Counts) for the gauges and status.
 // Each kind carries its insert options (River's JobArgsWithInsertOpts), so
 // whoever inserts one passes nil options and gets the same queue and
 // attempts.
 package jobs
 
-import "github.com/riverqueue/river"
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
 
 // Queue is the River queue syncer's jobs run on.
 const Queue = "syncer"
@@ -63,3 +70,32 @@ var (
 	_ river.JobArgsWithInsertOpts = ReplayArgs{}
 	_ river.JobArgsWithInsertOpts = SourceArgs{}
 )
+
+// Kinds are syncer's job kinds.
+func Kinds() []string { return []string{SyncArgs{}.Kind(), ReplayArgs{}.Kind(), SourceArgs{}.Kind()} }
+
+// Querier is what Counts needs: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Count is how many of syncer's jobs of one kind are in one state.
+type Count struct {
+	Kind, State string
+	N           int64
+}
+
+// Counts counts syncer's jobs by kind and state, every state included:
+// the one reading of river_job that the gauges and status share.
+func Counts(ctx context.Context, q Querier) ([]Count, error) {
+	rows, err := q.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
+		WHERE kind = ANY($1) GROUP BY kind, state ORDER BY kind, state`, Kinds())
+	if err != nil {
+		return nil, fmt.Errorf("jobs: count: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Count])
+	if err != nil {
+		return nil, fmt.Errorf("jobs: count: %w", err)
+	}
+	return out, nil
+}

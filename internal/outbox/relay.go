@@ -430,7 +430,7 @@ func (r *Relay) ensureJob(ctx context.Context, tx pgx.Tx, ignoreRunning bool) (b
 	if running >= 2 && !ignoreRunning {
 		return false, nil
 	}
-	if _, err := r.river.InsertTx(ctx, tx, jobs.SyncArgs{}, &river.InsertOpts{Queue: jobs.Queue, MaxAttempts: 1000}); err != nil {
+	if _, err := r.river.InsertTx(ctx, tx, jobs.SyncArgs{}, nil); err != nil {
 		return false, fmt.Errorf("insert sync job: %w", err)
 	}
 	return true, nil

@@ -1,5 +1,5 @@
 // Package cloudevents is the destination format of the batched mode of the
-// CloudEvents 1.0 HTTP binding (CONTRACT.md section 6): one request per
+// CloudEvents 1.0 HTTP binding (docs/protocol.md section  7): one request per
 // batch, a JSON array of structured events, one per item.
 //
 // What it guarantees: an event's id is the item's key and version, and its

@@ -1,5 +1,5 @@
 // Package elasticsearch is the destination format of the bulk API of
-// Elasticsearch and OpenSearch (CONTRACT.md section 6): one request per
+// Elasticsearch and OpenSearch (docs/protocol.md section  7): one request per
 // batch, POST {url}/_bulk, an index or delete action per item with the
 // item's version as an external version, and an answer read item by item.
 //

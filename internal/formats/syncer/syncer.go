@@ -1,5 +1,5 @@
 // Package syncer is the destination format of syncer's own protocol
-// (CONTRACT.md section 2): one request per batch, POST {url}/v1/batches,
+// (docs/protocol.md section 2): one request per batch, POST {url}/v1/batches,
 // the canonical body of [thirdparty.AppendBatch], and an answer read as
 // the contract's results. It is the default format, and the one whose
 // request body is the recorded body itself.
@@ -34,6 +34,10 @@ func (Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.Res
 	return a.Results(r.IDs)
 }
 
-// Canonical reports that the request body is the recorded body: a
-// recorded batch is sent as recorded, without encoding it again.
-func (Format) Canonical() bool { return true }
+// CanonicalRequest is the request of items whose canonical body (the
+// recorded one) is body: the delivery path's optional Canonical
+// capability, so a recorded batch is sent as recorded, without encoding it
+// again.
+func (Format) CanonicalRequest(items []thirdparty.Item, body []byte) thirdparty.Request {
+	return Request(items, body)
+}
