@@ -44,6 +44,10 @@ const (
 	ScenarioElasticsearchDrain = "elasticsearch-drain"
 	ScenarioCustomDrain        = "custom-drain"
 	ScenarioWebhooks           = "webhooks"
+	// The console (issue 30).
+	ScenarioConsole = "console"
+	// Tables as applications shape them (issue 29).
+	ScenarioShapes = "shapes"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -54,6 +58,7 @@ var Scenarios = []string{
 	ScenarioSources,
 	ScenarioColdStart, ScenarioFastLimit, ScenarioRestart, ScenarioHandover,
 	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
+	ScenarioConsole, ScenarioShapes,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -74,6 +79,8 @@ var rowNames = map[string][]string{
 	ScenarioElasticsearchDrain: {"elasticsearch drain"},
 	ScenarioCustomDrain:        {"custom drain"},
 	ScenarioWebhooks:           {"webhooks"},
+	ScenarioConsole:            {"console"},
+	ScenarioShapes:             {"source writers", "filtered writers"},
 	ScenarioColdStart:          {"cold start"},
 	ScenarioFastLimit:          {"fast limit"},
 	ScenarioRestart:            {"restart"},
@@ -278,6 +285,8 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioElasticsearchDrain, r.elasticsearchDrain},
 		{ScenarioCustomDrain, r.customDrain},
 		{ScenarioWebhooks, r.webhooks},
+		{ScenarioConsole, r.consoleScenario},
+		{ScenarioShapes, r.shapesScenario},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

@@ -18,7 +18,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
-// The formats scenarios (issue 21): the destination formats of CONTRACT.md
+// The formats scenarios (issue 21): the destination formats of docs/protocol.md
 // section 6, each against the syncer format in the same run.
 //
 //   - cloudevents drain, elasticsearch drain: the drain row's rows to the

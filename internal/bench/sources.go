@@ -58,6 +58,7 @@ type benchSource struct {
 	url                string // the destination's URL
 	inFlight           int    // the destination's max_in_flight; 0: the run's
 	yaml               string // more fields of the destination (a format's), indented
+	where              string // the source's row filter; "" for none
 }
 
 // benchFormat is the format of a bench destination: what the fake speaks,
@@ -82,6 +83,9 @@ func writeSourceConfig(dir string, srcs []benchSource) (string, error) {
 	b.WriteString("sources:\n")
 	for _, s := range srcs {
 		fmt.Fprintf(&b, "  - table: %s\n    key: id\n    destination: %s\n    batch_size: 500\n    snapshot: false\n", s.table, s.destination)
+		if s.where != "" {
+			fmt.Fprintf(&b, "    where: %q\n", s.where)
+		}
 	}
 	path := filepath.Join(dir, "syncer-sources.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
@@ -138,12 +142,15 @@ func insertOrder(ctx context.Context, conn *pgxpool.Conn, i int64) (int64, error
 // destination nobody answers (the scenarios that use it install the
 // source, or drain it with a fake of their own), and returns its path and
 // what removes it.
-func ordersConfig() (string, func(), error) {
+func ordersConfig() (string, func(), error) { return ordersConfigWhere("") }
+
+// ordersConfigWhere is ordersConfig with the source's row filter.
+func ordersConfigWhere(where string) (string, func(), error) {
 	dir, err := os.MkdirTemp("", "syncer-bench-")
 	if err != nil {
 		return "", nil, err
 	}
-	path, err := writeSourceConfig(dir, []benchSource{{table: "orders", destination: "api", url: "http://127.0.0.1:9"}})
+	path, err := writeSourceConfig(dir, []benchSource{{table: "orders", destination: "api", url: "http://127.0.0.1:9", where: where}})
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
@@ -154,8 +161,24 @@ func ordersConfig() (string, func(), error) {
 // sourceWriters: the writers on a table with a source's triggers, gate
 // shut, against the same table without them, alternating.
 func (r *runner) sourceWriters(ctx context.Context) (Row, error) {
+	return r.writersOf(ctx, "source writers", "")
+}
+
+// filteredWriters (issue 29): the writers on a table whose source has a
+// row filter every inserted row matches (each insert evaluates it and logs
+// a change: a filter's worst case for writers), against the same table
+// without triggers. Target >= 0.75x, as source writers; within 10% of
+// source writers in the same run.
+func (r *runner) filteredWriters(ctx context.Context) (Row, error) {
+	return r.writersOf(ctx, "filtered writers", "status <> 'deleted' AND total >= 0")
+}
+
+// writersOf measures the row named scenario: writers on orders with a
+// source's triggers (its row filter where, if any), gate shut, against
+// the same inserts without triggers, alternating.
+func (r *runner) writersOf(ctx context.Context, scenario, where string) (Row, error) {
 	dur, writers := r.sizes.OverheadFor, r.sizes.Writers
-	path, cleanup, err := ordersConfig()
+	path, cleanup, err := ordersConfigWhere(where)
 	if err != nil {
 		return Row{}, err
 	}
@@ -199,12 +222,16 @@ func (r *runner) sourceWriters(ctx context.Context) (Row, error) {
 		return Row{}, err
 	}
 	if changes != got.rows {
-		return Row{}, fmt.Errorf("bench: source writers: %d inserts logged %d changes", got.rows, changes)
+		return Row{}, fmt.Errorf("bench: %s: %d inserts logged %d changes", scenario, got.rows, changes)
 	}
 	ratio := got.rate() / base.rate()
+	what := "a source's triggers"
+	if where != "" {
+		what = "a source's triggers with where: " + where
+	}
 	return Row{
-		Scenario: "source writers",
-		Measured: fmt.Sprintf("%s inserts/s (%d writers, a source's triggers, gate shut)", count(got.rate()), writers),
+		Scenario: scenario,
+		Measured: fmt.Sprintf("%s inserts/s (%d writers, %s, gate shut)", count(got.rate()), writers, what),
 		Baseline: fmt.Sprintf("plain %s inserts/s", count(base.rate())),
 		Figure:   fmt.Sprintf("%.2fx", ratio),
 		Target:   ">= 0.75x",
@@ -298,6 +325,19 @@ func (r *runner) runSources(ctx context.Context, label string, tables []string, 
 
 // runSourcesIn is runSources with the destinations in format bf.
 func (r *runner) runSourcesIn(ctx context.Context, label string, tables []string, n int, latency time.Duration, inFlight int, bf benchFormat) (sourceRun, error) {
+	return r.runSourcesWith(ctx, label, tables, n, latency, inFlight, bf, sourceRunExtra{})
+}
+
+// sourceRunExtra is what a scenario adds to a drain of sources: more
+// settings of the daemon, and work done beside the drain (given the
+// daemon's HTTP address) until it ends.
+type sourceRunExtra struct {
+	settings []string
+	beside   func(ctx context.Context, addr string)
+}
+
+// runSourcesWith is runSourcesIn with extra.
+func (r *runner) runSourcesWith(ctx context.Context, label string, tables []string, n int, latency time.Duration, inFlight int, bf benchFormat, extra sourceRunExtra) (sourceRun, error) {
 	var res sourceRun
 	dir, err := os.MkdirTemp("", "syncer-bench-")
 	if err != nil {
@@ -335,11 +375,16 @@ func (r *runner) runSourcesIn(ctx context.Context, label string, tables []string
 	r.progressf("   %s: daemon draining %s rows from each of %s", label, count(float64(n)), strings.Join(tables, ", "))
 	// --thirdparty-url= (empty): the configuration alone, resources not
 	// exported.
-	d, err := r.startDaemon(ctx, s, fakes[0], false, "--config", path, "--thirdparty-url=", "--batch-size", strconv.Itoa(r.sizes.BatchSize))
+	d, err := r.startDaemon(ctx, s, fakes[0], false, append([]string{"--config", path, "--thirdparty-url=", "--batch-size", strconv.Itoa(r.sizes.BatchSize)}, extra.settings...)...)
 	if err != nil {
 		return res, err
 	}
 	defer d.stop()
+	if extra.beside != nil {
+		bctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go extra.beside(bctx, d.addr)
+	}
 	limit := drainLimit(n*len(tables)) + time.Duration(n/500)*latency
 	wctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -465,4 +510,21 @@ func (r *runner) sourcesScenario(ctx context.Context) ([]Row, error) {
 		rows = append(rows, row)
 	}
 	return rows, first
+}
+
+// shapesScenario runs the rows of issue 29 in one run: source writers (the
+// single-key baseline) and filtered writers, so their ratios compare.
+func (r *runner) shapesScenario(ctx context.Context) ([]Row, error) {
+	var rows []Row
+	for _, fn := range []func(context.Context) (Row, error){r.sourceWriters, r.filteredWriters} {
+		if err := ctx.Err(); err != nil {
+			return rows, err
+		}
+		row, err := fn(ctx)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
 }

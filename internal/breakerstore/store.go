@@ -61,7 +61,7 @@ const (
 	KeyLastError = "last_error"
 )
 
-var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError}
+var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError, KeyHold, KeyProbe, KeyCertificates}
 
 // Breaker is the circuit breaker's state as stored: gobreaker's SharedState
 // without the counts, which only the process that counts needs.
@@ -154,6 +154,9 @@ type State struct {
 	Pause         Pause
 	Rate          Rate
 	LastError     LastError
+	Hold          Hold
+	Certificates  Certificates
+	Probe         Probe
 }
 
 // Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -197,6 +200,12 @@ func ReadStateOf(ctx context.Context, q Querier, namespace string) (State, error
 			decode(value, &st.Rate)
 		case KeyLastError:
 			decode(value, &st.LastError)
+		case KeyHold:
+			decode(value, &st.Hold)
+		case KeyCertificates:
+			decode(value, &st.Certificates)
+		case KeyProbe:
+			decode(value, &st.Probe)
 		}
 		return nil
 	})

@@ -31,6 +31,7 @@ type ConfigCheckCmd struct {
 	DB
 	ConfigFile
 	Timeout time.Duration `name:"timeout" env:"SYNCER_CHECK_TIMEOUT" default:"${check_timeout}" help:"How long a destination's URL may take to answer."`
+	NoProbe bool          `name:"no-probe" env:"SYNCER_CHECK_NO_PROBE" help:"Do not probe the destinations' URLs (a HEAD request each, without token, which a strict receiver may log as an attack)."`
 }
 
 // errProblems is config check's failure: its problems are printed, one a
@@ -91,6 +92,11 @@ func (c *ConfigCheckCmd) Run(ctx context.Context, env *Env) error {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	for _, d := range cfg.Destinations {
+		if c.NoProbe {
+			continue
+		}
+		// Said on stderr, so stdout stays one line per problem.
+		fmt.Fprintf(env.Stderr, "config check: probing destination %s with a HEAD request, no token sent (--no-probe skips it)\n", d.Name)
 		if reason := unreachable(ctx, client, d.URL); reason != "" {
 			say("destination %s: url: unreachable: %s (line %d)", d.Name, reason, d.Line)
 		}

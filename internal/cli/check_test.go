@@ -74,7 +74,10 @@ func TestConfigCheckRules(t *testing.T) {
 	r := s.check(good)
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Equal(t, "source orders: triggers not installed: migrate would install them (run syncer migrate with this file)\n", r.stdout)
-	require.Equal(t, "syncer: config check: 1 problem\n", r.stderr)
+	require.Equal(t, "config check: probing destination crm with a HEAD request, no token sent (--no-probe skips it)\n"+
+		"syncer: config check: 1 problem\n", r.stderr, "the probe is said")
+	r = run(context.Background(), "config", "check", "--database-url", s.dsn, "--config", good, "--no-probe")
+	require.Equal(t, "syncer: config check: 1 problem\n", r.stderr, "--no-probe: no probe")
 
 	r = run(context.Background(), "migrate", "--database-url", s.dsn, "--config", good)
 	require.Equal(t, 0, r.code, r.stderr)
@@ -96,8 +99,8 @@ func TestConfigCheckRules(t *testing.T) {
 			"source orders_view: " + s.schema + ".orders_view is not a table (relkind v)"},
 		{"key not the primary key", "", "  - table: customers\n    key: name\n    destination: crm\n",
 			"source customers: key: name is not the primary key of " + s.schema + ".customers (its primary key is id)"},
-		{"key of two columns", "", "  - table: pairs\n    key: a\n    destination: crm\n",
-			"source pairs: the primary key of " + s.schema + ".pairs has 2 columns (a, b)"},
+		{"part of a key of two columns", "", "  - table: pairs\n    key: a\n    destination: crm\n",
+			"source pairs: key: a is not the primary key of " + s.schema + ".pairs (its primary key is a, b)"},
 		{"key of a type a source cannot have", "", "  - table: points\n    key: id\n    destination: crm\n",
 			"source points: key: id is of type numeric"},
 		{"missing column", "", "  - table: orders\n    key: id\n    columns: [status, totl]\n    destination: crm\n",

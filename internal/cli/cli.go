@@ -49,10 +49,14 @@ type CLI struct {
 	Status         StatusCmd              `cmd:"" help:"Show counts and health."`
 	Config         ConfigCmd              `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
 	RetryFailed    RetryFailedCmd         `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
+	Pause          PauseCmd               `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume."`
+	Resume         ResumeCmd              `cmd:"" help:"Resume a paused destination."`
+	Probe          ProbeCmd               `cmd:"" help:"Probe a destination held by a refusal of its credentials or URL now, not at the next probe interval."`
 	Healthcheck    HealthcheckCmd         `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
 	Version        VersionCmd             `cmd:"" help:"Print the version, commit and Go version."`
 	FakeThirdparty FakeThirdpartyCmd      `cmd:"" name:"fake-thirdparty" help:"Serve a local stand-in for the third-party API, with fault knobs."`
 	Bench          BenchCmd               `cmd:"" help:"Measure throughput, latency, writer overhead and memory against baselines from the same run."`
+	Soak           SoakCmd                `cmd:"" help:"Run a seeded chaos soak of real daemons against a PostgreSQL of its own, and check every promise (make soak)."`
 	BenchWebhooks  BenchWebhooksClientCmd `cmd:"" name:"bench-webhooks-client" hidden:"" help:"The plain client the bench's webhooks row compares with (run by syncer bench)."`
 }
 

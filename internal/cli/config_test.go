@@ -58,17 +58,18 @@ func TestMigrateInstallsTheConfiguredSources(t *testing.T) {
 	bad := write("bad.yaml", head+"  - table: orders\n    destination: crm\n")
 	code, _, errOut = migrate("--config", bad)
 	require.Equal(t, 2, code)
-	require.Equal(t, "syncer: --config (SYNCER_CONFIG) "+bad+": sources[0] (orders): key: required: the table's single-column primary key (line 6)\n", errOut)
+	require.Equal(t, "syncer: --config (SYNCER_CONFIG) "+bad+": sources[0] (orders): key: required: the table's primary key (a column, or a list of its columns) (line 6)\n", errOut)
 	code, _, errOut = migrate("--config", filepath.Join(dir, "missing.yaml"))
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "missing.yaml: no such file\n")
 
-	// A table that cannot be a source: exit 1, naming it; nothing changed.
+	// A table without a primary key cannot be a source: exit 2 (section
+	// 7), one line naming it; nothing changed.
 	refused := write("refused.yaml", head+"  - table: nopk\n    key: id\n    destination: crm\n")
 	code, _, errOut = migrate("--config", refused)
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Equal(t, 1, strings.Count(errOut, "\n"))
-	require.Contains(t, errOut, "syncer: migrate: source nopk: table ")
+	require.Contains(t, errOut, "syncer: source nopk: table ")
 	require.Contains(t, errOut, "has no primary key")
 
 	// A source removed from the file is uninstalled.

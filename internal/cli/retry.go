@@ -6,16 +6,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/internal/sources"
 )
 
 // RetryFailedCmd is `syncer retry-failed`.
 type RetryFailedCmd struct {
 	DB
-	ID     []int64 `name:"id" help:"Only these rows (repeatable); all failed rows when absent."`
-	Source string  `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
+	ID     []int64  `name:"id" help:"Only these rows (repeatable); all failed rows when absent."`
+	Source string   `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
+	Key    []string `name:"key" placeholder:"K" help:"With --source: only these keys (repeatable), in their text form as status shows them (a composite key's JSON array, e.g. [\"acme\",42]); all failed keys when absent."`
 }
 
 // Validate refuses --id with --source.
@@ -25,6 +26,9 @@ func (c *RetryFailedCmd) Validate() error {
 	}
 	if c.Source != "" && len(c.ID) > 0 {
 		return usagef("--id and --source are exclusive")
+	}
+	if c.Source == "" && len(c.Key) > 0 {
+		return usagef("--key needs --source")
 	}
 	return nil
 }
@@ -38,19 +42,7 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 	defer pool.Close()
 	var n int64
 	if c.Source != "" {
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			known, err := sources.IsInstalled(ctx, tx, c.Source)
-			if err != nil {
-				return err
-			}
-			if !known {
-				return fmt.Errorf("no source %s is installed (see syncer status)", c.Source)
-			}
-			if n, err = sources.RetryFailed(ctx, tx, c.Source); err != nil || n == 0 {
-				return err
-			}
-			return outbox.Wake(ctx, tx, c.Source)
-		})
+		n, err = operator.RetrySource(ctx, pool, c.Source, c.Key)
 		if err != nil {
 			return fmt.Errorf("retry failed keys: %w", err)
 		}

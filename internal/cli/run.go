@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,9 +21,10 @@ import (
 type RunCmd struct {
 	DB
 	ConfigFile
+	ConsoleFlags
 	ThirdpartyURL               string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
 	ThirdpartyToken             string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Set it in the environment or with --thirdparty-token-file, not with this flag (flags show in ps). Never logged."`
-	ThirdpartyTokenFile         string        `name:"thirdparty-token-file" env:"SYNCER_THIRDPARTY_TOKEN_FILE" placeholder:"FILE" help:"Read the bearer token from FILE (a mounted secret), once at start; a trailing newline is ignored. Exclusive with --thirdparty-token."`
+	ThirdpartyTokenFile         string        `name:"thirdparty-token-file" env:"SYNCER_THIRDPARTY_TOKEN_FILE" placeholder:"FILE" help:"Read the bearer token from FILE (a mounted secret), again whenever FILE changes and on SIGHUP; a trailing newline is ignored. Exclusive with --thirdparty-token."`
 	ThirdpartyFormat            string        `name:"thirdparty-format" env:"SYNCER_THIRDPARTY_FORMAT" default:"syncer" help:"Format of the resources export's requests: syncer, standard-webhooks, cloudevents or elasticsearch (docs/destinations.md)."`
 	ThirdpartySigningSecret     string        `name:"thirdparty-signing-secret" env:"SYNCER_THIRDPARTY_SIGNING_SECRET" help:"Signing secret of the standard-webhooks format (whsec_ and base64). Set it in the environment or with --thirdparty-signing-secret-file, not with this flag. Never logged."`
 	ThirdpartySigningSecretFile string        `name:"thirdparty-signing-secret-file" env:"SYNCER_THIRDPARTY_SIGNING_SECRET_FILE" placeholder:"FILE" help:"Read the signing secret from FILE, once at start. Exclusive with --thirdparty-signing-secret."`
@@ -66,10 +69,9 @@ func (c *RunCmd) validateFormat() error {
 		c.ThirdpartySigningSecret, c.secretFromFile = secret, true
 	}
 	spec := c.formatSpec()
-	switch spec.Name {
-	case "", "syncer", "standard-webhooks", "cloudevents", "elasticsearch":
-	default:
-		return usagef("%s must be syncer, standard-webhooks, cloudevents or elasticsearch, got %q", setting(c, "ThirdpartyFormat"), spec.Name)
+	if k, ok := formats.Lookup(spec.Name); !ok || !k.Flags {
+		return usagef("%s must be one of %s (custom needs a file: SYNCER_CONFIG), got %q", setting(c, "ThirdpartyFormat"),
+			strings.Join(formats.Names(true), ", "), spec.Name)
 	}
 	if _, err := formats.New(spec, ""); err != nil {
 		name := "ThirdpartySigningSecret"
@@ -116,6 +118,9 @@ func (c *RunCmd) Validate() error {
 	if err := c.validateFormat(); err != nil {
 		return err
 	}
+	if err := c.validateConsole(); err != nil {
+		return err
+	}
 	if err := positive(c, "BatchSize", "BatchMaxBytes", "RateBurst", "BreakerFailures", "BreakerOpenTimeout",
 		"BackoffMaxElapsed", "RequestTimeout", "ShutdownTimeout", "Workers"); err != nil {
 		return err
@@ -146,6 +151,11 @@ func validHTTPURL(raw string) bool {
 func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGHUP reads every secret and certificate file again (a rotated
+	// Kubernetes Secret is seen within a second anyway).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	srcs, err := c.ConfigFile.Load(true)
 	if err != nil {
 		return err
@@ -157,8 +167,9 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	defer pool.Close()
 	setMemoryLimit(env.Logger)
 	d, err := daemon.New(ctx, pool, &daemon.Config{
-		ThirdParty: thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
-		Format:     *c.formatSpec(),
+		ThirdParty:          thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
+		ThirdPartyTokenFile: c.ThirdpartyTokenFile,
+		Format:              *c.formatSpec(),
 		Delivery: delivery.Config{
 			RateLimit:          c.RateLimit,
 			RateBurst:          c.RateBurst,
@@ -181,9 +192,20 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 		ShutdownTimeout:    c.ShutdownTimeout,
 		Workers:            c.Workers,
 		Logger:             env.Logger,
+		Console:            c.consoleFunc(pool, srcs, env.Logger),
 	})
 	if err != nil {
 		return err
 	}
+	go func() {
+		for {
+			select {
+			case <-hup:
+				d.Reload()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	return d.Run(ctx)
 }

@@ -88,7 +88,12 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, what, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
 	}
 	for _, f := range r.RecentFailures {
-		fmt.Fprintf(w, "failed row %d v%d\t%s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), f.Error)
+		if f.Source == status.ResourcesSource {
+			fmt.Fprintf(w, "failed row %s v%d\t%s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), f.Error)
+			continue
+		}
+		fmt.Fprintf(w, "failed key %s of source %s v%d\t%s to %s: %s\n", f.ID, f.Source, f.Version,
+			f.FailedAt.Format(time.RFC3339), f.Destination, f.Error)
 	}
 	return w.Flush()
 }
@@ -128,6 +133,9 @@ func destinationLine(d status.Destination) string {
 	if d.Configuration.Refused {
 		parts = append(parts, fmt.Sprintf("URL REFUSED (a redirect, 404 or 410) since %s: %s", d.Configuration.Since.Format(time.RFC3339), d.Configuration.Message))
 	}
+	if d.Paused != nil {
+		parts = append(parts, fmt.Sprintf("PAUSED by %s since %s", d.Paused.By, d.Paused.Since.Format(time.RFC3339)))
+	}
 	if d.Pause != nil {
 		parts = append(parts, fmt.Sprintf("paused until %s: %s", d.Pause.Until.Format(time.RFC3339), d.Pause.Cause))
 	}
@@ -135,6 +143,14 @@ func destinationLine(d status.Destination) string {
 		parts = append(parts, rateText(*d.Rate))
 	}
 	parts = append(parts, fmt.Sprintf("%d requests in flight", d.InFlight))
+	if c := d.Certificate; c != nil {
+		switch left := time.Until(c.NotAfter); {
+		case left <= 0:
+			parts = append(parts, fmt.Sprintf("CERTIFICATE EXPIRED: %s ended %s", c.What, c.NotAfter.Format(time.RFC3339)))
+		case left < status.CertificateWarning:
+			parts = append(parts, fmt.Sprintf("CERTIFICATE EXPIRES within 14 days: %s ends %s", c.What, c.NotAfter.Format(time.RFC3339)))
+		}
+	}
 	if d.LastError != nil {
 		parts = append(parts, fmt.Sprintf("last error %s: %s", d.LastError.At.Format(time.RFC3339), d.LastError.Text))
 	}

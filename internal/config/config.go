@@ -21,6 +21,7 @@ package config
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -102,8 +103,13 @@ type Destination struct {
 	// does not say. Defaults to the run's --max-in-flight.
 	MaxInFlight int
 	// Format is how batches become requests and answers are read
-	// (CONTRACT.md section 6). Defaults to the syncer format.
+	// (docs/protocol.md, section 6). Defaults to the syncer format.
 	Format Format
+	// Auth is how requests authenticate, when the file has an auth
+	// mapping; nil otherwise (TokenEnv or TokenFile then stand, if set).
+	Auth *Auth
+	// TLS is the destination's TLS settings; nil for Go's defaults.
+	TLS *TLS
 	// Line is where the destination starts in the file.
 	Line int
 }
@@ -145,7 +151,11 @@ type Source struct {
 	Schema string
 	// Table is the table's name.
 	Table string
-	// Key is the table's single-column primary key.
+	// Keys are the table's primary key columns, in the order the file
+	// lists them: one for `key: id`, several for `key: [tenant_id, id]`.
+	Keys []string
+	// Key names the key in messages and records: the column for a key of
+	// one column, else the compact JSON array of the columns' names.
 	Key string
 	// Columns are the columns of the payload, in order; nil means the whole
 	// row.
@@ -163,6 +173,10 @@ type Source struct {
 	// select rows; empty when the file names none (syncer keeps no time
 	// per row of its own).
 	ChangedAt string
+	// Where is the row filter: an SQL expression over the table's columns;
+	// a row is exported while it holds (section 7). Empty exports every
+	// row.
+	Where string
 	// Line is where the source starts in the file.
 	Line int
 }
@@ -341,7 +355,7 @@ func join(path, field string) string {
 	}
 }
 
-var destinationFields = append([]string{"url", "token_env", "token_file", "rate_limit", "rate_burst", "max_in_flight"}, formatFields...)
+var destinationFields = append([]string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight"}, formatFields...)
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
 	if n.Kind != yaml.MappingNode {
@@ -407,6 +421,12 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 	if err := p.format(d, f, path, n); err != nil {
 		return nil, err
 	}
+	if err := p.auth(d, f, path); err != nil {
+		return nil, err
+	}
+	if err := p.tls(d, f, path); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -429,7 +449,7 @@ func checkURL(raw string) string {
 	return ""
 }
 
-var sourceFields = []string{"name", "table", "key", "columns", "destination", "batch_size", "snapshot", "changed_at"}
+var sourceFields = []string{"name", "table", "key", "columns", "destination", "batch_size", "snapshot", "changed_at", "where"}
 
 func (p *parser) sources(n *yaml.Node, cfg *Config) ([]*Source, error) {
 	if n.Kind != yaml.SequenceNode {
@@ -519,14 +539,8 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 		return nil, &Error{Path: join(path, "name"), Line: line(f, "name", n), Msg: msg}
 	}
 
-	if s.Key, err = str(f, "key", path); err != nil {
+	if s.Keys, s.Key, err = keyColumns(f, path, n); err != nil {
 		return nil, err
-	}
-	if s.Key == "" {
-		return nil, &Error{Path: join(path, "key"), Line: line(f, "key", n), Msg: "required: the table's single-column primary key"}
-	}
-	if msg := checkIdentifier(s.Key); msg != "" {
-		return nil, &Error{Path: join(path, "key"), Line: line(f, "key", n), Msg: msg}
 	}
 
 	if v, ok := f["columns"]; ok && !isNull(v) {
@@ -577,6 +591,13 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 			return nil, &Error{Path: join(path, "changed_at"), Line: line(f, "changed_at", n), Msg: msg}
 		}
 	}
+	if s.Where, err = str(f, "where", path); err != nil {
+		return nil, err
+	}
+	if _, given := f["where"]; given && strings.TrimSpace(s.Where) == "" {
+		return nil, &Error{Path: join(path, "where"), Line: line(f, "where", n), Msg: "must not be empty (omit it to export every row)"}
+	}
+	s.Where = strings.TrimSpace(s.Where)
 	if v, ok := f["snapshot"]; ok && !isNull(v) {
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&s.Snapshot) != nil {
 			return nil, &Error{Path: join(path, "snapshot"), Line: v.Line, Msg: "must be true or false"}
@@ -615,6 +636,47 @@ func line(f map[string]*yaml.Node, field string, entry *yaml.Node) int {
 }
 
 // str decodes an optional string field: "" when absent or null.
+// keyColumns reads key: a column, or a list of the primary key's columns
+// (section 7), and the key's name (see Source.Key).
+func keyColumns(f map[string]*yaml.Node, path string, n *yaml.Node) ([]string, string, error) {
+	v, ok := f["key"]
+	if ok && v.Kind == yaml.SequenceNode {
+		if len(v.Content) == 0 {
+			return nil, "", &Error{Path: join(path, "key"), Line: v.Line, Msg: "must name at least one column: the table's primary key"}
+		}
+		var cols []string
+		for _, c := range v.Content {
+			var col string
+			if c.Kind != yaml.ScalarNode || c.Decode(&col) != nil {
+				return nil, "", &Error{Path: join(path, "key"), Line: c.Line, Msg: "must be a column or a list of column names"}
+			}
+			if msg := checkIdentifier(col); msg != "" {
+				return nil, "", &Error{Path: join(path, "key"), Line: c.Line, Msg: fmt.Sprintf("%q: %s", col, msg)}
+			}
+			if slices.Contains(cols, col) {
+				return nil, "", &Error{Path: join(path, "key"), Line: c.Line, Msg: fmt.Sprintf("%q is listed twice", col)}
+			}
+			cols = append(cols, col)
+		}
+		if len(cols) == 1 {
+			return cols, cols[0], nil
+		}
+		name, _ := json.Marshal(cols)
+		return cols, string(name), nil
+	}
+	key, err := str(f, "key", path)
+	if err != nil {
+		return nil, "", err
+	}
+	if key == "" {
+		return nil, "", &Error{Path: join(path, "key"), Line: line(f, "key", n), Msg: "required: the table's primary key (a column, or a list of its columns)"}
+	}
+	if msg := checkIdentifier(key); msg != "" {
+		return nil, "", &Error{Path: join(path, "key"), Line: line(f, "key", n), Msg: msg}
+	}
+	return []string{key}, key, nil
+}
+
 func str(f map[string]*yaml.Node, field, path string) (string, error) {
 	v, ok := f[field]
 	if !ok || isNull(v) {

@@ -153,7 +153,31 @@ func TestParseRefuses(t *testing.T) {
 		{"destination name", func(t *testing.T) string { return edit(t, "  warehouse:", "  ware house:") }, nil, `destinations: "ware house" may only hold letters, digits and _ - . $`},
 		{"destination twice", func(t *testing.T) string { return edit(t, "  warehouse:", "  crm:") }, nil, "destinations.crm: given twice"},
 		{"destination not a mapping", func(t *testing.T) string { return "destinations:\n  crm: https://x\n" }, nil, "destinations.crm: must be a mapping with url"},
-		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, rate_limit, rate_burst, max_in_flight, format, headers, signing_secret_env, signing_secret_file, event_source, event_type_prefix, request, deletes, response) (line 7)`},
+		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, auth, tls, rate_limit, rate_burst, max_in_flight, format, headers, signing_secret_env, signing_secret_file, event_source, event_type_prefix, request, deletes, response, program_timeout) (line 7)`},
+		{"auth beside token_env", func(t *testing.T) string {
+			return edit(t, "    rate_limit: 10\n", "    rate_limit: 10\n    auth: {type: basic, username_env: U, password_env: P}\n")
+		}, map[string]string{"CRM_TOKEN": "t", "U": "u", "P": "p"}, "destinations.crm.auth: and token_env or token_file are exclusive: put the token in auth"},
+		{"auth type unknown", func(t *testing.T) string {
+			return edit(t, "    rate_limit: 0\n", "    rate_limit: 0\n    auth: {type: digest}\n")
+		}, map[string]string{"CRM_TOKEN": "t"}, "destinations.warehouse.auth.type: must be bearer, basic or oauth2_client_credentials"},
+		{"basic without password", func(t *testing.T) string {
+			return edit(t, "    rate_limit: 0\n", "    rate_limit: 0\n    auth: {type: basic, username_env: U}\n")
+		}, map[string]string{"CRM_TOKEN": "t", "U": "u"}, "destinations.warehouse.auth.password_env: required with type basic: give password_env or password_file"},
+		{"oauth2 without token_url", func(t *testing.T) string {
+			return edit(t, "    rate_limit: 0\n", "    rate_limit: 0\n    auth: {type: oauth2_client_credentials, client_id_env: I, client_secret_env: S}\n")
+		}, map[string]string{"CRM_TOKEN": "t", "I": "i", "S": "s"}, "destinations.warehouse.auth.token_url: required: the token endpoint's http or https URL, without credentials"},
+		{"auth field of another type", func(t *testing.T) string {
+			return edit(t, "    rate_limit: 0\n", "    rate_limit: 0\n    auth: {type: bearer, token_env: T, scopes: [a]}\n")
+		}, map[string]string{"CRM_TOKEN": "t", "T": "t"}, "destinations.warehouse.auth.scopes: does not go with type bearer"},
+		{"tls cert without key", func(t *testing.T) string {
+			return edit(t, "    rate_limit: 0\n", "    rate_limit: 0\n    tls: {cert_file: /c.pem}\n")
+		}, map[string]string{"CRM_TOKEN": "t"}, "destinations.warehouse.tls.key_file: cert_file and key_file go together: give both or neither"},
+		{"tls min_version", func(t *testing.T) string {
+			return edit(t, "    rate_limit: 0\n", "    rate_limit: 0\n    tls: {min_version: \"1.1\"}\n")
+		}, map[string]string{"CRM_TOKEN": "t"}, `destinations.warehouse.tls.min_version: must be "1.2" or "1.3"`},
+		{"tls no roots", func(t *testing.T) string {
+			return edit(t, "    rate_limit: 0\n", "    rate_limit: 0\n    tls: {system_roots: false}\n")
+		}, map[string]string{"CRM_TOKEN": "t"}, "destinations.warehouse.tls.system_roots: false needs ca_file: no root would be left"},
 		{"destination field twice", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_burst: 5\n    rate_burst: 6") }, nil, "destinations.crm.rate_burst: given twice"},
 		{"url missing", func(t *testing.T) string { return edit(t, "    url: https://api.example.com\n", "") }, nil, "destinations.crm.url: required (line 4)"},
 		{"url scheme", func(t *testing.T) string { return edit(t, "https://api.example.com", "ftp://api.example.com") }, nil, "destinations.crm.url: must be an http or https URL (line 4)"},
@@ -176,7 +200,7 @@ func TestParseRefuses(t *testing.T) {
 		{"empty sources", func(t *testing.T) string { return valid[:strings.Index(valid, "sources:")] + "sources: []\n" }, nil, "sources: required: at least one source"},
 		{"sources a mapping", func(t *testing.T) string { return valid[:strings.Index(valid, "sources:")] + "sources: {a: 1}\n" }, nil, "sources: must be a list of sources"},
 		{"source not a mapping", func(t *testing.T) string { return valid + "  - orders\n" }, nil, "sources[3]: must be a mapping with table, key and destination"},
-		{"source unknown field", func(t *testing.T) string { return edit(t, "    batch_size: 500", "    batchsize: 500") }, nil, `sources[0] (orders): unknown field "batchsize" (known: name, table, key, columns, destination, batch_size, snapshot, changed_at) (line 17)`},
+		{"source unknown field", func(t *testing.T) string { return edit(t, "    batch_size: 500", "    batchsize: 500") }, nil, `sources[0] (orders): unknown field "batchsize" (known: name, table, key, columns, destination, batch_size, snapshot, changed_at, where) (line 17)`},
 		{"table missing", func(t *testing.T) string { return edit(t, firstSource, "  - key: id\n") }, nil, "sources[0]: table: required (line 13)"},
 		{"table a list", func(t *testing.T) string { return edit(t, firstSource, "  - table: [orders]\n    key: id\n") }, nil, "sources[0]: table: must be a string"},
 		{"table three parts", func(t *testing.T) string { return edit(t, "table: app.customers", "table: db.app.customers") }, nil, "sources[1] (db.app.customers): table: must be table or schema.table (line 18)"},
@@ -184,7 +208,11 @@ func TestParseRefuses(t *testing.T) {
 		{"table too long", func(t *testing.T) string {
 			return edit(t, "table: app.customers", "table: app."+strings.Repeat("c", 64))
 		}, nil, "table: is longer than 63 bytes"},
-		{"key missing", func(t *testing.T) string { return edit(t, firstSource, "  - table: orders\n") }, nil, "sources[0] (orders): key: required: the table's single-column primary key (line 13)"},
+		{"key missing", func(t *testing.T) string { return edit(t, firstSource, "  - table: orders\n") }, nil, "sources[0] (orders): key: required: the table's primary key (a column, or a list of its columns) (line 13)"},
+		{"key twice", func(t *testing.T) string {
+			return edit(t, firstSource, "  - table: orders\n    key: [tenant_id, tenant_id]\n")
+		}, nil, `sources[0] (orders): key: "tenant_id" is listed twice`},
+		{"key empty list", func(t *testing.T) string { return edit(t, firstSource, "  - table: orders\n    key: []\n") }, nil, "sources[0] (orders): key: must name at least one column"},
 		{"columns scalar", func(t *testing.T) string { return edit(t, "columns: [status, total]", "columns: status") }, nil, "sources[0] (orders): columns: must be a list of column names (omit it to export the whole row)"},
 		{"columns empty", func(t *testing.T) string { return edit(t, "columns: [status, total]", "columns: []") }, nil, "sources[0] (orders): columns: must name at least one column"},
 		{"columns twice", func(t *testing.T) string { return edit(t, "columns: [status, total]", "columns: [status, status]") }, nil, `sources[0] (orders): columns: "status" is listed twice`},

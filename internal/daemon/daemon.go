@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/syncer-dev/syncer/internal/credentials"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -67,10 +68,14 @@ type Config struct {
 	// ThirdParty configures the HTTP client. URL is required. Defaults to
 	// thirdparty's defaults.
 	ThirdParty thirdparty.Config
+	// ThirdPartyTokenFile is the file ThirdParty.Token was read from
+	// (SYNCER_THIRDPARTY_TOKEN_FILE), read again when it changes; "" for
+	// none.
+	ThirdPartyTokenFile string
 	// Delivery configures rate limiting, retries and the breaker. Defaults
 	// to delivery's defaults.
 	Delivery delivery.Config
-	// Format is the format of the resources export (CONTRACT.md section
+	// Format is the format of the resources export (docs/protocol.md section
 	// 6; a configured destination's is in Sources). Defaults to the syncer
 	// format.
 	Format formats.Spec
@@ -107,6 +112,9 @@ type Config struct {
 	// Every source must be installed (syncer migrate --config). Defaults
 	// to nil: resources only.
 	Sources *config.Config
+	// Console, when set, builds the web console served at /console on
+	// HTTPAddr. Defaults to nil: /console answers 404.
+	Console ConsoleFunc
 	// Logger receives the daemon's logs. Defaults to discarding.
 	Logger *slog.Logger
 	// Ready, if set, is called with the bound HTTP address (empty when
@@ -193,6 +201,11 @@ type Daemon struct {
 	riverRunning atomic.Bool
 	ran          atomic.Bool
 
+	// creds holds the destinations' secrets and certificate files, read
+	// again when they change and on Reload (SIGHUP).
+	creds        *credentials.Set
+	certificates []destinationCertificates
+
 	// warned is the warning last logged per source (gauges' goroutine
 	// only), so a warning is logged once, not at every refresh.
 	warned map[string]string
@@ -205,7 +218,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}}
+	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, creds: credentials.NewSet(c.Logger)}
 
 	all, err := migrations.All()
 	if err != nil {
@@ -261,7 +274,19 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 		tcfg := c.ThirdParty
 		tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
 		tcfg.Headers = dest.Format.Header()
-		format, err := formats.New(dest.Format.Spec(), installation)
+		setting, err := d.destinationCredentials(dest, &tcfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+		}
+		spec := dest.Format.Spec()
+		if file := dest.Format.SigningSecretFile; file != "" {
+			sec, err := d.creds.FromFile("destination "+dest.Name+": signing_secret_file", file)
+			if err != nil {
+				return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+			}
+			spec.SigningSecretFunc = sec.Value
+		}
+		format, err := formats.New(spec, installation)
 		if err != nil {
 			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
 		}
@@ -270,7 +295,7 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 		dcfg.RateLimit, dcfg.RateBurst, dcfg.MaxInFlight = lim.RateLimit, lim.RateBurst, lim.MaxInFlight
 		dcfg.Format = format
 		dcfg.Name = dest.Name
-		dcfg.CredentialsSetting = cmp.Or(dest.TokenEnv, "the token of destination "+dest.Name+" (token_env in SYNCER_CONFIG)")
+		dcfg.CredentialsSetting = setting
 		dcfg.URLSetting = "the url of destination " + dest.Name + " in SYNCER_CONFIG"
 		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(dest.Name), installation)
 		if err != nil {
@@ -335,7 +360,15 @@ func (d *Daemon) build(ctx context.Context) error {
 		if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
 			return fmt.Errorf("daemon: format: %w", err)
 		}
-		deliverer, err := d.destination(&c.ThirdParty, &dcfg, breakerstore.DefaultNamespace, installation)
+		tcfg := c.ThirdParty
+		if c.ThirdPartyTokenFile != "" {
+			tok, err := d.creds.FromFile("SYNCER_THIRDPARTY_TOKEN_FILE", c.ThirdPartyTokenFile)
+			if err != nil {
+				return err
+			}
+			tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
+		}
+		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DefaultNamespace, installation)
 		if err != nil {
 			return err
 		}
@@ -526,7 +559,16 @@ func (d *Daemon) serve(ctx context.Context) (*http.Server, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("daemon: listen on %s: %w", d.cfg.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	h := d.handler()
+	if d.cfg.Console != nil {
+		con, err := d.cfg.Console(ctx, d.metrics)
+		if err != nil {
+			_ = ln.Close()
+			return nil, "", fmt.Errorf("daemon: console: %w", err)
+		}
+		h = withConsole(h, con)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.logger.ErrorContext(ctx, "daemon: http server", slog.String("error", err.Error()))

@@ -5,13 +5,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/status"
 )
 
 // gauges refreshes the database-wide gauges. They come from the database,
@@ -37,6 +36,7 @@ func (d *Daemon) gauges(ctx context.Context) {
 
 func (d *Daemon) refreshGauges(ctx context.Context) error {
 	m := d.metrics
+	d.refreshCertificates(ctx, time.Now())
 	// Not CountAll: that counts the whole table, and every daemon asks
 	// every few seconds. Gauges reads the partial indexes, which hold only
 	// the rows that are not synced.
@@ -65,6 +65,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		dest.metrics.SetBreakerState(int(st.Breaker.Current(time.Now())))
 		dest.metrics.SetCredentialsRefused(st.Credentials.Refused)
 		dest.metrics.SetMisconfigured(st.Configuration.Refused)
+		dest.metrics.SetPaused(st.Hold.Paused)
 	}
 	if d.cfg.Sources != nil {
 		// Only the sources this daemon exports: another daemon's file
@@ -73,9 +74,19 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		dests := map[string]*status.Destination{}
 		for _, st := range stats {
 			if d.cfg.Sources.Source(st.Name) != nil {
-				m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, st.Error != "")
+				dest, ok := dests[st.Destination]
+				if !ok {
+					read, err := status.ReadDestination(ctx, d.pool, st.Destination)
+					if err != nil {
+						return err
+					}
+					dest, dests[st.Destination] = &read, &read
+				}
+				stopped := status.SourceStopped(st.Error, dest) != ""
+				m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, stopped)
 				m.SetSourceUncaptured(st.Name, st.Destination, len(st.Uncaptured))
 				if w := st.Warning(); w != d.warned[st.Name] {
 					d.warned[st.Name] = w
@@ -86,17 +97,13 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 			}
 		}
 	}
-	rows, err := d.pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
-		WHERE kind = ANY($1) GROUP BY kind, state`, []string{jobs.SyncArgs{}.Kind(), jobs.ReplayArgs{}.Kind(), jobs.SourceArgs{}.Kind()})
+	counts, err := jobs.Counts(ctx, d.pool)
 	if err != nil {
 		return err
 	}
-	var kind, state string
-	var count int64
 	m.RiverJobs.Reset()
-	_, err = pgx.ForEachRow(rows, []any{&kind, &state, &count}, func() error {
-		m.RiverJobs.WithLabelValues(kind, state).Set(float64(count))
-		return nil
-	})
-	return err
+	for _, c := range counts {
+		m.RiverJobs.WithLabelValues(c.Kind, c.State).Set(float64(c.N))
+	}
+	return nil
 }

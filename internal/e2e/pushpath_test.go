@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/cli"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/status"
 )
 
 // insertPayloads adds one row for each payload, in order, and returns ids.
@@ -190,7 +192,8 @@ func TestPushPathRejectedItemsFailThenRetry(t *testing.T) {
 	require.EqualValues(t, 90, r.Synced)
 	require.NotEmpty(t, r.RecentFailures)
 	for _, f := range r.RecentFailures {
-		require.True(t, bad[f.ID], "row %d failed", f.ID)
+		require.Equal(t, status.ResourcesSource, f.Source)
+		require.True(t, bad[mustID(t, f.ID)], "row %s failed", f.ID)
 		require.Equal(t, "field bad is not allowed", f.Error)
 	}
 	var withError int
@@ -240,7 +243,7 @@ func TestPushPathSplitsRefusedBatches(t *testing.T) {
 		require.EqualValues(t, 119, r.Synced)
 		require.EqualValues(t, 1, r.Failed)
 		require.Len(t, r.RecentFailures, 1)
-		require.Equal(t, ids[77], r.RecentFailures[0].ID)
+		require.Equal(t, ids[77], mustID(t, r.RecentFailures[0].ID))
 		require.True(t, strings.HasPrefix(r.RecentFailures[0].Error, "refused as a whole: 400"), r.RecentFailures[0].Error)
 		st := b.fake.Stats()
 		require.EqualValues(t, 119, st.DistinctPairs)
@@ -299,4 +302,12 @@ func TestPushPathRateLimitWithRequestsInFlight(t *testing.T) {
 	// cannot exceed the limiter's.
 	require.LessOrEqual(t, rate, limit*1.05)
 	require.GreaterOrEqual(t, rate, limit*0.85)
+}
+
+// mustID reads a failure's id of resources.
+func mustID(t *testing.T, id string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(id, 10, 64)
+	require.NoError(t, err)
+	return n
 }

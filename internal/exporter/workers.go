@@ -112,12 +112,16 @@ func (e *Exporter) acquire(ctx context.Context) (*locks.Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.metrics.SetLockHeld(true)
+	e.metrics.SetLockHeld(e.holds.Add(1) > 0)
 	return lk, nil
 }
 
+// release gives the lock up. syncer_lock_held counts the process's
+// holders, not the last one's word: a job whose lock was lost (its session
+// ended) releases it after another job of the process took the lock
+// anew, and must not say the process holds none (seed 20261125's soak).
 func (e *Exporter) release(ctx context.Context, lk *locks.Lock) {
-	e.metrics.SetLockHeld(false)
+	e.metrics.SetLockHeld(e.holds.Add(-1) > 0)
 	if err := lk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locks.ErrLockLost) {
 		e.logger.WarnContext(ctx, "exporter: release lock", slog.String("error", err.Error()))
 	}

@@ -30,7 +30,7 @@
 //     values, a bare 429 past an unannounced rate, and an advertised quota
 //     (RateLimit-* and X-RateLimit-* on every answer). Memory grows with distinct pairs and accepted
 //     items (a few dozen bytes each), never with payload size.
-//   - With Config.Format it speaks a destination format of CONTRACT.md
+//   - With Config.Format it speaks a destination format of docs/protocol.md
 //     section 6 on every path but /v1/ (formats.go): standard-webhooks
 //     (signatures verified with Config.SigningSecret, webhook-id honoured
 //     as the key), cloudevents batches, the Elasticsearch bulk API with

@@ -16,7 +16,7 @@ import (
 )
 
 // Formats the fake speaks besides syncer's own (Config.Format), as
-// CONTRACT.md section 6 says the third party does.
+// docs/protocol.md section  7 says the third party does.
 const (
 	FormatSyncer           = "syncer"
 	FormatStandardWebhooks = "standard-webhooks"

@@ -171,6 +171,11 @@ type Config struct {
 	// base64): a request without a valid one gets 401. Defaults to "", no
 	// check.
 	SigningSecret string
+	// SignatureStatus is the status of an answer to a request whose
+	// signature does not verify. 400 answers as the Standard Webhooks
+	// libraries' verifiers make a receiver answer: the plain text "No
+	// matching signature found". Defaults to 401.
+	SignatureStatus int
 	// ItemTooManyRate is the share (0..1) of elasticsearch items answered
 	// 429 inside a 200 bulk answer. Defaults to 0.
 	ItemTooManyRate float64
@@ -601,6 +606,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d *dialect) {
 	if d != nil {
 		var sigErr errSignature
 		switch {
+		case errors.As(decodeErr, &sigErr) && cfg.SignatureStatus == http.StatusBadRequest:
+			rec.Status = http.StatusBadRequest
+			s.record(rec)
+			http.Error(w, "No matching signature found", http.StatusBadRequest)
+			return
 		case errors.As(decodeErr, &sigErr):
 			s.refuse(w, &rec, http.StatusUnauthorized, sigErr.Error())
 			return

@@ -44,9 +44,18 @@ type Metrics struct {
 	LastSuccessTime     *prometheus.GaugeVec
 	CredentialsRefused  *prometheus.GaugeVec
 	Misconfigured       *prometheus.GaugeVec
-	RateLimitCurrent    *prometheus.GaugeVec
-	MaxInFlightCurrent  *prometheus.GaugeVec
-	RequestsInFlight    *prometheus.GaugeVec
+	// RejectionStorms counts the times a destination was held because
+	// every item of its recent batches was rejected for one reason.
+	RejectionStorms    *prometheus.CounterVec
+	RateLimitCurrent   *prometheus.GaugeVec
+	MaxInFlightCurrent *prometheus.GaugeVec
+	RequestsInFlight   *prometheus.GaugeVec
+	// Paused is 1 while a person paused a destination (syncer pause, the
+	// console).
+	Paused *prometheus.GaugeVec
+	// CertificateExpiry is the Unix time at which the first certificate of
+	// a destination's tls files (its CA or its client certificate) ends.
+	CertificateExpiry *prometheus.GaugeVec
 	// Database-wide counts of failures and deletes.
 	FailedRows        prometheus.Gauge
 	TombstonesPending prometheus.Gauge
@@ -127,7 +136,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "syncer_source_oldest_pending_age_seconds", Help: "Age of a configured source's oldest pending change; 0 when none.",
 	}, labels)
 	m.SourceStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "syncer_source_stopped", Help: "1 while a configured source is stopped because its table no longer matches its configuration.",
+		Name: "syncer_source_stopped", Help: "1 while nothing of a configured source is sent, as syncer status says STOPPED: its table no longer matches its configuration, or its destination is paused, refuses the credentials or the URL, or has its breaker open.",
 	}, labels)
 	m.SourceUncaptured = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "syncer_source_uncaptured_partitions", Help: "Partitions of a configured source's table attached or created since migrate: a TRUNCATE of one alone is not captured until migrate runs.",
@@ -213,7 +222,10 @@ func (m *Metrics) newPushPath(reg prometheus.Registerer) {
 		Name: "syncer_credentials_refused", Help: "1 while a destination refuses the credentials (401, 403).",
 	}, dest)
 	m.Misconfigured = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "syncer_thirdparty_misconfigured", Help: "1 while a destination's URL redirects or does not exist (3xx, 404, 410).",
+		Name: "syncer_thirdparty_misconfigured", Help: "1 while a destination's URL redirects or does not exist (3xx, 404, 410), its request program fails on every row, or a rejection storm holds it.",
+	}, dest)
+	m.RejectionStorms = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncer_rejection_storms_total", Help: "Times a destination was held because every item of its recent batches was rejected for one reason (its rows kept pending, none failed).",
 	}, dest)
 	m.RateLimitCurrent = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "syncer_rate_limit_current", Help: "Requests a second syncer allows itself to a destination now (configured, learnt or advertised); 0 means no limit.",
@@ -224,9 +236,16 @@ func (m *Metrics) newPushPath(reg prometheus.Registerer) {
 	m.RequestsInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "syncer_requests_in_flight", Help: "Requests to a destination unanswered now.",
 	}, dest)
+	m.Paused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_destination_paused", Help: "1 while a person paused a destination (syncer pause, the console): nothing is sent to it.",
+	}, dest)
+	m.CertificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_destination_certificate_expiry_timestamp_seconds",
+		Help: "When the first certificate of a destination's tls files (ca_file, cert_file) ends, as a Unix time.",
+	}, dest)
 	reg.MustRegister(m.ItemsExported, m.ItemsFailed, m.Batches, m.PushDuration, m.BreakerState, m.RateLimited,
-		m.ThirdpartyResponses, m.LastSuccessTime, m.CredentialsRefused, m.Misconfigured,
-		m.RateLimitCurrent, m.MaxInFlightCurrent, m.RequestsInFlight)
+		m.ThirdpartyResponses, m.LastSuccessTime, m.CredentialsRefused, m.Misconfigured, m.RejectionStorms,
+		m.RateLimitCurrent, m.MaxInFlightCurrent, m.RequestsInFlight, m.Paused, m.CertificateExpiry)
 }
 
 // Destination is the push path's metrics of one destination: every series
@@ -261,6 +280,8 @@ func (m *Metrics) Destination(name string) *Destination {
 	m.BreakerState.WithLabelValues(name)
 	m.CredentialsRefused.WithLabelValues(name)
 	m.Misconfigured.WithLabelValues(name)
+	m.RejectionStorms.WithLabelValues(name)
+	m.Paused.WithLabelValues(name)
 	d.inFlight = m.RequestsInFlight.WithLabelValues(name)
 	d.lastSuccess = sync.OnceValue(func() prometheus.Gauge { return m.LastSuccessTime.WithLabelValues(name) })
 	d.accepted = sync.OnceValue(func() prometheus.Counter {
@@ -376,6 +397,22 @@ func (d *Destination) SetMisconfigured(refused bool) {
 	d.m.Misconfigured.WithLabelValues(d.name).Set(boolValue(refused))
 }
 
+// AddRejectionStorm counts a rejection storm's hold of the destination.
+func (d *Destination) AddRejectionStorm() {
+	if d == nil {
+		return
+	}
+	d.m.RejectionStorms.WithLabelValues(d.name).Inc()
+}
+
+// SetPaused records whether a person paused the destination.
+func (d *Destination) SetPaused(paused bool) {
+	if d == nil {
+		return
+	}
+	d.m.Paused.WithLabelValues(d.name).Set(boolValue(paused))
+}
+
 // SetRateLimit records the request rate allowed now; 0 means none.
 func (d *Destination) SetRateLimit(perSecond float64) {
 	if d == nil {
@@ -413,4 +450,10 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// SetCertificateExpiry records when the first certificate of a
+// destination's tls files ends.
+func (m *Metrics) SetCertificateExpiry(destination string, notAfter time.Time) {
+	m.CertificateExpiry.WithLabelValues(destination).Set(float64(notAfter.Unix()))
 }

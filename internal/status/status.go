@@ -7,16 +7,18 @@ package status
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
@@ -148,17 +150,29 @@ type Destination struct {
 	// Configuration says whether its URL answered a redirect, 404 or 410.
 	Configuration breakerstore.Refusal `json:"configuration"`
 	Pause         *breakerstore.Pause  `json:"pause,omitempty"`
-	Rate          *breakerstore.Rate   `json:"learned_rate,omitempty"`
+	// Paused is set while a person paused it (syncer pause, the console):
+	// since when and by what.
+	Paused *breakerstore.Hold `json:"paused,omitempty"`
+	Rate   *breakerstore.Rate `json:"learned_rate,omitempty"`
 	// InFlight counts the batches of its sources recorded and not yet
 	// answered: its requests in flight.
 	InFlight  int                     `json:"requests_in_flight"`
 	LastError *breakerstore.LastError `json:"last_error,omitempty"`
+	// Certificate is the first of its tls files' certificates to end, when
+	// it has tls files.
+	Certificate *breakerstore.Certificates `json:"certificate,omitempty"`
 }
 
-// stopped says why nothing goes to the destination now; empty when
+// CertificateWarning is how near its end a destination's certificate is
+// said in status's text: 14 days.
+const CertificateWarning = 14 * 24 * time.Hour
+
+// Stopped says why nothing goes to the destination now; empty when
 // batches may go.
-func (d *Destination) stopped() string {
+func (d *Destination) Stopped() string {
 	switch {
+	case d.Paused != nil:
+		return fmt.Sprintf("destination %s paused by %s since %s", d.Name, d.Paused.By, d.Paused.Since.Format(time.RFC3339))
 	case d.Credentials.Refused:
 		return fmt.Sprintf("destination %s refuses the credentials: %s", d.Name, d.Credentials.Message)
 	case d.Configuration.Refused:
@@ -226,12 +240,46 @@ type Replay struct {
 	CreatedAt time.Time     `json:"created_at"`
 }
 
-// Failure is a failed row.
+// SourceStopped says why nothing of a source is sent now: the error that
+// stopped its export, or why its destination sends nothing; empty while it
+// exports. Status and the daemon's syncer_source_stopped both ask it, so
+// they agree.
+func SourceStopped(sourceError string, d *Destination) string {
+	if sourceError != "" || d == nil {
+		return sourceError
+	}
+	return d.Stopped()
+}
+
+// ResourcesSource is the Source of a failure of the resources table.
+const ResourcesSource = "resources"
+
+// Failure is a failed row of resources or a failed key of a source.
 type Failure struct {
-	ID       int64     `json:"id"`
-	Version  int64     `json:"version"`
-	FailedAt time.Time `json:"failed_at"`
-	Error    string    `json:"error"`
+	// Source is the source's name, or ResourcesSource.
+	Source string `json:"source"`
+	// ID is the row's id, or the key's text form (a composite key's
+	// compact JSON array): what retry-failed --id and --key take.
+	ID          string    `json:"-"`
+	Version     int64     `json:"version"`
+	Destination string    `json:"destination"`
+	FailedAt    time.Time `json:"failed_at"`
+	// Error is the third party's own reason, as the format reads it.
+	Error string `json:"error"`
+}
+
+// MarshalJSON writes id as a number for resources, whose ids are
+// integers, and as the key's text for a source.
+func (f Failure) MarshalJSON() ([]byte, error) {
+	type plain Failure
+	id := json.RawMessage(strconv.Quote(f.ID))
+	if _, err := strconv.ParseInt(f.ID, 10, 64); err == nil && f.Source == ResourcesSource {
+		id = json.RawMessage(f.ID)
+	}
+	return json.Marshal(struct {
+		ID json.RawMessage `json:"id"`
+		plain
+	}{id, plain(f)})
 }
 
 // Gather builds the report. A nil cfg is a Config of defaults.
@@ -285,10 +333,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			InFlight: inFlight[checkpoint.Source(st.Name)]}
 		d.Sources = append(d.Sources, st.Name)
 		d.InFlight += src.InFlight
-		src.Stopped = src.Error
-		if src.Stopped == "" {
-			src.Stopped = d.stopped()
-		}
+		src.Stopped = SourceStopped(st.Error, d)
 		r.Sources = append(r.Sources, src)
 		r.Total += src.Pending + src.Failed
 		r.Unsynced += src.Pending + src.Failed
@@ -350,25 +395,56 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			RowsDone: d, Percent: rp.Percent(d), CreatedAt: rp.CreatedAt})
 	}
 
-	fails, err := resources.RecentFailures(ctx, pool, c.RecentFailures)
-	if err != nil {
+	if r.RecentFailures, err = recentFailures(ctx, pool, c.RecentFailures, r.ResourcesExported, len(stats) > 0); err != nil {
 		return nil, err
 	}
-	for _, f := range fails {
-		r.RecentFailures = append(r.RecentFailures, Failure(f))
-	}
 
-	jrows, err := pool.Query(ctx, `SELECT kind || ':' || state::text, count(*)::int FROM river_job
-		WHERE kind LIKE 'syncer_%' AND state NOT IN ('completed', 'discarded', 'cancelled') GROUP BY 1`)
+	jobCounts, err := jobs.Counts(ctx, pool)
 	if err != nil {
-		return nil, fmt.Errorf("status: jobs: %w", err)
+		return nil, fmt.Errorf("status: %w", err)
 	}
-	var k string
-	var n int
-	if _, err := pgx.ForEachRow(jrows, []any{&k, &n}, func() error { r.Jobs[k] = n; return nil }); err != nil {
-		return nil, fmt.Errorf("status: jobs: %w", err)
+	for _, c := range jobCounts {
+		switch c.State {
+		case "completed", "discarded", "cancelled":
+		default:
+			r.Jobs[c.Kind+":"+c.State] = int(c.N)
+		}
 	}
 	return r, nil
+}
+
+// recentFailures merges the latest failures of resources and of every
+// source, latest first.
+func recentFailures(ctx context.Context, pool *pgxpool.Pool, limit int, ofResources, ofSources bool) ([]Failure, error) {
+	out := []Failure{}
+	if ofResources {
+		fails, err := resources.RecentFailures(ctx, pool, limit)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range fails {
+			out = append(out, Failure{Source: ResourcesSource, ID: strconv.FormatInt(f.ID, 10), Version: f.Version,
+				FailedAt: f.FailedAt, Error: f.Error})
+		}
+	}
+	if ofSources {
+		fails, err := sources.AllRecentFailures(ctx, pool, limit)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range fails {
+			out = append(out, Failure{Source: f.Source, ID: f.Key, Version: f.Version, Destination: f.Destination,
+				FailedAt: f.FailedAt, Error: f.Error})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Failure) int { return b.FailedAt.Compare(a.FailedAt) })
+	return out[:min(len(out), limit)], nil
+}
+
+// ReadDestination reads a configured destination's shared facts, as the
+// report shows them; its sources and requests in flight are left empty.
+func ReadDestination(ctx context.Context, pool *pgxpool.Pool, name string) (Destination, error) {
+	return readDestination(ctx, pool, name)
 }
 
 // readDestination reads a configured destination's shared facts.
@@ -387,8 +463,14 @@ func readDestination(ctx context.Context, pool *pgxpool.Pool, name string) (Dest
 	if st.Rate.Limit > 0 {
 		d.Rate = &st.Rate
 	}
-	if !st.LastError.At.IsZero() {
+	if st.LastError.Text != "" {
 		d.LastError = &st.LastError
+	}
+	if st.Hold.Paused {
+		d.Paused = &st.Hold
+	}
+	if !st.Certificates.NotAfter.IsZero() {
+		d.Certificate = &st.Certificates
 	}
 	return d, nil
 }
@@ -408,7 +490,7 @@ func readState(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
 	if st.Rate.Limit > 0 {
 		r.Rate = &st.Rate
 	}
-	if !st.LastError.At.IsZero() {
+	if st.LastError.Text != "" {
 		r.LastError = &st.LastError
 	}
 	return nil
