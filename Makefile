@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build test test-short bench bench-tiny demo vet
+.PHONY: build test test-short bench bench-tiny demo vet soak
 
 # The version and commit syncer reports (`syncer version`, syncer_build_info),
 # from git; a tree without git falls back to what Go records.
@@ -25,6 +25,7 @@ vet:
 test:
 	./scripts/ensure-postgres.sh
 	./scripts/ensure-pgbouncer.sh
+	./scripts/ensure-chromium.sh
 	$(GO) test -race -count=1 -timeout 30m ./...
 	# The formats against the specifications' own libraries: a module of
 	# its own, so the daemon's module graph does not carry them.
@@ -40,6 +41,12 @@ bench: build
 bench-tiny: build
 	./scripts/ensure-postgres.sh
 	./bin/syncer bench --size tiny
+
+# The seeded chaos soak (docs/tests.md): SOAK_DURATION (default 10m) of
+# faults and writes against a PostgreSQL server the soak runs for itself,
+# then every check; SOAK_SEED replays a run. Exits 1 on any violation.
+soak: build
+	./bin/syncer soak
 
 # Migrate a scratch database, start the fake third party and the daemon,
 # insert rows and watch them arrive.

@@ -4,6 +4,11 @@
 # at the fake: orders as the configuration says (inserts, updates and
 # deletes), and the resources table beside it. syncer's own tables live in
 # the schema syncer, out of the application's way. Run it with `make demo`.
+#
+# Two people on one host each pick their own: DEMO_PORT (default 18080) is
+# the daemon's HTTP address (health, metrics, the console) and the next two
+# ports the fake third parties'; DEMO_DB (default syncer_demo) the scratch
+# database; DEMO_DIR (default a fresh mktemp -d) the configuration and logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -12,11 +17,18 @@ DB=${DEMO_DB:-syncer_demo}
 ADMIN_URL=${DEMO_ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 export DATABASE_URL=${DEMO_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/$DB}
 export SYNCER_SCHEMA=syncer
-FAKE_ADDR=127.0.0.1:18081     # resources' third party
-CRM_ADDR=127.0.0.1:18082      # the orders' destination, "crm"
+PORT=${DEMO_PORT:-18080}
+DIR=${DEMO_DIR:-$(mktemp -d /tmp/syncer-demo.XXXXXX)}
+mkdir -p "$DIR"
+FAKE_ADDR=127.0.0.1:$((PORT + 1))   # resources' third party
+CRM_ADDR=127.0.0.1:$((PORT + 2))    # the orders' destination, "crm"
 export SYNCER_THIRDPARTY_URL=http://$FAKE_ADDR
-export SYNCER_HTTP_ADDR=127.0.0.1:18080
-export SYNCER_CONFIG=/tmp/syncer-demo.yaml
+export SYNCER_HTTP_ADDR=127.0.0.1:$PORT
+export SYNCER_CONFIG=$DIR/syncer-demo.yaml
+# The console's token: made here, kept in a file only you can read.
+export SYNCER_CONSOLE_TOKEN_FILE=$DIR/console-token
+( umask 077; head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$SYNCER_CONSOLE_TOKEN_FILE" )
+echo "ports: daemon $SYNCER_HTTP_ADDR (health, metrics, /console), fake third parties $FAKE_ADDR and $CRM_ADDR; database $DB; files in $DIR"
 ROWS=${DEMO_ROWS:-20000}
 ORDERS=${DEMO_ORDERS:-1000}
 
@@ -50,9 +62,9 @@ echo "the configuration ($SYNCER_CONFIG):"; sed 's/^/  /' "$SYNCER_CONFIG"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-./bin/syncer fake-thirdparty --addr "$FAKE_ADDR" --latency 2ms > /tmp/syncer-demo-fake.log 2>&1 &
+./bin/syncer fake-thirdparty --addr "$FAKE_ADDR" --latency 2ms > "$DIR/fake.log" 2>&1 &
 pids+=($!)
-./bin/syncer fake-thirdparty --addr "$CRM_ADDR" --latency 2ms > /tmp/syncer-demo-crm.log 2>&1 &
+./bin/syncer fake-thirdparty --addr "$CRM_ADDR" --latency 2ms > "$DIR/crm.log" 2>&1 &
 pids+=($!)
 sleep 0.3
 
@@ -63,7 +75,7 @@ echo "config check, before migrate (what migrate would change):"
 echo "tables in public: $(psql "$DATABASE_URL" -Atc "SELECT string_agg(tablename, ', ') FROM pg_tables WHERE schemaname = 'public'")"
 echo "tables in syncer: $(psql "$DATABASE_URL" -Atc "SELECT count(*) FROM pg_tables WHERE schemaname = 'syncer'")"
 
-./bin/syncer run --log-format text > /tmp/syncer-demo-daemon.log 2>&1 &
+./bin/syncer run --log-format text > "$DIR/daemon.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 50); do curl -fs "http://$SYNCER_HTTP_ADDR/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 
@@ -72,6 +84,7 @@ wait_for() { # address, count
   for _ in $(seq 1 150); do [ "$(pairs "$1")" -ge "$2" ] && return; sleep 0.1; done
 }
 wait_for "$CRM_ADDR" 10
+echo "while the demo runs, the console: http://$SYNCER_HTTP_ADDR/console (sign in with the token in $SYNCER_CONSOLE_TOKEN_FILE)"
 echo "daemon ready; the 10 orders already there were exported by the snapshot: crm has $(pairs "$CRM_ADDR") (id, version) pairs"
 
 echo "the application writes orders: $ORDERS inserts, 5 updates, 3 deletes"
