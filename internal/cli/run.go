@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
@@ -152,12 +155,14 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// SIGHUP reads every secret and certificate file again (a rotated
-	// Kubernetes Secret is seen within a second anyway).
+	// Kubernetes Secret is seen within a second anyway), and the
+	// configuration file (read every 10 s anyway).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	srcs, err := c.ConfigFile.Load(true)
-	if err != nil {
+	// A file that does not parse is a usage error before any connection;
+	// once running, a bad edit is logged and the previous one runs on.
+	if _, err := c.ConfigFile.Load(true); err != nil {
 		return err
 	}
 	pool, err := c.openMigrated(ctx, "syncer run")
@@ -166,7 +171,33 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	setMemoryLimit(env.Logger)
-	d, err := daemon.New(ctx, pool, &daemon.Config{
+	reload := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				select {
+				case reload <- struct{}{}:
+				default:
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return daemon.Supervise(ctx, pool, &daemon.SuperviseConfig{
+		Path:   c.Config,
+		Load:   func(string) (*config.Config, error) { return c.ConfigFile.Load(true) },
+		Daemon: func(srcs *config.Config) (*daemon.Config, error) { return c.daemonConfig(pool, srcs, env), nil },
+		Reload: reload,
+		Logger: env.Logger,
+	})
+}
+
+// daemonConfig is the daemon's configuration: the flags, and srcs, the
+// configuration file as read.
+func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env) *daemon.Config {
+	return &daemon.Config{
 		ThirdParty:          thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
 		ThirdPartyTokenFile: c.ThirdpartyTokenFile,
 		Format:              *c.formatSpec(),
@@ -193,19 +224,5 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 		Workers:            c.Workers,
 		Logger:             env.Logger,
 		Console:            c.consoleFunc(pool, srcs, env.Logger),
-	})
-	if err != nil {
-		return err
 	}
-	go func() {
-		for {
-			select {
-			case <-hup:
-				d.Reload()
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return d.Run(ctx)
 }

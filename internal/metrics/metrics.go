@@ -75,6 +75,9 @@ type Metrics struct {
 	SourceOldestPending *prometheus.GaugeVec
 	SourceStopped       *prometheus.GaugeVec
 	SourceUncaptured    *prometheus.GaugeVec
+
+	// Config is the configuration's block.
+	Config Config
 }
 
 // New creates the collectors and registers them on reg.
@@ -142,6 +145,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "syncer_source_uncaptured_partitions", Help: "Partitions of a configured source's table attached or created since migrate: a TRUNCATE of one alone is not captured until migrate runs.",
 	}, labels)
 	reg.MustRegister(m.SourceItemsExported, m.SourceItemsFailed, m.SourcePending, m.SourceFailed, m.SourceOldestPending, m.SourceStopped, m.SourceUncaptured)
+	m.Config = newConfig(reg)
 	return m
 }
 

@@ -49,3 +49,25 @@ func WithWork(ctx context.Context, q Querier, names []string) ([]string, error) 
 	}
 	return names, nil
 }
+
+// Definitions returns every installed source's definition as migrate
+// recorded it (table, key, columns, destination, row filter), one opaque
+// digest per source name. A daemon compares two readings to learn that
+// migrate installed, changed or removed a source while it ran; the
+// snapshot's progress, which the daemons write, is not part of it.
+func Definitions(ctx context.Context, q Querier) (map[string]string, error) {
+	rows, err := q.Query(ctx, `SELECT name, md5(concat_ws(E'\x1f', schema_name, table_name, key_column, key_kind,
+			key_type, columns::text, key_columns::text, destination, row_filter, installed_at::text)) FROM syncer_sources`)
+	if err != nil {
+		return nil, fmt.Errorf("sources: definitions: %w", err)
+	}
+	out := map[string]string{}
+	var name, digest string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &digest}, func() error {
+		out[name] = digest
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("sources: definitions: %w", err)
+	}
+	return out, nil
+}

@@ -37,16 +37,31 @@ type Stat struct {
 	// which a TRUNCATE is not captured, attached or created since migrate
 	// (see UncapturedPartitions); the source exports meanwhile.
 	Uncaptured []string
+	// SnapshotWaiting is how long the snapshot has been pending since
+	// migrate installed the source (or a replay restarted it), no daemon
+	// having started it; 0 once one has.
+	SnapshotWaiting time.Duration
 }
+
+// SnapshotWaitLimit is how long a snapshot may wait for a daemon before
+// Warning says that none runs the source: a daemon that runs it starts the
+// snapshot within seconds of reading the installed sources.
+const SnapshotWaitLimit = time.Minute
 
 // Warning says what of the source is not captured, for status and the
 // daemon's log; empty when everything is.
 func (s Stat) Warning() string {
-	if len(s.Uncaptured) == 0 {
-		return ""
+	var out []string
+	if s.SnapshotWaiting >= SnapshotWaitLimit {
+		out = append(out, fmt.Sprintf("no daemon has started its snapshot in the %s since it was installed (or restarted): "+
+			"no running daemon exports it; a daemon whose configuration file does not name it says so in its log and in syncer_source_unconfigured "+
+			"(daemons read their file again every 10 s and on SIGHUP)", s.SnapshotWaiting.Round(time.Second)))
 	}
-	return "partitions " + strings.Join(s.Uncaptured, ", ") + " were attached or created since syncer migrate: " +
-		"a TRUNCATE of one of them alone is not captured (no tombstones), nor are the rows an attached table brought; run syncer migrate"
+	if len(s.Uncaptured) > 0 {
+		out = append(out, "partitions "+strings.Join(s.Uncaptured, ", ")+" were attached or created since syncer migrate: "+
+			"a TRUNCATE of one of them alone is not captured (no tombstones), nor are the rows an attached table brought; run syncer migrate")
+	}
+	return strings.Join(out, "; ")
 }
 
 // SnapshotPercent is the snapshot's progress from 0 to 100, or -1 when
@@ -85,7 +100,8 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 			-- apart, since its catalog joins in this statement made the
 			-- planner's estimate large enough to compile it (JIT, a second).
 			(SELECT format('%I.%I', s.schema_name, s.table_name) FROM pg_catalog.pg_class c
-				WHERE c.oid = to_regclass(format('%I.%I', s.schema_name, s.table_name)) AND c.relkind = 'p')
+				WHERE c.oid = to_regclass(format('%I.%I', s.schema_name, s.table_name)) AND c.relkind = 'p'),
+			CASE WHEN s.snapshot_state = 'pending' THEN EXTRACT(EPOCH FROM now() - s.updated_at) ELSE 0 END::float8
 		FROM syncer_sources s
 		CROSS JOIN LATERAL (SELECT
 			(SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c WHERE c.source = s.name
@@ -99,10 +115,11 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 	var partitioned []*string
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stat, error) {
 		var s Stat
-		var age float64
+		var age, waiting float64
 		var part *string
-		err := r.Scan(&s.Name, &s.Destination, &s.Table, &s.PendingKeys, &age, &s.FailedKeys, &s.Snapshot, &s.SnapshotRows, &s.SnapshotTotal, &s.Error, &part)
+		err := r.Scan(&s.Name, &s.Destination, &s.Table, &s.PendingKeys, &age, &s.FailedKeys, &s.Snapshot, &s.SnapshotRows, &s.SnapshotTotal, &s.Error, &part, &waiting)
 		s.OldestPending = time.Duration(age * float64(time.Second))
+		s.SnapshotWaiting = time.Duration(waiting * float64(time.Second))
 		partitioned = append(partitioned, part)
 		return s, err
 	})

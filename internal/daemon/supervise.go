@@ -1,0 +1,277 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// ReloadIntervalDefault is how often a daemon reads its configuration file
+// and the installed sources again (SuperviseConfig.Interval).
+const ReloadIntervalDefault = 10 * time.Second
+
+// SuperviseConfig says how Supervise builds a daemon from a configuration
+// file and when it builds it again.
+type SuperviseConfig struct {
+	// Path is the configuration file (SYNCER_CONFIG). Empty: the daemon
+	// runs as Daemon builds it, and is never rebuilt.
+	Path string
+	// Load reads the file at Path. Its first error is Supervise's; a later
+	// one is logged while the running configuration goes on.
+	Load func(path string) (*config.Config, error)
+	// Daemon returns the daemon's configuration for the file's contents
+	// (nil without Path).
+	Daemon func(src *config.Config) (*Config, error)
+	// Interval is how often the file and the installed sources are read
+	// again. Defaults to ReloadIntervalDefault.
+	Interval time.Duration
+	// Reload asks, when it receives (SIGHUP), for every secret and the
+	// configuration to be read again now.
+	Reload <-chan struct{}
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Supervise runs a daemon on pool until ctx is cancelled, and replaces it
+// by a new one, in the same process, when what it runs has changed: the
+// configuration file's contents, or what `syncer migrate` recorded of the
+// sources the file names (a source installed, changed or removed while the
+// daemons run). The new daemon is built first; only when it builds (its
+// file parses, every source it names is installed as named) is the running
+// one shut down, as SIGTERM would (the batch in flight ends or is recorded
+// for resending), and the new one started. One that does not build is
+// logged, once, and syncer_config_last_reload_successful says 0, while the
+// previous configuration keeps running: an edit half saved, or a file
+// naming a source migrate has not installed yet, never stops the export.
+//
+// A source that migrate installed and the file does not name is not
+// exported by this daemon: it says so in its log and in
+// syncer_source_unconfigured, so that a daemon left with an older file is
+// found.
+func Supervise(ctx context.Context, pool *pgxpool.Pool, sc *SuperviseConfig) error {
+	s := &supervisor{cfg: *sc, pool: pool}
+	s.cfg.Interval = cmp.Or(s.cfg.Interval, ReloadIntervalDefault)
+	s.logger = cmp.Or(s.cfg.Logger, slog.Default())
+	if s.cfg.Load == nil {
+		s.cfg.Load = func(path string) (*config.Config, error) { return config.Load(path, os.Getenv) }
+	}
+	d, err := s.first(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- d.Run(runCtx) }()
+		next, err := s.watch(ctx, d, done)
+		if next == nil {
+			cancel()
+			return err
+		}
+		s.logger.InfoContext(ctx, "daemon: the configuration changed: ending this one's export, then starting the new one",
+			slog.String("config", s.cfg.Path), slog.String("sources", strings.Join(next.sourceNames(), ",")))
+		cancel()
+		if err := <-done; err != nil {
+			next.closeClients()
+			return err
+		}
+		d = next
+		d.metrics.Config.LastReloadTime.SetToCurrentTime()
+	}
+}
+
+// supervisor is Supervise's state: what the running daemon was built from.
+type supervisor struct {
+	cfg    SuperviseConfig
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+
+	running string // the identity of what the running daemon runs
+	failed  string // the identity last tried and refused: not tried again
+
+	// The file as last read: its digest and what it parsed to (nil when
+	// it did not parse).
+	fileDigest string
+	file       *config.Config
+	fileErr    error
+
+	unconfigured []string // installed sources the file does not name, as last logged
+}
+
+func (s *supervisor) first(ctx context.Context) (*Daemon, error) {
+	var src *config.Config
+	var defs map[string]string
+	if s.cfg.Path != "" {
+		var err error
+		if src, err = s.read(); err != nil {
+			return nil, err
+		}
+		if defs, err = sources.Definitions(ctx, s.pool); err != nil {
+			return nil, err
+		}
+		s.running = identity(s.fileDigest, src, defs)
+	}
+	dc, err := s.cfg.Daemon(src)
+	if err != nil {
+		return nil, err
+	}
+	d, err := New(ctx, s.pool, dc)
+	if err != nil {
+		return nil, err
+	}
+	d.metrics.Config.LastReloadTime.SetToCurrentTime()
+	if src != nil {
+		s.noteUnconfigured(ctx, d, src, defs)
+	}
+	return d, nil
+}
+
+// read reads the file, parsing it again only when its bytes changed.
+func (s *supervisor) read() (*config.Config, error) {
+	raw, err := os.ReadFile(s.cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: configuration file: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	digest := hex.EncodeToString(sum[:])
+	if digest != s.fileDigest {
+		s.fileDigest = digest
+		s.file, s.fileErr = s.cfg.Load(s.cfg.Path)
+	}
+	return s.file, s.fileErr
+}
+
+// identity names what a daemon built from src runs: the file's bytes, and
+// for each source the file names, its definition as installed (or its
+// absence). Sources the file does not name take no part: a daemon does not
+// run them whatever migrate does to them.
+func identity(fileDigest string, src *config.Config, defs map[string]string) string {
+	var b strings.Builder
+	b.WriteString(fileDigest)
+	if src != nil {
+		for _, c := range src.Sources {
+			fmt.Fprintf(&b, "\n%s=%s", c.Name, cmp.Or(defs[c.Name], "absent"))
+		}
+	}
+	return b.String()
+}
+
+// watch waits for the running daemon d to end (its error, and no next
+// daemon) or for a configuration it does not run to build (the next
+// daemon).
+func (s *supervisor) watch(ctx context.Context, d *Daemon, done <-chan error) (*Daemon, error) {
+	if s.cfg.Path == "" {
+		return nil, <-done
+	}
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return nil, err
+		case <-s.cfg.Reload:
+			d.Reload()
+			s.failed = "" // asked for: try again, and say again why not
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			return nil, <-done
+		}
+		if next := s.check(ctx, d); next != nil {
+			return next, nil
+		}
+	}
+}
+
+// check reads the file and the installed sources, and builds the next
+// daemon when they name something d does not run.
+func (s *supervisor) check(ctx context.Context, d *Daemon) *Daemon {
+	log := s.logger.With(slog.String("config", s.cfg.Path))
+	defs, err := sources.Definitions(ctx, s.pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.DebugContext(ctx, "daemon: could not read the installed sources; trying again later", slog.String("error", err.Error()))
+		}
+		return nil
+	}
+	src, err := s.read()
+	if err != nil {
+		if id := "file " + s.fileDigest; s.failed != id {
+			s.failed = id
+			d.metrics.Config.LastReloadSuccessful.Set(0)
+			log.ErrorContext(ctx, "daemon: the configuration file changed and cannot be read; the previous configuration keeps running", slog.String("error", err.Error()))
+		}
+		return nil
+	}
+	s.noteUnconfigured(ctx, d, src, defs)
+	id := identity(s.fileDigest, src, defs)
+	if id == s.running || id == s.failed {
+		return nil
+	}
+	next, err := s.build(ctx, src)
+	if err != nil {
+		s.failed = id
+		d.metrics.Config.LastReloadSuccessful.Set(0)
+		log.ErrorContext(ctx, "daemon: the configuration changed and cannot run; the previous configuration keeps running (run syncer migrate --config with this file, or fix it)",
+			slog.String("error", err.Error()))
+		return nil
+	}
+	s.running, s.failed = id, ""
+	return next
+}
+
+func (s *supervisor) build(ctx context.Context, src *config.Config) (*Daemon, error) {
+	dc, err := s.cfg.Daemon(src)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, s.pool, dc)
+}
+
+// noteUnconfigured logs, when they change, the installed sources that the
+// file does not name, and keeps syncer_source_unconfigured in step.
+func (s *supervisor) noteUnconfigured(ctx context.Context, d *Daemon, src *config.Config, defs map[string]string) {
+	var missing []string
+	for _, name := range slices.Sorted(maps.Keys(defs)) {
+		if src.Source(name) == nil {
+			missing = append(missing, name)
+		}
+	}
+	d.metrics.Config.SourceUnconfigured.Reset()
+	for _, name := range missing {
+		d.metrics.Config.SourceUnconfigured.WithLabelValues(name).Set(1)
+	}
+	if slices.Equal(missing, s.unconfigured) {
+		return
+	}
+	s.unconfigured = missing
+	if len(missing) > 0 {
+		s.logger.WarnContext(ctx, "daemon: syncer migrate installed sources that this daemon's configuration file does not name: this daemon does not export them (give it the file migrate was given; it is read again every "+s.cfg.Interval.String()+" and on SIGHUP)",
+			slog.String("config", s.cfg.Path), slog.String("sources", strings.Join(missing, ",")))
+	}
+}
+
+// sourceNames are the configured sources the daemon runs.
+func (d *Daemon) sourceNames() []string {
+	if d.cfg.Sources == nil {
+		return nil
+	}
+	out := make([]string, 0, len(d.cfg.Sources.Sources))
+	for _, c := range d.cfg.Sources.Sources {
+		out = append(out, c.Name)
+	}
+	return out
+}
