@@ -59,6 +59,7 @@ type benchSource struct {
 	inFlight           int    // the destination's max_in_flight; 0: the run's
 	yaml               string // more fields of the destination (a format's), indented
 	where              string // the source's row filter; "" for none
+	key                string // the source's key, as the file says it; "" for id
 }
 
 // benchFormat is the format of a bench destination: what the fake speaks,
@@ -82,7 +83,7 @@ func writeSourceConfig(dir string, srcs []benchSource) (string, error) {
 	}
 	b.WriteString("sources:\n")
 	for _, s := range srcs {
-		fmt.Fprintf(&b, "  - table: %s\n    key: id\n    destination: %s\n    batch_size: 500\n    snapshot: false\n", s.table, s.destination)
+		fmt.Fprintf(&b, "  - table: %s\n    key: %s\n    destination: %s\n    batch_size: 500\n    snapshot: false\n", s.table, cmp.Or(s.key, "id"), s.destination)
 		if s.where != "" {
 			fmt.Fprintf(&b, "    where: %q\n", s.where)
 		}
@@ -98,8 +99,13 @@ func writeSourceConfig(dir string, srcs []benchSource) (string, error) {
 // the file at path, as `syncer migrate --config` does (after the
 // migrations, under their lock).
 func (s *scratch) installSources(ctx context.Context, path string, tables ...string) error {
+	return s.installShaped(ctx, path, ordersShape, tables...)
+}
+
+// installShaped is installSources with tables of shape.
+func (s *scratch) installShaped(ctx context.Context, path string, shape tableShape, tables ...string) error {
 	for _, t := range tables {
-		if _, err := s.pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{t}.Sanitize()+" "+ordersTable); err != nil {
+		if _, err := s.pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{t}.Sanitize()+" "+shape.ddl); err != nil {
 			return fmt.Errorf("bench: create %s: %w", t, err)
 		}
 	}
@@ -120,8 +126,13 @@ func (s *scratch) installSources(ctx context.Context, path string, tables ...str
 // log a change per row; the gate's lease was never taken, so no outbox
 // event) and vacuums the tables involved.
 func (s *scratch) preloadOrders(ctx context.Context, table string, n int) error {
+	return s.preloadShaped(ctx, ordersShape, table, n)
+}
+
+// preloadShaped is preloadOrders into a table of shape.
+func (s *scratch) preloadShaped(ctx context.Context, shape tableShape, table string, n int) error {
 	t := pgx.Identifier{table}.Sanitize()
-	if _, err := s.pool.Exec(ctx, `INSERT INTO `+t+` (status, total) SELECT 'new', (i % 1000) + 0.5 FROM generate_series(1, $1) i`, n); err != nil {
+	if _, err := s.pool.Exec(ctx, fmt.Sprintf(shape.preload, t), n); err != nil {
 		return fmt.Errorf("bench: preload %d rows into %s: %w", n, table, err)
 	}
 	for _, sql := range []string{`VACUUM (ANALYZE) ` + t, `VACUUM (ANALYZE) syncer_changes`} {
@@ -146,11 +157,16 @@ func ordersConfig() (string, func(), error) { return ordersConfigWhere("") }
 
 // ordersConfigWhere is ordersConfig with the source's row filter.
 func ordersConfigWhere(where string) (string, func(), error) {
+	return ordersConfigShaped(where, ordersShape)
+}
+
+// ordersConfigShaped is ordersConfigWhere for a table of shape.
+func ordersConfigShaped(where string, shape tableShape) (string, func(), error) {
 	dir, err := os.MkdirTemp("", "syncer-bench-")
 	if err != nil {
 		return "", nil, err
 	}
-	path, err := writeSourceConfig(dir, []benchSource{{table: "orders", destination: "api", url: "http://127.0.0.1:9", where: where}})
+	path, err := writeSourceConfig(dir, []benchSource{{table: "orders", destination: "api", url: "http://127.0.0.1:9", where: where, key: shape.key}})
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
@@ -261,7 +277,7 @@ BEGIN
           FROM (SELECT c.num, c.key, max(c.seq) AS version FROM syncer_changes c
                  WHERE c.source = src AND (c.num, c.key) > (last_num, last_key COLLATE "C")
                  GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT batch) k
-          LEFT JOIN LATERAL (SELECT to_jsonb(t) AS payload FROM orders t WHERE t.id = k.num LIMIT 1) r ON true;
+          LEFT JOIN LATERAL (SELECT to_jsonb(t) AS payload FROM %s t WHERE %s LIMIT 1) r ON true;
         EXIT WHEN nums IS NULL;
         WITH b AS (SELECT * FROM unnest(nums, keys, versions) AS b(num, key, version)),
         done AS (DELETE FROM syncer_changes c USING b
@@ -283,18 +299,24 @@ func (s *scratch) sourcePending(ctx context.Context, src string) (int64, error) 
 }
 
 func (r *runner) dbSourceDrainRate(ctx context.Context, path string, n int) (float64, error) {
+	return r.dbSourceDrainRateOf(ctx, path, n, ordersShape)
+}
+
+// dbSourceDrainRateOf is dbSourceDrainRate for a source named orders of
+// shape.
+func (r *runner) dbSourceDrainRateOf(ctx context.Context, path string, n int, shape tableShape) (float64, error) {
 	s, err := r.newScratch(ctx, "src-drain-db", false)
 	if err != nil {
 		return 0, err
 	}
 	defer s.drop(ctx)
-	if err := s.installSources(ctx, path, "orders"); err != nil {
+	if err := s.installShaped(ctx, path, shape, "orders"); err != nil {
 		return 0, err
 	}
-	if err := s.preloadOrders(ctx, "orders", n); err != nil {
+	if err := s.preloadShaped(ctx, shape, "orders", n); err != nil {
 		return 0, err
 	}
-	if _, err := s.pool.Exec(ctx, sourceDrainProcedure); err != nil {
+	if _, err := s.pool.Exec(ctx, fmt.Sprintf(sourceDrainProcedure, "orders", shape.lookup)); err != nil {
 		return 0, fmt.Errorf("bench: create the source drain procedure: %w", err)
 	}
 	start := time.Now()
@@ -332,6 +354,7 @@ func (r *runner) runSourcesIn(ctx context.Context, label string, tables []string
 // settings of the daemon, and work done beside the drain (given the
 // daemon's HTTP address) until it ends.
 type sourceRunExtra struct {
+	shape    tableShape // the tables' shape; zero: ordersShape
 	settings []string
 	beside   func(ctx context.Context, addr string)
 }
@@ -353,7 +376,7 @@ func (r *runner) runSourcesWith(ctx context.Context, label string, tables []stri
 		}
 		defer f.close()
 		fakes[i] = f
-		srcs[i] = benchSource{table: t, destination: "api_" + t, url: f.url + bf.path, inFlight: inFlight, yaml: bf.yaml}
+		srcs[i] = benchSource{table: t, destination: "api_" + t, url: f.url + bf.path, inFlight: inFlight, yaml: bf.yaml, key: extra.shape.key}
 	}
 	path, err := writeSourceConfig(dir, srcs)
 	if err != nil {
@@ -364,11 +387,12 @@ func (r *runner) runSourcesWith(ctx context.Context, label string, tables []stri
 		return res, err
 	}
 	defer s.drop(ctx)
-	if err := s.installSources(ctx, path, tables...); err != nil {
+	shape := cmp.Or(extra.shape, ordersShape)
+	if err := s.installShaped(ctx, path, shape, tables...); err != nil {
 		return res, err
 	}
 	for _, t := range tables {
-		if err := s.preloadOrders(ctx, t, n); err != nil {
+		if err := s.preloadShaped(ctx, shape, t, n); err != nil {
 			return res, err
 		}
 	}
@@ -510,21 +534,4 @@ func (r *runner) sourcesScenario(ctx context.Context) ([]Row, error) {
 		rows = append(rows, row)
 	}
 	return rows, first
-}
-
-// shapesScenario runs the rows of issue 29 in one run: source writers (the
-// single-key baseline) and filtered writers, so their ratios compare.
-func (r *runner) shapesScenario(ctx context.Context) ([]Row, error) {
-	var rows []Row
-	for _, fn := range []func(context.Context) (Row, error){r.sourceWriters, r.filteredWriters} {
-		if err := ctx.Err(); err != nil {
-			return rows, err
-		}
-		row, err := fn(ctx)
-		if err != nil {
-			return rows, err
-		}
-		rows = append(rows, row)
-	}
-	return rows, nil
 }
