@@ -159,7 +159,7 @@ func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) er
 	if !c.Wait {
 		return nil
 	}
-	return c.follow(ctx, env, pool, id, n)
+	return c.follow(ctx, env, id, n, "rows", rowsProgress(pool, id))
 }
 
 // listReplays prints every replay with its progress.
@@ -232,11 +232,25 @@ func describeFilter(f resources.Filter) string {
 	return strings.Join(parts, ", ")
 }
 
-// follow shows a replay's progress until it is done: a progress bar on a
-// terminal, a plain line every few seconds otherwise. When nothing moves for
-// Stall, it says that no daemon seems to work on the replay, once per
-// stall, and keeps waiting: starting a daemon is all it takes.
-func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64) error {
+// progress is a followed replay at one reading: its state, the rows or
+// keys sent so far (rejected ones included), and the line it ends with
+// once finished ("" while it is not).
+type progress struct {
+	state replays.State
+	done  int64
+	// detail says more than done of total (keys a source's replay has
+	// queued so far); "" for none.
+	detail string
+	end    string
+}
+
+// follow shows a replay's progress, read by read, until it is finished: a
+// progress bar on a terminal, a plain line every few seconds otherwise.
+// unit names what total counts (rows, keys). When nothing moves for Stall,
+// it says that no daemon seems to work on the replay, once per stall, and
+// keeps waiting: starting a daemon is all it takes. A replay of resources
+// and one of a source differ only in read.
+func (c *ReplayCmd) follow(ctx context.Context, env *Env, id, total int64, unit string, read func(context.Context) (progress, error)) error {
 	var bar *progressbar.ProgressBar
 	if env.IsTerminal {
 		bar = progressbar.NewOptions64(total,
@@ -244,7 +258,7 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 			progressbar.OptionSetDescription(fmt.Sprintf("replay %d", id)),
 			progressbar.OptionShowCount(),
 			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("rows"),
+			progressbar.OptionSetItsString(unit),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionThrottle(200*time.Millisecond),
 		)
@@ -255,46 +269,40 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 	t := time.NewTicker(c.Poll)
 	defer t.Stop()
 	for {
-		state, err := replays.StateOf(ctx, pool, id)
+		p, err := read(ctx)
 		if err != nil {
 			return err
 		}
-		cp, err := checkpoint.Get(ctx, pool, checkpoint.Replay(id))
-		if err != nil {
-			return err
-		}
-		done := cp.RowsDone + cp.RowsFailed
 		if bar != nil {
-			_ = bar.Set64(min(done, total))
-		} else if time.Since(lastLine) >= 2*time.Second || state.Finished() {
+			_ = bar.Set64(min(p.done, total))
+		} else if time.Since(lastLine) >= 2*time.Second || p.end != "" || p.state.Finished() {
 			lastLine = time.Now()
-			el := time.Since(start).Seconds()
-			rate := float64(done) / max(el, 0.001)
+			rate := float64(p.done) / max(time.Since(start).Seconds(), 0.001)
 			eta := "?"
-			if done >= total || state == replays.StateDone {
+			if p.done >= total || p.end != "" {
 				eta = "0s"
 			} else if rate > 0 {
-				eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
+				eta = (time.Duration(float64(total-p.done)/rate) * time.Second).Round(time.Second).String()
 			}
-			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d rows, %.0f rows/s, eta %s\n", id, state, done, total, rate, eta)
+			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d %s sent%s, %.0f %s/s, eta %s\n", id, p.state, p.done, total, unit, p.detail, rate, unit, eta)
 		}
-		switch state {
-		case replays.StateDone:
+		switch {
+		case p.end != "":
 			if bar != nil {
 				_ = bar.Finish()
 				fmt.Fprintln(env.Stdout)
 			}
-			fmt.Fprintf(env.Stdout, "replay %d done: %d rows sent, %d failed\n", id, cp.RowsDone, cp.RowsFailed)
+			fmt.Fprintln(env.Stdout, p.end)
 			return nil
-		case replays.StateCancelled:
-			return fmt.Errorf("replay %d was cancelled after %d of %d rows", id, done, total)
+		case p.state == replays.StateCancelled:
+			return fmt.Errorf("replay %d was cancelled after %d of %d %s", id, p.done, total, unit)
 		}
-		if stall.stalled(state, done) {
+		if stall.stalled(p.state, p.done) {
 			if bar != nil {
 				fmt.Fprintln(env.Stdout)
 			}
 			what := "no daemon has picked the replay up"
-			if state == replays.StateRunning {
+			if p.state == replays.StateRunning {
 				what = "the replay has not moved"
 			}
 			fmt.Fprintf(env.Stdout, "replay %d: %s in %s: is `syncer run` running? Still waiting (Ctrl-C stops waiting, not the replay)\n",
@@ -305,6 +313,25 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 			return ctx.Err()
 		case <-t.C:
 		}
+	}
+}
+
+// rowsProgress reads a replay of resources: its checkpoint counts rows.
+func rowsProgress(pool *pgxpool.Pool, id int64) func(context.Context) (progress, error) {
+	return func(ctx context.Context) (progress, error) {
+		state, err := replays.StateOf(ctx, pool, id)
+		if err != nil {
+			return progress{}, err
+		}
+		cp, err := checkpoint.Get(ctx, pool, checkpoint.Replay(id))
+		if err != nil {
+			return progress{}, err
+		}
+		p := progress{state: state, done: cp.RowsDone + cp.RowsFailed}
+		if state == replays.StateDone {
+			p.end = fmt.Sprintf("replay %d done: %d rows sent, %d failed", id, cp.RowsDone, cp.RowsFailed)
+		}
+		return p, nil
 	}
 }
 

@@ -98,52 +98,28 @@ func (c *ReplayCmd) createSource(ctx context.Context, env *Env, pool *pgxpool.Po
 	if !c.Wait {
 		return nil
 	}
-	return c.followSource(ctx, env, pool, id, n)
+	return c.follow(ctx, env, id, n, "keys", keysProgress(pool, id))
 }
 
-// followSource shows a source replay's progress until its keys are sent:
-// logged by the source's job, then accepted or rejected by the third
-// party. When nothing moves for Stall, it says that no daemon seems to
-// work on it, once per stall, and keeps waiting.
-func (c *ReplayCmd) followSource(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64) error {
-	start := time.Now()
-	lastLine := time.Time{}
-	stall := newStallWatch(c.Stall)
-	t := time.NewTicker(c.Poll)
-	defer t.Stop()
-	for {
+// keysProgress reads a replay of a source: its keys are logged by the
+// source's job, then accepted or rejected by the third party; it is
+// finished when the job has logged them all and none is left to send.
+func keysProgress(pool *pgxpool.Pool, id int64) func(context.Context) (progress, error) {
+	return func(ctx context.Context) (progress, error) {
 		state, err := replays.StateOf(ctx, pool, id)
 		if err != nil {
-			return err
+			return progress{}, err
 		}
 		infos, err := sources.Replays(ctx, pool)
 		if err != nil {
-			return err
+			return progress{}, err
 		}
 		info := infos[id]
-		sent := max(info.KeysLogged-info.Unsent, 0)
-		finished := state == replays.StateDone && info.Unsent == 0
-		if time.Since(lastLine) >= 2*time.Second || finished || state == replays.StateCancelled {
-			lastLine = time.Now()
-			rate := float64(sent) / max(time.Since(start).Seconds(), 0.001)
-			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d keys queued, %d sent, %.0f keys/s\n", id, state, info.KeysLogged, total, sent, rate)
+		p := progress{state: state, done: max(info.KeysLogged-info.Unsent, 0), detail: fmt.Sprintf(" (%d queued)", info.KeysLogged)}
+		if state == replays.StateDone && info.Unsent == 0 {
+			p.end = fmt.Sprintf("replay %d done: %d keys sent", id, info.KeysLogged)
 		}
-		switch {
-		case finished:
-			fmt.Fprintf(env.Stdout, "replay %d done: %d keys sent\n", id, info.KeysLogged)
-			return nil
-		case state == replays.StateCancelled:
-			return fmt.Errorf("replay %d was cancelled after %d of %d keys", id, sent, total)
-		}
-		if stall.stalled(state, sent) {
-			fmt.Fprintf(env.Stdout, "replay %d: nothing moved in %s: is `syncer run --config` running? Still waiting (Ctrl-C stops waiting, not the replay)\n",
-				id, durationText(c.Stall))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+		return p, nil
 	}
 }
 
