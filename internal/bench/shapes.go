@@ -69,25 +69,9 @@ func (r *runner) shapesScenario(ctx context.Context) ([]Row, error) {
 // drain's ratio in the same run.
 func (r *runner) compositeDrain(ctx context.Context, single float64) (Row, error) {
 	n := r.sourceSizes().drainRows
-	path, cleanup, err := ordersConfigShaped("", compositeShape)
+	rate, dbRate, err := r.drainShaped(ctx, "composite drain", compositeShape)
 	if err != nil {
 		return Row{}, err
-	}
-	defer cleanup()
-	var dups int64
-	dbRate, rate, err := r.alternate(func(i int) (float64, error) {
-		r.progressf("   database bound %d/%d: %s pending rows of a composite-key source, plpgsql loop", i+1, r.sizes.DrainRepeats, count(float64(n)))
-		return r.dbSourceDrainRateOf(ctx, path, n, compositeShape)
-	}, func(int) (float64, error) {
-		run, err := r.runSourcesWith(ctx, "src-composite", []string{"orders"}, n, 0, 0, benchFormat{}, sourceRunExtra{shape: compositeShape})
-		dups += run.dups
-		return float64(n) / run.took.Seconds(), err
-	})
-	if err != nil {
-		return Row{}, err
-	}
-	if dups > 0 {
-		r.note("composite drain: the fake saw %d duplicate deliveries", dups)
 	}
 	ratio := rate / dbRate
 	return Row{

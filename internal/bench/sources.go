@@ -298,12 +298,8 @@ func (s *scratch) sourcePending(ctx context.Context, src string) (int64, error) 
 	return n, err
 }
 
-func (r *runner) dbSourceDrainRate(ctx context.Context, path string, n int) (float64, error) {
-	return r.dbSourceDrainRateOf(ctx, path, n, ordersShape)
-}
-
-// dbSourceDrainRateOf is dbSourceDrainRate for a source named orders of
-// shape.
+// dbSourceDrainRateOf measures the database bound for a source named
+// orders of shape.
 func (r *runner) dbSourceDrainRateOf(ctx context.Context, path string, n int, shape tableShape) (float64, error) {
 	s, err := r.newScratch(ctx, "src-drain-db", false)
 	if err != nil {
@@ -455,25 +451,9 @@ func (r *runner) runSourcesWith(ctx context.Context, label string, tables []stri
 
 func (r *runner) sourceDrain(ctx context.Context) (Row, error) {
 	n := r.sourceSizes().drainRows
-	path, cleanup, err := ordersConfig()
+	rate, dbRate, err := r.drainShaped(ctx, "source drain", ordersShape)
 	if err != nil {
 		return Row{}, err
-	}
-	defer cleanup()
-	var dups int64
-	dbRate, rate, err := r.alternate(func(i int) (float64, error) {
-		r.progressf("   database bound %d/%d: %s pending rows of a source, plpgsql loop", i+1, r.sizes.DrainRepeats, count(float64(n)))
-		return r.dbSourceDrainRate(ctx, path, n)
-	}, func(int) (float64, error) {
-		run, err := r.runSources(ctx, "src-drain", []string{"orders"}, n, 0, 0)
-		dups += run.dups
-		return float64(n) / run.took.Seconds(), err
-	})
-	if err != nil {
-		return Row{}, err
-	}
-	if dups > 0 {
-		r.note("source drain: the fake saw %d duplicate deliveries", dups)
 	}
 	ratio := rate / dbRate
 	return Row{
@@ -485,6 +465,31 @@ func (r *runner) sourceDrain(ctx context.Context) (Row, error) {
 		Pass:     ratio >= 0.5,
 		Values:   map[string]float64{"rows": float64(n), "rows_per_s": rate, "db_rows_per_s": dbRate, "ratio": ratio},
 	}, nil
+}
+
+// drainShaped measures the row named scenario: the daemon draining a
+// source of shape (--config alone, whole row) and the database bound for
+// the same table, alternating; it returns their rates.
+func (r *runner) drainShaped(ctx context.Context, scenario string, shape tableShape) (rate, dbRate float64, err error) {
+	n := r.sourceSizes().drainRows
+	path, cleanup, err := ordersConfigShaped("", shape)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cleanup()
+	var dups int64
+	dbRate, rate, err = r.alternate(func(i int) (float64, error) {
+		r.progressf("   database bound %d/%d: %s pending rows of a source keyed %s, plpgsql loop", i+1, r.sizes.DrainRepeats, count(float64(n)), shape.key)
+		return r.dbSourceDrainRateOf(ctx, path, n, shape)
+	}, func(int) (float64, error) {
+		run, err := r.runSourcesWith(ctx, "src-drain", []string{"orders"}, n, 0, 0, benchFormat{}, sourceRunExtra{shape: shape})
+		dups += run.dups
+		return float64(n) / run.took.Seconds(), err
+	})
+	if dups > 0 {
+		r.note("%s: the fake saw %d duplicate deliveries", scenario, dups)
+	}
+	return rate, dbRate, err
 }
 
 func (r *runner) twoSources(ctx context.Context) (Row, error) {
