@@ -1,6 +1,6 @@
 // Package config reads the file named by SYNCER_CONFIG / --config: the
 // destinations (third-party APIs) and the sources (the application's own
-// tables) that syncer exports to them. Its shape is the contract's section 5;
+// tables) that syncer exports to them. Its shape is docs/protocol.md's Sources;
 // docs/sources.md describes every field.
 //
 // Guarantees:
@@ -174,7 +174,7 @@ type Source struct {
 	// per row of its own).
 	ChangedAt string
 	// Where is the row filter: an SQL expression over the table's columns;
-	// a row is exported while it holds (section 7). Empty exports every
+	// a row is exported while it holds (docs/protocol.md, Table shapes). Empty exports every
 	// row.
 	Where string
 	// Line is where the source starts in the file.
@@ -637,7 +637,7 @@ func line(f map[string]*yaml.Node, field string, entry *yaml.Node) int {
 
 // str decodes an optional string field: "" when absent or null.
 // keyColumns reads key: a column, or a list of the primary key's columns
-// (section 7), and the key's name (see Source.Key).
+// (docs/protocol.md, Table shapes), and the key's name (see Source.Key).
 func keyColumns(f map[string]*yaml.Node, path string, n *yaml.Node) ([]string, string, error) {
 	v, ok := f["key"]
 	if ok && v.Kind == yaml.SequenceNode {

@@ -25,7 +25,7 @@ type wireItem struct {
 }
 
 // wireID is an id as the contract sends it: a decimal string (v), or for
-// a source's key (contract section 5) any other string (text).
+// a source's key (docs/protocol.md, Sources) any other string (text).
 type wireID struct {
 	v    int64
 	text string

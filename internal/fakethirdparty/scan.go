@@ -316,7 +316,7 @@ func scanBatch(data []byte, dst []wireItem) ([]wireItem, error) {
 						return err
 					}
 					// A canonical decimal int64 is a row id; any other
-					// string is a source's key (contract section 5).
+					// string is a source's key (docs/protocol.md, Sources).
 					if v, err := strconv.ParseInt(string(raw), 10, 64); err == nil && !escaped && strconv.FormatInt(v, 10) == string(raw) {
 						it.ID = wireID{v: v, set: true}
 						break

@@ -69,7 +69,7 @@ func (e *SourceError) Unwrap() error { return e.Err }
 
 // ErrNoPrimaryKey is wrapped by the error of a source whose table has no
 // primary key: a setting of the user's, so the command line exits 2 on it
-// (section 7), config check excepted.
+// (docs/protocol.md, Table shapes), config check excepted.
 var ErrNoPrimaryKey = errors.New("has no primary key")
 
 // IsUsage reports whether the error is the user's setting that no retry

@@ -12,7 +12,7 @@ import (
 )
 
 // KeyComposite is a key of several columns, each of the other kinds: its
-// text form is the compact JSON array of its values (section 7), and it is
+// text form is the compact JSON array of its values (docs/protocol.md, Table shapes), and it is
 // read back column by column.
 const KeyComposite KeyKind = "composite"
 
