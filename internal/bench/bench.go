@@ -80,7 +80,7 @@ var rowNames = map[string][]string{
 	ScenarioCustomDrain:        {"custom drain"},
 	ScenarioWebhooks:           {"webhooks"},
 	ScenarioConsole:            {"console"},
-	ScenarioShapes:             {"source writers", "filtered writers"},
+	ScenarioShapes:             {"source writers", "filtered writers", "source drain", "composite drain"},
 	ScenarioColdStart:          {"cold start"},
 	ScenarioFastLimit:          {"fast limit"},
 	ScenarioRestart:            {"restart"},
