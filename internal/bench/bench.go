@@ -48,6 +48,8 @@ const (
 	ScenarioConsole = "console"
 	// Tables as applications shape them (issue 29).
 	ScenarioShapes = "shapes"
+	// Commit to receipt at steady rates (issue 32).
+	ScenarioReceipt = "receipt"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -58,7 +60,7 @@ var Scenarios = []string{
 	ScenarioSources,
 	ScenarioColdStart, ScenarioFastLimit, ScenarioRestart, ScenarioHandover,
 	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
-	ScenarioConsole, ScenarioShapes,
+	ScenarioConsole, ScenarioShapes, ScenarioReceipt,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -85,6 +87,7 @@ var rowNames = map[string][]string{
 	ScenarioFastLimit:          {"fast limit"},
 	ScenarioRestart:            {"restart"},
 	ScenarioHandover:           {"handover"},
+	ScenarioReceipt:            receiptRows(),
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -287,6 +290,7 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioWebhooks, r.webhooks},
 		{ScenarioConsole, r.consoleScenario},
 		{ScenarioShapes, r.shapesScenario},
+		{ScenarioReceipt, r.receipt},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

@@ -655,21 +655,27 @@ func write(ctx context.Context, pool *pgxpool.Pool, writers int, n int64, d time
 	return res, nil
 }
 
-// paced inserts total rows, one a tick of interval, from writers
-// connections, recording for each row its id and when its commit returned.
-func paced(ctx context.Context, pool *pgxpool.Pool, writers, total int, interval time.Duration) (writeResult, error) {
+// paced inserts total rows with insert, one a tick of interval, from
+// writers connections, recording for each row its id and when its commit
+// returned.
+func paced(ctx context.Context, pool *pgxpool.Pool, writers, total int, interval time.Duration, insert insertFunc) (writeResult, error) {
 	ticks := make(chan int64, total)
 	go func() {
 		defer close(ticks)
-		t := time.NewTicker(interval)
-		defer t.Stop()
+		// Each row has its time from the start, not from the row before:
+		// a ticker drops ticks at short intervals (4,000 a second), and a
+		// late row is followed by the next ones at once, so the offered
+		// rate holds.
+		t0 := time.Now()
 		for i := range total {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				ticks <- int64(i + 1)
+			if wait := time.Until(t0.Add(time.Duration(i) * interval)); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
 			}
+			ticks <- int64(i + 1)
 		}
 	}()
 	var mu sync.Mutex
@@ -687,7 +693,7 @@ func paced(ctx context.Context, pool *pgxpool.Pool, writers, total int, interval
 			defer conn.Release()
 			for i := range ticks {
 				t0 := time.Now()
-				id, err := plainInsert(ctx, conn, i)
+				id, err := insert(ctx, conn, i)
 				if err != nil {
 					errc <- err
 					return

@@ -225,7 +225,7 @@ func (r *runner) latency(ctx context.Context) ([]Row, error) {
 
 	total := int(float64(r.sizes.LatencyRate) * r.sizes.LatencyFor.Seconds())
 	r.progressf("   %d inserts/s for %s from %d connections", r.sizes.LatencyRate, r.sizes.LatencyFor, r.sizes.Writers)
-	w, err := paced(ctx, s.pool, r.sizes.Writers, total, time.Second/time.Duration(r.sizes.LatencyRate))
+	w, err := paced(ctx, s.pool, r.sizes.Writers, total, time.Second/time.Duration(r.sizes.LatencyRate), plainInsert)
 	if err != nil {
 		return nil, err
 	}

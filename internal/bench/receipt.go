@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+)
+
+// The receipt scenario (issue 32): commit to receipt while writers insert
+// at a steady rate, single-row transactions, each row timed from its
+// writer's commit to its first acceptance at the fake on loopback. One row
+// per case: a configured source (orders, whole row) at 500 and 2,000
+// inserts a second, resources at 2,000 and at 4,000 (a connection per
+// writer, 32 of them). The baseline, measured in the same run, is what was
+// offered: the rate the writers were paced at, and their own insert round
+// trip. Targets are the issue's: p50 <= 5 ms, p99 <= 20 ms and writers >=
+// 0.95 of the offered rate; at 4,000 resources' p50 <= 10 ms, p99 <= 50 ms.
+
+// receiptCase is one row of the scenario.
+type receiptCase struct {
+	row     string
+	source  bool // orders as a configured source; else resources
+	rate    int  // inserts offered a second
+	writers int  // connections, one writer each
+	p50     time.Duration
+	p99     time.Duration
+}
+
+// receiptCases are the scenario's rows, in order.
+var receiptCases = []receiptCase{
+	{row: "receipt: source 500/s", source: true, rate: 500, writers: 8, p50: 5 * time.Millisecond, p99: 20 * time.Millisecond},
+	{row: "receipt: source 2,000/s", source: true, rate: 2000, writers: 8, p50: 5 * time.Millisecond, p99: 20 * time.Millisecond},
+	{row: "receipt: resources 2,000/s", rate: 2000, writers: 8, p50: 5 * time.Millisecond, p99: 20 * time.Millisecond},
+	{row: "receipt: resources 4,000/s", rate: 4000, writers: 32, p50: 10 * time.Millisecond, p99: 50 * time.Millisecond},
+}
+
+// receiptRows names the rows, for rowNames.
+func receiptRows() []string {
+	out := make([]string, len(receiptCases))
+	for i, c := range receiptCases {
+		out[i] = c.row
+	}
+	return out
+}
+
+// receiptFor is how long each case writes.
+func (r *runner) receiptFor() time.Duration {
+	if r.cfg.Size == SizeTiny {
+		return time.Second
+	}
+	return 10 * time.Second
+}
+
+func (r *runner) receipt(ctx context.Context) ([]Row, error) {
+	var rows []Row
+	for _, c := range receiptCases {
+		row, err := r.receiptCase(ctx, c)
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", c.row, err)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func (r *runner) receiptCase(ctx context.Context, c receiptCase) (Row, error) {
+	total := int(float64(c.rate) * r.receiptFor().Seconds())
+	f, err := startFake(total)
+	if err != nil {
+		return Row{}, err
+	}
+	defer f.close()
+	s, err := r.newScratch(ctx, "receipt", false)
+	if err != nil {
+		return Row{}, err
+	}
+	defer s.drop(ctx)
+	insert, settings := plainInsert, []string(nil)
+	if c.source {
+		dir, err := os.MkdirTemp("", "syncer-bench-")
+		if err != nil {
+			return Row{}, err
+		}
+		defer os.RemoveAll(dir)
+		path, err := writeSourceConfig(dir, []benchSource{{table: "orders", destination: "api", url: f.url}})
+		if err != nil {
+			return Row{}, err
+		}
+		if err := s.installSources(ctx, path, "orders"); err != nil {
+			return Row{}, err
+		}
+		insert = insertOrder
+		// The configuration alone: resources not exported.
+		settings = []string{"--config", path, "--thirdparty-url="}
+	}
+	pool, err := r.pool(ctx, s.name, int32(c.writers+2))
+	if err != nil {
+		return Row{}, err
+	}
+	defer pool.Close()
+	d, err := r.startDaemon(ctx, s, f, false, settings...)
+	if err != nil {
+		return Row{}, err
+	}
+	defer d.stop()
+
+	r.progressf("   %s: %d inserts/s for %s from %d connections", c.row, c.rate, r.receiptFor(), c.writers)
+	cpu0, _ := d.cpuSeconds()
+	db0 := postgresCPUSeconds()
+	w, err := paced(ctx, pool, c.writers, total, time.Second/time.Duration(c.rate), insert)
+	if err != nil {
+		return Row{}, err
+	}
+	if err := waitReceived(ctx, f.Server, w.ids, drainLimit(total)); err != nil {
+		return Row{}, fmt.Errorf("%w: %s", err, d.stderr.String())
+	}
+	cpu1, _ := d.cpuSeconds()
+	db1 := postgresCPUSeconds()
+	if err := d.stop(); err != nil {
+		return Row{}, err
+	}
+	received := map[int64]time.Time{}
+	for _, dl := range f.Deliveries() {
+		if _, ok := received[dl.ID]; !ok {
+			received[dl.ID] = dl.At
+		}
+	}
+	lat := make([]time.Duration, 0, len(w.ids))
+	for i, id := range w.ids {
+		// The daemon can see a commit before the writer's call returns.
+		lat = append(lat, max(received[id].Sub(w.commits[i]), 0))
+	}
+	sortDurations(lat)
+	sortDurations(w.rtt)
+	p50, p99, pmax := percentile(lat, 0.50), percentile(lat, 0.99), lat[len(lat)-1]
+	reached := w.rate() / float64(c.rate)
+	n := float64(len(lat))
+	daemonUS, dbUS := (cpu1-cpu0)/n*1e6, (db1-db0)/n*1e6
+	r.note("%s: the daemon used %.0f µs of CPU and PostgreSQL %.0f µs per row exported (writers' inserts included in the latter)", c.row, daemonUS, dbUS)
+	return Row{
+		Scenario: c.row,
+		Measured: fmt.Sprintf("p50 %s, p99 %s, max %s; writers %s/s", ms(p50), ms(p99), ms(pmax), count(w.rate())),
+		Baseline: fmt.Sprintf("offered %s/s, %d connections; insert p50 %s", count(float64(c.rate)), c.writers, ms(percentile(w.rtt, 0.5))),
+		Figure:   fmt.Sprintf("p50 %s, p99 %s, %.2fx", ms(p50), ms(p99), reached),
+		Target:   fmt.Sprintf("p50 <= %s, p99 <= %s, >= 0.95x", ms(c.p50), ms(c.p99)),
+		Pass:     p50 <= c.p50 && p99 <= c.p99 && reached >= 0.95,
+		Values: map[string]float64{
+			"rows": n, "offered_per_s": float64(c.rate), "inserts_per_s": w.rate(), "reached": reached,
+			"p50_ms": msf(p50), "p99_ms": msf(p99), "max_ms": msf(pmax),
+			"insert_p50_ms": msf(percentile(w.rtt, 0.5)), "insert_p99_ms": msf(percentile(w.rtt, 0.99)),
+			"daemon_cpu_us_per_row": daemonUS, "db_cpu_us_per_row": dbUS,
+		},
+	}, nil
+}
+
+// waitReceived waits until the fake accepted every one of ids.
+func waitReceived(ctx context.Context, fake *fakethirdparty.Server, ids []int64, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	want := slices.Clone(ids)
+	slices.Sort(want)
+	for {
+		got := map[int64]bool{}
+		if fake.Stats().DistinctPairs >= int64(len(want)) {
+			for _, dl := range fake.Deliveries() {
+				got[dl.ID] = true
+			}
+			missing := slices.IndexFunc(want, func(id int64) bool { return !got[id] })
+			if missing < 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: not received after %s: the fake has %d of %d rows", limit, fake.Stats().DistinctPairs, len(want))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
