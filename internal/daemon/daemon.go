@@ -386,6 +386,14 @@ func (d *Daemon) build(ctx context.Context) error {
 	ecfg := c.Exporter
 	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
 	ecfg.Sources = srcs
+	// A lingering job holds a worker slot: one slot stays for the jobs
+	// that come and go (other sources, replays), and resources' live job
+	// has one of its own.
+	lingering := c.Workers - 1
+	if dest != nil {
+		lingering--
+	}
+	ecfg.MaxLingering = cmp.Or(ecfg.MaxLingering, max(lingering, 1))
 	if d.exp, err = exporter.New(d.pool, d.locker, dest, &ecfg); err != nil {
 		return err
 	}

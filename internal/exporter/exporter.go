@@ -16,9 +16,11 @@
 //     (in the checkpoint, in the transaction that marks the previous one)
 //     before its push, and the next holder of the lock pushes it first, with
 //     the same Idempotency-Key.
-//   - Latency without a job per insert: a live sync job that has drained the
-//     table keeps the lock for a while and polls (gate shut) or waits for a
-//     notification (gate open), so a new row needs no River round trip.
+//   - Latency without a job per insert: a job that has drained its feed
+//     (resources' live sync, or a configured source's) keeps its lock for a
+//     while and polls (gate shut) or waits for a notification the relay
+//     hands it (gate open), so a new row needs no River round trip; see
+//     linger.go.
 package exporter
 
 import (
@@ -35,7 +37,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
-	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 
@@ -52,6 +53,7 @@ const (
 	ReplayShareDefault        = 0.25
 	MaxSnoozeDefault          = 10 * time.Second
 	PassLengthDefault         = 2 * time.Second
+	MaxLingeringDefault       = 2
 )
 
 // Config configures an Exporter.
@@ -105,6 +107,13 @@ type Config struct {
 	// refills faster than the third party takes it still checks for
 	// replays and its run limit. Defaults to PassLengthDefault.
 	PassLength time.Duration
+	// MaxLingering is the most configured sources' jobs that linger at
+	// once in this process (linger.go), each holding a River worker slot:
+	// one more drains and ends, as every job did before, so other sources
+	// and replays still find a slot. Resources' live job always lingers.
+	// The daemon sets it below its worker count. Defaults to
+	// MaxLingeringDefault.
+	MaxLingering int
 	// Installation is the installation's identity
 	// (checkpoint.Installation), part of every Idempotency-Key. Required.
 	Installation string
@@ -140,9 +149,18 @@ type Exporter struct {
 	stopOnce sync.Once
 	stopping chan struct{}
 
+	// mu guards wakers: the relay's way to the jobs lingering here, by
+	// feed ("" for resources, else a source's name).
 	mu     sync.Mutex
-	active bool
-	wake   chan struct{}
+	wakers map[string]*waker
+	// gateMu guards hot, the jobs lingering hot by feed: the gate is
+	// shut while every feed has one (gateHot).
+	gateMu      sync.Mutex
+	hot         map[string]int
+	lingerSlots *slots
+	// turns are the turns of this process's source jobs at their
+	// destinations' locks (turns.go).
+	turns turnsOf
 
 	// sources are the configured sources, by name.
 	sources map[string]*Source
@@ -171,6 +189,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("exporter: config: MaxItemBytes must not be negative, got %d", c.MaxItemBytes)
 	case c.BatchMaxBytes < 0:
 		return fmt.Errorf("exporter: config: BatchMaxBytes must not be negative, got %d", c.BatchMaxBytes)
+	case c.MaxLingering < 0:
+		return fmt.Errorf("exporter: config: MaxLingering must not be negative, got %d", c.MaxLingering)
 	case c.ReplayShare < 0 || c.ReplayShare > 1:
 		return fmt.Errorf("exporter: config: ReplayShare must be within 0 and 1, got %v", c.ReplayShare)
 	}
@@ -211,6 +231,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, dest Destination, cfg *Config
 	c.ReplayShare = cmp.Or(c.ReplayShare, ReplayShareDefault)
 	c.MaxSnooze = cmp.Or(c.MaxSnooze, MaxSnoozeDefault)
 	c.PassLength = cmp.Or(c.PassLength, PassLengthDefault)
+	c.MaxLingering = cmp.Or(c.MaxLingering, MaxLingeringDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -224,9 +245,12 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, dest Destination, cfg *Config
 	}
 	return &Exporter{sources: byName,
 		pool: pool, locker: locker, dest: dest, cfg: c, logger: c.Logger, metrics: c.Metrics,
-		lockKey:  locks.ExportKey(c.Schema),
-		stopping: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
+		lockKey:     locks.ExportKey(c.Schema),
+		stopping:    make(chan struct{}),
+		wakers:      map[string]*waker{},
+		hot:         map[string]int{},
+		lingerSlots: &slots{max: c.MaxLingering},
+		turns:       turnsOf{held: map[string]bool{}, wants: map[string]map[string]bool{}},
 	}, nil
 }
 
@@ -244,50 +268,6 @@ func (e *Exporter) Shutdown() { e.stopOnce.Do(func() { close(e.stopping) }) }
 func (e *Exporter) isStopping() bool {
 	select {
 	case <-e.stopping:
-		return true
-	default:
-		return false
-	}
-}
-
-// Wake implements outbox.Waker: a live job running here takes the
-// notification.
-func (e *Exporter) Wake() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.active {
-		return false
-	}
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-// Active implements outbox.Waker.
-func (e *Exporter) Active() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.active
-}
-
-var _ outbox.Waker = (*Exporter)(nil)
-
-func (e *Exporter) activate() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.active = true
-}
-
-// deactivate stops taking wake-ups and reports whether one was taken that
-// the job has not handled yet.
-func (e *Exporter) deactivate() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.active = false
-	select {
-	case <-e.wake:
 		return true
 	default:
 		return false

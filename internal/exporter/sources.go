@@ -99,24 +99,19 @@ func (e *Exporter) workSource(ctx context.Context, s *Source) error {
 			e.logger.WarnContext(ctx, "exporter: release the source's lock", slog.String("source", s.Source.Name), slog.String("error", err.Error()))
 		}
 	}()
+	lctx, cancel := lk.Context(ctx)
+	defer cancel()
 	// The destination's limits are kept by this process's deliverer: while
 	// it pushes, no other daemon may push to the same destination (a source
 	// of the same destination on another daemon snoozes, never waits).
-	dk, err := e.locker.TryAcquire(ctx, locks.DestinationKey(e.cfg.Schema, s.Source.Destination))
-	if err != nil {
-		return err
+	// This process's jobs of one destination take turns (turns.go).
+	t := e.newTurn(lctx, s)
+	defer t.done(ctx)
+	if err := t.firstTake(lctx, e.cfg.PassLength+e.cfg.HotLinger); err != nil {
+		return lockCause(lk, err)
 	}
-	defer func() {
-		if err := dk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locks.ErrLockLost) {
-			e.logger.WarnContext(ctx, "exporter: release the destination's lock", slog.String("destination", s.Source.Destination), slog.String("error", err.Error()))
-		}
-	}()
-	lctx, cancel := lk.Context(ctx)
-	defer cancel()
-	dctx, dcancel := dk.Context(lctx)
-	defer dcancel()
-	err = e.drainSource(dctx, lk, s)
-	return lockCause(lk, lockCause(dk, err))
+	err = e.drainSource(lctx, lk, t, s)
+	return lockCause(lk, err)
 }
 
 // target is the source's feed and its destination.
@@ -126,12 +121,16 @@ func (e *Exporter) sourceTarget(s *Source) target {
 
 // drainSource resends the source's recorded batches, then alternates
 // snapshot chunks and passes over its pending keys until both are done or
-// the run limit has passed.
-func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, s *Source) error {
-	t := e.sourceTarget(s)
-	own := t.feed.Checkpoint()
-	if err := e.resume(ctx, lk, t, func(name string) bool { return name == own }); err != nil {
+// the run limit has passed, and lingers (linger.go) for more.
+func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *Source) error {
+	tg := e.sourceTarget(s)
+	own := tg.feed.Checkpoint()
+	dctx, err := t.take(ctx)
+	if err != nil {
 		return err
+	}
+	if err := e.resume(dctx, lk, tg, func(name string) bool { return name == own }); err != nil {
+		return t.cause(err)
 	}
 	started := time.Now()
 	total := 0
@@ -141,34 +140,96 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, s *Source) e
 				slog.Duration("took", time.Since(started)))
 		}
 	}()
-	snapshotDone := false
-	for {
-		// A chunk that meets a row a writer holds gives way: the pending
-		// keys still go, and the job comes back for the snapshot.
-		var busy error
-		if !snapshotDone {
-			done, err := sources.Snapshot(ctx, e.pool, s.Source, SnapshotChunkDefault)
-			switch {
-			case errors.Is(err, sources.ErrSnapshotBusy):
-				busy = err
-			case err != nil:
-				return err
-			}
-			snapshotDone = done
+	// pass makes one pass in the destination's turn, and gives the turn to
+	// a job here that waits for it. ok is false when the turn is another's.
+	pass := func(ctx context.Context) (res passResult, ok bool, err error) {
+		dctx, err := t.take(ctx)
+		if errors.Is(err, locks.ErrLockBusy) {
+			return res, false, nil
 		}
-		res, err := e.pass(ctx, lk, t, feed.Start, 0, time.Now().Add(e.cfg.PassLength))
-		total += res.rows
 		if err != nil {
-			return err
+			return res, false, err
 		}
-		if res.rows == 0 && (snapshotDone || busy != nil) {
-			return busy
-		}
-		if e.isStopping() {
-			return errStopping
-		}
-		if time.Since(started) > e.cfg.MaxRun {
-			return errMore
+		res, err = e.pass(dctx, lk, tg, feed.Start, 0, time.Now().Add(e.cfg.PassLength))
+		err = t.cause(err)
+		t.handOver(ctx)
+		return res, true, err
+	}
+	snapshotDone := false
+	drain := func(ctx context.Context) (int, error) {
+		n := 0
+		for {
+			// A chunk that meets a row a writer holds gives way: the
+			// pending keys still go, and the job comes back for the
+			// snapshot.
+			var busy error
+			if !snapshotDone {
+				done, err := sources.Snapshot(ctx, e.pool, s.Source, SnapshotChunkDefault)
+				switch {
+				case errors.Is(err, sources.ErrSnapshotBusy):
+					busy = err
+				case err != nil:
+					return n, err
+				}
+				snapshotDone = done
+			}
+			res, ok, err := pass(ctx)
+			n += res.rows
+			if err != nil {
+				return n, err
+			}
+			if ok && res.rows == 0 && (snapshotDone || busy != nil) {
+				return n, busy
+			}
+			if e.isStopping() {
+				return n, errStopping
+			}
+			if time.Since(started) > e.cfg.MaxRun {
+				return n, errMore
+			}
+			if !ok {
+				// Another job's turn: it wakes this one when it is done.
+				if _, err := e.lingerWait(ctx, e.wakerOf(s.Source.Name), e.cfg.HotPoll); err != nil {
+					return n, err
+				}
+			}
 		}
 	}
+	total, err = e.linger(ctx, &lingerFeed{
+		name: s.Source.Name, lk: lk, started: started,
+		drain: drain,
+		poll: func(ctx context.Context, woken bool) (int, error) {
+			if woken {
+				// A notification may be a command's (a replay, a
+				// resnapshot): its work is logged by the snapshot.
+				snapshotDone = false
+				return drain(ctx)
+			}
+			res, _, err := pass(ctx)
+			return res.rows, err
+		},
+		// Gone cold, the job holds no turn: another source of the
+		// destination pushes while this one waits for a notification.
+		cold:  func(ctx context.Context) { t.done(ctx) },
+		yield: func(ctx context.Context) (bool, error) { return e.othersWait(ctx, s) },
+	})
+	return err
+}
+
+// othersWait reports whether another source of s's destination has work
+// and no job lingering here: its job snoozes on the destination's lock
+// (another daemon's, or one with no linger slot), so this one ends and
+// lets it in, as a job that drained used to.
+func (e *Exporter) othersWait(ctx context.Context, s *Source) (bool, error) {
+	var others []string
+	for name, o := range e.sources {
+		if name != s.Source.Name && o.Source.Destination == s.Source.Destination && !e.Active(name) {
+			others = append(others, name)
+		}
+	}
+	if len(others) == 0 {
+		return false, nil
+	}
+	names, err := sources.WithWork(ctx, e.pool, others)
+	return len(names) > 0, err
 }

@@ -136,10 +136,6 @@ func lockCause(lk *locks.Lock, err error) error {
 	return err
 }
 
-func (e *Exporter) setGate(ctx context.Context, lk *locks.Lock, armed bool) error {
-	return lk.WithTx(ctx, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, armed) })
-}
-
 // drainOpts shape a drainLive call.
 type drainOpts struct {
 	// maxBatches bounds the batches pushed; 0 means no limit.
@@ -200,14 +196,6 @@ func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (
 	}
 }
 
-// hotWait is how long a hot live job waits before its next poll, having
-// found n rows in the last one: HotPoll while writes trickle in, longer
-// (up to ten times) while they pour in, so that batches fill and the
-// daemon's own statements do not crowd out the writers'.
-func (e *Exporter) hotWait(n int) time.Duration {
-	return e.cfg.HotPoll * time.Duration(min(max(n/8, 1), 10))
-}
-
 func (e *Exporter) workLive(ctx context.Context) error {
 	// A waiting replay sends live rows itself, chunk after chunk: a live job
 	// that took the lock now would only win it back from the replay, again
@@ -227,8 +215,6 @@ func (e *Exporter) workLive(ctx context.Context) error {
 }
 
 func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
-	e.activate()
-	defer e.deactivate()
 	started := time.Now()
 	total := 0
 	defer func() {
@@ -241,115 +227,28 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 	if err := e.resume(ctx, lk, e.rows(), ownsRows); err != nil {
 		return err
 	}
-	hot := time.NewTimer(0)
-	defer hot.Stop()
-	for {
-		if err := e.setGate(ctx, lk, false); err != nil {
-			return err
-		}
-		n, err := e.drainLive(ctx, lk, drainOpts{deadline: started.Add(e.cfg.MaxRun), yield: true})
-		total += n
-		if errors.Is(err, errYield) {
-			return errors.Join(err, e.setGate(ctx, lk, true))
-		}
-		if err != nil {
-			return err
-		}
-
-		// Hot: writes may be flowing; poll instead of making every writer
-		// notify. A waiting replay gets the lock: it drains live rows
-		// itself between its chunks, and the open gate brings a new live
-		// job once it is done.
-		lastFound := time.Now()
-		lastReplayCheck := time.Time{}
-		for time.Since(lastFound) < e.cfg.HotLinger {
-			if e.isStopping() {
-				return nil
-			}
-			if time.Since(started) > e.cfg.MaxRun {
-				return errMore
-			}
-			if time.Since(lastReplayCheck) > 200*time.Millisecond {
-				lastReplayCheck = time.Now()
-				if yield, err := e.yieldToReplay(ctx, lk); yield || err != nil {
-					return err
-				}
-			}
-			hot.Reset(e.hotWait(n))
-			woken := false
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-e.stopping:
-				return nil
-			case <-e.wake:
-				woken = true
-			case <-hot.C:
-			}
-			n, err = e.drainLive(ctx, lk, drainOpts{once: true, keepEvents: !woken})
-			total += n
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				lastFound = time.Now()
-			}
-		}
-
-		// Cold: open the gate, then look once more (and for a few polls)
-		// for rows whose writers read the gate shut just before it opened.
-		if yield, err := e.yieldToReplay(ctx, lk); yield || err != nil {
-			return err
-		}
-		if err := e.setGate(ctx, lk, true); err != nil {
-			return err
-		}
-		for range 4 {
-			n, err := e.drainLive(ctx, lk, drainOpts{once: true})
-			total += n
-			if err != nil {
-				return err
-			}
-			time.Sleep(e.cfg.HotPoll)
-		}
-		cold := time.NewTimer(e.cfg.ColdLinger)
-		select {
-		case <-ctx.Done():
-			cold.Stop()
-			return ctx.Err()
-		case <-e.stopping:
-			cold.Stop()
-			return nil
-		case <-e.wake:
-			cold.Stop()
-			continue
-		case <-cold.C:
-		}
-		if time.Since(started) > e.cfg.MaxRun {
-			return nil
-		}
-		// Stop taking wake-ups; one that arrived meanwhile is handled here,
-		// any later one makes the relay enqueue a new job.
-		if !e.deactivate() {
-			return nil
-		}
-		e.activate()
-	}
+	var err error
+	total, err = e.linger(ctx, &lingerFeed{
+		lk: lk, started: started,
+		// A waiting replay gets the lock: it drains live rows itself
+		// between its chunks, and the open gate brings a new live job
+		// once it is done.
+		drain: func(ctx context.Context) (int, error) {
+			return e.drainLive(ctx, lk, drainOpts{deadline: started.Add(e.cfg.MaxRun), yield: true})
+		},
+		// While the gate is shut no writer appends an event: a poll that
+		// no notification woke spares the statement that deletes them.
+		poll: func(ctx context.Context, woken bool) (int, error) {
+			return e.drainLive(ctx, lk, drainOpts{once: true, keepEvents: !woken})
+		},
+		yield: e.replayWaiting,
+	})
+	return err
 }
 
 // replayWaiting reports whether a replay is waiting for the lock.
 func (e *Exporter) replayWaiting(ctx context.Context) (bool, error) {
 	return replays.AnyWaiting(ctx, e.pool)
-}
-
-// yieldToReplay opens the gate and reports true when a replay is waiting
-// for the lock, so the live job can end instead of lingering.
-func (e *Exporter) yieldToReplay(ctx context.Context, lk *locks.Lock) (bool, error) {
-	waiting, err := e.replayWaiting(ctx)
-	if err != nil || !waiting {
-		return false, err
-	}
-	return true, e.setGate(ctx, lk, true)
 }
 
 func (e *Exporter) workReplay(ctx context.Context, id int64) error {

@@ -37,13 +37,16 @@ const (
 	probeTimeout = 10 * time.Second
 )
 
-// Waker is the running sync job, seen from the relay.
+// Waker is the jobs lingering in this process, seen from the relay: a
+// feed's job that has drained its table and waits for more. src names the
+// feed as Wake does: "" for resources, else a configured source.
 type Waker interface {
-	// Wake passes a notification to a sync job running in this process and
-	// reports whether one took it.
-	Wake() bool
-	// Active reports whether a sync job runs in this process.
-	Active() bool
+	// Wake passes a notification to the job of src lingering in this
+	// process and reports whether one took it: then it looks at its table
+	// again, and no job need be inserted.
+	Wake(src string) bool
+	// Active reports whether a job of src lingers in this process.
+	Active(src string) bool
 }
 
 // Config configures a Relay.
@@ -82,6 +85,9 @@ type Config struct {
 type Stats struct {
 	Notifications int64
 	JobsInserted  int64
+	// SourcesWoken counts notifications handed to a source's lingering
+	// job instead of a new job.
+	SourcesWoken  int64
 	EventsRelayed int64
 	Connected     bool
 }
@@ -235,7 +241,7 @@ func (r *Relay) Notified(ctx context.Context) error {
 	if r.cfg.NoResources {
 		return Consume(ctx, r.pool)
 	}
-	if r.waker != nil && r.waker.Wake() {
+	if r.waker != nil && r.waker.Wake("") {
 		return nil
 	}
 	_, err := r.relay(ctx, false, false)
@@ -253,7 +259,7 @@ func (r *Relay) Poll(ctx context.Context) error {
 	if r.cfg.NoResources {
 		return Consume(ctx, r.pool)
 	}
-	if r.waker != nil && r.waker.Active() {
+	if r.waker != nil && r.waker.Active("") {
 		return nil
 	}
 	n, err := r.relay(ctx, false, false)
@@ -486,7 +492,26 @@ func (r *Relay) relaySources(ctx context.Context, poll bool) error {
 				want[n] = true
 			}
 		}
+		// A source whose job lingers here takes the notification (or, on a
+		// poll, a nudge to look, for work whose event was lost) instead of
+		// a new job: it looks at its table after this round.
+		woken := 0
+		for n := range want {
+			if r.waker != nil && r.waker.Wake(n) {
+				delete(want, n)
+				woken++
+			}
+		}
 		if len(want) == 0 {
+			if len(ids) > 0 {
+				if _, err := tx.Exec(ctx, `DELETE FROM syncer_outbox WHERE id = ANY($1)`, ids); err != nil {
+					return err
+				}
+			}
+			r.update(func(s *Stats) {
+				s.EventsRelayed += int64(len(ids))
+				s.SourcesWoken += int64(woken)
+			})
 			return nil
 		}
 		res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
@@ -518,6 +543,7 @@ func (r *Relay) relaySources(ctx context.Context, poll bool) error {
 		r.update(func(s *Stats) {
 			s.JobsInserted += int64(inserted)
 			s.EventsRelayed += int64(len(ids))
+			s.SourcesWoken += int64(woken)
 		})
 		return nil
 	})

@@ -1,0 +1,344 @@
+package exporter
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/outbox"
+)
+
+// Lingering: a job that has drained its feed keeps its lock for a while and
+// looks again, so that a row committed meanwhile needs no outbox event,
+// relay round or new River job (picked up on River's fetch poll) to be
+// found. Every feed's job lingers the same way, in linger; a feed says only
+// how it drains, looks once and yields.
+//
+// While writes flow the job is hot: it polls, and when every feed of this
+// process has a job lingering hot the gate is shut, so writers append no
+// event and send no notification (NOTIFY serialises their commits). When
+// no row came for HotLinger it turns cold: it opens the gate and waits for
+// a notification, which the relay hands it (Wake) instead of inserting a
+// job, for ColdLinger; then it ends.
+
+// yieldCheckEvery is how often a hot job asks whether it should give way.
+const yieldCheckEvery = 200 * time.Millisecond
+
+// lingerFeed is what linger needs of one feed's job.
+type lingerFeed struct {
+	// name is the feed as the relay names it (outbox.Waker): "" for
+	// resources, else the configured source's name.
+	name string
+	// lk is the job's lock: the gate is shut in a transaction on it, so a
+	// job that lost its lock shuts nothing.
+	lk *locks.Lock
+	// started is when the job started: MaxRun counts from it.
+	started time.Time
+	// drain passes until the feed is drained (or the job's limits end it).
+	drain func(ctx context.Context) (int, error)
+	// poll looks once. woken says a notification came or the gate is
+	// open, so events may wait and a command may have asked for work
+	// (a source's replay).
+	poll func(ctx context.Context, woken bool) (int, error)
+	// yield reports whether the job should end now so that other work
+	// takes its lock (a replay waiting for resources' lock). Optional.
+	yield func(ctx context.Context) (bool, error)
+	// cold is called as the job stops polling, before it waits for a
+	// notification (a source gives its destination's lock back).
+	// Optional.
+	cold func(ctx context.Context)
+}
+
+// linger drains f, then lingers as the package comment of this file says,
+// and returns how many rows it pushed. It ends with nil when its time is up
+// or the daemon stops, errMore at MaxRun while rows keep coming.
+func (e *Exporter) linger(ctx context.Context, f *lingerFeed) (total int, err error) {
+	w := e.wakerOf(f.name)
+	w.activate()
+	defer w.deactivate()
+	// A job that lingers holds a worker slot: at most MaxLingering
+	// sources' jobs do, so other sources' jobs and replays find one.
+	// Resources' live job is one and always lingers.
+	lingers := true
+	if f.name != "" {
+		if lingers = e.lingerSlots.TryAcquire(); lingers {
+			defer e.lingerSlots.Release()
+		}
+	}
+	hot := false
+	defer func() {
+		// The gate opens with the job's end, whatever the end: rows written
+		// after it bring a job back (an open gate is always safe).
+		if hot {
+			_ = e.gateCold(ctx, f.name)
+		}
+	}()
+rounds:
+	for {
+		if lingers && !hot {
+			if err := e.gateHot(ctx, f); err != nil {
+				return total, err
+			}
+			hot = true
+		}
+		n, err := f.drain(ctx)
+		total += n
+		if err != nil || !lingers {
+			if err == nil && w.deactivate() {
+				// A notification came while draining: look again.
+				w.activate()
+				continue
+			}
+			return total, err
+		}
+
+		// Hot: writes may be flowing; poll instead of making every writer
+		// notify.
+		lastFound, lastYieldCheck := time.Now(), time.Time{}
+		for time.Since(lastFound) < e.cfg.HotLinger {
+			if e.isStopping() {
+				return total, nil
+			}
+			if time.Since(f.started) > e.cfg.MaxRun {
+				return total, errMore
+			}
+			if f.yield != nil && time.Since(lastYieldCheck) > yieldCheckEvery {
+				lastYieldCheck = time.Now()
+				if y, err := f.yield(ctx); y || err != nil {
+					return total, err
+				}
+			}
+			woken, err := e.lingerWait(ctx, w, e.hotWait(n))
+			if err != nil {
+				return total, err
+			}
+			if n, err = f.poll(ctx, woken); err != nil {
+				return total + n, err
+			}
+			total += n
+			if n > 0 {
+				lastFound = time.Now()
+			}
+		}
+
+		// Cold: open the gate, then look once more (and for a few polls)
+		// for rows whose writers read the gate shut just before it opened.
+		if f.yield != nil {
+			if y, err := f.yield(ctx); y || err != nil {
+				return total, err
+			}
+		}
+		hot = false
+		if err := e.gateCold(ctx, f.name); err != nil {
+			return total, err
+		}
+		for range 4 {
+			n, err := f.poll(ctx, true)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			woken, err := e.lingerWait(ctx, w, e.cfg.HotPoll)
+			if err != nil || e.isStopping() {
+				return total, err
+			}
+			if woken {
+				continue rounds
+			}
+		}
+		if f.cold != nil {
+			f.cold(ctx)
+		}
+		woken, err := e.lingerWait(ctx, w, e.cfg.ColdLinger)
+		if err != nil || e.isStopping() {
+			return total, err
+		}
+		if woken {
+			continue
+		}
+		if time.Since(f.started) > e.cfg.MaxRun {
+			return total, nil
+		}
+		// Stop taking wake-ups; one that arrived meanwhile is handled here,
+		// any later one makes the relay enqueue a new job.
+		if !w.deactivate() {
+			return total, nil
+		}
+		w.activate()
+	}
+}
+
+// lingerWait waits d for a wake-up and reports whether one came. The
+// daemon's stop ends the wait as a wake-up would (the caller checks
+// isStopping); a cancelled ctx ends it with its error.
+func (e *Exporter) lingerWait(ctx context.Context, w *waker, d time.Duration) (bool, error) {
+	if d <= 0 {
+		select {
+		case <-w.ch:
+			return true, nil
+		default:
+			return false, nil
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-e.stopping:
+		return true, nil
+	case <-w.ch:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	}
+}
+
+// hotWait is how long a hot job waits before its next poll, having found
+// n rows in the last one: HotPoll while writes trickle in, longer (up to
+// ten times) while they pour in, so that batches fill and the daemon's own
+// statements do not crowd out the writers'.
+func (e *Exporter) hotWait(n int) time.Duration {
+	return e.cfg.HotPoll * time.Duration(min(max(n/8, 1), 10))
+}
+
+// waker hands one feed's job the relay's notifications.
+type waker struct {
+	mu     sync.Mutex
+	active int // jobs of the feed lingering here (a stale one may overlap)
+	ch     chan struct{}
+}
+
+// wakerOf returns the waker of feed name ("" for resources).
+func (e *Exporter) wakerOf(name string) *waker {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w, ok := e.wakers[name]
+	if !ok {
+		w = &waker{ch: make(chan struct{}, 1)}
+		e.wakers[name] = w
+	}
+	return w
+}
+
+func (w *waker) activate() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.active++
+}
+
+// deactivate stops taking wake-ups and reports whether one was taken that
+// the job has not handled yet.
+func (w *waker) deactivate() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.active > 0 {
+		w.active--
+	}
+	select {
+	case <-w.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// wake passes a notification to the feed's job, if one lingers here.
+func (w *waker) wake() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.active == 0 {
+		return false
+	}
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (w *waker) isActive() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.active > 0
+}
+
+// Wake implements outbox.Waker: a job of feed src ("" for resources)
+// lingering here takes the notification.
+func (e *Exporter) Wake(src string) bool { return e.wakerOf(src).wake() }
+
+// Active implements outbox.Waker.
+func (e *Exporter) Active(src string) bool { return e.wakerOf(src).isActive() }
+
+var _ outbox.Waker = (*Exporter)(nil)
+
+// feeds counts the feeds this exporter exports: resources (when it has
+// their destination) and every configured source.
+func (e *Exporter) feeds() int {
+	n := len(e.sources)
+	if e.dest != nil {
+		n++
+	}
+	return n
+}
+
+// gateHot notes f's job hot and shuts the gate once every feed of the
+// process has a job lingering hot: the gate is one for every feed, and a
+// feed whose job waits cold needs its writers' notifications.
+func (e *Exporter) gateHot(ctx context.Context, f *lingerFeed) error {
+	e.gateMu.Lock()
+	defer e.gateMu.Unlock()
+	e.hot[f.name]++
+	if len(e.hot) < e.feeds() {
+		return nil
+	}
+	err := f.lk.WithTx(ctx, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, false) })
+	if err != nil {
+		if e.hot[f.name]--; e.hot[f.name] <= 0 {
+			delete(e.hot, f.name)
+		}
+	}
+	return err
+}
+
+// gateCold notes a job of feed name no longer hot and opens the gate. It
+// needs no lock: an open gate only makes writers notify.
+func (e *Exporter) gateCold(ctx context.Context, name string) error {
+	e.gateMu.Lock()
+	defer e.gateMu.Unlock()
+	if e.hot[name]--; e.hot[name] <= 0 {
+		delete(e.hot, name)
+	}
+	ctx = context.WithoutCancel(ctx)
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, true) })
+	if err != nil {
+		e.logger.WarnContext(ctx, "exporter: open the gate", slog.String("error", err.Error()))
+	}
+	return err
+}
+
+// slots is a counting semaphore that never waits.
+type slots struct {
+	mu        sync.Mutex
+	used, max int
+}
+
+func (s *slots) TryAcquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used >= s.max {
+		return false
+	}
+	s.used++
+	return true
+}
+
+func (s *slots) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.used--
+}
