@@ -89,6 +89,7 @@ func TestSourceJobsLingerAndShareTheirDestination(t *testing.T) {
 	// Without the linger, every pass is a job of its own: one per round
 	// at least, for each source.
 	jobsGiven := b.sourceJobs(t)
+	t.Logf("%d source jobs for %d transactions", jobsGiven, 2*rounds*n)
 	require.Less(t, jobsGiven, rounds, "%d source jobs for %d transactions", jobsGiven, 2*rounds*n)
 }
 

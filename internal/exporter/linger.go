@@ -33,6 +33,9 @@ type lingerFeed struct {
 	// name is the feed as the relay names it (outbox.Waker): "" for
 	// resources, else the configured source's name.
 	name string
+	// awake is the feed's waker, activated by the job before it took its
+	// lock; linger takes it over.
+	awake *awake
 	// lk is the job's lock: the gate is shut in a transaction on it, so a
 	// job that lost its lock shuts nothing.
 	lk *locks.Lock
@@ -57,8 +60,8 @@ type lingerFeed struct {
 // and returns how many rows it pushed. It ends with nil when its time is up
 // or the daemon stops, errMore at MaxRun while rows keep coming.
 func (e *Exporter) linger(ctx context.Context, f *lingerFeed) (total int, err error) {
-	w := e.wakerOf(f.name)
-	w.activate()
+	w := f.awake.w
+	f.awake.taken = true
 	defer w.deactivate()
 	// A job that lingers holds a worker slot: at most MaxLingering
 	// sources' jobs do, so other sources' jobs and replays find one.
@@ -231,13 +234,17 @@ func (w *waker) activate() {
 	w.active++
 }
 
-// deactivate stops taking wake-ups and reports whether one was taken that
-// the job has not handled yet.
+// deactivate stops taking wake-ups and, for the feed's last active job,
+// reports whether one was taken that the job has not handled yet. While
+// another job of the feed is active here the wake-up is left to it.
 func (w *waker) deactivate() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.active > 0 {
 		w.active--
+	}
+	if w.active > 0 {
+		return false
 	}
 	select {
 	case <-w.ch:
@@ -245,6 +252,33 @@ func (w *waker) deactivate() bool {
 	default:
 		return false
 	}
+}
+
+// awake is a feed's waker activated by a job as it starts, before it takes
+// its lock: a notification meanwhile goes to it (it looks at its table
+// once it has the lock) rather than into yet another job.
+type awake struct {
+	w *waker
+	// taken: linger owns the activation.
+	taken bool
+}
+
+// awaken activates feed name's waker for a starting job.
+func (e *Exporter) awaken(name string) *awake {
+	w := e.wakerOf(name)
+	w.activate()
+	return &awake{w: w}
+}
+
+// end deactivates the waker unless linger took it over, and reports
+// whether a job of the feed is still active here.
+func (a *awake) end() (othersActive bool) {
+	if a.taken {
+		return a.w.isActive()
+	}
+	a.taken = true
+	a.w.deactivate()
+	return a.w.isActive()
 }
 
 // wake passes a notification to the feed's job, if one lingers here.

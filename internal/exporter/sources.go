@@ -63,11 +63,19 @@ func (w *SourceWorker) Work(ctx context.Context, job *river.Job[jobs.SourceArgs]
 		e.logger.DebugContext(ctx, "exporter: source not configured in this daemon", slog.String("source", job.Args.Source))
 		return nil
 	}
+	// Notifications from now on go to this job, not into more jobs.
+	a := e.awaken(s.Source.Name)
+	defer a.end()
 	// A table dropped or renamed, or its triggers gone, sends no change:
 	// only looking finds it.
 	err := sources.Check(ctx, e.pool, s.Source)
 	if err == nil {
-		err = e.workSource(ctx, s)
+		err = e.workSource(ctx, s, a)
+	}
+	if errors.Is(err, locks.ErrLockBusy) && a.end() {
+		// Another job of the source is active here (it lingers, or will
+		// find the lock busy too and see to it): it takes the work.
+		return nil
 	}
 	if errors.Is(err, sources.ErrSchemaChanged) {
 		e.logger.ErrorContext(ctx, "exporter: source stopped: its table no longer matches its configuration",
@@ -88,7 +96,7 @@ func (w *SourceWorker) Work(ctx context.Context, job *river.Job[jobs.SourceArgs]
 	return e.jobResult(ctx, err)
 }
 
-func (e *Exporter) workSource(ctx context.Context, s *Source) error {
+func (e *Exporter) workSource(ctx context.Context, s *Source, a *awake) error {
 	lk, err := e.locker.TryAcquire(ctx, locks.SourceExportKey(e.cfg.Schema, s.Source.Name))
 	if err != nil {
 		return err
@@ -110,7 +118,7 @@ func (e *Exporter) workSource(ctx context.Context, s *Source) error {
 	if err := t.firstTake(lctx, e.cfg.PassLength+e.cfg.HotLinger); err != nil {
 		return lockCause(lk, err)
 	}
-	err = e.drainSource(lctx, lk, t, s)
+	err = e.drainSource(lctx, lk, t, s, a)
 	return lockCause(lk, err)
 }
 
@@ -122,7 +130,7 @@ func (e *Exporter) sourceTarget(s *Source) target {
 // drainSource resends the source's recorded batches, then alternates
 // snapshot chunks and passes over its pending keys until both are done or
 // the run limit has passed, and lingers (linger.go) for more.
-func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *Source) error {
+func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *Source, a *awake) error {
 	tg := e.sourceTarget(s)
 	own := tg.feed.Checkpoint()
 	dctx, err := t.take(ctx)
@@ -155,7 +163,7 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *
 		t.handOver(ctx)
 		return res, true, err
 	}
-	snapshotDone := false
+	snapshotDone, seen := false, 0
 	drain := func(ctx context.Context) (int, error) {
 		n := 0
 		for {
@@ -196,7 +204,7 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *
 		}
 	}
 	total, err = e.linger(ctx, &lingerFeed{
-		name: s.Source.Name, lk: lk, started: started,
+		name: s.Source.Name, awake: a, lk: lk, started: started,
 		drain: drain,
 		poll: func(ctx context.Context, woken bool) (int, error) {
 			if woken {
@@ -211,10 +219,25 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *
 		// Gone cold, the job holds no turn: another source of the
 		// destination pushes while this one waits for a notification.
 		cold:  func(ctx context.Context) { t.done(ctx) },
-		yield: func(ctx context.Context) (bool, error) { return e.othersWait(ctx, s) },
+		yield: func(ctx context.Context) (bool, error) {
+			// Seen at yieldChecks checks in a row, about a second: a job
+			// of it that is only being fetched lingers here by then.
+			waiting, err := e.othersWait(ctx, s)
+			if !waiting {
+				seen = 0
+			} else if seen++; seen >= yieldChecks {
+				return true, err
+			}
+			return false, err
+		},
 	})
 	return err
 }
+
+// yieldChecks is how many checks in a row (yieldCheckEvery apart) a
+// lingering source's job finds another source of its destination waiting
+// before it ends for it.
+const yieldChecks = 5
 
 // othersWait reports whether another source of s's destination has work
 // and no job lingering here: its job snoozes on the destination's lock

@@ -224,12 +224,14 @@ func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
 		}
 	}()
 
+	a := e.awaken("")
+	defer a.end()
 	if err := e.resume(ctx, lk, e.rows(), ownsRows); err != nil {
 		return err
 	}
 	var err error
 	total, err = e.linger(ctx, &lingerFeed{
-		lk: lk, started: started,
+		awake: a, lk: lk, started: started,
 		// A waiting replay gets the lock: it drains live rows itself
 		// between its chunks, and the open gate brings a new live job
 		// once it is done.
