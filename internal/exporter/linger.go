@@ -202,11 +202,18 @@ func (e *Exporter) lingerWait(ctx context.Context, w *waker, d time.Duration) (b
 }
 
 // hotWait is how long a hot job waits before its next poll, having found
-// n rows in the last one: HotPoll while writes trickle in, longer (up to
-// ten times) while they pour in, so that batches fill and the daemon's own
-// statements do not crowd out the writers'.
+// n rows in the last one: none after a poll that found rows, since more
+// may have come while they were pushed, and HotPoll after one that found
+// none. So batches grow with the rate (what came during one push is the
+// next batch), never the wait. Waiting longer the more rows came (up to
+// ten times HotPoll, as before issue 32) fed itself above 8/HotPoll rows a
+// second (1,600 at 5 ms): a longer wait found more rows, which made the
+// next wait longer, up to 50 ms, and latency jumped tenfold.
 func (e *Exporter) hotWait(n int) time.Duration {
-	return e.cfg.HotPoll * time.Duration(min(max(n/8, 1), 10))
+	if n > 0 {
+		return 0
+	}
+	return e.cfg.HotPoll
 }
 
 // waker hands one feed's job the relay's notifications.
