@@ -289,10 +289,14 @@ func (r *Relay) Poll(ctx context.Context) error {
 }
 
 // reviveReplays gives every unfinished replay a job that will run: one
-// whose job was left running by a killed daemon would otherwise wait for
-// River's stuck-job rescue. A running replay job while nobody holds the
-// export lock is dead or between two chunks; a second job is harmless (the
-// lock and the replay's checkpoint serialise them) and the count is capped.
+// whose job was left running by a killed daemon would otherwise wait
+// forever, since River never rescues a job without a timeout (the workers
+// disable theirs). A running replay job while nobody holds the export lock
+// is dead or between two chunks, however many there are: two daemons
+// killed mid-replay leave two, and counting them as alive stalled the
+// replay and, the live sync yielding to it, every row (the upgrade test of
+// internal/e2e). A second job is harmless (the lock and the replay's
+// checkpoint serialise them), and one waiting job is enough.
 func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
 	// Most polls find no replay: answer that without a transaction or the
 	// relay lock, which every daemon's poll would otherwise queue on.
@@ -326,7 +330,7 @@ func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
 			}
 		}
 		for _, id := range ids {
-			if waiting[id] || running[id] >= 2 || (running[id] == 1 && lockHeld) {
+			if waiting[id] || (running[id] > 0 && lockHeld) {
 				continue
 			}
 			if _, err := r.river.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, nil); err != nil {
