@@ -119,6 +119,11 @@ type Config struct {
 	// Installation is the installation's identity
 	// (checkpoint.Installation), part of every Idempotency-Key. Required.
 	Installation string
+	// Now is the clock of the run limit (MaxRun), lingering, a pass's
+	// length and a replay's hold: tests stub it to run those rules
+	// without sleeping. Timers still wait in real time. Defaults to
+	// time.Now.
+	Now func() time.Time
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Metrics is optional.
@@ -237,6 +242,9 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, dest Destination, cfg *Config
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	byName := make(map[string]*Source, len(c.Sources))
 	for i := range c.Sources {
 		s := c.Sources[i]
@@ -292,3 +300,9 @@ func (e *Exporter) replayTarget(id int64, f resources.Filter) target {
 // ownsRows says which recorded batches the holder of resources' lock
 // resends: those of resources, live and replays.
 func ownsRows(name string) bool { return !isSourceCheckpoint(name) }
+
+// now reads the exporter's clock (Config.Now).
+func (e *Exporter) now() time.Time { return e.cfg.Now() }
+
+// since is the time elapsed since t by the exporter's clock.
+func (e *Exporter) since(t time.Time) time.Duration { return e.cfg.Now().Sub(t) }

@@ -101,16 +101,16 @@ rounds:
 
 		// Hot: writes may be flowing; poll instead of making every writer
 		// notify.
-		lastFound, lastYieldCheck := time.Now(), time.Time{}
-		for time.Since(lastFound) < e.cfg.HotLinger {
+		lastFound, lastYieldCheck := e.now(), time.Time{}
+		for e.since(lastFound) < e.cfg.HotLinger {
 			if e.isStopping() {
 				return total, nil
 			}
-			if time.Since(f.started) > e.cfg.MaxRun {
+			if e.since(f.started) > e.cfg.MaxRun {
 				return total, errMore
 			}
-			if f.yield != nil && time.Since(lastYieldCheck) > yieldCheckEvery {
-				lastYieldCheck = time.Now()
+			if f.yield != nil && e.since(lastYieldCheck) > yieldCheckEvery {
+				lastYieldCheck = e.now()
 				if y, err := f.yield(ctx); y || err != nil {
 					return total, err
 				}
@@ -124,7 +124,7 @@ rounds:
 			}
 			total += n
 			if n > 0 {
-				lastFound = time.Now()
+				lastFound = e.now()
 			}
 		}
 
@@ -163,7 +163,7 @@ rounds:
 		if woken {
 			continue
 		}
-		if time.Since(f.started) > e.cfg.MaxRun {
+		if e.since(f.started) > e.cfg.MaxRun {
 			return total, nil
 		}
 		// Stop taking wake-ups; one that arrived meanwhile is handled here,

@@ -383,7 +383,7 @@ func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, t target, startAfte
 	err := p.run(ctx, nil, rd, e.isStopping)
 	res := passResult{rows: p.res.rows, batches: p.res.batches, position: p.res.position}
 	if err == nil {
-		res.done = (maxBatches == 0 || p.res.batches < maxBatches) && (until.IsZero() || time.Now().Before(until))
+		res.done = (maxBatches == 0 || p.res.batches < maxBatches) && (until.IsZero() || e.now().Before(until))
 	}
 	return res, err
 }

@@ -29,7 +29,7 @@ func (e *Exporter) startReader(ctx context.Context, f Feed, startAfter int64, ma
 		defer close(r.done)
 		defer close(r.ch)
 		for n := 0; maxBatches == 0 || n < maxBatches; n++ {
-			if !until.IsZero() && time.Now().After(until) {
+			if !until.IsZero() && e.now().After(until) {
 				return
 			}
 			page, err := cur.Next(rctx)

@@ -140,12 +140,12 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *
 	if err := e.resume(dctx, lk, tg, func(name string) bool { return name == own }); err != nil {
 		return t.cause(err)
 	}
-	started := time.Now()
+	started := e.now()
 	total := 0
 	defer func() {
 		if total > 0 {
 			e.logger.InfoContext(ctx, "exporter: source run", slog.String("source", s.Source.Name), slog.Int("rows", total),
-				slog.Duration("took", time.Since(started)))
+				slog.Duration("took", e.since(started)))
 		}
 	}()
 	// pass makes one pass in the destination's turn, and gives the turn to
@@ -158,7 +158,7 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *
 		if err != nil {
 			return res, false, err
 		}
-		res, err = e.pass(dctx, lk, tg, feed.Start, 0, time.Now().Add(e.cfg.PassLength))
+		res, err = e.pass(dctx, lk, tg, feed.Start, 0, e.now().Add(e.cfg.PassLength))
 		err = t.cause(err)
 		t.handOver(ctx)
 		return res, true, err
@@ -192,7 +192,7 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *
 			if e.isStopping() {
 				return n, errStopping
 			}
-			if time.Since(started) > e.cfg.MaxRun {
+			if e.since(started) > e.cfg.MaxRun {
 				return n, errMore
 			}
 			if !ok {

@@ -90,7 +90,7 @@ func (t *turn) wantLocked() {
 // rather than snooze behind a holder that may linger; ErrLockBusy when the
 // holder is another daemon's, or after limit.
 func (t *turn) firstTake(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+	deadline := t.e.now().Add(limit)
 	for {
 		_, err := t.take(ctx)
 		if !errors.Is(err, locks.ErrLockBusy) {
@@ -99,7 +99,7 @@ func (t *turn) firstTake(ctx context.Context, limit time.Duration) error {
 		t.e.turns.mu.Lock()
 		local := t.e.turns.held[t.dest]
 		t.e.turns.mu.Unlock()
-		if !local || time.Now().After(deadline) {
+		if !local || t.e.now().After(deadline) {
 			t.unwant()
 			return err
 		}

@@ -169,7 +169,7 @@ func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (
 				return total, err
 			}
 		}
-		until := time.Now().Add(e.cfg.PassLength)
+		until := e.now().Add(e.cfg.PassLength)
 		if !o.deadline.IsZero() && o.deadline.Before(until) {
 			until = o.deadline
 		}
@@ -187,7 +187,7 @@ func (e *Exporter) drainLive(ctx context.Context, lk *locks.Lock, o drainOpts) (
 				return total, errYield
 			}
 		}
-		if !o.deadline.IsZero() && time.Now().After(o.deadline) {
+		if !o.deadline.IsZero() && e.now().After(o.deadline) {
 			return total, errMore
 		}
 		// A pass that found rows may have been overtaken by rows with
@@ -215,12 +215,12 @@ func (e *Exporter) workLive(ctx context.Context) error {
 }
 
 func (e *Exporter) live(ctx context.Context, lk *locks.Lock) error {
-	started := time.Now()
+	started := e.now()
 	total := 0
 	defer func() {
 		if total > 0 {
 			e.logger.InfoContext(ctx, "exporter: live sync run", slog.Int("rows", total),
-				slog.Duration("took", time.Since(started)), slog.String("last_idempotency_key", e.lastPushedKey()))
+				slog.Duration("took", e.since(started)), slog.String("last_idempotency_key", e.lastPushedKey()))
 		}
 	}()
 
@@ -295,8 +295,8 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Re
 	// go first in every chunk, at most liveBatches of them, so a backfill
 	// delays them by at most one chunk and, while live rows keep coming
 	// faster than the third party takes them, still gets its share.
-	liveBatches := max(1, int(math.Ceil(float64(e.cfg.ReplayChunkBatches)*(1-e.cfg.ReplayShare)/e.cfg.ReplayShare)))
-	held := time.Now()
+	liveBatches := liveBatchesPerChunk(e.cfg.ReplayChunkBatches, e.cfg.ReplayShare)
+	held := e.now()
 	for {
 		if _, err := e.drainLive(ctx, lk, drainOpts{maxBatches: liveBatches}); err != nil {
 			return err
@@ -306,10 +306,10 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Re
 		if cancelled, err := replays.Cancelled(ctx, e.pool, r.ID); err != nil || cancelled {
 			return err
 		}
-		chunkStart := time.Now()
+		chunkStart := e.now()
 		res, err := e.pass(ctx, lk, t, after, e.cfg.ReplayChunkBatches, time.Time{})
 		e.logger.DebugContext(ctx, "exporter: replay chunk", slog.Int64("replay_id", r.ID), slog.Int("rows", res.rows),
-			slog.Int64("last_id", res.position), slog.Duration("took", time.Since(chunkStart)))
+			slog.Int64("last_id", res.position), slog.Duration("took", e.since(chunkStart)))
 		if err != nil {
 			return err
 		}
@@ -317,7 +317,7 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Re
 		if res.done {
 			break
 		}
-		if e.isStopping() || time.Since(held) >= e.cfg.ReplayHold {
+		if e.isStopping() || e.since(held) >= e.cfg.ReplayHold {
 			return errMore
 		}
 	}
@@ -341,4 +341,15 @@ func (e *Exporter) replayChunk(ctx context.Context, lk *locks.Lock, r replays.Re
 	e.logger.InfoContext(ctx, "exporter: replay done", slog.Int64("replay_id", r.ID),
 		slog.Int64("rows", cp.RowsDone), slog.Int64("failed", cp.RowsFailed))
 	return nil
+}
+
+// liveBatchesPerChunk is how many live batches go before each chunk of
+// chunk replay batches so that the replay gets at least share of the
+// batches while live rows keep coming: rounded down (rounding up gave a
+// replay of share 0.75 and chunks of 4 two live batches, 4 of 6), and at
+// least one, so live rows are never starved either. The epsilon keeps an
+// exact quotient computed a hair above its integer (12 for the defaults)
+// from losing one.
+func liveBatchesPerChunk(chunk int, share float64) int {
+	return max(1, int(math.Floor(float64(chunk)*(1-share)/share+1e-9)))
 }
