@@ -114,7 +114,7 @@ func (s *scratch) installShaped(ctx context.Context, path string, shape tableSha
 		return fmt.Errorf("bench: read the configuration: %w", err)
 	}
 	if _, err := migrations.UpThen(ctx, s.pool, nil, func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := sources.Install(ctx, conn, cfg)
+		_, err := sources.Install(ctx, conn, cfg.SourceSpecs())
 		return err
 	}); err != nil {
 		return fmt.Errorf("bench: install the sources: %w", err)

@@ -112,7 +112,7 @@ func (c *ConfigCheckCmd) Run(ctx context.Context, env *Env) error {
 		// installed cannot (another schema of the search_path may hold an
 		// older installation).
 		say("database: schema %s does not exist: migrate would create it, with every table of syncer's and River's", c.Schema)
-		plan, err := sources.PlanInstall(ctx, pool, cfg)
+		plan, err := sources.PlanInstall(ctx, pool, cfg.SourceSpecs())
 		if err != nil {
 			return err
 		}
@@ -132,7 +132,7 @@ func (c *ConfigCheckCmd) Run(ctx context.Context, env *Env) error {
 		}
 		say("database: migrate would apply %d River migrations and %d of syncer's (%s)", len(river), len(ours), strings.Join(names, ", "))
 	}
-	plan, err := sources.PlanInstall(ctx, pool, cfg)
+	plan, err := sources.PlanInstall(ctx, pool, cfg.SourceSpecs())
 	if err != nil {
 		return err
 	}

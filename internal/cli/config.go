@@ -56,7 +56,7 @@ func installSources(cfg *config.Config, out io.Writer, res **sources.InstallResu
 			}
 			return nil
 		}
-		r, err := sources.Install(ctx, conn, cfg)
+		r, err := sources.Install(ctx, conn, cfg.SourceSpecs())
 		*res = r
 		return err
 	}

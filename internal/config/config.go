@@ -35,6 +35,8 @@ import (
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/syncer-dev/syncer/internal/sources"
 )
 
 // MaxIdentifier is the longest PostgreSQL identifier, in bytes
@@ -733,4 +735,17 @@ func checkIdentifier(id string) string {
 		return "must not hold a NUL byte"
 	}
 	return ""
+}
+
+// SourceSpecs returns the file's sources as the sources package takes
+// them, in the file's order.
+func (c *Config) SourceSpecs() []sources.Spec {
+	out := make([]sources.Spec, len(c.Sources))
+	for i, s := range c.Sources {
+		out[i] = sources.Spec{
+			Name: s.Name, Schema: s.Schema, Table: s.Table, Keys: s.Keys, Key: s.Key, Columns: s.Columns,
+			Destination: s.Destination, Snapshot: s.Snapshot, ChangedAt: s.ChangedAt, Where: s.Where,
+		}
+	}
+	return out
 }

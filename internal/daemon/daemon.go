@@ -265,7 +265,7 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 	if c.Sources == nil {
 		return nil, nil, nil
 	}
-	srcs, err := sources.Resolve(ctx, d.pool, c.Sources)
+	srcs, err := sources.Resolve(ctx, d.pool, c.Sources.SourceSpecs())
 	if err != nil {
 		return nil, nil, err
 	}

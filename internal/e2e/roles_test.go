@@ -156,7 +156,7 @@ func TestRolesLeastPrivilege(t *testing.T) {
 		var res *sources.InstallResult
 		mres, err := migrations.UpThen(ctx, owner, nil, func(ctx context.Context, conn *pgx.Conn) error {
 			var err error
-			res, err = sources.Install(ctx, conn, cfg)
+			res, err = sources.Install(ctx, conn, cfg.SourceSpecs())
 			return err
 		})
 		require.NoError(t, err, "migrate as the owner")

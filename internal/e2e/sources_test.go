@@ -116,7 +116,7 @@ func sourcesConfig(t *testing.T, text string, env map[string]string) *config.Con
 // migrations.
 func (b *bundle) installSources(t *testing.T, cfg *config.Config) {
 	t.Helper()
-	_, err := sources.Install(context.Background(), b.pool, cfg)
+	_, err := sources.Install(context.Background(), b.pool, cfg.SourceSpecs())
 	require.NoError(t, err)
 }
 

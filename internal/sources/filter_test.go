@@ -111,7 +111,7 @@ func TestRowFilterThatDoesNotCompile(t *testing.T) {
 	b := setup(t)
 	b.exec(t, `CREATE TABLE posts (id bigint PRIMARY KEY, status text)`)
 	for _, where := range []string{"colour = 'red'", "status + 1", "status = $1", "status"} {
-		_, err := sources.Install(context.Background(), b.pool, parse(t, "  - table: posts\n    key: id\n    where: \""+where+"\"\n    destination: crm\n"))
+		_, err := sources.Install(context.Background(), b.pool, parse(t, "  - table: posts\n    key: id\n    where: \""+where+"\"\n    destination: crm\n").SourceSpecs())
 		require.ErrorContains(t, err, "source posts: where: ", where)
 		var se *sources.SourceError
 		require.ErrorAs(t, err, &se)

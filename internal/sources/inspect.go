@@ -8,13 +8,11 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/syncer-dev/syncer/internal/config"
 )
 
 // inspect resolves a configured source against the catalog and checks
 // that it can be installed. Problems of the table are *SourceError.
-func inspect(ctx context.Context, q Querier, c *config.Source) (*Source, error) {
+func inspect(ctx context.Context, q Querier, c *Spec) (*Source, error) {
 	bad := func(format string, args ...any) error {
 		return &SourceError{Source: c.Name, Err: fmt.Errorf(format, args...)}
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/syncer-dev/syncer/internal/config"
 )
 
 // InstallLockTimeout bounds how long Install waits for the lock that
@@ -76,7 +74,7 @@ var ErrNoPrimaryKey = errors.New("has no primary key")
 // can mend: a table without a primary key.
 func (e *SourceError) IsUsage() bool { return errors.Is(e.Err, ErrNoPrimaryKey) }
 
-// Install makes the database export what cfg configures, and nothing else.
+// Install makes the database export what specs configure, and nothing else.
 // It runs in syncer's schema (the connection's current schema), after the
 // embedded migrations, under the migration lock (migrations.UpThen):
 //
@@ -96,7 +94,7 @@ func (e *SourceError) IsUsage() bool { return errors.Is(e.Err, ErrNoPrimaryKey) 
 // It is idempotent: run again with the same file it changes nothing and
 // takes no lock on an application's table. It never adds or alters a
 // column of an application's table.
-func Install(ctx context.Context, db Beginner, cfg *config.Config) (*InstallResult, error) {
+func Install(ctx context.Context, db Beginner, specs []Spec) (*InstallResult, error) {
 	res := &InstallResult{}
 	var resolved []*Source
 	var installed []string
@@ -105,8 +103,8 @@ func Install(ctx context.Context, db Beginner, cfg *config.Config) (*InstallResu
 			return fmt.Errorf("sources: current schema: %w", err)
 		}
 		var problems []error
-		for _, c := range cfg.Sources {
-			s, err := inspect(ctx, tx, c)
+		for i := range specs {
+			s, err := inspect(ctx, tx, &specs[i])
 			if err != nil {
 				var se *SourceError
 				if !errors.As(err, &se) {
@@ -134,14 +132,14 @@ func Install(ctx context.Context, db Beginner, cfg *config.Config) (*InstallResu
 		return nil, err
 	}
 	for i, s := range resolved {
-		ch, err := installOne(ctx, db, res.Schema, s, cfg.Sources[i])
+		ch, err := installOne(ctx, db, res.Schema, s, &specs[i])
 		if err != nil {
 			return res, &SourceError{Source: s.Name, Err: err}
 		}
 		res.Changes = append(res.Changes, ch)
 	}
 	for _, name := range installed {
-		if cfg.Source(name) != nil {
+		if specNamed(specs, name) != nil {
 			continue
 		}
 		if err := remove(ctx, db, res.Schema, name); err != nil {
@@ -186,7 +184,7 @@ type installedRow struct {
 // installOne installs one source in a transaction of its own, so that the
 // lock its triggers take on the table is held for as short a time as
 // possible.
-func installOne(ctx context.Context, db Beginner, schema string, s *Source, c *config.Source) (Change, error) {
+func installOne(ctx context.Context, db Beginner, schema string, s *Source, c *Spec) (Change, error) {
 	ch := Change{Source: s.Name, Action: Unchanged}
 	hash := objectHash(schema, s.Name)
 	fn := pgx.Identifier{schema, functionName(hash)}.Sanitize()

@@ -108,9 +108,9 @@ func TestNoPrimaryKeyRefusedByInstallAndResolve(t *testing.T) {
 	b := setup(t)
 	b.exec(t, `CREATE TABLE events (id bigint, v text)`)
 	cfg := parse(t, "  - table: events\n    key: id\n    destination: crm\n")
-	_, err := sources.Install(context.Background(), b.pool, cfg)
+	_, err := sources.Install(context.Background(), b.pool, cfg.SourceSpecs())
 	require.ErrorIs(t, err, sources.ErrNoPrimaryKey)
-	_, err = sources.Resolve(context.Background(), b.pool, cfg)
+	_, err = sources.Resolve(context.Background(), b.pool, cfg.SourceSpecs())
 	require.ErrorIs(t, err, sources.ErrNoPrimaryKey)
 	require.ErrorContains(t, err, "source events: table "+b.schema+".events has no primary key: a source needs one (key: id)")
 	var usage interface{ IsUsage() bool }

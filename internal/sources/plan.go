@@ -7,8 +7,6 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/syncer-dev/syncer/internal/config"
 )
 
 // Plan is what Install would do with a configuration, found without
@@ -24,12 +22,12 @@ type Plan struct {
 	Changes []Change
 }
 
-// PlanInstall inspects cfg's sources as Install would, in syncer's schema
+// PlanInstall inspects the sources of specs as Install would, in syncer's schema
 // (q's current schema), and says what Install would change: a source not
 // installed, installed with another table, key, columns or destination,
 // whose triggers are missing, disabled or of an older version, or
 // installed and no longer configured. It only reads.
-func PlanInstall(ctx context.Context, q Querier, cfg *config.Config) (*Plan, error) {
+func PlanInstall(ctx context.Context, q Querier, specs []Spec) (*Plan, error) {
 	var schema string
 	if err := q.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		return nil, fmt.Errorf("sources: current schema: %w", err)
@@ -58,7 +56,8 @@ func PlanInstall(ctx context.Context, q Querier, cfg *config.Config) (*Plan, err
 			return nil, fmt.Errorf("sources: installed sources: %w", err)
 		}
 	}
-	for _, c := range cfg.Sources {
+	for i := range specs {
+		c := &specs[i]
 		s, err := inspect(ctx, q, c)
 		if err != nil {
 			var se *SourceError
@@ -116,7 +115,7 @@ func PlanInstall(ctx context.Context, q Querier, cfg *config.Config) (*Plan, err
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if cfg.Source(n) == nil {
+		if specNamed(specs, n) == nil {
 			plan.Changes = append(plan.Changes, Change{Source: n, Action: Removed, Detail: "installed and no longer configured"})
 		}
 	}

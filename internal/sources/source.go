@@ -12,8 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/syncer-dev/syncer/internal/config"
 )
 
 // Querier is what reads need: a pool, a connection or a transaction.
@@ -139,12 +137,12 @@ func Load(ctx context.Context, q Querier) ([]*Source, error) {
 	return out, nil
 }
 
-// Resolve returns the installed sources that cfg configures, in cfg's
+// Resolve returns the installed sources that specs configure, in their
 // order. A configured source that is not installed, or was installed with
 // another table, key, columns or destination, is an error wrapping
 // ErrNotInstalled that names it: the daemon must not export what migrate
 // has not set up.
-func Resolve(ctx context.Context, q Querier, cfg *config.Config) ([]*Source, error) {
+func Resolve(ctx context.Context, q Querier, specs []Spec) ([]*Source, error) {
 	all, err := Load(ctx, q)
 	if err != nil {
 		return nil, err
@@ -153,8 +151,9 @@ func Resolve(ctx context.Context, q Querier, cfg *config.Config) ([]*Source, err
 	for _, s := range all {
 		byName[s.Name] = s
 	}
-	out := make([]*Source, 0, len(cfg.Sources))
-	for _, c := range cfg.Sources {
+	out := make([]*Source, 0, len(specs))
+	for i := range specs {
+		c := &specs[i]
 		s := byName[c.Name]
 		var differs string
 		switch {

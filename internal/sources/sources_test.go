@@ -57,9 +57,9 @@ func (b *bundle) install(t *testing.T, sourcesYAML string) (*sources.InstallResu
 	t.Helper()
 	ctx := context.Background()
 	cfg := parse(t, sourcesYAML)
-	res, err := sources.Install(ctx, b.pool, cfg)
+	res, err := sources.Install(ctx, b.pool, cfg.SourceSpecs())
 	require.NoError(t, err)
-	srcs, err := sources.Resolve(ctx, b.pool, cfg)
+	srcs, err := sources.Resolve(ctx, b.pool, cfg.SourceSpecs())
 	require.NoError(t, err)
 	out := map[string]*sources.Source{}
 	for _, s := range srcs {
@@ -394,7 +394,7 @@ func TestInstallIsIdempotentAndRemovesWhatIsNoLongerConfigured(t *testing.T) {
 
 	// A source whose table was dropped is removed without complaint.
 	b.exec(t, `DROP TABLE orders`)
-	res, err = sources.Install(ctx, b.pool, parse(t, "  - table: customers\n    key: id\n    destination: crm\n"))
+	res, err = sources.Install(ctx, b.pool, parse(t, "  - table: customers\n    key: id\n    destination: crm\n").SourceSpecs())
 	require.NoError(t, err)
 	require.ElementsMatch(t, []sources.Change{
 		{Source: "customers", Action: sources.Installed},
@@ -431,7 +431,7 @@ func TestInstallRefusesUnusableTables(t *testing.T) {
 			t.Parallel()
 			// The good source comes first: nothing is installed when any
 			// source is refused.
-			_, err := sources.Install(ctx, b.pool, parse(t, "  - name: good-"+strings.ReplaceAll(tt.name, " ", "-")+"\n    table: good\n    key: id\n    destination: crm\n"+tt.yaml))
+			_, err := sources.Install(ctx, b.pool, parse(t, "  - name: good-"+strings.ReplaceAll(tt.name, " ", "-")+"\n    table: good\n    key: id\n    destination: crm\n"+tt.yaml).SourceSpecs())
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tt.want)
 			var se *sources.SourceError
@@ -439,7 +439,7 @@ func TestInstallRefusesUnusableTables(t *testing.T) {
 		})
 	}
 	// Both problems in one line.
-	_, err := sources.Install(ctx, b.pool, parse(t, "  - table: nopk\n    key: id\n    destination: crm\n  - table: numkey\n    key: id\n    destination: crm\n"))
+	_, err := sources.Install(ctx, b.pool, parse(t, "  - table: nopk\n    key: id\n    destination: crm\n  - table: numkey\n    key: id\n    destination: crm\n").SourceSpecs())
 	require.ErrorContains(t, err, "source nopk: ")
 	require.ErrorContains(t, err, "; source numkey: ")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_sources`))
@@ -597,10 +597,10 @@ func TestResolveRefusesWhatWasNotInstalled(t *testing.T) {
 	ctx := context.Background()
 	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, status text)`)
 	b.install(t, "  - table: orders\n    key: id\n    destination: crm\n")
-	_, err := sources.Resolve(ctx, b.pool, parse(t, "  - table: orders\n    key: id\n    columns: [status]\n    destination: crm\n"))
+	_, err := sources.Resolve(ctx, b.pool, parse(t, "  - table: orders\n    key: id\n    columns: [status]\n    destination: crm\n").SourceSpecs())
 	require.ErrorIs(t, err, sources.ErrNotInstalled)
 	require.ErrorContains(t, err, "source orders: its columns changed")
-	_, err = sources.Resolve(ctx, b.pool, parse(t, "  - name: other\n    table: orders\n    key: id\n    destination: crm\n"))
+	_, err = sources.Resolve(ctx, b.pool, parse(t, "  - name: other\n    table: orders\n    key: id\n    destination: crm\n").SourceSpecs())
 	require.ErrorIs(t, err, sources.ErrNotInstalled)
 	require.ErrorContains(t, err, "source other: not installed")
 }

@@ -1,0 +1,54 @@
+package sources
+
+// Spec is a configured source as this package needs it: the table, its
+// key, payload, filter and destination, as the configuration names them.
+// The configuration file is read elsewhere (config.Config.SourceSpecs), so
+// this package does not depend on how settings are spelled or parsed.
+type Spec struct {
+	// Name names the source in status, metrics, logs and the change log.
+	Name string
+	// Schema is the table's schema; empty when the table is looked up on
+	// the search_path.
+	Schema string
+	// Table is the table's name.
+	Table string
+	// Keys are the table's primary key columns, in the configuration's
+	// order.
+	Keys []string
+	// Key names the key in messages and records: the column for a key of
+	// one column, else the compact JSON array of the columns' names.
+	Key string
+	// Columns are the columns of the payload, in order; nil means the
+	// whole row.
+	Columns []string
+	// Destination names the destination its batches go to.
+	Destination string
+	// Snapshot says whether rows already in the table when the source is
+	// installed are exported once.
+	Snapshot bool
+	// ChangedAt names the column that holds the time of a row's last
+	// change, for replays by time; empty when there is none.
+	ChangedAt string
+	// Where is the row filter, an SQL expression over the table's
+	// columns; empty exports every row.
+	Where string
+}
+
+// QualifiedTable is the table as the configuration names it: schema.table
+// or table.
+func (s *Spec) QualifiedTable() string {
+	if s.Schema == "" {
+		return s.Table
+	}
+	return s.Schema + "." + s.Table
+}
+
+// specNamed returns the spec named name, or nil.
+func specNamed(specs []Spec, name string) *Spec {
+	for i := range specs {
+		if specs[i].Name == name {
+			return &specs[i]
+		}
+	}
+	return nil
+}
