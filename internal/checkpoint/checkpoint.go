@@ -33,26 +33,50 @@ const Live = "live"
 // Replay returns the checkpoint name of a replay.
 func Replay(id int64) string { return replayPrefix + strconv.FormatInt(id, 10) }
 
-const replayPrefix = "replay:"
-
-// ReplayID returns the replay a checkpoint name belongs to, if any.
-func ReplayID(name string) (int64, bool) {
-	rest, ok := strings.CutPrefix(name, replayPrefix)
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseInt(rest, 10, 64)
-	return id, err == nil
-}
-
 // Source returns the checkpoint name of a configured source.
 func Source(name string) string { return sourcePrefix + name }
 
-const sourcePrefix = "source:"
+const (
+	replayPrefix = "replay:"
+	sourcePrefix = "source:"
+)
 
-// SourceName returns the configured source a checkpoint name belongs to,
-// if any.
-func SourceName(name string) (string, bool) { return strings.CutPrefix(name, sourcePrefix) }
+// Kind is the kind of feed a checkpoint is the position of.
+type Kind int
+
+const (
+	// KindLive is resources' live sync (Live), and any name not made here.
+	KindLive Kind = iota
+	// KindReplay is a replay of resources (Replay).
+	KindReplay
+	// KindSource is a configured source (Source).
+	KindSource
+)
+
+// Owner is whose a checkpoint is: the kind of feed, and which one.
+type Owner struct {
+	Kind Kind
+	// ReplayID is the replay's id, for KindReplay.
+	ReplayID int64
+	// Source is the source's name, for KindSource.
+	Source string
+}
+
+// OwnerOf reads a checkpoint name back into its owner. Names are made by
+// Live, Replay and Source; this is the one place that reads them, so a
+// recorded batch (which keeps only its checkpoint's name) says whose it
+// is without anyone else parsing a prefix.
+func OwnerOf(name string) Owner {
+	if src, ok := strings.CutPrefix(name, sourcePrefix); ok {
+		return Owner{Kind: KindSource, Source: src}
+	}
+	if rest, ok := strings.CutPrefix(name, replayPrefix); ok {
+		if id, err := strconv.ParseInt(rest, 10, 64); err == nil {
+			return Owner{Kind: KindReplay, ReplayID: id}
+		}
+	}
+	return Owner{Kind: KindLive}
+}
 
 // DB is a connection or transaction.
 type DB interface {

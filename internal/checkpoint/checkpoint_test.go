@@ -39,28 +39,18 @@ func record(t *testing.T, pool *pgxpool.Pool, name string, lastID int64, bs ...c
 func TestNames(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		name     string
-		replay   int64
-		isReplay bool
-		source   string
-		isSource bool
+		name string
+		want checkpoint.Owner
 	}{
-		{name: checkpoint.Live},
-		{name: checkpoint.Replay(42), replay: 42, isReplay: true},
-		{name: checkpoint.Source("orders"), source: "orders", isSource: true},
+		{name: checkpoint.Live, want: checkpoint.Owner{Kind: checkpoint.KindLive}},
+		{name: checkpoint.Replay(42), want: checkpoint.Owner{Kind: checkpoint.KindReplay, ReplayID: 42}},
+		{name: checkpoint.Source("orders"), want: checkpoint.Owner{Kind: checkpoint.KindSource, Source: "orders"}},
 		// A source may be named like anything, a replay's name included.
-		{name: checkpoint.Source("replay:7"), source: "replay:7", isSource: true},
-		{name: "replay:x"},
-		{name: "replay:"},
+		{name: checkpoint.Source("replay:7"), want: checkpoint.Owner{Kind: checkpoint.KindSource, Source: "replay:7"}},
+		{name: "replay:x", want: checkpoint.Owner{Kind: checkpoint.KindLive}},
+		{name: "replay:", want: checkpoint.Owner{Kind: checkpoint.KindLive}},
 	} {
-		id, ok := checkpoint.ReplayID(tt.name)
-		require.Equal(t, tt.isReplay, ok, tt.name)
-		require.Equal(t, tt.replay, id, tt.name)
-		src, ok := checkpoint.SourceName(tt.name)
-		require.Equal(t, tt.isSource, ok, tt.name)
-		if ok {
-			require.Equal(t, tt.source, src, tt.name)
-		}
+		require.Equal(t, tt.want, checkpoint.OwnerOf(tt.name), tt.name)
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -299,7 +300,7 @@ func (e *Exporter) replayTarget(id int64, f resources.Filter) target {
 
 // ownsRows says which recorded batches the holder of resources' lock
 // resends: those of resources, live and replays.
-func ownsRows(name string) bool { return !isSourceCheckpoint(name) }
+func ownsRows(name string) bool { return checkpoint.OwnerOf(name).Kind != checkpoint.KindSource }
 
 // now reads the exporter's clock (Config.Now).
 func (e *Exporter) now() time.Time { return e.cfg.Now() }

@@ -67,8 +67,8 @@ func batchTime() time.Time { return time.Now().UTC().Truncate(time.Second) }
 // sourceOf names what a checkpoint's batches are rows of, for formats that
 // say it: a configured source's name, or "resources".
 func sourceOf(checkpointName string) string {
-	if name, ok := checkpoint.SourceName(checkpointName); ok {
-		return name
+	if o := checkpoint.OwnerOf(checkpointName); o.Kind == checkpoint.KindSource {
+		return o.Source
 	}
 	return delivery.SourceDefault
 }

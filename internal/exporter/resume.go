@@ -77,10 +77,10 @@ func recordedBatch(r checkpoint.Batch) (*batch, error) {
 // still to be sent: not when it belongs to a replay that was cancelled or
 // is gone.
 func (e *Exporter) keepRecorded(ctx context.Context, name string) (bool, error) {
-	id, ok := checkpoint.ReplayID(name)
-	if !ok {
+	o := checkpoint.OwnerOf(name)
+	if o.Kind != checkpoint.KindReplay {
 		return true, nil
 	}
-	cancelled, err := replays.Cancelled(ctx, e.pool, id)
+	cancelled, err := replays.Cancelled(ctx, e.pool, o.ReplayID)
 	return !cancelled, err
 }

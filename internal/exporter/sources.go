@@ -8,7 +8,6 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
@@ -31,11 +30,6 @@ type Source struct {
 	// BatchSize is the most keys a batch holds. Defaults to
 	// Config.BatchSize.
 	BatchSize int
-}
-
-func isSourceCheckpoint(name string) bool {
-	_, ok := checkpoint.SourceName(name)
-	return ok
 }
 
 // SourceWorker exports configured sources.
@@ -218,7 +212,7 @@ func (e *Exporter) drainSource(ctx context.Context, lk *locks.Lock, t *turn, s *
 		},
 		// Gone cold, the job holds no turn: another source of the
 		// destination pushes while this one waits for a notification.
-		cold:  func(ctx context.Context) { t.done(ctx) },
+		cold: func(ctx context.Context) { t.done(ctx) },
 		yield: func(ctx context.Context) (bool, error) {
 			// Seen at yieldChecks checks in a row, about a second: a job
 			// of it that is only being fetched lingers here by then.
