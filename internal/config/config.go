@@ -143,52 +143,17 @@ func (d *Destination) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("name", d.Name), slog.String("token_env", d.TokenEnv), slog.String("token_file", d.TokenFile))
 }
 
-// Source is one application table to export.
+// Source is one application table to export: the sources package's own
+// settings (the table, key, columns, destination, snapshot, changed_at and
+// row filter, read from the file into them) and what the daemon and the
+// messages need besides.
 type Source struct {
-	// Name names the source in status, metrics, logs and the change log:
-	// the file's name field, else the table as written.
-	Name string
-	// Schema is the table's schema; empty when the file does not qualify
-	// the table, which is then looked up on the search_path.
-	Schema string
-	// Table is the table's name.
-	Table string
-	// Keys are the table's primary key columns, in the order the file
-	// lists them: one for `key: id`, several for `key: [tenant_id, id]`.
-	Keys []string
-	// Key names the key in messages and records: the column for a key of
-	// one column, else the compact JSON array of the columns' names.
-	Key string
-	// Columns are the columns of the payload, in order; nil means the whole
-	// row.
-	Columns []string
-	// Destination names the destination its batches go to.
-	Destination string
+	sources.Spec
 	// BatchSize is the most items a batch holds; 0 when the file does not
 	// say. Defaults to the run's --batch-size.
 	BatchSize int
-	// Snapshot says whether rows already in the table when the source is
-	// installed are exported once. Defaults to true.
-	Snapshot bool
-	// ChangedAt names the table's column that holds the time of a row's
-	// last change (updated_at), on which `replay --source --since/--until`
-	// select rows; empty when the file names none (syncer keeps no time
-	// per row of its own).
-	ChangedAt string
-	// Where is the row filter: an SQL expression over the table's columns;
-	// a row is exported while it holds (docs/protocol.md, Table shapes). Empty exports every
-	// row.
-	Where string
 	// Line is where the source starts in the file.
 	Line int
-}
-
-// QualifiedTable is the table as the file names it: schema.table or table.
-func (s *Source) QualifiedTable() string {
-	if s.Schema == "" {
-		return s.Table
-	}
-	return s.Schema + "." + s.Table
 }
 
 // Secret is a token. It prints as "[redacted]" whatever the verb, so a
@@ -501,7 +466,7 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{Snapshot: true, Line: n.Line}
+	s := &Source{Spec: sources.Spec{Snapshot: true}, Line: n.Line}
 
 	table, err := str(f, "table", path)
 	if err != nil {
@@ -742,10 +707,7 @@ func checkIdentifier(id string) string {
 func (c *Config) SourceSpecs() []sources.Spec {
 	out := make([]sources.Spec, len(c.Sources))
 	for i, s := range c.Sources {
-		out[i] = sources.Spec{
-			Name: s.Name, Schema: s.Schema, Table: s.Table, Keys: s.Keys, Key: s.Key, Columns: s.Columns,
-			Destination: s.Destination, Snapshot: s.Snapshot, ChangedAt: s.ChangedAt, Where: s.Where,
-		}
+		out[i] = s.Spec
 	}
 	return out
 }

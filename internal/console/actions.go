@@ -21,6 +21,19 @@ func (c *Console) done(w http.ResponseWriter, r *http.Request, cl caller, page, 
 	http.Redirect(w, r, page+"?done="+url.QueryEscape(msg), http.StatusSeeOther)
 }
 
+// answer ends an action as its error says: 400 for what the request got
+// wrong (an unknown name), 500 for a failure, else done with msg.
+func (c *Console) answer(w http.ResponseWriter, r *http.Request, cl caller, err error, page, msg string) {
+	switch {
+	case errors.Is(err, operator.ErrUnknown):
+		refuse(w, err)
+	case err != nil:
+		c.fail(w, r, err)
+	default:
+		c.done(w, r, cl, page, msg)
+	}
+}
+
 // refuse answers an action the request got wrong (an unknown name, a bad
 // key) with 400 and the reason.
 func refuse(w http.ResponseWriter, err error) {
@@ -31,15 +44,7 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, cl caller) {
 	name := r.PathValue("name")
 	keys := r.PostForm["key"]
 	n, err := operator.RetrySource(r.Context(), c.pool, name, keys)
-	switch {
-	case errors.Is(err, operator.ErrUnknown):
-		refuse(w, err)
-		return
-	case err != nil:
-		c.fail(w, r, err)
-		return
-	}
-	c.done(w, r, cl, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("%d failed keys of source %s are eligible again", n, name))
+	c.answer(w, r, cl, err, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("%d failed keys of source %s are eligible again", n, name))
 }
 
 // replayData is the dry run's page.
@@ -128,13 +133,5 @@ func (c *Console) destinationAction(w http.ResponseWriter, r *http.Request, cl c
 		http.NotFound(w, r)
 		return
 	}
-	switch {
-	case errors.Is(err, operator.ErrUnknown):
-		refuse(w, err)
-		return
-	case err != nil:
-		c.fail(w, r, err)
-		return
-	}
-	c.done(w, r, cl, Prefix+"/destinations/"+url.PathEscape(name), fmt.Sprintf(msg, name))
+	c.answer(w, r, cl, err, Prefix+"/destinations/"+url.PathEscape(name), fmt.Sprintf(msg, name))
 }

@@ -2,8 +2,8 @@ package sources
 
 // Spec is a configured source as this package needs it: the table, its
 // key, payload, filter and destination, as the configuration names them.
-// The configuration file is read elsewhere (config.Config.SourceSpecs), so
-// this package does not depend on how settings are spelled or parsed.
+// The configuration file is read elsewhere (config.Source embeds a Spec),
+// so this package does not depend on how settings are spelled or parsed.
 type Spec struct {
 	// Name names the source in status, metrics, logs and the change log.
 	Name string
@@ -26,11 +26,14 @@ type Spec struct {
 	// Snapshot says whether rows already in the table when the source is
 	// installed are exported once.
 	Snapshot bool
-	// ChangedAt names the column that holds the time of a row's last
-	// change, for replays by time; empty when there is none.
+	// ChangedAt names the table's column that holds the time of a row's
+	// last change (updated_at), on which `replay --source --since/--until`
+	// select rows; empty when there is none (syncer keeps no time per row
+	// of its own).
 	ChangedAt string
-	// Where is the row filter, an SQL expression over the table's
-	// columns; empty exports every row.
+	// Where is the row filter: an SQL expression over the table's
+	// columns; a row is exported while it holds (docs/protocol.md, Table
+	// shapes). Empty exports every row.
 	Where string
 }
 
