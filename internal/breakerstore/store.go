@@ -184,28 +184,22 @@ func ReadStateOf(ctx context.Context, q Querier, namespace string) (State, error
 	if err != nil {
 		return st, fmt.Errorf("breakerstore: read state: %w", err)
 	}
+	into := map[string]func([]byte){
+		KeyBreaker:       func(v []byte) { decode(v, &st.Breaker) },
+		KeyCredentials:   func(v []byte) { decode(v, &st.Credentials) },
+		KeyConfiguration: func(v []byte) { decode(v, &st.Configuration) },
+		KeyPause:         func(v []byte) { decode(v, &st.Pause) },
+		KeyRate:          func(v []byte) { decode(v, &st.Rate) },
+		KeyLastError:     func(v []byte) { decode(v, &st.LastError) },
+		KeyHold:          func(v []byte) { decode(v, &st.Hold) },
+		KeyCertificates:  func(v []byte) { decode(v, &st.Certificates) },
+		KeyProbe:         func(v []byte) { decode(v, &st.Probe) },
+	}
 	var key string
 	var value []byte
 	_, err = pgx.ForEachRow(rows, []any{&key, &value}, func() error {
-		switch key {
-		case KeyBreaker:
-			decode(value, &st.Breaker)
-		case KeyCredentials:
-			decode(value, &st.Credentials)
-		case KeyConfiguration:
-			decode(value, &st.Configuration)
-		case KeyPause:
-			decode(value, &st.Pause)
-		case KeyRate:
-			decode(value, &st.Rate)
-		case KeyLastError:
-			decode(value, &st.LastError)
-		case KeyHold:
-			decode(value, &st.Hold)
-		case KeyCertificates:
-			decode(value, &st.Certificates)
-		case KeyProbe:
-			decode(value, &st.Probe)
+		if f, ok := into[key]; ok {
+			f(value)
 		}
 		return nil
 	})
