@@ -4,8 +4,10 @@
 //
 // Guarantees:
 //   - An event is deleted only in the transaction that made sure a sync job
-//     is pending (inserted one, or found one not yet running), or by a running
-//     sync job that will look at the table afterwards. So no event is dropped
+//     is pending (inserted one, or found one not yet running), by a running
+//     sync job that will look at the table afterwards, or after a job of the
+//     feed lingering in this process took the notification (Waker.Wake),
+//     which it takes only while it will look again. So no event is dropped
 //     because a job was already running: River's uniqueness would count a
 //     running job as a duplicate, which is why the relay does its own check
 //     and does not use unique jobs.
