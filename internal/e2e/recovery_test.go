@@ -17,6 +17,9 @@ import (
 	"github.com/syncer-dev/syncer/internal/cli"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/resources"
 )
 
 func (b *bundle) fill(t *testing.T, n int) {
@@ -203,4 +206,32 @@ func TestOutageOpensNoNewSessions(t *testing.T) {
 	// queries overlap more and the pools open sessions to match).
 	require.LessOrEqual(t, len(seen)-first, 30, "sessions stay flat across an outage")
 	b.waitDrained(t, time.Minute)
+}
+
+// Two daemons killed mid-replay leave two replay jobs running in River for
+// good (River never rescues a job without a timeout). The replay must still
+// finish, and the live rows that wait behind it go: found by the upgrade
+// test, where the whole export stalled.
+func TestReplayWhoseJobsDiedRunningIsRevived(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	const rows = 300
+	b.fill(t, rows)
+	b.exec(t, `UPDATE resources SET synced_at = now()`)
+	id, err := replays.Create(context.Background(), b.pool, resources.Filter{FromID: 1, ToID: rows}, rows)
+	require.NoError(t, err)
+	for range 2 {
+		b.exec(t, `INSERT INTO river_job (kind, args, state, attempt, attempted_at, max_attempts, queue, priority)
+			VALUES ($1, $2, 'running', 1, now(), $3, $4, 1)`,
+			jobs.ReplayArgs{}.Kind(), fmt.Sprintf(`{"replay_id": %d}`, id), jobs.MaxAttempts, jobs.Queue)
+	}
+	b.fill(t, 100) // live rows, behind the replay
+	b.startDaemon(t, nil)
+	waitFor(t, time.Minute, "the replay done", func() bool {
+		st, err := replays.StateOf(context.Background(), b.pool, id)
+		require.NoError(t, err)
+		return st == replays.StateDone
+	})
+	b.waitDrained(t, time.Minute)
+	require.Len(t, b.fake.Latest(), rows+100)
 }
