@@ -75,17 +75,26 @@ func (s *Source) keyValuesSQL(text string) []string {
 	if !s.composite() {
 		return []string{text + "::" + castOf(s.Kind)}
 	}
+	return s.keyValuesOfJSONSQL("(" + text + ")::jsonb")
+}
+
+// keyValuesOfJSONSQL reads a composite key's values out of the SQL
+// expression j, its text form already parsed as jsonb: a statement that
+// reads each key of a batch parses it once and not once a column
+// (pendingSQL).
+func (s *Source) keyValuesOfJSONSQL(j string) []string {
 	out := make([]string, len(s.Keys))
 	for i, k := range s.Kinds {
-		out[i] = "((" + text + ")::jsonb ->> " + strconv.Itoa(i) + ")::" + castOf(k)
+		out[i] = "(" + j + " ->> " + strconv.Itoa(i) + ")::" + castOf(k)
 	}
 	return out
 }
 
-// keyMatchSQL is the condition that the table's row (alias t) has the key
-// whose text form is the SQL expression text.
-func (s *Source) keyMatchSQL(text string) string {
-	cols, vals := s.keyColumns("t"), s.keyValuesSQL(text)
+// keyMatchSQL is the condition that the table's row (alias t) has the
+// key's columns equal to vals (keyValuesSQL, keyValuesOfJSONSQL), in the
+// key's order.
+func (s *Source) keyMatchSQL(vals []string) string {
+	cols := s.keyColumns("t")
 	conds := make([]string, len(cols))
 	for i := range cols {
 		conds[i] = cols[i] + " = " + vals[i]

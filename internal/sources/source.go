@@ -256,14 +256,16 @@ func (s *Source) pendingSQL(after bool) string {
 
 	// The key's text form, read back as the key's type so that the
 	// table's primary key index finds the row.
-	var match string
+	var match, keyJSON string
 	switch s.Kind {
 	case KeyInteger:
 		match = key + " = k.num"
 	case KeyUUID:
 		match = key + " = k.key::uuid"
 	case KeyComposite:
-		match = s.keyMatchSQL("k.key")
+		// Each key's text is parsed once, in k, not once a column.
+		match = s.keyMatchSQL(s.keyValuesOfJSONSQL("k.key_json"))
+		keyJSON = ", c.key::jsonb AS key_json"
 	default:
 		match = key + " = k.key::text COLLATE " + s.collation
 	}
@@ -276,7 +278,7 @@ func (s *Source) pendingSQL(after bool) string {
 	// whatever its columns hold.
 	return `SELECT k.key, k.version, r.found IS NULL,
 			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0)
-		FROM (SELECT c.num, c.key, max(c.seq) AS version FROM syncer_changes c
+		FROM (SELECT c.num, c.key` + keyJSON + `, max(c.seq) AS version FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k
 		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + s.filterAnd() + ` LIMIT 1) r ON true
