@@ -132,3 +132,16 @@ func TestAppendStringIsEncodingJSON(t *testing.T) {
 		require.Equal(t, string(want), string(thirdparty.AppendString(nil, s)), "%q", s)
 	}
 }
+
+// An item's id is written as encoding/json writes it, whether in place (a
+// composite key's JSON array: quotes, backslashes) or through json.Marshal.
+func TestBatchIDIsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"42", `["tenant-3",5000]`, `["a,b",3]`, `["a\"b\\c",1]`, `\`, `"`, `""`,
+		`["<&>",1]`, "[\"bö\",2]", "\u2028", "\x00\x1f", "\xff", "a\"b\x7f"} {
+		want, err := json.Marshal(id)
+		require.NoError(t, err)
+		body := thirdparty.AppendBatch(nil, []thirdparty.Item{{ID: id, Version: 1, Deleted: true}})
+		require.Equal(t, `{"items":[{"id":`+string(want)+`,"version":1,"deleted":true}]}`, string(body), "%q", id)
+	}
+}

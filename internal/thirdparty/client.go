@@ -533,14 +533,7 @@ func encodeBatch(buf *bytes.Buffer, items []Item) {
 			buf.WriteByte(',')
 		}
 		buf.WriteString(`{"id":`)
-		if plainID(items[i].ID) {
-			buf.WriteByte('"')
-			buf.WriteString(items[i].ID)
-			buf.WriteByte('"')
-		} else {
-			k, _ := json.Marshal(items[i].ID) // a string always marshals
-			buf.Write(k)
-		}
+		writeID(buf, items[i].ID)
 		buf.WriteString(`,"version":`)
 		buf.Write(strconv.AppendInt(num[:0], items[i].Version, 10))
 		if items[i].Deleted {
@@ -558,13 +551,38 @@ func encodeBatch(buf *bytes.Buffer, items []Item) {
 	buf.WriteString(`]}`)
 }
 
-// plainID reports whether encoding/json writes id between quotes as it is:
-// printable ASCII but the quote, the backslash and the three characters it
-// escapes for HTML.
-func plainID(id string) bool {
+// writeID writes id as the JSON string encoding/json makes of it, byte for
+// byte (a recorded body is encoded again on a resend). An id of printable
+// ASCII is written in place, its quotes and backslashes escaped: a
+// composite key's id is a JSON array, with quotes around its text values,
+// and json.Marshal for each of a batch's items cost the drain of such a
+// source (issue 29). Other ids go through json.Marshal.
+func writeID(buf *bytes.Buffer, id string) {
+	if !asciiID(id) {
+		k, _ := json.Marshal(id) // a string always marshals
+		buf.Write(k)
+		return
+	}
+	buf.WriteByte('"')
+	start := 0
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c == '"' || c == '\\' {
+			buf.WriteString(id[start:i])
+			buf.WriteByte('\\')
+			start = i // the byte itself goes with the next run
+		}
+	}
+	buf.WriteString(id[start:])
+	buf.WriteByte('"')
+}
+
+// asciiID reports whether encoding/json escapes no byte of id but the
+// quote and the backslash, as a backslash before it: printable ASCII but
+// the three characters it escapes for HTML.
+func asciiID(id string) bool {
 	for i := 0; i < len(id); i++ {
 		c := id[i]
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if c < 0x20 || c > 0x7e || c == '<' || c == '>' || c == '&' {
 			return false
 		}
 	}
