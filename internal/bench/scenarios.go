@@ -400,7 +400,8 @@ func (s *scratch) waitIdle(ctx context.Context, limit time.Duration) (string, er
 	for {
 		var states []string
 		rows, err := s.pool.Query(ctx, `SELECT state::text || ' (attempt ' || attempt || ')' FROM river_job WHERE kind = $1
-			AND state IN ('available', 'pending', 'scheduled', 'retryable', 'running')`, jobs.SyncArgs{}.Kind())
+			AND args->>'source' = $2 AND state IN ('available', 'pending', 'scheduled', 'retryable', 'running')`,
+			jobs.ExportArgs{}.Kind(), jobs.Resources)
 		if err == nil {
 			states, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
@@ -482,8 +483,8 @@ func (r *runner) syncerBurst(ctx context.Context, label string, n int) (burstRes
 		return res, err
 	}
 	res.exported = end.Sub(start)
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND id > $2`,
-		jobs.SyncArgs{}.Kind(), before).Scan(&res.jobs); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'source' = $3 AND id > $2`,
+		jobs.ExportArgs{}.Kind(), before, jobs.Resources).Scan(&res.jobs); err != nil {
 		return res, fmt.Errorf("bench: count sync jobs: %w", err)
 	}
 	return res, d.stop()

@@ -355,9 +355,9 @@ func TestStatusShowsRecentReplaysSortedJobsAndLockHolder(t *testing.T) {
 	rc, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
 	require.NoError(t, err)
 	_, err = rc.InsertMany(ctx, []river.InsertManyParams{
-		{Args: jobs.SyncArgs{}},
-		{Args: jobs.ReplayArgs{ReplayID: ids[0]}, InsertOpts: &river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}},
-		{Args: jobs.ReplayArgs{ReplayID: ids[0]}},
+		{Args: jobs.ExportArgs{Source: jobs.Resources}},
+		{Args: jobs.ExportArgs{Source: jobs.Resources}, InsertOpts: &river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}},
+		{Args: jobs.PreviousSyncArgs{}},
 	})
 	require.NoError(t, err)
 
@@ -370,7 +370,7 @@ func TestStatusShowsRecentReplaysSortedJobsAndLockHolder(t *testing.T) {
 	holder, err := pgx.Connect(ctx, u.String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = holder.Close(context.Background()) })
-	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, locks.ExportKey(b.schema))
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, locks.ExportKey(b.schema, jobs.Resources))
 	require.NoError(t, err)
 
 	r := run(ctx, "status", "--database-url", b.dsn)
@@ -385,7 +385,7 @@ func TestStatusShowsRecentReplaysSortedJobsAndLockHolder(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"1", "5", "6", "7", "8", "9"}, replayLines, "the unfinished one and the last five finished, by id, once each:\n%s", r.stdout)
-	require.Equal(t, []string{"syncer_replay:available", "syncer_replay:scheduled", "syncer_sync:available"}, jobLines)
+	require.Equal(t, []string{"syncer_source:available", "syncer_source:scheduled", "syncer_sync:available"}, jobLines)
 	require.Contains(t, r.stdout, "held by syncer run on web-7, process 4242")
 	require.NotContains(t, r.stdout, "checkpoint replay:2")
 }

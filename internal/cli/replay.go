@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
@@ -149,8 +150,8 @@ func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) er
 		if id, err = replays.Enqueue(ctx, tx, rc, c.filter, n); err != nil {
 			return err
 		}
-		// The live job that holds the export lock gives it to the replay.
-		return outbox.Nudge(ctx, tx)
+		// Resources' job, lingering in a daemon, runs the replay now.
+		return outbox.Wake(ctx, tx, jobs.Resources)
 	})
 	if err != nil {
 		return err

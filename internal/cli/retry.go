@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
@@ -54,7 +55,7 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 			return err
 		}
 		// Clearing failed_at is not a payload change, so no trigger fired.
-		return outbox.Wake(ctx, tx, "")
+		return outbox.Wake(ctx, tx, jobs.Resources)
 	})
 	if err != nil {
 		return fmt.Errorf("retry failed rows: %w", err)

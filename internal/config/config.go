@@ -36,6 +36,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -499,7 +500,13 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 	if s.Name == "" {
 		s.Name = table
 	}
-	if msg := checkName(s.Name); msg != "" {
+	msg := checkName(s.Name)
+	if s.Name == jobs.Resources {
+		// Its lock, its job and its wake-ups would be those of
+		// resources, which is a source of its own.
+		msg = fmt.Sprintf("%q is the name of the source that is the table resources", s.Name)
+	}
+	if msg != "" {
 		if _, given := f["name"]; !given {
 			msg += "; give the source a name"
 		}

@@ -224,6 +224,7 @@ func TestParseRefuses(t *testing.T) {
 		{"names collide", func(t *testing.T) string { return edit(t, "  - name: orders-copy\n", "  - name: orders\n") }, nil, `sources[2] (orders): name: "orders" is already the name of sources[0]; give one of them another name`},
 		{"same table twice unnamed", func(t *testing.T) string { return edit(t, "  - name: orders-copy\n", "  -\n") }, nil, `sources[2] (orders): name: "orders" is already the name of sources[0]`},
 		{"name empty", func(t *testing.T) string { return edit(t, "  - name: orders-copy\n", "  - name: ''\n") }, nil, "sources[2] (orders): name: must not be empty"},
+		{"name resources", func(t *testing.T) string { return edit(t, "  - name: orders-copy\n", "  - name: resources\n") }, nil, `name: "resources" is the name of the source that is the table resources`},
 		{"table name not a name", func(t *testing.T) string { return edit(t, "table: app.customers", "table: app.My Customers") }, nil, `sources[1] (app.My Customers): name: "app.My Customers" may only hold letters, digits and _ - . $; give the source a name`},
 	}
 	for _, tt := range tests {

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/syncer-dev/syncer/internal/credentials"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -21,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/syncer-dev/syncer/internal/credentials"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -257,38 +258,59 @@ type destinationState struct {
 	metrics         *metrics.Destination
 }
 
-// buildSources resolves the configured sources (installed by migrate) and
-// builds one client and deliverer per destination, with its URL, token,
-// limits and its own shared facts.
-func (d *Daemon) buildSources(ctx context.Context, installation string) ([]exporter.Source, []string, error) {
+// buildDestinations builds one client and deliverer per destination, with
+// its URL, token, limits and its own shared facts, in one list: the
+// SYNCER_THIRDPARTY_* settings build the destination named default
+// (metrics.DefaultDestination, resources' own, whose facts keep the
+// namespace they always had), the file's destinations the others.
+func (d *Daemon) buildDestinations(installation string) (map[string]exporter.Destination, error) {
 	c := &d.cfg
-	if c.Sources == nil {
-		return nil, nil, nil
-	}
-	srcs, err := sources.Resolve(ctx, d.pool, c.Sources.SourceSpecs())
-	if err != nil {
-		return nil, nil, err
-	}
 	dests := map[string]exporter.Destination{}
+	if c.ThirdParty.URL != "" {
+		dcfg := c.Delivery
+		var err error
+		if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
+			return nil, fmt.Errorf("daemon: format: %w", err)
+		}
+		tcfg := c.ThirdParty
+		if c.ThirdPartyTokenFile != "" {
+			tok, err := d.creds.FromFile("SYNCER_THIRDPARTY_TOKEN_FILE", c.ThirdPartyTokenFile)
+			if err != nil {
+				return nil, err
+			}
+			tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
+		}
+		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DefaultNamespace, installation)
+		if err != nil {
+			return nil, err
+		}
+		dests[metrics.DefaultDestination], d.inFlight = deliverer, deliverer.MaxInFlight()
+	}
+	if c.Sources == nil {
+		return dests, nil
+	}
 	for _, dest := range c.Sources.Destinations {
+		if _, dup := dests[dest.Name]; dup {
+			return nil, fmt.Errorf("daemon: destination %s: the name is the destination SYNCER_THIRDPARTY_URL configures; give the file's another name", dest.Name)
+		}
 		tcfg := c.ThirdParty
 		tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
 		tcfg.Headers = dest.Format.Header()
 		setting, err := d.destinationCredentials(dest, &tcfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+			return nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
 		}
 		spec := dest.Format.Spec()
 		if file := dest.Format.SigningSecretFile; file != "" {
 			sec, err := d.creds.FromFile("destination "+dest.Name+": signing_secret_file", file)
 			if err != nil {
-				return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+				return nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
 			}
 			spec.SigningSecretFunc = sec.Value
 		}
 		format, err := formats.New(spec, installation)
 		if err != nil {
-			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+			return nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
 		}
 		dcfg := c.Delivery
 		lim := dest.Limits(config.Limits{RateLimit: dcfg.RateLimit, RateBurst: dcfg.RateBurst, MaxInFlight: dcfg.MaxInFlight})
@@ -299,22 +321,37 @@ func (d *Daemon) buildSources(ctx context.Context, installation string) ([]expor
 		dcfg.URLSetting = "the url of destination " + dest.Name + " in SYNCER_CONFIG"
 		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(dest.Name), installation)
 		if err != nil {
-			return nil, nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+			return nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
 		}
 		dests[dest.Name] = deliverer
 	}
-	out := make([]exporter.Source, 0, len(srcs))
-	names := make([]string, 0, len(srcs))
+	return dests, nil
+}
+
+// buildSources lists the sources this daemon exports, each with its
+// destination: resources when the default destination is configured,
+// and the configured sources (installed by migrate).
+func (d *Daemon) buildSources(ctx context.Context, dests map[string]exporter.Destination) ([]exporter.Source, error) {
+	c := &d.cfg
+	var out []exporter.Source
+	if dest, ok := dests[metrics.DefaultDestination]; ok {
+		out = append(out, exporter.Resources(dest))
+	}
+	if c.Sources == nil {
+		return out, nil
+	}
+	srcs, err := sources.Resolve(ctx, d.pool, c.Sources.SourceSpecs())
+	if err != nil {
+		return nil, err
+	}
 	for _, s := range srcs {
-		conf := c.Sources.Source(s.Name)
 		bs := 0
-		if conf != nil {
+		if conf := c.Sources.Source(s.Name); conf != nil {
 			bs = conf.BatchSize
 		}
 		out = append(out, exporter.Source{Source: s, Destination: dests[s.Destination], BatchSize: bs})
-		names = append(names, s.Name)
 	}
-	return out, names, nil
+	return out, nil
 }
 
 // destination builds one destination: its client, and its deliverer with
@@ -354,32 +391,16 @@ func (d *Daemon) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var dest exporter.Destination // nil: resources are not exported
-	if c.ThirdParty.URL != "" {
-		dcfg := c.Delivery
-		if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
-			return fmt.Errorf("daemon: format: %w", err)
-		}
-		tcfg := c.ThirdParty
-		if c.ThirdPartyTokenFile != "" {
-			tok, err := d.creds.FromFile("SYNCER_THIRDPARTY_TOKEN_FILE", c.ThirdPartyTokenFile)
-			if err != nil {
-				return err
-			}
-			tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
-		}
-		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DefaultNamespace, installation)
-		if err != nil {
-			return err
-		}
-		dest, d.inFlight = deliverer, deliverer.MaxInFlight()
+	dests, err := d.buildDestinations(installation)
+	if err != nil {
+		return err
 	}
 	// Leased locks: a frozen holder loses its locks to a waiting daemon
 	// (see internal/locks, "Leases").
 	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true}); err != nil {
 		return err
 	}
-	srcs, srcNames, err := d.buildSources(ctx, installation)
+	srcs, err := d.buildSources(ctx, dests)
 	if err != nil {
 		return err
 	}
@@ -387,14 +408,9 @@ func (d *Daemon) build(ctx context.Context) error {
 	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
 	ecfg.Sources = srcs
 	// A lingering job holds a worker slot: one slot stays for the jobs
-	// that come and go (other sources, replays), and resources' live job
-	// has one of its own.
-	lingering := c.Workers - 1
-	if dest != nil {
-		lingering--
-	}
-	ecfg.MaxLingering = cmp.Or(ecfg.MaxLingering, max(lingering, 1))
-	if d.exp, err = exporter.New(d.pool, d.locker, dest, &ecfg); err != nil {
+	// that come and go (the sources that find none).
+	ecfg.MaxLingering = cmp.Or(ecfg.MaxLingering, max(c.Workers-1, 1))
+	if d.exp, err = exporter.New(d.pool, d.locker, &ecfg); err != nil {
 		return err
 	}
 	if d.purger, err = resources.NewPurger(d.pool, &resources.PurgerConfig{Retention: c.TombstoneRetention, Logger: logger}); err != nil {
@@ -402,9 +418,9 @@ func (d *Daemon) build(ctx context.Context) error {
 	}
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, d.exp.SyncWorker())
-	river.AddWorker(workers, d.exp.ReplayWorker())
-	river.AddWorker(workers, d.exp.SourceWorker())
+	river.AddWorker(workers, d.exp.Worker())
+	river.AddWorker(workers, d.exp.PreviousSyncWorker())
+	river.AddWorker(workers, d.exp.PreviousReplayWorker())
 	d.river, err = river.NewClient(riverpgxv5.New(d.pool), &river.Config{
 		Schema:               d.schema,
 		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: c.Workers}},
@@ -420,17 +436,11 @@ func (d *Daemon) build(ctx context.Context) error {
 		return fmt.Errorf("daemon: river client: %w", err)
 	}
 
-	exportKey := locks.ExportKey(d.schema)
 	d.relay, err = outbox.New(d.pool, d.river, d.exp, &outbox.Config{
 		Channel:      migrations.Channel(d.schema),
 		LockKey:      locks.RelayKey(d.schema),
 		PollInterval: c.PollInterval,
-		// A holder whose lease ran out does not count: a job must run to
-		// take the lock over from it.
-		LockHeld:    func(ctx context.Context) (bool, error) { return locks.HeldLive(ctx, d.pool, exportKey) },
-		Sources:     srcNames,
-		NoResources: dest == nil,
-		Logger:      logger,
+		Logger:       logger,
 	})
 	return err
 }

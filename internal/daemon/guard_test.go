@@ -11,6 +11,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
@@ -34,7 +35,7 @@ func TestGuardSendsOnlyUnderItsLocks(t *testing.T) {
 	require.NoError(t, err)
 	defer locker.Close()
 	ctx := context.Background()
-	lk, err := locker.TryAcquire(ctx, locks.ExportKey(ts.Name))
+	lk, err := locker.TryAcquire(ctx, locks.ExportKey(ts.Name, jobs.Resources))
 	require.NoError(t, err)
 	lctx, cancel := lk.Context(ctx)
 	defer cancel()

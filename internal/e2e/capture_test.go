@@ -312,8 +312,8 @@ sources:
 	b.waitSourcesDrained(t, "orders", "notes", "tags")
 	// Idle, as in the issue: no source job left to stumble on the drop.
 	waitFor(t, 30*time.Second, "the source jobs done", func() bool {
-		return b.scalar(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state NOT IN ('completed', 'discarded', 'cancelled')`,
-			jobs.SourceArgs{}.Kind()) == 0
+		return b.scalar(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'source' <> $2
+			AND state NOT IN ('completed', 'discarded', 'cancelled')`, jobs.ExportArgs{}.Kind(), jobs.Resources) == 0
 	})
 
 	dropped := time.Now()

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
@@ -93,7 +94,7 @@ func (b *bundle) frozenSetup(t *testing.T) (string, func() (int, bool)) {
 	u.RawQuery = q.Encode()
 	schema := q.Get("search_path")
 	return u.String(), func() (int, bool) {
-		h, held, err := locks.HolderOf(context.Background(), b.pool, locks.ExportKey(schema))
+		h, held, err := locks.HolderOf(context.Background(), b.pool, locks.ExportKey(schema, jobs.Resources))
 		require.NoError(t, err)
 		return h.Process, held
 	}

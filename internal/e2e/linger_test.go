@@ -38,7 +38,7 @@ func (b *bundle) sourceJobs(t *testing.T) int {
 	t.Helper()
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM river_job WHERE kind = $1`, jobs.SourceArgs{}.Kind()).Scan(&n))
+		`SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'source' <> $2`, jobs.ExportArgs{}.Kind(), jobs.Resources).Scan(&n))
 	return n
 }
 
@@ -127,7 +127,7 @@ func TestSourceLingerEndsCleanlyOnStop(t *testing.T) {
 
 	var running int
 	require.NoError(t, b.pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'running'`, jobs.SourceArgs{}.Kind()).Scan(&running))
+		`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'running'`, jobs.ExportArgs{}.Kind()).Scan(&running))
 	require.Zero(t, running, "no source job left running")
 	recs, err := checkpoint.Recorded(context.Background(), b.pool)
 	require.NoError(t, err)

@@ -139,7 +139,7 @@ func TestBurstMakesFewJobs(t *testing.T) {
 
 	var jobsCreated int
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = $1`,
-		jobs.SyncArgs{}.Kind()).Scan(&jobsCreated))
+		jobs.ExportArgs{}.Kind()).Scan(&jobsCreated))
 	t.Logf("sync jobs created for a burst of 10,000 inserts: %d", jobsCreated)
 	require.LessOrEqual(t, jobsCreated, 20)
 	require.Equal(t, 10000, int(b.fake.Stats().DistinctPairs))

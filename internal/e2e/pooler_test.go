@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
@@ -84,7 +85,7 @@ func (b *bundle) startRun(t *testing.T, dbURL string, extra ...string) (*exec.Cm
 
 func (b *poolerBundle) exportLockHeld(t *testing.T) (locks.Holder, bool) {
 	t.Helper()
-	h, held, err := locks.HolderOf(context.Background(), b.pool, locks.ExportKey(b.schema))
+	h, held, err := locks.HolderOf(context.Background(), b.pool, locks.ExportKey(b.schema, jobs.Resources))
 	require.NoError(t, err)
 	return h, held
 }
@@ -96,7 +97,7 @@ func (b *poolerBundle) exportLockHeld(t *testing.T) (locks.Holder, bool) {
 func (b *poolerBundle) advisoryLocks(t *testing.T) int64 {
 	t.Helper()
 	var n int64
-	ek := locks.ExportKey(b.schema)
+	ek := locks.ExportKey(b.schema, jobs.Resources)
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l
 		LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE l.locktype = 'advisory' AND l.granted

@@ -208,10 +208,11 @@ func TestOutageOpensNoNewSessions(t *testing.T) {
 	b.waitDrained(t, time.Minute)
 }
 
-// Two daemons killed mid-replay leave two replay jobs running in River for
-// good (River never rescues a job without a timeout). The replay must still
-// finish, and the live rows that wait behind it go: found by the upgrade
-// test, where the whole export stalled.
+// Two daemons of the previous release killed mid-replay leave two replay
+// jobs running in River for good (River never rescues a job without a
+// timeout). The replay must still finish, and the live rows that wait
+// behind it go: found by the upgrade test, where the whole export stalled.
+// This release runs a replay in resources' job, whichever job that is.
 func TestReplayWhoseJobsDiedRunningIsRevived(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
@@ -223,7 +224,7 @@ func TestReplayWhoseJobsDiedRunningIsRevived(t *testing.T) {
 	for range 2 {
 		b.exec(t, `INSERT INTO river_job (kind, args, state, attempt, attempted_at, max_attempts, queue, priority)
 			VALUES ($1, $2, 'running', 1, now(), $3, $4, 1)`,
-			jobs.ReplayArgs{}.Kind(), fmt.Sprintf(`{"replay_id": %d}`, id), jobs.MaxAttempts, jobs.Queue)
+			jobs.PreviousReplayArgs{}.Kind(), fmt.Sprintf(`{"replay_id": %d}`, id), jobs.MaxAttempts, jobs.Queue)
 	}
 	b.fill(t, 100) // live rows, behind the replay
 	b.startDaemon(t, nil)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
@@ -37,7 +38,7 @@ func (c *stepClock) Now() time.Time {
 // yield, and returns what it returned and how many polls it made.
 func lingerRun(t *testing.T, b *pipelineBundle, clk *stepClock, poll func(n int) int, yield func(polls int) bool) (total, polls int, err error) {
 	t.Helper()
-	a := b.e.awaken("")
+	a := b.e.awaken(jobs.Resources)
 	defer a.end()
 	f := &lingerFeed{
 		awake: a, lk: b.lk, started: clk.Now(),
@@ -82,7 +83,7 @@ func TestLingerTurnsColdAndEndsWhenNothingComes(t *testing.T) {
 	require.Equal(t, 1, armed, "the gate is open again once the job ends")
 }
 
-func TestLingerYieldsToAWaitingReplay(t *testing.T) {
+func TestLingerYieldsToAnotherSourceOfItsDestination(t *testing.T) {
 	t.Parallel()
 	clk := newStepClock(time.Second)
 	b := setupPipeline(t, Config{Now: clk.Now, HotLinger: time.Hour, MaxRun: time.Hour})
@@ -153,21 +154,22 @@ func TestReplayChunksTakeTurnsWithLiveRows(t *testing.T) {
 	clk := newStepClock(0)
 	b := setupPipeline(t, Config{Now: clk.Now, BatchSize: 10, ReplayChunkBatches: 1, ReplayShare: 0.5}, 1)
 	r := replaySetup(t, b, 40, 40)
-	require.NoError(t, b.e.replayChunk(t.Context(), b.lk, r))
+	_, err := b.e.replay(t.Context(), b.run(t), r)
+	require.NoError(t, err)
 	require.Equal(t, "LRLRLRLR", kinds(t, b, 40), "one live batch before each replay batch: half the batches each")
 	st, err := replays.StateOf(t.Context(), b.pool, r.ID)
 	require.NoError(t, err)
 	require.Equal(t, replays.StateDone, st)
 }
 
-func TestReplayGivesTheLockBackAfterItsHold(t *testing.T) {
+func TestReplayEndsAtTheRunLimit(t *testing.T) {
 	t.Parallel()
 	clk := newStepClock(time.Second)
 	b := setupPipeline(t, Config{Now: clk.Now, BatchSize: 10, ReplayChunkBatches: 1, ReplayShare: 0.5,
-		ReplayHold: 3 * time.Second}, 1)
+		MaxRun: 3 * time.Second}, 1)
 	r := replaySetup(t, b, 100, 0)
-	err := b.e.replayChunk(t.Context(), b.lk, r)
-	require.ErrorIs(t, err, errMore, "the lock goes back at ReplayHold on the exporter's clock")
+	_, err := b.e.replay(t.Context(), b.run(t), r)
+	require.ErrorIs(t, err, errMore, "the job runs again at MaxRun on the exporter's clock, and goes on from the replay's checkpoint")
 	sent := len(kinds(t, b, 100))
 	require.Positive(t, sent)
 	require.Less(t, sent, 10, "the replay is not done")

@@ -1,9 +1,10 @@
 // Package exporter is the only code that pushes rows to the third party. It
-// runs as River jobs: the live sync, and replays.
+// runs as River jobs of one kind (jobs.ExportArgs), one per source:
+// resources and every configured source alike, each with its replays.
 //
 // Guarantees, each resting on one mechanism:
-//   - One pusher at a time, across all daemons: every push happens under the
-//     global export advisory lock, taken with a non-blocking try. A job that
+//   - One pusher per source at a time, across all daemons: every push happens
+//     under the source's export advisory lock, taken with a non-blocking try. A job that
 //     finds it busy snoozes, so no worker slot ever sleeps on the lock.
 //   - A lost lock marks nothing: marks, failures and checkpoints are written
 //     in a transaction on the connection that holds the lock, and the push in
@@ -34,11 +35,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
-	"github.com/syncer-dev/syncer/internal/resources"
 )
 
 // Defaults for Config.
@@ -49,7 +48,6 @@ const (
 	ColdLingerDefault         = 5 * time.Second
 	MaxRunDefault             = 30 * time.Second
 	ReplayChunkBatchesDefault = 20
-	ReplayHoldDefault         = 2 * time.Second
 	MarkTimeoutDefault        = 30 * time.Second
 	ReplayShareDefault        = 0.25
 	MaxSnoozeDefault          = 10 * time.Second
@@ -87,12 +85,10 @@ type Config struct {
 	// Schema is the schema of the resources table, which names the export
 	// lock. Required.
 	Schema string
-	// ReplayChunkBatches is how many batches a replay pushes before it
-	// releases the lock. Defaults to ReplayChunkBatchesDefault.
+	// ReplayChunkBatches is how many batches of a replay of resources go
+	// between two turns of live rows. Defaults to
+	// ReplayChunkBatchesDefault.
 	ReplayChunkBatches int
-	// ReplayHold is how long a replay keeps the lock, chunk after chunk,
-	// before it gives it back. Defaults to ReplayHoldDefault.
-	ReplayHold time.Duration
 	// MaxItemBytes is the largest payload sent, of every feed; a larger
 	// item is recorded failed with the reason, never read whole. Defaults
 	// to feed.MaxItemBytesDefault.
@@ -108,20 +104,18 @@ type Config struct {
 	MaxSnooze time.Duration
 	// PassLength bounds one pass of the live sync, so a job whose source
 	// refills faster than the third party takes it still checks for
-	// replays and its run limit. Defaults to PassLengthDefault.
+	// its replays and its run limit. Defaults to PassLengthDefault.
 	PassLength time.Duration
-	// MaxLingering is the most configured sources' jobs that linger at
-	// once in this process (linger.go), each holding a River worker slot:
-	// one more drains and ends, as every job did before, so other sources
-	// and replays still find a slot. Resources' live job always lingers.
-	// The daemon sets it below its worker count. Defaults to
-	// MaxLingeringDefault.
+	// MaxLingering is the most sources' jobs that linger at once in this
+	// process (linger.go), each holding a River worker slot: one more
+	// drains and ends, so other sources still find a slot. The daemon sets
+	// it below its worker count. Defaults to MaxLingeringDefault.
 	MaxLingering int
 	// Installation is the installation's identity
 	// (checkpoint.Installation), part of every Idempotency-Key. Required.
 	Installation string
-	// Now is the clock of the run limit (MaxRun), lingering, a pass's
-	// length and a replay's hold: tests stub it to run those rules
+	// Now is the clock of the run limit (MaxRun), lingering and a pass's
+	// length: tests stub it to run those rules
 	// without sleeping. Timers still wait in real time. Defaults to
 	// time.Now.
 	Now func() time.Time
@@ -129,30 +123,23 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is optional.
 	Metrics *metrics.Metrics
-	// Destination is the name of resources' destination, for metrics.
-	// Defaults to metrics.DefaultDestination.
-	Destination string
-	// Sources are the configured sources (SYNCER_CONFIG) this exporter
-	// exports, each to its own destination, with jobs.SourceArgs. Defaults
-	// to none.
+	// Sources are the sources this exporter exports, each to its own
+	// destination: resources (Resources) and the configured sources
+	// (SYNCER_CONFIG). Defaults to none.
 	Sources []Source
 }
 
 // Exporter pushes rows under the export lock.
 type Exporter struct {
-	pool   *pgxpool.Pool
-	locker *locks.Locker
-	// dest is resources' destination; nil when resources are not
-	// exported (a configuration of sources only).
-	dest    Destination
+	pool    *pgxpool.Pool
+	locker  *locks.Locker
 	cfg     Config
 	logger  *slog.Logger
 	metrics *metrics.Metrics
 	// holds counts the export locks the process's jobs hold: more than
 	// one for a moment when a job whose lock was lost has not released
 	// it yet and another took it anew.
-	holds   atomic.Int64
-	lockKey int64
+	holds atomic.Int64
 
 	stopOnce sync.Once
 	stopping chan struct{}
@@ -170,8 +157,9 @@ type Exporter struct {
 	// destinations' locks (turns.go).
 	turns turnsOf
 
-	// sources are the configured sources, by name.
-	sources map[string]*Source
+	// srcs are the sources exported here, by name: the feed family
+	// (source.go).
+	srcs map[string]exported
 
 	// lastKey is the key of the last batch pushed, for the run's summary
 	// line: a third party's support ticket names a key.
@@ -207,7 +195,7 @@ func (c *Config) validate() error {
 		v    time.Duration
 	}{
 		{"LockBusySnooze", c.LockBusySnooze}, {"HotPoll", c.HotPoll}, {"HotLinger", c.HotLinger},
-		{"ColdLinger", c.ColdLinger}, {"MaxRun", c.MaxRun}, {"ReplayHold", c.ReplayHold},
+		{"ColdLinger", c.ColdLinger}, {"MaxRun", c.MaxRun},
 		{"MaxSnooze", c.MaxSnooze}, {"PassLength", c.PassLength},
 	} {
 		if d.v < 0 {
@@ -218,7 +206,7 @@ func (c *Config) validate() error {
 }
 
 // New returns an Exporter.
-func New(pool *pgxpool.Pool, locker *locks.Locker, dest Destination, cfg *Config) (*Exporter, error) {
+func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
@@ -234,8 +222,6 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, dest Destination, cfg *Config
 	c.ColdLinger = cmp.Or(c.ColdLinger, ColdLingerDefault)
 	c.MaxRun = cmp.Or(c.MaxRun, MaxRunDefault)
 	c.ReplayChunkBatches = cmp.Or(c.ReplayChunkBatches, ReplayChunkBatchesDefault)
-	c.ReplayHold = cmp.Or(c.ReplayHold, ReplayHoldDefault)
-	c.Destination = cmp.Or(c.Destination, metrics.DefaultDestination)
 	c.ReplayShare = cmp.Or(c.ReplayShare, ReplayShareDefault)
 	c.MaxSnooze = cmp.Or(c.MaxSnooze, MaxSnoozeDefault)
 	c.PassLength = cmp.Or(c.PassLength, PassLengthDefault)
@@ -246,30 +232,26 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, dest Destination, cfg *Config
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	byName := make(map[string]*Source, len(c.Sources))
-	for i := range c.Sources {
-		s := c.Sources[i]
-		if s.Source == nil || s.Destination == nil {
-			return nil, fmt.Errorf("exporter: config: Sources[%d]: Source and Destination are required", i)
-		}
-		byName[s.Source.Name] = &s
-	}
-	return &Exporter{sources: byName,
-		pool: pool, locker: locker, dest: dest, cfg: c, logger: c.Logger, metrics: c.Metrics,
-		lockKey:     locks.ExportKey(c.Schema),
+	e := &Exporter{
+		pool: pool, locker: locker, cfg: c, logger: c.Logger, metrics: c.Metrics,
 		stopping:    make(chan struct{}),
 		wakers:      map[string]*waker{},
 		hot:         map[string]int{},
 		lingerSlots: &slots{max: c.MaxLingering},
 		turns:       turnsOf{held: map[string]bool{}, wants: map[string]map[string]bool{}},
-	}, nil
+	}
+	var err error
+	if e.srcs, err = e.family(c.Sources); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // BatchSize is the effective batch size.
 func (e *Exporter) BatchSize() int { return e.cfg.BatchSize }
 
-// LockKey is the export lock's key.
-func (e *Exporter) LockKey() int64 { return e.lockKey }
+// LockKey is the key of source name's export lock.
+func (e *Exporter) LockKey(name string) int64 { return locks.ExportKey(e.cfg.Schema, name) }
 
 // Shutdown tells running jobs to start no new batch. The batch in flight
 // finishes (or is cancelled by the job's context), is marked, and the job
@@ -287,20 +269,6 @@ func (e *Exporter) isStopping() bool {
 
 // errStopping ends a pass because the daemon is shutting down.
 var errStopping = errors.New("exporter: shutting down")
-
-// rows is the target of resources' live export and replays' resends.
-func (e *Exporter) rows() target {
-	return target{feed: e.liveFeed(), dest: e.dest, destName: e.cfg.Destination}
-}
-
-// replayTarget is the target of a replay's range.
-func (e *Exporter) replayTarget(id int64, f resources.Filter) target {
-	return target{feed: e.replayFeed(id, f), dest: e.dest, destName: e.cfg.Destination}
-}
-
-// ownsRows says which recorded batches the holder of resources' lock
-// resends: those of resources, live and replays.
-func ownsRows(name string) bool { return checkpoint.OwnerOf(name).Kind != checkpoint.KindSource }
 
 // now reads the exporter's clock (Config.Now).
 func (e *Exporter) now() time.Time { return e.cfg.Now() }

@@ -64,8 +64,8 @@ type rowsFeed struct {
 	read func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error)
 }
 
-func (e *Exporter) liveFeed() *rowsFeed {
-	return &rowsFeed{name: checkpoint.Live, lim: e.limits(0), read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error) {
+func (e *Exporter) liveFeed(lim feed.Limits) *rowsFeed {
+	return &rowsFeed{name: checkpoint.Live, lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error) {
 		rows, gen, err := resources.Pending(ctx, e.pool, after, lim, nil)
 		return rows, resources.LiveSalt(gen), err
 	}}
@@ -73,9 +73,9 @@ func (e *Exporter) liveFeed() *rowsFeed {
 
 // replayFeed reads a replay's range. A salt of its own: the third party
 // must not take a replay for a retry of the original export.
-func (e *Exporter) replayFeed(id int64, f resources.Filter) *rowsFeed {
+func (e *Exporter) replayFeed(id int64, f resources.Filter, lim feed.Limits) *rowsFeed {
 	salt := fmt.Sprintf("replay-%d", id)
-	return &rowsFeed{name: checkpoint.Replay(id), lim: e.limits(0), read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error) {
+	return &rowsFeed{name: checkpoint.Replay(id), lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error) {
 		rows, err := resources.Matching(ctx, e.pool, f, after, lim, nil)
 		return rows, salt, err
 	}}

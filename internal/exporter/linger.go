@@ -30,8 +30,7 @@ const yieldCheckEvery = 200 * time.Millisecond
 
 // lingerFeed is what linger needs of one feed's job.
 type lingerFeed struct {
-	// name is the feed as the relay names it (outbox.Waker): "" for
-	// resources, else the configured source's name.
+	// name is the source as the relay names it (outbox.Waker).
 	name string
 	// awake is the feed's waker, activated by the job before it took its
 	// lock; linger takes it over.
@@ -48,7 +47,7 @@ type lingerFeed struct {
 	// (a source's replay).
 	poll func(ctx context.Context, woken bool) (int, error)
 	// yield reports whether the job should end now so that other work
-	// takes its lock (a replay waiting for resources' lock). Optional.
+	// takes its destination (another source's job). Optional.
 	yield func(ctx context.Context) (bool, error)
 	// cold is called as the job stops polling, before it waits for a
 	// notification (a source gives its destination's lock back).
@@ -64,13 +63,10 @@ func (e *Exporter) linger(ctx context.Context, f *lingerFeed) (total int, err er
 	f.awake.taken = true
 	defer w.deactivate()
 	// A job that lingers holds a worker slot: at most MaxLingering
-	// sources' jobs do, so other sources' jobs and replays find one.
-	// Resources' live job is one and always lingers.
-	lingers := true
-	if f.name != "" {
-		if lingers = e.lingerSlots.TryAcquire(); lingers {
-			defer e.lingerSlots.Release()
-		}
+	// sources' jobs do, so other sources' jobs find one.
+	lingers := e.lingerSlots.TryAcquire()
+	if lingers {
+		defer e.lingerSlots.Release()
 	}
 	hot := false
 	defer func() {
@@ -223,7 +219,7 @@ type waker struct {
 	ch     chan struct{}
 }
 
-// wakerOf returns the waker of feed name ("" for resources).
+// wakerOf returns the waker of source name.
 func (e *Exporter) wakerOf(name string) *waker {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -308,8 +304,8 @@ func (w *waker) isActive() bool {
 	return w.active > 0
 }
 
-// Wake implements outbox.Waker: a job of feed src ("" for resources)
-// lingering here takes the notification.
+// Wake implements outbox.Waker: a job of source src lingering here takes
+// the notification.
 func (e *Exporter) Wake(src string) bool { return e.wakerOf(src).wake() }
 
 // Active implements outbox.Waker.
@@ -317,15 +313,8 @@ func (e *Exporter) Active(src string) bool { return e.wakerOf(src).isActive() }
 
 var _ outbox.Waker = (*Exporter)(nil)
 
-// feeds counts the feeds this exporter exports: resources (when it has
-// their destination) and every configured source.
-func (e *Exporter) feeds() int {
-	n := len(e.sources)
-	if e.dest != nil {
-		n++
-	}
-	return n
-}
+// feeds counts the sources this exporter exports.
+func (e *Exporter) feeds() int { return len(e.srcs) }
 
 // gateHot notes f's job hot and shuts the gate once every feed of the
 // process has a job lingering hot: the gate is one for every feed, and a

@@ -17,8 +17,8 @@ func TestSourcesOfOneDestinationTakeTurns(t *testing.T) {
 	t.Parallel()
 	b := setupPipeline(t, Config{})
 	ctx := t.Context()
-	srcA := &Source{Source: &sources.Source{Name: "a", Destination: "one"}}
-	srcB := &Source{Source: &sources.Source{Name: "b", Destination: "one"}}
+	srcA := &Source{Source: &sources.Source{Name: "a"}, DestinationName: "one"}
+	srcB := &Source{Source: &sources.Source{Name: "b"}, DestinationName: "one"}
 	a, bt := b.e.newTurn(ctx, srcA), b.e.newTurn(ctx, srcB)
 	t.Cleanup(func() { a.done(ctx); bt.done(ctx) })
 	wakeB := b.e.awaken("b")

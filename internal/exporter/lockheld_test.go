@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
 )
@@ -25,18 +26,18 @@ func TestLockHeldGaugeSurvivesALostLocksRelease(t *testing.T) {
 	b := setupPipeline(t, Config{Metrics: m})
 	ctx := t.Context()
 	require.NoError(t, b.lk.Release(ctx))
-	a, err := b.e.acquire(ctx)
+	a, err := b.e.acquire(ctx, jobs.Resources)
 	require.NoError(t, err)
 	require.Equal(t, 1.0, testutil.ToFloat64(m.LockHeld))
 
-	h, held, err := locks.HolderOf(ctx, b.pool, b.e.LockKey())
+	h, held, err := locks.HolderOf(ctx, b.pool, b.e.LockKey(jobs.Resources))
 	require.NoError(t, err)
 	require.True(t, held)
 	_, err = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", h.PID)
 	require.NoError(t, err)
 	var c *locks.Lock
 	require.Eventually(t, func() bool {
-		c, err = b.e.acquire(ctx)
+		c, err = b.e.acquire(ctx, jobs.Resources)
 		if errors.Is(err, locks.ErrLockBusy) {
 			return false
 		}
@@ -44,8 +45,8 @@ func TestLockHeldGaugeSurvivesALostLocksRelease(t *testing.T) {
 		return true
 	}, 10*time.Second, 20*time.Millisecond, "the second job takes the freed lock")
 
-	b.e.release(ctx, a) // the first job's deferred release, late
+	b.e.release(ctx, a, jobs.Resources) // the first job's deferred release, late
 	require.Equal(t, 1.0, testutil.ToFloat64(m.LockHeld), "the process still holds the lock")
-	b.e.release(context.Background(), c)
+	b.e.release(context.Background(), c, jobs.Resources)
 	require.Equal(t, 0.0, testutil.ToFloat64(m.LockHeld))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
@@ -91,6 +92,19 @@ type pipelineBundle struct {
 	e      *Exporter
 	lk     *locks.Lock
 	pusher *scripted
+	// src is resources, the one source exported.
+	src exported
+}
+
+// rows is resources' live target.
+func (b *pipelineBundle) rows() target { return b.src.live() }
+
+// run is a job's execution of resources under b.lk, started now by the
+// exporter's clock.
+func (b *pipelineBundle) run(t *testing.T) *run {
+	r := &run{s: b.src, lk: b.lk, t: b.e.newTurn(t.Context(), b.src.base()), started: b.e.now()}
+	t.Cleanup(func() { r.t.done(context.Background()) })
+	return r
 }
 
 // setupPipeline returns an exporter of resources to a scripted destination
@@ -109,12 +123,13 @@ func setupPipeline(t *testing.T, cfg Config, inFlight ...int) *pipelineBundle {
 		p.limit = inFlight[0]
 	}
 	cfg.Schema, cfg.Installation = schema, inst
-	e, err := New(pool, locker, p, &cfg)
+	cfg.Sources = []Source{Resources(p)}
+	e, err := New(pool, locker, &cfg)
 	require.NoError(t, err)
-	lk, err := locker.TryAcquire(ctx, e.LockKey())
+	lk, err := locker.TryAcquire(ctx, e.LockKey(jobs.Resources))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lk.Release(context.Background()) })
-	return &pipelineBundle{pool: pool, e: e, lk: lk, pusher: p}
+	return &pipelineBundle{pool: pool, e: e, lk: lk, pusher: p, src: e.srcs[jobs.Resources]}
 }
 
 func (b *pipelineBundle) insert(t *testing.T, n int) {
@@ -159,7 +174,7 @@ func TestPipelineKeepsItsLimits(t *testing.T) {
 			b.pusher.answer = slow(5 * time.Millisecond)
 			b.insert(t, 400)
 
-			res, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+			res, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 			require.NoError(t, err)
 			require.True(t, res.done)
 			require.Equal(t, 400, res.rows)
@@ -188,7 +203,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 		return slow(2*time.Millisecond)(ctx, i, bt)
 	}
 
-	_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.ErrorIs(t, err, refused)
 
 	calls, _, overlaps, unrecorded := b.pusher.snapshot()
@@ -211,7 +226,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 	require.NoError(t, err)
 
 	b.pusher.answer = nil
-	require.NoError(t, b.e.resume(t.Context(), b.lk, b.e.rows(), ownsRows))
+	require.NoError(t, b.e.resume(t.Context(), b.lk, b.rows(), b.src.owns))
 	after, _, _, unrecorded := b.pusher.snapshot()
 	require.Zero(t, unrecorded)
 	resent := after[len(calls):]
@@ -222,7 +237,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 	}
 	require.Empty(t, b.recorded(t))
 
-	res, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	res, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.NoError(t, err)
 	require.True(t, res.done)
 	require.Equal(t, 200, b.count(t, "synced_at IS NOT NULL"))
@@ -251,7 +266,7 @@ func TestPipelineCancelledMidPushMarksWhatWasAnswered(t *testing.T) {
 		}
 		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
 	}
-	_, err := b.e.pass(ctx, b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	_, err := b.e.pass(ctx, b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.ErrorIs(t, err, context.Canceled)
 
 	calls, maxInflight, _, unrecorded := b.pusher.snapshot()
@@ -277,7 +292,7 @@ func TestPipelineRejectionsFailOnlyTheirVersion(t *testing.T) {
 		}
 		return out, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, 7, b.count(t, "failed_at IS NOT NULL AND sync_error = 'no sevens'"))
 	require.Equal(t, 43, b.count(t, "synced_at IS NOT NULL"))
@@ -293,7 +308,7 @@ func TestPipelineStopSendsNothingMoreAndForgetsUnsent(t *testing.T) {
 		}
 		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.ErrorIs(t, err, errStopping)
 	calls, _, _, _ := b.pusher.snapshot()
 	require.Less(t, len(calls), 30)
@@ -307,7 +322,7 @@ func TestPipelineKeysAreTheInstallations(t *testing.T) {
 	two := setupPipeline(t, Config{BatchSize: 10})
 	for _, b := range []*pipelineBundle{one, two} {
 		b.insert(t, 10)
-		_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+		_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 		require.NoError(t, err)
 	}
 	c1, _, _, _ := one.pusher.snapshot()
@@ -323,7 +338,7 @@ func TestPipelineExportsEveryBigintID(t *testing.T) {
 	_, err := b.pool.Exec(t.Context(), `INSERT INTO resources (id, payload) VALUES
 		(-9223372036854775808, '{}'), (-1, '{}'), (0, '{}'), (1, '{}'), (9223372036854775807, '{}')`)
 	require.NoError(t, err)
-	res, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	res, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, 5, res.rows)
 	require.Equal(t, 5, b.count(t, "synced_at IS NOT NULL"))
@@ -340,7 +355,7 @@ func TestResumeThatFailsForgetsNothing(t *testing.T) {
 		}
 		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.ErrorIs(t, err, refused)
 	recs := b.recorded(t)
 	require.NotEmpty(t, recs)
@@ -349,7 +364,7 @@ func TestResumeThatFailsForgetsNothing(t *testing.T) {
 
 	// The next holder's resend fails too: what was recorded stays, under
 	// its keys, and the position does not move.
-	require.ErrorIs(t, b.e.resume(t.Context(), b.lk, b.e.rows(), ownsRows), refused)
+	require.ErrorIs(t, b.e.resume(t.Context(), b.lk, b.rows(), b.src.owns), refused)
 	again := b.recorded(t)
 	require.Equal(t, len(recs), len(again), "a failed resume forgets no recorded batch")
 	for i := range recs {
@@ -381,7 +396,7 @@ func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
 	require.NoError(t, err)
 	b.pusher.answer = slow(time.Millisecond)
 
-	_, err = b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	_, err = b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.ErrorContains(t, err, "scripted: mark refused")
 	require.NoError(t, b.lk.Err(), "a failed mark keeps the lock")
 
@@ -424,8 +439,8 @@ func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
 
 	_, err = b.pool.Exec(t.Context(), `DROP TRIGGER refuse_mark ON resources`)
 	require.NoError(t, err)
-	require.NoError(t, b.e.resume(t.Context(), b.lk, b.e.rows(), ownsRows))
-	res, err := b.e.pass(t.Context(), b.lk, b.e.rows(), feed.Start, 0, time.Time{})
+	require.NoError(t, b.e.resume(t.Context(), b.lk, b.rows(), b.src.owns))
+	res, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
 	require.NoError(t, err)
 	require.True(t, res.done)
 	require.Equal(t, 300, b.count(t, "synced_at IS NOT NULL"))

@@ -10,7 +10,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
-// Turns at a destination's lock. Every push of a configured source happens
+// Turns at a destination's lock. Every push of a source happens
 // under its destination's lock (locks.DestinationKey), since the
 // destination's limits are kept by one process's deliverer. A source's job
 // that lingers would keep that lock, and another source of the same
@@ -41,7 +41,7 @@ type turn struct {
 }
 
 func (e *Exporter) newTurn(ctx context.Context, s *Source) *turn {
-	return &turn{e: e, dest: s.Source.Destination, source: s.Source.Name, parent: ctx}
+	return &turn{e: e, dest: s.DestinationName, source: s.Name(), parent: ctx}
 }
 
 // take returns the context of the destination's lock, taking the lock if

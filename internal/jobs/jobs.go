@@ -28,51 +28,52 @@ func insertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: Queue, MaxAttempts: MaxAttempts}
 }
 
-// SyncArgs is the live sync: export every pending row. Only one is pending at
-// a time (the relay sees to that); the rows it exports are read from the
-// table when it runs, never carried in the job.
-type SyncArgs struct{}
-
-// Kind is River's name for the job.
-func (SyncArgs) Kind() string { return "syncer_sync" }
-
-// InsertOpts puts the job on syncer's queue.
-func (SyncArgs) InsertOpts() river.InsertOpts { return insertOpts() }
-
-// ReplayArgs re-exports the rows of one replay, whose definition and progress
-// live in syncer_replays and syncer_checkpoints.
-type ReplayArgs struct {
-	ReplayID int64 `json:"replay_id"`
-}
-
-// Kind is River's name for the job.
-func (ReplayArgs) Kind() string { return "syncer_replay" }
-
-// InsertOpts puts the job on syncer's queue.
-func (ReplayArgs) InsertOpts() river.InsertOpts { return insertOpts() }
-
-// SourceArgs exports the pending keys (and the snapshot) of one configured
-// source (SYNCER_CONFIG). Only one waits per source at a time (the relay
-// sees to that); the keys are read from the source's change log when it
-// runs.
-type SourceArgs struct {
+// ExportArgs exports one source: its pending rows, its snapshot and its
+// replays. The one job kind of every source, resources (Resources) and
+// each configured source alike; the relay sees that one waits per source
+// at a time, and what it exports is read from the source's tables when it
+// runs, never carried in the job. Its River kind is the one the previous
+// release gave a configured source's job: a daemon of that release that
+// fetches the job of a source it does not export (resources among them)
+// completes it as a no-op, and the relay's poll brings another.
+type ExportArgs struct {
 	Source string `json:"source"`
 }
 
+// Resources is the name of the source that is the resources table of
+// docs/protocol.md section 1, with its built-in triggers.
+const Resources = "resources"
+
 // Kind is River's name for the job.
-func (SourceArgs) Kind() string { return "syncer_source" }
+func (ExportArgs) Kind() string { return "syncer_source" }
 
 // InsertOpts puts the job on syncer's queue.
-func (SourceArgs) InsertOpts() river.InsertOpts { return insertOpts() }
+func (ExportArgs) InsertOpts() river.InsertOpts { return insertOpts() }
 
-var (
-	_ river.JobArgsWithInsertOpts = SyncArgs{}
-	_ river.JobArgsWithInsertOpts = ReplayArgs{}
-	_ river.JobArgsWithInsertOpts = SourceArgs{}
+// PreviousSyncArgs and PreviousReplayArgs are the jobs the previous
+// release enqueued for resources' live sync and for each of its replays.
+// This release inserts none; it works those a daemon of that release left
+// or still enqueues during a rolling upgrade, as resources' ExportArgs.
+// A release after the next drops them.
+type (
+	PreviousSyncArgs   struct{}
+	PreviousReplayArgs struct {
+		ReplayID int64 `json:"replay_id"`
+	}
 )
 
-// Kinds are syncer's job kinds.
-func Kinds() []string { return []string{SyncArgs{}.Kind(), ReplayArgs{}.Kind(), SourceArgs{}.Kind()} }
+// Kind is River's name for the job.
+func (PreviousSyncArgs) Kind() string { return "syncer_sync" }
+
+// Kind is River's name for the job.
+func (PreviousReplayArgs) Kind() string { return "syncer_replay" }
+
+var _ river.JobArgsWithInsertOpts = ExportArgs{}
+
+// Kinds are syncer's job kinds, the previous release's among them.
+func Kinds() []string {
+	return []string{ExportArgs{}.Kind(), PreviousSyncArgs{}.Kind(), PreviousReplayArgs{}.Kind()}
+}
 
 // Querier is what Counts needs: a pool, a connection or a transaction.
 type Querier interface {

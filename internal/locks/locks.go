@@ -85,18 +85,23 @@ const Namespace = "syncer"
 // excluding one of this release.
 const MigrateKey int64 = 0x73796e6365726d67
 
-// ExportKey is the key of the export lock of the installation in schema:
-// Key("syncer", "export:"+schema). Advisory locks are per database, so the
+// ExportKey is the key of the export lock of source name of the
+// installation in schema: one per source, so sources export in parallel
+// and daemons share them out. Advisory locks are per database, so the
 // schema is part of the name: two installations in one database must not
-// share a lock.
-func ExportKey(schema string) int64 { return Key(Namespace, "export:"+schema) }
-
-// SourceExportKey is the key of the export lock of configured source name
-// (SYNCER_CONFIG) of the installation in schema: each source has its own,
-// so sources export in parallel and daemons share them out.
-func SourceExportKey(schema, name string) int64 {
+// share a lock. Resources (jobs.Resources) keep the key the releases
+// before sources had, Key("syncer", "export:"+schema), and a configured
+// source the one its own lock had, so a daemon of the previous release
+// and one of this release exclude each other during a rolling upgrade.
+func ExportKey(schema, name string) int64 {
+	if name == resources {
+		return Key(Namespace, "export:"+schema)
+	}
 	return Key(Namespace, "export:"+schema+":source:"+name)
 }
+
+// resources is jobs.Resources: locks imports no package of syncer's.
+const resources = "resources"
 
 // DestinationKey is the key of the lock a daemon holds while it pushes to
 // configured destination name of the installation in schema: one pusher at

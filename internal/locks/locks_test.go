@@ -550,11 +550,11 @@ func TestHolderNamesHostAndProcess(t *testing.T) {
 
 func TestKeysOfSyncer(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, locks.Key("syncer", "export:s"), locks.ExportKey("s"))
+	require.Equal(t, locks.Key("syncer", "export:s"), locks.ExportKey("s", "resources"))
 	require.Equal(t, locks.Key("syncer", "relay:s"), locks.RelayKey("s"))
-	require.NotEqual(t, locks.ExportKey("a"), locks.ExportKey("b"))
-	require.Equal(t, locks.Key("syncer", "export:s:source:orders"), locks.SourceExportKey("s", "orders"))
-	require.NotEqual(t, locks.SourceExportKey("s", "a"), locks.SourceExportKey("s", "b"))
+	require.NotEqual(t, locks.ExportKey("a", "resources"), locks.ExportKey("b", "resources"))
+	require.Equal(t, locks.Key("syncer", "export:s:source:orders"), locks.ExportKey("s", "orders"))
+	require.NotEqual(t, locks.ExportKey("s", "a"), locks.ExportKey("s", "b"))
 	require.Equal(t, "syncermg", string([]byte{0x73, 0x79, 0x6e, 0x63, 0x65, 0x72, 0x6d, 0x67}))
 	require.Equal(t, int64(0x73796e6365726d67), locks.MigrateKey)
 }

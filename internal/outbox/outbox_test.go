@@ -15,26 +15,72 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
 type bundle struct {
 	pool  *pgxpool.Pool
 	relay *outbox.Relay
-	held  bool
+	exp   *exported
 }
 
-func setup(t *testing.T) *bundle {
+// exported stands for the daemon's exporter: which sources it exports,
+// whose lock is held; work is asked of the tables' owners, as the
+// exporter does; no job lingers here.
+type exported struct {
+	names []string
+	held  map[string]bool
+}
+
+func (x *exported) Exported() []string { return x.names }
+func (x *exported) Wake(string) bool   { return false }
+func (x *exported) Active(string) bool { return false }
+func (x *exported) Held(_ context.Context, _ outbox.Querier, names []string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		if x.held[n] {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func (x *exported) WithWork(ctx context.Context, q outbox.Querier, names []string) ([]string, error) {
+	var out, others []string
+	for _, n := range names {
+		if n != jobs.Resources {
+			others = append(others, n)
+			continue
+		}
+		if ok, err := resources.AnyPending(ctx, q); err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		out = append(out, n)
+	}
+	more, err := sources.WithWork(ctx, q, others)
+	return append(out, more...), err
+}
+
+// setup returns a relay of a daemon that exports names (resources when
+// none are given).
+func setup(t *testing.T, names ...string) *bundle {
 	t.Helper()
 	ts := dbtest.NewMigrated(t)
 	pool, schema := ts.Pool, ts.Name
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
 	require.NoError(t, err)
-	b := &bundle{pool: pool}
-	b.relay, err = outbox.New(pool, rc, nil, &outbox.Config{
-		Channel:  migrations.Channel(schema),
-		LockKey:  locks.RelayKey(schema),
-		LockHeld: func(context.Context) (bool, error) { return b.held, nil },
+	if len(names) == 0 {
+		names = []string{jobs.Resources}
+	}
+	b := &bundle{pool: pool, exp: &exported{names: names, held: map[string]bool{}}}
+	b.relay, err = outbox.New(pool, rc, b.exp, &outbox.Config{
+		Channel: migrations.Channel(schema),
+		LockKey: locks.RelayKey(schema),
 	})
 	require.NoError(t, err)
 	return b
@@ -54,12 +100,12 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 }
 
 func (b *bundle) syncJobs(t *testing.T, state string) int {
-	return b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state::text = $2`, jobs.SyncArgs{}.Kind(), state)
+	return b.sourceJobs(t, jobs.Resources, state)
 }
 
-// run marks the waiting sync jobs running, as a worker picking them up would.
+// run marks the waiting jobs running, as a worker picking them up would.
 func (b *bundle) run(t *testing.T) {
-	b.exec(t, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE kind = $1 AND state = 'available'`, jobs.SyncArgs{}.Kind())
+	b.exec(t, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE kind = $1 AND state = 'available'`, jobs.ExportArgs{}.Kind())
 }
 
 func TestRelayKeepsOneWaitingJobAndCountsRunningOnesRight(t *testing.T) {
@@ -89,21 +135,26 @@ func TestRelayKeepsOneWaitingJobAndCountsRunningOnesRight(t *testing.T) {
 	require.Equal(t, 1, b.syncJobs(t, "available"))
 	require.Equal(t, 1, b.syncJobs(t, "running"))
 
-	// Two running jobs: one is trying the lock and will look again.
-	b.run(t)
-	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
-	require.NoError(t, b.relay.Notified(ctx))
-	require.Zero(t, b.syncJobs(t, "available"))
-
 	// The poll: rows pending, nobody holding the lock: the running jobs are
 	// ending or dead, so a job is enqueued whatever runs.
+	b.run(t)
 	require.NoError(t, b.relay.Poll(ctx))
 	require.Equal(t, 1, b.syncJobs(t, "available"))
 
-	// While the lock is held the poll leaves the holder alone.
+	// While the lock is held the poll leaves the holder alone; the kick at
+	// a start does not.
 	b.run(t)
-	b.held = true
+	b.exp.held[jobs.Resources] = true
 	require.NoError(t, b.relay.Poll(ctx))
+	require.Zero(t, b.syncJobs(t, "available"))
+	require.NoError(t, b.relay.Kick(ctx))
+	require.Equal(t, 1, b.syncJobs(t, "available"))
+
+	// A waiting job of the previous release covers resources.
+	b.run(t)
+	b.exec(t, `INSERT INTO river_job (kind, args, state, max_attempts, queue, priority) VALUES ($1, '{}', 'available', 1, $2, 1)`,
+		jobs.PreviousSyncArgs{}.Kind(), jobs.Queue)
+	require.NoError(t, b.relay.Kick(ctx))
 	require.Zero(t, b.syncJobs(t, "available"))
 }
 
@@ -200,7 +251,7 @@ func TestNewValidates(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := outbox.New(nil, nil, nil, tt.cfg)
+			_, err := outbox.New(nil, nil, &exported{}, tt.cfg)
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
@@ -208,26 +259,18 @@ func TestNewValidates(t *testing.T) {
 
 func (b *bundle) sourceJobs(t *testing.T, source, state string) int {
 	return b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'source' = $2 AND state::text = $3`,
-		jobs.SourceArgs{}.Kind(), source, state)
+		jobs.ExportArgs{}.Kind(), source, state)
 }
 
 // The events of configured sources become one waiting job per source;
 // events of a source this daemon does not export are left for the daemons
-// that do; the live sync's Consume leaves every source's events alone; the
-// poll enqueues for a source with pending changes and no waiting job.
+// that do (resources' are deleted: nothing else would); the poll enqueues
+// for a source with pending changes and no waiting job.
 func TestRelayOneWaitingJobPerSource(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t)
-	var schema string
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
-	rc, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: schema})
-	require.NoError(t, err)
-	relay, err := outbox.New(b.pool, rc, nil, &outbox.Config{
-		Channel: migrations.Channel(schema), LockKey: locks.RelayKey(schema), Sources: []string{"a", "b"},
-		LockHeld: func(context.Context) (bool, error) { return true, nil },
-	})
-	require.NoError(t, err)
+	b := setup(t, "a", "b")
+	relay := b.relay
 	for _, name := range []string{"a", "b"} {
 		b.exec(t, `INSERT INTO syncer_sources (name, schema_name, table_name, key_column, key_kind, key_type, destination, snapshot_state)
 			VALUES ($1, 'public', $1, 'id', 'integer', 'bigint', 'd', 'done')`, name)
@@ -238,7 +281,7 @@ func TestRelayOneWaitingJobPerSource(t *testing.T) {
 	require.Equal(t, 1, b.sourceJobs(t, "a", "available"))
 	require.Equal(t, 1, b.sourceJobs(t, "b", "available"))
 	require.Zero(t, b.sourceJobs(t, "c", "available"))
-	require.Equal(t, 1, b.syncJobs(t, "available"))
+	require.Zero(t, b.syncJobs(t, "available"), "resources are not exported here")
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`), "only the event of a source not exported here is left")
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox WHERE op = 'source:c'`))
 
@@ -246,11 +289,6 @@ func TestRelayOneWaitingJobPerSource(t *testing.T) {
 	b.exec(t, `INSERT INTO syncer_outbox (op) VALUES ('source:a')`)
 	require.NoError(t, relay.Notified(ctx))
 	require.Equal(t, 1, b.sourceJobs(t, "a", "available"))
-
-	// The live sync consumes the resources' events only.
-	b.exec(t, `INSERT INTO syncer_outbox (op) VALUES ('UPDATE')`)
-	require.NoError(t, outbox.Consume(ctx, b.pool))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`))
 
 	// The poll: a's job runs, a has a pending change: a waiting job
 	// follows; b has nothing pending and keeps its one waiting job.

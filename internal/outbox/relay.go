@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,8 +20,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
-	"github.com/syncer-dev/syncer/internal/replays"
-	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/migrations"
 )
 
 // Defaults for Config.
@@ -34,9 +36,29 @@ const (
 	probeTimeout = 10 * time.Second
 )
 
+// Querier is what the sources' owners need of the relay's transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Exporter is the sources this daemon exports, seen from the relay: their
+// names (jobs.Resources among them when it exports resources), which have
+// work, whose lock is held, and their jobs lingering here (Waker).
+type Exporter interface {
+	Waker
+	// Exported names the sources this daemon exports.
+	Exported() []string
+	// WithWork returns those of names that have work: rows pending, a
+	// snapshot or a replay unfinished.
+	WithWork(ctx context.Context, q Querier, names []string) ([]string, error)
+	// Held returns those of names whose export lock a session with a live
+	// lease holds.
+	Held(ctx context.Context, q Querier, names []string) ([]string, error)
+}
+
 // Waker is the jobs lingering in this process, seen from the relay: a
-// feed's job that has drained its table and waits for more. src names the
-// feed as Wake does: "" for resources, else a configured source.
+// source's job that has drained its table and waits for more.
 type Waker interface {
 	// Wake passes a notification to the job of src lingering in this
 	// process and reports whether one took it: then it looks at its table
@@ -60,20 +82,6 @@ type Config struct {
 	// its lease; the relay renews it every third of that while it listens.
 	// Defaults to LeaseTTLDefault.
 	LeaseTTL time.Duration
-	// LockHeld reports whether some session holds the export lock; the poll
-	// fallback enqueues no job while one does, since the holder is working.
-	// Optional.
-	LockHeld func(ctx context.Context) (bool, error)
-	// Sources are the names of the configured sources this daemon exports
-	// (SYNCER_CONFIG): their events become jobs.SourceArgs jobs, one
-	// waiting per source. Events of other sources are left to the daemons
-	// that export them. Defaults to none.
-	Sources []string
-	// NoResources says the daemon exports no resources (SYNCER_CONFIG
-	// without a resources' destination): the relay enqueues no sync or
-	// replay job, and deletes the resources' events, since no job of this
-	// daemon will. Defaults to false.
-	NoResources bool
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 }
@@ -89,11 +97,11 @@ type Stats struct {
 	Connected     bool
 }
 
-// Relay turns outbox events into sync jobs.
+// Relay turns outbox events into the jobs of their sources.
 type Relay struct {
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
-	waker  Waker
+	exp    Exporter
 	cfg    Config
 	logger *slog.Logger
 
@@ -108,8 +116,9 @@ func (r *Relay) update(f func(*Stats)) {
 	f(&r.stats)
 }
 
-// New returns a relay. river may be an insert-only client.
-func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], waker Waker, cfg *Config) (*Relay, error) {
+// New returns a relay of exp's sources. river may be an insert-only
+// client.
+func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], exp Exporter, cfg *Config) (*Relay, error) {
 	if cfg == nil || cfg.Channel == "" {
 		return nil, errors.New("outbox: Config.Channel is required")
 	}
@@ -128,7 +137,10 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], waker Waker, cfg
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{pool: pool, river: riverClient, waker: waker, cfg: c, logger: c.Logger}, nil
+	if exp == nil {
+		return nil, errors.New("outbox: the exporter is required")
+	}
+	return &Relay{pool: pool, river: riverClient, exp: exp, cfg: c, logger: c.Logger}, nil
 }
 
 // Run listens and relays until ctx is done. Connection failures are retried
@@ -229,160 +241,88 @@ func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 	}
 }
 
-// Notified handles a notification: a sync job running here takes it, or the
-// pending events become a sync job.
-func (r *Relay) Notified(ctx context.Context) error {
-	if err := r.relaySources(ctx, false); err != nil {
-		return err
-	}
-	if r.cfg.NoResources {
-		return Consume(ctx, r.pool)
-	}
-	if r.waker != nil && r.waker.Wake("") {
-		return nil
-	}
-	_, err := r.relay(ctx, false, false)
-	return err
-}
+// Notified handles a notification: the events of each source exported
+// here go to its job lingering in this process, or become a job of it.
+func (r *Relay) Notified(ctx context.Context) error { return r.round(ctx, false, false) }
 
 // Poll is the fallback for lost notifications and for rows written while no
-// daemon was armed: it relays pending events, and enqueues a sync job when
-// pending rows exist and nobody is exporting. A sync job running here polls
-// for itself, so Poll leaves it alone.
-func (r *Relay) Poll(ctx context.Context) error {
-	if err := r.relaySources(ctx, true); err != nil {
-		return err
-	}
-	if r.cfg.NoResources {
-		return Consume(ctx, r.pool)
-	}
-	if r.waker != nil && r.waker.Active("") {
-		return nil
-	}
-	n, err := r.relay(ctx, false, false)
-	if err != nil || n > 0 {
-		return err
-	}
-	held := false
-	if r.cfg.LockHeld != nil {
-		if held, err = r.cfg.LockHeld(ctx); err != nil {
-			return err
-		}
-	}
-	if err := r.reviveReplays(ctx, held); err != nil {
-		return err
-	}
-	if held {
-		return nil
-	}
-	pending, err := resources.AnyPending(ctx, r.pool)
-	if err != nil || !pending {
-		return err
-	}
-	// Nobody holds the lock, yet rows are pending: any running sync job is
-	// ending or belongs to a dead process.
-	_, err = r.relay(ctx, true, true)
-	return err
-}
+// daemon was armed: it relays pending events, and makes sure a job will run
+// for every source exported here that has work and whose lock nobody
+// holds (a holder is working; one whose lease ran out does not count).
+func (r *Relay) Poll(ctx context.Context) error { return r.round(ctx, true, false) }
 
-// reviveReplays gives every unfinished replay a job that will run: one
-// whose job was left running by a killed daemon would otherwise wait
-// forever, since River never rescues a job without a timeout (the workers
-// disable theirs). A running replay job while nobody holds the export lock
-// is dead or between two chunks, however many there are: two daemons
-// killed mid-replay leave two, and counting them as alive stalled the
-// replay and, the live sync yielding to it, every row (the upgrade test of
-// internal/e2e). A second job is harmless (the lock and the replay's
-// checkpoint serialise them), and one waiting job is enough.
-func (r *Relay) reviveReplays(ctx context.Context, lockHeld bool) error {
-	// Most polls find no replay: answer that without a transaction or the
-	// relay lock, which every daemon's poll would otherwise queue on.
-	if waiting, err := replays.AnyWaiting(ctx, r.pool); err != nil || !waiting {
-		return err
-	}
-	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
-			return err
-		}
-		ids, err := replays.Unfinished(ctx, tx)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		states := append([]rivertype.JobState{rivertype.JobStateRunning}, waitingStates...)
-		res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
-			Kinds(jobs.ReplayArgs{}.Kind()).States(states...).First(1000))
-		if err != nil {
-			return fmt.Errorf("list replay jobs: %w", err)
-		}
-		waiting, running := map[int64]bool{}, map[int64]int{}
-		for _, j := range res.Jobs {
-			var args jobs.ReplayArgs
-			if json.Unmarshal(j.EncodedArgs, &args) != nil {
-				continue
-			}
-			if j.State == rivertype.JobStateRunning {
-				running[args.ReplayID]++
-			} else {
-				waiting[args.ReplayID] = true
-			}
-		}
-		for _, id := range ids {
-			if waiting[id] || (running[id] > 0 && lockHeld) {
-				continue
-			}
-			if _, err := r.river.InsertTx(ctx, tx, jobs.ReplayArgs{ReplayID: id}, nil); err != nil {
-				return fmt.Errorf("insert replay job: %w", err)
-			}
-			r.logger.InfoContext(ctx, "outbox: replay had no job that will run; enqueued one", slog.Int64("replay_id", id))
-		}
-		return nil
-	})
-}
+// Kick makes sure a job will run for every source exported here, work or
+// not, whoever holds its lock. The daemon calls it at start, because rows
+// may have been written while no daemon ran, and a job that finds nothing
+// lingers, so the first rows written after the start find it waiting.
+func (r *Relay) Kick(ctx context.Context) error { return r.round(ctx, true, true) }
 
-// Kick makes sure a sync job is pending, events or not. The daemon calls it
-// at start, because rows may have been written while no daemon ran, and a
-// sync job left running by a killed daemon will never finish.
-func (r *Relay) Kick(ctx context.Context) error {
-	if err := r.relaySources(ctx, true); err != nil {
-		return err
+// round relays in one transaction, serialised with every daemon's relay.
+// The events name their source (migrations.SourceOp, or none for
+// resources); with look, so do the sources with work whose lock no live
+// session holds; with force, every source exported here. Each such
+// source's job lingering here is
+// woken, or else a job of it is inserted unless one waits already. The
+// events of the sources exported here are deleted in the same transaction,
+// and those of resources when this daemon does not export them, since
+// nothing else would (a daemon that exports resources finds their rows by
+// its poll); a configured source's events not exported here are left to the
+// daemons that export it.
+func (r *Relay) round(ctx context.Context, look, force bool) error {
+	names := r.exp.Exported()
+	here := make(map[string]bool, len(names))
+	for _, n := range names {
+		here[n] = true
 	}
-	if r.cfg.NoResources {
-		return nil
-	}
-	if _, err := r.relay(ctx, true, true); err != nil {
-		return err
-	}
-	held := false
-	if r.cfg.LockHeld != nil {
-		var err error
-		if held, err = r.cfg.LockHeld(ctx); err != nil {
-			return err
-		}
-	}
-	return r.reviveReplays(ctx, held)
-}
-
-// relay runs one round in one transaction and returns how many events it
-// relayed. force enqueues a job even without events; ignoreRunning does so
-// whatever sync jobs are running.
-func (r *Relay) relay(ctx context.Context, force, ignoreRunning bool) (int, error) {
-	var relayed int
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id FROM syncer_outbox WHERE op NOT LIKE $1 ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`, sourceOps)
+		rows, err := tx.Query(ctx, `SELECT id, op FROM syncer_outbox ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`)
 		if err != nil {
 			return err
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		if len(ids) == 0 && !force {
+		var ids []int64
+		want := map[string]bool{}
+		var id int64
+		var op string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &op}, func() error {
+			src := jobs.Resources
+			if name, ok := strings.CutPrefix(op, migrations.SourceOpPrefix); ok {
+				src = name
+			}
+			switch {
+			case here[src]:
+				want[src] = true
+			case src != jobs.Resources:
+				return nil
+			}
+			ids = append(ids, id)
 			return nil
+		}); err != nil {
+			return err
 		}
-		inserted, err := r.ensureJob(ctx, tx, ignoreRunning)
+		switch {
+		case force:
+			for _, n := range names {
+				want[n] = true
+			}
+		case look && len(names) > 0:
+			if err := r.withWork(ctx, tx, names, want); err != nil {
+				return err
+			}
+		}
+		// A source whose job lingers here takes the notification (or, on
+		// a poll, a nudge to look) instead of a new job: it looks at its
+		// table after this round.
+		woken := 0
+		for n := range want {
+			if r.exp.Wake(n) {
+				delete(want, n)
+				woken++
+			}
+		}
+		inserted, err := r.ensureJobs(ctx, tx, want)
 		if err != nil {
 			return err
 		}
@@ -391,19 +331,35 @@ func (r *Relay) relay(ctx context.Context, force, ignoreRunning bool) (int, erro
 				return err
 			}
 		}
-		relayed = len(ids)
 		r.update(func(s *Stats) {
-			if inserted {
-				s.JobsInserted++
-			}
+			s.JobsInserted += int64(inserted)
 			s.EventsRelayed += int64(len(ids))
+			s.SourcesWoken += int64(woken)
 		})
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("outbox: relay: %w", err)
+		return fmt.Errorf("outbox: relay: %w", err)
 	}
-	return relayed, nil
+	return nil
+}
+
+// withWork adds to want the sources of names with work whose lock no live
+// session holds.
+func (r *Relay) withWork(ctx context.Context, tx pgx.Tx, names []string, want map[string]bool) error {
+	work, err := r.exp.WithWork(ctx, tx, names)
+	if err != nil || len(work) == 0 {
+		return err
+	}
+	held, err := r.exp.Held(ctx, tx, work)
+	if err != nil {
+		return err
+	}
+	work = slices.DeleteFunc(work, func(n string) bool { return slices.Contains(held, n) })
+	for _, n := range work {
+		want[n] = true
+	}
+	return nil
 }
 
 // waitingStates are the states of a job that has not started yet and so is
@@ -413,34 +369,38 @@ var waitingStates = []rivertype.JobState{
 	rivertype.JobStateScheduled, rivertype.JobStateRetryable,
 }
 
-// ensureJob makes sure a sync job will look at the table after tx commits.
-// A waiting job will. A running one may be about to end (or belong to a dead
-// process), so it does not count: that is the trap of River's own
-// uniqueness. But a job that is trying the lock is running for a moment too,
-// so a second running job is taken as a sign that the work is covered, or
-// jobs would pile up while one holds the lock; the poll's ignoreRunning
-// round covers what that leaves.
-func (r *Relay) ensureJob(ctx context.Context, tx pgx.Tx, ignoreRunning bool) (bool, error) {
-	states := append([]rivertype.JobState{rivertype.JobStateRunning}, waitingStates...)
+// ensureJobs makes sure a job of each source in want will look at its
+// table after tx commits, and returns how many it inserted. A waiting job
+// will (the previous release's job of resources too, which this release
+// works as one). A running one may be about to end, or belong to a dead
+// process, so it does not count: that is the trap of River's own
+// uniqueness.
+func (r *Relay) ensureJobs(ctx context.Context, tx pgx.Tx, want map[string]bool) (int, error) {
+	if len(want) == 0 {
+		return 0, nil
+	}
 	res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
-		Kinds(jobs.SyncArgs{}.Kind()).States(states...).First(10))
+		Kinds(jobs.ExportArgs{}.Kind(), jobs.PreviousSyncArgs{}.Kind()).States(waitingStates...).First(10000))
 	if err != nil {
-		return false, fmt.Errorf("list sync jobs: %w", err)
+		return 0, fmt.Errorf("list jobs: %w", err)
 	}
-	running := 0
 	for _, j := range res.Jobs {
-		if j.State != rivertype.JobStateRunning {
-			return false, nil
+		if j.Kind == (jobs.PreviousSyncArgs{}).Kind() {
+			delete(want, jobs.Resources)
+			continue
 		}
-		running++
+		var args jobs.ExportArgs
+		if json.Unmarshal(j.EncodedArgs, &args) == nil {
+			delete(want, args.Source)
+		}
 	}
-	if running >= 2 && !ignoreRunning {
-		return false, nil
+	names := slices.Sorted(maps.Keys(want))
+	for _, n := range names {
+		if _, err := r.river.InsertTx(ctx, tx, jobs.ExportArgs{Source: n}, nil); err != nil {
+			return 0, fmt.Errorf("insert a job of source %s: %w", n, err)
+		}
 	}
-	if _, err := r.river.InsertTx(ctx, tx, jobs.SyncArgs{}, nil); err != nil {
-		return false, fmt.Errorf("insert sync job: %w", err)
-	}
-	return true, nil
+	return len(names), nil
 }
 
 // Stats returns the relay's counters.

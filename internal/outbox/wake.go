@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -22,14 +23,14 @@ type Tx interface {
 const retryOp = "RETRY"
 
 // Wake appends an event and notifies, as the triggers would, in tx: for
-// configured source src, or for resources when src is "". A command that
+// source src (jobs.Resources, or a configured source). A command that
 // makes rows or keys pending without writing them (retry-failed, a
 // source's resnapshot) calls it, so that a daemon takes the work at once
 // and, if none listens, the relay's poll finds the event. Like a trigger's,
 // the event exists only if tx commits.
 func Wake(ctx context.Context, tx Tx, src string) error {
 	op, payload := retryOp, ""
-	if src != "" {
+	if src != jobs.Resources {
 		op = migrations.SourceOp(src)
 		payload = op
 	}
@@ -37,13 +38,6 @@ func Wake(ctx context.Context, tx Tx, src string) error {
 		return fmt.Errorf("outbox: wake: %w", err)
 	}
 	return notify(ctx, tx, payload)
-}
-
-// Nudge notifies the daemons with no event: the live job that holds the
-// export lock, wherever it runs, hears it and gives the lock to a waiting
-// replay instead of lingering. Sent when tx commits.
-func Nudge(ctx context.Context, tx Tx) error {
-	return notify(ctx, tx, "")
 }
 
 func notify(ctx context.Context, tx Tx, payload string) error {

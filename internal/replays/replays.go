@@ -73,14 +73,14 @@ type JobInserter interface {
 }
 
 // Enqueue records a pending replay of the rows f matches (total of them when
-// counted) and enqueues its job, in tx: a replay never exists without a
-// job to run it.
+// counted) and enqueues a job of resources, which runs it, in tx: a replay
+// never exists without a job to run it.
 func Enqueue(ctx context.Context, tx pgx.Tx, jobs JobInserter, f resources.Filter, total int64) (int64, error) {
 	id, err := Create(ctx, tx, f, total)
 	if err != nil {
 		return 0, err
 	}
-	if _, err := jobs.InsertTx(ctx, tx, jobargs.ReplayArgs{ReplayID: id}, nil); err != nil {
+	if _, err := jobs.InsertTx(ctx, tx, jobargs.ExportArgs{Source: jobargs.Resources}, nil); err != nil {
 		return 0, fmt.Errorf("replays: enqueue replay %d: %w", id, err)
 	}
 	return id, nil
@@ -285,7 +285,7 @@ func SourceReplays(ctx context.Context, db Reader) (ids []int64, srcs []string, 
 // running: the live job yields the export lock to it, and the relay's poll
 // revives its job. A source's replays are its own job's. It is cheap
 // enough to poll (the table is small).
-func AnyWaiting(ctx context.Context, db DB) (bool, error) {
+func AnyWaiting(ctx context.Context, db Reader) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ($1, $2) AND source IS NULL)`,
 		StatePending, StateRunning).Scan(&ok)

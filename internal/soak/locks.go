@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
@@ -23,7 +24,7 @@ type lockWatch struct {
 func (r *run) checkLock(ctx context.Context, w *lockWatch) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	h, held, err := locks.HolderOf(ctx, r.pool, locks.ExportKey("public"))
+	h, held, err := locks.HolderOf(ctx, r.pool, locks.ExportKey("public", jobs.Resources))
 	if err != nil || !held {
 		w.suspect = 0
 		return

@@ -347,7 +347,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
-	h, held, err := locks.HolderOf(ctx, pool, locks.ExportKey(schema))
+	h, held, err := locks.HolderOf(ctx, pool, locks.ExportKey(schema, jobs.Resources))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,184 @@
+package exporter
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/metrics"
+	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// The feed family. Every source exported here, resources and each
+// configured source, is one exported: it owns its job's argument (its
+// name), its lock key, its checkpoint and key salt (its live target), the
+// recorded batches it resends, what it does beside its pending rows (a
+// configured source's snapshot, resources' replay ranges; a configured
+// source's replays are logged by its snapshot's code), and whether it has
+// work. The rest is written once for all of them: the one worker
+// (worker.go), its lock and its destination's turn (turns.go), the resend
+// of recorded batches (resume.go), the pipeline, and lingering
+// (linger.go), which is the one hot path that finds new rows.
+
+// Source is one source this exporter exports, and its destination.
+type Source struct {
+	// Source is the configured source (sources.Resolve); nil for
+	// resources (see Resources).
+	Source *sources.Source
+	// Destination is the source's destination's deliverer. Required.
+	Destination Destination
+	// DestinationName names the destination in metrics, log lines and its
+	// lock. Defaults to the configured source's destination, or to
+	// metrics.DefaultDestination for resources.
+	DestinationName string
+	// BatchSize is the most items a batch holds. Defaults to
+	// Config.BatchSize.
+	BatchSize int
+}
+
+// Resources is the source that is the resources table (docs/protocol.md
+// section 1, with its built-in triggers), exported to dest.
+func Resources(dest Destination) Source {
+	return Source{Destination: dest, DestinationName: metrics.DefaultDestination}
+}
+
+// Name is the source's name: its job's argument, its wake-ups, its lock.
+func (s Source) Name() string {
+	if s.Source == nil {
+		return jobs.Resources
+	}
+	return s.Source.Name
+}
+
+// exported is one source as the worker runs it (see the top of this file).
+type exported interface {
+	// base is what every source has: name, destination, limits.
+	base() *Source
+	// check runs before the lock is taken: a configured source stops with
+	// sources.ErrSchemaChanged when its table no longer matches.
+	check(ctx context.Context) error
+	// live is the source's feed of pending rows and its destination.
+	live() target
+	// owns reports whether the recorded batches of the named checkpoint
+	// are this source's to resend: its live feed's, and for resources
+	// those of its replays.
+	owns(checkpoint string) bool
+	// drain returns the job's drain and poll (lingerFeed's), which pass
+	// over the source's rows in its destination's turn and do the
+	// source's side work (a snapshot, replays) between passes.
+	drain(e *Exporter, r *run) (drain func(context.Context) (int, error), poll func(context.Context, bool) (int, error))
+	// ended records how an execution ended where operators read it (a
+	// configured source's last error); err is nil or errMore after work
+	// done.
+	ended(ctx context.Context, e *Exporter, err error)
+}
+
+// family builds the sources from their configuration.
+func (e *Exporter) family(list []Source) (map[string]exported, error) {
+	out := make(map[string]exported, len(list))
+	for i, s := range list {
+		if s.Destination == nil {
+			return nil, fmt.Errorf("exporter: config: Sources[%d]: Destination is required", i)
+		}
+		if s.Source != nil {
+			s.DestinationName = cmp.Or(s.DestinationName, s.Source.Destination)
+		}
+		s.DestinationName = cmp.Or(s.DestinationName, metrics.DefaultDestination)
+		if _, dup := out[s.Name()]; dup {
+			return nil, fmt.Errorf("exporter: config: Sources[%d]: source %s is listed twice", i, s.Name())
+		}
+		if s.Source == nil {
+			out[s.Name()] = &resourcesSource{Source: s, e: e}
+		} else {
+			out[s.Name()] = &configuredSource{Source: s, e: e}
+		}
+	}
+	return out, nil
+}
+
+// Exported names the sources this exporter exports, in order.
+func (e *Exporter) Exported() []string {
+	names := make([]string, 0, len(e.srcs))
+	for n := range e.srcs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// WithWork returns those of names (sources exported here) that have work:
+// rows or keys pending, a snapshot or a replay unfinished. Each source's
+// owner answers for its own.
+func (e *Exporter) WithWork(ctx context.Context, q outbox.Querier, names []string) ([]string, error) {
+	var out, configured []string
+	for _, n := range names {
+		if n != jobs.Resources {
+			configured = append(configured, n)
+			continue
+		}
+		pending, err := resources.AnyPending(ctx, q)
+		if err == nil && !pending {
+			pending, err = replaysWaiting(ctx, q)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if pending {
+			out = append(out, n)
+		}
+	}
+	if len(configured) > 0 {
+		more, err := sources.WithWork(ctx, q, configured)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, more...)
+	}
+	return out, nil
+}
+
+// Held returns those of names whose export lock a session holds with a
+// live lease: a holder whose lease ran out does not count, since a job
+// must run to take its lock over.
+func (e *Exporter) Held(ctx context.Context, q outbox.Querier, names []string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		held, err := locks.HeldLive(ctx, q, locks.ExportKey(e.cfg.Schema, n))
+		if err != nil {
+			return nil, err
+		}
+		if held {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+var _ outbox.Exporter = (*Exporter)(nil)
+
+// othersWait reports whether another source of s's destination has work
+// and no job lingering here: its job snoozes on the destination's lock
+// (another daemon's, or one with no linger slot), so s's job ends and lets
+// it in, as a job that drained used to.
+func (e *Exporter) othersWait(ctx context.Context, s *Source) (bool, error) {
+	var others []string
+	for name, o := range e.srcs {
+		if name != s.Name() && o.base().DestinationName == s.DestinationName && !e.Active(name) {
+			others = append(others, name)
+		}
+	}
+	if len(others) == 0 {
+		return false, nil
+	}
+	names, err := e.WithWork(ctx, e.pool, others)
+	return len(names) > 0, err
+}
+
+// errNotExported ends a job of a source this daemon does not export.
+var errNotExported = errors.New("exporter: source not exported by this daemon")

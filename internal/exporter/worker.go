@@ -1,0 +1,267 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// Defaults of a job's waits.
+const (
+	SchemaChangedSnoozeDefault  = time.Minute
+	sourceSnapshotBusySnoozeMin = 100 * time.Millisecond
+)
+
+// Worker is the one River worker: a job exports one source, resources or
+// a configured one (jobs.ExportArgs).
+type Worker struct {
+	river.WorkerDefaults[jobs.ExportArgs]
+	e *Exporter
+}
+
+// Worker returns the River worker of every source.
+func (e *Exporter) Worker() *Worker { return &Worker{e: e} }
+
+// Timeout disables River's job timeout: executions bound themselves by
+// Config.MaxRun, and a timeout would cancel a push that must be marked.
+func (w *Worker) Timeout(*river.Job[jobs.ExportArgs]) time.Duration { return -1 }
+
+// Work exports the job's source: see work.
+func (w *Worker) Work(ctx context.Context, job *river.Job[jobs.ExportArgs]) error {
+	return w.e.work(ctx, job.Args.Source)
+}
+
+// PreviousWorker works the jobs the previous release enqueued for
+// resources (jobs.PreviousSyncArgs, jobs.PreviousReplayArgs) as a job of
+// resources: its replays are resources' and run in its job. Registered
+// for one release, for a rolling upgrade.
+type PreviousWorker[T river.JobArgs] struct {
+	river.WorkerDefaults[T]
+	e *Exporter
+}
+
+// PreviousSyncWorker and PreviousReplayWorker return the workers of the
+// previous release's jobs.
+func (e *Exporter) PreviousSyncWorker() *PreviousWorker[jobs.PreviousSyncArgs] {
+	return &PreviousWorker[jobs.PreviousSyncArgs]{e: e}
+}
+
+// PreviousReplayWorker: see PreviousSyncWorker.
+func (e *Exporter) PreviousReplayWorker() *PreviousWorker[jobs.PreviousReplayArgs] {
+	return &PreviousWorker[jobs.PreviousReplayArgs]{e: e}
+}
+
+// Timeout: see Worker.Timeout.
+func (w *PreviousWorker[T]) Timeout(*river.Job[T]) time.Duration { return -1 }
+
+// Work exports resources.
+func (w *PreviousWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
+	return w.e.work(ctx, jobs.Resources)
+}
+
+// run is one execution of a source's job under its lock.
+type run struct {
+	s  exported
+	lk *locks.Lock
+	// t is the job's turn at its destination's lock (turns.go).
+	t       *turn
+	started time.Time
+}
+
+// work takes the source's lock (busy: snooze, never wait), resends its
+// recorded batches, drains it and lingers. A source whose table no longer
+// matches its configuration stops with a loud error and snoozes long; the
+// other sources go on.
+func (e *Exporter) work(ctx context.Context, name string) error {
+	s, ok := e.srcs[name]
+	if !ok {
+		// Not exported here (another daemon's configuration, or
+		// removed): nothing to do, and no retry.
+		e.logger.DebugContext(ctx, "exporter: source not exported by this daemon", slog.String("source", name))
+		return nil
+	}
+	// Notifications from now on go to this job, not into more jobs.
+	a := e.awaken(name)
+	defer a.end()
+	// A table dropped or renamed, or its triggers gone, sends no change:
+	// only looking finds it.
+	err := s.check(ctx)
+	if err == nil {
+		err = e.export(ctx, s, a)
+	}
+	if errors.Is(err, locks.ErrLockBusy) && a.end() {
+		// Another job of the source is active here (it lingers, or will
+		// find the lock busy too and see to it): it takes the work.
+		return nil
+	}
+	s.ended(ctx, e, err)
+	switch {
+	case errors.Is(err, sources.ErrSchemaChanged):
+		return river.JobSnooze(SchemaChangedSnoozeDefault)
+	case errors.Is(err, sources.ErrSnapshotBusy):
+		return river.JobSnooze(max(e.cfg.LockBusySnooze, sourceSnapshotBusySnoozeMin))
+	}
+	return e.jobResult(ctx, err)
+}
+
+// export runs one execution of s's job under its lock and its
+// destination's turn.
+func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
+	b := s.base()
+	lk, err := e.acquire(ctx, b.Name())
+	if err != nil {
+		return err
+	}
+	defer e.release(ctx, lk, b.Name())
+	lctx, cancel := lk.Context(ctx)
+	defer cancel()
+	// The destination's limits are kept by this process's deliverer: while
+	// it pushes, no other daemon may push to the same destination (a source
+	// of the same destination on another daemon snoozes, never waits).
+	// This process's jobs of one destination take turns (turns.go).
+	t := e.newTurn(lctx, b)
+	defer t.done(ctx)
+	if err := t.firstTake(lctx, e.cfg.PassLength+e.cfg.HotLinger); err != nil {
+		return lockCause(lk, err)
+	}
+	r := &run{s: s, lk: lk, t: t, started: e.now()}
+	dctx, err := t.take(lctx)
+	if err != nil {
+		return lockCause(lk, err)
+	}
+	if err := e.resume(dctx, lk, s.live(), s.owns); err != nil {
+		return lockCause(lk, t.cause(err))
+	}
+	total := 0
+	defer func() {
+		if total > 0 {
+			e.logger.InfoContext(ctx, "exporter: source run", slog.String("source", b.Name()), slog.Int("rows", total),
+				slog.Duration("took", e.since(r.started)), slog.String("last_idempotency_key", e.lastPushedKey()))
+		}
+	}()
+	drain, poll := s.drain(e, r)
+	seen := 0
+	total, err = e.linger(lctx, &lingerFeed{
+		name: b.Name(), awake: a, lk: lk, started: r.started,
+		drain: drain, poll: poll,
+		// Gone cold, the job holds no turn: another source of the
+		// destination pushes while this one waits for a notification.
+		cold: func(ctx context.Context) { t.done(ctx) },
+		yield: func(ctx context.Context) (bool, error) {
+			// Seen at yieldChecks checks in a row, about a second: a job
+			// of it that is only being fetched lingers here by then.
+			waiting, err := e.othersWait(ctx, b)
+			if !waiting {
+				seen = 0
+			} else if seen++; seen >= yieldChecks {
+				return true, err
+			}
+			return false, err
+		},
+	})
+	return lockCause(lk, err)
+}
+
+// yieldChecks is how many checks in a row (yieldCheckEvery apart) a
+// lingering job finds another source of its destination waiting before it
+// ends for it.
+const yieldChecks = 5
+
+// pass makes one pass over t's feed after startAfter in the job's turn
+// at its destination, and gives the turn to a job here that waits for it.
+// ok is false when the turn is another job's: nothing was read.
+func (e *Exporter) turnPass(ctx context.Context, r *run, t target, startAfter int64, maxBatches int, until time.Time) (res passResult, ok bool, err error) {
+	dctx, err := r.t.take(ctx)
+	if errors.Is(err, locks.ErrLockBusy) {
+		return res, false, nil
+	}
+	if err != nil {
+		return res, false, err
+	}
+	res, err = e.pass(dctx, r.lk, t, startAfter, maxBatches, until)
+	err = r.t.cause(err)
+	r.t.handOver(ctx)
+	return res, true, err
+}
+
+// errMore means the job has work left and should run again at once.
+var errMore = errors.New("exporter: more work")
+
+// retryAfter is an error that knows when to try again.
+type retryAfter interface{ RetryAfter() time.Duration }
+
+// jobResult turns the outcome of an execution into what River should do.
+// Expected conditions become snoozes, which cost no attempt; only unexpected
+// errors go through River's retry policy.
+func (e *Exporter) jobResult(ctx context.Context, err error) error {
+	var ra retryAfter
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errMore), errors.Is(err, errStopping):
+		return river.JobSnooze(0)
+	case errors.Is(err, locks.ErrLockBusy):
+		return river.JobSnooze(e.cfg.LockBusySnooze)
+	case errors.Is(err, locks.ErrLockLost):
+		e.logger.WarnContext(ctx, "exporter: export lock lost; stopped pushing, marked nothing more", slog.String("error", err.Error()))
+		return river.JobSnooze(e.cfg.LockBusySnooze)
+	case errors.As(err, &ra):
+		// Parked for at most MaxSnooze: the pause itself is shared state
+		// that the next run reads again, so a restart, another daemon or a
+		// shorter pause is never stuck behind a job parked for hours.
+		wait := min(max(ra.RetryAfter(), 0), e.cfg.MaxSnooze)
+		e.logger.WarnContext(ctx, "exporter: pausing", slog.String("error", err.Error()),
+			slog.Duration("retry_in", ra.RetryAfter()), slog.Duration("next_look_in", wait))
+		return river.JobSnooze(wait)
+	case ctx.Err() != nil:
+		// Cancelled by the shutdown timeout: the batch in flight was
+		// abandoned unmarked and is recorded, so the next run resends it.
+		return river.JobSnooze(0)
+	default:
+		e.logger.ErrorContext(ctx, "exporter: job failed", slog.String("error", err.Error()))
+		return err
+	}
+}
+
+// acquire takes source name's export lock or reports ErrLockBusy.
+func (e *Exporter) acquire(ctx context.Context, name string) (*locks.Lock, error) {
+	lk, err := e.locker.TryAcquire(ctx, e.LockKey(name))
+	if err != nil {
+		return nil, err
+	}
+	if name == jobs.Resources {
+		e.metrics.SetLockHeld(e.holds.Add(1) > 0)
+	}
+	return lk, nil
+}
+
+// release gives the lock up. syncer_lock_held is resources' export lock
+// (docs/protocol.md), and counts the process's holders, not the last
+// one's word: a job whose lock was lost (its session ended) releases it
+// after another job of the process took the lock anew, and must not say
+// the process holds none (seed 20261125's soak).
+func (e *Exporter) release(ctx context.Context, lk *locks.Lock, name string) {
+	if name == jobs.Resources {
+		e.metrics.SetLockHeld(e.holds.Add(-1) > 0)
+	}
+	if err := lk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locks.ErrLockLost) {
+		e.logger.WarnContext(ctx, "exporter: release lock", slog.String("source", name), slog.String("error", err.Error()))
+	}
+}
+
+// lockCause returns the lock's loss as the error when the job ended because of
+// it, so callers see ErrLockLost rather than a bare cancellation.
+func lockCause(lk *locks.Lock, err error) error {
+	if err != nil && lk.Err() != nil && !errors.Is(err, lk.Err()) {
+		return fmt.Errorf("%w (%w)", lk.Err(), err)
+	}
+	return err
+}
