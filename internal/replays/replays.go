@@ -7,6 +7,9 @@
 // final: Start and Finish never leave them, and Cancel never touches a done
 // replay. A replay's progress is its checkpoint (checkpoint.Replay(id)), not
 // a column here: it is written with the marks, in the lock's transaction.
+// A source replay's progress is different: its range and the cursor of the
+// source's job that logs its keys are columns of its row (SourceCursor),
+// while internal/sources turns them into SQL on the source's table.
 package replays
 
 import (
@@ -49,7 +52,7 @@ var ErrFinished = errors.New("replays: replay already finished")
 type Replay struct {
 	ID int64
 	// Source names the configured source a source replay re-exports
-	// (internal/sources keeps its range and progress); empty for a replay
+	// (its range and progress are SourcesProgress's); empty for a replay
 	// of resources, whose range is Filter.
 	Source     string
 	Filter     resources.Filter
@@ -112,6 +115,11 @@ func scan(row pgx.Row) (Replay, error) {
 		return r, err
 	}
 	r.State = State(state)
+	if r.Source != "" {
+		// A source replay's since and until bound its changed_column:
+		// its range is SourceRange's (SourcesProgress), not a Filter.
+		since, until = nil, nil
+	}
 	if fromID != nil {
 		r.Filter.FromID = *fromID
 	}
@@ -213,16 +221,124 @@ func Cancel(ctx context.Context, db DB, id int64) error {
 	return nil
 }
 
-// CreateForSource records a pending replay of configured source src, total
-// keys of it when counted. internal/sources records its range, and the
-// source's job runs it, in the same transaction.
-func CreateForSource(ctx context.Context, db DB, src string, total int64) (int64, error) {
+// SourceRange selects the rows of a configured source that a source replay
+// exports once more. Its zero value is the whole table. internal/sources
+// checks it against the source (ReplayRange is this type) and turns it
+// into SQL on the source's table; here it is only stored.
+type SourceRange struct {
+	// FromKey and ToKey bound the key, inclusive, in its text form; empty
+	// is unbounded. Integer keys compare as numbers, text and uuid keys in
+	// byte order.
+	FromKey, ToKey string
+	// Since (inclusive) and Until (exclusive) bound the time of a row's
+	// last change, read from ChangedColumn; zero is unbounded.
+	Since, Until time.Time
+	// ChangedColumn is the table's column that holds the time of a row's
+	// last change (the source's changed_at); required with Since or Until.
+	ChangedColumn string
+}
+
+// CreateForSource records a pending replay of the rows in r of configured
+// source src, total keys of them when counted. The caller wakes the
+// source's job, which runs it, in the same transaction.
+func CreateForSource(ctx context.Context, db DB, src string, r SourceRange, total int64) (int64, error) {
 	var id int64
-	err := db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows) VALUES ($1, $2) RETURNING id`, src, total).Scan(&id)
+	err := db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows, from_key, to_key, since, until, changed_column)
+		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, NULLIF($7, '')) RETURNING id`,
+		src, total, r.FromKey, r.ToKey, nullTime(r.Since), nullTime(r.Until), r.ChangedColumn).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("replays: create for source %s: %w", src, err)
 	}
 	return id, nil
+}
+
+// SourceCursor is a source replay's range and where its logging stands,
+// as the source's job reads it before logging the next chunk.
+type SourceCursor struct {
+	ID    int64
+	State State
+	Range SourceRange
+	// AfterKey is the last key logged, in its text form: the next chunk
+	// starts after it. nil until the first chunk logged a key.
+	AfterKey *string
+}
+
+// LockSourceCursor reads source replay id's cursor and locks its row until
+// tx ends, so that two daemons never log the same chunk; the caller moves
+// the cursor (AdvanceSourceCursor) in the same transaction. It does not
+// wait: a row another transaction holds is an error whose cause is
+// PostgreSQL's lock_not_available (55P03), which the caller retries later.
+// A replay cancelled since the caller chose it comes back with its final
+// State, for the caller to skip. ErrNotFound means no source replay has
+// the id.
+func LockSourceCursor(ctx context.Context, tx pgx.Tx, id int64) (SourceCursor, error) {
+	// FOR NO KEY UPDATE is the lock the cursor's UPDATE takes anyway: it
+	// excludes another chunk and leaves foreign key checks alone.
+	c := SourceCursor{ID: id}
+	var state string
+	var since, until *time.Time
+	err := tx.QueryRow(ctx, `SELECT state, COALESCE(from_key, ''), COALESCE(to_key, ''), since, until,
+			COALESCE(changed_column, ''), after_key
+		FROM syncer_replays WHERE id = $1 AND source IS NOT NULL FOR NO KEY UPDATE NOWAIT`, id).
+		Scan(&state, &c.Range.FromKey, &c.Range.ToKey, &since, &until, &c.Range.ChangedColumn, &c.AfterKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, fmt.Errorf("source replay %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return c, fmt.Errorf("replays: lock source cursor %d: %w", id, err)
+	}
+	c.State = State(state)
+	c.Range.Since, c.Range.Until = derefTime(since), derefTime(until)
+	return c, nil
+}
+
+// AdvanceSourceCursor records a chunk of source replay id: logged keys
+// queued, the last of them lastKey (nil when the chunk logged none: the
+// cursor stays), the highest change logged lastSeq. The caller holds the
+// row (LockSourceCursor) and logs the keys in the same transaction.
+func AdvanceSourceCursor(ctx context.Context, tx pgx.Tx, id int64, lastKey *string, logged, lastSeq int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE syncer_replays SET after_key = COALESCE($2, after_key),
+			keys_logged = keys_logged + $3, last_seq = GREATEST(last_seq, $4) WHERE id = $1`,
+		id, lastKey, logged, lastSeq); err != nil {
+		return fmt.Errorf("replays: advance source cursor %d: %w", id, err)
+	}
+	return nil
+}
+
+// SourceProgress is a source replay's range and how far its logging went.
+type SourceProgress struct {
+	ID     int64
+	Source string
+	Range  SourceRange
+	// KeysLogged counts the keys the replay queued for export so far.
+	KeysLogged int64
+	// LastSeq is the highest change the replay logged, 0 before its first:
+	// its keys are all sent once the source has no change up to it left.
+	LastSeq int64
+}
+
+// SourcesProgress returns the range and progress of every replay of a
+// configured source, by id.
+func SourcesProgress(ctx context.Context, db Reader) ([]SourceProgress, error) {
+	rows, err := db.Query(ctx, `SELECT id, source, COALESCE(from_key, ''), COALESCE(to_key, ''), since, until,
+			COALESCE(changed_column, ''), keys_logged, last_seq
+		FROM syncer_replays WHERE source IS NOT NULL ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("replays: sources progress: %w", err)
+	}
+	var out []SourceProgress
+	var p SourceProgress
+	var since, until *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.Source, &p.Range.FromKey, &p.Range.ToKey, &since, &until,
+		&p.Range.ChangedColumn, &p.KeysLogged, &p.LastSeq}, func() error {
+		p.Range.Since, p.Range.Until = derefTime(since), derefTime(until)
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replays: sources progress: %w", err)
+	}
+	return out, nil
 }
 
 // NextOfSource returns the oldest pending or running replay of source src,
@@ -260,25 +376,6 @@ func SourcesWaiting(ctx context.Context, db Reader, names []string) ([]string, e
 		return nil, fmt.Errorf("replays: sources waiting: %w", err)
 	}
 	return out, nil
-}
-
-// SourceReplays returns the ids of every replay of a configured source and,
-// at the same index, the source it replays.
-func SourceReplays(ctx context.Context, db Reader) (ids []int64, srcs []string, err error) {
-	rows, err := db.Query(ctx, `SELECT id, source FROM syncer_replays WHERE source IS NOT NULL ORDER BY id`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("replays: source replays: %w", err)
-	}
-	var id int64
-	var src string
-	_, err = pgx.ForEachRow(rows, []any{&id, &src}, func() error {
-		ids, srcs = append(ids, id), append(srcs, src)
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("replays: source replays: %w", err)
-	}
-	return ids, srcs, nil
 }
 
 // AnyWaiting reports whether some replay of resources is pending or
@@ -341,6 +438,13 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // Percent is the replay's progress when done rows of it were sent or

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -168,3 +170,100 @@ func TestPercent(t *testing.T) {
 		})
 	}
 }
+
+// A source replay's range and cursor live in its row: what CreateForSource
+// stores, LockSourceCursor reads, AdvanceSourceCursor moves and
+// SourcesProgress reports.
+func TestSourceCursorRoundTrip(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	ctx := t.Context()
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rng := replays.SourceRange{FromKey: "10", ToKey: "20", Since: since, ChangedColumn: "updated_at"}
+	id, err := replays.CreateForSource(ctx, pool, "orders", rng, 11)
+	require.NoError(t, err)
+	whole, err := replays.CreateForSource(ctx, pool, "tags", replays.SourceRange{}, 3)
+	require.NoError(t, err)
+	ofResources, err := replays.Create(ctx, pool, resources.Filter{FromID: 1}, 1)
+	require.NoError(t, err)
+
+	// A source replay's since bounds its changed column: no Filter.
+	r, err := replays.Load(ctx, pool, id)
+	require.NoError(t, err)
+	require.Equal(t, "orders", r.Source)
+	require.Equal(t, resources.Filter{}, r.Filter)
+
+	lock := func(id int64) (replays.SourceCursor, error) {
+		var c replays.SourceCursor
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			c, err = replays.LockSourceCursor(ctx, tx, id)
+			return err
+		})
+		return c, err
+	}
+	c, err := lock(id)
+	require.NoError(t, err)
+	require.Equal(t, replays.StatePending, c.State)
+	require.Equal(t, "10", c.Range.FromKey)
+	require.Equal(t, "20", c.Range.ToKey)
+	require.True(t, since.Equal(c.Range.Since))
+	require.True(t, c.Range.Until.IsZero())
+	require.Equal(t, "updated_at", c.Range.ChangedColumn)
+	require.Nil(t, c.AfterKey, "nothing logged yet")
+
+	// Two chunks, the second logging nothing: the cursor stays.
+	for _, step := range []struct {
+		key          *string
+		logged, last int64
+	}{{key: ptr("14"), logged: 5, last: 40}, {logged: 0, last: 0}} {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := replays.LockSourceCursor(ctx, tx, id); err != nil {
+				return err
+			}
+			return replays.AdvanceSourceCursor(ctx, tx, id, step.key, step.logged, step.last)
+		}))
+	}
+	c, err = lock(id)
+	require.NoError(t, err)
+	require.NotNil(t, c.AfterKey)
+	require.Equal(t, "14", *c.AfterKey)
+
+	progress, err := replays.SourcesProgress(ctx, pool)
+	require.NoError(t, err)
+	require.Len(t, progress, 2, "replays of sources only")
+	require.Equal(t, id, progress[0].ID)
+	require.Equal(t, "orders", progress[0].Source)
+	require.Equal(t, int64(5), progress[0].KeysLogged)
+	require.Equal(t, int64(40), progress[0].LastSeq)
+	require.Equal(t, c.Range.FromKey, progress[0].Range.FromKey)
+	require.True(t, since.Equal(progress[0].Range.Since))
+	require.Equal(t, whole, progress[1].ID)
+	require.Equal(t, replays.SourceRange{}, progress[1].Range)
+	require.Zero(t, progress[1].KeysLogged)
+
+	// One chunk at a time: a cursor held is not waited for.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = replays.LockSourceCursor(ctx, tx, id)
+	require.NoError(t, err)
+	_, err = lock(id)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code, "lock_not_available")
+	require.NoError(t, tx.Rollback(ctx))
+
+	// Cancelled since it was chosen: its final state says to skip it.
+	require.NoError(t, replays.Cancel(ctx, pool, id))
+	c, err = lock(id)
+	require.NoError(t, err)
+	require.True(t, c.State.Finished())
+
+	_, err = lock(ofResources)
+	require.ErrorIs(t, err, replays.ErrNotFound, "a replay of resources has no source cursor")
+	_, err = lock(987654)
+	require.ErrorIs(t, err, replays.ErrNotFound)
+}
+
+func ptr(s string) *string { return &s }

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,19 +15,10 @@ import (
 )
 
 // ReplayRange selects the rows of a source that a replay exports once
-// more. Its zero value is the whole table.
-type ReplayRange struct {
-	// FromKey and ToKey bound the key, inclusive, in its text form; empty
-	// is unbounded. Integer keys compare as numbers, text and uuid keys in
-	// byte order.
-	FromKey, ToKey string
-	// Since (inclusive) and Until (exclusive) bound the time of a row's
-	// last change, read from ChangedColumn; zero is unbounded.
-	Since, Until time.Time
-	// ChangedColumn is the table's column that holds the time of a row's
-	// last change (the source's changed_at); required with Since or Until.
-	ChangedColumn string
-}
+// more. Its zero value is the whole table. It is the replays package's
+// type, which stores it with the replay; this package checks it against
+// the source (CheckRange) and makes it a condition on the table.
+type ReplayRange = replays.SourceRange
 
 // ErrBadKey is wrapped by the errors of a key that is not of the source's
 // kind, or of a range whose start is after its end.
@@ -164,24 +154,7 @@ func CountReplay(ctx context.Context, q Querier, src *Source, r ReplayRange) (in
 // caller in the same transaction) logs its keys, chunk by chunk, as
 // changes, after the source's snapshot.
 func CreateReplay(ctx context.Context, tx pgx.Tx, src *Source, r ReplayRange, total int64) (int64, error) {
-	id, err := replays.CreateForSource(ctx, tx, src.Name, total)
-	if err != nil {
-		return 0, err
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO syncer_source_replays (replay_id, from_key, to_key, since, until, changed_column)
-		VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4, $5, NULLIF($6, ''))`,
-		id, r.FromKey, r.ToKey, nullTime(r.Since), nullTime(r.Until), r.ChangedColumn)
-	if err != nil {
-		return 0, fmt.Errorf("sources: source %s: create replay: %w", src.Name, err)
-	}
-	return id, nil
-}
-
-func nullTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
+	return replays.CreateForSource(ctx, tx, src.Name, r, total)
 }
 
 // ReplayInfo is a source replay's range and progress.
@@ -199,31 +172,35 @@ type ReplayInfo struct {
 // Replays returns the range and progress of every source replay, by
 // replay id.
 func Replays(ctx context.Context, q Querier) (map[int64]ReplayInfo, error) {
-	ids, srcs, err := replays.SourceReplays(ctx, q)
+	progress, err := replays.SourcesProgress(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("sources: replays: %w", err)
 	}
-	rows, err := q.Query(ctx, `SELECT sr.replay_id, COALESCE(sr.from_key, ''), COALESCE(sr.to_key, ''), sr.since, sr.until,
-			COALESCE(sr.changed_column, ''), sr.keys_logged,
-			CASE WHEN sr.last_seq = 0 THEN 0 ELSE (SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c
-				WHERE c.source = r.source AND c.seq <= sr.last_seq) k) END
-		FROM syncer_source_replays sr JOIN unnest($1::bigint[], $2::text[]) AS r (id, source) ON r.id = sr.replay_id
-		ORDER BY sr.replay_id`, ids, srcs)
+	out := make(map[int64]ReplayInfo, len(progress))
+	var ids, lastSeqs []int64
+	var srcs []string
+	for _, p := range progress {
+		out[p.ID] = ReplayInfo{ReplayID: p.ID, Range: p.Range, KeysLogged: p.KeysLogged}
+		if p.LastSeq > 0 {
+			ids, srcs, lastSeqs = append(ids, p.ID), append(srcs, p.Source), append(lastSeqs, p.LastSeq)
+		}
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	// The keys still pending from changes up to each replay's last one:
+	// syncer_changes is this package's, the replay's last_seq replays'.
+	rows, err := q.Query(ctx, `SELECT r.id, (SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c
+				WHERE c.source = r.source AND c.seq <= r.last_seq) k)
+		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS r (id, source, last_seq)`, ids, srcs, lastSeqs)
 	if err != nil {
 		return nil, fmt.Errorf("sources: replays: %w", err)
 	}
-	out := map[int64]ReplayInfo{}
-	var ri ReplayInfo
-	var since, until *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&ri.ReplayID, &ri.Range.FromKey, &ri.Range.ToKey, &since, &until, &ri.Range.ChangedColumn, &ri.KeysLogged, &ri.Unsent}, func() error {
-		ri.Range.Since, ri.Range.Until = time.Time{}, time.Time{}
-		if since != nil {
-			ri.Range.Since = *since
-		}
-		if until != nil {
-			ri.Range.Until = *until
-		}
-		out[ri.ReplayID] = ri
+	var id, unsent int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &unsent}, func() error {
+		ri := out[id]
+		ri.Unsent = unsent
+		out[id] = ri
 		return nil
 	})
 	if err != nil {
@@ -251,28 +228,22 @@ func replayChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool,
 			done = true
 			return nil
 		}
-		var r ReplayRange
-		var after *string
-		var sinceT, untilT *time.Time
-		err = tx.QueryRow(ctx, `SELECT COALESCE(from_key, ''), COALESCE(to_key, ''), since, until, COALESCE(changed_column, ''), after_key
-			FROM syncer_source_replays WHERE replay_id = $1 FOR UPDATE NOWAIT`, id).
-			Scan(&r.FromKey, &r.ToKey, &sinceT, &untilT, &r.ChangedColumn, &after)
+		cur, err := replays.LockSourceCursor(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		if sinceT != nil {
-			r.Since = *sinceT
-		}
-		if untilT != nil {
-			r.Until = *untilT
+		if cur.State.Finished() {
+			// Cancelled since NextOfSource chose it: the next call
+			// takes the next replay.
+			return nil
 		}
 		if err := replays.Start(ctx, tx, id); err != nil {
 			return err
 		}
-		cond, args := src.rangeSQL(r, 3)
+		cond, args := src.rangeSQL(cur.Range, 3)
 		args = append([]any{src.Name, chunk}, args...)
-		if after != nil {
-			args = append(args, *after)
+		if cur.AfterKey != nil {
+			args = append(args, *cur.AfterKey)
 			cond += " AND " + rowSQL(src.keyColumns("t")) + " > " + rowSQL(src.keyValuesSQL("$"+strconv.Itoa(len(args))+"::text"))
 		}
 		var n, last int64
@@ -281,9 +252,7 @@ func replayChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool,
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE syncer_source_replays SET after_key = COALESCE($2, after_key),
-				keys_logged = keys_logged + $3, last_seq = GREATEST(last_seq, $4) WHERE replay_id = $1`,
-			id, lastKey, n, last); err != nil {
+		if err := replays.AdvanceSourceCursor(ctx, tx, id, lastKey, n, last); err != nil {
 			return err
 		}
 		if n < int64(chunk) {
