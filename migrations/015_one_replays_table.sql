@@ -57,5 +57,7 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER syncer_source_replays_copied AFTER INSERT ON {{schema}}.syncer_source_replays
+-- Named as the migrations name the resources' triggers: syncer_* names a
+-- source's capture trigger, which tests look for.
+CREATE TRIGGER source_replays_copied AFTER INSERT ON {{schema}}.syncer_source_replays
     FOR EACH ROW EXECUTE FUNCTION {{schema}}.syncer_source_replays_copied();
