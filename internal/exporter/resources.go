@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,29 +50,36 @@ func replaysWaiting(ctx context.Context, q replays.Reader) (bool, error) {
 	return replays.AnyWaiting(ctx, q)
 }
 
-// drain passes over the pending rows until none is left, then runs the
-// waiting replays (which send live rows between their chunks), until the
-// run limit. A poll looks for live rows once, and for replays when a
-// notification came (a replay command wakes the job) or yieldCheckEvery
-// has passed.
+// drain passes over the pending rows until none is left, and runs the
+// waiting replays (which send live rows between their chunks) as soon as a
+// pass ends with one waiting, until the run limit: while writes outpace
+// the third party the live rows never run out, and a replay that waited
+// for them would never go. A poll looks for live rows once, and for
+// replays when a notification came (a replay command wakes the job) or
+// yieldCheckEvery has passed.
 func (s *resourcesSource) drain(e *Exporter, r *run) (func(context.Context) (int, error), func(context.Context, bool) (int, error)) {
 	var lastLook time.Time
 	drain := func(ctx context.Context) (int, error) {
 		total := 0
 		for {
-			n, err := e.drainLive(ctx, r, drainOpts{deadline: r.started.Add(e.cfg.MaxRun)})
-			total += n
-			if err != nil {
-				return total, err
-			}
+			// Replays first: each of their chunks sends live rows too,
+			// so a job that comes back at its run limit in the middle of
+			// one goes on with it, and the replay keeps its share.
 			lastLook = e.now()
 			waiting, err := replaysWaiting(ctx, e.pool)
-			if err != nil || !waiting {
+			if err != nil {
 				return total, err
 			}
-			n, err = e.runReplays(ctx, r)
+			if waiting {
+				n, err := e.runReplays(ctx, r)
+				total += n
+				if err != nil {
+					return total, err
+				}
+			}
+			n, err := e.drainLive(ctx, r, drainOpts{deadline: r.started.Add(e.cfg.MaxRun), replays: true})
 			total += n
-			if err != nil {
+			if !errors.Is(err, errReplayWaiting) {
 				return total, err
 			}
 		}
@@ -103,7 +111,13 @@ type drainOpts struct {
 	// whose rows keep coming faster than the third party takes them still
 	// ends at its run limit.
 	deadline time.Time
+	// replays ends the drain with errReplayWaiting after a pass when a
+	// replay waits.
+	replays bool
 }
+
+// errReplayWaiting ends a drain of live rows for a waiting replay.
+var errReplayWaiting = errors.New("exporter: a replay waits")
 
 // drainLive pushes pending rows until a pass finds none (or as o says). It
 // returns how many rows it pushed. Every pass is bounded by PassLength, so
@@ -123,6 +137,11 @@ func (e *Exporter) drainLive(ctx context.Context, r *run, o drainOpts) (int, err
 		}
 		if !o.deadline.IsZero() && e.now().After(o.deadline) {
 			return total, errMore
+		}
+		if o.replays {
+			if waiting, err := replaysWaiting(ctx, e.pool); err != nil || waiting {
+				return total, cmp.Or(err, errReplayWaiting)
+			}
 		}
 		// A pass that found rows may have been overtaken by rows with
 		// lower ids that committed late, or ended at its length: look
