@@ -32,19 +32,53 @@ type receiptCase struct {
 
 // receiptCases are the scenario's rows, in order.
 var receiptCases = []receiptCase{
+	{row: "receipt: resources 500/s", rate: 500, writers: 8, p50: 5 * time.Millisecond, p99: 20 * time.Millisecond},
 	{row: "receipt: source 500/s", source: true, rate: 500, writers: 8, p50: 5 * time.Millisecond, p99: 20 * time.Millisecond},
 	{row: "receipt: source 2,000/s", source: true, rate: 2000, writers: 8, p50: 5 * time.Millisecond, p99: 20 * time.Millisecond},
 	{row: "receipt: resources 2,000/s", rate: 2000, writers: 8, p50: 5 * time.Millisecond, p99: 20 * time.Millisecond},
 	{row: "receipt: resources 4,000/s", rate: 4000, writers: 32, p50: 10 * time.Millisecond, p99: 50 * time.Millisecond},
 }
 
+// receiptSameRow compares a source with resources at 500 inserts a
+// second, the two rows of one run (issue 34: one path for both, so within
+// 2x of each other).
+const receiptSameRow = "receipt: source / resources at 500/s"
+
 // receiptRows names the rows, for rowNames.
 func receiptRows() []string {
-	out := make([]string, len(receiptCases))
-	for i, c := range receiptCases {
-		out[i] = c.row
+	out := make([]string, 0, len(receiptCases)+1)
+	for _, c := range receiptCases {
+		out = append(out, c.row)
 	}
-	return out
+	return append(out, receiptSameRow)
+}
+
+// receiptSame is receiptSameRow, from the rows of resources and of a
+// source at 500 inserts a second measured in the same run.
+func receiptSame(rows []Row) (Row, bool) {
+	var res, src *Row
+	for i := range rows {
+		switch rows[i].Scenario {
+		case receiptCases[0].row:
+			res = &rows[i]
+		case receiptCases[1].row:
+			src = &rows[i]
+		}
+	}
+	if res == nil || src == nil || res.Values["p50_ms"] <= 0 || res.Values["p99_ms"] <= 0 {
+		return Row{}, false
+	}
+	p50 := src.Values["p50_ms"] / res.Values["p50_ms"]
+	p99 := src.Values["p99_ms"] / res.Values["p99_ms"]
+	return Row{
+		Scenario: receiptSameRow,
+		Measured: fmt.Sprintf("source p50 %.1f ms, p99 %.1f ms", src.Values["p50_ms"], src.Values["p99_ms"]),
+		Baseline: fmt.Sprintf("resources p50 %.1f ms, p99 %.1f ms, same run", res.Values["p50_ms"], res.Values["p99_ms"]),
+		Figure:   fmt.Sprintf("p50 %.2fx, p99 %.2fx", p50, p99),
+		Target:   "<= 2.00x each",
+		Pass:     p50 <= 2 && p99 <= 2,
+		Values:   map[string]float64{"p50_ratio": p50, "p99_ratio": p99},
+	}, true
 }
 
 // receiptFor is how long each case writes.
@@ -63,6 +97,9 @@ func (r *runner) receipt(ctx context.Context) ([]Row, error) {
 			return rows, fmt.Errorf("%s: %w", c.row, err)
 		}
 		rows = append(rows, row)
+	}
+	if same, ok := receiptSame(rows); ok {
+		rows = append(rows, same)
 	}
 	return rows, nil
 }
