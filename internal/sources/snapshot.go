@@ -13,8 +13,14 @@ import (
 // SnapshotLockTimeout bounds how long a snapshot chunk waits for a row
 // that a writer holds: past it the chunk gives up (ErrSnapshotBusy) rather
 // than keep the share locks it already took, which writers of those rows
-// would wait on.
-const SnapshotLockTimeout = time.Second
+// would wait on. It is well below PostgreSQL's deadlock_timeout (1 s by
+// default): a writer's multi-row UPDATE that waits for a row the chunk
+// holds while the chunk waits for one of the writer's is a deadlock, and
+// the detector cancels whichever waiter looks first once deadlock_timeout
+// has passed. At 1 s the writer, which started waiting first, was
+// cancelled ("deadlock detected" in the application, found by
+// TestCompositeFilteredSIGKILLMidDrain); the chunk now gives up first.
+const SnapshotLockTimeout = 200 * time.Millisecond
 
 // ErrSnapshotBusy means a snapshot chunk logged nothing because a row, or
 // the source's snapshot itself (another daemon's chunk), was locked. Try
