@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +43,16 @@ func testLogger(t *testing.T) *slog.Logger {
 	if os.Getenv("SYNCER_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With(slog.String("test", t.Name()))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Kept, and shown when the test fails: a failure seen once in a
+	// full run is read from its own logs, not guessed at.
+	buf := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+			t.Logf("the daemon's last %d log lines:\n%s", min(len(lines), 300), strings.Join(lines[max(len(lines)-300, 0):], "\n"))
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 type runningDaemon struct {
