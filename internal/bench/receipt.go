@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
@@ -139,17 +141,32 @@ func (r *runner) receiptCase(ctx context.Context, c receiptCase) (Row, error) {
 		return Row{}, err
 	}
 	defer pool.Close()
-	d, err := r.startDaemon(ctx, s, f, false, settings...)
+	profile := r.cfg.ProfileDir != ""
+	d, err := r.startDaemon(ctx, s, f, profile, settings...)
 	if err != nil {
 		return Row{}, err
 	}
 	defer d.stop()
 
 	r.progressf("   %s: %d inserts/s for %s from %d connections", c.row, c.rate, r.receiptFor(), c.writers)
+	// With ProfileDir, a CPU profile of the daemon over the writes, one
+	// file a row ("receipt-source-500.cpu.pprof").
+	profiled := make(chan error, 1)
+	if profile {
+		name := strings.NewReplacer("receipt: ", "receipt-", " ", "-", "/s", "", ",", "").Replace(c.row)
+		go func() {
+			profiled <- d.profile(ctx, int(r.receiptFor().Seconds()), filepath.Join(r.cfg.ProfileDir, name+".cpu.pprof"))
+		}()
+	} else {
+		profiled <- nil
+	}
 	cpu0, _ := d.cpuSeconds()
 	db0 := postgresCPUSeconds()
 	w, err := paced(ctx, pool, c.writers, total, time.Second/time.Duration(c.rate), insert)
 	if err != nil {
+		return Row{}, err
+	}
+	if err := <-profiled; err != nil {
 		return Row{}, err
 	}
 	if err := waitReceived(ctx, f.Server, w.ids, drainLimit(total)); err != nil {

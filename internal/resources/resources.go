@@ -219,9 +219,13 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, er
 	type span struct{ start, end int }
 	var spans []span
 	if cap(out) == 0 {
-		// A batch is usually full: size it once rather than grow it
-		// through every power of two.
-		out = make([]Row, 0, min(max(lim.Items, 1), 4096))
+		// Room for a small page, grown by append: a hot poll reads one
+		// or two rows hundreds of times a second, and a buffer sized for
+		// a full batch at every poll (1,000 rows and their payloads) was
+		// a fifth of the daemon's CPU at 500 inserts a second, in the
+		// allocator and the collector. A full batch grows through four
+		// doublings, a small cost next to reading it.
+		out = make([]Row, 0, min(max(lim.Items, 1), smallPage))
 		spans = make([]span, 0, cap(out))
 	}
 	var stored int64
@@ -248,7 +252,7 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, er
 			break
 		}
 		if raw != nil && arena == nil {
-			arena = make([]byte, 0, min(int64(len(raw))*int64(max(lim.Items, 1)), bytes, 1<<20)+int64(len(raw)))
+			arena = make([]byte, 0, min(int64(len(raw))*int64(min(max(lim.Items, 1), smallPage)), bytes, 1<<20)+int64(len(raw)))
 		}
 		start := len(arena)
 		arena = append(arena, raw...)
@@ -267,6 +271,9 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, er
 	}
 	return out, nil
 }
+
+// smallPage is how many rows a page's buffers are first sized for.
+const smallPage = 64
 
 // Versions are the (id, version) pairs of a batch, as two arrays so one
 // statement can mark them all.

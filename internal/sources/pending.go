@@ -155,7 +155,9 @@ func collect(rows pgx.Rows, lim feed.Limits) ([]Row, error) {
 		sp := span{-1, -1}
 		if raw != nil {
 			if arena == nil {
-				arena = make([]byte, 0, min(max(lim.Items, 1)*(len(raw)+16), lim.Bytes+len(raw)))
+				// Sized for a small page and grown by append: a hot
+				// poll reads a key or two hundreds of times a second.
+				arena = make([]byte, 0, min(min(max(lim.Items, 1), 64)*(len(raw)+16), lim.Bytes+len(raw)))
 			}
 			sp.start = len(arena)
 			arena = append(arena, raw...)
