@@ -73,7 +73,7 @@ func (e *Exporter) linger(ctx context.Context, f *lingerFeed) (total int, err er
 		// The gate opens with the job's end, whatever the end: rows written
 		// after it bring a job back (an open gate is always safe).
 		if hot {
-			_ = e.gateCold(ctx, f.name)
+			_, _ = e.gateCold(ctx, f.name)
 		}
 	}()
 rounds:
@@ -124,22 +124,36 @@ rounds:
 			}
 		}
 
-		// Cold: open the gate, then look once more (and for a few polls)
-		// for rows whose writers read the gate shut just before it opened.
+		// Cold: open the gate, then look again for rows whose writers
+		// read the gate shut just before it opened: until every
+		// transaction that was running when it opened has ended (such a
+		// writer had its transaction id by then: the trigger reads the
+		// gate after the row is written), and once more after that. A
+		// writer descheduled between its read of the gate and its commit
+		// is found so, whatever the load, where a fixed number of looks
+		// missed one (TestRowAtTheEndOfTheLastPass, in a full parallel
+		// run). A transaction that stays open longer than coldSettle
+		// leaves its rows to the relay's poll.
 		if f.yield != nil {
 			if y, err := f.yield(ctx); y || err != nil {
 				return total, err
 			}
 		}
 		hot = false
-		if err := e.gateCold(ctx, f.name); err != nil {
+		opened, err := e.gateCold(ctx, f.name)
+		if err != nil {
 			return total, err
 		}
-		for range 4 {
+		settleBy := e.now().Add(coldSettle)
+		for looks := 1; ; looks++ {
+			settled := looks > minColdLooks && (e.now().After(settleBy) || e.settled(ctx, opened))
 			n, err := f.poll(ctx, true)
 			total += n
 			if err != nil {
 				return total, err
+			}
+			if settled {
+				break
 			}
 			woken, err := e.lingerWait(ctx, w, e.cfg.HotPoll)
 			if err != nil || e.isStopping() {
@@ -335,9 +349,31 @@ func (e *Exporter) gateHot(ctx context.Context, f *lingerFeed) error {
 	return err
 }
 
+// minColdLooks is how many looks a job makes after it opened the gate at
+// the least; coldSettle bounds how long it looks for the writers that
+// were running as it opened the gate to end.
+const (
+	minColdLooks = 4
+	coldSettle   = time.Second
+)
+
+// settled reports whether every transaction that was running when the
+// gate opened (opened: the xmax of a snapshot taken just after) has ended.
+// A failed look says not yet.
+func (e *Exporter) settled(ctx context.Context, opened string) bool {
+	if opened == "" {
+		return true
+	}
+	var done bool
+	err := e.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8`, opened).Scan(&done)
+	return err == nil && done
+}
+
 // gateCold notes a job of feed name no longer hot and opens the gate. It
-// needs no lock: an open gate only makes writers notify.
-func (e *Exporter) gateCold(ctx context.Context, name string) error {
+// needs no lock: an open gate only makes writers notify. It returns the
+// xmax of a snapshot taken once the gate is open (see settled), or "" when
+// it could not be read.
+func (e *Exporter) gateCold(ctx context.Context, name string) (string, error) {
 	e.gateMu.Lock()
 	defer e.gateMu.Unlock()
 	if e.hot[name]--; e.hot[name] <= 0 {
@@ -347,8 +383,15 @@ func (e *Exporter) gateCold(ctx context.Context, name string) error {
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, true) })
 	if err != nil {
 		e.logger.WarnContext(ctx, "exporter: open the gate", slog.String("error", err.Error()))
+		return "", err
 	}
-	return err
+	// Taken after the commit: a writer that read the gate shut did so
+	// before it, and had its transaction id by then.
+	var opened string
+	if err := e.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&opened); err != nil {
+		opened = ""
+	}
+	return opened, nil
 }
 
 // slots is a counting semaphore that never waits.
