@@ -60,8 +60,11 @@ func SourceOp(name string) string { return SourceOpPrefix + name }
 // {{gate_open}}, the sources' capture functions (internal/sources, which
 // must bump its captureVersion when this changes). It is read inline rather
 // than through a function: a call would cost the writer as much as the read.
+// Its operator and function are pg_catalog's by name, so it means the same
+// whatever the writer's search_path (the triggers run as syncer's owner
+// and pin no path: migration 016).
 func GateOpen(schema string) string {
-	return "(SELECT g.armed AND g.lease_until > now() FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
+	return "(SELECT g.armed AND g.lease_until OPERATOR(pg_catalog.>) pg_catalog.now() FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
 }
 
 // Migration is one embedded SQL file.
