@@ -11,15 +11,16 @@ import (
 
 // captureVersion is written into every capture function, so that an
 // installation made by an older syncer is recognised and replaced.
-const captureVersion = "syncer capture v3"
+const captureVersion = "syncer capture v4"
 
 // captureBody is the capture function of a source: one change row per row
 // written, one outbox event and notification per statement (a table) or
 // per transaction (a partitioned table) that wrote any while the gate is
 // open; the event's op and the notification's payload are
 // migrations.SourceOp(name), so a relay can tell which source has work. It names
-// every object with its schema (the function pins its search_path), and
-// the source's name comes as the trigger's argument. The key is logged in
+// every object with its schema, pg_catalog's functions, operators and
+// types too (see pinsSearchPath), and the source's name comes as the
+// trigger's argument. The key is logged in
 // its text form, and as a bigint for integer keys (num) so that they are
 // read in numeric order. Columns of the application's table are only ever
 // read qualified (n.col, OLD.col), and the function's variables win over
@@ -31,17 +32,17 @@ func captureBody(schema string, s *Source) string {
 	text := func(alias string) string { return s.keyTextSQL(s.keyColumns(alias)) }
 	row := func(alias string) string { return rowSQL(s.keyColumns(alias)) }
 	ins := "INSERT INTO " + changes + " (source, num, key, deleted)\n        "
-	op := "'" + migrations.SourceOpPrefix + "' || syncer_source" // a constant with no quote in it
+	op := "'" + migrations.SourceOpPrefix + "' OPERATOR(pg_catalog.||) syncer_source" // a constant with no quote in it
 	signal := `INSERT INTO ` + outbox + ` (op) VALUES (` + op + `);
-        PERFORM pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, ` + op + `);`
+        PERFORM pg_catalog.pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, ` + op + `);`
 	// TRUNCATE runs the statement triggers of the table named and of
 	// every partition it empties: each logs the rows of its table but
 	// those of a partition that has the trigger too, which logs its own.
 	// So a partition made after migrate (no trigger of its own) is logged
 	// when its parent is truncated, and each row once.
-	tail := `' o WHERE o.tableoid <> ALL ($2)'`
+	tail := `' o WHERE o.tableoid OPERATOR(pg_catalog.<>) ALL ($2)'`
 	if s.Where != "" {
-		tail = quoteLiteral(" o WHERE o.tableoid <> ALL ($2)" + s.filterAnd())
+		tail = quoteLiteral(" o WHERE o.tableoid OPERATOR(pg_catalog.<>) ALL ($2)" + s.filterAnd())
 	}
 	// Without a filter, each statement is the one it was before filters
 	// were, so that an installation made then is current still.
@@ -54,13 +55,14 @@ func captureBody(schema string, s *Source) string {
 		return "IF " + cond + " THEN\n            " + stmt + "\n        END IF;"
 	}
 	truncate := `EXECUTE ` + quoteLiteral("INSERT INTO "+changes+" (source, num, key, deleted) SELECT $1, "+num("o")+", "+text("o")+", true FROM ") + `
-            || TG_RELID::regclass::text || ` + tail + `
-        USING syncer_source, ARRAY(SELECT tg.tgrelid FROM pg_catalog.pg_trigger tg WHERE tg.tgname = TG_NAME AND tg.tgrelid <> TG_RELID);`
+            OPERATOR(pg_catalog.||) pg_catalog.format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME) OPERATOR(pg_catalog.||) ` + tail + `
+        USING syncer_source, ARRAY(SELECT tg.tgrelid FROM pg_catalog.pg_trigger tg
+            WHERE tg.tgname OPERATOR(pg_catalog.=) TG_NAME AND tg.tgrelid OPERATOR(pg_catalog.<>) TG_RELID);`
 	head := `
 -- ` + captureVersion + `: see internal/sources.
 #variable_conflict use_variable
 DECLARE
-    syncer_source text := TG_ARGV[0];
+    syncer_source pg_catalog.text := TG_ARGV[0];
     syncer_rows   bigint;
 BEGIN
 `
@@ -71,19 +73,19 @@ BEGIN
 			oldGone = s.filterOfRecord("OLD") + " AND (" + oldGone + " OR NOT " + s.filterOfRecord("NEW") + ")"
 		}
 		flag := quoteLiteral("syncer.signalled_" + objectHash(schema, s.Name))
-		return head + `    IF TG_OP = 'TRUNCATE' THEN
+		return head + `    IF TG_OP OPERATOR(pg_catalog.=) 'TRUNCATE' THEN
         -- Before it: every row still there is deleted.
         ` + truncate + `
         GET DIAGNOSTICS syncer_rows = ROW_COUNT;
-        IF syncer_rows > 0 AND ` + migrations.GateOpen(schema) + ` THEN
+        IF syncer_rows OPERATOR(pg_catalog.>) 0 AND ` + migrations.GateOpen(schema) + ` THEN
             ` + signal + `
         END IF;
         RETURN NULL;
     END IF;
     -- A row trigger, cloned to every partition: one change per row.
-    IF TG_OP = 'INSERT' THEN
+    IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
         ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
-    ELSIF TG_OP = 'UPDATE' THEN
+    ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
         -- A changed key is a new key and a deleted one. (A row moved to
         -- another partition comes as a DELETE and an INSERT.)
@@ -104,15 +106,15 @@ BEGIN
 END
 `
 	}
-	return head + `    IF TG_OP = 'INSERT' THEN
+	return head + `    IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
         ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n` + s.filterWhere() + `;
-    ELSIF TG_OP = 'UPDATE' THEN
+    ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         -- A changed key is a new key and a deleted one.
         ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n` + s.filterWhere() + `
         UNION ALL
         SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true FROM syncer_old o
-        WHERE NOT EXISTS (SELECT FROM syncer_new n WHERE ` + row("n") + ` = ` + row("o") + s.filterAnd() + `)` + s.filterAnd() + `;
-    ELSIF TG_OP = 'DELETE' THEN
+        WHERE NOT EXISTS (SELECT FROM syncer_new n WHERE ` + row("n") + ` OPERATOR(pg_catalog.=) ` + row("o") + s.filterAnd() + `)` + s.filterAnd() + `;
+    ELSIF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         ` + ins + `SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true FROM syncer_old o` + s.filterWhere() + `;
     ELSE
         -- TRUNCATE, before it: every row still there is deleted.
@@ -121,12 +123,29 @@ END
     -- The gate of 006_gate_lease.sql, read here rather than through a
     -- function: a call would cost the writer as much as the read.
     GET DIAGNOSTICS syncer_rows = ROW_COUNT;
-    IF syncer_rows > 0 AND ` + migrations.GateOpen(schema) + ` THEN
+    IF syncer_rows OPERATOR(pg_catalog.>) 0 AND ` + migrations.GateOpen(schema) + ` THEN
         ` + signal + `
     END IF;
     RETURN NULL;
 END
 `
+}
+
+// pinsSearchPath reports whether the source's capture function pins its
+// search_path (SET search_path = pg_catalog, pg_temp). It runs as syncer's
+// owner, so nothing the writer's search_path finds may stand in for what
+// its body names. A body whose every name is explicit (tables with their
+// schema, pg_catalog's functions, operators and types by name, the
+// transition tables, which PostgreSQL resolves before any schema) is safe
+// under any path and needs no pin, which costs each call a save, set and
+// restore of the setting and the re-check of cached plans that follows
+// (docs/design.md, "What the triggers cost the writers"). Two bodies
+// cannot be written so: a row filter is the configuration's SQL, its
+// names unqualified, and must mean what it meant when migrate compiled it;
+// the partitioned body compares rows with IS DISTINCT FROM, which has no
+// qualified form.
+func (s *Source) pinsSearchPath() bool {
+	return s.Where != "" || s.partitioned
 }
 
 // dollarQuote quotes a function body with a tag that does not occur in

@@ -48,16 +48,18 @@ func (s *Source) keyColumns(alias string) []string {
 // keyTextSQL is the key's text form from its columns' values: the value as
 // text for a key of one column; for several, '[' and each value's to_jsonb
 // text joined by commas and ']' (to_jsonb writes a scalar compactly, so two
-// keys never share a text).
+// keys never share a text). Its type, function and operator are named with
+// pg_catalog: the capture function reads it under the writer's search_path
+// (captureBody).
 func (s *Source) keyTextSQL(cols []string) string {
 	if !s.composite() {
-		return cols[0] + "::text"
+		return cols[0] + "::pg_catalog.text"
 	}
 	parts := make([]string, len(cols))
 	for i, c := range cols {
-		parts[i] = "to_jsonb(" + c + ")::text"
+		parts[i] = "pg_catalog.to_jsonb(" + c + ")::pg_catalog.text"
 	}
-	return "'[' || " + strings.Join(parts, " || ',' || ") + " || ']'"
+	return "'[' OPERATOR(pg_catalog.||) " + strings.Join(parts, " OPERATOR(pg_catalog.||) ',' OPERATOR(pg_catalog.||) ") + " OPERATOR(pg_catalog.||) ']'"
 }
 
 // numSQL is the change log's num of a key: the integer itself for a key of

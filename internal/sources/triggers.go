@@ -97,10 +97,15 @@ func triggersCurrent(ctx context.Context, q Querier, schema, hash string, s *Sou
 // (see uncaptured for those made later).
 func createTriggers(ctx context.Context, tx pgx.Tx, schema, fn, hash string, s *Source, body string) error {
 	// SECURITY DEFINER: the application's roles need no privilege on
-	// syncer's tables; search_path is pinned because the body names every
-	// object with its schema.
+	// syncer's tables. The search_path is pinned only where the body
+	// cannot name everything explicitly (pinsSearchPath); CREATE OR
+	// REPLACE without SET drops the pin an earlier version set.
+	pin := ""
+	if s.pinsSearchPath() {
+		pin = " SET search_path = pg_catalog, pg_temp"
+	}
 	if _, err := tx.Exec(ctx, `CREATE OR REPLACE FUNCTION `+fn+`() RETURNS trigger
-		LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS `+dollarQuote(body)); err != nil {
+		LANGUAGE plpgsql SECURITY DEFINER`+pin+` AS `+dollarQuote(body)); err != nil {
 		return fmt.Errorf("create capture function: %w", err)
 	}
 	tbl := s.table()
