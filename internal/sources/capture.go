@@ -19,8 +19,9 @@ const captureVersion = "syncer capture v4"
 // open; the event's op and the notification's payload are
 // migrations.SourceOp(name), so a relay can tell which source has work. It names
 // every object with its schema, pg_catalog's functions, operators and
-// types too (see pinsSearchPath), and the source's name comes as the
-// trigger's argument. The key is logged in
+// types too, but for the filter and the partitioned body's row comparison
+// and settings, which the pinned search_path covers (pinsSearchPath); the
+// source's name comes as the trigger's argument. The key is logged in
 // its text form, and as a bigint for integer keys (num) so that they are
 // read in numeric order. Columns of the application's table are only ever
 // read qualified (n.col, OLD.col), and the function's variables win over
