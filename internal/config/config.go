@@ -44,6 +44,12 @@ import (
 // (NAMEDATALEN - 1): a longer table or column name cannot exist.
 const MaxIdentifier = 63
 
+// DefaultDestination is the destination the SYNCER_THIRDPARTY_* settings
+// build, resources' own: in the one list of destinations beside the
+// file's, so a source may name it, and the file may not define another of
+// that name.
+const DefaultDestination = "default"
+
 // MaxName is the longest source or destination name, in bytes.
 const MaxName = 63
 
@@ -344,6 +350,10 @@ func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
 		if msg := checkName(k.Value); msg != "" {
 			return nil, &Error{Path: "destinations", Line: k.Line, Msg: msg}
 		}
+		if k.Value == DefaultDestination {
+			return nil, &Error{Path: path, Line: k.Line, Msg: fmt.Sprintf(
+				"%q is the destination the SYNCER_THIRDPARTY_* settings configure (a source may name it); give this one another name", k.Value)}
+		}
 		d, err := p.destination(k.Value, v, path)
 		if err != nil {
 			return nil, err
@@ -545,7 +555,7 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 	if s.Destination == "" {
 		return nil, &Error{Path: join(path, "destination"), Line: line(f, "destination", n), Msg: "required: the name of one of the destinations"}
 	}
-	if cfg.Destination(s.Destination) == nil {
+	if cfg.Destination(s.Destination) == nil && s.Destination != DefaultDestination {
 		names := make([]string, len(cfg.Destinations))
 		for i, d := range cfg.Destinations {
 			names[i] = d.Name

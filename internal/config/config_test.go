@@ -219,6 +219,7 @@ func TestParseRefuses(t *testing.T) {
 		{"columns nested", func(t *testing.T) string { return edit(t, "columns: [status, total]", "columns: [[status]]") }, nil, "sources[0] (orders): columns: must be a list of column names"},
 		{"destination missing", func(t *testing.T) string { return edit(t, "    destination: crm\n", "") }, nil, "sources[0] (orders): destination: required"},
 		{"destination unknown", func(t *testing.T) string { return edit(t, "    destination: crm\n", "    destination: cmr\n") }, nil, `sources[0] (orders): destination: no destination "cmr" (destinations: crm, warehouse) (line 16)`},
+		{"destination named default", func(t *testing.T) string { return edit(t, "  warehouse:\n", "  default:\n") }, nil, `destinations.default: "default" is the destination the SYNCER_THIRDPARTY_* settings configure`},
 		{"batch_size zero", func(t *testing.T) string { return edit(t, "batch_size: 500", "batch_size: 0") }, nil, "sources[0] (orders): batch_size: must be a whole number, 1 or more"},
 		{"snapshot yes", func(t *testing.T) string { return edit(t, "snapshot: false", "snapshot: nope") }, nil, "sources[1] (app.customers): snapshot: must be true or false"},
 		{"names collide", func(t *testing.T) string { return edit(t, "  - name: orders-copy\n", "  - name: orders\n") }, nil, `sources[2] (orders): name: "orders" is already the name of sources[0]; give one of them another name`},
@@ -242,4 +243,15 @@ func TestParseRefuses(t *testing.T) {
 			require.NotContains(t, err.Error(), "hunter2", "no secret of a URL in an error")
 		})
 	}
+}
+
+// A source may name default, the destination of the SYNCER_THIRDPARTY_*
+// settings: one list of destinations, the file's and that one.
+func TestSourceToTheDefaultDestination(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(strings.Replace(valid, "    destination: warehouse\n    snapshot: false", "    destination: default\n    snapshot: false", 1)),
+		env(map[string]string{"CRM_TOKEN": "x"}))
+	require.NoError(t, err)
+	require.Equal(t, config.DefaultDestination, cfg.Source("app.customers").Destination)
+	require.Nil(t, cfg.Destination(config.DefaultDestination), "not one of the file's")
 }

@@ -51,7 +51,7 @@ func (d *Daemon) buildDestinations(installation string) (map[string]exporter.Des
 			}
 			tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
 		}
-		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DefaultNamespace, installation)
+		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(metrics.DefaultDestination), installation)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +120,12 @@ func (d *Daemon) buildSources(ctx context.Context, dests map[string]exporter.Des
 		if conf := c.Sources.Source(s.Name); conf != nil {
 			bs = conf.BatchSize
 		}
-		out = append(out, exporter.Source{Source: s, Destination: dests[s.Destination], BatchSize: bs})
+		dest, ok := dests[s.Destination]
+		if !ok {
+			// Only default can be missing: the file names its own.
+			return nil, fmt.Errorf("daemon: source %s: its destination %s is the one SYNCER_THIRDPARTY_URL configures, and it is not set", s.Name, s.Destination)
+		}
+		out = append(out, exporter.Source{Source: s, Destination: dest, BatchSize: bs})
 	}
 	return out, nil
 }

@@ -176,3 +176,26 @@ sources:
 	require.NotContains(t, refused, "SYNCER_THIRDPARTY_TOKEN")
 	require.NotContains(t, logs.String(), "wr0ng-crm-t0ken", "the token is never logged")
 }
+
+// A source may name the destination default, the one SYNCER_THIRDPARTY_*
+// configures for resources: one list of destinations. Its rows and
+// resources' arrive at the same third party, each source's job taking its
+// turn at the destination's lock.
+func TestSourceToTheDefaultDestination(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, v int)`)
+	cfg := sourcesConfig(t, "destinations:\n  unused:\n    url: http://127.0.0.1:9\nsources:\n  - {table: orders, key: id, destination: default}\n", nil)
+	b.installSources(t, cfg)
+	const rows, orders = 300, 200
+	b.fill(t, rows)
+	b.exec(t, `INSERT INTO orders SELECT 1000000 + g, g FROM generate_series(1, $1) g`, orders)
+	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg })
+	b.waitDrained(t, time.Minute)
+	b.waitSourcesDrained(t, "orders")
+	latest := b.fake.Latest()
+	require.Len(t, latest, rows+orders, "resources' rows and the source's, at the one third party")
+	for id := int64(1000001); id <= 1000000+orders; id++ {
+		require.Contains(t, latest, id)
+	}
+}
