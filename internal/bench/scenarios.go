@@ -391,7 +391,7 @@ func (r *runner) memory(ctx context.Context) ([]Row, error) {
 	return rows, nil
 }
 
-// waitIdle waits up to limit until no sync job is pending or running, so a
+// waitIdle waits up to limit until no job of resources is pending or running, so a
 // burst starts from the daemon's idle state and needs at least one new job.
 // It reports the jobs still there when it gave up: a daemon whose job
 // lingers longer than limit starts the burst with a job running.
@@ -446,7 +446,7 @@ type burstResult struct {
 }
 
 // syncerBurst inserts n rows from the writers into an idle daemon's table
-// and measures until they are exported, counting the sync jobs it took.
+// and measures until they are exported, counting the jobs of resources it took.
 func (r *runner) syncerBurst(ctx context.Context, label string, n int) (burstResult, error) {
 	var res burstResult
 	st, err := r.startStack(ctx, label)
@@ -460,7 +460,7 @@ func (r *runner) syncerBurst(ctx context.Context, label string, n int) (burstRes
 		return res, err
 	}
 	if busy != "" {
-		r.note("%s: the daemon was not idle %s after it started (sync job %s); the burst began with its job running", label, r.idleWait(), busy)
+		r.note("%s: the daemon was not idle %s after it started (resources' job %s); the burst began with its job running", label, r.idleWait(), busy)
 	}
 	before, err := s.maxJobID(ctx)
 	if err != nil {
@@ -485,7 +485,7 @@ func (r *runner) syncerBurst(ctx context.Context, label string, n int) (burstRes
 	res.exported = end.Sub(start)
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'source' = $3 AND id > $2`,
 		jobs.ExportArgs{}.Kind(), before, jobs.Resources).Scan(&res.jobs); err != nil {
-		return res, fmt.Errorf("bench: count sync jobs: %w", err)
+		return res, fmt.Errorf("bench: count jobs: %w", err)
 	}
 	return res, d.stop()
 }
@@ -500,7 +500,7 @@ func (r *runner) jobEconomy(ctx context.Context) ([]Row, error) {
 	r.jobLockWaitRow = len(r.report.Rows) + 2
 	return []Row{{
 		Scenario: "job economy: jobs",
-		Measured: fmt.Sprintf("%d sync jobs for %s inserts", b.jobs, count(float64(n))),
+		Measured: fmt.Sprintf("%d jobs for %s inserts", b.jobs, count(float64(n))),
 		Baseline: "recipe: 10,000 (one per insert)",
 		Figure:   fmt.Sprintf("%.1f per 10,000 inserts", per10k),
 		Target:   "<= 20",

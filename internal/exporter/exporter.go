@@ -71,11 +71,11 @@ type Config struct {
 	// flowing; after a look that found rows it looks again at once.
 	// Defaults to HotPollDefault.
 	HotPoll time.Duration
-	// HotLinger is how long the live job keeps polling after it last found a
+	// HotLinger is how long a job keeps polling after it last found a
 	// row, before it opens the gate and waits for notifications. Defaults to
 	// HotLingerDefault.
 	HotLinger time.Duration
-	// ColdLinger is how long the live job keeps the lock waiting for a
+	// ColdLinger is how long a job keeps its lock waiting for a
 	// notification before it ends. Defaults to ColdLingerDefault.
 	ColdLinger time.Duration
 	// MaxRun bounds one execution of a job; a job with work left snoozes for

@@ -44,12 +44,6 @@ func (s *resourcesSource) owns(name string) bool {
 
 func (s *resourcesSource) ended(context.Context, *Exporter, error) {}
 
-// replaysWaiting reports whether a replay of resources is pending or
-// running.
-func replaysWaiting(ctx context.Context, q replays.Reader) (bool, error) {
-	return replays.AnyWaiting(ctx, q)
-}
-
 // drain passes over the pending rows until none is left, and runs the
 // waiting replays (which send live rows between their chunks) as soon as a
 // pass ends with one waiting, until the run limit: while writes outpace
@@ -66,7 +60,7 @@ func (s *resourcesSource) drain(e *Exporter, r *run) (func(context.Context) (int
 			// so a job that comes back at its run limit in the middle of
 			// one goes on with it, and the replay keeps its share.
 			lastLook = e.now()
-			waiting, err := replaysWaiting(ctx, e.pool)
+			waiting, err := replays.AnyWaiting(ctx, e.pool)
 			if err != nil {
 				return total, err
 			}
@@ -90,7 +84,7 @@ func (s *resourcesSource) drain(e *Exporter, r *run) (func(context.Context) (int
 			return n, err
 		}
 		lastLook = e.now()
-		waiting, err := replaysWaiting(ctx, e.pool)
+		waiting, err := replays.AnyWaiting(ctx, e.pool)
 		if err != nil || !waiting {
 			return n, err
 		}
@@ -139,7 +133,7 @@ func (e *Exporter) drainLive(ctx context.Context, r *run, o drainOpts) (int, err
 			return total, errMore
 		}
 		if o.replays {
-			if waiting, err := replaysWaiting(ctx, e.pool); err != nil || waiting {
+			if waiting, err := replays.AnyWaiting(ctx, e.pool); err != nil || waiting {
 				return total, cmp.Or(err, errReplayWaiting)
 			}
 		}

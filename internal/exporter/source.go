@@ -3,7 +3,6 @@ package exporter
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
@@ -124,7 +124,7 @@ func (e *Exporter) WithWork(ctx context.Context, q outbox.Querier, names []strin
 		}
 		pending, err := resources.AnyPending(ctx, q)
 		if err == nil && !pending {
-			pending, err = replaysWaiting(ctx, q)
+			pending, err = replays.AnyWaiting(ctx, q)
 		}
 		if err != nil {
 			return nil, err
@@ -179,6 +179,3 @@ func (e *Exporter) othersWait(ctx context.Context, s *Source) (bool, error) {
 	names, err := e.WithWork(ctx, e.pool, others)
 	return len(names) > 0, err
 }
-
-// errNotExported ends a job of a source this daemon does not export.
-var errNotExported = errors.New("exporter: source not exported by this daemon")

@@ -11,7 +11,7 @@ import (
 // SetArmed opens (armed) or shuts the gate. While armed, and while a relay's
 // lease is valid (RenewLease), every statement that inserts, deletes or
 // changes a payload appends an event and notifies; while shut, writers pay
-// only for reading one row, and the sync job finds new rows by polling. The
+// only for reading one row, and a source's job finds new rows by polling. The
 // change is not worth an fsync: after a crash the daemon starts by draining
 // anyway.
 func SetArmed(ctx context.Context, tx pgx.Tx, armed bool) error {

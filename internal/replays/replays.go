@@ -379,9 +379,9 @@ func SourcesWaiting(ctx context.Context, db Reader, names []string) ([]string, e
 }
 
 // AnyWaiting reports whether some replay of resources is pending or
-// running: the live job yields the export lock to it, and the relay's poll
-// revives its job. A source's replays are its own job's. It is cheap
-// enough to poll (the table is small).
+// running: resources' job runs it between its live passes, and the relay's
+// poll counts it as work. A source's replays are its own job's. It is
+// cheap enough to poll (the table is small).
 func AnyWaiting(ctx context.Context, db Reader) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ($1, $2) AND source IS NULL)`,
@@ -393,7 +393,7 @@ func AnyWaiting(ctx context.Context, db Reader) (bool, error) {
 }
 
 // Unfinished returns the ids of the pending and running replays of
-// resources, in order: those a replay job runs.
+// resources, in order: those resources' job runs.
 func Unfinished(ctx context.Context, db DB) ([]int64, error) {
 	rows, err := db.Query(ctx, `SELECT id FROM syncer_replays WHERE state IN ($1, $2) AND source IS NULL ORDER BY id`,
 		StatePending, StateRunning)
