@@ -69,40 +69,39 @@ func decodeBatch(body []byte) (*wireBatch, error) {
 	// to request; a missing "items" and an empty one are the same refusal.
 	items, err := scanBatch(body, w.Items[:0])
 	w.Items = items
-	if err != nil {
+	// An error is built before the batch goes back to the pool: its items
+	// are another request's the moment it is released.
+	fail := func(err error) (*wireBatch, error) {
 		w.release()
 		return nil, err
 	}
+	if err != nil {
+		return fail(err)
+	}
 	if len(w.Items) == 0 {
-		w.release()
-		return nil, errors.New(`batch has no "items"`)
+		return fail(errors.New(`batch has no "items"`))
 	}
 	ids := make([]idKey, len(w.Items))
 	for i := range w.Items {
 		it := &w.Items[i]
 		if !it.ID.set {
-			w.release()
-			return nil, fmt.Errorf("item %d has no id", i)
+			return fail(fmt.Errorf("item %d has no id", i))
 		}
 		if it.Version < 1 {
-			w.release()
-			return nil, fmt.Errorf("item %d (id %s): version must be at least 1", i, it.ID)
+			return fail(fmt.Errorf("item %d (id %s): version must be at least 1", i, it.ID))
 		}
 		switch {
 		case it.Deleted && it.Payload.raw != nil:
-			w.release()
-			return nil, fmt.Errorf("item %d (id %s) is a tombstone but carries a payload", i, it.ID)
+			return fail(fmt.Errorf("item %d (id %s) is a tombstone but carries a payload", i, it.ID))
 		case !it.Deleted && it.Payload.raw == nil:
-			w.release()
-			return nil, fmt.Errorf("item %d (id %s) has no payload", i, it.ID)
+			return fail(fmt.Errorf("item %d (id %s) has no payload", i, it.ID))
 		}
 		ids[i] = it.ID.key()
 	}
 	slices.SortFunc(ids, func(a, b idKey) int { return cmp.Or(cmp.Compare(a.v, b.v), cmp.Compare(a.text, b.text)) })
 	for i := 1; i < len(ids); i++ {
 		if ids[i] == ids[i-1] {
-			w.release()
-			return nil, fmt.Errorf("id %s appears more than once in the batch", wireID{v: ids[i].v, text: ids[i].text})
+			return fail(fmt.Errorf("id %s appears more than once in the batch", wireID{v: ids[i].v, text: ids[i].text}))
 		}
 	}
 	return w, nil
