@@ -60,14 +60,15 @@ var _ Destination = (*delivery.Deliverer)(nil)
 type rowsFeed struct {
 	name string
 	lim  feed.Limits
-	// read returns the rows after an id and the salt of their keys.
-	read func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error)
+	// read returns the rows after an id, the salt of their keys, and
+	// whether they reached the feed's end.
+	read func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error)
 }
 
 func (e *Exporter) liveFeed(lim feed.Limits) *rowsFeed {
-	return &rowsFeed{name: checkpoint.Live, lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error) {
-		rows, gen, err := resources.Pending(ctx, e.pool, after, lim, nil)
-		return rows, resources.LiveSalt(gen), err
+	return &rowsFeed{name: checkpoint.Live, lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error) {
+		p, err := resources.Pending(ctx, e.pool, after, lim, nil)
+		return p.Rows, resources.LiveSalt(p.Gen), p.End, err
 	}}
 }
 
@@ -75,9 +76,9 @@ func (e *Exporter) liveFeed(lim feed.Limits) *rowsFeed {
 // must not take a replay for a retry of the original export.
 func (e *Exporter) replayFeed(id int64, f resources.Filter, lim feed.Limits) *rowsFeed {
 	salt := fmt.Sprintf("replay-%d", id)
-	return &rowsFeed{name: checkpoint.Replay(id), lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, error) {
+	return &rowsFeed{name: checkpoint.Replay(id), lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error) {
 		rows, err := resources.Matching(ctx, e.pool, f, after, lim, nil)
-		return rows, salt, err
+		return rows, salt, false, err
 	}}
 }
 
@@ -89,13 +90,18 @@ func (f *rowsFeed) Open(pos int64) Cursor { return &rowsCursor{f: f, after: pos}
 type rowsCursor struct {
 	f     *rowsFeed
 	after int64
+	end   bool // the last page reached the feed's end
 }
 
 func (c *rowsCursor) Next(ctx context.Context) (feed.Page, error) {
-	rows, salt, err := c.f.read(ctx, c.after, c.f.lim)
+	if c.end {
+		return feed.Page{}, nil
+	}
+	rows, salt, end, err := c.f.read(ctx, c.after, c.f.lim)
 	if err != nil || len(rows) == 0 {
 		return feed.Page{}, err
 	}
+	c.end = end
 	p := feed.Page{Salt: salt, Items: make([]feed.Item, 0, len(rows))}
 	for _, r := range rows {
 		id := strconv.FormatInt(r.ID, 10)
@@ -170,19 +176,25 @@ func (f *sourceFeed) Open(int64) Cursor { return &sourceCursor{f: f} }
 type sourceCursor struct {
 	f     *sourceFeed
 	after *string // nil before the first key
+	end   bool    // the last page reached the feed's end
 }
 
 func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
-	var rows []sources.Row
+	if c.end {
+		return feed.Page{}, nil
+	}
+	var sp sources.Page
 	var err error
 	if c.after == nil {
-		rows, err = sources.Pending(ctx, c.f.pool, c.f.src, "", true, c.f.lim)
+		sp, err = sources.Pending(ctx, c.f.pool, c.f.src, "", true, c.f.lim)
 	} else {
-		rows, err = sources.Pending(ctx, c.f.pool, c.f.src, *c.after, false, c.f.lim)
+		sp, err = sources.Pending(ctx, c.f.pool, c.f.src, *c.after, false, c.f.lim)
 	}
+	rows := sp.Rows
 	if err != nil || len(rows) == 0 {
 		return feed.Page{}, err
 	}
+	c.end = sp.End
 	p := feed.Page{Salt: c.f.Checkpoint(), Items: make([]feed.Item, 0, len(rows))}
 	for _, r := range rows {
 		if r.Oversize > 0 {

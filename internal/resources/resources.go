@@ -76,20 +76,22 @@ func batchArgs(l feed.Limits) (bytes, maxItem int64) {
 // size, whatever the rows weigh.
 //
 // $1 cursor, $2 rows, $3 bytes, $4 max item bytes; %[1]s the rows'
-// condition, %[2]s the tombstones', %[3]s extra output columns.
+// condition, %[2]s the tombstones', %[3]s extra output columns. cands,
+// how many candidates there were, tells the reader whether it saw the end.
 const batchSQL = `SELECT id, version, deleted, size,
-	CASE WHEN NOT deleted AND size <= $4 THEN payload END%[3]s
+	CASE WHEN NOT deleted AND size <= $4 THEN payload END, cands%[3]s
 FROM (
 	SELECT c.*,
 		sum(CASE WHEN size <= $4 THEN size ELSE 0 END) OVER w AS upto,
 		row_number() OVER w AS n
 	FROM (
-		SELECT b.id, b.version, b.deleted, b.payload,
+		SELECT b.id, b.version, b.deleted, b.payload, b.cands,
 			CASE WHEN b.deleted THEN 0
 			     WHEN pg_column_compression(b.payload) IS NULL THEN b.lower
 			     ELSE octet_length(b.payload::text) END AS size
 		FROM (
-			SELECT a.*, sum(a.lower) OVER (ORDER BY a.id ROWS UNBOUNDED PRECEDING) - a.lower AS before
+			SELECT a.*, sum(a.lower) OVER (ORDER BY a.id ROWS UNBOUNDED PRECEDING) - a.lower AS before,
+				count(*) OVER () AS cands
 			FROM (
 				(SELECT id, version, false AS deleted, payload, pg_column_size(payload) AS lower
 				   FROM resources WHERE %[1]s ORDER BY id LIMIT $2)
@@ -130,20 +132,30 @@ func pendingQuery(afterID int64) string {
 	return pendingSQL[1]
 }
 
+// Page is one read of pending rows.
+type Page struct {
+	Rows []Row
+	// Gen is the live generation read in the same statement (see
+	// RetryFailed).
+	Gen int64
+	// End is true when no limit left a pending row after the cursor out:
+	// the read saw every one there was.
+	End bool
+}
+
 // Pending returns the next batch of pending rows and tombstones with id >
 // afterID (Start for all), merged in id order, and the live generation read
-// in the same statement (see RetryFailed). An id is never both a pending
-// row and a pending tombstone. scratch, if non-nil, is reused to spare
-// allocations.
-func Pending(ctx context.Context, q Querier, afterID int64, lim feed.Limits, scratch []Row) ([]Row, int64, error) {
+// in the same statement. An id is never both a pending row and a pending
+// tombstone. scratch, if non-nil, is reused to spare allocations.
+func Pending(ctx context.Context, q Querier, afterID int64, lim feed.Limits, scratch []Row) (Page, error) {
 	bytes, maxItem := batchArgs(lim)
 	rows, err := q.Query(ctx, pendingQuery(afterID), afterID, lim.Items, bytes, maxItem)
 	if err != nil {
-		return nil, 0, fmt.Errorf("resources: select pending: %w", err)
+		return Page{}, fmt.Errorf("resources: select pending: %w", err)
 	}
-	var gen int64
-	out, err := collect(rows, lim, scratch[:0], &gen)
-	return out, gen, err
+	var p Page
+	p.Rows, p.End, err = collect(rows, lim, scratch[:0], &p.Gen)
+	return p, err
 }
 
 // Filter selects rows for a replay. Tombstones match it as the rows they
@@ -197,21 +209,26 @@ func Matching(ctx context.Context, q Querier, f Filter, afterID int64, lim feed.
 	if err != nil {
 		return nil, fmt.Errorf("resources: select range: %w", err)
 	}
-	return collect(rows, lim, scratch[:0], nil)
+	out, _, err := collect(rows, lim, scratch[:0], nil)
+	return out, err
 }
 
-// collect reads rows of (id, version, deleted, size, payload[, extra]).
+// collect reads rows of (id, version, deleted, size, payload, cands[,
+// extra]), and reports whether they were every candidate, all read: the
+// end of what the statement's condition selects.
 // Payloads are copied raw into one buffer per batch: they are passed
 // through to the third party as they are, so decoding or even validating
 // them (what scanning into json.RawMessage does) would be wasted work, and
 // one allocation per batch is cheaper than one per row. The buffer grows
 // with what was read, never ahead of it: sizing it from the first row
 // (times the batch size) is what once asked for 32 GiB.
-func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, error) {
+func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, bool, error) {
 	defer rows.Close()
 	bytes, maxItem := batchArgs(lim)
 	var size int64
-	dest := make([]any, 5, 6)
+	var cands int64
+	cut := false // a row was left for the next read
+	dest := make([]any, 6, 7)
 	if extra != nil {
 		dest = append(dest, extra)
 	}
@@ -231,9 +248,9 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, er
 	var stored int64
 	for rows.Next() {
 		var r Row
-		dest[0], dest[1], dest[2], dest[3], dest[4] = &r.ID, &r.Version, &r.Deleted, &stored, nil
+		dest[0], dest[1], dest[2], dest[3], dest[4], dest[5] = &r.ID, &r.Version, &r.Deleted, &stored, nil, &cands
 		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("resources: scan: %w", err)
+			return nil, false, fmt.Errorf("resources: scan: %w", err)
 		}
 		raw := rows.RawValues()[4]
 		if rows.FieldDescriptions()[4].Format == pgx.BinaryFormatCode && len(raw) > 0 {
@@ -249,6 +266,7 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, er
 			raw = nil
 		}
 		if len(out) > 0 && size+int64(len(raw)) > bytes {
+			cut = true
 			break
 		}
 		if raw != nil && arena == nil {
@@ -261,7 +279,7 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, er
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("resources: read: %w", err)
+		return nil, false, fmt.Errorf("resources: read: %w", err)
 	}
 	// The arena may have moved while it grew: slice it only now.
 	for i, sp := range spans {
@@ -269,7 +287,10 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, er
 			out[i].Payload = arena[sp.start:sp.end:sp.end]
 		}
 	}
-	return out, nil
+	// No candidate was left out by the rows' limit, the statement's byte
+	// limit or this one: the page reached the end.
+	end := !cut && cands < int64(max(lim.Items, 1)) && int64(len(out)) == cands
+	return out, end, nil
 }
 
 // smallPage is how many rows a page's buffers are first sized for.

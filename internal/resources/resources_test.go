@@ -42,24 +42,33 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int64 {
 
 func (b *bundle) pending(t *testing.T, lim feed.Limits) []resources.Row {
 	t.Helper()
-	rows, _, err := resources.Pending(context.Background(), b.pool, resources.Start, lim, nil)
+	p, err := resources.Pending(context.Background(), b.pool, resources.Start, lim, nil)
 	require.NoError(t, err)
-	return rows
+	return p.Rows
 }
 
-// drain reads every pending batch without marking, as a pass does.
+// drain reads every pending batch without marking, as a pass does, and
+// checks that a page that says it reached the end is followed by nothing
+// (no test writes while it drains), and that a short last page without a
+// byte limit says so.
 func (b *bundle) drain(t *testing.T, lim feed.Limits) [][]resources.Row {
 	t.Helper()
 	var out [][]resources.Row
-	after := resources.Start
+	after, end := resources.Start, false
 	for {
-		rows, _, err := resources.Pending(context.Background(), b.pool, after, lim, nil)
+		p, err := resources.Pending(context.Background(), b.pool, after, lim, nil)
 		require.NoError(t, err)
-		if len(rows) == 0 {
+		if len(p.Rows) == 0 {
+			require.True(t, p.End, "an empty read is the end")
+			if n := len(out); n > 0 && len(out[n-1]) < lim.Items && lim.Bytes == 0 {
+				require.True(t, end, "a short last page says it reached the end")
+			}
 			return out
 		}
-		out = append(out, rows)
-		after = rows[len(rows)-1].ID
+		require.False(t, end, "a page said it reached the end, and the next read found rows")
+		end = p.End
+		out = append(out, p.Rows)
+		after = p.Rows[len(p.Rows)-1].ID
 	}
 }
 
@@ -79,9 +88,10 @@ func TestPendingPassesPayloadsThroughAndMarksExactVersions(t *testing.T) {
 	b := setup(t)
 	b.exec(t, `INSERT INTO resources (payload) VALUES ('{"a": "é", "b": [1, 2.5, null]}'), ('"plain"'), ('{"big": "x"}')`)
 
-	rows, gen, err := resources.Pending(ctx, b.pool, resources.Start, lim, nil)
+	p, err := resources.Pending(ctx, b.pool, resources.Start, lim, nil)
 	require.NoError(t, err)
-	require.Zero(t, gen)
+	rows := p.Rows
+	require.Zero(t, p.Gen)
 	require.Len(t, rows, 3)
 	for _, r := range rows {
 		var want string
@@ -93,6 +103,14 @@ func TestPendingPassesPayloadsThroughAndMarksExactVersions(t *testing.T) {
 
 	// A byte limit cuts the batch but never below one row.
 	require.Len(t, b.pending(t, feed.Limits{Items: 10, Bytes: 1}), 1)
+
+	// A page says it reached the end only when no limit left a row out.
+	require.True(t, p.End, "3 rows under a limit of 10")
+	for _, l := range []feed.Limits{{Items: 10, Bytes: 1}, {Items: 3}, {Items: 2}} {
+		p, err := resources.Pending(ctx, b.pool, resources.Start, l, nil)
+		require.NoError(t, err)
+		require.False(t, p.End, "limits %+v", l)
+	}
 
 	// Row 1 changes while "in flight": its mark must not apply.
 	b.exec(t, `UPDATE resources SET payload = '{"a": 2}' WHERE id = $1`, rows[0].ID)

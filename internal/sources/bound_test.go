@@ -21,8 +21,10 @@ func TestPendingLeavesOversizeItemsOut(t *testing.T) {
 	b.exec(t, `INSERT INTO docs VALUES (1, 'small'), (2, repeat('x', 3 << 20)), (3, 'small too')`)
 	b.exec(t, `DELETE FROM docs WHERE id = 3`)
 
-	rows, err := sources.Pending(context.Background(), b.pool, srcs["docs"], "", true, feed.Limits{Items: 10, Bytes: 1 << 10, MaxItemBytes: 1 << 20})
+	p, err := sources.Pending(context.Background(), b.pool, srcs["docs"], "", true, feed.Limits{Items: 10, Bytes: 1 << 10, MaxItemBytes: 1 << 20})
 	require.NoError(t, err)
+	require.True(t, p.End, "an oversize row takes no room: all three fit")
+	rows := p.Rows
 	require.Len(t, rows, 3, "the large row takes no room in the batch's bytes")
 	require.Equal(t, "1", rows[0].Key)
 	require.Zero(t, rows[0].Oversize)
@@ -35,8 +37,9 @@ func TestPendingLeavesOversizeItemsOut(t *testing.T) {
 	require.True(t, rows[2].Deleted, "a tombstone is never oversize")
 	require.Zero(t, rows[2].Oversize)
 
-	whole, err := sources.Pending(context.Background(), b.pool, srcs["docs"], "", true, feed.Limits{Items: 10, MaxItemBytes: 8 << 20})
+	wp, err := sources.Pending(context.Background(), b.pool, srcs["docs"], "", true, feed.Limits{Items: 10, MaxItemBytes: 8 << 20})
 	require.NoError(t, err)
+	whole := wp.Rows
 	require.Len(t, whole, 3)
 	require.Zero(t, whole[1].Oversize)
 	require.Len(t, whole[1].Payload, len(`{"id": 2, "body": ""}`)+3<<20, "under the bound, the row comes whole")

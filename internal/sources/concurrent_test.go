@@ -98,8 +98,9 @@ func TestVersionsIncreaseUnderConcurrentWritesAndSnapshot(t *testing.T) {
 	last := map[string]sources.Row{}
 	for {
 		quiet := writesDone.Load() && snapshotDone.Load()
-		rows, err := sources.Pending(ctx, b.pool, src, "", true, feed.Limits{Items: 25})
+		p, err := sources.Pending(ctx, b.pool, src, "", true, feed.Limits{Items: 25})
 		require.NoError(t, err)
+		rows := p.Rows
 		for _, r := range rows {
 			prev, seen := last[r.Key]
 			if seen {

@@ -63,6 +63,14 @@ func (e *SchemaError) Error() string {
 // Is makes errors.Is(err, ErrSchemaChanged) true.
 func (e *SchemaError) Is(target error) bool { return target == ErrSchemaChanged }
 
+// Page is one read of a source's pending items.
+type Page struct {
+	Rows []Row
+	// End is true when no limit left a pending key after the cursor out:
+	// the read saw every one there was.
+	End bool
+}
+
 // Pending returns the next batch of src's pending items in key order: after
 // afterKey (a Row.Key returned before), or from the first key when first is
 // true. Each item carries its key's highest pending seq as its version, and
@@ -75,13 +83,13 @@ func (e *SchemaError) Is(target error) bool { return target == ErrSchemaChanged 
 // A source whose table, key or configured column is gone returns a
 // *SchemaError. Call it on a pool, not in a transaction, so that the
 // error's cause can still be looked up.
-func Pending(ctx context.Context, q Querier, src *Source, afterKey string, first bool, lim feed.Limits) ([]Row, error) {
+func Pending(ctx context.Context, q Querier, src *Source, afterKey string, first bool, lim feed.Limits) (Page, error) {
 	lim = lim.WithDefaults()
 	sql, args := src.sql.pendingFirst, []any{src.Name, lim.Items, lim.MaxItemBytes}
 	if !first {
 		num, err := src.num(afterKey)
 		if err != nil {
-			return nil, err
+			return Page{}, err
 		}
 		sql, args = src.sql.pendingAfter, append(args, num, afterKey)
 	}
@@ -90,13 +98,13 @@ func Pending(ctx context.Context, q Querier, src *Source, afterKey string, first
 	}
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, src.explain(ctx, q, fmt.Errorf("sources: source %s: select pending: %w", src.Name, err))
+		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: select pending: %w", src.Name, err))
 	}
-	out, err := collect(rows, lim)
+	out, end, err := collect(rows, lim)
 	if err != nil {
-		return nil, src.explain(ctx, q, fmt.Errorf("sources: source %s: %w", src.Name, err))
+		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: %w", src.Name, err))
 	}
-	return out, nil
+	return Page{Rows: out, End: end}, nil
 }
 
 // num is a key's position among integer keys (0 for other kinds).
@@ -123,21 +131,24 @@ func (s *Source) nums(keys []string) ([]int64, error) {
 	return out, nil
 }
 
-// collect reads (key, version, deleted, payload, size) rows. Payloads are
+// collect reads (key, version, deleted, payload, size) rows, and reports
+// whether they reached the end of the pending keys. Payloads are
 // copied raw into one buffer per batch: they go to the third party as they
 // are.
-func collect(rows pgx.Rows, lim feed.Limits) ([]Row, error) {
+func collect(rows pgx.Rows, lim feed.Limits) ([]Row, bool, error) {
 	defer rows.Close()
 	var out []Row
 	var arena []byte
 	type span struct{ start, end int }
 	var spans []span
-	size := 0
+	size, read := 0, 0
+	cut := false // a key was left for the next read
 	for rows.Next() {
+		read++
 		var r Row
 		var stored int64
 		if err := rows.Scan(&r.Key, &r.Version, &r.Deleted, nil, &stored); err != nil {
-			return nil, fmt.Errorf("scan: %w", err)
+			return nil, false, fmt.Errorf("scan: %w", err)
 		}
 		raw := rows.RawValues()[3]
 		if raw != nil && rows.FieldDescriptions()[3].Format == pgx.BinaryFormatCode && len(raw) > 0 {
@@ -150,6 +161,7 @@ func collect(rows pgx.Rows, lim feed.Limits) ([]Row, error) {
 			raw = nil
 		}
 		if len(out) > 0 && size+len(raw) > lim.Bytes {
+			cut = true
 			break
 		}
 		sp := span{-1, -1}
@@ -168,7 +180,7 @@ func collect(rows pgx.Rows, lim feed.Limits) ([]Row, error) {
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read pending: %w", err)
+		return nil, false, fmt.Errorf("read pending: %w", err)
 	}
 	// The arena may have moved while it grew: slice it only now.
 	for i, sp := range spans {
@@ -176,7 +188,8 @@ func collect(rows pgx.Rows, lim feed.Limits) ([]Row, error) {
 			out[i].Payload = arena[sp.start:sp.end:sp.end]
 		}
 	}
-	return out, nil
+	// Fewer keys than the limit, all taken: the statement saw the end.
+	return out, !cut && read < lim.Items, nil
 }
 
 // explain turns an error that a change of the table explains into a

@@ -75,10 +75,19 @@ func (b *bundle) pending(t *testing.T, src *sources.Source) []sources.Row {
 	var out []sources.Row
 	after, first := "", true
 	for {
-		rows, err := sources.Pending(context.Background(), b.pool, src, after, first, feed.Limits{Items: 2})
+		p, err := sources.Pending(context.Background(), b.pool, src, after, first, feed.Limits{Items: 2})
 		require.NoError(t, err)
+		rows := p.Rows
 		if len(rows) == 0 {
 			return out
+		}
+		// A page that says it reached the end is followed by nothing (no
+		// test writes while this reads), and a short one says so.
+		require.Equal(t, len(rows) < 2, p.End, "a page of %d keys under a limit of 2", len(rows))
+		if p.End {
+			next, err := sources.Pending(context.Background(), b.pool, src, rows[len(rows)-1].Key, false, feed.Limits{Items: 2})
+			require.NoError(t, err)
+			require.Empty(t, next.Rows, "after a page that said it reached the end")
 		}
 		out = append(out, rows...)
 		after, first = rows[len(rows)-1].Key, false
@@ -196,7 +205,8 @@ func TestTextKeysWholeRowAndAddedColumn(t *testing.T) {
 	b.exec(t, `UPDATE "Customers" SET tier = 4`)
 	small, err := sources.Pending(context.Background(), b.pool, src, "", true, feed.Limits{Items: 10, Bytes: 1})
 	require.NoError(t, err)
-	require.Len(t, small, 1)
+	require.Len(t, small.Rows, 1)
+	require.False(t, small.End, "the byte limit left keys out")
 }
 
 func TestUUIDKeys(t *testing.T) {
