@@ -261,13 +261,16 @@ func (d *Daemon) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Leased locks: a frozen holder loses its locks to a waiting daemon
-	// (see internal/locks, "Leases").
-	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true}); err != nil {
-		return err
-	}
 	srcs, err := d.buildSources(ctx, dests)
 	if err != nil {
+		return err
+	}
+	// Leased locks: a frozen holder loses its locks to a waiting daemon
+	// (see internal/locks, "Leases"). Idle sessions for the two locks of
+	// every job that can start at once, so a row that starts one does not
+	// wait for sessions to open.
+	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true,
+		IdleSessions: 2 * max(min(len(srcs), c.Workers), 1)}); err != nil {
 		return err
 	}
 	ecfg := c.Exporter
@@ -313,6 +316,11 @@ func (d *Daemon) build(ctx context.Context) error {
 
 // Run runs the daemon until ctx is cancelled, then shuts down in order and
 // returns nil. It fails only if the daemon cannot start.
+// warmTimeout bounds the opening of the lock sessions at the start: a
+// slow server delays the start by this at most, and the first jobs open
+// what is missing.
+const warmTimeout = 5 * time.Second
+
 func (d *Daemon) Run(ctx context.Context) error {
 	if d.ran.Swap(true) {
 		return errors.New("daemon: Run called twice")
@@ -334,6 +342,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	runCtx, stopAux := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAux()
+	// The first jobs find their lock sessions open: a row written just
+	// after the start waits for no connection's set-up.
+	wctx, cancelWarm := context.WithTimeout(ctx, warmTimeout)
+	d.locker.Warm(wctx)
+	cancelWarm()
 	if err := d.river.Start(runCtx); err != nil {
 		return fmt.Errorf("daemon: start river: %w", err)
 	}

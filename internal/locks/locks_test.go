@@ -523,6 +523,61 @@ func TestBusyTriesReuseOneSession(t *testing.T) {
 	require.NoError(t, lk4.Release(ctx))
 }
 
+func TestWarmSessionsTakeAJobsTwoLocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	name := b.schema + "-warm"
+	cc := b.connConfig.Copy()
+	cc.RuntimeParams["application_name"] = name
+	l, err := locks.New(cc, &locks.Config{CheckInterval: checkInterval})
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	sessions := func() map[int]bool {
+		rows, err := b.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, name)
+		require.NoError(t, err)
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		require.NoError(t, err)
+		out := map[int]bool{}
+		for _, p := range pids {
+			out[int(p)] = true
+		}
+		return out
+	}
+
+	l.Warm(ctx)
+	warm := sessions()
+	require.Len(t, warm, locks.IdleSessionsDefault)
+	l.Warm(ctx)
+	require.Equal(t, warm, sessions(), "a second warm opens nothing")
+
+	// A job's two locks are taken on the warm sessions, and given back
+	// to them.
+	for range 3 {
+		a, err := l.TryAcquire(ctx, b.key)
+		require.NoError(t, err)
+		d, err := l.TryAcquire(ctx, b.key+1)
+		require.NoError(t, err)
+		require.True(t, warm[a.PID()] && warm[d.PID()], "taken on the warm sessions")
+		require.NoError(t, a.Release(ctx))
+		require.NoError(t, d.Release(ctx))
+		require.Equal(t, warm, sessions(), "no session opened or closed")
+	}
+
+	// A third lock at once opens a session, closed when it is given
+	// back: the Locker keeps IdleSessions.
+	var held []*locks.Lock
+	for i := range 3 {
+		lk, err := l.TryAcquire(ctx, b.key+int64(i))
+		require.NoError(t, err)
+		held = append(held, lk)
+	}
+	for _, lk := range held {
+		require.NoError(t, lk.Release(ctx))
+	}
+	require.Eventually(t, func() bool { return len(sessions()) == locks.IdleSessionsDefault }, 5*time.Second, 20*time.Millisecond)
+}
+
 func TestHolderNamesHostAndProcess(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
