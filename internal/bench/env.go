@@ -657,8 +657,22 @@ func write(ctx context.Context, pool *pgxpool.Pool, writers int, n int64, d time
 
 // paced inserts total rows with insert, one a tick of interval, from
 // writers connections, recording for each row its id and when its commit
-// returned.
+// returned. The connections are open before the first tick: opening
+// dozens of them (TLS handshakes on both ends) is not part of the rate.
 func paced(ctx context.Context, pool *pgxpool.Pool, writers, total int, interval time.Duration, insert insertFunc) (writeResult, error) {
+	conns := make([]*pgxpool.Conn, 0, writers)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range writers {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return writeResult{}, fmt.Errorf("bench: writer: %w", err)
+		}
+		conns = append(conns, conn)
+	}
 	ticks := make(chan int64, total)
 	go func() {
 		defer close(ticks)
@@ -683,14 +697,8 @@ func paced(ctx context.Context, pool *pgxpool.Pool, writers, total int, interval
 	errc := make(chan error, writers)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range writers {
+	for _, conn := range conns {
 		wg.Go(func() {
-			conn, err := pool.Acquire(ctx)
-			if err != nil {
-				errc <- err
-				return
-			}
-			defer conn.Release()
 			for i := range ticks {
 				t0 := time.Now()
 				id, err := insert(ctx, conn, i)

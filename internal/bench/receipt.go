@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -148,6 +150,14 @@ func (r *runner) receiptCase(ctx context.Context, c receiptCase) (Row, error) {
 	}
 	defer d.stop()
 
+	// The rows measure latency at a rate: the daemon's start (its pool's
+	// connections and statements, River's first fetch, its job's first
+	// look) is over before the writes begin, as it is for a daemon that
+	// has run for a while. A first row waits for it, the same row for
+	// every case.
+	if err := warmUp(ctx, pool, f, insert, int64(total)+1); err != nil {
+		return Row{}, fmt.Errorf("%w: %s", err, d.stderr.String())
+	}
 	r.progressf("   %s: %d inserts/s for %s from %d connections", c.row, c.rate, r.receiptFor(), c.writers)
 	// With ProfileDir, a CPU profile of the daemon over the writes, one
 	// file a row ("receipt-source-500.cpu.pprof").
@@ -209,6 +219,20 @@ func (r *runner) receiptCase(ctx context.Context, c receiptCase) (Row, error) {
 			"daemon_cpu_us_per_row": daemonUS, "db_cpu_us_per_row": dbUS,
 		},
 	}, nil
+}
+
+// warmUp writes one row with insert and waits until the fake has it.
+func warmUp(ctx context.Context, pool *pgxpool.Pool, f *fake, insert insertFunc, i int64) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	id, err := insert(ctx, conn, i)
+	conn.Release()
+	if err != nil {
+		return fmt.Errorf("bench: warm-up row: %w", err)
+	}
+	return waitReceived(ctx, f.Server, []int64{id}, 30*time.Second)
 }
 
 // waitReceived waits until the fake accepted every one of ids.
