@@ -183,6 +183,11 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		}
 	}
 	err := pipe.Send(mctx, func(qb *pgx.Batch) error {
+		if len(r.records) == 0 {
+			// Only outcomes: committed without waiting for the WAL's flush
+			// (see lazyCommitSQL).
+			qb.Queue(lazyCommitSQL)
+		}
 		for _, name := range order {
 			g := byName[name]
 			if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
@@ -209,6 +214,18 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 	}
 	return res
 }
+
+// lazyCommitSQL lets a marker transaction that only writes outcomes
+// commit without waiting for its WAL to reach the disk: a flush is the
+// longest part of a one-row pass's transaction on a small disk. What a
+// server crash can lose of it is safe to lose. Its outcomes and the
+// forgetting of their batches' records go together, so a lost one leaves
+// the batches recorded, and the next holder resends them under their keys
+// with their bodies, which the third party takes for retries. WAL is
+// written in order, so nothing committed after it survives it either. A
+// transaction that records batches still waits for the flush: a batch is
+// never sent before its record is on disk.
+const lazyCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
 // receive waits for a transaction send queued and completes its report.
 func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) marked {
