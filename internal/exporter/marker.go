@@ -182,10 +182,16 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			res.rejected = append(res.rejected, rejectedNote{name: name, n: len(g.rej), first: g.errs[0]})
 		}
 	}
-	err := pipe.Send(mctx, func(qb *pgx.Batch) error {
+	// Only outcomes: harmless after the lock is lost, so the session's
+	// lock is not checked (locks.Pipe.SendChained), and committed without
+	// waiting for the WAL's flush (lazyCommitSQL). A transaction that
+	// records batches is checked and flushed: its batches are sent.
+	send := pipe.Send
+	if len(r.records) == 0 {
+		send = pipe.SendChained
+	}
+	err := send(mctx, func(qb *pgx.Batch) error {
 		if len(r.records) == 0 {
-			// Only outcomes: committed without waiting for the WAL's flush
-			// (see lazyCommitSQL).
 			qb.Queue(lazyCommitSQL)
 		}
 		for _, name := range order {
@@ -218,7 +224,9 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 // lazyCommitSQL lets a marker transaction that only writes outcomes
 // commit without waiting for its WAL to reach the disk: a flush is the
 // longest part of a one-row pass's transaction on a small disk. What a
-// server crash can lose of it is safe to lose. Its outcomes and the
+// server crash can lose of it is safe to lose, as is what it writes after
+// the lock was lost (another holder resends the same batches, under the
+// same keys, and marks them itself). Its outcomes and the
 // forgetting of their batches' records go together, so a lost one leaves
 // the batches recorded, and the next holder resends them under their keys
 // with their bodies, which the third party takes for retries. WAL is

@@ -733,6 +733,51 @@ func TestPipeFencesOnTheTransactionBefore(t *testing.T) {
 	require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error { return nil }), "the session left pipeline mode")
 }
 
+// A chained transaction is fenced like any other, and only skips the
+// lock's check: sent after the lock vanished it commits, and a checked
+// one behind it does not.
+func TestPipeChainedIsFencedAndUnchecked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &locks.Config{CheckInterval: time.Hour})
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+	p := lk.NewPipe()
+
+	// Behind a failed transaction, a chained one does nothing.
+	require.NoError(t, p.Send(ctx, queueMark(1)))
+	require.NoError(t, p.Receive())
+	require.NoError(t, p.Send(ctx, queueMark(1))) // duplicate key
+	require.NoError(t, p.SendChained(ctx, queueMark(2)))
+	require.Error(t, p.Receive())
+	require.ErrorIs(t, p.Receive(), locks.ErrEarlierFailed)
+	require.Equal(t, 1, b.markCount(t))
+
+	// Chained transactions in flight see each other's writes in order.
+	counts := make([]int, 2)
+	for i := range 2 {
+		require.NoError(t, p.SendChained(ctx, func(qb *pgx.Batch) error {
+			qb.Queue("INSERT INTO marks (id) VALUES ($1)", 10+i)
+			qb.Queue("SELECT count(*) FROM marks").QueryRow(func(r pgx.Row) error { return r.Scan(&counts[i]) })
+			return nil
+		}))
+	}
+	require.NoError(t, p.Receive())
+	require.NoError(t, p.Receive())
+	require.Equal(t, []int{2, 3}, counts)
+
+	// The lock vanishes: a chained transaction still commits (what it
+	// writes is harmless after a loss), a checked one does not.
+	require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT pg_advisory_unlock($1)", b.key)
+		return err
+	}))
+	require.NoError(t, p.SendChained(ctx, queueMark(20)))
+	require.NoError(t, p.Receive())
+	require.Equal(t, 4, b.markCount(t))
+	require.ErrorIs(t, withBatch(ctx, lk, queueMark(21)), locks.ErrLockLost)
+	require.Equal(t, 4, b.markCount(t))
+}
+
 // A statement the session has not prepared, sent while others are in
 // flight, waits for them; their answers still come in order.
 func TestPipePreparesBehindWhatIsInFlight(t *testing.T) {

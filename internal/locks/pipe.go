@@ -22,9 +22,10 @@ var ErrEarlierFailed = errors.New("locks: the transaction sent before this one d
 // sent. Each is one pgx.Batch sent without BEGIN and ending in one Sync, so
 // PostgreSQL runs it as one implicit transaction: it commits at the Sync if
 // every statement succeeded, and any error rolls all of it back. Each
-// starts with a check, in SQL, that the session still holds the lock and
-// that the transaction sent before it committed: what a transaction writes
-// never lands after one before it failed.
+// starts with a check, in SQL, that the transaction sent before it
+// committed, so what a transaction writes never lands after one before it
+// failed, and (Send, not SendChained) that the session still holds the
+// lock.
 //
 // Why: the marker transaction is an export's one serial stage, and between
 // two of them the session is idle while the answer travels to the daemon,
@@ -33,8 +34,9 @@ var ErrEarlierFailed = errors.New("locks: the transaction sent before this one d
 // on the wire, PostgreSQL starts it the moment the last one commits.
 //
 // A Pipe is for one goroutine. While it has transactions in flight it holds
-// the lock's session: WithTx and Release wait, and the self-check
-// skips its rounds (every transaction checks the lock itself).
+// the lock's session: WithTx and Release wait, and the self-check skips its
+// rounds (a transaction sent with Send checks the lock itself, and one sent
+// with SendChained is harmless after a loss).
 type Pipe struct {
 	lk  *Lock
 	pl  *pgconn.Pipeline
@@ -68,6 +70,21 @@ func (p *Pipe) InFlight() int { return len(p.sent) }
 // Receive, after the transaction is over, and cannot veto it. An error from
 // queue is returned as it is, and nothing is sent.
 func (p *Pipe) Send(ctx context.Context, queue func(b *pgx.Batch) error) error {
+	return p.sendTx(ctx, true, queue)
+}
+
+// SendChained is Send for a transaction that is harmless after the lock is
+// lost: it commits only if the one before it did, but does not check that
+// the session still holds the lock. The check reads pg_locks, which copies
+// the server's whole lock table (80 µs a transaction with 40 sessions on two
+// cores, and a share of every lock partition); what must not happen after a
+// loss (a batch recorded, and so sent) goes through Send, and a transaction
+// behind a failed one still does nothing.
+func (p *Pipe) SendChained(ctx context.Context, queue func(b *pgx.Batch) error) error {
+	return p.sendTx(ctx, false, queue)
+}
+
+func (p *Pipe) sendTx(ctx context.Context, checked bool, queue func(b *pgx.Batch) error) error {
 	b := &pgx.Batch{}
 	if err := queue(b); err != nil {
 		return err
@@ -75,7 +92,7 @@ func (p *Pipe) Send(ctx context.Context, queue func(b *pgx.Batch) error) error {
 	if len(p.sent) == 0 {
 		p.lk.mu.Lock()
 	}
-	if err := p.send(ctx, b); err != nil {
+	if err := p.send(ctx, checked, b); err != nil {
 		if len(p.sent) == 0 {
 			p.lk.mu.Unlock()
 		}
@@ -84,14 +101,18 @@ func (p *Pipe) Send(ctx context.Context, queue func(b *pgx.Batch) error) error {
 	return nil
 }
 
-func (p *Pipe) send(ctx context.Context, b *pgx.Batch) error {
+func (p *Pipe) send(ctx context.Context, checked bool, b *pgx.Batch) error {
 	if err := p.lk.Err(); err != nil {
 		return fmt.Errorf("locks: pipe: %w", err)
 	}
 	// A statement the session has not prepared is prepared outside
 	// pipeline mode, once what is in flight has been read. The statements
 	// of an export are few, so this happens in its first transactions.
-	if err := p.prepare(ctx, pipeHeadSQL); err != nil {
+	head := pipeHeadSQL
+	if !checked {
+		head = pipeChainSQL
+	}
+	if err := p.prepare(ctx, head); err != nil {
 		return err
 	}
 	for _, q := range b.QueuedQueries {
@@ -110,8 +131,12 @@ func (p *Pipe) send(ctx context.Context, b *pgx.Batch) error {
 		fence = &p.last
 	}
 	token := newToken()
-	classid, objid := pgLocksIDs(p.lk.key)
-	if err := p.queue(pipeHeadSQL, []any{classid, objid, fence, token}); err != nil {
+	args := []any{fence, token}
+	if checked {
+		classid, objid := pgLocksIDs(p.lk.key)
+		args = []any{classid, objid, fence, token}
+	}
+	if err := p.queue(head, args); err != nil {
 		return err
 	}
 	for _, q := range b.QueuedQueries {
@@ -336,6 +361,13 @@ const pipeHeadSQL = `SELECT (CASE
 	WHEN NOT EXISTS (SELECT 1 FROM pg_locks WHERE ` + heldWhere + `) THEN '` + notHeldText + `'
 	WHEN $3::text IS NOT NULL AND current_setting('syncer.pipe_token', true) IS DISTINCT FROM $3::text THEN '` + notFencedText + `'
 	ELSE left(set_config('syncer.pipe_token', $4::text, false), 0) || '1' END)::int`
+
+// pipeChainSQL opens a transaction sent with SendChained: pipeHeadSQL
+// without the lock's check; $1 is the token the transaction before set,
+// $2 this one's.
+const pipeChainSQL = `SELECT (CASE
+	WHEN $1::text IS NOT NULL AND current_setting('syncer.pipe_token', true) IS DISTINCT FROM $1::text THEN '` + notFencedText + `'
+	ELSE left(set_config('syncer.pipe_token', $2::text, false), 0) || '1' END)::int`
 
 const notFencedText = "syncer: the transaction sent before this one did not commit"
 
