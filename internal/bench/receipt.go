@@ -19,7 +19,8 @@ import (
 // writer's commit to its first acceptance at the fake on loopback. One row
 // per case: a configured source (orders, whole row) at 500 and 2,000
 // inserts a second, resources at 2,000 and at 4,000 (a connection per
-// writer, 32 of them). The baseline, measured in the same run, is what was
+// writer, 32 of them), after a first row's receipt, from writers already
+// connected. The baseline, measured in the same run, is what was
 // offered: the rate the writers were paced at, and their own insert round
 // trip. Targets are the issue's: p50 <= 5 ms, p99 <= 20 ms and writers >=
 // 0.95 of the offered rate; at 4,000 resources' p50 <= 10 ms, p99 <= 50 ms.

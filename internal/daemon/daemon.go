@@ -314,13 +314,13 @@ func (d *Daemon) build(ctx context.Context) error {
 	return err
 }
 
-// Run runs the daemon until ctx is cancelled, then shuts down in order and
-// returns nil. It fails only if the daemon cannot start.
 // warmTimeout bounds the opening of the lock sessions at the start: a
 // slow server delays the start by this at most, and the first jobs open
 // what is missing.
 const warmTimeout = 5 * time.Second
 
+// Run runs the daemon until ctx is cancelled, then shuts down in order and
+// returns nil. It fails only if the daemon cannot start.
 func (d *Daemon) Run(ctx context.Context) error {
 	if d.ran.Swap(true) {
 		return errors.New("daemon: Run called twice")

@@ -186,12 +186,13 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 	// lock is not checked (locks.Pipe.SendChained), and committed without
 	// waiting for the WAL's flush (lazyCommitSQL). A transaction that
 	// records batches is checked and flushed: its batches are sent.
+	outcomesOnly := len(r.records) == 0
 	send := pipe.Send
-	if len(r.records) == 0 {
+	if outcomesOnly {
 		send = pipe.SendChained
 	}
 	err := send(mctx, func(qb *pgx.Batch) error {
-		if len(r.records) == 0 {
+		if outcomesOnly {
 			qb.Queue(lazyCommitSQL)
 		}
 		for _, name := range order {
