@@ -165,9 +165,9 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	if _, err := c.ConfigFile.Load(true); err != nil {
 		return err
 	}
-	pool, err := c.openMigrated(ctx, "syncer run")
-	if err != nil {
-		return err
+	pool, err := c.openWaiting(ctx, "syncer run", env.Logger, startWaitDefault)
+	if pool == nil {
+		return err // nil when stopped while waiting for the database
 	}
 	defer pool.Close()
 	setMemoryLimit(env.Logger)

@@ -1,0 +1,32 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunWaitsOnlyForAServerThatIsThere(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		err  error
+		wait bool
+	}{
+		{"starting up or shutting down", &pgconn.PgError{Code: "57P03"}, true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"connection exception", &pgconn.PgError{Code: "08006"}, true},
+		{"no answer in time", fmt.Errorf("database: cannot connect: %w", context.DeadlineExceeded), true},
+		{"authentication", &pgconn.PgError{Code: "28P01"}, false},
+		{"no such database", &pgconn.PgError{Code: "3D000"}, false},
+		{"nothing listening", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+		{"not migrated", fmt.Errorf("run syncer migrate"), false},
+	} {
+		require.Equal(t, tt.wait, notYet(fmt.Errorf("wrapped: %w", tt.err)), tt.name)
+	}
+}
