@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -50,7 +52,7 @@ func (d *DB) openWaiting(ctx context.Context, app string, logger *slog.Logger, l
 // notYet reports whether err says the server is there but cannot take the
 // daemon now: it is starting up or shutting down (a restart), has no
 // connection to spare, or accepted the connection and did not answer in
-// time. Nothing listening (a refused connection) and the server's other
+// time, or dropped it (a reset). Nothing listening (a refused connection) and the server's other
 // refusals are final, so a wrong address still fails at once.
 func notYet(err error) bool {
 	var pe *pgconn.PgError
@@ -60,5 +62,7 @@ func notYet(err error) bool {
 		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P03" || pe.Code == "53300"
 	}
 	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || (errors.As(err, &ne) && ne.Timeout())
+	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || (errors.As(err, &ne) && ne.Timeout()) ||
+		// The server took the connection and dropped it: a restart.
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -22,6 +22,7 @@ func TestRunWaitsOnlyForAServerThatIsThere(t *testing.T) {
 		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
 		{"connection exception", &pgconn.PgError{Code: "08006"}, true},
 		{"no answer in time", fmt.Errorf("database: cannot connect: %w", context.DeadlineExceeded), true},
+		{"dropped by a restart", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
 		{"authentication", &pgconn.PgError{Code: "28P01"}, false},
 		{"no such database", &pgconn.PgError{Code: "3D000"}, false},
 		{"nothing listening", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},

@@ -23,6 +23,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/credentials"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -319,6 +320,22 @@ func (d *Daemon) build(ctx context.Context) error {
 // what is missing.
 const warmTimeout = 5 * time.Second
 
+// riverStartWait is how long the start tries River's first connection
+// again: a daemon started while PostgreSQL restarts meets it there.
+const riverStartWait = 30 * time.Second
+
+// startRiver starts River, trying again with backoff while its first
+// connection fails (River stops what it started before it returns an
+// error, so it can be started again), until riverStartWait or ctx ends.
+func (d *Daemon) startRiver(ctx, runCtx context.Context) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, riverStartWait
+	return backoff.RetryNotify(func() error { return d.river.Start(runCtx) }, backoff.WithContext(b, ctx),
+		func(err error, wait time.Duration) {
+			d.logger.WarnContext(ctx, "daemon: start river: trying again", slog.Duration("in", wait), slog.String("error", err.Error()))
+		})
+}
+
 // Run runs the daemon until ctx is cancelled, then shuts down in order and
 // returns nil. It fails only if the daemon cannot start.
 func (d *Daemon) Run(ctx context.Context) error {
@@ -347,7 +364,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wctx, cancelWarm := context.WithTimeout(ctx, warmTimeout)
 	d.locker.Warm(wctx)
 	cancelWarm()
-	if err := d.river.Start(runCtx); err != nil {
+	if err := d.startRiver(ctx, runCtx); err != nil {
+		d.locker.Close()
+		if ctx.Err() != nil {
+			return nil // stopped before it ran
+		}
 		return fmt.Errorf("daemon: start river: %w", err)
 	}
 	d.riverRunning.Store(true)
