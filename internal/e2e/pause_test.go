@@ -67,7 +67,7 @@ sources:
 	rep = b.report(t)
 	require.Nil(t, rep.Destinations[0].Paused)
 	require.Empty(t, rep.Sources[0].Stopped)
-	waitFor(t, 10*time.Second, "the metrics say resumed", func() bool {
+	waitFor(t, 30*time.Second, "the metrics say resumed", func() bool {
 		m := metricsText(t, d.addr)
 		return strings.Contains(m, `syncer_destination_paused{destination="crm"} 0`) &&
 			strings.Contains(m, `syncer_source_stopped{destination="crm",source="notes"} 0`)
