@@ -171,6 +171,7 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	setMemoryLimit(env.Logger)
+	adaptProcs(ctx, env.Logger, os.LookupEnv)
 	reload := make(chan struct{}, 1)
 	go func() {
 		for {
