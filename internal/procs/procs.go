@@ -27,7 +27,7 @@ import (
 
 // Defaults for Config.
 const (
-	IntervalDefault   = 50 * time.Millisecond
+	IntervalDefault   = 20 * time.Millisecond
 	RaiseDefault      = 0.7
 	LowerDefault      = 0.5
 	LowerAfterDefault = time.Second
