@@ -12,8 +12,10 @@
 //     database is read, counted or touched, and cleanup can end the sessions
 //     it left behind.
 //   - Every figure has a baseline measured in the same run: the database's
-//     own bound for the drain, plain inserts for writer overhead, and the
-//     common job-per-insert recipe (recipe.go) for job economy and bursts.
+//     own bound for the drain, plain inserts for writer overhead, the
+//     common job-per-insert recipe (recipe.go) for job economy and bursts,
+//     and a plain polling exporter (poller.go, a process of its own) for
+//     the daemon's CPU per row exported.
 //   - No test asserts a timing. SizeTiny runs every scenario at 1-2% of its
 //     size so CI exercises all of this code without depending on the
 //     machine's speed.

@@ -24,6 +24,8 @@ import (
 // offered: the rate the writers were paced at, and their own insert round
 // trip. Targets are the issue's: p50 <= 5 ms, p99 <= 20 ms and writers >=
 // 0.95 of the offered rate; at 4,000 resources' p50 <= 10 ms, p99 <= 50 ms.
+// A last row sets the daemon's CPU per row at 500 a second against a plain
+// polling exporter's on the same writes (receipt_poller.go).
 
 // receiptCase is one row of the scenario.
 type receiptCase struct {
@@ -55,7 +57,7 @@ func receiptRows() []string {
 	for _, c := range receiptCases {
 		out = append(out, c.row)
 	}
-	return append(out, receiptSameRow)
+	return append(out, receiptSameRow, receiptCPURow)
 }
 
 // receiptSame is receiptSameRow, from the rows of resources and of a
@@ -105,6 +107,14 @@ func (r *runner) receipt(ctx context.Context) ([]Row, error) {
 	}
 	if same, ok := receiptSame(rows); ok {
 		rows = append(rows, same)
+	}
+	// The plain poller at the first case's rate, for the daemon's CPU.
+	p, err := r.receiptPoller(ctx, receiptCases[0])
+	if err != nil {
+		return rows, fmt.Errorf("%s: %w", receiptCPURow, err)
+	}
+	if cpu, ok := receiptCPU(rows, p); ok {
+		rows = append(rows, cpu)
 	}
 	return rows, nil
 }
@@ -188,24 +198,15 @@ func (r *runner) receiptCase(ctx context.Context, c receiptCase) (Row, error) {
 	if err := d.stop(); err != nil {
 		return Row{}, err
 	}
-	received := map[int64]time.Time{}
-	for _, dl := range f.Deliveries() {
-		if _, ok := received[dl.ID]; !ok {
-			received[dl.ID] = dl.At
-		}
-	}
-	lat := make([]time.Duration, 0, len(w.ids))
-	for i, id := range w.ids {
-		// The daemon can see a commit before the writer's call returns.
-		lat = append(lat, max(received[id].Sub(w.commits[i]), 0))
-	}
-	sortDurations(lat)
+	lat := receiptLatencies(f, w)
 	sortDurations(w.rtt)
 	p50, p99, pmax := percentile(lat, 0.50), percentile(lat, 0.99), lat[len(lat)-1]
 	reached := w.rate() / float64(c.rate)
 	n := float64(len(lat))
 	daemonUS, dbUS := (cpu1-cpu0)/n*1e6, (db1-db0)/n*1e6
-	r.note("%s: the daemon used %.0f µs of CPU and PostgreSQL %.0f µs per row exported (writers' inserts included in the latter)", c.row, daemonUS, dbUS)
+	reqs := f.Stats().Requests
+	r.note("%s: the daemon used %.0f µs of CPU and PostgreSQL %.0f µs per row exported (writers' inserts included in the latter), in %d requests (%.1f rows each)",
+		c.row, daemonUS, dbUS, reqs, n/float64(max(reqs, 1)))
 	return Row{
 		Scenario: c.row,
 		Measured: fmt.Sprintf("p50 %s, p99 %s, max %s; writers %s/s", ms(p50), ms(p99), ms(pmax), count(w.rate())),
@@ -220,6 +221,24 @@ func (r *runner) receiptCase(ctx context.Context, c receiptCase) (Row, error) {
 			"daemon_cpu_us_per_row": daemonUS, "db_cpu_us_per_row": dbUS,
 		},
 	}, nil
+}
+
+// receiptLatencies is each row's time from its writer's commit to its
+// first acceptance at the fake, sorted.
+func receiptLatencies(f *fake, w writeResult) []time.Duration {
+	received := map[int64]time.Time{}
+	for _, dl := range f.Deliveries() {
+		if _, ok := received[dl.ID]; !ok {
+			received[dl.ID] = dl.At
+		}
+	}
+	lat := make([]time.Duration, 0, len(w.ids))
+	for i, id := range w.ids {
+		// The exporter can see a commit before the writer's call returns.
+		lat = append(lat, max(received[id].Sub(w.commits[i]), 0))
+	}
+	sortDurations(lat)
+	return lat
 }
 
 // warmUp writes one row with insert and waits until the fake has it.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/syncer-dev/syncer/internal/bench"
 )
@@ -93,4 +94,20 @@ func (c *BenchWebhooksClientCmd) Run(ctx context.Context, env *Env) error {
 	}
 	_, err = fmt.Fprintf(env.Stdout, "%f %f\n", rate, cpu)
 	return err
+}
+
+// BenchPollerCmd is the plain polling exporter the bench's receipt rows
+// measure the daemon's CPU against, run by the bench as a process of its
+// own, as the daemon is. Hidden: it is the bench's, not a user's.
+type BenchPollerCmd struct {
+	DatabaseURL string        `name:"database-url" required:"" help:"The scratch schema's database URL (its search_path names the schema)."`
+	URL         string        `name:"url" required:"" help:"The fake third party's URL."`
+	Every       time.Duration `name:"every" default:"20ms" help:"How often it looks."`
+}
+
+// Run exports rows until SIGTERM.
+func (c *BenchPollerCmd) Run(ctx context.Context, _ *Env) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return bench.PlainPoller(ctx, c.DatabaseURL, c.URL, c.Every)
 }

@@ -58,6 +58,7 @@ type CLI struct {
 	Bench          BenchCmd               `cmd:"" help:"Measure throughput, latency, writer overhead and memory against baselines from the same run."`
 	Soak           SoakCmd                `cmd:"" help:"Run a seeded chaos soak of real daemons against a PostgreSQL of its own, and check every promise (make soak)."`
 	BenchWebhooks  BenchWebhooksClientCmd `cmd:"" name:"bench-webhooks-client" hidden:"" help:"The plain client the bench's webhooks row compares with (run by syncer bench)."`
+	BenchPoller    BenchPollerCmd         `cmd:"" name:"bench-poller" hidden:"" help:"The plain polling exporter the bench's receipt rows compare with (run by syncer bench)."`
 }
 
 // Env is what a command gets besides its flags.

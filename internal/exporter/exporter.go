@@ -66,10 +66,10 @@ type Config struct {
 	// LockBusySnooze is how long a job snoozes when another session holds the
 	// export lock. Defaults to LockBusySnoozeDefault.
 	LockBusySnooze time.Duration
-	// HotPoll is how long a job that has drained its feed waits, after a
-	// look that found nothing, before it looks again while writes are
-	// flowing; after a look that found rows it looks again at once.
-	// Defaults to HotPollDefault.
+	// HotPoll is how often a job that has drained its feed looks again
+	// while writes are flowing: HotPoll after its last look started (at
+	// once if that look's pass took longer), and HotPoll after a look that
+	// found nothing. Defaults to HotPollDefault.
 	HotPoll time.Duration
 	// HotLinger is how long a job keeps polling after it last found a
 	// row, before it opens the gate and waits for notifications. Defaults to

@@ -97,7 +97,7 @@ rounds:
 
 		// Hot: writes may be flowing; poll instead of making every writer
 		// notify.
-		lastFound, lastYieldCheck := e.now(), time.Time{}
+		lastFound, lastYieldCheck, lastLook := e.now(), time.Time{}, e.now()
 		for e.since(lastFound) < e.cfg.HotLinger {
 			if e.isStopping() {
 				return total, nil
@@ -111,10 +111,11 @@ rounds:
 					return total, err
 				}
 			}
-			woken, err := e.lingerWait(ctx, w, e.hotWait(n))
+			woken, err := e.lingerWait(ctx, w, e.hotWait(n, lastLook))
 			if err != nil {
 				return total, err
 			}
+			lastLook = e.now()
 			if n, err = f.poll(ctx, woken); err != nil {
 				return total + n, err
 			}
@@ -212,16 +213,22 @@ func (e *Exporter) lingerWait(ctx context.Context, w *waker, d time.Duration) (b
 }
 
 // hotWait is how long a hot job waits before its next poll, having found
-// n rows in the last one: none after a poll that found rows, since more
-// may have come while they were pushed, and HotPoll after one that found
-// none. So batches grow with the rate (what came during one push is the
-// next batch), never the wait. Waiting longer the more rows came (up to
-// ten times HotPoll, as before issue 32) fed itself above 8/HotPoll rows a
-// second (1,600 at 5 ms): a longer wait found more rows, which made the
-// next wait longer, up to 50 ms, and latency jumped tenfold.
-func (e *Exporter) hotWait(n int) time.Duration {
+// n rows in the poll that started at lastLook: a poll that found rows is
+// followed by the next HotPoll after it started, at once if it took
+// longer, and an empty one by a wait of HotPoll. So batches grow with the
+// rate (what came during one pass is the next batch) and the wait never
+// does. Waiting longer the more rows came (up to ten times HotPoll, as
+// before issue 32) fed itself above 8/HotPoll rows a second (1,600 at
+// 5 ms): a longer wait found more rows, which made the next wait longer,
+// up to 50 ms, and latency jumped tenfold. Looking again at once after
+// rows did not feed itself, but at a few rows a look it made a pass for
+// every row or two: 300 passes a second at 500 rows a second, each
+// costing what a plain poller's look costs (docs/benchmarks.md, "A look
+// every HotPoll"), where one every 5 ms gave three rows a look for 1.5 ms
+// more p50.
+func (e *Exporter) hotWait(n int, lastLook time.Time) time.Duration {
 	if n > 0 {
-		return 0
+		return max(e.cfg.HotPoll-e.since(lastLook), 0)
 	}
 	return e.cfg.HotPoll
 }
