@@ -194,6 +194,8 @@ func TestRunSettings(t *testing.T) {
 		{"zero workers", []string{"--workers", "0"}, "--workers (SYNCER_WORKERS) must be positive, got 0"},
 		{"negative rate", []string{"--rate-limit=-1"}, "--rate-limit (SYNCER_RATE_LIMIT) must not be negative"},
 		{"zero timeout", []string{"--request-timeout", "0s"}, "--request-timeout (SYNCER_REQUEST_TIMEOUT) must be positive, got 0s"},
+		{"zero hot poll", []string{"--hot-poll", "0s"}, "--hot-poll (SYNCER_HOT_POLL) must be above 0 and at most 100ms, got 0s"},
+		{"long hot poll", []string{"--hot-poll", "1s"}, "--hot-poll (SYNCER_HOT_POLL) must be above 0 and at most 100ms, got 1s"},
 		{"empty HTTP address", []string{"--http-addr", ""}, "--http-addr (SYNCER_HTTP_ADDR): want host:port or \"off\""},
 		{"bad HTTP address", []string{"--http-addr", "localhost"}, "--http-addr (SYNCER_HTTP_ADDR): want host:port"},
 	} {
@@ -210,7 +212,7 @@ func TestHelpShowsDefaultsFromConstantsAndWarnsAboutFlags(t *testing.T) {
 	t.Parallel()
 	r := run(t.Context(), "run", "--help")
 	require.Equal(t, 0, r.code, r.stderr)
-	for _, want := range []string{"--batch-size=500", `--http-addr="127.0.0.1:8080"`, "--shutdown-timeout=30s", "--backoff-max-elapsed=1m ",
+	for _, want := range []string{"--batch-size=500", `--http-addr="127.0.0.1:8080"`, "--shutdown-timeout=30s", "--backoff-max-elapsed=1m ", "--hot-poll=5ms",
 		"off serves nothing", "(flags show in ps)", "--thirdparty-token-file", "--database-url-file"} {
 		require.Contains(t, r.stdout, want)
 	}

@@ -49,6 +49,7 @@ type RunCmd struct {
 	ReplayShare        float64       `name:"replay-share" env:"SYNCER_REPLAY_SHARE" default:"${replay_share}" help:"Least share of the batches a replay gets while live rows keep arriving (above 0, at most 1)."`
 	MaxItemBytes       int           `name:"max-item-bytes" env:"SYNCER_MAX_ITEM_BYTES" default:"${max_item_bytes}" help:"A row whose payload is larger is never sent: it is recorded failed, with the reason."`
 	TombstoneRetention time.Duration `name:"tombstone-retention" env:"SYNCER_TOMBSTONE_RETENTION" default:"${tombstone_retention}" help:"How long a delivered tombstone is kept, so a replay of its range sends the delete again."`
+	HotPoll            time.Duration `name:"hot-poll" env:"SYNCER_HOT_POLL" default:"${hot_poll}" help:"How often a job looks for new rows while writes flow, from one look to the next (at most ${hot_poll_max}). Shorter lowers latency and costs more CPU a row; longer makes batches of more rows."`
 
 	// tokenFromFile is set once the token file was read: kong may
 	// validate twice.
@@ -134,6 +135,9 @@ func (c *RunCmd) Validate() error {
 	if err := notNegative(c, "RateLimit"); err != nil {
 		return err
 	}
+	if !(c.HotPoll > 0 && c.HotPoll <= hotPollMax) {
+		return usagef("%s must be above 0 and at most %s, got %s", setting(c, "HotPoll"), durationText(hotPollMax), durationText(c.HotPoll))
+	}
 	if !(c.ReplayShare > 0 && c.ReplayShare <= 1) {
 		return usagef("%s must be above 0 and at most 1, got %v", setting(c, "ReplayShare"), c.ReplayShare)
 	}
@@ -149,6 +153,10 @@ func validHTTPURL(raw string) bool {
 	u, err := url.Parse(raw)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
+
+// hotPollMax bounds --hot-poll well under the hot linger (500 ms): a job
+// that waited longer between looks would stop lingering between two.
+const hotPollMax = 100 * time.Millisecond
 
 // Run runs the daemon until SIGTERM or SIGINT.
 func (c *RunCmd) Run(ctx context.Context, env *Env) error {
@@ -216,6 +224,7 @@ func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env)
 			BatchMaxBytes: c.BatchMaxBytes,
 			MaxItemBytes:  c.MaxItemBytes,
 			ReplayShare:   c.ReplayShare,
+			HotPoll:       c.HotPoll,
 		},
 		Sources:            srcs,
 		TombstoneRetention: c.TombstoneRetention,
