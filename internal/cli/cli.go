@@ -99,7 +99,7 @@ func vars() kong.Vars {
 		"max_in_flight":        strconv.Itoa(delivery.MaxInFlightDefault),
 		"max_retry_after":      durationText(delivery.MaxRetryAfterDefault),
 		"hot_poll":             durationText(exporter.HotPollDefault),
-		"hot_poll_max":         durationText(hotPollMax),
+		"hot_poll_max":         durationText(exporter.HotPollMax),
 		"replay_share":         strconv.FormatFloat(exporter.ReplayShareDefault, 'f', -1, 64),
 		"max_item_bytes":       strconv.Itoa(feed.MaxItemBytesDefault),
 		"tombstone_retention":  durationText(resources.TombstoneRetentionDefault),

@@ -135,8 +135,8 @@ func (c *RunCmd) Validate() error {
 	if err := notNegative(c, "RateLimit"); err != nil {
 		return err
 	}
-	if !(c.HotPoll > 0 && c.HotPoll <= hotPollMax) {
-		return usagef("%s must be above 0 and at most %s, got %s", setting(c, "HotPoll"), durationText(hotPollMax), durationText(c.HotPoll))
+	if !(c.HotPoll > 0 && c.HotPoll <= exporter.HotPollMax) {
+		return usagef("%s must be above 0 and at most %s, got %s", setting(c, "HotPoll"), durationText(exporter.HotPollMax), durationText(c.HotPoll))
 	}
 	if !(c.ReplayShare > 0 && c.ReplayShare <= 1) {
 		return usagef("%s must be above 0 and at most 1, got %v", setting(c, "ReplayShare"), c.ReplayShare)
@@ -153,10 +153,6 @@ func validHTTPURL(raw string) bool {
 	u, err := url.Parse(raw)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
-
-// hotPollMax bounds --hot-poll well under the hot linger (500 ms): a job
-// that waited longer between looks would stop lingering between two.
-const hotPollMax = 100 * time.Millisecond
 
 // Run runs the daemon until SIGTERM or SIGINT.
 func (c *RunCmd) Run(ctx context.Context, env *Env) error {

@@ -55,6 +55,10 @@ const (
 	MaxLingeringDefault       = 2
 )
 
+// HotPollMax is the longest HotPoll a setting may ask for: well under
+// HotLingerDefault, or a job would stop lingering between two looks.
+const HotPollMax = HotLingerDefault / 5
+
 // Config configures an Exporter.
 type Config struct {
 	// BatchSize is the most items a batch of any feed holds, unless a
