@@ -298,6 +298,10 @@ type refusal struct {
 	state    refusalState
 	until    time.Time // nothing is sent before it; then one probe goes
 	err      error
+	// storm marks a rejection storm's hold: an answer that rejects every
+	// item it carried says nothing new, and only one that accepts an
+	// item ends it (an answer at all ends the others).
+	storm bool
 }
 
 type refusalState int
@@ -483,6 +487,14 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 		}
 	}
 	workers := min(len(reqs), d.cfg.MaxInFlight)
+	if d.refusing() {
+		// A refused destination's next request is its probe, and the
+		// others are turned away at once: were they sent alongside it,
+		// the first turned away would cancel the probe, and the hold
+		// would never end. One at a time, the probe goes first and the
+		// rest follow only once it is accepted.
+		workers = 1
+	}
 	var admitErr error
 	if admit {
 		admitErr = d.admit(cctx, workers, func() bool { return next.Load() >= int64(len(reqs)) }, &wg, work)
@@ -794,8 +806,14 @@ func (d *Deliverer) send(ctx context.Context, key string, r *thirdparty.Request,
 		done(errNotCounted)
 	}
 	d.breakerChanged(ctx)
-	d.observe(ctx, key, sentAt, res, err)
+	d.observe(ctx, key, sentAt, res, err, acceptsAny(res, len(r.Items)))
 	return res, err, false
+}
+
+// acceptsAny reports whether an answer accepted any of the n items its
+// request carried: not when it rejected or left pending every one.
+func acceptsAny(res *thirdparty.Result, n int) bool {
+	return res == nil || len(res.Rejected)+len(res.Pending) < max(n, 1)
 }
 
 // countsAsFailure says whether a push error is a transient failure of the

@@ -101,6 +101,17 @@ func (d *Deliverer) checkRefusals() error {
 	return nil
 }
 
+// refusing reports whether a refusal stands: the next request that may go
+// is a probe.
+func (d *Deliverer) refusing() bool {
+	if !d.held.Load() {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.creds.state == refusalStanding || d.conf.state == refusalStanding
+}
+
 // refused records a refusal (401/403, or a redirect/404/410), logs it once
 // per transition across daemons, and returns the *WaitError for the caller.
 func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.Error, msg string) error {
@@ -108,6 +119,7 @@ func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.E
 	d.mu.Lock()
 	local := r.state != refusalStanding
 	r.state, r.until, r.err = refusalStanding, d.now().Add(d.cfg.AuthProbeInterval), err
+	r.storm = errors.Is(tpErr, ErrRejectionStorm)
 	d.held.Store(true)
 	d.mu.Unlock()
 	d.setRefusalMetric(r, true)
@@ -131,9 +143,11 @@ func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.E
 	return &WaitError{Err: err, Wait: d.cfg.AuthProbeInterval}
 }
 
-// accepted ends the refusals after an accepted request. The first success
-// of a process also clears a refusal an earlier process left recorded.
-func (d *Deliverer) accepted(ctx context.Context) {
+// accepted ends the refusals after an answered request; a rejection
+// storm's only when the answer accepted an item (acceptedAny). The first
+// success of a process also clears a refusal an earlier process left
+// recorded.
+func (d *Deliverer) accepted(ctx context.Context, acceptedAny bool) {
 	if !d.held.Load() {
 		return // nothing is refused: the common case, once per accepted request
 	}
@@ -146,7 +160,11 @@ func (d *Deliverer) accepted(ctx context.Context) {
 	for _, r := range []*refusal{&d.creds, &d.conf} {
 		d.mu.Lock()
 		prev := r.state
-		r.state, r.until, r.err = refusalNone, time.Time{}, nil
+		if prev == refusalStanding && r.storm && !acceptedAny {
+			d.mu.Unlock()
+			continue // the storm goes on: every item rejected again
+		}
+		r.state, r.until, r.err, r.storm = refusalNone, time.Time{}, nil, false
 		d.heldLocked(d.now())
 		d.mu.Unlock()
 		if prev == refusalNone {
@@ -280,7 +298,7 @@ func (d *Deliverer) setPause(ctx context.Context, until time.Time, cause error, 
 // observe takes in what an answer says beyond its items: its status for
 // the metrics, a quota, a 429's pause or the rate to slow down to, the
 // last error.
-func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, res *thirdparty.Result, err error) {
+func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, res *thirdparty.Result, err error, acceptedAny bool) {
 	var tpErr *thirdparty.Error
 	errors.As(err, &tpErr)
 	status := 0
@@ -321,7 +339,7 @@ func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, r
 
 	if err == nil {
 		d.metrics.LastSuccess(d.now())
-		d.accepted(ctx)
+		d.accepted(ctx, acceptedAny)
 		d.succeeded(ctx)
 		d.rateChanged(ctx, d.pacer.succeeded(sentAt))
 		return

@@ -331,3 +331,58 @@ func latestText(f *fakethirdparty.Server) map[string]int64 {
 	}
 	return out
 }
+
+// TestStormProbeGoesAlone: a destination held for a rejection storm sends
+// one request as its probe, and a batch of many requests (one per item,
+// Standard Webhooks) sends the others only once the probe is accepted. A
+// sibling request turned away while the probe is out must not cancel it:
+// the hold would then never end.
+func TestStormProbeGoesAlone(t *testing.T) {
+	t.Parallel()
+	tc := formatCases[3]
+	fakeCfg := fakethirdparty.Config{Format: tc.name, SigningSecret: "whsec_bmV3IHNlY3JldCBvZiB0aGUgcmVjZWl2ZXI=", SignatureStatus: http.StatusBadRequest}
+	fake := fakethirdparty.New(fakeCfg)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	f, err := formats.New(&tc.spec, installation)
+	require.NoError(t, err)
+	const probeEvery = 50 * time.Millisecond
+	d := newDeliverer(t, newClient(t, srv.URL+tc.path, ""), nil, &delivery.Config{
+		Format: f, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, BreakerFailures: 1000,
+		MaxInFlight: 8, AuthProbeInterval: probeEvery,
+	})
+	batchOf := func(from int) delivery.Batch {
+		items := make([]thirdparty.Item, 5)
+		for i := range items {
+			items[i] = thirdparty.Item{ID: strconv.Itoa(from + i), Version: 1, Payload: json.RawMessage(`{"i":1}`)}
+		}
+		return delivery.Batch{Items: items, Time: time.Unix(1, 0)}
+	}
+	// Three batches rejected whole for one reason make the storm.
+	var err2 error
+	for i := range 3 {
+		_, err2 = d.Deliver(t.Context(), batchOf(i*5+1))
+		require.Error(t, err2)
+	}
+	require.ErrorIs(t, err2, delivery.ErrRejectionStorm)
+
+	// Held: each probe is one request, still rejected.
+	for range 3 {
+		time.Sleep(probeEvery + 10*time.Millisecond)
+		before := fake.Stats().Requests
+		_, err := d.Deliver(t.Context(), batchOf(1))
+		require.ErrorIs(t, err, delivery.ErrRejectionStorm)
+		require.Equal(t, before+1, fake.Stats().Requests, "a held destination is sent one request, the probe")
+	}
+
+	// The secret fixed: the next probe is accepted, and the rest of its
+	// batch follows it.
+	fakeCfg.SigningSecret = testSecret
+	fake.SetConfig(fakeCfg)
+	time.Sleep(probeEvery + 10*time.Millisecond)
+	out, err := d.Deliver(t.Context(), batchOf(1))
+	require.NoError(t, err)
+	require.Len(t, out.Accepted, 5)
+	require.Len(t, fake.Latest(), 5)
+}
