@@ -299,13 +299,6 @@ func (r *runner) writerOverhead(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	defer plain.drop(ctx)
-	r.progressf("   plain: %d writers for %s, no triggers, no daemon", writers, dur)
-	base, err := write(ctx, plain.pool, writers, 0, dur, plainInsert, false)
-	if err != nil {
-		return nil, err
-	}
-	plain.drop(ctx)
-
 	shut, err := r.newScratch(ctx, "overhead-triggers", false)
 	if err != nil {
 		return nil, err
@@ -314,11 +307,25 @@ func (r *runner) writerOverhead(ctx context.Context) ([]Row, error) {
 	if _, err := shut.pool.Exec(ctx, `UPDATE syncer_gate SET armed = false`); err != nil {
 		return nil, err
 	}
-	r.progressf("   triggers: %d writers for %s, triggers on, gate shut as while draining", writers, dur)
-	trig, err := write(ctx, shut.pool, writers, 0, dur, plainInsert, false)
-	if err != nil {
-		return nil, err
+	// Alternated, as the source writers are: one run of each, one after
+	// the other, moved by 0.1x from run to run on this machine (a stall of
+	// its disk, the tables' growth), more than the triggers' own cost.
+	var base, trig writeResult
+	for i := range r.sourceSizes().repeats {
+		r.progressf("   plain %d: %d writers for %s, no triggers, no daemon", i+1, writers, dur)
+		w, err := write(ctx, plain.pool, writers, 0, dur, plainInsert, false)
+		if err != nil {
+			return nil, err
+		}
+		base.rows, base.took = base.rows+w.rows, base.took+w.took
+		r.progressf("   triggers %d: %d writers for %s, triggers on, gate shut as while draining", i+1, writers, dur)
+		w, err = write(ctx, shut.pool, writers, 0, dur, plainInsert, false)
+		if err != nil {
+			return nil, err
+		}
+		trig.rows, trig.took = trig.rows+w.rows, trig.took+w.took
 	}
+	plain.drop(ctx)
 	shut.drop(ctx)
 
 	st, err := r.startStack(ctx, "overhead")
