@@ -406,18 +406,30 @@ func (r *runner) memory(ctx context.Context) ([]Row, error) {
 func (s *scratch) waitIdle(ctx context.Context, limit time.Duration) (string, error) {
 	deadline := time.Now().Add(limit)
 	for {
+		// The daemon's start inserts a job of resources (the relay's
+		// kick), which lingers: until it is there, the daemon is not idle
+		// yet, and a burst counted from after it would be taken by that
+		// job and count 0 jobs.
 		var states []string
+		var kicked bool
 		rows, err := s.pool.Query(ctx, `SELECT state::text || ' (attempt ' || attempt || ')' FROM river_job WHERE kind = $1
 			AND args->>'source' = $2 AND state IN ('available', 'pending', 'scheduled', 'retryable', 'running')`,
 			jobs.ExportArgs{}.Kind(), jobs.Resources)
 		if err == nil {
 			states, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
+		if err == nil {
+			err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM river_job WHERE kind = $1 AND args->>'source' = $2)`,
+				jobs.ExportArgs{}.Kind(), jobs.Resources).Scan(&kicked)
+		}
 		if err != nil {
 			return "", fmt.Errorf("bench: wait for an idle daemon: %w", err)
 		}
-		if len(states) == 0 {
+		if len(states) == 0 && kicked {
 			return "", nil
+		}
+		if !kicked {
+			states = []string{"no job of resources yet"}
 		}
 		if time.Now().After(deadline) {
 			return strings.Join(states, ", "), nil
@@ -431,13 +443,9 @@ func (s *scratch) waitIdle(ctx context.Context, limit time.Duration) (string, er
 }
 
 // idleWait is how long a burst waits for an idle daemon: longer than the
-// exporter's hot and cold lingers (0.5 s + 5 s) at full size.
-func (r *runner) idleWait() time.Duration {
-	if r.cfg.Size == SizeTiny {
-		return 2 * time.Second
-	}
-	return 8 * time.Second
-}
+// exporter's hot and cold lingers (0.5 s + 5 s), which the start's job
+// spends at every size.
+func (r *runner) idleWait() time.Duration { return 8 * time.Second }
 
 func (s *scratch) maxJobID(ctx context.Context) (int64, error) {
 	var id int64
@@ -512,8 +520,10 @@ func (r *runner) jobEconomy(ctx context.Context) ([]Row, error) {
 		Baseline: "recipe: 10,000 (one per insert)",
 		Figure:   fmt.Sprintf("%.1f per 10,000 inserts", per10k),
 		Target:   "<= 20",
-		Pass:     per10k <= 20,
-		Values:   map[string]float64{"inserts": float64(n), "jobs": float64(b.jobs), "jobs_per_10k": per10k, "export_s": b.exported.Seconds()},
+		// One job is the least any burst takes: at a tiny size it is
+		// more than 20 per 10,000.
+		Pass:   per10k <= 20 || b.jobs <= 1,
+		Values: map[string]float64{"inserts": float64(n), "jobs": float64(b.jobs), "jobs_per_10k": per10k, "export_s": b.exported.Seconds()},
 	}, {
 		Scenario: "job economy: lock wait",
 		Measured: fmt.Sprintf("%.2f s waiting on advisory locks", b.lockWaitS),
