@@ -1,6 +1,7 @@
 package delivery_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,21 +50,26 @@ var formatCases = []formatCase{
 	{"custom", "/crm/v3/objects/contacts", formats.Spec{Name: "custom", Custom: hubspot}},
 }
 
-// formatSetup starts the fake speaking tc's format and a Deliverer in it.
-func formatSetup(t *testing.T, tc formatCase, fakeCfg fakethirdparty.Config) (*fakethirdparty.Server, *delivery.Deliverer) {
+// formatSetup starts the fake speaking tc's format (with testSecret
+// unless fakeCfg names another) and a Deliverer in it; tweaks change the
+// Deliverer's configuration.
+func formatSetup(t *testing.T, tc formatCase, fakeCfg fakethirdparty.Config, tweaks ...func(*delivery.Config)) (*fakethirdparty.Server, *delivery.Deliverer) {
 	t.Helper()
-	fakeCfg.Format, fakeCfg.SigningSecret = tc.name, testSecret
+	fakeCfg.Format, fakeCfg.SigningSecret = tc.name, cmp.Or(fakeCfg.SigningSecret, testSecret)
 	fake := fakethirdparty.New(fakeCfg)
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 	f, err := formats.New(&tc.spec, installation)
 	require.NoError(t, err)
-	d := newDeliverer(t, newClient(t, srv.URL+tc.path, ""), nil, &delivery.Config{
+	cfg := &delivery.Config{
 		Format: f, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, BreakerFailures: 1000,
 		MaxInFlight: 8,
-	})
-	return fake, d
+	}
+	for _, tweak := range tweaks {
+		tweak(cfg)
+	}
+	return fake, newDeliverer(t, newClient(t, srv.URL+tc.path, ""), nil, cfg)
 }
 
 const oddKey = "a/b c?#%é"
@@ -340,18 +346,10 @@ func latestText(f *fakethirdparty.Server) map[string]int64 {
 func TestStormProbeGoesAlone(t *testing.T) {
 	t.Parallel()
 	tc := formatCases[3]
+	// The receiver's secret is not the one the deliverer signs with.
 	fakeCfg := fakethirdparty.Config{Format: tc.name, SigningSecret: "whsec_bmV3IHNlY3JldCBvZiB0aGUgcmVjZWl2ZXI=", SignatureStatus: http.StatusBadRequest}
-	fake := fakethirdparty.New(fakeCfg)
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	t.Cleanup(fake.Close)
-	f, err := formats.New(&tc.spec, installation)
-	require.NoError(t, err)
 	const probeEvery = 50 * time.Millisecond
-	d := newDeliverer(t, newClient(t, srv.URL+tc.path, ""), nil, &delivery.Config{
-		Format: f, BackoffInitial: time.Millisecond, BackoffMax: 5 * time.Millisecond, BreakerFailures: 1000,
-		MaxInFlight: 8, AuthProbeInterval: probeEvery,
-	})
+	fake, d := formatSetup(t, tc, fakeCfg, func(c *delivery.Config) { c.AuthProbeInterval = probeEvery })
 	batchOf := func(from int) delivery.Batch {
 		items := make([]thirdparty.Item, 5)
 		for i := range items {
