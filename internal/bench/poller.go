@@ -35,6 +35,7 @@ func PlainPoller(ctx context.Context, dsn, url string, every time.Duration) erro
 	if err != nil {
 		return err
 	}
+	defer client.Close()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -43,7 +44,7 @@ func PlainPoller(ctx context.Context, dsn, url string, every time.Duration) erro
 			return nil
 		case <-t.C:
 		}
-		if _, err := exportOnce(ctx, conn, client, 500, "plain-poller"); err != nil && ctx.Err() == nil {
+		if err := exportOnce(ctx, conn, client, 500, "plain-poller"); err != nil && ctx.Err() == nil {
 			return err
 		}
 	}

@@ -119,18 +119,54 @@ func (r *runner) receipt(ctx context.Context) ([]Row, error) {
 	return rows, nil
 }
 
+// receiptBed is what a run of a receipt case writes into, whoever exports
+// it: the fake that takes its rows, a scratch schema, and the writers'
+// pool.
+type receiptBed struct {
+	total int // rows the case writes
+	f     *fake
+	s     *scratch
+	pool  *pgxpool.Pool
+}
+
+func (r *runner) newReceiptBed(ctx context.Context, c receiptCase) (_ *receiptBed, err error) {
+	b := &receiptBed{total: int(float64(c.rate) * r.receiptFor().Seconds())}
+	defer func() {
+		if err != nil {
+			b.close(ctx)
+		}
+	}()
+	if b.f, err = startFake(b.total); err != nil {
+		return nil, err
+	}
+	if b.s, err = r.newScratch(ctx, "receipt", false); err != nil {
+		return nil, err
+	}
+	if b.pool, err = r.pool(ctx, b.s.name, int32(c.writers+2)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *receiptBed) close(ctx context.Context) {
+	if b.pool != nil {
+		b.pool.Close()
+	}
+	if b.s != nil {
+		b.s.drop(ctx)
+	}
+	if b.f != nil {
+		b.f.close()
+	}
+}
+
 func (r *runner) receiptCase(ctx context.Context, c receiptCase) (Row, error) {
-	total := int(float64(c.rate) * r.receiptFor().Seconds())
-	f, err := startFake(total)
+	b, err := r.newReceiptBed(ctx, c)
 	if err != nil {
 		return Row{}, err
 	}
-	defer f.close()
-	s, err := r.newScratch(ctx, "receipt", false)
-	if err != nil {
-		return Row{}, err
-	}
-	defer s.drop(ctx)
+	defer b.close(ctx)
+	total, f, s, pool := b.total, b.f, b.s, b.pool
 	insert, settings := plainInsert, []string(nil)
 	if c.source {
 		dir, err := os.MkdirTemp("", "syncer-bench-")
@@ -149,11 +185,6 @@ func (r *runner) receiptCase(ctx context.Context, c receiptCase) (Row, error) {
 		// The configuration alone: resources not exported.
 		settings = []string{"--config", path, "--thirdparty-url="}
 	}
-	pool, err := r.pool(ctx, s.name, int32(c.writers+2))
-	if err != nil {
-		return Row{}, err
-	}
-	defer pool.Close()
 	profile := r.cfg.ProfileDir != ""
 	d, err := r.startDaemon(ctx, s, f, profile, settings...)
 	if err != nil {

@@ -25,22 +25,12 @@ type pollerRun struct {
 // of its own, where the daemon would be: the same fake, writers, warm-up
 // and window of CPU time.
 func (r *runner) receiptPoller(ctx context.Context, c receiptCase) (pollerRun, error) {
-	total := int(float64(c.rate) * r.receiptFor().Seconds())
-	f, err := startFake(total)
+	b, err := r.newReceiptBed(ctx, c)
 	if err != nil {
 		return pollerRun{}, err
 	}
-	defer f.close()
-	s, err := r.newScratch(ctx, "receipt", false)
-	if err != nil {
-		return pollerRun{}, err
-	}
-	defer s.drop(ctx)
-	pool, err := r.pool(ctx, s.name, int32(c.writers+2))
-	if err != nil {
-		return pollerRun{}, err
-	}
-	defer pool.Close()
+	defer b.close(ctx)
+	total, f, s, pool := b.total, b.f, b.s, b.pool
 	stderr := &tailBuffer{max: 16 << 10}
 	cmd := exec.CommandContext(ctx, r.cfg.Binary, "bench-poller", "--database-url", s.dsn, "--url", f.url,
 		"--every", pollerEvery.String())

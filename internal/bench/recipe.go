@@ -58,19 +58,18 @@ func (w *recipeWorker) Work(ctx context.Context, _ *river.Job[RecipeArgs]) error
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, w.lockKey)
 	}()
-	_, err = exportOnce(ctx, conn, w.client, w.batch, "recipe")
-	return err
+	return exportOnce(ctx, conn, w.client, w.batch, "recipe")
 }
 
 // exportOnce is one look of a plain exporter, the recipe's job body and
 // the plain poller's tick alike: it selects up to batch unsynced rows of
-// resources on db, pushes them under a key of installation's, marks the
-// accepted ones synced, and returns how many rows it read.
-func exportOnce(ctx context.Context, db resources.DB, client *thirdparty.Client, batch int, installation string) (int, error) {
+// resources on db, pushes them under a key of installation's and marks the
+// accepted ones synced.
+func exportOnce(ctx context.Context, db resources.DB, client *thirdparty.Client, batch int, installation string) error {
 	rows, err := db.Query(ctx, `SELECT id::text, version, payload FROM resources
 		WHERE synced_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $1`, batch)
 	if err != nil {
-		return 0, fmt.Errorf("plain exporter: select: %w", err)
+		return fmt.Errorf("plain exporter: select: %w", err)
 	}
 	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (thirdparty.Item, error) {
 		var it thirdparty.Item
@@ -78,10 +77,10 @@ func exportOnce(ctx context.Context, db resources.DB, client *thirdparty.Client,
 		return it, err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("plain exporter: select: %w", err)
+		return fmt.Errorf("plain exporter: select: %w", err)
 	}
 	if len(items) == 0 {
-		return 0, nil
+		return nil
 	}
 	body := thirdparty.AppendBatch(nil, items)
 	ids := make([]string, len(items))
@@ -90,7 +89,7 @@ func exportOnce(ctx context.Context, db resources.DB, client *thirdparty.Client,
 	}
 	res, err := client.PushBody(ctx, thirdparty.BatchKey(installation, "", body), body, ids)
 	if err != nil {
-		return 0, fmt.Errorf("plain exporter: push: %w", err)
+		return fmt.Errorf("plain exporter: push: %w", err)
 	}
 	rejected := map[string]bool{}
 	for _, rj := range res.Rejected {
@@ -101,15 +100,15 @@ func exportOnce(ctx context.Context, db resources.DB, client *thirdparty.Client,
 		if !rejected[it.ID] {
 			id, err := strconv.ParseInt(it.ID, 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("plain exporter: id %q: %w", it.ID, err)
+				return fmt.Errorf("plain exporter: id %q: %w", it.ID, err)
 			}
 			acc.Add(id, it.Version)
 		}
 	}
 	if _, err := resources.MarkSynced(ctx, db, acc); err != nil {
-		return 0, fmt.Errorf("plain exporter: mark: %w", err)
+		return fmt.Errorf("plain exporter: mark: %w", err)
 	}
-	return len(items), nil
+	return nil
 }
 
 // recipe is a running recipe: its River client and the pool it works on.
