@@ -42,6 +42,9 @@ type batch struct {
 	// the third party, so it stays recorded until it is marked, even if
 	// this run never sends it.
 	resent bool
+	// inherited marks a batch an earlier pass sent and left unmarked
+	// (carried): this pass writes its outcome and does not count it again.
+	inherited bool
 }
 
 func (b *batch) record() checkpoint.Batch {
@@ -130,6 +133,9 @@ type rejectedNote struct {
 //     every batch answered since the last one was handed over, forget their
 //     records, and record the batches read since. Up to two are in flight;
 //     each commits only if the one before it did (see marker).
+//   - A carrying pass (a poll's) ends without the transaction that would
+//     write only its last outcomes: they go in the next pass's first one,
+//     with its first record (see carried).
 type pipeline struct {
 	e  *Exporter
 	lk *locks.Lock
@@ -146,14 +152,26 @@ type pipeline struct {
 	serial bool
 	// start is the position before the first batch read.
 	start int64
+	// carried are batches an earlier pass of the same feed sent and left
+	// unmarked: their outcomes go in this pass's first marker
+	// transaction. With carry set, the batches this pass has answered
+	// when it ends are left so, for the next pass (see carried).
+	carried []*batch
+	carry   bool
 
 	res pushedCounts
 }
 
-// pushedCounts is what a pipeline marked.
+// pushedCounts is what a pipeline marked (or carried, answered).
 type pushedCounts struct {
 	rows, batches int
 	position      int64
+}
+
+func (c *pushedCounts) add(b *batch) {
+	c.rows += len(b.items)
+	c.batches++
+	c.position = max(c.position, b.position)
 }
 
 // markerDepth is how many marker transactions are in flight at most: one
@@ -176,14 +194,19 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 	}
 	var (
 		queue      = initial // read, not yet sent; in order
-		held       = len(initial)
+		held       = len(initial) + len(p.carried)
 		inflight   int
-		answered   []*batch
-		markerTxs  int   // handed to the marker and not yet reported
-		halt       error // first error: nothing more is read or sent
+		answered   = p.carried
+		inherited  = len(p.carried) // answered batches of an earlier pass, not yet handed to the marker
+		markerTxs  int              // handed to the marker and not yet reported
+		halt       error            // first error: nothing more is read or sent
 		markFailed bool
 		sentUpTo   = p.start // the position after the last batch sent
 	)
+	for _, b := range p.carried {
+		b.inherited = true
+	}
+	p.carried = nil
 	results := make(chan pushed, limit)
 	ctxDone := ctx.Done()
 	// The marker keeps up to markerDepth transactions in flight (see
@@ -215,6 +238,16 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		}
 		readCh = nil
 	}
+	// An earlier pass's outcomes wait for this pass's first read, so that
+	// they share a transaction with its record: one round trip and one
+	// commit a look, where they took two.
+	firstRead := inherited > 0 && readCh != nil
+	// finished: nothing more to read or send, every push answered. A
+	// carrying pass then leaves its own answered batches for the next.
+	finished := func() bool {
+		return halt == nil && readCh == nil && len(queue) == 0 && inflight == 0
+	}
+	carryOut := func() bool { return p.carry && inherited == 0 && len(answered) > 0 && finished() }
 
 	for {
 		if halt == nil && stop != nil && stop() {
@@ -225,8 +258,10 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		// while the last transaction committed then share the next one.
 		// Each transaction costs a round trip and a commit whatever it
 		// holds, and the marker is the pipeline's serial stage.
-		waiting := (readCh != nil && held < limit+readAhead && len(readCh) > 0) || len(results) > 0
-		if !waiting && markerTxs < markerDepth && !markFailed && (len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
+		waiting := (readCh != nil && held < limit+readAhead && len(readCh) > 0) || len(results) > 0 ||
+			(firstRead && halt == nil && held < limit+readAhead)
+		if !waiting && markerTxs < markerDepth && !markFailed && !carryOut() &&
+			(len(answered) > 0 || (halt == nil && hasUnrecorded(queue))) {
 			var recs []*batch
 			if halt == nil {
 				for _, b := range queue {
@@ -238,7 +273,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			}
 			markerTxs++
 			reqs <- markReq{marks: answered, records: recs}
-			answered = nil
+			answered, inherited = nil, 0
 		}
 		// Send what is recorded, in order, within the limit.
 		for halt == nil && inflight < limit && len(queue) > 0 && queue[0].seq != 0 {
@@ -253,7 +288,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		}
 		// After a failed mark (the lock is lost) answered batches stay
 		// unmarked and recorded: the next holder resends them.
-		if inflight == 0 && markerTxs == 0 && (len(answered) == 0 || markFailed) && (halt != nil || (readCh == nil && len(queue) == 0)) {
+		if inflight == 0 && markerTxs == 0 && (len(answered) == 0 || markFailed || carryOut()) && (halt != nil || (readCh == nil && len(queue) == 0)) {
 			break
 		}
 		// Read more while the batches held stay within bounds.
@@ -263,6 +298,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		}
 		select {
 		case f, ok := <-in:
+			firstRead = false
 			switch {
 			case !ok:
 				readCh = nil
@@ -299,10 +335,10 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 				b.seq = m.seqs[i]
 			}
 			for _, b := range m.marks {
-				p.res.rows += len(b.items)
-				p.res.batches++
-				p.res.position = max(p.res.position, b.position)
 				held--
+				if !b.inherited {
+					p.res.add(b)
+				}
 			}
 		case <-ctxDone:
 			// Pushes end by themselves with the context; keep waiting
@@ -312,6 +348,15 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		}
 	}
 	stopMarker()
+	if carryOut() {
+		// Sent, answered and still recorded: the next pass writes their
+		// outcomes, or the job's end does (flushCarried). Counted here,
+		// as marked batches are.
+		for _, b := range answered {
+			p.res.add(b)
+		}
+		p.carried = answered
+	}
 	// Batches recorded and never sent are forgotten, and the position goes
 	// back to the last batch sent: they are read again (and keyed the same
 	// if nothing changed) rather than resent.
@@ -375,12 +420,29 @@ func (p *pipeline) push(ctx context.Context, b *batch) (*delivery.Outcome, error
 // exhausted, maxBatches were read (0: no limit), or until has passed
 // (zero: never).
 func (e *Exporter) pass(ctx context.Context, lk *locks.Lock, t target, startAfter int64, maxBatches int, until time.Time) (passResult, error) {
+	return e.carryingPass(ctx, lk, t, startAfter, maxBatches, until, nil)
+}
+
+// carryingPass is pass, with c (when not nil) the batches an earlier pass
+// of t's feed left unmarked: this one writes their outcomes with its first
+// record and reads past their items. With c.on, it leaves in c what it
+// has answered at its end (see carried).
+func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, startAfter int64, maxBatches int, until time.Time, c *carried) (passResult, error) {
 	p := t.pipeline(e, lk)
 	p.start, p.res.position = startAfter, startAfter
-	rd := e.startReader(ctx, t.feed, startAfter, maxBatches, until)
+	var skip sentItems
+	if c != nil {
+		p.carried, p.carry = c.batches, c.on
+		skip = sentIn(c.batches)
+		c.batches = nil
+	}
+	rd := e.startReader(ctx, t.feed, startAfter, maxBatches, until, skip)
 	// The reader closes its channel at the end of the feed, at
 	// maxBatches or at until; only the first means the pass is done.
 	err := p.run(ctx, nil, rd, e.isStopping)
+	if c != nil {
+		c.batches = p.carried
+	}
 	res := passResult{rows: p.res.rows, batches: p.res.batches, position: p.res.position}
 	if err == nil {
 		res.done = (maxBatches == 0 || p.res.batches < maxBatches) && (until.IsZero() || e.now().Before(until))

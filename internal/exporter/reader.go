@@ -2,7 +2,10 @@ package exporter
 
 import (
 	"context"
+	"slices"
 	"time"
+
+	"github.com/syncer-dev/syncer/internal/feed"
 )
 
 // reader reads a feed's batches ahead of the pushers, in the feed's order.
@@ -20,8 +23,10 @@ type fetched struct {
 // startReader reads f after startAfter until the feed is exhausted,
 // maxBatches were read (0: no limit) or until has passed (zero: never).
 // One batch waits in the channel while the next is read; the pipeline
-// bounds what it holds beyond that.
-func (e *Exporter) startReader(ctx context.Context, f Feed, startAfter int64, maxBatches int, until time.Time) *reader {
+// bounds what it holds beyond that. Items in skip (at their version) are
+// left out of the batches: an earlier pass sent them and their outcomes
+// are not written yet.
+func (e *Exporter) startReader(ctx context.Context, f Feed, startAfter int64, maxBatches int, until time.Time, skip sentItems) *reader {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &reader{ch: make(chan fetched, 1), cancel: cancel, done: make(chan struct{})}
 	cur := f.Open(startAfter)
@@ -35,6 +40,9 @@ func (e *Exporter) startReader(ctx context.Context, f Feed, startAfter int64, ma
 			page, err := cur.Next(rctx)
 			if err == nil && page.Empty() {
 				return
+			}
+			if err == nil && skip.leaveOut(&page) {
+				continue
 			}
 			var fe fetched
 			if err != nil {
@@ -61,4 +69,47 @@ func (r *reader) stop() {
 	for range r.ch {
 	}
 	<-r.done
+}
+
+// sentItems are the items of batches sent and answered whose outcomes are
+// not written yet, by id and version: they still read as pending, and
+// must not go again under another key. A later version of the same id is
+// a change of its own, and goes.
+type sentItems map[sentItem]struct{}
+
+type sentItem struct {
+	id      string
+	version int64
+}
+
+// sentIn returns the items of bs, and nil when they hold none.
+func sentIn(bs []*batch) sentItems {
+	var s sentItems
+	for _, b := range bs {
+		for _, it := range b.items {
+			s = s.add(it.ID, it.Version)
+		}
+		for _, o := range b.oversize {
+			s = s.add(o.ID, o.Version)
+		}
+	}
+	return s
+}
+
+func (s sentItems) add(id string, version int64) sentItems {
+	if s == nil {
+		s = sentItems{}
+	}
+	s[sentItem{id, version}] = struct{}{}
+	return s
+}
+
+// leaveOut removes s's items from p and reports whether nothing is left.
+func (s sentItems) leaveOut(p *feed.Page) bool {
+	if len(s) == 0 {
+		return false
+	}
+	p.Items = slices.DeleteFunc(p.Items, func(it feed.Item) bool { _, ok := s[sentItem{it.ID, it.Version}]; return ok })
+	p.Oversize = slices.DeleteFunc(p.Oversize, func(o feed.Oversize) bool { _, ok := s[sentItem{o.ID, o.Version}]; return ok })
+	return p.Empty()
 }

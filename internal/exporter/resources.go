@@ -124,7 +124,7 @@ func (e *Exporter) drainLive(ctx context.Context, r *run, o drainOpts) (int, err
 		if !o.deadline.IsZero() && o.deadline.Before(until) {
 			until = o.deadline
 		}
-		res, ok, err := e.turnPass(ctx, r, live, feed.Start, o.maxBatches, until)
+		res, ok, err := e.turnPass(ctx, r, live, feed.Start, o.maxBatches, until, o.once)
 		total += res.rows
 		if err != nil || !ok || res.rows == 0 || o.maxBatches > 0 || o.once {
 			return total, err
@@ -205,7 +205,7 @@ func (e *Exporter) replay(ctx context.Context, r *run, rp replays.Replay) (int, 
 			return total, err
 		}
 		chunkStart := e.now()
-		res, ok, err := e.turnPass(ctx, r, t, after, e.cfg.ReplayChunkBatches, time.Time{})
+		res, ok, err := e.turnPass(ctx, r, t, after, e.cfg.ReplayChunkBatches, time.Time{}, false)
 		total += res.rows
 		if ok {
 			e.logger.DebugContext(ctx, "exporter: replay chunk", slog.Int64("replay_id", rp.ID), slog.Int("rows", res.rows),

@@ -76,7 +76,7 @@ func (s *configuredSource) drain(e *Exporter, r *run) (func(context.Context) (in
 				}
 				snapshotDone = done
 			}
-			res, ok, err := e.turnPass(ctx, r, live, feed.Start, 0, e.now().Add(e.cfg.PassLength))
+			res, ok, err := e.turnPass(ctx, r, live, feed.Start, 0, e.now().Add(e.cfg.PassLength), false)
 			n += res.rows
 			if err != nil {
 				return n, err
@@ -105,7 +105,7 @@ func (s *configuredSource) drain(e *Exporter, r *run) (func(context.Context) (in
 			snapshotDone = false
 			return drain(ctx)
 		}
-		res, _, err := e.turnPass(ctx, r, live, feed.Start, 0, e.now().Add(e.cfg.PassLength))
+		res, _, err := e.turnPass(ctx, r, live, feed.Start, 0, e.now().Add(e.cfg.PassLength), true)
 		return res.rows, err
 	}
 	return drain, poll

@@ -74,6 +74,36 @@ type run struct {
 	// t is the job's turn at its destination's lock (turns.go).
 	t       *turn
 	started time.Time
+	// carried is what the job's last pass left unmarked.
+	carried carried
+}
+
+// carried are the batches a job's poll sent, had answered and left
+// recorded and unmarked when it ended: the job's next pass writes their
+// outcomes in the transaction that records its own first batch (and
+// reads past their items), so a look costs one transaction where it
+// cost two (docs/design.md, "A look's outcomes wait for the next look").
+// A crash meanwhile loses nothing: recorded, they are resent under their
+// keys with their bodies, as any batch answered and not marked is.
+type carried struct {
+	// on lets the pass under way leave its answered batches here.
+	on bool
+	// t is the target whose pass left them: a pass of another feed
+	// writes them first, alone (flushCarried).
+	t       target
+	batches []*batch
+}
+
+// flushCarried writes the outcomes of the batches r's last pass left. The
+// job's end calls it, cancelled or not: what the third party answered is
+// written while the lock is held.
+func (e *Exporter) flushCarried(ctx context.Context, r *run) error {
+	if len(r.carried.batches) == 0 {
+		return nil
+	}
+	p := r.carried.t.pipeline(e, r.lk)
+	p.carried, r.carried.batches = r.carried.batches, nil
+	return p.run(context.WithoutCancel(ctx), nil, nil, nil)
 }
 
 // work takes the source's lock (busy: snooze, never wait), resends its
@@ -167,6 +197,9 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 			return false, err
 		},
 	})
+	if ferr := e.flushCarried(ctx, r); ferr != nil && err == nil {
+		err = fmt.Errorf("exporter: write the last look's outcomes: %w", ferr)
+	}
 	return lockCause(lk, err)
 }
 
@@ -178,7 +211,15 @@ const yieldChecks = 5
 // pass makes one pass over t's feed after startAfter in the job's turn
 // at its destination, and gives the turn to a job here that waits for it.
 // ok is false when the turn is another job's: nothing was read.
-func (e *Exporter) turnPass(ctx context.Context, r *run, t target, startAfter int64, maxBatches int, until time.Time) (res passResult, ok bool, err error) {
+//
+// With carry, the pass may leave its last answered batches unmarked for
+// the job's next pass (a poll's: the next look is due within HotPoll).
+func (e *Exporter) turnPass(ctx context.Context, r *run, t target, startAfter int64, maxBatches int, until time.Time, carry bool) (res passResult, ok bool, err error) {
+	if len(r.carried.batches) > 0 && r.carried.t.feed.Checkpoint() != t.feed.Checkpoint() {
+		if err := e.flushCarried(ctx, r); err != nil {
+			return res, false, err
+		}
+	}
 	dctx, err := r.t.take(ctx)
 	if errors.Is(err, locks.ErrLockBusy) {
 		return res, false, nil
@@ -186,7 +227,8 @@ func (e *Exporter) turnPass(ctx context.Context, r *run, t target, startAfter in
 	if err != nil {
 		return res, false, err
 	}
-	res, err = e.pass(dctx, r.lk, t, startAfter, maxBatches, until)
+	r.carried.on, r.carried.t = carry, t
+	res, err = e.carryingPass(dctx, r.lk, t, startAfter, maxBatches, until, &r.carried)
 	err = r.t.cause(err)
 	r.t.handOver(ctx)
 	return res, true, err
