@@ -116,3 +116,56 @@ func TestCarriedOutcomesBeforeAnotherFeed(t *testing.T) {
 	require.Empty(t, r.carried.batches)
 	require.Equal(t, 2, b.count(t, "synced_at IS NOT NULL"))
 }
+
+// A poll that finds more than a page goes through the pipeline from the
+// page it read: every row once, the last batch carried.
+func TestPollOfManyPagesCarriesItsLastBatch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setupPipeline(t, Config{BatchSize: 10})
+	r := b.run(t)
+	b.insert(t, 3)
+	_, _, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	require.NoError(t, err)
+	b.insert(t, 25)
+
+	res, _, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	require.NoError(t, err)
+	require.Equal(t, 25, res.rows)
+	require.True(t, res.done)
+	calls, _, overlaps, unrecorded := b.pusher.snapshot()
+	require.Zero(t, overlaps)
+	require.Zero(t, unrecorded)
+	require.Len(t, calls, 4, "the first look's batch, then 25 rows in three")
+	require.NotEmpty(t, r.carried.batches)
+	require.NoError(t, b.e.flushCarried(ctx, r))
+	require.Equal(t, 28, b.count(t, "synced_at IS NOT NULL"))
+	require.Empty(t, b.recorded(t))
+	b.pusher.mu.Lock()
+	defer b.pusher.mu.Unlock()
+	for id, vs := range b.pusher.sent {
+		require.Len(t, vs, 1, "id %s sent once", id)
+	}
+}
+
+// A look whose batch is recorded as the daemon stops sends nothing: the
+// record is forgotten, and the carried outcomes are written.
+func TestLookStoppingAfterItsRecordSendsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setupPipeline(t, Config{BatchSize: 10})
+	r := b.run(t)
+	b.insert(t, 2)
+	_, _, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	require.NoError(t, err)
+	b.insert(t, 2)
+
+	b.e.Shutdown()
+	_, _, err = b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	require.ErrorIs(t, err, errStopping)
+	calls, _, _, _ := b.pusher.snapshot()
+	require.Len(t, calls, 1, "nothing sent after the stop")
+	require.Equal(t, 2, b.count(t, "synced_at IS NOT NULL"), "the carried outcomes went with the record")
+	require.Empty(t, b.recorded(t), "the unsent record is forgotten")
+	require.Empty(t, r.carried.batches)
+}

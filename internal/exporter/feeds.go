@@ -40,6 +40,9 @@ type Cursor interface {
 	// Next returns the next page; an empty one (feed.Page.Empty) ends the
 	// pass.
 	Next(ctx context.Context) (feed.Page, error)
+	// Ended reports whether the last page read reached the feed's end:
+	// the next Next returns an empty page without reading.
+	Ended() bool
 }
 
 // Destination is where a feed's batches go: a configured destination or
@@ -92,6 +95,8 @@ type rowsCursor struct {
 	after int64
 	end   bool // the last page reached the feed's end
 }
+
+func (c *rowsCursor) Ended() bool { return c.end }
 
 func (c *rowsCursor) Next(ctx context.Context) (feed.Page, error) {
 	if c.end {
@@ -178,6 +183,8 @@ type sourceCursor struct {
 	after *string // nil before the first key
 	end   bool    // the last page reached the feed's end
 }
+
+func (c *sourceCursor) Ended() bool { return c.end }
 
 func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
 	if c.end {

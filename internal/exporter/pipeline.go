@@ -436,10 +436,25 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		skip = sentIn(c.batches)
 		c.batches = nil
 	}
-	rd := e.startReader(ctx, t.feed, startAfter, maxBatches, until, skip)
-	// The reader closes its channel at the end of the feed, at
-	// maxBatches or at until; only the first means the pass is done.
-	err := p.run(ctx, nil, rd, e.isStopping)
+	cur := t.feed.Open(startAfter)
+	var err error
+	if p.carry {
+		// A poll: its first read is made here, and a look that finds
+		// one page, the end of its feed, goes no further than lookOnce.
+		var first *feed.Page
+		var more bool
+		first, more, err = p.look(ctx, cur, skip)
+		if err == nil && more {
+			rd := e.startReader(ctx, t.feed, cur, first, maxBatches, until, skip)
+			err = p.run(ctx, nil, rd, e.isStopping)
+		}
+	} else {
+		rd := e.startReader(ctx, t.feed, cur, nil, maxBatches, until, skip)
+		// The reader closes its channel at the end of the feed, at
+		// maxBatches or at until; only the first means the pass is
+		// done.
+		err = p.run(ctx, nil, rd, e.isStopping)
+	}
 	if c != nil {
 		c.batches = p.carried
 	}

@@ -20,29 +20,35 @@ type fetched struct {
 	err error
 }
 
-// startReader reads f after startAfter until the feed is exhausted,
-// maxBatches were read (0: no limit) or until has passed (zero: never).
-// One batch waits in the channel while the next is read; the pipeline
-// bounds what it holds beyond that. Items in skip (at their version) are
-// left out of the batches: an earlier pass sent them and their outcomes
-// are not written yet.
-func (e *Exporter) startReader(ctx context.Context, f Feed, startAfter int64, maxBatches int, until time.Time, skip sentItems) *reader {
+// startReader reads cur, a cursor of feed f, until the feed is exhausted,
+// maxBatches were read (0: no limit) or until has passed (zero: never);
+// first, when not nil, is a page already read from it, sent first. One
+// batch waits in the channel while the next is read; the pipeline bounds
+// what it holds beyond that. Items in skip (at their version) are left out
+// of the batches: an earlier pass sent them and their outcomes are not
+// written yet.
+func (e *Exporter) startReader(ctx context.Context, f Feed, cur Cursor, first *feed.Page, maxBatches int, until time.Time, skip sentItems) *reader {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &reader{ch: make(chan fetched, 1), cancel: cancel, done: make(chan struct{})}
-	cur := f.Open(startAfter)
 	go func() {
 		defer close(r.done)
 		defer close(r.ch)
 		for n := 0; maxBatches == 0 || n < maxBatches; n++ {
-			if !until.IsZero() && e.now().After(until) {
+			if first == nil && !until.IsZero() && e.now().After(until) {
 				return
 			}
-			page, err := cur.Next(rctx)
-			if err == nil && page.Empty() {
-				return
-			}
-			if err == nil && skip.leaveOut(&page) {
-				continue
+			var page feed.Page
+			var err error
+			if first != nil {
+				page, first = *first, nil
+			} else {
+				page, err = cur.Next(rctx)
+				if err == nil && page.Empty() {
+					return
+				}
+				if err == nil && skip.leaveOut(&page) {
+					continue
+				}
 			}
 			var fe fetched
 			if err != nil {
