@@ -152,6 +152,15 @@ func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 // (locks.Pipe). bs[i].Name is ignored: a call records one
 // checkpoint's batches.
 func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]int64) {
+	QueueRecordAdvancing(b, name, lastID, bs, seqs, Progress{})
+}
+
+// QueueRecordAdvancing is QueueRecord that also adds p, the counts of
+// batches of the same checkpoint marked in the same transaction, in the
+// statement that moves its position (QueueAdvance's work): the
+// checkpoint's row is written once a transaction, where a look that
+// writes outcomes and a record wrote it twice.
+func QueueRecordAdvancing(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]int64, p Progress) {
 	if len(bs) == 0 {
 		return
 	}
@@ -173,15 +182,20 @@ func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]in
 		*seqs = got
 		return nil
 	}
-	queueExec(b, "position "+name, positionSQL, name, lastID)
+	queueExec(b, "position "+name, positionSQL, name, lastID, p.Rows, p.Batches, p.Failed)
 }
 
 const recordSQL = `INSERT INTO syncer_batches (checkpoint, key, salt, items, body, recorded_at)
 	SELECT $1, k, s, n, b, t FROM unnest($2::text[], $3::text[], $4::int[], $5::bytea[], $6::timestamptz[]) WITH ORDINALITY AS u(k, s, n, b, t, o)
 	ORDER BY o RETURNING seq`
 
-const positionSQL = `INSERT INTO syncer_checkpoints AS c (name, last_id) VALUES ($1, $2)
-	ON CONFLICT (name) DO UPDATE SET last_id = EXCLUDED.last_id, updated_at = now()`
+const positionSQL = `INSERT INTO syncer_checkpoints AS c (name, last_id, rows_done, batches_done, rows_failed)
+	VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (name) DO UPDATE SET last_id = EXCLUDED.last_id,
+		rows_done = c.rows_done + EXCLUDED.rows_done,
+		batches_done = c.batches_done + EXCLUDED.batches_done,
+		rows_failed = c.rows_failed + EXCLUDED.rows_failed,
+		updated_at = now()`
 
 // queueExec adds a statement whose error is wrapped with what it did.
 func queueExec(b *pgx.Batch, what, sql string, args ...any) {

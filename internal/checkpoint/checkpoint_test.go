@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -218,4 +219,28 @@ func TestQueueRecordOfNothingQueuesNothing(t *testing.T) {
 	var seqs []int64
 	checkpoint.QueueRecord(b, checkpoint.Live, 1, nil, &seqs)
 	require.Zero(t, b.Len())
+}
+
+// A record that advances adds the marked batches' counts in the statement
+// that moves the position: both land, whether the row existed or not.
+func TestRecordAdvancingAddsTheCounts(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	ctx := t.Context()
+	for i, lastID := range []int64{4, 9} {
+		var seqs []int64
+		b := &pgx.Batch{}
+		checkpoint.QueueRecordAdvancing(b, checkpoint.Live, lastID,
+			[]checkpoint.Batch{{Key: fmt.Sprint("k", i), Salt: "s", Items: 1, Body: []byte("{}")}}, &seqs,
+			checkpoint.Progress{Rows: 3, Failed: 1, Batches: 2})
+		send(t, pool, b)
+		require.Len(t, seqs, 1)
+	}
+	cp, err := checkpoint.Get(ctx, pool, checkpoint.Live)
+	require.NoError(t, err)
+	require.Equal(t, int64(9), cp.LastID)
+	require.Equal(t, int64(6), cp.RowsDone)
+	require.Equal(t, int64(2), cp.RowsFailed)
+	require.Equal(t, int64(4), cp.BatchesDone)
+	require.Equal(t, 2, cp.InFlight)
 }

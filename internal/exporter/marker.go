@@ -191,6 +191,13 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 	if outcomesOnly {
 		send = pipe.SendChained
 	}
+	// Every batch of one pipeline's reads belongs to one checkpoint: its
+	// counts go with the record's position, in one write of its row.
+	recName := ""
+	if len(r.records) > 0 {
+		recName = r.records[0].name
+	}
+	var recProgress checkpoint.Progress
 	err := send(mctx, func(qb *pgx.Batch) error {
 		if outcomesOnly {
 			qb.Queue(lazyCommitSQL)
@@ -201,19 +208,21 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 				return err
 			}
 			checkpoint.QueueForget(qb, g.seqs)
-			checkpoint.QueueAdvance(qb, name, checkpoint.Progress{
-				Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches,
-			})
+			progress := checkpoint.Progress{Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches}
+			if name == recName {
+				recProgress = progress
+				continue
+			}
+			checkpoint.QueueAdvance(qb, name, progress)
 		}
 		if len(r.records) == 0 {
 			return nil
 		}
-		// Every batch of one pipeline's reads belongs to one checkpoint.
 		recs := make([]checkpoint.Batch, len(r.records))
 		for i, b := range r.records {
 			recs[i] = b.record()
 		}
-		checkpoint.QueueRecord(qb, r.records[0].name, r.records[len(r.records)-1].position, recs, seqs)
+		checkpoint.QueueRecordAdvancing(qb, recName, r.records[len(r.records)-1].position, recs, seqs, recProgress)
 		return nil
 	})
 	if err != nil {
