@@ -11,6 +11,26 @@ import (
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 
+// poll makes one of r's polls of resources: a carrying pass.
+func (b *pipelineBundle) poll(t *testing.T, r *run) (passResult, error) {
+	t.Helper()
+	res, ok, err := b.e.turnPass(t.Context(), r, b.rows(), feed.Start, 0, time.Time{}, true)
+	require.True(t, ok, "the destination's turn is the job's")
+	return res, err
+}
+
+// sentOnceEach requires every id sent at most once at each version.
+func (b *pipelineBundle) sentOnceEach(t *testing.T) {
+	t.Helper()
+	b.pusher.mu.Lock()
+	defer b.pusher.mu.Unlock()
+	for id, vs := range b.pusher.sent {
+		for i := 1; i < len(vs); i++ {
+			require.Less(t, vs[i-1], vs[i], "id %s sent once at each version", id)
+		}
+	}
+}
+
 // A poll's answered batch stays recorded and unmarked; the next poll reads
 // past its items at their versions (a row changed meanwhile goes again,
 // at its new version), writes its outcomes with its own record, and the
@@ -22,9 +42,8 @@ func TestCarriedOutcomesGoWithTheNextLook(t *testing.T) {
 	r := b.run(t)
 	b.insert(t, 3)
 
-	res, ok, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	res, err := b.poll(t, r)
 	require.NoError(t, err)
-	require.True(t, ok)
 	require.Equal(t, 3, res.rows, "rows answered count, written or carried")
 	calls, _, _, _ := b.pusher.snapshot()
 	require.Len(t, calls, 1)
@@ -40,9 +59,8 @@ func TestCarriedOutcomesGoWithTheNextLook(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `UPDATE resources SET payload = '{"changed": true}'
 		WHERE id = (SELECT min(id) FROM resources) RETURNING id`).Scan(&changed))
 
-	res, ok, err = b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	res, err = b.poll(t, r)
 	require.NoError(t, err)
-	require.True(t, ok)
 	require.Equal(t, 3, res.rows, "the carried rows are not counted again")
 	calls, _, overlaps, unrecorded := b.pusher.snapshot()
 	require.Zero(t, overlaps)
@@ -64,14 +82,7 @@ func TestCarriedOutcomesGoWithTheNextLook(t *testing.T) {
 	require.Empty(t, r.carried.batches)
 	require.Equal(t, 5, b.count(t, "synced_at IS NOT NULL"), "the job's end writes the last outcomes")
 	require.Empty(t, b.recorded(t))
-
-	b.pusher.mu.Lock()
-	defer b.pusher.mu.Unlock()
-	for id, vs := range b.pusher.sent {
-		for i := 1; i < len(vs); i++ {
-			require.Less(t, vs[i-1], vs[i], "id %s sent once at each version", id)
-		}
-	}
+	b.sentOnceEach(t)
 }
 
 // A job that dies with a batch carried leaves it recorded: the next holder
@@ -82,7 +93,7 @@ func TestCarriedBatchIsResentAfterACrash(t *testing.T) {
 	b := setupPipeline(t, Config{BatchSize: 10})
 	r := b.run(t)
 	b.insert(t, 4)
-	_, _, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	_, err := b.poll(t, r)
 	require.NoError(t, err)
 	require.Len(t, r.carried.batches, 1)
 	first, _, _, _ := b.pusher.snapshot()
@@ -105,7 +116,7 @@ func TestCarriedOutcomesBeforeAnotherFeed(t *testing.T) {
 	b := setupPipeline(t, Config{BatchSize: 10})
 	r := b.run(t)
 	b.insert(t, 2)
-	_, _, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	_, err := b.poll(t, r)
 	require.NoError(t, err)
 	require.Len(t, r.carried.batches, 1)
 
@@ -125,11 +136,11 @@ func TestPollOfManyPagesCarriesItsLastBatch(t *testing.T) {
 	b := setupPipeline(t, Config{BatchSize: 10})
 	r := b.run(t)
 	b.insert(t, 3)
-	_, _, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	_, err := b.poll(t, r)
 	require.NoError(t, err)
 	b.insert(t, 25)
 
-	res, _, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	res, err := b.poll(t, r)
 	require.NoError(t, err)
 	require.Equal(t, 25, res.rows)
 	require.True(t, res.done)
@@ -141,27 +152,22 @@ func TestPollOfManyPagesCarriesItsLastBatch(t *testing.T) {
 	require.NoError(t, b.e.flushCarried(ctx, r))
 	require.Equal(t, 28, b.count(t, "synced_at IS NOT NULL"))
 	require.Empty(t, b.recorded(t))
-	b.pusher.mu.Lock()
-	defer b.pusher.mu.Unlock()
-	for id, vs := range b.pusher.sent {
-		require.Len(t, vs, 1, "id %s sent once", id)
-	}
+	b.sentOnceEach(t)
 }
 
 // A look whose batch is recorded as the daemon stops sends nothing: the
 // record is forgotten, and the carried outcomes are written.
 func TestLookStoppingAfterItsRecordSendsNothing(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	b := setupPipeline(t, Config{BatchSize: 10})
 	r := b.run(t)
 	b.insert(t, 2)
-	_, _, err := b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	_, err := b.poll(t, r)
 	require.NoError(t, err)
 	b.insert(t, 2)
 
 	b.e.Shutdown()
-	_, _, err = b.e.turnPass(ctx, r, b.rows(), feed.Start, 0, time.Time{}, true)
+	_, err = b.poll(t, r)
 	require.ErrorIs(t, err, errStopping)
 	calls, _, _, _ := b.pusher.snapshot()
 	require.Len(t, calls, 1, "nothing sent after the stop")
