@@ -123,7 +123,9 @@ type Source struct {
 	Snapshot                string  `json:"snapshot"`
 	// SnapshotPercent is the snapshot's progress, -1 when unknown.
 	SnapshotPercent float64 `json:"snapshot_percent"`
-	// InFlight counts its batches recorded and not yet answered.
+	// InFlight counts its batches recorded and not yet marked: sent and
+	// unanswered, or answered within the last look (a hot poll writes
+	// their outcomes with its next record, a HotPoll later).
 	InFlight int `json:"batches_in_flight"`
 	// Error says why the daemon stopped exporting the source (its table
 	// no longer matches its configuration).
@@ -155,7 +157,8 @@ type Destination struct {
 	Paused *breakerstore.Hold `json:"paused,omitempty"`
 	Rate   *breakerstore.Rate `json:"learned_rate,omitempty"`
 	// InFlight counts the batches of its sources recorded and not yet
-	// answered: its requests in flight.
+	// marked: its requests in flight, and for a HotPoll after its
+	// answer a hot poll's last batch (see Source.InFlight).
 	InFlight  int                     `json:"requests_in_flight"`
 	LastError *breakerstore.LastError `json:"last_error,omitempty"`
 	// Certificate is the first of its tls files' certificates to end, when
