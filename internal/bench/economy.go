@@ -98,13 +98,27 @@ func (r *runner) syncerBurst(ctx context.Context, label string, n int) (burstRes
 	if err != nil {
 		return res, err
 	}
+	r.progressf("   %s: %s inserts from %d connections, daemon idle", label, count(float64(n)), r.sizes.Writers)
+	if res, err = r.timeBurst(ctx, s, f, n, plainInsert); err != nil {
+		return res, err
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'source' = $3 AND id > $2`,
+		jobs.ExportArgs{}.Kind(), before, jobs.Resources).Scan(&res.jobs); err != nil {
+		return res, fmt.Errorf("bench: count jobs: %w", err)
+	}
+	return res, d.stop()
+}
+
+// timeBurst writes n rows with insert from the writers into s and waits
+// until f has them all, sampling the sessions' lock waits meanwhile.
+func (r *runner) timeBurst(ctx context.Context, s *scratch, f *fake, n int, insert insertFunc) (burstResult, error) {
+	var res burstResult
 	sampler, err := r.sampleLockWaits(ctx, s.name)
 	if err != nil {
 		return res, err
 	}
-	r.progressf("   %s: %s inserts from %d connections, daemon idle", label, count(float64(n)), r.sizes.Writers)
 	start := time.Now()
-	res.writers, err = write(ctx, s.pool, r.sizes.Writers, int64(n), 0, plainInsert, false)
+	res.writers, err = write(ctx, s.pool, r.sizes.Writers, int64(n), 0, insert, false)
 	if err != nil {
 		sampler.stop()
 		return res, err
@@ -115,11 +129,7 @@ func (r *runner) syncerBurst(ctx context.Context, label string, n int) (burstRes
 		return res, err
 	}
 	res.exported = end.Sub(start)
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'source' = $3 AND id > $2`,
-		jobs.ExportArgs{}.Kind(), before, jobs.Resources).Scan(&res.jobs); err != nil {
-		return res, fmt.Errorf("bench: count jobs: %w", err)
-	}
-	return res, d.stop()
+	return res, nil
 }
 
 func (r *runner) jobEconomy(ctx context.Context) ([]Row, error) {

@@ -240,23 +240,10 @@ func (r *runner) recipeBurst(ctx context.Context, n int) (burstResult, error) {
 	}
 	// Let the client settle (leadership, first fetch) before the burst.
 	time.Sleep(time.Second)
-	sampler, err := r.sampleLockWaits(ctx, s.name)
-	if err != nil {
-		return res, err
-	}
 	r.progressf("   recipe burst: %s inserts with jobs from %d connections", count(float64(n)), r.sizes.Writers)
-	start := time.Now()
-	res.writers, err = write(ctx, s.pool, r.sizes.Writers, int64(n), 0, rc.insert, false)
-	if err != nil {
-		sampler.stop()
+	if res, err = r.timeBurst(ctx, s, f, n, rc.insert); err != nil {
 		return res, err
 	}
-	end, err := s.waitDrained(ctx, f.Server, int64(n), drainLimit(n))
-	res.lockWaitS = sampler.stop()
-	if err != nil {
-		return res, err
-	}
-	res.exported = end.Sub(start)
 	res.jobs = int64(n)
 	return res, nil
 }
