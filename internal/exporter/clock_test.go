@@ -83,6 +83,35 @@ func TestLingerTurnsColdAndEndsWhenNothingComes(t *testing.T) {
 	require.Equal(t, 1, armed, "the gate is open again once the job ends")
 }
 
+// What the last cold look carried is written before the job waits for a
+// notification, never left pending through ColdLinger.
+func TestLingerSettlesBeforeItWaitsCold(t *testing.T) {
+	t.Parallel()
+	clk := newStepClock(time.Second)
+	b := setupPipeline(t, Config{Now: clk.Now, HotLinger: 5 * time.Second, HotPoll: time.Millisecond,
+		ColdLinger: time.Millisecond, MaxRun: time.Hour})
+	a := b.e.awaken(jobs.Resources)
+	defer a.end()
+	var polls, settledAt []int
+	n := 0
+	f := &lingerFeed{
+		awake: a, lk: b.lk, started: clk.Now(),
+		drain: func(context.Context) (int, error) { return 0, nil },
+		poll: func(context.Context, bool) (int, error) {
+			n++
+			polls = append(polls, n)
+			return 0, nil
+		},
+		settle: func(context.Context) error {
+			settledAt = append(settledAt, n)
+			return nil
+		},
+	}
+	_, err := b.e.linger(t.Context(), f)
+	require.NoError(t, err)
+	require.Equal(t, []int{len(polls)}, settledAt, "settled once, after the last look, before the cold wait")
+}
+
 func TestLingerYieldsToAnotherSourceOfItsDestination(t *testing.T) {
 	t.Parallel()
 	clk := newStepClock(time.Second)

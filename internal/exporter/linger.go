@@ -53,6 +53,10 @@ type lingerFeed struct {
 	// notification (a source gives its destination's lock back).
 	// Optional.
 	cold func(ctx context.Context)
+	// settle writes what the last look left unmarked (carried) before
+	// the job waits longer than a look: its rows would read as pending
+	// for the whole wait. Optional.
+	settle func(ctx context.Context) error
 }
 
 // linger drains f, then lingers as the package comment of this file says,
@@ -162,6 +166,11 @@ rounds:
 			}
 			if woken {
 				continue rounds
+			}
+		}
+		if f.settle != nil {
+			if err := f.settle(ctx); err != nil {
+				return total, err
 			}
 		}
 		if f.cold != nil {

@@ -184,7 +184,8 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 		drain: drain, poll: poll,
 		// Gone cold, the job holds no turn: another source of the
 		// destination pushes while this one waits for a notification.
-		cold: func(ctx context.Context) { t.done(ctx) },
+		cold:   func(ctx context.Context) { t.done(ctx) },
+		settle: func(ctx context.Context) error { return e.flushCarried(ctx, r) },
 		yield: func(ctx context.Context) (bool, error) {
 			// Seen at yieldChecks checks in a row, about a second: a job
 			// of it that is only being fetched lingers here by then.
