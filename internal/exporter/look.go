@@ -33,10 +33,15 @@ func (p *pipeline) look(ctx context.Context, cur Cursor, skip sentItems) (first 
 		// The carried outcomes are still written.
 		return nil, false, cmp.Or(p.writeCarried(ctx), err)
 	}
-	if page.Empty() || (skip.leaveOut(&page) && cur.Ended()) {
+	if page.Empty() {
 		return nil, false, p.writeCarried(ctx)
 	}
-	if page.Empty() {
+	if skip.leaveOut(&page) {
+		// Only carried items: the rest of the feed, if any, is the
+		// pipeline's.
+		if cur.Ended() {
+			return nil, false, p.writeCarried(ctx)
+		}
 		return nil, true, nil
 	}
 	if !cur.Ended() || len(page.Items) == 0 {
