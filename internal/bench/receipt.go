@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -109,14 +110,39 @@ func (r *runner) receipt(ctx context.Context) ([]Row, error) {
 		rows = append(rows, same)
 	}
 	// The plain poller at the first case's rate, for the daemon's CPU.
-	p, err := r.receiptPoller(ctx, receiptCases[0])
+	p, err := r.receiptPoller(ctx, receiptCases[0], pollerEvery)
 	if err != nil {
 		return rows, fmt.Errorf("%s: %w", receiptCPURow, err)
 	}
-	if cpu, ok := receiptCPU(rows, p); ok {
+	cpu, ok := receiptCPU(rows, p)
+	if ok {
 		rows = append(rows, cpu)
 	}
+	// And at the daemon's own cadence: what a look every HotPoll costs any
+	// exporter, beside what syncer's costs (docs/benchmarks.md, "The plain
+	// poller at syncer's cadence").
+	every := daemonHotPoll()
+	same, err := r.receiptPoller(ctx, receiptCases[0], every)
+	if err != nil {
+		return rows, fmt.Errorf("%s: every %s: %w", receiptCPURow, every, err)
+	}
+	if ok && same.cpuUS > 0 {
+		res, src := cpu.Values["resources_ratio"]*p.cpuUS, cpu.Values["source_ratio"]*p.cpuUS
+		r.note("receipt: the plain poller every %s (the daemon's cadence): %.0f µs a row, p50 %s, p99 %s, %.1fx its CPU a row every %s; "+
+			"the daemon's %.2fx (resources) and %.2fx (a source) of it", every, same.cpuUS, ms(same.p50), ms(same.p99),
+			same.cpuUS/p.cpuUS, pollerEvery, res/same.cpuUS, src/same.cpuUS)
+	}
 	return rows, nil
+}
+
+// daemonHotPoll is the interval of the daemon's looks while writes flow:
+// SYNCER_HOT_POLL when the environment the daemon inherits sets it, else
+// the default.
+func daemonHotPoll() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SYNCER_HOT_POLL")); err == nil && d > 0 {
+		return d
+	}
+	return exporter.HotPollDefault
 }
 
 // receiptBed is what a run of a receipt case writes into, whoever exports

@@ -21,10 +21,10 @@ type pollerRun struct {
 	p50, p99 time.Duration
 }
 
-// receiptPoller runs case c (resources) with the plain poller, a process
-// of its own, where the daemon would be: the same fake, writers, warm-up
-// and window of CPU time.
-func (r *runner) receiptPoller(ctx context.Context, c receiptCase) (pollerRun, error) {
+// receiptPoller runs case c (resources) with the plain poller looking
+// every interval, a process of its own, where the daemon would be: the
+// same fake, writers, warm-up and window of CPU time.
+func (r *runner) receiptPoller(ctx context.Context, c receiptCase, every time.Duration) (pollerRun, error) {
 	b, err := r.newReceiptBed(ctx, c)
 	if err != nil {
 		return pollerRun{}, err
@@ -33,7 +33,7 @@ func (r *runner) receiptPoller(ctx context.Context, c receiptCase) (pollerRun, e
 	total, f, s, pool := b.total, b.f, b.s, b.pool
 	stderr := &tailBuffer{max: 16 << 10}
 	cmd := exec.CommandContext(ctx, r.cfg.Binary, "bench-poller", "--database-url", s.dsn, "--url", f.url,
-		"--every", pollerEvery.String())
+		"--every", every.String())
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Start(); err != nil {
 		return pollerRun{}, fmt.Errorf("bench: plain poller: %w", err)
@@ -61,7 +61,7 @@ func (r *runner) receiptPoller(ctx context.Context, c receiptCase) (pollerRun, e
 	if err := warmUp(ctx, pool, f, plainInsert, int64(total)+1); err != nil {
 		return pollerRun{}, fmt.Errorf("%w: %s", err, stderr.String())
 	}
-	r.progressf("   %s: plain poller (every %s, its own process), %d inserts/s for %s", receiptCPURow, pollerEvery, c.rate, r.receiptFor())
+	r.progressf("   %s: plain poller (every %s, its own process), %d inserts/s for %s", receiptCPURow, every, c.rate, r.receiptFor())
 	pid := strconv.Itoa(cmd.Process.Pid)
 	cpu0, err := procCPUSeconds(pid)
 	if err != nil {
