@@ -235,22 +235,27 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, bo
 	var arena []byte
 	type span struct{ start, end int }
 	var spans []span
-	if cap(out) == 0 {
-		// Room for a small page, grown by append: a hot poll reads one
-		// or two rows hundreds of times a second, and a buffer sized for
-		// a full batch at every poll (1,000 rows and their payloads) was
-		// a fifth of the daemon's CPU at 500 inserts a second, in the
-		// allocator and the collector. A full batch grows through four
-		// doublings, a small cost next to reading it.
-		out = make([]Row, 0, min(max(lim.Items, 1), smallPage))
-		spans = make([]span, 0, cap(out))
-	}
+	// The page's buffers are sized by its first row, whose cands bounds
+	// how many rows follow: a hot poll reads a few rows hundreds of times
+	// a second, and buffers sized for a full batch at every poll (1,000
+	// rows and their payloads) were a fifth of the daemon's CPU at 500
+	// inserts a second, in the allocator and the collector; sized for 64
+	// rows, half of everything the daemon allocated
+	// (docs/benchmarks.md, "A page's buffers, sized by its rows").
+	bound := 0
 	var stored int64
 	for rows.Next() {
 		var r Row
 		dest[0], dest[1], dest[2], dest[3], dest[4], dest[5] = &r.ID, &r.Version, &r.Deleted, &stored, nil, &cands
 		if err := rows.Scan(dest...); err != nil {
 			return nil, false, fmt.Errorf("resources: scan: %w", err)
+		}
+		if bound == 0 {
+			bound = int(min(max(cands, 1), int64(max(lim.Items, 1))))
+			if cap(out) == 0 {
+				out = make([]Row, 0, bound)
+				spans = make([]span, 0, bound)
+			}
 		}
 		raw := rows.RawValues()[4]
 		if rows.FieldDescriptions()[4].Format == pgx.BinaryFormatCode && len(raw) > 0 {
@@ -270,7 +275,8 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, bo
 			break
 		}
 		if raw != nil && arena == nil {
-			arena = make([]byte, 0, min(int64(len(raw))*int64(min(max(lim.Items, 1), smallPage)), bytes, 1<<20)+int64(len(raw)))
+			// Payloads of one table weigh alike; a heavier one grows it.
+			arena = make([]byte, 0, min(int64(len(raw))*int64(bound), bytes, 1<<20)+int64(len(raw)))
 		}
 		start := len(arena)
 		arena = append(arena, raw...)
@@ -292,9 +298,6 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, bo
 	end := !cut && cands < int64(max(lim.Items, 1)) && int64(len(out)) == cands
 	return out, end, nil
 }
-
-// smallPage is how many rows a page's buffers are first sized for.
-const smallPage = 64
 
 // Versions are the (id, version) pairs of a batch, as two arrays so one
 // statement can mark them all.

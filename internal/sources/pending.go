@@ -167,9 +167,14 @@ func collect(rows pgx.Rows, lim feed.Limits) ([]Row, bool, error) {
 		sp := span{-1, -1}
 		if raw != nil {
 			if arena == nil {
-				// Sized for a small page and grown by append: a hot
-				// poll reads a key or two hundreds of times a second.
-				arena = make([]byte, 0, min(min(max(lim.Items, 1), 64)*(len(raw)+16), lim.Bytes+len(raw)))
+				// Sized for a few keys and grown by append: a hot poll
+				// reads a few keys hundreds of times a second, and
+				// resources' arena, sized for 64 rows, was half of what
+				// the daemon allocated (docs/benchmarks.md, "A page's
+				// buffers, sized by its rows"); a full batch grows
+				// through six doublings, a small cost next to reading
+				// it.
+				arena = make([]byte, 0, min(min(max(lim.Items, 1), 8)*(len(raw)+16), lim.Bytes+len(raw)))
 			}
 			sp.start = len(arena)
 			arena = append(arena, raw...)
