@@ -122,15 +122,15 @@ func (r *runner) receipt(ctx context.Context) ([]Row, error) {
 	// exporter, beside what syncer's costs (docs/benchmarks.md, "The plain
 	// poller at syncer's cadence").
 	every := daemonHotPoll()
-	same, err := r.receiptPoller(ctx, receiptCases[0], every)
+	atCadence, err := r.receiptPoller(ctx, receiptCases[0], every)
 	if err != nil {
 		return rows, fmt.Errorf("%s: every %s: %w", receiptCPURow, every, err)
 	}
-	if ok && same.cpuUS > 0 {
-		res, src := cpu.Values["resources_ratio"]*p.cpuUS, cpu.Values["source_ratio"]*p.cpuUS
+	if ok && atCadence.cpuUS > 0 {
+		res, src := cpu.Values["resources_cpu_us_per_row"], cpu.Values["source_cpu_us_per_row"]
 		r.note("receipt: the plain poller every %s (the daemon's cadence): %.0f µs a row, p50 %s, p99 %s, %.1fx its CPU a row every %s; "+
-			"the daemon's %.2fx (resources) and %.2fx (a source) of it", every, same.cpuUS, ms(same.p50), ms(same.p99),
-			same.cpuUS/p.cpuUS, pollerEvery, res/same.cpuUS, src/same.cpuUS)
+			"the daemon's %.2fx (resources) and %.2fx (a source) of it", every, atCadence.cpuUS, ms(atCadence.p50), ms(atCadence.p99),
+			atCadence.cpuUS/p.cpuUS, pollerEvery, res/atCadence.cpuUS, src/atCadence.cpuUS)
 	}
 	return rows, nil
 }

@@ -115,6 +115,7 @@ func receiptCPU(rows []Row, p pollerRun) (Row, bool) {
 		Target:   "<= 2.00x each",
 		Pass:     resX <= 2 && srcX <= 2,
 		Values: map[string]float64{"resources_ratio": resX, "source_ratio": srcX, "poller_cpu_us_per_row": p.cpuUS,
+			"resources_cpu_us_per_row": resUS, "source_cpu_us_per_row": srcUS,
 			"poller_p50_ms": msf(p.p50), "poller_p99_ms": msf(p.p99)},
 	}, true
 }
