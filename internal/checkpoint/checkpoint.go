@@ -151,16 +151,13 @@ func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
 // *seqs when b's results are read. Send b on the export lock's session
 // (locks.Pipe). bs[i].Name is ignored: a call records one
 // checkpoint's batches.
-func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]int64) {
-	QueueRecordAdvancing(b, name, lastID, bs, seqs, Progress{})
-}
-
-// QueueRecordAdvancing is QueueRecord that also adds p, the counts of
-// batches of the same checkpoint marked in the same transaction, in the
-// statement that moves its position (QueueAdvance's work): the
-// checkpoint's row is written once a transaction, where a look that
-// writes outcomes and a record wrote it twice.
-func QueueRecordAdvancing(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]int64, p Progress) {
+//
+// p, when not zero, is the counts of batches of the same checkpoint
+// marked in the same transaction, added in the statement that moves its
+// position (QueueAdvance's work): the checkpoint's row is written once a
+// transaction, where a look that writes outcomes and a record wrote it
+// twice.
+func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]int64, p Progress) {
 	if len(bs) == 0 {
 		return
 	}

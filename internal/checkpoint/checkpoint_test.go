@@ -31,7 +31,7 @@ func record(t *testing.T, pool *pgxpool.Pool, name string, lastID int64, bs ...c
 	t.Helper()
 	var seqs []int64
 	b := &pgx.Batch{}
-	checkpoint.QueueRecord(b, name, lastID, bs, &seqs)
+	checkpoint.QueueRecord(b, name, lastID, bs, &seqs, checkpoint.Progress{})
 	send(t, pool, b)
 	require.Len(t, seqs, len(bs))
 	return seqs
@@ -184,7 +184,7 @@ func TestRecordAndPositionAreOneTransaction(t *testing.T) {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var seqs []int64
 		b := &pgx.Batch{}
-		checkpoint.QueueRecord(b, checkpoint.Live, 9, []checkpoint.Batch{{Key: "k", Salt: "s", Items: 1, Body: []byte("{}")}}, &seqs)
+		checkpoint.QueueRecord(b, checkpoint.Live, 9, []checkpoint.Batch{{Key: "k", Salt: "s", Items: 1, Body: []byte("{}")}}, &seqs, checkpoint.Progress{})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -217,7 +217,7 @@ func TestQueueRecordOfNothingQueuesNothing(t *testing.T) {
 	t.Parallel()
 	b := &pgx.Batch{}
 	var seqs []int64
-	checkpoint.QueueRecord(b, checkpoint.Live, 1, nil, &seqs)
+	checkpoint.QueueRecord(b, checkpoint.Live, 1, nil, &seqs, checkpoint.Progress{})
 	require.Zero(t, b.Len())
 }
 
@@ -230,7 +230,7 @@ func TestRecordAdvancingAddsTheCounts(t *testing.T) {
 	for i, lastID := range []int64{4, 9} {
 		var seqs []int64
 		b := &pgx.Batch{}
-		checkpoint.QueueRecordAdvancing(b, checkpoint.Live, lastID,
+		checkpoint.QueueRecord(b, checkpoint.Live, lastID,
 			[]checkpoint.Batch{{Key: fmt.Sprint("k", i), Salt: "s", Items: 1, Body: []byte("{}")}}, &seqs,
 			checkpoint.Progress{Rows: 3, Failed: 1, Batches: 2})
 		send(t, pool, b)

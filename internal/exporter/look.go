@@ -3,11 +3,7 @@ package exporter
 import (
 	"cmp"
 	"context"
-	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/feed"
 )
 
@@ -84,18 +80,7 @@ func (p *pipeline) lookOnce(ctx context.Context, page feed.Page) error {
 	if e.isStopping() {
 		// Recorded and never sent: forgotten, as the pipeline forgets
 		// its unsent batches, and read again by the next run.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
-		defer cancel()
-		err := p.lk.WithTx(fctx, func(tx pgx.Tx) error {
-			if err := checkpoint.Forget(fctx, tx, []int64{b.seq}); err != nil {
-				return err
-			}
-			return checkpoint.SetPosition(fctx, tx, b.name, p.start)
-		})
-		if err != nil {
-			return fmt.Errorf("exporter: forget unsent batches: %w", err)
-		}
-		return errStopping
+		return cmp.Or(p.forgetUnsent(ctx, b.name, []int64{b.seq}, p.start), errStopping)
 	}
 	out, err := p.push(ctx, b)
 	if err != nil {

@@ -222,7 +222,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		for i, b := range r.records {
 			recs[i] = b.record()
 		}
-		checkpoint.QueueRecordAdvancing(qb, recName, r.records[len(r.records)-1].position, recs, seqs, recProgress)
+		checkpoint.QueueRecord(qb, recName, r.records[len(r.records)-1].position, recs, seqs, recProgress)
 		return nil
 	})
 	if err != nil {

@@ -368,21 +368,31 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			}
 		}
 		if len(unsent) > 0 {
-			name := queue[len(queue)-1].name
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
-			err := p.lk.WithTx(fctx, func(tx pgx.Tx) error {
-				if err := checkpoint.Forget(fctx, tx, unsent); err != nil {
-					return err
-				}
-				return checkpoint.SetPosition(fctx, tx, name, sentUpTo)
-			})
-			cancel()
-			if err != nil && halt == nil {
-				halt = fmt.Errorf("exporter: forget unsent batches: %w", err)
+			if err := p.forgetUnsent(ctx, queue[len(queue)-1].name, unsent, sentUpTo); err != nil && halt == nil {
+				halt = err
 			}
 		}
 	}
 	return halt
+}
+
+// forgetUnsent forgets the records seqs of checkpoint name, never sent,
+// and moves its position back to position, the last batch sent: they are
+// read again (and keyed the same if nothing changed) rather than resent.
+// It runs even after ctx is cancelled, as a stop's last write.
+func (p *pipeline) forgetUnsent(ctx context.Context, name string, seqs []int64, position int64) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
+	defer cancel()
+	err := p.lk.WithTx(fctx, func(tx pgx.Tx) error {
+		if err := checkpoint.Forget(fctx, tx, seqs); err != nil {
+			return err
+		}
+		return checkpoint.SetPosition(fctx, tx, name, position)
+	})
+	if err != nil {
+		return fmt.Errorf("exporter: forget unsent batches: %w", err)
+	}
+	return nil
 }
 
 func hasUnrecorded(queue []*batch) bool {
