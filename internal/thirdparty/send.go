@@ -1,0 +1,227 @@
+package thirdparty
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Send sends one request under key (its Idempotency-Key) and hands the
+// answer to read, which says what became of the request's items. Every
+// rule that holds whatever the format lives here: the token and the
+// configured headers go to the configured origin only, redirects are never
+// followed, the answer's body is read within bounds, rate-limit headers are
+// parsed, and transport failures become an [*Error]. read is called for
+// every answer, 2xx or not; [Answer.Refusal] is the common reading of a
+// status. A nil read takes a 2xx as accepting everything.
+func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*Answer) (*Result, error)) (*Result, error) {
+	if key == "" {
+		return nil, errors.New("thirdparty: push: empty idempotency key")
+	}
+	reqCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := c.attempt(ctx, reqCtx, key, r)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// Drain what is left so the connection goes back to the pool.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+	}()
+	a, err := c.answer(ctx, resp)
+	if err != nil {
+		return nil, err
+	}
+	if read == nil {
+		if a.refusal != nil {
+			return nil, a.refusal
+		}
+		return &Result{Quota: a.Quota}, nil
+	}
+	res, err := read(a)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		res = &Result{}
+	}
+	res.Quota = a.Quota
+	return res, nil
+}
+
+// newRequest is http.NewRequestWithContext for a body held in memory,
+// reusing the parse of the last URL when rawURL is the same.
+func (c *Client) newRequest(ctx context.Context, method, rawURL string, body []byte) (*http.Request, error) {
+	p := c.parsed.Load()
+	if p == nil || p.raw != rawURL {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, &url.Error{Op: "parse", URL: rawURL, Err: err}
+		}
+		p = &parsedURL{raw: rawURL, u: u}
+		c.parsed.Store(p)
+	}
+	// An empty URL parses at no cost, and the request is made with its
+	// context at once; its URL is then a copy of the one kept (net/http may
+	// hold on to a request's URL, and the kept one stays as parsed).
+	req, err := http.NewRequestWithContext(ctx, method, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	u := *p.u
+	req.URL, req.Host = &u, strings.TrimSuffix(u.Host, ":")
+	// Room for the format's, the signature's and the configured headers.
+	req.Header = make(http.Header, 8+len(c.headers))
+	req.Body, req.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+	if len(body) > 0 {
+		req.ContentLength = int64(len(body))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	return req, nil
+}
+
+// do sends req: through the transport when the client is New's own (as
+// its Do would, user info in the URL included), else through the caller's
+// client.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	if c.rt == nil {
+		return c.httpClient.Do(req)
+	}
+	if u := req.URL.User; u != nil && len(req.Header["Authorization"]) == 0 {
+		pw, _ := u.Password()
+		req.SetBasicAuth(u.Username(), pw)
+	}
+	resp, err := c.rt.RoundTrip(req)
+	if err != nil {
+		// As Client.Do says it: the method, the URL (redacted by the
+		// caller) and the cause.
+		op := req.Method[:1] + strings.ToLower(req.Method[1:])
+		return nil, &url.Error{Op: op, URL: RedactURL(req.URL.String()), Err: err}
+	}
+	return resp, nil
+}
+
+// attempt sends the request, with the Authorization of the moment. A 401
+// to a credential that may be renewed (an OAuth2 token revoked or expired
+// early) renews it and sends once more: the 401 accepted nothing, and the
+// second request carries the same key and body.
+func (c *Client) attempt(ctx, reqCtx context.Context, key string, r *Request) (*http.Response, error) {
+	for try := 0; ; try++ {
+		req, err := c.newRequest(reqCtx, cmp.Or(r.Method, http.MethodPost), c.base+r.Path+c.query, r.Body)
+		if err != nil {
+			redactURLError(err)
+			return nil, fmt.Errorf("thirdparty: push: %w", err)
+		}
+		for k, v := range c.headers {
+			req.Header[k] = v
+		}
+		if r.ContentType != "" {
+			req.Header["Content-Type"] = []string{r.ContentType}
+		}
+		req.Header["Idempotency-Key"] = []string{key}
+		auth := c.auth
+		if c.authz != nil {
+			if auth, err = c.authz.Authorization(reqCtx); err != nil {
+				return nil, c.authError(ctx, err)
+			}
+		}
+		if auth != "" {
+			req.Header["Authorization"] = []string{auth}
+		}
+		if r.Sign != nil {
+			r.Sign(req.Header, key, r.Body, c.now())
+		}
+		resp, err := c.do(req)
+		if err != nil {
+			return nil, c.transportError(ctx, err)
+		}
+		rf, ok := c.authz.(Refresher)
+		if resp.StatusCode != http.StatusUnauthorized || !ok || try > 0 {
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		rf.Refresh(auth)
+	}
+}
+
+// authError makes an Authorizer's failure an *Error: a refusal of the
+// credentials (as a 401) when it says so, transient otherwise.
+func (c *Client) authError(ctx context.Context, err error) error {
+	var tr interface{ TokenRefused() bool }
+	if errors.As(err, &tr) && tr.TokenRefused() {
+		return &Error{StatusCode: http.StatusUnauthorized, Body: c.safe(err.Error())}
+	}
+	return &Error{Err: err, Timeout: isTimeout(ctx, err), errText: c.safe(err.Error())}
+}
+
+// answer reads a response into an Answer: the body within bounds, the
+// quota, and for a status other than 2xx the *Error the common rules make
+// of it.
+func (c *Client) answer(ctx context.Context, resp *http.Response) (*Answer, error) {
+	now := c.now()
+	a := &Answer{StatusCode: resp.StatusCode, Header: resp.Header, Quota: parseQuota(resp.Header, now), token: c.token, secrets: c.secrets}
+	if c.authz != nil {
+		a.secrets = append(c.authz.Secrets(), c.secrets...)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// Read past SafeTextMax by a few token lengths, so a token that
+		// starts inside the excerpt is read whole and redacted, never cut
+		// into a prefix that would survive.
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, int64(SafeTextMax+3*len(c.token)+16)))
+		a.Body = raw
+		e := &Error{
+			StatusCode: resp.StatusCode,
+			Body:       c.safe(string(raw)),
+			Quota:      a.Quota,
+		}
+		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
+			e.RetryAfter = parseRetryAfter(v[0], now)
+			e.RetryAfterRaw = c.safe(v[0])
+		}
+		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			e.Location = c.safe(RedactURL(loc))
+		}
+		a.refusal = e
+		return a, nil
+	}
+	if resp.Body == http.NoBody || resp.ContentLength == 0 {
+		return a, nil // a 204, or a 200 that says nothing
+	}
+	// One byte past the limit tells an oversized body from one that fills
+	// it exactly.
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBody+1))
+	if err != nil {
+		return nil, c.transportError(ctx, err)
+	}
+	a.Body = raw
+	if len(raw) > maxResultBody {
+		return nil, a.NotAnAnswer(fmt.Sprintf("answer body is larger than %d MiB", maxResultBody>>20))
+	}
+	return a, nil
+}
+
+// transportError turns a failure to get an answer into an *Error, keeping
+// the context error reachable with errors.Is and the URL redacted.
+func (c *Client) transportError(parent context.Context, err error) error {
+	redactURLError(err)
+	// A transport error can quote what a broken server sent (net/http's
+	// "malformed HTTP response" does), which may echo the token.
+	return &Error{Err: err, Timeout: isTimeout(parent, err), errText: c.safe(err.Error())}
+}
+
+// safe makes third-party text safe to log, store and show.
+func (c *Client) safe(s string) string {
+	if c.authz != nil {
+		return SafeText(s, append(c.authz.Secrets(), c.secrets...)...)
+	}
+	return SafeText(s, c.secrets...)
+}
