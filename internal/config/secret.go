@@ -3,11 +3,36 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
+
+// Secret is a token. It prints as "[redacted]" whatever the verb, so a
+// Destination can be logged or printed without leaking it.
+type Secret string
+
+// String hides the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString hides the secret from %#v.
+func (s Secret) GoString() string { return `config.Secret("` + s.String() + `")` }
+
+// LogValue hides the secret from slog.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalText hides the secret from encoders.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Reveal returns the token, for the Authorization header only.
+func (s Secret) Reveal() string { return string(s) }
 
 // SecretRef says where a secret of the file comes from: the environment
 // variable its <field>_env names, or the file its <field>_file names
