@@ -14,7 +14,12 @@
 // one.
 //
 // The decision reads the process's own CPU time (getrusage), not the
-// runtime's estimates: spinning is exactly what those leave out.
+// runtime's estimates: spinning is exactly what those leave out. Each
+// reading is a timer's wake and a system call, which on the project's
+// machine cost an idle daemon half its CPU at one every 20 ms; so while
+// the process is idle on one P the readings space out, and the first one
+// that sees work brings them back (docs/design.md, "One P while the load
+// is light").
 package procs
 
 import (
@@ -27,10 +32,12 @@ import (
 
 // Defaults for Config.
 const (
-	IntervalDefault   = 20 * time.Millisecond
-	RaiseDefault      = 0.7
-	LowerDefault      = 0.5
-	LowerAfterDefault = time.Second
+	IntervalDefault     = 20 * time.Millisecond
+	IdleIntervalDefault = 320 * time.Millisecond
+	IdleBelowDefault    = 0.02
+	RaiseDefault        = 0.7
+	LowerDefault        = 0.5
+	LowerAfterDefault   = time.Second
 )
 
 // Config configures a Governor.
@@ -42,6 +49,15 @@ type Config struct {
 	// Interval is how often the process's CPU time is read. Defaults to
 	// IntervalDefault.
 	Interval time.Duration
+	// IdleInterval is the longest wait between readings. While the process
+	// is on one P and uses under IdleBelow cores, each wait doubles, from
+	// Interval up to this; any reading at or over IdleBelow goes back to
+	// Interval. A burst after an idle spell so runs on one P for at most
+	// about IdleInterval. Defaults to IdleIntervalDefault.
+	IdleInterval time.Duration
+	// IdleBelow is the use, in cores, under which the process counts as
+	// idle: its timers and nothing else. Defaults to IdleBelowDefault.
+	IdleBelow float64
 	// Raise: one interval in which the process used this share of its Ps'
 	// time gives it Max Ps at once. Defaults to RaiseDefault: a daemon on
 	// one P that keeps it 70% busy is queueing work.
@@ -77,6 +93,8 @@ type Governor struct {
 func New(cfg Config) *Governor {
 	cfg.Max = cmp.Or(cfg.Max, runtime.GOMAXPROCS(0))
 	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
+	cfg.IdleInterval = max(cmp.Or(cfg.IdleInterval, IdleIntervalDefault), cfg.Interval)
+	cfg.IdleBelow = cmp.Or(cfg.IdleBelow, IdleBelowDefault)
 	cfg.Raise = cmp.Or(cfg.Raise, RaiseDefault)
 	cfg.Lower = cmp.Or(cfg.Lower, LowerDefault)
 	cfg.LowerAfter = cmp.Or(cfg.LowerAfter, LowerAfterDefault)
@@ -110,7 +128,8 @@ func (g *Governor) Run(ctx context.Context) {
 	}
 	defer g.cfg.Set(g.cfg.Max)
 	lastAt := g.cfg.Now()
-	t := time.NewTicker(g.cfg.Interval)
+	wait := g.cfg.Interval
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
@@ -121,17 +140,27 @@ func (g *Governor) Run(ctx context.Context) {
 		now := g.cfg.Now()
 		used, ok := g.cfg.CPU()
 		wall := now.Sub(lastAt)
-		if !ok || wall <= 0 {
-			continue
+		if ok && wall > 0 {
+			cores := (used - last).Seconds() / wall.Seconds()
+			last, lastAt = used, now
+			if before := g.procs; g.step(cores, now) != before {
+				g.cfg.Set(g.procs)
+				g.cfg.Logger.DebugContext(ctx, "procs: GOMAXPROCS changed", slog.Int("from", before), slog.Int("to", g.procs),
+					slog.Float64("cores_used", cores))
+			}
+			wait = g.next(cores, wait)
 		}
-		cores := (used - last).Seconds() / wall.Seconds()
-		last, lastAt = used, now
-		if before := g.procs; g.step(cores, now) != before {
-			g.cfg.Set(g.procs)
-			g.cfg.Logger.DebugContext(ctx, "procs: GOMAXPROCS changed", slog.Int("from", before), slog.Int("to", g.procs),
-				slog.Float64("cores_used", cores))
-		}
+		t.Reset(wait)
 	}
+}
+
+// next returns the wait before the reading after one that measured cores,
+// given the wait before it.
+func (g *Governor) next(cores float64, wait time.Duration) time.Duration {
+	if g.procs == 1 && cores < g.cfg.IdleBelow {
+		return min(2*wait, g.cfg.IdleInterval)
+	}
+	return g.cfg.Interval
 }
 
 // step takes one interval's use, in cores, and returns the Ps to run with.

@@ -40,6 +40,34 @@ func TestStep(t *testing.T) {
 	}
 }
 
+// On one P and idle the readings space out, doubling up to IdleInterval;
+// the first reading that sees work, or every P, brings back Interval.
+func TestNextSpacesOutWhileIdle(t *testing.T) {
+	g := New(Config{Max: 2, Interval: 20 * time.Millisecond, IdleInterval: 100 * time.Millisecond,
+		CPU: func() (time.Duration, bool) { return 0, true }})
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	if got := g.next(0, ms(20)); got != ms(20) {
+		t.Fatalf("idle on every P: wait %v, want the interval", got)
+	}
+	g.procs = 1
+	steps := []struct {
+		cores      float64
+		wait, want time.Duration
+	}{
+		{0.001, ms(20), ms(40)},
+		{0.001, ms(40), ms(80)},
+		{0.001, ms(80), ms(100)}, // capped
+		{0.001, ms(100), ms(100)},
+		{0.05, ms(100), ms(20)}, // work: back to the interval at once
+		{0.3, ms(20), ms(20)},
+	}
+	for _, s := range steps {
+		if got := g.next(s.cores, s.wait); got != s.want {
+			t.Fatalf("%.3f cores after %v: wait %v, want %v", s.cores, s.wait, got, s.want)
+		}
+	}
+}
+
 // Run starts with Max, reads the process's CPU time every interval, sets
 // what step decides and gives back Max when its context ends.
 func TestRunSetsAndRestores(t *testing.T) {
