@@ -34,11 +34,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
-	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
-	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -47,133 +45,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
 )
-
-// Defaults for Config.
-const (
-	HTTPAddrDefault        = "127.0.0.1:8080"
-	ShutdownTimeoutDefault = 30 * time.Second
-	WorkersDefault         = 4
-	GaugeIntervalDefault   = 5 * time.Second
-	RescueStuckJobsDefault = 2 * time.Minute
-)
-
-// HTTPAddrOff as Config.HTTPAddr serves no HTTP at all. It is a word rather
-// than the empty string because an empty setting means "the default"
-// everywhere else (a blank environment variable, a zero Config field).
-const HTTPAddrOff = "off"
-
-// Config configures the daemon. A nil *Config is a Config of defaults, which
-// fails validation for want of ThirdParty.URL.
-type Config struct {
-	// ThirdParty configures the HTTP client. URL is required. Defaults to
-	// thirdparty's defaults.
-	ThirdParty thirdparty.Config
-	// ThirdPartyTokenFile is the file ThirdParty.Token was read from
-	// (SYNCER_THIRDPARTY_TOKEN_FILE), read again when it changes; "" for
-	// none.
-	ThirdPartyTokenFile string
-	// Delivery configures rate limiting, retries and the breaker. Defaults
-	// to delivery's defaults.
-	Delivery delivery.Config
-	// Format is the format of the resources export (docs/protocol.md section
-	// 6; a configured destination's is in Sources). Defaults to the syncer
-	// format.
-	Format formats.Spec
-	// Exporter configures batches and lingering. Defaults to exporter's
-	// defaults.
-	Exporter exporter.Config
-	// HTTPAddr is where /healthz, /readyz and /metrics are served, host:port
-	// (":8080" listens on every interface, as a container needs; port 0
-	// picks a free port). HTTPAddrOff serves nothing. Defaults to
-	// HTTPAddrDefault.
-	HTTPAddr string
-	// Pprof also serves /debug/pprof/ on HTTPAddr, except
-	// /debug/pprof/cmdline, which would show the command line and so any
-	// secret passed as a flag. Defaults to false.
-	Pprof bool
-	// ShutdownTimeout bounds the wait for the batch in flight on shutdown.
-	// Defaults to ShutdownTimeoutDefault.
-	ShutdownTimeout time.Duration
-	// Workers is the number of River workers for syncer's queue. Defaults
-	// to WorkersDefault.
-	Workers int
-	// PollInterval bounds the delay of a lost notification. Defaults to
-	// outbox.PollIntervalDefault, applied by the relay.
-	PollInterval time.Duration
-	// GaugeInterval is how often the database-wide gauges are refreshed.
-	// Defaults to GaugeIntervalDefault.
-	GaugeInterval time.Duration
-	// TombstoneRetention is how long a delivered tombstone is kept before
-	// it is purged. Defaults to resources.TombstoneRetentionDefault.
-	TombstoneRetention time.Duration
-	// Sources is the SYNCER_CONFIG file read (config.Load): its sources
-	// are exported to its destinations, each destination with its own
-	// client, limits and shared facts, besides resources to ThirdParty.
-	// Every source must be installed (syncer migrate --config). Defaults
-	// to nil: resources only.
-	Sources *config.Config
-	// Console, when set, builds the web console served at /console on
-	// HTTPAddr. Defaults to nil: /console answers 404.
-	Console ConsoleFunc
-	// Logger receives the daemon's logs. Defaults to discarding.
-	Logger *slog.Logger
-	// Ready, if set, is called with the bound HTTP address (empty when
-	// HTTPAddr is HTTPAddrOff) once the daemon serves and its River client
-	// runs. Tests use it. Defaults to nil.
-	Ready func(addr string)
-}
-
-// withDefaults returns c with every default applied, in one place.
-func (c *Config) withDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
-	}
-	out.HTTPAddr = cmp.Or(out.HTTPAddr, HTTPAddrDefault)
-	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
-	out.Workers = cmp.Or(out.Workers, WorkersDefault)
-	out.GaugeInterval = cmp.Or(out.GaugeInterval, GaugeIntervalDefault)
-	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
-	}
-	return out
-}
-
-// validate names the first bad field of a Config with defaults applied.
-// The nested configs are validated by their own packages' New.
-func (c *Config) validate() error {
-	switch {
-	case c.ThirdParty.URL == "" && c.Sources == nil:
-		return errors.New("daemon: config: ThirdParty.URL is required (or Sources)")
-	case c.ShutdownTimeout < 0:
-		return fmt.Errorf("daemon: config: ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
-	case c.Workers < 0:
-		return fmt.Errorf("daemon: config: Workers must not be negative, got %d", c.Workers)
-	case c.PollInterval < 0:
-		return fmt.Errorf("daemon: config: PollInterval must not be negative, got %s", c.PollInterval)
-	case c.GaugeInterval < 0:
-		return fmt.Errorf("daemon: config: GaugeInterval must not be negative, got %s", c.GaugeInterval)
-	}
-	if c.HTTPAddr != HTTPAddrOff {
-		if err := CheckHTTPAddr(c.HTTPAddr); err != nil {
-			return fmt.Errorf("daemon: config: HTTPAddr: %w", err)
-		}
-	}
-	return nil
-}
-
-// CheckHTTPAddr reports whether addr is a host:port the daemon can listen
-// on (the host may be empty, the port must be a number).
-func CheckHTTPAddr(addr string) error {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("want host:port or %q, got %q", HTTPAddrOff, addr)
-	}
-	if _, err := net.LookupPort("tcp", port); err != nil {
-		return fmt.Errorf("bad port in %q", addr)
-	}
-	return nil
-}
 
 // Daemon is a built, not yet running, syncer daemon.
 type Daemon struct {
