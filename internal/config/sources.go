@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"go.yaml.in/yaml/v3"
 )
 
 // The file's sources: each entry's fields, its key columns, its row

@@ -3,11 +3,11 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"net/http"
 	"os"
 	"time"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/thirdparty"

@@ -22,6 +22,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 

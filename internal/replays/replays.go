@@ -24,7 +24,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	jobargs "github.com/syncer-dev/syncer/internal/jobs"
-
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 
