@@ -16,10 +16,10 @@
 // The decision reads the process's own CPU time (getrusage), not the
 // runtime's estimates: spinning is exactly what those leave out. Each
 // reading is a timer's wake and a system call, which on the project's
-// machine cost an idle daemon a third to half of its CPU at one every 20 ms; so while
-// the process is idle on one P the readings space out, and the first one
-// that sees work brings them back (docs/design.md, "One P while the load
-// is light").
+// machine cost an idle daemon a third to half of its CPU at one every
+// 20 ms; so while the process is idle on one P the readings space out,
+// and the first one that sees work brings them back (docs/design.md, "One
+// P while the load is light").
 package procs
 
 import (
