@@ -86,7 +86,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Ready, if set, is called with the bound HTTP address (empty when
 	// HTTPAddr is HTTPAddrOff) once the daemon serves and its River client
-	// runs. Tests use it. Defaults to nil.
+	// runs, and again after each reload it applied (Supervise). Tests use
+	// it. Defaults to nil.
 	Ready func(addr string)
 }
 

@@ -32,35 +32,33 @@ func (d *Daemon) secret(dest, field string, ref config.SecretRef) (*credentials.
 // destinationCredentials sets a configured destination's Authorization
 // and TLS on tcfg: auth's type, or a token_file read again when it
 // changes; tls's files, checked now. It returns what the log lines name as
-// the setting to fix.
-func (d *Daemon) destinationCredentials(dest *config.Destination, tcfg *thirdparty.Config) (string, error) {
-	setting := "the token of destination " + dest.Name + " (token_env in SYNCER_CONFIG)"
+// the setting to fix, and the certificates of its TLS files (nil without).
+func (d *Daemon) destinationCredentials(dest *config.Destination, tcfg *thirdparty.Config) (setting string, certs *destinationCertificates, err error) {
+	setting = "the token of destination " + dest.Name + " (token_env in SYNCER_CONFIG)"
 	if dest.TokenEnv != "" {
 		setting = dest.TokenEnv
 	}
-	var tlsCfg *credentials.TLS
 	if t := dest.TLS; t != nil {
-		var err error
-		tlsCfg, err = d.creds.TLS("destination "+dest.Name+": tls", credentials.TLSFiles{
+		tlsCfg, err := d.creds.TLS("destination "+dest.Name+": tls", credentials.TLSFiles{
 			CAFile: t.CAFile, CAOnly: t.CAOnly, CertFile: t.CertFile, KeyFile: t.KeyFile,
 			ServerName: t.ServerName, MinVersion: t.MinVersion,
 		})
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		tcfg.TLS = tlsCfg.Config()
 		store, err := breakerstore.New(d.pool, &breakerstore.Config{Namespace: breakerstore.DestinationNamespace(dest.Name)})
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
-		d.certificates = append(d.certificates, destinationCertificates{name: dest.Name, tls: tlsCfg, store: store})
+		certs = &destinationCertificates{name: dest.Name, tls: tlsCfg, store: store}
 	}
 	a := dest.Auth
 	switch {
 	case a == nil && dest.TokenFile != "":
 		tok, err := d.creds.FromFile("destination "+dest.Name+": token_file", dest.TokenFile)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
 		setting = "the token file of destination " + dest.Name + " (" + dest.TokenFile + ")"
@@ -68,29 +66,29 @@ func (d *Daemon) destinationCredentials(dest *config.Destination, tcfg *thirdpar
 	case a.Type == config.AuthBearer:
 		tok, err := d.secret(dest.Name, "auth.token", a.Token)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
 		setting = "auth.token of destination " + dest.Name
 	case a.Type == config.AuthBasic:
 		user, err := d.secret(dest.Name, "auth.username", a.Username)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		pass, err := d.secret(dest.Name, "auth.password", a.Password)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		tcfg.Token, tcfg.Auth = "", &credentials.Basic{Username: user, Password: pass}
 		setting = "auth.username and auth.password of destination " + dest.Name
 	case a.Type == config.AuthOAuth2:
 		id, err := d.secret(dest.Name, "auth.client_id", a.ClientID)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		secret, err := d.secret(dest.Name, "auth.client_secret", a.ClientSecret)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		// The token endpoint is reached with the destination's TLS: an
 		// identity provider behind the same private CA is common.
@@ -103,12 +101,12 @@ func (d *Daemon) destinationCredentials(dest *config.Destination, tcfg *thirdpar
 			HTTPClient: &http.Client{Transport: tr, Timeout: credentials.TokenTimeoutDefault},
 		})
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		tcfg.Token, tcfg.Auth = "", o
 		setting = "auth (oauth2_client_credentials: client_id, client_secret, token_url) of destination " + dest.Name
 	}
-	return setting, nil
+	return setting, certs, nil
 }
 
 // destinationCertificates are a destination's certificates, for the
@@ -124,8 +122,7 @@ type destinationCertificates struct {
 // and warns once a day-long stretch of a certificate that ends within
 // ExpiryWarningDefault.
 func (d *Daemon) refreshCertificates(ctx context.Context, now time.Time) {
-	for i := range d.certificates {
-		dc := &d.certificates[i]
+	for _, dc := range d.certificatesNow() {
 		ex := dc.tls.Expiries()
 		if len(ex) == 0 {
 			continue

@@ -54,27 +54,34 @@ type Daemon struct {
 
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
-	// clients are the destinations' HTTP clients, closed by Run.
-	clients []*thirdparty.Client
-	// destinations are what the gauges refresh: each destination's facts,
-	// read from its namespace, onto its own series.
-	destinations []destinationState
+	// mu guards what a reload replaces (reload.go) and the gauges read:
+	// dests, cfg.Sources and addr.
+	mu sync.Mutex
+	// dests are the destinations, by name: their deliverers, their HTTP
+	// clients (closed by Run), and their facts that the gauges refresh.
+	dests map[string]*destination
 	// inFlight is the default destination's requests in flight, for the
 	// start's log line.
 	inFlight int
-	exp      *exporter.Exporter
-	locker   *locks.Locker
-	purger   *resources.Purger
-	river    *river.Client[pgx.Tx]
-	relay    *outbox.Relay
+	// installation is the installation's id, which salts every key.
+	installation string
+	exp          *exporter.Exporter
+	locker       *locks.Locker
+	purger       *resources.Purger
+	river        *river.Client[pgx.Tx]
+	relay        *outbox.Relay
 
 	riverRunning atomic.Bool
 	ran          atomic.Bool
 
 	// creds holds the destinations' secrets and certificate files, read
 	// again when they change and on Reload (SIGHUP).
-	creds        *credentials.Set
-	certificates []destinationCertificates
+	creds *credentials.Set
+
+	// addr is the bound HTTP address, for Ready after a reload; console
+	// is the console served (reload.go).
+	addr    string
+	console consoleHolder
 
 	// warned is the warning last logged per source (gauges' goroutine
 	// only), so a warning is logged once, not at every refresh.
@@ -115,8 +122,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 }
 
 func (d *Daemon) closeClients() {
-	for _, c := range d.clients {
-		c.Close()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, dest := range d.dests {
+		dest.client.Close()
 	}
 }
 
@@ -128,11 +137,16 @@ func (d *Daemon) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dests, err := d.buildDestinations(installation)
+	d.installation = installation
+	dests, _, err := d.buildDestinations(installation, c.Sources, nil)
 	if err != nil {
 		return err
 	}
-	srcs, err := d.buildSources(ctx, dests)
+	d.dests = dests
+	if def := dests[metrics.DefaultDestination]; def != nil {
+		d.inFlight = def.deliverer.MaxInFlight()
+	}
+	srcs, err := d.buildSources(ctx, c.Sources, dests)
 	if err != nil {
 		return err
 	}
@@ -219,6 +233,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.mu.Lock()
+	d.addr = addr
+	d.mu.Unlock()
 	defer func() {
 		if srv != nil {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -349,12 +366,11 @@ func (d *Daemon) serve(ctx context.Context) (*http.Server, string, error) {
 	}
 	h := d.handler()
 	if d.cfg.Console != nil {
-		con, err := d.cfg.Console(ctx, d.metrics)
-		if err != nil {
+		if err := d.console.set(ctx, d.cfg.Console, d.metrics); err != nil {
 			_ = ln.Close()
 			return nil, "", fmt.Errorf("daemon: console: %w", err)
 		}
-		h = withConsole(h, con)
+		h = withConsole(h, &d.console)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

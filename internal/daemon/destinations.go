@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/config"
@@ -29,95 +30,154 @@ type destinationState struct {
 	metrics         *metrics.Destination
 }
 
+// destination is one destination as built: what pushes to it, and what
+// the gauges and the certificate warning read of it. A reload keeps it
+// whole while its configuration is unchanged (reload.go).
+type destination struct {
+	// conf is the file's entry it was built from; nil for the default
+	// destination, which the flags build.
+	conf      *config.Destination
+	deliverer *delivery.Deliverer
+	client    *thirdparty.Client
+	state     destinationState
+	// certs are its TLS files' certificates; nil without tls.
+	certs *destinationCertificates
+}
+
 // buildDestinations builds one client and deliverer per destination, with
-// its URL, token, limits and its own shared facts, in one list: the
-// SYNCER_THIRDPARTY_* settings build the destination named default
-// (metrics.DefaultDestination, resources' own, whose facts keep the
-// namespace they always had), the file's destinations the others.
-func (d *Daemon) buildDestinations(installation string) (map[string]exporter.Destination, error) {
+// its URL, token, limits and its own shared facts: the SYNCER_THIRDPARTY_*
+// settings build the destination named default (metrics.DefaultDestination,
+// resources' own, whose facts keep the namespace they always had), the
+// destinations of file, the configuration file, the others. A destination of prev whose
+// configuration is unchanged is kept as it is, with what its deliverer
+// learned; fresh are those built anew, whose clients the caller closes
+// when it gives them up.
+func (d *Daemon) buildDestinations(installation string, file *config.Config, prev map[string]*destination) (dests map[string]*destination, fresh []*destination, err error) {
 	c := &d.cfg
-	dests := map[string]exporter.Destination{}
-	if c.ThirdParty.URL != "" {
-		dcfg := c.Delivery
-		var err error
-		if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
-			return nil, fmt.Errorf("daemon: format: %w", err)
-		}
-		tcfg := c.ThirdParty
-		if c.ThirdPartyTokenFile != "" {
-			tok, err := d.creds.FromFile("SYNCER_THIRDPARTY_TOKEN_FILE", c.ThirdPartyTokenFile)
-			if err != nil {
-				return nil, err
+	dests = map[string]*destination{}
+	defer func() {
+		if err != nil {
+			for _, f := range fresh {
+				f.client.Close()
 			}
-			tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
 		}
-		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(metrics.DefaultDestination), installation)
+	}()
+	if c.ThirdParty.URL != "" {
+		if p := prev[metrics.DefaultDestination]; p != nil {
+			dests[metrics.DefaultDestination] = p
+		} else {
+			def, err := d.defaultDestination(installation)
+			if err != nil {
+				return nil, fresh, err
+			}
+			dests[metrics.DefaultDestination] = def
+			fresh = append(fresh, def)
+		}
+	}
+	if file == nil {
+		return dests, fresh, nil
+	}
+	for _, dest := range file.Destinations {
+		if _, dup := dests[dest.Name]; dup {
+			return nil, fresh, fmt.Errorf("daemon: destination %s: the name is the destination SYNCER_THIRDPARTY_URL configures; give the file's another name", dest.Name)
+		}
+		if p := prev[dest.Name]; p != nil && p.conf != nil && sameDestination(p.conf, dest) {
+			dests[dest.Name] = p
+			continue
+		}
+		built, err := d.fileDestination(dest, installation)
+		if err != nil {
+			return nil, fresh, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+		}
+		dests[dest.Name] = built
+		fresh = append(fresh, built)
+	}
+	return dests, fresh, nil
+}
+
+// sameDestination reports whether a and b configure a destination alike,
+// wherever in the file each is written.
+func sameDestination(a, b *config.Destination) bool {
+	x, y := *a, *b
+	x.Line, y.Line = 0, 0
+	return reflect.DeepEqual(x, y)
+}
+
+// defaultDestination builds the destination the SYNCER_THIRDPARTY_*
+// settings configure.
+func (d *Daemon) defaultDestination(installation string) (*destination, error) {
+	c := &d.cfg
+	dcfg := c.Delivery
+	var err error
+	if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
+		return nil, fmt.Errorf("daemon: format: %w", err)
+	}
+	tcfg := c.ThirdParty
+	if c.ThirdPartyTokenFile != "" {
+		tok, err := d.creds.FromFile("SYNCER_THIRDPARTY_TOKEN_FILE", c.ThirdPartyTokenFile)
 		if err != nil {
 			return nil, err
 		}
-		dests[metrics.DefaultDestination], d.inFlight = deliverer, deliverer.MaxInFlight()
+		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
 	}
-	if c.Sources == nil {
-		return dests, nil
+	return d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(metrics.DefaultDestination), installation)
+}
+
+// fileDestination builds one destination of the configuration file.
+func (d *Daemon) fileDestination(dest *config.Destination, installation string) (*destination, error) {
+	c := &d.cfg
+	tcfg := c.ThirdParty
+	tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
+	tcfg.Headers = dest.Format.Header()
+	setting, certs, err := d.destinationCredentials(dest, &tcfg)
+	if err != nil {
+		return nil, err
 	}
-	for _, dest := range c.Sources.Destinations {
-		if _, dup := dests[dest.Name]; dup {
-			return nil, fmt.Errorf("daemon: destination %s: the name is the destination SYNCER_THIRDPARTY_URL configures; give the file's another name", dest.Name)
-		}
-		tcfg := c.ThirdParty
-		tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
-		tcfg.Headers = dest.Format.Header()
-		setting, err := d.destinationCredentials(dest, &tcfg)
+	spec := dest.Format.Spec()
+	if file := dest.Format.SigningSecretFile; file != "" {
+		sec, err := d.creds.FromFile("destination "+dest.Name+": signing_secret_file", file)
 		if err != nil {
-			return nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
+			return nil, err
 		}
-		spec := dest.Format.Spec()
-		if file := dest.Format.SigningSecretFile; file != "" {
-			sec, err := d.creds.FromFile("destination "+dest.Name+": signing_secret_file", file)
-			if err != nil {
-				return nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
-			}
-			spec.SigningSecretFunc = sec.Value
-		}
-		format, err := formats.New(spec, installation)
-		if err != nil {
-			return nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
-		}
-		dcfg := c.Delivery
-		lim := dest.Limits(config.Limits{RateLimit: dcfg.RateLimit, RateBurst: dcfg.RateBurst, MaxInFlight: dcfg.MaxInFlight})
-		dcfg.RateLimit, dcfg.RateBurst, dcfg.MaxInFlight = lim.RateLimit, lim.RateBurst, lim.MaxInFlight
-		dcfg.Format = format
-		dcfg.Name = dest.Name
-		dcfg.CredentialsSetting = setting
-		dcfg.URLSetting = "the url of destination " + dest.Name + " in SYNCER_CONFIG"
-		deliverer, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(dest.Name), installation)
-		if err != nil {
-			return nil, fmt.Errorf("daemon: destination %s: %w", dest.Name, err)
-		}
-		dests[dest.Name] = deliverer
+		spec.SigningSecretFunc = sec.Value
 	}
-	return dests, nil
+	format, err := formats.New(spec, installation)
+	if err != nil {
+		return nil, err
+	}
+	dcfg := c.Delivery
+	lim := dest.Limits(config.Limits{RateLimit: dcfg.RateLimit, RateBurst: dcfg.RateBurst, MaxInFlight: dcfg.MaxInFlight})
+	dcfg.RateLimit, dcfg.RateBurst, dcfg.MaxInFlight = lim.RateLimit, lim.RateBurst, lim.MaxInFlight
+	dcfg.Format = format
+	dcfg.Name = dest.Name
+	dcfg.CredentialsSetting = setting
+	dcfg.URLSetting = "the url of destination " + dest.Name + " in SYNCER_CONFIG"
+	built, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(dest.Name), installation)
+	if err != nil {
+		return nil, err
+	}
+	built.conf, built.certs = dest, certs
+	return built, nil
 }
 
 // buildSources lists the sources this daemon exports, each with its
 // destination: resources when the default destination is configured,
 // and the configured sources (installed by migrate).
-func (d *Daemon) buildSources(ctx context.Context, dests map[string]exporter.Destination) ([]exporter.Source, error) {
-	c := &d.cfg
+func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests map[string]*destination) ([]exporter.Source, error) {
 	var out []exporter.Source
 	if dest, ok := dests[metrics.DefaultDestination]; ok {
-		out = append(out, exporter.Resources(dest))
+		out = append(out, exporter.Resources(dest.deliverer))
 	}
-	if c.Sources == nil {
+	if file == nil {
 		return out, nil
 	}
-	srcs, err := sources.Resolve(ctx, d.pool, c.Sources.SourceSpecs())
+	srcs, err := sources.Resolve(ctx, d.pool, file.SourceSpecs())
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range srcs {
 		bs := 0
-		if conf := c.Sources.Source(s.Name); conf != nil {
+		if conf := file.Source(s.Name); conf != nil {
 			bs = conf.BatchSize
 		}
 		dest, ok := dests[s.Destination]
@@ -125,7 +185,7 @@ func (d *Daemon) buildSources(ctx context.Context, dests map[string]exporter.Des
 			// Only default can be missing: the file names its own.
 			return nil, fmt.Errorf("daemon: source %s: its destination %s is the one SYNCER_THIRDPARTY_URL configures, and it is not set", s.Name, s.Destination)
 		}
-		out = append(out, exporter.Source{Source: s, Destination: dest, BatchSize: bs})
+		out = append(out, exporter.Source{Source: s, Destination: dest.deliverer, BatchSize: bs})
 	}
 	return out, nil
 }
@@ -134,7 +194,7 @@ func (d *Daemon) buildSources(ctx context.Context, dests map[string]exporter.Des
 // its own settings, its shared facts in its own namespace of syncer_state
 // (so a daemon that takes the export over inherits them), its metrics
 // under its name and its log lines naming it.
-func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, namespace, installation string) (*delivery.Deliverer, error) {
+func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, namespace, installation string) (*destination, error) {
 	t := *tcfg
 	// Every request in flight keeps its connection for the next one.
 	t.IdleConns = dcfg.MaxInFlight
@@ -142,9 +202,9 @@ func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, nam
 	if err != nil {
 		return nil, err
 	}
-	d.clients = append(d.clients, client)
 	store, err := breakerstore.New(d.pool, &breakerstore.Config{Namespace: namespace})
 	if err != nil {
+		client.Close()
 		return nil, err
 	}
 	c := *dcfg
@@ -153,8 +213,9 @@ func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, nam
 	c.Metrics, c.Installation = d.metrics.Destination(c.Name), installation
 	deliverer, err := delivery.New(guarded{client}, breakerstore.NewShared(store, 0), &c)
 	if err != nil {
+		client.Close()
 		return nil, err
 	}
-	d.destinations = append(d.destinations, destinationState{name: c.Name, namespace: namespace, metrics: c.Metrics})
-	return deliverer, nil
+	return &destination{deliverer: deliverer, client: client,
+		state: destinationState{name: c.Name, namespace: namespace, metrics: c.Metrics}}, nil
 }

@@ -57,7 +57,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	// The push path's facts are shared: a standby daemon reports the state
 	// the lock holder left, not only what it saw itself. Each destination's
 	// come from its own namespace onto its own series.
-	for _, dest := range d.destinations {
+	dests, srcs := d.running()
+	for _, dest := range dests {
 		st, err := breakerstore.ReadStateOf(ctx, d.pool, dest.namespace)
 		if err != nil {
 			return err
@@ -67,7 +68,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		dest.metrics.SetMisconfigured(st.Configuration.Refused)
 		dest.metrics.SetPaused(st.Hold.Paused)
 	}
-	if d.cfg.Sources != nil {
+	if srcs != nil {
 		// Only the sources this daemon exports: another daemon's file
 		// may name others, and it reports those.
 		stats, err := sources.Stats(ctx, d.pool)
@@ -76,7 +77,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		}
 		dests := map[string]*status.Destination{}
 		for _, st := range stats {
-			if d.cfg.Sources.Source(st.Name) != nil {
+			if srcs.Source(st.Name) != nil {
 				dest, ok := dests[st.Destination]
 				if !ok {
 					read, err := status.ReadDestination(ctx, d.pool, st.Destination)

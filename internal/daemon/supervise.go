@@ -45,17 +45,19 @@ type SuperviseConfig struct {
 	Logger *slog.Logger
 }
 
-// Supervise runs a daemon on pool until ctx is cancelled, and replaces it
-// by a new one, in the same process, when what it runs has changed: the
-// configuration file's contents, or what `syncer migrate` recorded of the
-// sources the file names (a source installed, changed or removed while the
-// daemons run). The new daemon is built first; only when it builds (its
-// file parses, every source it names is installed as named) is the running
-// one shut down, as SIGTERM would (the batch in flight ends or is recorded
-// for resending), and the new one started. One that does not build is
-// logged, once, and syncer_config_last_reload_successful says 0, while the
-// previous configuration keeps running: an edit half saved, or a file
-// naming a source migrate has not installed yet, never stops the export.
+// Supervise runs a daemon on pool until ctx is cancelled, and applies to
+// it, in place, what changed of what it runs: the configuration file's
+// contents, or what `syncer migrate` recorded of the sources the file
+// names (a source installed, changed or removed while the daemons run).
+// The new configuration is built first (its file parses, every
+// destination builds, every source it names is installed as named); only
+// then is it swapped in (reload.go): the sources and destinations it left
+// as they were keep exporting, those it changed are stopped within a few
+// seconds, or abandoned and said, and start again with it. One that does
+// not build is logged, once, and syncer_config_last_reload_successful says
+// 0, while the previous configuration keeps running: an edit half saved,
+// or a file naming a source migrate has not installed yet, never stops the
+// export.
 //
 // A source that migrate installed and the file does not name is not
 // exported by this daemon: it says so in its log and in
@@ -72,25 +74,9 @@ func Supervise(ctx context.Context, pool *pgxpool.Pool, sc *SuperviseConfig) err
 	if err != nil {
 		return err
 	}
-	for {
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- d.Run(runCtx) }()
-		next, err := s.watch(ctx, d, done)
-		if next == nil {
-			cancel()
-			return err
-		}
-		s.logger.InfoContext(ctx, "daemon: the configuration changed: ending this one's export, then starting the new one",
-			slog.String("config", s.cfg.Path), slog.String("sources", strings.Join(next.sourceNames(), ",")))
-		cancel()
-		if err := <-done; err != nil {
-			next.closeClients()
-			return err
-		}
-		d = next
-		d.metrics.Config.LastReloadTime.SetToCurrentTime()
-	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	return s.watch(ctx, d, done)
 }
 
 // supervisor is Supervise's state: what the running daemon was built from.
@@ -169,43 +155,40 @@ func identity(fileDigest string, src *config.Config, defs map[string]string) str
 	return b.String()
 }
 
-// watch waits for the running daemon d to end (its error, and no next
-// daemon) or for a configuration it does not run to build (the next
-// daemon).
-func (s *supervisor) watch(ctx context.Context, d *Daemon, done <-chan error) (*Daemon, error) {
+// watch applies to the running daemon d what changed of its
+// configuration until it ends, and returns its error.
+func (s *supervisor) watch(ctx context.Context, d *Daemon, done <-chan error) error {
 	if s.cfg.Path == "" {
-		return nil, <-done
+		return <-done
 	}
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case err := <-done:
-			return nil, err
+			return err
 		case <-s.cfg.Reload:
 			d.Reload()
 			s.failed = "" // asked for: try again, and say again why not
 		case <-t.C:
 		}
 		if ctx.Err() != nil {
-			return nil, <-done
+			return <-done
 		}
-		if next := s.check(ctx, d); next != nil {
-			return next, nil
-		}
+		s.check(ctx, d)
 	}
 }
 
-// check reads the file and the installed sources, and builds the next
-// daemon when they name something d does not run.
-func (s *supervisor) check(ctx context.Context, d *Daemon) *Daemon {
+// check reads the file and the installed sources, and applies them to d
+// when they name something d does not run.
+func (s *supervisor) check(ctx context.Context, d *Daemon) {
 	log := s.logger.With(slog.String("config", s.cfg.Path))
 	defs, err := sources.Definitions(ctx, s.pool)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.DebugContext(ctx, "daemon: could not read the installed sources; trying again later", slog.String("error", err.Error()))
 		}
-		return nil
+		return
 	}
 	src, err := s.read()
 	if err != nil {
@@ -214,31 +197,25 @@ func (s *supervisor) check(ctx context.Context, d *Daemon) *Daemon {
 			d.metrics.Config.LastReloadSuccessful.Set(0)
 			log.ErrorContext(ctx, "daemon: the configuration file changed and cannot be read; the previous configuration keeps running", slog.String("error", err.Error()))
 		}
-		return nil
+		return
 	}
 	s.noteUnconfigured(ctx, d, src, defs)
 	id := identity(s.fileDigest, src, defs)
 	if id == s.running || id == s.failed {
-		return nil
+		return
 	}
-	next, err := s.build(ctx, src)
+	dc, err := s.cfg.Daemon(src)
+	if err == nil {
+		err = d.reconfigure(ctx, dc)
+	}
 	if err != nil {
 		s.failed = id
 		d.metrics.Config.LastReloadSuccessful.Set(0)
 		log.ErrorContext(ctx, "daemon: the configuration changed and cannot run; the previous configuration keeps running (run syncer migrate --config with this file, or fix it)",
 			slog.String("error", err.Error()))
-		return nil
+		return
 	}
 	s.running, s.failed = id, ""
-	return next
-}
-
-func (s *supervisor) build(ctx context.Context, src *config.Config) (*Daemon, error) {
-	dc, err := s.cfg.Daemon(src)
-	if err != nil {
-		return nil, err
-	}
-	return New(ctx, s.pool, dc)
 }
 
 // noteUnconfigured logs, when they change, the installed sources that the

@@ -53,6 +53,7 @@ const (
 	MaxSnoozeDefault          = 10 * time.Second
 	PassLengthDefault         = 2 * time.Second
 	MaxLingeringDefault       = 2
+	AbandonAfterDefault       = 3 * time.Second
 )
 
 // HotPollMax is the longest HotPoll a setting may ask for: well under
@@ -115,6 +116,12 @@ type Config struct {
 	// drains and ends, so other sources still find a slot. The daemon sets
 	// it below its worker count. Defaults to MaxLingeringDefault.
 	MaxLingering int
+	// AbandonAfter is how long a job asked to stop (its source or its
+	// destination changed in a reload, or the shutdown cancelled it) may
+	// take to return before it is abandoned: logged, its locks given up,
+	// its goroutine left running and no longer waited on (reload.go).
+	// Defaults to AbandonAfterDefault.
+	AbandonAfter time.Duration
 	// Installation is the installation's identity
 	// (checkpoint.Installation), part of every Idempotency-Key. Required.
 	Installation string
@@ -162,8 +169,15 @@ type Exporter struct {
 	turns turnsOf
 
 	// srcs are the sources exported here, by name: the feed family
-	// (source.go).
-	srcs map[string]exported
+	// (source.go). A reload replaces the map whole (Swap), never edits it:
+	// read it with sourcesNow.
+	srcsMu sync.RWMutex
+	srcs   map[string]exported
+
+	// jobs are the jobs running here, so that a reload can stop those of
+	// the sources it changed (reload.go).
+	jobsMu sync.Mutex
+	jobs   map[*job]struct{}
 
 	// lastKey is the key of the last batch pushed, for the run's summary
 	// line: a third party's support ticket names a key.
@@ -200,7 +214,7 @@ func (c *Config) validate() error {
 	}{
 		{"LockBusySnooze", c.LockBusySnooze}, {"HotPoll", c.HotPoll}, {"HotLinger", c.HotLinger},
 		{"ColdLinger", c.ColdLinger}, {"MaxRun", c.MaxRun},
-		{"MaxSnooze", c.MaxSnooze}, {"PassLength", c.PassLength},
+		{"MaxSnooze", c.MaxSnooze}, {"PassLength", c.PassLength}, {"AbandonAfter", c.AbandonAfter},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("exporter: config: %s must not be negative, got %s", d.name, d.v)
@@ -230,6 +244,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 	c.MaxSnooze = cmp.Or(c.MaxSnooze, MaxSnoozeDefault)
 	c.PassLength = cmp.Or(c.PassLength, PassLengthDefault)
 	c.MaxLingering = cmp.Or(c.MaxLingering, MaxLingeringDefault)
+	c.AbandonAfter = cmp.Or(c.AbandonAfter, AbandonAfterDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -243,6 +258,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 		hot:         map[string]int{},
 		lingerSlots: &slots{max: c.MaxLingering},
 		turns:       turnsOf{held: map[string]bool{}, wants: map[string]map[string]bool{}},
+		jobs:        map[*job]struct{}{},
 	}
 	var err error
 	if e.srcs, err = e.family(c.Sources); err != nil {

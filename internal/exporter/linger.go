@@ -68,9 +68,9 @@ func (e *Exporter) linger(ctx context.Context, f *lingerFeed) (total int, err er
 	defer w.deactivate()
 	// A job that lingers holds a worker slot: at most MaxLingering
 	// sources' jobs do, so other sources' jobs find one.
-	lingers := e.lingerSlots.TryAcquire()
+	lingers := e.takeLingerSlot(ctx)
 	if lingers {
-		defer e.lingerSlots.Release()
+		defer e.giveLingerSlot(ctx)
 	}
 	hot := false
 	defer func() {
@@ -344,7 +344,7 @@ func (e *Exporter) Active(src string) bool { return e.wakerOf(src).isActive() }
 var _ outbox.Waker = (*Exporter)(nil)
 
 // feeds counts the sources this exporter exports.
-func (e *Exporter) feeds() int { return len(e.srcs) }
+func (e *Exporter) feeds() int { return len(e.sourcesNow()) }
 
 // gateHot notes f's job hot and shuts the gate once every feed of the
 // process has a job lingering hot: the gate is one for every feed, and a

@@ -104,8 +104,9 @@ func (e *Exporter) family(list []Source) (map[string]exported, error) {
 
 // Exported names the sources this exporter exports, in order.
 func (e *Exporter) Exported() []string {
-	names := make([]string, 0, len(e.srcs))
-	for n := range e.srcs {
+	srcs := e.sourcesNow()
+	names := make([]string, 0, len(srcs))
+	for n := range srcs {
 		names = append(names, n)
 	}
 	slices.Sort(names)
@@ -168,7 +169,7 @@ var _ outbox.Exporter = (*Exporter)(nil)
 // it in, as a job that drained used to.
 func (e *Exporter) othersWait(ctx context.Context, s *Source) (bool, error) {
 	var others []string
-	for name, o := range e.srcs {
+	for name, o := range e.sourcesNow() {
 		if name != s.Name() && o.base().DestinationName == s.DestinationName && !e.Active(name) {
 			others = append(others, name)
 		}

@@ -34,9 +34,9 @@ func (e *Exporter) Worker() *Worker { return &Worker{e: e} }
 // Config.MaxRun, and a timeout would cancel a push that must be marked.
 func (w *Worker) Timeout(*river.Job[jobs.ExportArgs]) time.Duration { return -1 }
 
-// Work exports the job's source: see work.
+// Work exports the job's source: see work, run as reload.go says.
 func (w *Worker) Work(ctx context.Context, job *river.Job[jobs.ExportArgs]) error {
-	return w.e.work(ctx, job.Args.Source)
+	return w.e.supervised(ctx, job.Args.Source)
 }
 
 // PreviousWorker works the jobs the previous release enqueued for
@@ -64,7 +64,7 @@ func (w *PreviousWorker[T]) Timeout(*river.Job[T]) time.Duration { return -1 }
 
 // Work exports resources.
 func (w *PreviousWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
-	return w.e.work(ctx, jobs.Resources)
+	return w.e.supervised(ctx, jobs.Resources)
 }
 
 // run is one execution of a source's job under its lock.
@@ -111,7 +111,7 @@ func (e *Exporter) flushCarried(ctx context.Context, r *run) error {
 // matches its configuration stops with a loud error and snoozes long; the
 // other sources go on.
 func (e *Exporter) work(ctx context.Context, name string) error {
-	s, ok := e.srcs[name]
+	s, ok := e.sourcesNow()[name]
 	if !ok {
 		// Not exported here (another daemon's configuration, or
 		// removed): nothing to do, and no retry.
@@ -283,6 +283,7 @@ func (e *Exporter) acquire(ctx context.Context, name string) (*locks.Lock, error
 	if name == jobs.Resources {
 		e.metrics.SetLockHeld(e.holds.Add(1) > 0)
 	}
+	jobOf(ctx).hold(lk, false)
 	return lk, nil
 }
 
@@ -292,6 +293,7 @@ func (e *Exporter) acquire(ctx context.Context, name string) (*locks.Lock, error
 // after another job of the process took the lock anew, and must not say
 // the process holds none (seed 20261125's soak).
 func (e *Exporter) release(ctx context.Context, lk *locks.Lock, name string) {
+	jobOf(ctx).drop(lk)
 	if name == jobs.Resources {
 		e.metrics.SetLockHeld(e.holds.Add(-1) > 0)
 	}

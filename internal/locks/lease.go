@@ -183,8 +183,8 @@ func (lk *Lock) leaseLoop(ttl time.Duration) {
 			return
 		case <-ticker.C:
 		}
-		if lk.leaseCheck() != nil {
-			lk.expire(errLeaseExpired)
+		if err := lk.leaseCheck(); err != nil {
+			lk.expire(err)
 			return
 		}
 		start := time.Now()
@@ -219,6 +219,9 @@ func (lk *Lock) setDeadline(t time.Time) {
 // leaseCheck returns errLeaseExpired once the holder's own deadline passed:
 // a comparison on the monotonic clock, which asks nothing of the database.
 func (lk *Lock) leaseCheck() error {
+	if lk.abandoned.Load() {
+		return errAbandoned
+	}
 	if lk.locker.leaseTTL == 0 {
 		return nil
 	}

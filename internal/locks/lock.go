@@ -18,6 +18,9 @@ import (
 // longer holds the lock.
 var errVanished = errors.New("lock no longer held by its session")
 
+// errAbandoned is the cause of a loss the holder asked for (Abandon).
+var errAbandoned = errors.New("lock abandoned: its holder did not return in time")
+
 // Lock is a held advisory lock and the dedicated session that holds it. Its
 // methods are safe for concurrent use.
 type Lock struct {
@@ -44,6 +47,8 @@ type Lock struct {
 	deadline   time.Time
 	// expiring is set once Check started losing the lock.
 	expiring atomic.Bool
+	// abandoned is set by Abandon: Check refuses at once, whatever mu.
+	abandoned atomic.Bool
 
 	// wg counts the self-check and lease goroutines.
 	wg sync.WaitGroup
@@ -118,6 +123,10 @@ func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	defer lk.mu.Unlock()
 	if err := lk.Err(); err != nil {
 		return fmt.Errorf("locks: with tx: %w", err)
+	}
+	if lk.abandoned.Load() {
+		lk.lose(errAbandoned)
+		return fmt.Errorf("locks: with tx: %w", lk.Err())
 	}
 
 	err := pgx.BeginFunc(ctx, txBeginner{lk.conn}, func(tx pgx.Tx) error {
@@ -198,6 +207,22 @@ func (lk *Lock) Release(ctx context.Context) error {
 	return nil
 }
 
+// Abandon gives the lock up without waiting for the goroutine that holds
+// it, which may never return (a program that spins, a call that ignores
+// its context). At once, Check (so CheckContext, before every request to a
+// third party) and WithTx refuse with ErrLockLost, and the lease is no
+// longer renewed; the session is closed as soon as no WithTx is under way
+// on it, which frees the lock on the server. Should a WithTx never return,
+// the lease runs out and the next try of any daemon ends the session
+// ("Leases" in the package documentation). Abandoning a lock released or
+// lost does nothing.
+func (lk *Lock) Abandon() {
+	if lk.abandoned.Swap(true) || lk.Err() != nil {
+		return
+	}
+	go lk.expire(errAbandoned)
+}
+
 // checkLoop verifies the lock every interval until it is lost or released.
 func (lk *Lock) checkLoop(interval, timeout time.Duration) {
 	defer lk.wg.Done()
@@ -248,6 +273,9 @@ func (lk *Lock) lose(cause error) {
 	case errors.Is(cause, errLeaseExpired), errors.Is(cause, errLeaseTaken):
 		lk.logger.Warn("locks: lock lost: its lease was not renewed in time; nothing more is sent on its behalf, "+
 			"and a waiting daemon may have ended its session", attrs...)
+	case errors.Is(cause, errAbandoned):
+		lk.logger.Warn("locks: lock given up: the job holding it did not return in time; its session is closed "+
+			"so that another job can take the lock, and nothing more is sent or marked on its behalf", attrs...)
 	case errors.Is(cause, errVanished):
 		lk.logger.Warn("locks: lock lost: it vanished while its connection still answers; "+
 			"a transaction-mode connection pooler (such as PgBouncer in transaction mode) breaks session advisory locks, "+
