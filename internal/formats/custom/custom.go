@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/itchyny/gojq"
 )
@@ -37,8 +36,8 @@ type program struct {
 	body                      *gojq.Code // nil: no body
 	bodyField                 string
 	perItem                   bool
-	timeout                   time.Duration
-	maxBytes                  int
+	bounds                    bounds
+	maxBytes                  int // of the body
 }
 
 // Format is the custom format. Create it with New.
@@ -49,6 +48,7 @@ type Format struct {
 	rejected *gojq.Code
 	refused  *gojq.Code
 	retry    *gojq.Code
+	bounds   bounds // of every run of every program
 }
 
 // nowVar is the variable that holds the batch's time for `now`.
@@ -100,10 +100,11 @@ func New(cfg *Config) (*Format, error) {
 		}
 		f.deletes = &dp
 	}
-	timeout, maxBytes := cmp.Or(cfg.ProgramTimeout, ProgramTimeoutDefault), cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
-	f.upsert.timeout, f.upsert.maxBytes = timeout, maxBytes
+	f.bounds = bounds{timeout: cmp.Or(cfg.ProgramTimeout, ProgramTimeoutDefault), maxBytes: cmp.Or(cfg.ProgramMemory, ProgramMemoryDefault)}
+	maxBytes := cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	f.upsert.bounds, f.upsert.maxBytes = f.bounds, maxBytes
 	if f.deletes != nil {
-		f.deletes.timeout, f.deletes.maxBytes = timeout, maxBytes
+		f.deletes.bounds, f.deletes.maxBytes = f.bounds, maxBytes
 	}
 	if cfg.Accepted != "" {
 		if f.accepted, err = compile("response.accepted", cfg.Accepted); err != nil {
