@@ -169,6 +169,19 @@ func (d *Deliverer) isolate(ctx context.Context, j *job, items []thirdparty.Item
 			return d.programBroken(ctx, err, strconv.Itoa(len(bad))+" rows of a batch failed alone, none rendered")
 		}
 	}
+	if len(bad) == 0 {
+		// Every row renders alone, and not all together (a program slow
+		// or big in the batch's size, or the memory bound counting other
+		// goroutines' bytes): sending them all again would fail again,
+		// for good. Halves, as a 413 splits, end at rows alone.
+		half := len(good) / 2
+		for _, part := range [][]thirdparty.Item{good[:half], good[half:]} {
+			if err := d.deliver(ctx, j, part, nil, pendingSince, false, out); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	d.logger.WarnContext(ctx, "delivery: the request program fails on some rows: they are failed with its error, the others go",
 		slog.Int("failed", len(bad)), slog.Int("going", len(good)), slog.String("error", thirdparty.SafeText(err.Error())))
 	out.Rejected = append(out.Rejected, bad...)

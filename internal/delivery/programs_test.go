@@ -256,3 +256,28 @@ func TestProgramPoisonRowAlone(t *testing.T) {
 	_, err = d.Deliver(context.Background(), row(9, "abc"))
 	require.ErrorIs(t, err, delivery.ErrProgram, "the eighth in a row")
 }
+
+// A request program that renders every row alone but fails on the batch
+// (here past a size it allows; in production a program slow in the
+// batch's size, or the memory bound under load) sends the rows in
+// halves: it never renders the same rows together again for good.
+func TestProgramFailingOnlyOnTheWholeBatch(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	f, err := custom.New(&custom.Config{Request: custom.Request{
+		Body: `if (.items | length) > 2 then error("too many rows") else {rows: [.items[] | .id]} end`}})
+	require.NoError(t, err)
+	d := newDeliverer(t, newClient(t, url, ""), nil, &delivery.Config{Format: f})
+	var out *delivery.Outcome
+	within(t, 10*time.Second, func() {
+		out, err = d.Deliver(t.Context(), delivery.Batch{Items: items(1, 5, nil), Time: time.Unix(1, 0)})
+	})
+	require.NoError(t, err)
+	require.Len(t, out.Accepted, 5)
+	require.Empty(t, out.Rejected)
+	require.EqualValues(t, 3, requests.Load(), "2 + (1 + 2)")
+}
