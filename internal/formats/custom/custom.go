@@ -11,7 +11,11 @@
 //     recorded time: `now` is the batch's time, `env` and `$ENV` are empty
 //     and `input` is refused, so a program cannot make a resend differ from
 //     the first send. Objects are written with sorted keys.
-//   - Each program runs once per request, never per item of a request.
+//   - Each program runs once per request, never per item of a request,
+//     and every run of every program is bounded in time (program_timeout)
+//     and in the bytes it allocates (bound.go): past either, a request
+//     program fails as a *ProgramError and a response program's answer is
+//     no answer; the run ends, holding no core.
 //   - Acceptance is positive: response.accepted must say true, and a
 //     program that fails, gives a value of the wrong type or names an id the
 //     request did not hold makes the answer no answer (nothing is marked,
