@@ -198,7 +198,7 @@ func (d *Deliverer) isolateOne(ctx context.Context, j *job, it thirdparty.Item, 
 	if w == nil {
 		rows, strikes := d.programs.failedAlone(it.ID, true)
 		if strikes >= programStrikes || rows >= isolateProbe {
-			return d.programBroken(ctx, err, strconv.Itoa(strikes)+" rows alone failed in a row, none rendered since the program was built")
+			return d.programBroken(ctx, err, strconv.Itoa(strikes)+" failures of rows alone in a row, no row rendered since the program was built")
 		}
 		if d.lastError(ctx, reason, 0, "program") {
 			d.logger.WarnContext(ctx, "delivery: the request program failed on a row and has rendered none yet: the row is kept pending while syncer tells a broken program from a bad row",

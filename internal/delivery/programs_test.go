@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -175,8 +176,9 @@ func TestProgramFailingEveryRowOneAtATime(t *testing.T) {
 	format.f.Store(build(`{rows: [.items[] | {id, total: (def f: f + 1; f)}]}`))
 	db := newDatabase(t)
 	m := metrics.New(prometheus.NewRegistry())
+	logs := &recorder{}
 	d := newDeliverer(t, newClient(t, url, ""), db.shared(t), &delivery.Config{Format: format,
-		AuthProbeInterval: time.Minute, Metrics: m.Destination(metrics.DefaultDestination)})
+		AuthProbeInterval: time.Minute, Metrics: m.Destination(metrics.DefaultDestination), Logger: slog.New(logs)})
 
 	row := func(i int) delivery.Batch {
 		return delivery.Batch{Items: items(i, 1, nil), Time: time.Unix(1, 0), Source: "orders"}
@@ -203,6 +205,7 @@ func TestProgramFailingEveryRowOneAtATime(t *testing.T) {
 	require.Contains(t, st.Configuration.Message, "program_timeout")
 	require.Contains(t, st.LastError.Text, "request.body")
 	require.InDelta(t, 1, testutil.ToFloat64(m.Misconfigured.WithLabelValues(metrics.DefaultDestination)), 0)
+	require.Equal(t, 1, logs.count(slog.LevelError), "the hold said once")
 	mu.Lock()
 	require.Empty(t, got, "nothing sent")
 	mu.Unlock()
@@ -230,6 +233,7 @@ func TestProgramFailingEveryRowOneAtATime(t *testing.T) {
 	mu.Unlock()
 	require.False(t, db.state(t).Configuration.Refused)
 	require.Zero(t, testutil.ToFloat64(m.Misconfigured.WithLabelValues(metrics.DefaultDestination)))
+	require.Equal(t, 1, logs.countMsg("delivery: the request program renders rows again, and the third party accepts them"))
 }
 
 // Once the program has rendered rows, a row alone it fails on is that
