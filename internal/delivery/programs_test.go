@@ -168,7 +168,7 @@ func TestProgramFailingEveryRowOneAtATime(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	build := func(body string) *custom.Format {
-		f, err := custom.New(&custom.Config{Request: custom.Request{Path: "/rows", Body: body}, ProgramTimeout: 50 * time.Millisecond})
+		f, err := custom.New(&custom.Config{Request: custom.Request{Path: "/rows", Body: body}, ProgramTimeout: 200 * time.Millisecond})
 		require.NoError(t, err)
 		return f
 	}
