@@ -123,7 +123,10 @@ type Deliverer struct {
 	conf  refusal
 	// streak is the batches rejected whole for one reason in a row
 	// (storm.go).
-	streak   streak
+	streak streak
+	// programs is what is known of the format's request program
+	// (isolate.go).
+	programs programs
 	failure  breakerstore.LastError // the last failure seen
 	written  breakerstore.LastError // the last failure written to the store
 	warned   string                 // the kind of failure last logged at warn
@@ -240,8 +243,16 @@ func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 		whole = &r
 		j.wholeKey = cmp.Or(b.Key, thirdparty.BatchKey(d.cfg.Installation, b.Salt, body))
 	}
+	if d.canonical == nil {
+		if err := d.programHeld(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.deliver(ctx, j, items, whole, time.Time{}, true, out); err != nil {
 		return nil, err
+	}
+	if d.canonical == nil {
+		d.programs.rendered(out.Accepted)
 	}
 	if err := d.judgeRejections(ctx, out); err != nil {
 		return nil, err

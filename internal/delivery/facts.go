@@ -159,7 +159,7 @@ func (d *Deliverer) accepted(ctx context.Context, acceptedAny bool) {
 	}
 	for _, r := range []*refusal{&d.creds, &d.conf} {
 		d.mu.Lock()
-		prev := r.state
+		prev, program := r.state, errors.Is(r.err, ErrProgram)
 		if prev == refusalStanding && r.storm && !acceptedAny {
 			d.mu.Unlock()
 			continue // the storm goes on: every item rejected again
@@ -189,11 +189,14 @@ func (d *Deliverer) accepted(ctx context.Context, acceptedAny bool) {
 			changed = c
 		}
 		if changed {
-			what := "credentials"
-			if r == &d.conf {
-				what = "URL"
+			msg := "delivery: the third party accepts the credentials again"
+			switch {
+			case program:
+				msg = "delivery: the request program renders rows again, and the third party accepts them"
+			case r == &d.conf:
+				msg = "delivery: the third party accepts the URL again"
 			}
-			d.logger.WarnContext(ctx, "delivery: the third party accepts the "+what+" again")
+			d.logger.WarnContext(ctx, msg)
 		}
 	}
 }

@@ -1,19 +1,60 @@
 package delivery
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
-// isolateProbe is how many items rendered alone must all fail, from the
-// first, for a request program to count as failing on every row: then the
-// program is the destination's fault (its configuration), not the rows'.
-const isolateProbe = 8
+// A request program that fails on every row is the destination's fault
+// (its configuration), not the rows': failing each row it fails on would
+// fail every row written until someone edits it. A program that fails on
+// one row's data, among rows it renders, is that row's fault. The rule
+// tells them apart however the rows arrive:
+//
+//   - a batch of several rows the program fails on is rendered row by
+//     row: the rows it fails on alone are failed with its error, the
+//     others go together. If it fails on the first isolateProbe rows alone
+//     (or on every row of a smaller batch) the program fails on every row;
+//   - a row alone (a batch of one, as rows come when they are written one
+//     at a time) is weighed against a witness, a row the program rendered
+//     before in this process: if the program renders the witness still,
+//     the row fails at once (a poison row); if it fails on the witness too,
+//     it fails on every row. With no witness yet (the program has rendered
+//     nothing since it was built), the row is a strike: it stays pending
+//     and goes again after programRecheck, and programStrikes strikes in a
+//     row mean the program fails on every row;
+//   - isolateProbe rows failed alone in a row, with no row rendered
+//     between them, mean the same however good the witness is: the rows
+//     changed under the program (a migration), which is the program's to
+//     follow.
+//
+// A program that fails on every row fails no row: the destination is held
+// with the program's error as a misconfigured URL is (status, the
+// misconfigured metric and its alert say why), nothing is sent or
+// rendered but a probe every AuthProbeInterval, and the rows stay pending.
+// An edit of the program (a reload builds a new Deliverer) or `syncer
+// probe` lets the next batch try at once; once the program renders a row
+// and the third party accepts it, the hold ends.
+const (
+	// isolateProbe is how many rows alone, failed in a row, mean the
+	// program fails on every row.
+	isolateProbe = 8
+	// programStrikes is how many rows alone a program that never rendered
+	// a row may fail on, each kept pending, before it fails on every row.
+	programStrikes = 3
+	// programRecheck is how long a strike's row waits before it goes
+	// again.
+	programRecheck = 2 * time.Second
+)
 
 // programFailure is a format's request program failing on the items it
 // was given (custom.ProgramError): a batch the format cannot send.
@@ -28,17 +69,87 @@ func isProgramFailure(err error) bool {
 // destination's configuration, held as a refused URL is, and no row fails.
 var ErrProgram = errors.New("delivery: the request program fails on every row")
 
+// ErrProgramStrike is a request program that failed on a row alone before
+// it rendered any: the row stays pending, to go again after the error's
+// wait, while syncer tells a broken program from a bad row.
+var ErrProgramStrike = errors.New("delivery: the request program failed on a row and has rendered none yet; kept pending while syncer tells a broken program from a bad row")
+
+// programs is what the Deliverer knows of its format's request program.
+type programs struct {
+	// witness is a row the program rendered, cloned; nil until one was.
+	witness atomic.Pointer[thirdparty.Item]
+	// failing is set while failed holds keys: a rendered row clears them.
+	failing atomic.Bool
+
+	mu sync.Mutex
+	// failed are the keys failed alone in a row, with no row rendered
+	// between them; strikes the rows kept pending as strikes.
+	failed  map[string]struct{}
+	strikes int
+}
+
+// rendered notes rows the program rendered and the third party accepted:
+// the first becomes the witness, and the failures in a row end.
+func (p *programs) rendered(items []thirdparty.Item) {
+	if len(items) == 0 {
+		return
+	}
+	if p.witness.Load() == nil {
+		w := items[0]
+		w.Payload = bytes.Clone(w.Payload) // not the batch's whole body
+		p.witness.CompareAndSwap(nil, &w)
+	}
+	if p.failing.Load() {
+		p.mu.Lock()
+		p.failed, p.strikes = nil, 0
+		p.failing.Store(false)
+		p.mu.Unlock()
+	}
+}
+
+// failedAlone counts a row failed alone, and returns how many distinct
+// rows were, in a row, and the strikes among them (strike: the row is
+// kept pending).
+func (p *programs) failedAlone(id string, strike bool) (rows, strikes int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed == nil {
+		p.failed = map[string]struct{}{}
+	}
+	p.failed[id] = struct{}{}
+	if strike {
+		p.strikes++
+	}
+	p.failing.Store(true)
+	return len(p.failed), p.strikes
+}
+
+// programHeld returns the hold's *WaitError while the request program is
+// held for failing on every row and its probe time has not come: nothing
+// is rendered meanwhile (a program past its time bound costs a core for
+// that long). A person's probe ends the wait.
+func (d *Deliverer) programHeld(ctx context.Context) error {
+	if !d.held.Load() {
+		return nil
+	}
+	d.loadShared(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := &d.conf
+	if r.state != refusalStanding || !errors.Is(r.err, ErrProgram) {
+		return nil
+	}
+	if wait := r.until.Sub(d.now()); wait > 0 {
+		return &WaitError{Err: r.err, Wait: wait}
+	}
+	return nil // this batch is the probe
+}
+
 // isolate handles a batch whose request program failed, as a 400 is
-// handled but without a request: each item is rendered alone, the items
-// the program fails on are rejected with its error as their reason, and
-// the others go together. A program that fails on the first items alone
-// (isolateProbe of them, or all of a smaller batch of several) fails on
-// every row: nothing is rejected, and the destination is held with the
-// error until a probe finds it mended.
+// handled but without a request (see the rule above).
 func (d *Deliverer) isolate(ctx context.Context, j *job, items []thirdparty.Item, err error, pendingSince time.Time, out *Outcome) error {
 	if len(items) == 1 {
-		out.Rejected = append(out.Rejected, Rejection{Item: items[0], Error: "format: " + thirdparty.SafeText(err.Error())})
-		return nil
+		return d.isolateOne(ctx, j, items[0], err, out)
 	}
 	var good []thirdparty.Item
 	var bad []Rejection
@@ -55,9 +166,21 @@ func (d *Deliverer) isolate(ctx context.Context, j *job, items []thirdparty.Item
 		}
 		bad = append(bad, Rejection{Item: items[i], Error: "format: " + thirdparty.SafeText(ierr.Error())})
 		if len(good) == 0 && (len(bad) == isolateProbe || len(bad) == len(items)) {
-			return d.refused(ctx, &d.conf, &thirdparty.Error{Err: fmt.Errorf("%w: %w", ErrProgram, err)},
-				"delivery: the request program of the destination's format fails on every row; nothing is sent and no row fails until a probe finds it mended (check request.body of destination "+d.cfg.Name+")")
+			return d.programBroken(ctx, err, strconv.Itoa(len(bad))+" rows of a batch failed alone, none rendered")
 		}
+	}
+	if len(bad) == 0 {
+		// Every row renders alone, and not all together (a program slow
+		// or big in the batch's size, or the memory bound counting other
+		// goroutines' bytes): sending them all again would fail again,
+		// for good. Halves, as a 413 splits, end at rows alone.
+		half := len(good) / 2
+		for _, part := range [][]thirdparty.Item{good[:half], good[half:]} {
+			if err := d.deliver(ctx, j, part, nil, pendingSince, false, out); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	d.logger.WarnContext(ctx, "delivery: the request program fails on some rows: they are failed with its error, the others go",
 		slog.Int("failed", len(bad)), slog.Int("going", len(good)), slog.String("error", thirdparty.SafeText(err.Error())))
@@ -66,4 +189,47 @@ func (d *Deliverer) isolate(ctx context.Context, j *job, items []thirdparty.Item
 		return nil
 	}
 	return d.deliver(ctx, j, good, nil, pendingSince, false, out)
+}
+
+// isolateOne handles a row alone that the request program failed on.
+func (d *Deliverer) isolateOne(ctx context.Context, j *job, it thirdparty.Item, err error, out *Outcome) error {
+	reason := "format: " + thirdparty.SafeText(err.Error())
+	w := d.programs.witness.Load()
+	if w == nil {
+		rows, strikes := d.programs.failedAlone(it.ID, true)
+		if strikes >= programStrikes || rows >= isolateProbe {
+			return d.programBroken(ctx, err, strconv.Itoa(strikes)+" failures of rows alone in a row, no row rendered since the program was built")
+		}
+		if d.lastError(ctx, reason, 0, "program") {
+			d.logger.WarnContext(ctx, "delivery: the request program failed on a row and has rendered none yet: the row is kept pending while syncer tells a broken program from a bad row",
+				slog.String("key", thirdparty.SafeText(it.ID)), slog.Int("strikes", strikes), slog.String("error", reason))
+		}
+		return &WaitError{Err: fmt.Errorf("%w: %w", ErrProgramStrike, err), Wait: programRecheck}
+	}
+	b := j.batch
+	b.Items = []thirdparty.Item{*w}
+	_, werr := d.format.Requests(&b)
+	switch {
+	case werr == nil:
+	case isProgramFailure(werr):
+		return d.programBroken(ctx, err, "it fails on a row it rendered before (key "+thirdparty.SafeText(w.ID)+") too")
+	default:
+		return werr
+	}
+	if rows, _ := d.programs.failedAlone(it.ID, false); rows >= isolateProbe {
+		return d.programBroken(ctx, err, strconv.Itoa(rows)+" rows alone failed in a row, none rendered between them")
+	}
+	d.logger.WarnContext(ctx, "delivery: the request program fails on a row it renders others beside: the row is failed with its error",
+		slog.String("key", thirdparty.SafeText(it.ID)), slog.String("error", reason))
+	out.Rejected = append(out.Rejected, Rejection{Item: it, Error: reason})
+	return nil
+}
+
+// programBroken holds the destination for a request program that fails
+// on every row (why says how that is known): no row fails.
+func (d *Deliverer) programBroken(ctx context.Context, err error, why string) error {
+	d.lastError(ctx, "format: "+thirdparty.SafeText(err.Error()), 0, "program")
+	return d.refused(ctx, &d.conf, &thirdparty.Error{Err: fmt.Errorf("%w: %w", ErrProgram, err)},
+		"delivery: the request program of the destination's format fails on every row ("+why+
+			"); nothing is sent and no row fails until a probe finds it mended (edit request.body or deletes.body of destination "+d.cfg.Name+", or run syncer probe)")
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/status"
@@ -155,4 +156,83 @@ sources:
 	rep, err = status.Gather(context.Background(), b.pool, nil)
 	require.NoError(t, err)
 	require.Zero(t, rep.Failed)
+}
+
+// Issue 42, point 4: a request program that fails on every row (here it
+// never ends), with rows written one at a time seconds apart, fails no
+// row: the destination is held with the program's error, and the rows
+// stay pending. The program mended (a new daemon on the edited file),
+// every row arrives.
+func TestCustomProgramBrokenForEveryRowOneAtATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	var mu sync.Mutex
+	got := map[string]bool{}
+	recv := newRecvServer(t, func(body []byte) {
+		var m struct {
+			Rows []struct {
+				ID string `json:"id"`
+			} `json:"rows"`
+		}
+		_ = json.Unmarshal(body, &m)
+		mu.Lock()
+		for _, r := range m.Rows {
+			got[r.ID] = true
+		}
+		mu.Unlock()
+	})
+	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, total text NOT NULL)`)
+	file := func(body string) *config.Config {
+		return sourcesConfig(t, fmt.Sprintf(`destinations:
+  d:
+    url: %s
+    format: custom
+    program_timeout: 200ms
+    request:
+      path: /rows
+      body: '%s'
+sources:
+  - {table: orders, key: id, destination: d}
+`, recv, body), nil)
+	}
+	broken := file(`{rows: [.items[] | {id, total: (def f: f + 1; f)}]}`)
+	b.installSources(t, broken)
+	first := b.startDaemon(t, func(c *daemon.Config) { c.ThirdParty.URL = ""; c.Sources = broken })
+	for i := 1; i <= 7; i++ {
+		b.exec(t, fmt.Sprintf(`INSERT INTO orders VALUES (%d, '%d')`, i, i))
+		time.Sleep(500 * time.Millisecond)
+	}
+	held := func() (bool, *status.Report) {
+		rep, err := status.Gather(context.Background(), b.pool, nil)
+		require.NoError(t, err)
+		for _, d := range rep.Destinations {
+			if d.Configuration.Refused && strings.Contains(d.Configuration.Message, "the request program fails on every row") {
+				return true, rep
+			}
+		}
+		return false, rep
+	}
+	waitFor(t, 30*time.Second, "the destination held for its program", func() bool { ok, _ := held(); return ok })
+	_, rep := held()
+	require.Zero(t, rep.Failed, "a program failing on every row fails no row")
+	require.Equal(t, int64(7), rep.Pending)
+	for _, d := range rep.Destinations {
+		if d.Name == "d" {
+			require.Contains(t, d.Stopped(), "program_timeout")
+		}
+	}
+	require.NoError(t, first.stop())
+
+	mended := file(`{rows: [.items[] | {id, total: .payload.total}]}`)
+	b.startDaemon(t, func(c *daemon.Config) { c.ThirdParty.URL = ""; c.Sources = mended })
+	waitFor(t, 60*time.Second, "every row once the program is mended", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 7
+	})
+	waitFor(t, 30*time.Second, "nothing pending, nothing failed", func() bool {
+		rep, err := status.Gather(context.Background(), b.pool, nil)
+		require.NoError(t, err)
+		return rep.Pending == 0 && rep.Failed == 0
+	})
 }

@@ -124,6 +124,11 @@ func (d *Destination) Stopped() string {
 		return fmt.Sprintf("destination %s paused by %s since %s", d.Name, d.Paused.By, d.Paused.Since.Format(time.RFC3339))
 	case d.Credentials.Refused:
 		return fmt.Sprintf("destination %s refuses the credentials: %s", d.Name, d.Credentials.Message)
+	case d.Configuration.Refused && d.Configuration.Status == 0:
+		// No answer said so: syncer holds it, for a request program
+		// that fails on every row or a rejection storm; the message says
+		// which.
+		return fmt.Sprintf("destination %s held for its configuration, no row failed: %s", d.Name, d.Configuration.Message)
 	case d.Configuration.Refused:
 		return fmt.Sprintf("destination %s refuses the URL (a redirect, 404 or 410): %s", d.Name, d.Configuration.Message)
 	case d.Breaker.State == "open":

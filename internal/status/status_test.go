@@ -45,3 +45,14 @@ func TestGatherReadsThePushPathFacts(t *testing.T) {
 	require.True(t, r.Configuration.Refused)
 	require.Equal(t, "404 Not Found", r.Configuration.Message)
 }
+
+// A destination held by syncer itself (a request program failing on every
+// row) is not said to refuse its URL: no answer did.
+func TestStoppedByAProgram(t *testing.T) {
+	t.Parallel()
+	d := &status.Destination{Name: "crm", Configuration: breakerstore.Refusal{Refused: true,
+		Message: "delivery: the request program fails on every row: request.body: ran past its bound of 1s (program_timeout)"}}
+	require.Equal(t, "destination crm held for its configuration, no row failed: delivery: the request program fails on every row: request.body: ran past its bound of 1s (program_timeout)", d.Stopped())
+	d.Configuration.Status = 404
+	require.Contains(t, d.Stopped(), "refuses the URL")
+}

@@ -55,10 +55,15 @@ type Config struct {
 	// Retry is the same for an answer that is transient: retried under
 	// backoff, nothing fails. Defaults to "".
 	Retry string
-	// ProgramTimeout bounds one run of a request program: past it, the
-	// program fails (a *ProgramError) and no core is held. Defaults to
-	// ProgramTimeoutDefault.
+	// ProgramTimeout bounds one run of any program (request, deletes,
+	// response): past it, a request program fails (a *ProgramError), a
+	// response program makes the answer no answer, and no core is held.
+	// Defaults to ProgramTimeoutDefault.
 	ProgramTimeout time.Duration
+	// ProgramMemory bounds the bytes one run of any program may allocate
+	// (bound.go says how they are counted); past it, the program fails as
+	// one past ProgramTimeout does. Defaults to ProgramMemoryDefault.
+	ProgramMemory int
 	// MaxBodyBytes bounds a request body a program writes: past it, the
 	// program fails. Defaults to MaxBodyBytesDefault.
 	MaxBodyBytes int
@@ -67,5 +72,6 @@ type Config struct {
 // Defaults of a Config's bounds.
 const (
 	ProgramTimeoutDefault = time.Second
+	ProgramMemoryDefault  = 256 << 20
 	MaxBodyBytesDefault   = 16 << 20
 )

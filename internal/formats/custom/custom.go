@@ -11,7 +11,11 @@
 //     recorded time: `now` is the batch's time, `env` and `$ENV` are empty
 //     and `input` is refused, so a program cannot make a resend differ from
 //     the first send. Objects are written with sorted keys.
-//   - Each program runs once per request, never per item of a request.
+//   - Each program runs once per request, never per item of a request,
+//     and every run of every program is bounded in time (program_timeout)
+//     and in the bytes it allocates (bound.go): past either, a request
+//     program fails as a *ProgramError and a response program's answer is
+//     no answer; the run ends, holding no core.
 //   - Acceptance is positive: response.accepted must say true, and a
 //     program that fails, gives a value of the wrong type or names an id the
 //     request did not hold makes the answer no answer (nothing is marked,
@@ -23,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/itchyny/gojq"
 )
@@ -37,8 +40,8 @@ type program struct {
 	body                      *gojq.Code // nil: no body
 	bodyField                 string
 	perItem                   bool
-	timeout                   time.Duration
-	maxBytes                  int
+	bounds                    bounds
+	maxBytes                  int // of the body
 }
 
 // Format is the custom format. Create it with New.
@@ -49,6 +52,7 @@ type Format struct {
 	rejected *gojq.Code
 	refused  *gojq.Code
 	retry    *gojq.Code
+	bounds   bounds // of every run of every program
 }
 
 // nowVar is the variable that holds the batch's time for `now`.
@@ -100,10 +104,11 @@ func New(cfg *Config) (*Format, error) {
 		}
 		f.deletes = &dp
 	}
-	timeout, maxBytes := cmp.Or(cfg.ProgramTimeout, ProgramTimeoutDefault), cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
-	f.upsert.timeout, f.upsert.maxBytes = timeout, maxBytes
+	f.bounds = bounds{timeout: cmp.Or(cfg.ProgramTimeout, ProgramTimeoutDefault), maxBytes: cmp.Or(cfg.ProgramMemory, ProgramMemoryDefault)}
+	maxBytes := cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	f.upsert.bounds, f.upsert.maxBytes = f.bounds, maxBytes
 	if f.deletes != nil {
-		f.deletes.timeout, f.deletes.maxBytes = timeout, maxBytes
+		f.deletes.bounds, f.deletes.maxBytes = f.bounds, maxBytes
 	}
 	if cfg.Accepted != "" {
 		if f.accepted, err = compile("response.accepted", cfg.Accepted); err != nil {

@@ -3,7 +3,6 @@ package custom
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -32,7 +31,7 @@ func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.
 			if c.code == nil {
 				continue
 			}
-			v, err := one(c.code, in, now, c.field)
+			v, err := f.bounds.one(c.code, in, now, c.field)
 			if err != nil {
 				return nil, a.NotAnAnswer(err.Error())
 			}
@@ -62,7 +61,7 @@ func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.
 	}
 	now := float64(time.Now().Unix()) // an answer's reading is not recorded
 	if f.accepted != nil {
-		v, err := one(f.accepted, in, now, "response.accepted")
+		v, err := f.bounds.one(f.accepted, in, now, "response.accepted")
 		if err != nil {
 			return nil, a.NotAnAnswer(err.Error())
 		}
@@ -78,7 +77,7 @@ func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.
 	if f.rejected == nil {
 		return res, nil
 	}
-	v, err := one(f.rejected, in, now, "response.rejected")
+	v, err := f.bounds.one(f.rejected, in, now, "response.rejected")
 	if err != nil {
 		return nil, a.NotAnAnswer(err.Error())
 	}
@@ -135,19 +134,6 @@ func answerValue(a *thirdparty.Answer) map[string]any {
 		}
 	}
 	return in
-}
-
-// one runs code on in and returns its one output.
-func one(code *gojq.Code, in any, now float64, field string) (any, error) {
-	iter := code.RunWithContext(context.Background(), in, now)
-	v, ok := iter.Next()
-	if !ok {
-		return nil, fmt.Errorf("%s: gives no output", field)
-	}
-	if err, ok := v.(error); ok {
-		return nil, fmt.Errorf("%s: %w", field, err)
-	}
-	return v, nil
 }
 
 // idText reads an id a program gave: a string, or an integer compared by

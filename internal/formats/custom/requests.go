@@ -2,7 +2,6 @@ package custom
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,15 +106,15 @@ func (p *program) request(source string, items []thirdparty.Item, now float64) (
 	}
 	r.ContentType = p.contentType
 	var buf bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	defer cancel()
+	b, stop := newBudget(p.bounds.timeout, p.bounds.maxBytes)
+	defer stop()
 	fail := func(err error) (thirdparty.Request, error) {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("ran past its bound of %s (program_timeout)", p.timeout)
+		if over := b.overrun(p.bounds.timeout); over != nil {
+			err = over
 		}
 		return r, &ProgramError{Field: p.bodyField, Err: err}
 	}
-	iter := p.body.RunWithContext(ctx, in, now)
+	iter := p.body.RunWithContext(b, in, now)
 	n := 0
 	for {
 		v, ok := iter.Next()
