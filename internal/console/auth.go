@@ -119,7 +119,7 @@ func (c *Console) authenticate(r *http.Request) (cl caller, ok bool, wait time.D
 // to wait: the right token would be refused too, or the limit would tell
 // a guesser which of its guesses was right.
 func (c *Console) tryToken(r *http.Request, path, tok string) (ok bool, wait time.Duration) {
-	addr := clientOf(r)
+	addr := c.clientOf(r)
 	wait, first := c.failures.take(addr, c.now())
 	if wait > 0 {
 		c.metrics.ConsoleAuthLimited(path)

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,6 +94,12 @@ type Config struct {
 	// remembered, the least recently failed forgotten first. Defaults to
 	// SignInAddressesDefault.
 	SignInAddresses int
+	// TrustedProxies are the addresses of the reverse proxies in front of
+	// the console: a request from one of them is counted against the
+	// address its X-Forwarded-For names (read from the right, past the
+	// trusted proxies). Defaults to none: the header is never read, and
+	// every request is counted against its connection's address.
+	TrustedProxies []netip.Prefix
 	// Logger receives what went wrong serving a page. Defaults to
 	// discarding.
 	Logger *slog.Logger

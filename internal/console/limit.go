@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 )
@@ -15,12 +16,11 @@ const (
 	pathForm   = "form"
 )
 
-// clientPrefix is the address a request's failed authentications are
-// counted against: the connection's IP (an IPv4 address alone, an IPv6
-// address with the rest of its /64, which one host or one customer
-// usually holds whole, so it cannot rotate through its own addresses).
-// Forwarded-for headers are not read: anyone can write them. A
-// RemoteAddr that is no IP (a test's, a Unix socket's) is the zero
+// clientPrefix is the address failed authentications are counted
+// against, of an IP with or without its port: an IPv4 address alone, an
+// IPv6 address with the rest of its /64, which one host or one customer
+// usually holds whole, so it cannot rotate through its own addresses.
+// Text that is no IP (a test's RemoteAddr, a Unix socket's) is the zero
 // prefix, one address for all of them.
 func clientPrefix(remoteAddr string) netip.Prefix {
 	host, _, err := net.SplitHostPort(remoteAddr)
@@ -152,4 +152,56 @@ func retryAfter(wait time.Duration) int {
 }
 
 // clientOf is the address a request's failures are counted against.
-func clientOf(r *http.Request) netip.Prefix { return clientPrefix(r.RemoteAddr) }
+func (c *Console) clientOf(r *http.Request) netip.Prefix {
+	return clientPrefix(clientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), c.cfg.TrustedProxies))
+}
+
+// clientAddr is the address that sent a request: the connection's, unless
+// it is a trusted proxy's. Then X-Forwarded-For is read from the right,
+// where each proxy appended the peer it served, past the trusted proxies,
+// to the first address that is not one: what is left of it anyone could
+// have written. Without trusted proxies the header is never read.
+func clientAddr(remote string, forwarded []string, trusted []netip.Prefix) string {
+	if !isTrusted(remote, trusted) {
+		return remote
+	}
+	var hops []string
+	for _, v := range forwarded {
+		for h := range strings.SplitSeq(v, ",") {
+			hops = append(hops, strings.TrimSpace(h))
+		}
+	}
+	addr := remote
+	for i := len(hops) - 1; i >= 0; i-- {
+		if !clientPrefix(hops[i]).IsValid() {
+			return addr // not written by a proxy: the last trusted one answers for it
+		}
+		if addr = hops[i]; !isTrusted(addr, trusted) {
+			return addr
+		}
+	}
+	return addr
+}
+
+// isTrusted says whether addr (with or without its port) is in one of
+// trusted.
+func isTrusted(addr string, trusted []netip.Prefix) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.WithZone("").Unmap()
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

@@ -120,3 +120,53 @@ func TestFailuresBucket(t *testing.T) {
 	f.giveBack(b, now)
 	require.Zero(t, f.len(), "full buckets are forgotten")
 }
+
+// X-Forwarded-For is read only from a trusted proxy, from the right, past
+// the trusted proxies; what a client wrote left of that is never taken.
+func TestClientAddr(t *testing.T) {
+	t.Parallel()
+	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	for _, tt := range []struct {
+		name, remote string
+		forwarded    []string
+		trusted      []netip.Prefix
+		want         string
+	}{
+		{"no trusted proxies: never read", "10.0.0.1:1", []string{"203.0.113.9"}, nil, "10.0.0.1:1"},
+		{"not from a trusted proxy", "198.51.100.1:1", []string{"203.0.113.9"}, proxies, "198.51.100.1:1"},
+		{"one trusted proxy", "10.0.0.1:1", []string{"203.0.113.9"}, proxies, "203.0.113.9"},
+		{"a client's own header left of it", "10.0.0.1:1", []string{"192.0.2.66, 203.0.113.9"}, proxies, "203.0.113.9"},
+		{"two trusted proxies, two headers", "[fd00::1]:1", []string{"192.0.2.66", "203.0.113.9, 10.1.2.3"}, proxies, "203.0.113.9"},
+		{"no header", "10.0.0.1:1", nil, proxies, "10.0.0.1:1"},
+		{"garbage: the proxy answers for it", "10.0.0.1:1", []string{"203.0.113.9, garbage"}, proxies, "10.0.0.1:1"},
+		{"only trusted hops", "10.0.0.1:1", []string{"10.9.9.9"}, proxies, "10.9.9.9"},
+	} {
+		require.Equal(t, tt.want, clientAddr(tt.remote, tt.forwarded, tt.trusted), tt.name)
+	}
+}
+
+// Behind a trusted proxy, each client behind it has its own limit; from
+// anyone else, a new X-Forwarded-For on every guess buys nothing.
+func TestTrustedProxyForwardedFor(t *testing.T) {
+	t.Parallel()
+	xff := func(s *authSetup, forwarded, tok string) answer {
+		req, err := http.NewRequest(http.MethodGet, s.url+"/console/no-such-page", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("X-Forwarded-For", forwarded)
+		return s.do(t, http.DefaultClient, req)
+	}
+	behind := setupAuth(t, Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, nil)
+	for range FailedSignInBurstDefault {
+		require.Equal(t, http.StatusUnauthorized, xff(behind, "203.0.113.1", "guess").code)
+	}
+	requireLimited(t, xff(behind, "203.0.113.1", consoleToken), "the guesser behind the proxy")
+	require.Equal(t, http.StatusNotFound, xff(behind, "203.0.113.2", consoleToken).code, "another client of the proxy")
+	require.Contains(t, behind.logs.String(), "address=203.0.113.1")
+
+	direct := setupAuth(t, Config{}, nil)
+	for i := range FailedSignInBurstDefault {
+		require.Equal(t, http.StatusUnauthorized, xff(direct, fmt.Sprintf("203.0.113.%d", i+1), "guess").code)
+	}
+	requireLimited(t, xff(direct, "192.0.2.200", consoleToken), "a forged header from an untrusted peer is not read")
+}
