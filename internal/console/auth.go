@@ -4,9 +4,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -85,18 +89,70 @@ type caller struct {
 }
 
 // authenticate returns the request's caller, or false when it has neither
-// the token nor a live session.
-func (c *Console) authenticate(r *http.Request) (caller, bool) {
+// the token nor a live session; wait is set when the request's address is
+// limited (its token was not compared).
+//
+// A session's cookie is not counted against the address: its id is 256
+// random bits, never guessed, and a stale one is what every open tab
+// sends after a restart; a browser signed in before a guesser behind the
+// same address started keeps its pages.
+func (c *Console) authenticate(r *http.Request) (cl caller, ok bool, wait time.Duration) {
 	if h := r.Header.Get("Authorization"); h != "" {
-		tok, ok := strings.CutPrefix(h, "Bearer ")
-		return caller{bearer: true}, ok && sameSecret(tok, c.cfg.Token)
+		tok, isBearer := strings.CutPrefix(h, "Bearer ")
+		if !isBearer {
+			tok = "" // another scheme fails as a wrong token: the token is never empty
+		}
+		ok, wait = c.tryToken(r, pathBearer, tok)
+		return caller{bearer: true}, ok, wait
 	}
 	ck, err := r.Cookie(cookieName)
 	if err != nil {
-		return caller{}, false
+		return caller{}, false, 0
 	}
 	sess, ok := c.sessions.get(ck.Value, c.now())
-	return caller{sessionID: ck.Value, session: sess}, ok
+	return caller{sessionID: ck.Value, session: sess}, ok, 0
+}
+
+// tryToken compares a token offered on path (pathBearer, pathForm) with
+// the console's, under the limit of failures of the request's address.
+// When the address is limited it compares nothing and returns how long
+// to wait: the right token would be refused too, or the limit would tell
+// a guesser which of its guesses was right.
+func (c *Console) tryToken(r *http.Request, path, tok string) (ok bool, wait time.Duration) {
+	addr := c.clientOf(r)
+	wait, first := c.failures.take(addr, c.now())
+	if wait > 0 {
+		c.metrics.ConsoleAuthLimited(path)
+		if first {
+			c.cfg.Logger.WarnContext(r.Context(), "console: too many wrong tokens from one address: its sign-ins are refused unchecked until its wait ends; other addresses are not limited",
+				slog.String("address", addrText(addr)), slog.String("path", path),
+				slog.Int("burst", c.cfg.FailedSignInBurst), slog.Duration("every", c.cfg.FailedSignInEvery),
+				slog.Duration("retry_after", wait))
+		}
+		return false, wait
+	}
+	if sameSecret(tok, c.cfg.Token) {
+		c.failures.giveBack(addr, c.now())
+		return true, 0
+	}
+	c.metrics.ConsoleAuthFailed(path)
+	return false, 0
+}
+
+// addrText is a limited address as the log shows it: an IPv4 address
+// alone, an IPv6 one as its /64.
+func addrText(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+// limited answers a request whose address is limited: 429 and when to
+// come back.
+func limited(w http.ResponseWriter, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfter(wait)))
+	http.Error(w, fmt.Sprintf("429 too many wrong tokens from this address: try again in %d s", retryAfter(wait)), http.StatusTooManyRequests)
 }
 
 // proofOK says whether a POST carries the session's proof; a script's
@@ -105,15 +161,16 @@ func (cl caller) proofOK(r *http.Request) bool {
 	return cl.bearer || sameSecret(r.PostFormValue("proof"), cl.session.proof)
 }
 
-// signIn checks the token of the form, at most at the configured rate
-// whatever its outcome, and opens a session.
+// signIn checks the token of the form, under the same limit of its
+// address as a Bearer token, and opens a session.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
-	if !c.signIns.Allow() {
-		w.Header().Set("Retry-After", "1")
-		c.renderSignIn(w, http.StatusTooManyRequests, "Too many sign-in attempts: wait a moment and try again.", r.PostFormValue("next"))
+	ok, wait := c.tryToken(r, pathForm, r.PostFormValue("token"))
+	if wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter(wait)))
+		c.renderSignIn(w, http.StatusTooManyRequests, fmt.Sprintf("Too many wrong tokens from your address: try again in %d seconds.", retryAfter(wait)), r.PostFormValue("next"))
 		return
 	}
-	if !sameSecret(r.PostFormValue("token"), c.cfg.Token) {
+	if !ok {
 		c.renderSignIn(w, http.StatusUnauthorized, "That is not the console's token.", r.PostFormValue("next"))
 		return
 	}

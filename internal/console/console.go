@@ -9,9 +9,13 @@
 //   - Nothing without the token: a browser signs in through a form (a
 //     session cookie, HttpOnly, SameSite=Strict, Secure over TLS), a
 //     script sends Authorization: Bearer. Anything else gets 401 and the
-//     sign-in form, no data. The token is compared in constant time,
-//     sign-ins are rate-limited, and the token is never logged, shown or
-//     put in a URL.
+//     sign-in form, no data. The token is compared in constant time, and
+//     is never logged, shown or put in a URL.
+//   - Guessing costs only the guesser: failed tokens are limited per
+//     client address, Bearer and form together (an address past its
+//     limit gets 429 and Retry-After, even with the right token, until its
+//     wait ends); another address is never limited by them, and the table
+//     of addresses is bounded.
 //   - Every change is a POST, refused (403) from another origin
 //     (net/http's CrossOriginProtection) or without the session's proof; a
 //     GET changes nothing.
@@ -31,10 +35,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/time/rate"
 
 	"github.com/syncer-dev/syncer/internal/metrics"
 )
@@ -48,10 +52,15 @@ const (
 	RefreshDefault     = 5 * time.Second
 	ReadEveryDefault   = 2 * time.Second
 	SampleEveryDefault = 10 * time.Second
-	// SignInsPerSecondDefault and SignInBurstDefault bound sign-in
-	// attempts, whatever their outcome, for the whole process.
-	SignInsPerSecondDefault = 1
-	SignInBurstDefault      = 5
+	// FailedSignInBurstDefault wrong tokens at once from one address,
+	// then one every FailedSignInEveryDefault: a person who mistypes a few
+	// times or a script with a stale token waits seconds, a guesser gets
+	// 600 guesses an hour per address.
+	FailedSignInBurstDefault = 10
+	FailedSignInEveryDefault = 6 * time.Second
+	// SignInAddressesDefault addresses with failures are remembered, a
+	// few hundred bytes each.
+	SignInAddressesDefault = 10_000
 )
 
 // Config configures a Console.
@@ -74,10 +83,23 @@ type Config struct {
 	// SampleEvery is the step of the destination's chart. Defaults to
 	// SampleEveryDefault.
 	SampleEvery time.Duration
-	// SignInsPerSecond and SignInBurst bound sign-in attempts. Default to
-	// SignInsPerSecondDefault and SignInBurstDefault.
-	SignInsPerSecond float64
-	SignInBurst      int
+	// FailedSignInBurst wrong tokens (Bearer and form together) are
+	// allowed at once from one client address, then one every
+	// FailedSignInEvery; past that the address gets 429 until its wait
+	// ends. Default to FailedSignInBurstDefault and
+	// FailedSignInEveryDefault.
+	FailedSignInBurst int
+	FailedSignInEvery time.Duration
+	// SignInAddresses is how many client addresses with failures are
+	// remembered, the least recently failed forgotten first. Defaults to
+	// SignInAddressesDefault.
+	SignInAddresses int
+	// TrustedProxies are the addresses of the reverse proxies in front of
+	// the console: a request from one of them is counted against the
+	// address its X-Forwarded-For names (read from the right, past the
+	// trusted proxies). Defaults to none: the header is never read, and
+	// every request is counted against its connection's address.
+	TrustedProxies []netip.Prefix
 	// Logger receives what went wrong serving a page. Defaults to
 	// discarding.
 	Logger *slog.Logger
@@ -89,8 +111,9 @@ func (c *Config) withDefaults() Config {
 	out.Refresh = cmp.Or(out.Refresh, RefreshDefault)
 	out.SampleEvery = cmp.Or(out.SampleEvery, SampleEveryDefault)
 	out.ReadEvery = cmp.Or(out.ReadEvery, ReadEveryDefault)
-	out.SignInsPerSecond = cmp.Or(out.SignInsPerSecond, SignInsPerSecondDefault)
-	out.SignInBurst = cmp.Or(out.SignInBurst, SignInBurstDefault)
+	out.FailedSignInBurst = cmp.Or(out.FailedSignInBurst, FailedSignInBurstDefault)
+	out.FailedSignInEvery = cmp.Or(out.FailedSignInEvery, FailedSignInEveryDefault)
+	out.SignInAddresses = cmp.Or(out.SignInAddresses, SignInAddressesDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -105,7 +128,8 @@ type Console struct {
 	cfg      Config
 	pool     *pgxpool.Pool
 	sessions *sessions
-	signIns  *rate.Limiter
+	failures *failures
+	metrics  *metrics.Metrics
 	history  *history
 	reports  *reports
 	pages    *pages
@@ -122,13 +146,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, m *metrics.Metrics, cfg *Confi
 	if pool == nil {
 		return nil, errors.New("console: pool is required")
 	}
-	c := &Console{cfg: cfg.withDefaults(), pool: pool, now: time.Now}
-	if c.cfg.SessionTTL < 0 || c.cfg.Refresh < 0 || c.cfg.SampleEvery < 0 || c.cfg.ReadEvery < 0 || c.cfg.SignInsPerSecond < 0 || c.cfg.SignInBurst < 0 {
-		return nil, fmt.Errorf("console: config: durations and rates must not be negative")
+	c := &Console{cfg: cfg.withDefaults(), pool: pool, metrics: m, now: time.Now}
+	if c.cfg.SessionTTL < 0 || c.cfg.Refresh < 0 || c.cfg.SampleEvery < 0 || c.cfg.ReadEvery < 0 || c.cfg.FailedSignInEvery < 0 || c.cfg.FailedSignInBurst < 0 || c.cfg.SignInAddresses < 0 {
+		return nil, fmt.Errorf("console: config: durations, counts and rates must not be negative")
 	}
 	c.sessions = newSessions(c.cfg.SessionTTL)
 	c.reports = &reports{pool: pool, every: c.cfg.ReadEvery}
-	c.signIns = rate.NewLimiter(rate.Limit(c.cfg.SignInsPerSecond), c.cfg.SignInBurst)
+	c.failures = newFailures(c.cfg.FailedSignInEvery, c.cfg.FailedSignInBurst, c.cfg.SignInAddresses)
 	c.history = newHistory(m, c.cfg.SampleEvery, time.Hour)
 	p, err := parsePages()
 	if err != nil {
@@ -153,7 +177,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // otherwise; a POST without the session's proof gets 403.
 func (c *Console) authed(h func(http.ResponseWriter, *http.Request, caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		cl, ok := c.authenticate(r)
+		cl, ok, wait := c.authenticate(r)
+		if wait > 0 {
+			limited(w, wait)
+			return
+		}
 		if !ok {
 			next := ""
 			if r.Method == http.MethodGet {

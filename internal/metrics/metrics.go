@@ -78,6 +78,8 @@ type Metrics struct {
 
 	// Config is the configuration's block.
 	Config Config
+	// Console is the web console's block.
+	Console Console
 }
 
 // New creates the collectors and registers them on reg.
@@ -146,6 +148,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, labels)
 	reg.MustRegister(m.SourceItemsExported, m.SourceItemsFailed, m.SourcePending, m.SourceFailed, m.SourceOldestPending, m.SourceStopped, m.SourceUncaptured)
 	m.Config = newConfig(reg)
+	m.Console = newConsole(reg)
 	return m
 }
 
