@@ -3,11 +3,9 @@ package outbox
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/migrations"
@@ -92,7 +89,10 @@ type Stats struct {
 	JobsInserted  int64
 	// SourcesWoken counts notifications handed to a source's lingering
 	// job instead of a new job.
-	SourcesWoken  int64
+	SourcesWoken int64
+	// JobsRetried counts waiting jobs made available at once because
+	// they were overdue (ensureJobs).
+	JobsRetried   int64
 	EventsRelayed int64
 	Connected     bool
 }
@@ -179,10 +179,10 @@ func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 		return fmt.Errorf("outbox: listen: %w", err)
 	}
 	// Listening: the gate may open for writers. Renewed below while this
-	// session listens; it lapses on its own when it stops.
-	if err := RenewLease(ctx, r.pool, r.cfg.LeaseTTL); err != nil {
-		return err
-	}
+	// session listens; it lapses on its own when it stops. A renewal that
+	// fails is tried again at the next one: the poll must not wait on it
+	// (renewGate).
+	r.renewGate(ctx)
 	renewed := time.Now()
 	bo.Reset()
 	r.setConnected(true)
@@ -211,9 +211,7 @@ func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
 		// A session that hears nothing (a transaction-mode pooler) must not
 		// keep writers notifying.
 		if (probeHeard || time.Since(probeSent) < probeTimeout) && time.Since(renewed) >= r.cfg.LeaseTTL/3 {
-			if err := RenewLease(ctx, r.pool, r.cfg.LeaseTTL); err != nil {
-				return err
-			}
+			r.renewGate(ctx)
 			renewed = time.Now()
 		}
 		wctx, cancel := context.WithTimeout(ctx, min(r.cfg.PollInterval, r.cfg.LeaseTTL/3))
@@ -275,6 +273,10 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 		here[n] = true
 	}
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		// A round never waits for good: see roundLockTimeout.
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", pgMillis(roundLockTimeout)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
 			return err
 		}
@@ -322,7 +324,7 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 				woken++
 			}
 		}
-		inserted, err := r.ensureJobs(ctx, tx, want)
+		inserted, retried, err := r.ensureJobs(ctx, tx, want)
 		if err != nil {
 			return err
 		}
@@ -335,6 +337,7 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 			s.JobsInserted += int64(inserted)
 			s.EventsRelayed += int64(len(ids))
 			s.SourcesWoken += int64(woken)
+			s.JobsRetried += int64(retried)
 		})
 		return nil
 	})
@@ -360,47 +363,6 @@ func (r *Relay) withWork(ctx context.Context, tx pgx.Tx, names []string, want ma
 		want[n] = true
 	}
 	return nil
-}
-
-// waitingStates are the states of a job that has not started yet and so is
-// sure to look at the table after this transaction commits.
-var waitingStates = []rivertype.JobState{
-	rivertype.JobStateAvailable, rivertype.JobStatePending,
-	rivertype.JobStateScheduled, rivertype.JobStateRetryable,
-}
-
-// ensureJobs makes sure a job of each source in want will look at its
-// table after tx commits, and returns how many it inserted. A waiting job
-// will (the previous release's job of resources too, which this release
-// works as one). A running one may be about to end, or belong to a dead
-// process, so it does not count: that is the trap of River's own
-// uniqueness.
-func (r *Relay) ensureJobs(ctx context.Context, tx pgx.Tx, want map[string]bool) (int, error) {
-	if len(want) == 0 {
-		return 0, nil
-	}
-	res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
-		Kinds(jobs.ExportArgs{}.Kind(), jobs.PreviousSyncArgs{}.Kind()).States(waitingStates...).First(10000))
-	if err != nil {
-		return 0, fmt.Errorf("list jobs: %w", err)
-	}
-	for _, j := range res.Jobs {
-		if j.Kind == (jobs.PreviousSyncArgs{}).Kind() {
-			delete(want, jobs.Resources)
-			continue
-		}
-		var args jobs.ExportArgs
-		if json.Unmarshal(j.EncodedArgs, &args) == nil {
-			delete(want, args.Source)
-		}
-	}
-	names := slices.Sorted(maps.Keys(want))
-	for _, n := range names {
-		if _, err := r.river.InsertTx(ctx, tx, jobs.ExportArgs{Source: n}, nil); err != nil {
-			return 0, fmt.Errorf("insert a job of source %s: %w", n, err)
-		}
-	}
-	return len(names), nil
 }
 
 // Stats returns the relay's counters.
