@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/metrics"
 )
 
 // A job whose push ignores its context (a program that spins) is asked to
@@ -42,7 +45,8 @@ func TestStopAbandonsAJobThatIgnoresItsContext(t *testing.T) {
 			return &delivery.Outcome{Accepted: b.Items, Requests: 1}, nil
 		}}
 	const bound = 300 * time.Millisecond
-	e, err := New(pool, locker, &Config{Schema: ts.Name, Installation: inst, AbandonAfter: bound,
+	m := metrics.New(prometheus.NewRegistry())
+	e, err := New(pool, locker, &Config{Schema: ts.Name, Installation: inst, AbandonAfter: bound, Metrics: m,
 		HotLinger: 50 * time.Millisecond, ColdLinger: 100 * time.Millisecond, Sources: []Source{Resources(stuck)}})
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 5) g`)
@@ -68,6 +72,7 @@ func TestStopAbandonsAJobThatIgnoresItsContext(t *testing.T) {
 		t.Fatal("the abandoned job's Work did not return")
 	}
 	require.Zero(t, e.lingerSlots.used, "its linger slot is back")
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Config.JobsAbandoned), "the abandoned job is counted")
 
 	// The job's next run takes the lock at once and resends the batch.
 	err = e.supervised(ctx, jobs.Resources)

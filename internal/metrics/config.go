@@ -18,6 +18,11 @@ type Config struct {
 	// daemon's configuration file does not name: this daemon does not
 	// export it.
 	SourceUnconfigured *prometheus.GaugeVec
+	// JobsAbandoned counts the jobs a reload or a shutdown asked to stop
+	// that did not return within their bound: left running, no longer
+	// waited on, their locks given up. Each one is a goroutine that may
+	// still hold a core (a program that ignores its context).
+	JobsAbandoned *prometheus.CounterVec
 }
 
 func newConfig(reg prometheus.Registerer) Config {
@@ -31,8 +36,20 @@ func newConfig(reg prometheus.Registerer) Config {
 		SourceUnconfigured: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "syncer_source_unconfigured", Help: "1 for a source syncer migrate installed that this daemon's configuration file does not name, so this daemon does not export it.",
 		}, []string{"source"}),
+		JobsAbandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncer_jobs_abandoned_total", Help: "Export jobs asked to stop (by a reload or a shutdown) that did not return within their bound: left running, their locks given up.",
+		}, []string{"source", "destination"}),
 	}
 	c.LastReloadSuccessful.Set(1)
-	reg.MustRegister(c.LastReloadSuccessful, c.LastReloadTime, c.SourceUnconfigured)
+	reg.MustRegister(c.LastReloadSuccessful, c.LastReloadTime, c.SourceUnconfigured, c.JobsAbandoned)
 	return c
+}
+
+// JobAbandoned counts a job of source, pushing to destination, that was
+// abandoned.
+func (m *Metrics) JobAbandoned(source, destination string) {
+	if m == nil {
+		return
+	}
+	m.Config.JobsAbandoned.WithLabelValues(source, destination).Inc()
 }
