@@ -19,18 +19,15 @@ vet:
 	cd deploy && $(GO) vet ./...
 
 # Every test, against the local PostgreSQL (started if it is down), with the
-# race detector. Each test makes and drops its own schema. deploy/ is a
-# module of its own (its tests need Prometheus' parsers, which the daemon
-# does not), so ./... does not reach it.
+# race detector. Each test makes and drops its own schema. Three suites:
+# the daemon's module; conformance/, the formats against the specifications'
+# own libraries, and deploy/, whose tests need Prometheus' parsers: modules
+# of their own, so the daemon's module graph carries neither and ./... does
+# not reach them. scripts/test.sh runs every suite whatever the others did
+# (one flaky test must not hide two suites) and fails at the end naming
+# what failed.
 test:
-	./scripts/ensure-postgres.sh
-	./scripts/ensure-pgbouncer.sh
-	./scripts/ensure-chromium.sh
-	$(GO) test -race -count=1 -timeout 30m ./...
-	# The formats against the specifications' own libraries: a module of
-	# its own, so the daemon's module graph does not carry them.
-	cd conformance && $(GO) test -race -count=1 ./...
-	cd deploy && $(GO) test -race -count=1 ./...
+	GO="$(GO)" ./scripts/test.sh
 
 # The benchmark of the README, at its default sizes (about 10 minutes).
 bench: build

@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
-	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
@@ -15,9 +14,11 @@ import (
 // RetryFailedCmd is `syncer retry-failed`.
 type RetryFailedCmd struct {
 	DB
-	ID     []int64  `name:"id" help:"Only these rows (repeatable); all failed rows when absent."`
-	Source string   `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
-	Key    []string `name:"key" placeholder:"K" help:"With --source: only these keys (repeatable), in their text form as status shows them (a composite key's JSON array, e.g. [\"acme\",42]); all failed keys when absent."`
+	ID     []int64 `name:"id" help:"Only these rows (repeatable); all failed rows when absent."`
+	Source string  `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
+	// sep:"none": a composite key is a JSON array, whose commas kong
+	// would otherwise split into several keys that match nothing.
+	Key []string `name:"key" sep:"none" placeholder:"K" help:"With --source: only this key, in its text form as status shows it (a composite key is one JSON array, e.g. --key '[\"acme\",42]'); repeat --key for more keys; all failed keys when absent."`
 }
 
 // Validate refuses --id with --source.
@@ -41,15 +42,10 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
-	var n int64
 	if c.Source != "" {
-		n, err = operator.RetrySource(ctx, pool, c.Source, c.Key)
-		if err != nil {
-			return fmt.Errorf("retry failed keys: %w", err)
-		}
-		fmt.Fprintf(env.Stdout, "source %s: %d failed keys are eligible again\n", c.Source, n)
-		return nil
+		return c.retrySource(ctx, env, pool)
 	}
+	var n int64
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if n, err = resources.RetryFailed(ctx, tx, c.ID); err != nil || n == 0 {
 			return err

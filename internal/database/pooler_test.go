@@ -3,9 +3,13 @@ package database_test
 import (
 	"context"
 	"errors"
+	"io"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/database"
@@ -31,7 +35,12 @@ func TestDetectPooling(t *testing.T) {
 			}
 			cc, err := pgx.ParseConfig(dsn)
 			require.NoError(t, err)
-			got, reason, err := database.DetectPooling(context.Background(), cc)
+			var got database.Pooling
+			var reason string
+			err = retryReset(t, func() (err error) {
+				got, reason, err = database.DetectPooling(context.Background(), cc)
+				return err
+			})
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got, reason)
 		})
@@ -45,7 +54,11 @@ func TestOpenThroughPgBouncerInSessionMode(t *testing.T) {
 	ctx := context.Background()
 	dsn, schema := dbtest.NewSchema(t)
 	pgb := dbtest.StartPgBouncer(t, "session")
-	pool, err := database.Open(ctx, pgb.URL(t, dsn)+"&statement_timeout=7s", "syncer run")
+	var pool *pgxpool.Pool
+	err := retryReset(t, func() (err error) {
+		pool, err = database.Open(ctx, pgb.URL(t, dsn)+"&statement_timeout=7s", "syncer run")
+		return err
+	})
 	require.NoError(t, err, pgb.Log())
 	defer pool.Close()
 	var got struct{ schema, jit, app, timeout, idle string }
@@ -66,8 +79,14 @@ func TestOpenRefusesTransactionPooling(t *testing.T) {
 	t.Parallel()
 	dsn, _ := dbtest.NewSchema(t)
 	pgb := dbtest.StartPgBouncer(t, "transaction")
-	_, err := database.Open(context.Background(), pgb.URL(t, dsn), "syncer run")
-	require.ErrorIs(t, err, database.ErrTransactionPooling)
+	err := retryReset(t, func() error {
+		pool, err := database.Open(context.Background(), pgb.URL(t, dsn), "syncer run")
+		if err == nil {
+			pool.Close()
+		}
+		return err
+	})
+	require.ErrorIs(t, err, database.ErrTransactionPooling, pgb.Log())
 	var pe *database.PoolerError
 	require.True(t, errors.As(err, &pe))
 	require.True(t, pe.IsUsage(), "a setting of the user's: exit 2")
@@ -80,6 +99,33 @@ func TestApplySettingsFailsOnARefusedSetting(t *testing.T) {
 	t.Parallel()
 	_, err := database.Open(context.Background(), dbtest.URL()+sep(dbtest.URL())+"no_such.setting_x=1&lock_timeout=nonsense", "syncer run")
 	require.ErrorContains(t, err, "lock_timeout")
+}
+
+// retryReset runs f again, at most resetAttempts times in all, while its
+// error is the network's: a connection reset, refused or cut short. Under
+// the load of make test (every package at once), PgBouncer has reset a
+// client it had just accepted; that says nothing of what syncer does with
+// a pooler that answers, which is what these tests assert. Any other
+// error, or none, is returned at once, and the last one when the attempts
+// are spent.
+func retryReset(t *testing.T, f func() error) error {
+	t.Helper()
+	var err error
+	for i := range resetAttempts {
+		if err = f(); err == nil || !networkError(err) {
+			return err
+		}
+		t.Logf("attempt %d of %d: %v", i+1, resetAttempts, err)
+		time.Sleep(time.Duration(i+1) * 200 * time.Millisecond)
+	}
+	return err
+}
+
+const resetAttempts = 3
+
+func networkError(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 func keys(m map[string]string) []string {

@@ -2,6 +2,8 @@ package dbtest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -14,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // PgBouncer is a PgBouncer started for one test in front of the test
@@ -30,12 +34,20 @@ func (p *PgBouncer) Log() string { return p.log.String() }
 // URL returns dsn with its host and port replaced by the PgBouncer's.
 func (p *PgBouncer) URL(tb testing.TB, dsn string) string {
 	tb.Helper()
+	u, err := p.url(dsn)
+	if err != nil {
+		tb.Fatalf("dbtest: pgbouncer: %v", err)
+	}
+	return u
+}
+
+func (p *PgBouncer) url(dsn string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
-		tb.Fatalf("dbtest: pgbouncer: parse url: %v", err)
+		return "", fmt.Errorf("parse url: %w", err)
 	}
 	u.Host = p.Addr
-	return u.String()
+	return u.String(), nil
 }
 
 // StartPgBouncer starts Debian's pgbouncer on a free loopback port, in
@@ -43,9 +55,30 @@ func (p *PgBouncer) URL(tb testing.TB, dsn string) string {
 // "statement"), with auth_type trust, and stops it when the test ends. Its
 // settings are PgBouncer's stock ones (ignore_startup_parameters =
 // extra_float_digits, server_reset_query = DISCARD ALL) but for the pool
-// mode. A machine without pgbouncer fails the test: install it
-// (apt-get install pgbouncer; .ci/run does).
+// mode. It returns once a query through it answers, within 30 s, or fails
+// the test with PgBouncer's log. A machine without pgbouncer fails the
+// test: install it (apt-get install pgbouncer; .ci/run does).
 func StartPgBouncer(tb testing.TB, mode string) *PgBouncer {
+	tb.Helper()
+	bin, dir, host, port := prepare(tb)
+	// A port picked free may be taken by another test's listener before
+	// PgBouncer binds it: PgBouncer then exits ("nowhere to listen on")
+	// while the port answers, for someone else. Try another port.
+	var lastLog string
+	for range startAttempts {
+		p, retry := startOn(tb, bin, dir, host, port, mode, freeLoopbackPort(tb))
+		if p != nil {
+			return p
+		}
+		lastLog = retry
+	}
+	tb.Fatalf("dbtest: pgbouncer could not bind a free port in %d attempts:\n%s", startAttempts, lastLog)
+	return nil
+}
+
+// prepare finds pgbouncer and writes its user list: every PgBouncer of a
+// test logs in to PostgreSQL at host:port.
+func prepare(tb testing.TB) (bin, dir, host, port string) {
 	tb.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -58,7 +91,7 @@ func StartPgBouncer(tb testing.TB, mode string) *PgBouncer {
 	if err != nil {
 		tb.Fatalf("dbtest: parse url: %v", err)
 	}
-	host, port := db.Hostname(), db.Port()
+	host, port = db.Hostname(), db.Port()
 	if host == "" {
 		host = "127.0.0.1"
 	}
@@ -73,7 +106,7 @@ func StartPgBouncer(tb testing.TB, mode string) *PgBouncer {
 		users = append(users, me.Username)
 	}
 
-	dir := tb.TempDir()
+	dir = tb.TempDir()
 	var userlist strings.Builder
 	for _, u := range users {
 		fmt.Fprintf(&userlist, "%q \"\"\n", u)
@@ -81,7 +114,21 @@ func StartPgBouncer(tb testing.TB, mode string) *PgBouncer {
 	if err := os.WriteFile(filepath.Join(dir, "userlist.txt"), []byte(userlist.String()), 0o600); err != nil {
 		tb.Fatalf("dbtest: pgbouncer: %v", err)
 	}
-	listen := freeLoopbackPort(tb)
+	return bin, dir, host, port
+}
+
+// Bounds of StartPgBouncer's wait: a loaded machine (make test runs every
+// package at once) can take seconds to schedule PgBouncer's first login.
+const (
+	startAttempts = 3
+	readyTimeout  = 30 * time.Second
+)
+
+// startOn starts PgBouncer on listen, a free port, and waits until it is ready. It
+// returns the log of a PgBouncer that could not bind its port, for the
+// caller to try another one; any other failure fails the test.
+func startOn(tb testing.TB, bin, dir, host, port, mode, listen string) (*PgBouncer, string) {
+	tb.Helper()
 	_, lport, _ := net.SplitHostPort(listen)
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
@@ -128,24 +175,72 @@ server_reset_query = DISCARD ALL
 			<-exited
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", listen, time.Second)
-		if err == nil {
-			_ = c.Close()
-			break
+	p := &PgBouncer{Addr: listen, log: log}
+	if err := p.waitReady(exited); err != nil {
+		if errors.Is(err, errPortTaken) {
+			return nil, log.String()
 		}
+		tb.Fatalf("dbtest: pgbouncer on %s: %v:\n%s", listen, err, log.String())
+	}
+	return p, ""
+}
+
+// errPortTaken is waitReady's error when PgBouncer could not bind its port.
+var errPortTaken = errors.New("port taken")
+
+// waitReady waits until this PgBouncer, and not whatever else may hold its
+// port, says it listens, and a query through it to the test database
+// answers. A TCP accept alone is not enough: PgBouncer logs in to
+// PostgreSQL on the first client, and on a loaded machine that first login
+// can be refused or reset; a test must begin with a pooler that answers,
+// as NewSchema begins with a PostgreSQL that does. Errors while it comes
+// up are retried until readyTimeout.
+func (p *PgBouncer) waitReady(exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyTimeout)
+	listening := "listening on " + p.Addr
+	var last error
+	for {
 		select {
 		case <-exited:
-			tb.Fatalf("dbtest: pgbouncer exited at start:\n%s", log.String())
+			if strings.Contains(p.log.String(), "Address already in use") {
+				return errPortTaken
+			}
+			return errors.New("exited at start")
 		default:
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("dbtest: pgbouncer does not listen on %s after 10s:\n%s", listen, log.String())
+		if !strings.Contains(p.log.String(), listening) {
+			last = errors.New("has not said " + listening + " yet")
+		} else if last = p.answers(); last == nil {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s: %w", readyTimeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return &PgBouncer{Addr: listen, log: log}
+}
+
+// answers runs one query through the PgBouncer, in the simple protocol
+// (what any pool mode serves), on a connection of its own.
+func (p *PgBouncer) answers() error {
+	dsn, err := p.url(URL())
+	if err != nil {
+		return err
+	}
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	cc.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var one int
+	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
 }
 
 func freeLoopbackPort(tb testing.TB) string {

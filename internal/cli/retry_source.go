@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/operator"
+	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// retrySource makes a configured source's failed keys eligible again, all
+// of them or those of --key. With --key it says, key by key, what it did:
+// a key that was not failed is left alone and named, so that a mistyped
+// key is never a silent "0 eligible again".
+func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpool.Pool) error {
+	if len(c.Key) == 0 {
+		n, err := operator.RetrySource(ctx, pool, c.Source, nil)
+		if err != nil {
+			return fmt.Errorf("retry failed keys: %w", err)
+		}
+		if n == 0 {
+			fmt.Fprintf(env.Stdout, "source %s: 0 failed keys are eligible again: no key of the source is failed\n", c.Source)
+			return nil
+		}
+		fmt.Fprintf(env.Stdout, "source %s: %d failed keys are eligible again\n", c.Source, n)
+		return nil
+	}
+	src, err := installedSource(ctx, pool, c.Source)
+	if err != nil {
+		return err
+	}
+	keys, err := c.normalizedKeys(src)
+	if err != nil {
+		return err
+	}
+	var retried []string
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		retried = retried[:0]
+		// One key at a time: the keys are the few an operator typed, and
+		// each answer says whether that key was failed.
+		for _, k := range keys {
+			n, err := sources.RetryFailedKeys(ctx, tx, src.Name, []string{k})
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				retried = append(retried, k)
+			}
+		}
+		if len(retried) == 0 {
+			return nil
+		}
+		return outbox.Wake(ctx, tx, src.Name)
+	})
+	if err != nil {
+		return fmt.Errorf("retry failed keys: %w", err)
+	}
+	fmt.Fprintf(env.Stdout, "source %s: %d of %d keys named were failed; %d failed keys are eligible again\n",
+		src.Name, len(retried), len(keys), len(retried))
+	for _, k := range keys {
+		if !slices.Contains(retried, k) {
+			fmt.Fprintf(env.Stdout, "  key %s: %s\n", k, notFailed(ctx, pool, src, k))
+		}
+	}
+	return nil
+}
+
+// installedSource returns the installed source name, or an error naming
+// the installed ones.
+func installedSource(ctx context.Context, pool *pgxpool.Pool, name string) (*sources.Source, error) {
+	all, err := sources.Load(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range all {
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	return nil, fmt.Errorf("retry failed keys: %w (installed: %s)", &operator.NoSourceError{Name: name}, strings.Join(names, ", "))
+}
+
+// normalizedKeys returns --key in the text form the failures are recorded
+// under (an integer in decimal, a uuid in lower case, a composite key's
+// compact JSON array), each once.
+func (c *RetryFailedCmd) normalizedKeys(src *sources.Source) ([]string, error) {
+	var keys []string
+	for _, k := range c.Key {
+		n, err := src.NormalizeKey(k)
+		if err != nil {
+			if errors.Is(err, sources.ErrBadKey) {
+				return nil, usagef("--key of source %s (its key is %s): %v", src.Name, src.KeyType, strings.TrimSuffix(err.Error(), ": "+sources.ErrBadKey.Error()))
+			}
+			return nil, usagef("--key: %v", err)
+		}
+		if !slices.Contains(keys, n) {
+			keys = append(keys, n)
+		}
+	}
+	return keys, nil
+}
+
+// notFailed says why key was left alone: not failed, or no row of the
+// source has it (a mistyped key). It reads the application's table, after
+// the retry is committed: a read that fails only makes the answer vaguer.
+func notFailed(ctx context.Context, pool *pgxpool.Pool, src *sources.Source, key string) string {
+	n, err := sources.CountReplay(ctx, pool, src, sources.ReplayRange{FromKey: key, ToKey: key})
+	switch {
+	case err != nil:
+		return "not failed, left alone"
+	case n == 0:
+		return "not found: no row of the source has this key"
+	}
+	return "not failed (pending or synced), left alone"
+}
