@@ -141,6 +141,7 @@ func (s *Server) processFormat(cfg Config, rec *requestRecord, d *dialect, batch
 		// One item a request: the item's answer is the request's, and a
 		// transient one is not remembered for the key.
 		v := itemFailVerdict(cfg)
+		s.stats.ItemFails++
 		rec.Status = v.status
 		s.recordLocked(*rec)
 		return rec.Status, errorBody(v.reason)
@@ -170,6 +171,7 @@ func (s *Server) processFormat(cfg Config, rec *requestRecord, d *dialect, batch
 		id := it.ID.key()
 		if d.name == FormatElasticsearch {
 			if ItemFails(items[i].ID, cfg.ItemFailShare) {
+				s.stats.ItemFails++
 				verdicts[i] = itemFailVerdict(cfg)
 				continue
 			}

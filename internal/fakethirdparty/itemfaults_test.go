@@ -61,6 +61,7 @@ func TestItemFailShareElasticsearch(t *testing.T) {
 	_, body := post(t, srv.URL+"/accounts/_bulk", "application/x-ndjson", bulk(3), nil)
 	require.Contains(t, body, `"status":429`)
 	require.Equal(t, int64(3), fake.Stats().ItemsAccepted)
+	require.Equal(t, int64(3), fake.Stats().ItemFails)
 
 	cfg.ItemFailShare = 0
 	fake.SetConfig(cfg)
@@ -86,6 +87,7 @@ func TestItemFailShareWebhooks(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status)
 	status, _ = hook(bad)
 	require.Equal(t, http.StatusNotFound, status)
+	require.Equal(t, int64(1), fake.Stats().ItemFails)
 	cfg.ItemFailShare = 0
 	fake.SetConfig(cfg)
 	status, _ = hook(bad)
