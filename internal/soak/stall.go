@@ -95,38 +95,57 @@ func (r *run) lookStalls(ctx context.Context, w *stallWatch) {
 		if err != nil {
 			continue
 		}
-		for seq := range p.pending {
-			// resources' rows leave the pending set when deleted too: only
-			// their marks' times count there.
-			if name != resourcesSource && !pending[seq] && !progress {
-				progress = true
-			}
+		// resources' rows leave the pending set when deleted too: only
+		// their marks' times count there.
+		if !progress && name != resourcesSource {
+			progress = p.settled(pending)
 		}
-		switch {
-		case whole, len(keyHolds) != p.keyHolds, progress, len(p.pending) == 0:
-			// Held, a key hold began or ended, moving, or nothing was
-			// pending: the clock starts again.
-			r.endSourceStall(name, p, now)
-			p.since = now
-		case now-p.since > StallTarget && !p.stalled:
-			p.stalled = true
+		if ended, d := p.look(now, pending, progress, whole, len(keyHolds)); ended > 0 {
+			r.rep.sourceStall(name, now-ended, ended)
+		} else if d > 0 {
 			r.rep.violate(now, fmt.Sprintf("source %s: no row marked for %s with %d changes pending, outside any fault that holds it (since %s; target %s)",
-				name, (now-p.since).Round(time.Second), len(pending), p.since.Round(time.Second), StallTarget))
-		}
-		p.keyHolds = len(keyHolds)
-		p.pending = pending
-		if whole {
-			p.pending = nil
+				name, d.Round(time.Second), len(pending), p.since.Round(time.Second), StallTarget))
 		}
 	}
 }
 
-// endSourceStall notes the end of a source's stall, for the report.
-func (r *run) endSourceStall(name string, p *sourceProgress, now time.Duration) {
-	if len(p.pending) > 0 {
-		r.rep.sourceStall(name, p.since, now-p.since)
+// settled reports whether a change pending at the last look is gone.
+func (p *sourceProgress) settled(pending map[int64]bool) bool {
+	for seq := range p.pending {
+		if !pending[seq] {
+			return true
+		}
 	}
-	p.stalled = false
+	return false
+}
+
+// look takes one look at a source: the changes pending now outside its
+// key holds, whether any was settled since the last look, whether a fault
+// holds the whole source, and how many key holds are under way. It
+// returns the length of a stretch without progress that ends now (for the
+// report), or, once a stretch passes StallTarget, its length, once.
+func (p *sourceProgress) look(now time.Duration, pending map[int64]bool, progress, whole bool, keyHolds int) (ended, stalled time.Duration) {
+	defer func() {
+		p.keyHolds = keyHolds
+		p.pending = pending
+		if whole {
+			p.pending = nil
+		}
+	}()
+	if whole || keyHolds != p.keyHolds || progress || len(p.pending) == 0 {
+		// Held, a key hold began or ended, moving, or nothing was
+		// pending: the clock starts again.
+		if len(p.pending) > 0 {
+			ended = now - p.since
+		}
+		p.since, p.stalled = now, false
+		return ended, 0
+	}
+	if now-p.since > StallTarget && !p.stalled {
+		p.stalled = true
+		return 0, now - p.since
+	}
+	return 0, 0
 }
 
 // pendingChanges lists the source's pending changes (their seq) whose keys
