@@ -3,9 +3,13 @@
 // against a PostgreSQL server of the soak's own while a schedule drawn
 // from the seed kills, freezes and terminates daemons, cuts and restarts
 // the database and makes the API fail in every way the contract names,
-// overlapping. Checks run all along and after everything drains; every
-// violation is reported with the seed and its time into the run, so the
-// run replays with SOAK_SEED.
+// overlapping; it answers some items transiently for minutes, makes a
+// response program slow, reloads the daemons under load and breaks a
+// request program for a while. Checks run all along and after everything
+// drains (nothing broken, nothing stalled outside the faults that hold a
+// source, the database's last word everywhere); every violation is
+// reported with the seed and its time into the run, so the run replays
+// with SOAK_SEED.
 package soak
 
 import (
