@@ -48,6 +48,9 @@ type api struct {
 
 func newAPI(seed uint64, format string) *api {
 	cfg := fakethirdparty.Config{Format: format}
+	if format == fakethirdparty.FormatStandardWebhooks {
+		cfg.SigningSecret = hooksSecret
+	}
 	a := &api{
 		fake:     fakethirdparty.New(cfg),
 		format:   format,

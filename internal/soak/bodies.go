@@ -16,6 +16,19 @@ func sentItems(format, path string, body []byte) []thirdparty.Item {
 	switch format {
 	case fakethirdparty.FormatElasticsearch:
 		return bulkItems(body)
+	case fakethirdparty.FormatStandardWebhooks:
+		var m struct {
+			Data struct {
+				ID      string          `json:"id"`
+				Version int64           `json:"version"`
+				Payload json.RawMessage `json:"payload"`
+				Deleted bool            `json:"deleted"`
+			} `json:"data"`
+		}
+		if json.Unmarshal(body, &m) != nil {
+			return nil
+		}
+		return []thirdparty.Item{{ID: m.Data.ID, Version: m.Data.Version, Payload: m.Data.Payload, Deleted: m.Data.Deleted}}
 	case fakethirdparty.FormatCustom:
 		var in struct {
 			Inputs []struct {

@@ -24,6 +24,8 @@ func TestSentItems(t *testing.T) {
 		sentItems(fakethirdparty.FormatCustom, "/crm/v3/objects/orders/batch/upsert", []byte(`{"inputs":[{"id":"7","version":2,"properties":{"id":7}}]}`)))
 	require.Equal(t, []thirdparty.Item{{ID: "7", Version: 3, Deleted: true}},
 		sentItems(fakethirdparty.FormatCustom, "/crm/v3/objects/orders/batch/archive", []byte(`{"inputs":[{"id":"7","version":3}]}`)))
+	require.Equal(t, []thirdparty.Item{{ID: "acct-3", Version: 5, Payload: []byte(`{"n":1}`)}},
+		sentItems(fakethirdparty.FormatStandardWebhooks, "/hooks", []byte(`{"type":"accounts-hooks.upserted","timestamp":"2026-11-24T13:00:00Z","data":{"id":"acct-3","version":5,"payload":{"n":1}}}`)))
 	require.Equal(t, []thirdparty.Item{{ID: "9", Version: 1, Payload: []byte(`{"a":1}`)}},
 		sentItems("", "/v1/batches", []byte(`{"items":[{"id":"9","version":1,"payload":{"a":1}}]}`)))
 }
@@ -33,7 +35,8 @@ func TestSentItems(t *testing.T) {
 func TestConfigYAML(t *testing.T) {
 	t.Parallel()
 	for _, st := range []configState{{crmInFlight: 4}, {crmInFlight: 3, hubBroken: true}} {
-		cfg, err := config.Parse([]byte(configYAML("http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", st)), func(string) string { return "" })
+		cfg, err := config.Parse([]byte(configYAML("http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4", st)),
+			func(k string) string { return map[string]string{"SOAK_HOOKS_SECRET": hooksSecret}[k] })
 		require.NoError(t, err, "%+v", st)
 		require.Len(t, cfg.Sources, len(soakSources))
 	}

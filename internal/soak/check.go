@@ -46,7 +46,7 @@ func (r *run) watch(ctx context.Context) {
 	sw := &stallWatch{}
 	failedSeen := r.failedSeen
 	named := map[string]*api{"resources' third party": r.live, "the sources' third party": r.crm,
-		"search (elasticsearch)": r.search, "hub (custom)": r.hub}
+		"search (elasticsearch)": r.search, "hub (custom)": r.hub, "hooks (standard-webhooks)": r.hooks}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for i := 0; ; i++ {
@@ -213,7 +213,7 @@ func (r *run) finish(ctx context.Context) {
 			r.rep.Answered[k] += v
 		}
 	}
-	r.rep.Answered[itemTransient] += r.search.fake.Stats().ItemFails
+	r.rep.Answered[itemTransient] += r.search.fake.Stats().ItemFails + r.hooks.fake.Stats().ItemFails
 }
 
 // compare lists every key whose last word at its third party is not the
@@ -233,6 +233,7 @@ func (r *run) compare(ctx context.Context) []string {
 		"orders, accounts and line_items")...)
 	out = append(out, r.compareTable(ctx, r.search, `SELECT id, 0, to_jsonb(a), true FROM accounts a`, "accounts at search")...)
 	out = append(out, r.compareTable(ctx, r.hub, `SELECT id::text, 0, to_jsonb(o), true FROM orders o`, "orders at hub")...)
+	out = append(out, r.compareTable(ctx, r.hooks, `SELECT id, 0, to_jsonb(a), true FROM accounts a`, "accounts at hooks")...)
 	return out
 }
 

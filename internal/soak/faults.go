@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -11,14 +12,15 @@ import (
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
-// apis are the run's destinations: resources', crm, search and hub.
-func (r *run) apis() []*api { return []*api{r.live, r.crm, r.search, r.hub} }
+// apis are the run's destinations: resources', crm, search, hub and
+// hooks.
+func (r *run) apis() []*api { return []*api{r.live, r.crm, r.search, r.hub, r.hooks} }
 
 // writeConfig writes the configuration file from the state, whole: a
 // daemon reading it meanwhile reads the old file or the new one.
 func (r *run) writeConfigLocked() error {
 	tmp := r.configPath + ".tmp"
-	if err := os.WriteFile(tmp, []byte(configYAML(r.crm.url(), r.search.url(), r.hub.url(), r.cfgState)), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(configYAML(r.crm.url(), r.search.url(), r.hub.url(), r.hooks.url(), r.cfgState)), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, r.configPath)
@@ -56,14 +58,21 @@ func (a *api) setFake(change func(*fakethirdparty.Config)) {
 func (r *run) injectHeld(ctx context.Context, f fault) error {
 	switch f.Kind {
 	case itemTransient:
-		// The keys held are the ids the fake picks, for the fault's length
+		// The keys held are the ids the fakes pick, for the fault's length
 		// and their own backoff after it; their neighbours are not held.
+		// search answers them 503 or 429 inside its bulk answers, hooks
+		// answers their requests 404, as a receiver that does not know the
+		// entity yet does.
 		share := f.Share
-		r.hold(hold{source: sourceSearch, from: r.since(), to: r.since() + f.For + keyBackoffGrace,
-			keys: func(id string) bool { return fakethirdparty.ItemFails(id, share) }})
+		held := func(id string) bool { return fakethirdparty.ItemFails(id, share) }
+		to := r.since() + f.For + keyBackoffGrace
+		r.hold(hold{source: sourceSearch, from: r.since(), to: to, keys: held})
+		r.hold(hold{source: sourceHooks, from: r.since(), to: to, keys: held})
 		r.search.setFake(func(c *fakethirdparty.Config) { c.ItemFailShare, c.ItemFailStatus = f.Share, f.Status })
+		r.hooks.setFake(func(c *fakethirdparty.Config) { c.ItemFailShare, c.ItemFailStatus = f.Share, http.StatusNotFound })
 		sleep(ctx, f.For)
 		r.search.setFake(func(c *fakethirdparty.Config) { c.ItemFailShare, c.ItemFailStatus = 0, 0 })
+		r.hooks.setFake(func(c *fakethirdparty.Config) { c.ItemFailShare, c.ItemFailStatus = 0, 0 })
 	case slowResponse:
 		r.hold(hold{source: sourceHub, from: r.since(), to: r.since() + f.For})
 		r.slowLoad(1)

@@ -146,6 +146,7 @@ type run struct {
 	live, crm *api
 	search    *api // elasticsearch: the per-item transient
 	hub       *api // custom: the slow response program, the broken request program
+	hooks     *api // standard-webhooks: the per-row 404s
 	daemons   []*daemon
 	rep       *report
 	pgMu      sync.Mutex // one restart at a time
@@ -187,6 +188,7 @@ func (r *run) setup(ctx context.Context, bin string) error {
 	r.live, r.crm = newAPI(r.cfg.Seed, ""), newAPI(r.cfg.Seed+1, "")
 	r.search = newAPI(r.cfg.Seed+2, fakethirdparty.FormatElasticsearch)
 	r.hub = newAPI(r.cfg.Seed+3, fakethirdparty.FormatCustom)
+	r.hooks = newAPI(r.cfg.Seed+4, fakethirdparty.FormatStandardWebhooks)
 	if err := r.setupConfig(); err != nil {
 		return err
 	}
@@ -328,7 +330,7 @@ func (r *run) cleanup() {
 	if r.proxy != nil {
 		r.proxy.close()
 	}
-	for _, a := range []*api{r.live, r.crm, r.search, r.hub} {
+	for _, a := range []*api{r.live, r.crm, r.search, r.hub, r.hooks} {
 		if a != nil {
 			a.close()
 		}

@@ -25,17 +25,24 @@ CREATE TABLE IF NOT EXISTS line_items (tenant text NOT NULL, id bigint NOT NULL,
 // The destinations of the sources: crm speaks syncer's protocol, search
 // Elasticsearch's bulk API (answered per item, so an item can stay 503
 // while its neighbours are accepted), hub a HubSpot-like custom API whose
-// response program iterates over a count the third party answers.
+// response program iterates over a count the third party answers, hooks
+// Standard Webhooks (a request a row, so a row can stay 404 while the
+// rows of its batch are accepted).
 const (
 	sourceOrders   = "orders"
 	sourceAccounts = "accounts"
 	sourceLines    = "line_items"
 	sourceSearch   = "accounts-search" // accounts again, to search
 	sourceHub      = "orders-hub"      // orders again, to hub
+	sourceHooks    = "accounts-hooks"  // accounts a third time, to hooks
 )
 
+// hooksSecret signs hooks' requests, and its fake verifies them. Not a
+// secret: the soak's own receiver.
+const hooksSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
 // soakSources are the sources the configuration names, for the checks.
-var soakSources = []string{sourceOrders, sourceAccounts, sourceLines, sourceSearch, sourceHub}
+var soakSources = []string{sourceOrders, sourceAccounts, sourceLines, sourceSearch, sourceHub, sourceHooks}
 
 // hubAccepted is hub's response.accepted: it iterates over the answer's
 // "n", which the third party sets (fakethirdparty.Config.AnswerLoad), as a
@@ -57,8 +64,8 @@ type configState struct {
 
 // configYAML is the soak's SYNCER_CONFIG: resources goes to the default
 // destination (SYNCER_THIRDPARTY_URL), the three sources to crm, accounts
-// again to search and orders again to hub.
-func configYAML(crmURL, searchURL, hubURL string, st configState) string {
+// again to search and to hooks, orders again to hub.
+func configYAML(crmURL, searchURL, hubURL, hooksURL string, st configState) string {
 	request := hubRequest
 	if st.hubBroken {
 		request = hubBroken
@@ -84,13 +91,19 @@ func configYAML(crmURL, searchURL, hubURL string, st configState) string {
     response:
       accepted: '%s'
       rejected: '[.body.errors[]? | {id: .context.ids[0], error: .message}]'
+  hooks:
+    url: %s/hooks
+    format: standard-webhooks
+    signing_secret_env: SOAK_HOOKS_SECRET
+    max_in_flight: 8
 sources:
   - {table: orders, key: id, destination: crm, batch_size: 100}
   - {table: accounts, key: id, destination: crm, batch_size: 100}
   - {table: line_items, key: [tenant, id], where: "deleted_at IS NULL", destination: crm, batch_size: 100}
   - {name: %s, table: accounts, key: id, destination: search, batch_size: 100}
   - {name: %s, table: orders, key: id, destination: hub, batch_size: 100}
-`, crmURL, cmp.Or(st.crmInFlight, 4), searchURL, hubURL, request, hubAccepted, sourceSearch, sourceHub)
+  - {name: %s, table: accounts, key: id, destination: hooks, batch_size: 20}
+`, crmURL, cmp.Or(st.crmInFlight, 4), searchURL, hubURL, request, hubAccepted, hooksURL, sourceSearch, sourceHub, sourceHooks)
 }
 
 // writers are the application: inserts, updates, deletes and soft deletes
