@@ -45,6 +45,9 @@ type FakeThirdpartyCmd struct {
 	Format             string        `name:"format" env:"FAKE_FORMAT" default:"syncer" help:"Format spoken on every path but /v1/: syncer, standard-webhooks, cloudevents, elasticsearch (external versions: 409, 404 for a delete of nothing) or custom (a HubSpot-like .../batch/upsert and .../batch/archive answered 207)."`
 	SigningSecret      string        `name:"signing-secret" env:"FAKE_SIGNING_SECRET" help:"Verify standard-webhooks signatures with this secret (whsec_ and base64); 401 otherwise."`
 	ItemTooManyRate    float64       `name:"item-429-rate" env:"FAKE_ITEM_429_RATE" default:"0" help:"Share (0..1) of elasticsearch bulk items answered 429 (--reject-field answers items 400)."`
+	ItemFailShare      float64       `name:"item-fail-share" env:"FAKE_ITEM_FAIL_SHARE" default:"0" help:"Share (0..1) of item ids, by a hash of the id (the same ids at every request), answered --item-fail-status: per item in an elasticsearch bulk answer, the whole request's status in standard-webhooks. A shard that stays unavailable for some documents."`
+	ItemFailStatus     int           `name:"item-fail-status" env:"FAKE_ITEM_FAIL_STATUS" default:"503" help:"Status of --item-fail-share's items: 503, 429, or 404 for standard-webhooks."`
+	AnswerLoad         int64         `name:"answer-load" env:"FAKE_ANSWER_LOAD" default:"0" help:"Add \"n\": N to every custom answer, a count a response program may iterate over (range(.body.n)): a third party making a response program slow."`
 }
 
 // Validate checks the shares.
@@ -70,6 +73,10 @@ func (c *FakeThirdpartyCmd) Validate() error {
 		return usagef("--format must be one of %s, got %q", strings.Join(fakethirdparty.Formats, ", "), c.Format)
 	case c.ItemTooManyRate < 0 || c.ItemTooManyRate > 1:
 		return usagef("--item-429-rate must be between 0 and 1, got %v", c.ItemTooManyRate)
+	case c.ItemFailShare < 0 || c.ItemFailShare > 1:
+		return usagef("--item-fail-share must be between 0 and 1, got %v", c.ItemFailShare)
+	case c.AnswerLoad < 0:
+		return usagef("--answer-load must not be negative, got %d", c.AnswerLoad)
 	case c.Quota < 0:
 		return usagef("--quota must not be negative, got %d", c.Quota)
 	case c.Quota > 0 && c.QuotaWindow <= 0:
@@ -89,6 +96,7 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 		UnannouncedLimit: c.UnannouncedLimit, Quota: c.Quota, QuotaWindow: c.QuotaWindow, QuotaXHeaders: c.QuotaXHeaders,
 		UnannouncedBurst: c.UnannouncedBurst,
 		Format:           c.Format, SigningSecret: c.SigningSecret, ItemTooManyRate: c.ItemTooManyRate,
+		ItemFailShare: c.ItemFailShare, ItemFailStatus: c.ItemFailStatus, AnswerLoad: c.AnswerLoad,
 	}
 }
 

@@ -36,7 +36,10 @@
 //     as the key), cloudevents batches, the Elasticsearch bulk API with
 //     external versions (409 for a version held, 404 for a delete of
 //     nothing, item-level 429 and 400), and a HubSpot-like custom API
-//     answering 207. Each request is read into the same batch as syncer's
+//     answering 207. A fixed share of ids can stay 503 or 429 for as long
+//     as a test wants (Config.ItemFailShare: per item in a bulk answer, per
+//     request in standard-webhooks), and custom answers can carry a count
+//     for a response program to iterate over (Config.AnswerLoad). Each request is read into the same batch as syncer's
 //     own, so every check, record and count above holds for every format,
 //     and Stats.KeyBodyConflicts counts a key that came with two bodies.
 //   - It is safe for concurrent use, and its knobs (Config) can change while

@@ -169,6 +169,8 @@ func errorType(status int) string {
 		return "version_conflict_engine_exception"
 	case http.StatusTooManyRequests:
 		return "es_rejected_execution_exception"
+	case http.StatusServiceUnavailable:
+		return "unavailable_shards_exception"
 	}
 	return "mapper_parsing_exception"
 }

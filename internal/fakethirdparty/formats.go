@@ -110,8 +110,8 @@ func strictJSON(b []byte, v any) error {
 
 // processFormat applies a format's batch under the lock and returns the
 // answer: per item for elasticsearch (external versions: 409 for a version
-// held, 404 for a delete of nothing, 429 drawn by ItemTooManyRate, 400 for
-// RejectField), per item in a 207 for custom, the whole request refused
+// held, 404 for a delete of nothing, 429 drawn by ItemTooManyRate,
+// ItemFailStatus for the ids of ItemFailShare, 400 for RejectField), per item in a 207 for custom, the whole request refused
 // (400) for formats that refuse as a whole.
 func (s *Server) processFormat(cfg Config, rec *requestRecord, d *dialect, batch *wireBatch, items []thirdparty.Item, body []byte, fp uint64, poisoned bool, rejected []int) (int, []byte) {
 	s.mu.Lock()
@@ -137,6 +137,15 @@ func (s *Server) processFormat(cfg Config, rec *requestRecord, d *dialect, batch
 		s.recordLocked(*rec)
 		return rec.Status, errorBody(fmt.Sprintf("batch holds %d items, at most %d allowed", len(batch.Items), cfg.MaxBatchItems))
 	}
+	if d.name == FormatStandardWebhooks && len(items) == 1 && ItemFails(items[0].ID, cfg.ItemFailShare) {
+		// One item a request: the item's answer is the request's, and a
+		// transient one is not remembered for the key.
+		v := itemFailVerdict(cfg)
+		s.stats.ItemFails++
+		rec.Status = v.status
+		s.recordLocked(*rec)
+		return rec.Status, errorBody(v.reason)
+	}
 	msg := fmt.Sprintf("field %s is not allowed", cfg.RejectField)
 	if poisoned || (d.wholeRefusal && len(rejected) > 0) {
 		rec.Status = http.StatusBadRequest
@@ -161,6 +170,11 @@ func (s *Server) processFormat(cfg Config, rec *requestRecord, d *dialect, batch
 		it := &batch.Items[i]
 		id := it.ID.key()
 		if d.name == FormatElasticsearch {
+			if ItemFails(items[i].ID, cfg.ItemFailShare) {
+				s.stats.ItemFails++
+				verdicts[i] = itemFailVerdict(cfg)
+				continue
+			}
 			if cfg.ItemTooManyRate > 0 && s.rng.Float64() < cfg.ItemTooManyRate {
 				verdicts[i] = itemVerdict{status: http.StatusTooManyRequests, reason: "rejected execution of coordinating operation"}
 				continue

@@ -158,4 +158,20 @@ type Config struct {
 	// ItemTooManyRate is the share (0..1) of elasticsearch items answered
 	// 429 inside a 200 bulk answer. Defaults to 0.
 	ItemTooManyRate float64
+	// ItemFailShare is the share (0..1) of item ids (ItemFails, by a hash
+	// of the id: the same ids at every request) answered ItemFailStatus:
+	// per item in an elasticsearch bulk answer (the others are processed),
+	// as the whole request's status in standard-webhooks (one item a
+	// request). Nothing of such an item is accepted, and the answer is not
+	// remembered for the key. Defaults to 0, none.
+	ItemFailShare float64
+	// ItemFailStatus is the status of ItemFailShare's items: 503, 429, or
+	// 404 for standard-webhooks. Defaults to ItemFailStatusDefault (503).
+	ItemFailStatus int
+	// AnswerLoad adds "n": AnswerLoad to every custom-format answer (200 or
+	// 207), a count a response program may iterate over, as an API that
+	// returns what it holds: a third party making a response program slow.
+	// Added at write time, never remembered for the key. Defaults to 0,
+	// none.
+	AnswerLoad int64
 }

@@ -85,6 +85,9 @@ type Stats struct {
 	// VersionConflicts counts elasticsearch items answered 409: a version
 	// the fake already held.
 	VersionConflicts int64 `json:"version_conflicts"`
+	// ItemFails counts the items (or, in standard-webhooks, the requests)
+	// answered ItemFailStatus by ItemFailShare.
+	ItemFails int64 `json:"item_fails"`
 	// MaxRequestsInOneSecond is the most requests received within one
 	// calendar second of the clock.
 	MaxRequestsInOneSecond int64     `json:"max_requests_in_one_second"`

@@ -202,6 +202,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d *dialect) {
 
 	if d != nil {
 		status, body := s.processFormat(cfg, &rec, d, batch, formatItems, buf.Bytes(), fp, poisoned, rejected)
+		if d.name == FormatCustom && status < http.StatusMultipleChoices {
+			body = answerLoaded(body, cfg.AnswerLoad)
+		}
 		if status == http.StatusNoContent {
 			w.WriteHeader(status)
 			if len(body) > 0 {

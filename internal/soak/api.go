@@ -32,8 +32,10 @@ const (
 // so the checks can compare the third party's last word on every key with
 // the database.
 type api struct {
-	fake *fakethirdparty.Server
-	srv  *httptest.Server
+	fake   *fakethirdparty.Server
+	srv    *httptest.Server
+	format string // fakethirdparty's Config.Format; "" syncer's own
+	cfg    fakethirdparty.Config
 
 	mu       sync.Mutex
 	active   []activeFault // the faults under way, the latest last
@@ -44,9 +46,15 @@ type api struct {
 	injected map[string]int64 // requests answered by a fault, by kind
 }
 
-func newAPI(seed uint64) *api {
+func newAPI(seed uint64, format string) *api {
+	cfg := fakethirdparty.Config{Format: format}
+	if format == fakethirdparty.FormatStandardWebhooks {
+		cfg.SigningSecret = hooksSecret
+	}
 	a := &api{
-		fake:     fakethirdparty.New(fakethirdparty.Config{}),
+		fake:     fakethirdparty.New(cfg),
+		format:   format,
+		cfg:      cfg,
 		rng:      rand.New(rand.NewPCG(seed, seed^0x5eed)),
 		bodies:   map[string][sha256.Size]byte{},
 		payloads: map[string]map[int64]json.RawMessage{},
@@ -117,9 +125,11 @@ func (a *api) serve(w http.ResponseWriter, r *http.Request) {
 	after := a.rng.IntN(2) == 0
 	if fault != apiNone {
 		a.injected[fault]++
+	} else if a.cfg.AnswerLoad > 0 {
+		a.injected[slowResponse]++
 	}
 	a.mu.Unlock()
-	a.record(r.Header.Get("Idempotency-Key"), body)
+	a.record(r.Header.Get("Idempotency-Key"), r.URL.Path, body)
 
 	switch fault {
 	case api5xx, apiOutage:
@@ -184,16 +194,8 @@ func (a *api) intn(n int) int {
 
 // record keeps the body's hash under its key and every item's payload
 // under its (id, version).
-func (a *api) record(key string, body []byte) {
-	var batch struct {
-		Items []struct {
-			ID      string          `json:"id"`
-			Version int64           `json:"version"`
-			Payload json.RawMessage `json:"payload"`
-			Deleted bool            `json:"deleted"`
-		} `json:"items"`
-	}
-	_ = json.Unmarshal(body, &batch)
+func (a *api) record(key, path string, body []byte) {
+	items := sentItems(a.format, path, body)
 	sum := sha256.Sum256(body)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -204,7 +206,7 @@ func (a *api) record(key string, body []byte) {
 			a.conflict = append(a.conflict, key)
 		}
 	}
-	for _, it := range batch.Items {
+	for _, it := range items {
 		if it.Deleted {
 			continue
 		}

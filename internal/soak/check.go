@@ -43,6 +43,10 @@ func (r *run) watch(ctx context.Context) {
 	var lastAccepted int64
 	stallSince := time.Time{}
 	lw := &lockWatch{}
+	sw := &stallWatch{}
+	failedSeen := r.failedSeen
+	named := map[string]*api{"resources' third party": r.live, "the sources' third party": r.crm,
+		"search (elasticsearch)": r.search, "hub (custom)": r.hub, "hooks (standard-webhooks)": r.hooks}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for i := 0; ; i++ {
@@ -53,7 +57,7 @@ func (r *run) watch(ctx context.Context) {
 		case <-tick.C:
 		}
 		var accepted int64
-		for name, a := range map[string]*api{"resources' third party": r.live, "the sources' third party": r.crm} {
+		for name, a := range named {
 			st := a.fake.Stats()
 			accepted += st.ItemsAccepted
 			for what, n := range map[string]int64{
@@ -76,9 +80,13 @@ func (r *run) watch(ctx context.Context) {
 		r.rep.Accepted = accepted
 		if i%5 == 0 {
 			r.checkMarks(ctx)
+			r.checkFailures(ctx, failedSeen)
 		}
 		if i%3 == 0 {
 			r.checkLock(ctx, lw)
+		}
+		if i%2 == 0 {
+			r.lookStalls(ctx, sw)
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		pending, err := r.pending(pctx)
@@ -101,6 +109,31 @@ func (r *run) endStall(since time.Time) {
 		return
 	}
 	r.rep.stall(since.Sub(r.start), time.Since(since))
+}
+
+// checkFailures looks for keys of sources failed: no third party of the
+// soak rejects anything, and a program broken for every row is the
+// destination's configuration (held, its rows pending), so a failed key is
+// a violation, reported once a source. Seen all along, since a later write
+// of the key makes it pending again and clears its failure.
+func (r *run) checkFailures(ctx context.Context, seen map[string]bool) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	rows, err := r.pool.Query(ctx, `SELECT DISTINCT ON (source) source, key, error, count(*) OVER (PARTITION BY source)
+		FROM syncer_source_failures ORDER BY source, failed_at`)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var source, key, why string
+		var n int64
+		if rows.Scan(&source, &key, &why, &n) != nil || seen[source] {
+			continue
+		}
+		seen[source] = true
+		r.rep.violate(r.since(), fmt.Sprintf("source %s: %d keys failed (key %s: %s), and its third party rejected none", source, n, key, why))
+	}
 }
 
 // checkMarks compares the rows of resources marked synced with what its
@@ -157,6 +190,7 @@ func (r *run) finish(ctx context.Context) {
 	if counts, err := resources.CountAll(ctx, r.pool); err == nil && counts.Failed > 0 {
 		r.rep.violate(r.since(), fmt.Sprintf("%d rows of resources failed, and the third party rejected none", counts.Failed))
 	}
+	r.checkFailures(ctx, r.failedSeen)
 	for _, d := range r.daemons {
 		if ok, why := d.terminate(30 * time.Second); !ok {
 			r.rep.violate(r.since(), fmt.Sprintf("daemon %d on SIGTERM: %s", d.i, why))
@@ -167,18 +201,19 @@ func (r *run) finish(ctx context.Context) {
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&held); err == nil && held > 0 {
 		r.rep.violate(r.since(), fmt.Sprintf("%d advisory locks still held after every daemon stopped", held))
 	}
-	for _, a := range []*api{r.live, r.crm} {
+	for _, a := range r.apis() {
 		st := a.fake.Stats()
 		r.rep.Requests += st.Requests
 		r.rep.Pairs += st.DistinctPairs
 		r.rep.Tombstones += st.Tombstones
 		r.rep.KeyReplays += st.KeyReplays
 	}
-	for _, a := range []*api{r.live, r.crm} {
+	for _, a := range r.apis() {
 		for k, v := range a.injectedCounts() {
 			r.rep.Answered[k] += v
 		}
 	}
+	r.rep.Answered[itemTransient] += r.search.fake.Stats().ItemFails + r.hooks.fake.Stats().ItemFails
 }
 
 // compare lists every key whose last word at its third party is not the
@@ -196,6 +231,9 @@ func (r *run) compare(ctx context.Context) []string {
 		 UNION ALL SELECT id, 0, to_jsonb(a), true FROM accounts a
 		 UNION ALL SELECT '[' || to_jsonb(tenant)::text || ',' || id::text || ']', 0, to_jsonb(l), deleted_at IS NULL FROM line_items l`,
 		"orders, accounts and line_items")...)
+	out = append(out, r.compareTable(ctx, r.search, `SELECT id, 0, to_jsonb(a), true FROM accounts a`, "accounts at search")...)
+	out = append(out, r.compareTable(ctx, r.hub, `SELECT id::text, 0, to_jsonb(o), true FROM orders o`, "orders at hub")...)
+	out = append(out, r.compareTable(ctx, r.hooks, `SELECT id, 0, to_jsonb(a), true FROM accounts a`, "accounts at hooks")...)
 	return out
 }
 

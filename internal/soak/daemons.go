@@ -164,5 +164,6 @@ func daemonEnv(dbURL, apiURL, configPath, httpAddr string) []string {
 		"SYNCER_LOG_FORMAT=json",
 		"SYNCER_LOG_LEVEL=info",
 		"SYNCER_SHUTDOWN_TIMEOUT=10s",
+		"SOAK_HOOKS_SECRET="+hooksSecret,
 	)
 }

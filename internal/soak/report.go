@@ -38,7 +38,8 @@ type report struct {
 	Violations   []violation
 
 	outages             []window
-	worst, worstOut     time.Duration // the longest stall, and the longest outside an API outage
+	sourceWorst         map[string]window // each source's longest stall outside its holds: from, to
+	worst, worstOut     time.Duration     // the longest stall, and the longest outside an API outage
 	worstAt, worstOutAt time.Duration
 }
 
@@ -82,6 +83,19 @@ func (r *report) stall(at, d time.Duration) {
 	}
 }
 
+// sourceStall records a stretch of d from at in which a source had
+// changes pending outside its holds and none was marked.
+func (r *report) sourceStall(source string, at, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sourceWorst == nil {
+		r.sourceWorst = map[string]window{}
+	}
+	if w, ok := r.sourceWorst[source]; !ok || d > w.to-w.from {
+		r.sourceWorst[source] = window{at, at + d}
+	}
+}
+
 // StallTarget is the longest stall outside an API outage the soak aims
 // for: the lease, and 20 s for a poll, a job and the first answer.
 const StallTarget = LeaseDefault + 20*time.Second
@@ -117,6 +131,19 @@ func (r *report) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "worst stall: %s at %s (%s outside an API outage, at %s: %s the target of %s)\n",
 		r.worst.Round(time.Second), r.worstAt.Round(time.Second), r.worstOut.Round(time.Second), r.worstOutAt.Round(time.Second), verdict, StallTarget)
+	if len(r.sourceWorst) > 0 {
+		names := make([]string, 0, len(r.sourceWorst))
+		for n := range r.sourceWorst {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		parts = parts[:0]
+		for _, n := range names {
+			sw := r.sourceWorst[n]
+			parts = append(parts, fmt.Sprintf("%s %s at %s", n, (sw.to-sw.from).Round(time.Second), sw.from.Round(time.Second)))
+		}
+		fmt.Fprintf(w, "stalls:     worst by source outside the faults that hold it (target %s): %s\n", StallTarget, strings.Join(parts, ", "))
+	}
 	if len(r.Violations) == 0 {
 		fmt.Fprintln(w, "violations: 0")
 		return

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"math/rand/v2"
+	"net/http"
 	"sort"
 	"time"
 )
@@ -17,13 +18,27 @@ const (
 	proxyResets     = "proxy-reset"     // one daemon's database connections reset
 )
 
+// The faults of issue 42: what held a source for good, or stopped every
+// source, on 3cfe467.
+const (
+	itemTransient = "item-transient" // a share of search's ids answered 503 or 429 per item, for minutes
+	slowResponse  = "slow-response"  // hub's answers make its response program run for a minute a request
+	configReload  = "reload"         // the configuration file changed and SIGHUP to every daemon, under load
+	brokenProgram = "broken-program" // hub's request program edited to fail on every row, mended by a later reload
+)
+
+// The loads of hub's answers during slowResponse: last(range(n)) takes
+// about 0.1 us a step, so a minute and more a request, unbounded.
+const slowResponseLoad = 500_000_000
+
 // fault is one event of the schedule.
 type fault struct {
 	At     time.Duration // from the start of the run
 	Kind   string
 	Target int           // the daemon, for daemon faults
 	For    time.Duration // how long it lasts, where it lasts
-	Share  float64       // the share of requests an API fault answers
+	Share  float64       // the share of requests an API fault answers; of ids, for itemTransient
+	Status int           // the status of itemTransient's items
 }
 
 // schedule draws the run's faults from its seed: overlapping, of every
@@ -64,6 +79,42 @@ func schedule(seed uint64, d time.Duration, daemons int, lease time.Duration) []
 	// one.
 	outage := min(time.Minute, d/6)
 	out = append(out, fault{At: between(active/4, max(active/4, active-outage-time.Second)), Kind: apiOutage, For: outage, Share: 1})
+	out = append(out, heldFaults(seed, active)...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
+}
+
+// heldFaults draws the faults of issue 42 from a stream of their own, so
+// a seed draws the same other faults as before they existed: a per-item
+// transient of two to three minutes (two thirds of a short run's stretch)
+// in each stretch of four minutes, never two at once; a reload every 40 s
+// or so; a slow response program of 15 to 40 s every 80 s; one broken
+// request program of 20 to 45 s, which a reload of its own mends.
+func heldFaults(seed uint64, active time.Duration) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x42))
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(rng.Int64N(int64(max(hi-lo, 0))+1))
+	}
+	var out []fault
+	slots := max(1, int(active/(4*time.Minute)))
+	slot := active / time.Duration(slots)
+	for i := range slots {
+		d := min(between(2*time.Minute, 3*time.Minute), slot*2/3)
+		start := time.Duration(i)*slot + between(time.Second, slot-d-time.Second)
+		status := http.StatusServiceUnavailable
+		if rng.IntN(2) == 0 {
+			status = http.StatusTooManyRequests
+		}
+		out = append(out, fault{At: start, Kind: itemTransient, For: d, Share: 0.02 + 0.08*rng.Float64(), Status: status})
+	}
+	n := max(2, int(active/(40*time.Second)))
+	for range n {
+		out = append(out, fault{At: between(2*time.Second, active-5*time.Second), Kind: configReload})
+	}
+	for range max(1, n/2) {
+		out = append(out, fault{At: between(2*time.Second, active-5*time.Second), Kind: slowResponse, For: between(15*time.Second, 40*time.Second)})
+	}
+	d := min(between(20*time.Second, 45*time.Second), active/3)
+	out = append(out, fault{At: between(2*time.Second, active-d-time.Second), Kind: brokenProgram, For: d})
 	return out
 }

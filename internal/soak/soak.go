@@ -3,9 +3,13 @@
 // against a PostgreSQL server of the soak's own while a schedule drawn
 // from the seed kills, freezes and terminates daemons, cuts and restarts
 // the database and makes the API fail in every way the contract names,
-// overlapping. Checks run all along and after everything drains; every
-// violation is reported with the seed and its time into the run, so the
-// run replays with SOAK_SEED.
+// overlapping; it answers some items transiently for minutes, makes a
+// response program slow, reloads the daemons under load and breaks a
+// request program for a while. Checks run all along and after everything
+// drains (nothing broken, nothing stalled outside the faults that hold a
+// source, the database's last word everywhere); every violation is
+// reported with the seed and its time into the run, so the run replays
+// with SOAK_SEED.
 package soak
 
 import (
@@ -17,12 +21,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
 // Defaults of Config.
@@ -110,7 +115,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	r := &run{cfg: c, dir: dir, start: time.Now(), rep: newReport(c)}
+	r := &run{cfg: c, dir: dir, start: time.Now(), rep: newReport(c), failedSeen: map[string]bool{}}
 	defer r.cleanup()
 	if err := r.setup(ctx, bin); err != nil {
 		return err
@@ -139,10 +144,23 @@ type run struct {
 	dbURL     string
 	proxy     *proxy
 	live, crm *api
+	search    *api // elasticsearch: the per-item transient
+	hub       *api // custom: the slow response program, the broken request program
+	hooks     *api // standard-webhooks: the per-row 404s
 	daemons   []*daemon
 	rep       *report
 	pgMu      sync.Mutex // one restart at a time
 	removeDir bool
+
+	cfgMu      sync.Mutex // the configuration file
+	configPath string
+	cfgState   configState
+	slowLoads  int
+
+	stallMu sync.Mutex
+	holds   []hold
+
+	failedSeen map[string]bool // sources with a failed key reported, by the watch and then finish
 }
 
 func (r *run) since() time.Duration { return time.Since(r.start).Round(100 * time.Millisecond) }
@@ -167,11 +185,14 @@ func (r *run) setup(ctx context.Context, bin string) error {
 	if r.proxy, err = newProxy(fmt.Sprintf("127.0.0.1:%d", cl.port)); err != nil {
 		return err
 	}
-	r.live, r.crm = newAPI(r.cfg.Seed), newAPI(r.cfg.Seed+1)
-	configPath := filepath.Join(r.dir, "syncer.yaml")
-	if err := os.WriteFile(configPath, []byte(configYAML(r.crm.url())), 0o644); err != nil {
+	r.live, r.crm = newAPI(r.cfg.Seed, ""), newAPI(r.cfg.Seed+1, "")
+	r.search = newAPI(r.cfg.Seed+2, fakethirdparty.FormatElasticsearch)
+	r.hub = newAPI(r.cfg.Seed+3, fakethirdparty.FormatCustom)
+	r.hooks = newAPI(r.cfg.Seed+4, fakethirdparty.FormatStandardWebhooks)
+	if err := r.setupConfig(); err != nil {
 		return err
 	}
+	configPath := r.configPath
 	env := daemonEnv(r.dbURL, r.live.url(), configPath, "127.0.0.1:0")
 	migrate := exec.CommandContext(ctx, r.cfg.Binary, "migrate")
 	migrate.Env = env
@@ -242,6 +263,8 @@ func (r *run) inject(ctx context.Context, f fault) {
 	switch f.Kind {
 	case daemonKill, daemonTerm, daemonStop:
 		fmt.Fprintf(r.cfg.Progress, " (daemon %d)", f.Target)
+	case itemTransient:
+		fmt.Fprintf(r.cfg.Progress, " (%.0f%% of ids answered %d)", 100*f.Share, f.Status)
 	}
 	fmt.Fprintln(r.cfg.Progress)
 	var err error
@@ -268,8 +291,14 @@ func (r *run) inject(ctx context.Context, f fault) {
 		r.proxy.reset()
 	case apiOutage:
 		r.rep.outage(r.since(), f.For)
+		r.hold(hold{from: r.since(), to: r.since() + f.For})
 		r.apiFault(ctx, f)
+	case itemTransient, slowResponse, configReload, brokenProgram:
+		err = r.injectHeld(ctx, f)
 	default:
+		if failing[f.Kind] {
+			r.hold(hold{from: r.since(), to: r.since() + f.For})
+		}
 		r.apiFault(ctx, f)
 	}
 	if err != nil && ctx.Err() == nil {
@@ -278,11 +307,11 @@ func (r *run) inject(ctx context.Context, f fault) {
 }
 
 func (r *run) apiFault(ctx context.Context, f fault) {
-	for _, a := range []*api{r.live, r.crm} {
+	for _, a := range r.apis() {
 		a.push(f.Kind, f.Share)
 	}
 	sleep(ctx, f.For)
-	for _, a := range []*api{r.live, r.crm} {
+	for _, a := range r.apis() {
 		a.pop(f.Kind)
 	}
 }
@@ -301,9 +330,10 @@ func (r *run) cleanup() {
 	if r.proxy != nil {
 		r.proxy.close()
 	}
-	if r.live != nil {
-		r.live.close()
-		r.crm.close()
+	for _, a := range []*api{r.live, r.crm, r.search, r.hub, r.hooks} {
+		if a != nil {
+			a.close()
+		}
 	}
 	if r.pool != nil {
 		r.pool.Close()

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -21,18 +22,88 @@ CREATE TABLE IF NOT EXISTS accounts (id text PRIMARY KEY, name text NOT NULL, n 
 CREATE TABLE IF NOT EXISTS line_items (tenant text NOT NULL, id bigint NOT NULL, qty int NOT NULL, deleted_at timestamptz,
   PRIMARY KEY (tenant, id));`
 
+// The destinations of the sources: crm speaks syncer's protocol, search
+// Elasticsearch's bulk API (answered per item, so an item can stay 503
+// while its neighbours are accepted), hub a HubSpot-like custom API whose
+// response program iterates over a count the third party answers, hooks
+// Standard Webhooks (a request a row, so a row can stay 404 while the
+// rows of its batch are accepted).
+const (
+	sourceOrders   = "orders"
+	sourceAccounts = "accounts"
+	sourceLines    = "line_items"
+	sourceSearch   = "accounts-search" // accounts again, to search
+	sourceHub      = "orders-hub"      // orders again, to hub
+	sourceHooks    = "accounts-hooks"  // accounts a third time, to hooks
+)
+
+// hooksSecret signs hooks' requests, and its fake verifies them. Not a
+// secret: the soak's own receiver.
+const hooksSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// soakSources are the sources the configuration names, for the checks.
+var soakSources = []string{sourceOrders, sourceAccounts, sourceLines, sourceSearch, sourceHub, sourceHooks}
+
+// hubAccepted is hub's response.accepted: it iterates over the answer's
+// "n", which the third party sets (fakethirdparty.Config.AnswerLoad), as a
+// program that walks what an API returns does.
+const hubAccepted = `.status == 204 or (.body.status == "COMPLETE" and ([last(range(.body.n // 0))] | length) >= 0)`
+
+// hubRequest is hub's request program, and hubBroken the one the
+// broken-program fault puts in its place: it fails on every row.
+const (
+	hubRequest = `{inputs: [.items[] | {id, version, properties: .payload}]}`
+	hubBroken  = `error("soak: the request program is broken")`
+)
+
+// configState is what the faults change in the configuration file.
+type configState struct {
+	crmInFlight int  // a reload under load flips it between 4 and 3
+	hubBroken   bool // the broken-program fault
+}
+
 // configYAML is the soak's SYNCER_CONFIG: resources goes to the default
-// destination (SYNCER_THIRDPARTY_URL), the two sources to another.
-func configYAML(apiURL string) string {
+// destination (SYNCER_THIRDPARTY_URL), the three sources to crm, accounts
+// again to search and to hooks, orders again to hub.
+func configYAML(crmURL, searchURL, hubURL, hooksURL string, st configState) string {
+	request := hubRequest
+	if st.hubBroken {
+		request = hubBroken
+	}
 	return fmt.Sprintf(`destinations:
   crm:
     url: %s
+    max_in_flight: %d
+  search:
+    url: %s/accounts
+    format: elasticsearch
     max_in_flight: 4
+  hub:
+    url: %s
+    format: custom
+    max_in_flight: 2
+    request:
+      path: /crm/v3/objects/orders/batch/upsert
+      body: '%s'
+    deletes:
+      path: /crm/v3/objects/orders/batch/archive
+      body: '{inputs: [.items[] | {id, version}]}'
+    response:
+      accepted: '%s'
+      rejected: '[.body.errors[]? | {id: .context.ids[0], error: .message}]'
+  hooks:
+    url: %s/hooks
+    format: standard-webhooks
+    signing_secret_env: SOAK_HOOKS_SECRET
+    max_in_flight: 8
 sources:
   - {table: orders, key: id, destination: crm, batch_size: 100}
   - {table: accounts, key: id, destination: crm, batch_size: 100}
   - {table: line_items, key: [tenant, id], where: "deleted_at IS NULL", destination: crm, batch_size: 100}
-`, apiURL)
+  - {name: %s, table: accounts, key: id, destination: search, batch_size: 100}
+  - {name: %s, table: orders, key: id, destination: hub, batch_size: 100}
+  - {name: %s, table: accounts, key: id, destination: hooks, batch_size: 20}
+`, crmURL, cmp.Or(st.crmInFlight, 4), searchURL, hubURL, request, hubAccepted, hooksURL, sourceSearch, sourceHub, sourceHooks)
 }
 
 // writers are the application: inserts, updates, deletes and soft deletes
