@@ -26,6 +26,8 @@ import (
 // and reloaded with SIGHUP. resources, on another destination, keeps
 // exporting during the reload; the fixed destination takes its rows, the
 // held batch among them; SIGTERM then exits 0 within the shutdown timeout.
+// Response programs are bounded now (program_timeout), so the spin ends by
+// itself within a second; the reload must not wait on it either way.
 // Before, the reload stopped every source for the whole shutdown timeout,
 // and SIGTERM took as long again.
 func TestSIGHUPFixingASpinningProgramStopsNothingElse(t *testing.T) {
@@ -115,6 +117,11 @@ sources:
 		t.Fatalf("SIGTERM: not exited within the shutdown timeout (%s) and 2 s", shutdownTimeout)
 	}
 	t.Logf("SIGTERM: exited in %s", time.Since(start).Round(time.Millisecond))
-	require.Contains(t, stderr.String(), "did not return after it was asked to stop", "the spinning job is said")
+	// The spin ends one of two ways, and either is said: the program's own
+	// bound (program_timeout) ends it as not an answer, or, should the
+	// reload come while it runs, the job that did not stop is abandoned.
+	log := stderr.String()
+	require.True(t, strings.Contains(log, "did not return after it was asked to stop") ||
+		strings.Contains(log, "ran past its bound"), "the spinning job is said")
 	require.True(t, strings.Contains(stderr.String(), `"source":"tickets"`))
 }
