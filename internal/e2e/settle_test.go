@@ -17,6 +17,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/formats"
 )
 
 // perItemReceiver is a third party that answers each item by its id as a
@@ -181,17 +182,25 @@ func (b *bundle) heldOf(t *testing.T, src string) map[string]heldKey {
 // before MaxElapsed, 3 s, and then resent the batch whole).
 func (b *bundle) requireSettledAtOnce(t *testing.T, r *perItemReceiver, pending, failed int64) {
 	t.Helper()
+	requireSettledAtOnce(t, r, pending, failed, func() (int64, int64) {
+		st := b.sourceStats(t)["orders"]
+		return st.PendingKeys, st.FailedKeys
+	})
+}
+
+func requireSettledAtOnce(t *testing.T, r *perItemReceiver, pending, failed int64, counts func() (int64, int64)) {
+	t.Helper()
 	waitFor(t, 30*time.Second, "a first request", func() bool { _, _, first := r.counts(); return !first.IsZero() })
 	_, _, first := r.counts()
 	deadline := first.Add(1500 * time.Millisecond)
 	for {
-		st := b.sourceStats(t)["orders"]
-		if st.PendingKeys == pending && st.FailedKeys == failed {
+		p, f := counts()
+		if p == pending && f == failed {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("1.5 s after the first answer: %d pending, %d failed; want %d pending (the held keys only), %d failed",
-				st.PendingKeys, st.FailedKeys, pending, failed)
+				p, f, pending, failed)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -270,6 +279,51 @@ func TestElasticsearchItemTransientHoldsOnlyItsKey(t *testing.T) {
 		g, _, _ := r.counts()
 		return g["5"] > before
 	})
+}
+
+// The same for resources, whose keys are row ids: the 429 and 503 rows
+// are held (shown in status as rows of resources), their neighbours
+// marked at once, and retry-failed --id makes a held row go now.
+func TestResourcesItemTransientHoldsOnlyItsRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	r := newPerItemReceiver(map[string]int{"2": 409, "3": 400, "4": 429, "5": 503, "6": 200, "7": 404})
+	url := newRecvHandler(t, r.bulk(t))
+	b.startDaemon(t, func(c *daemon.Config) {
+		c.ThirdParty.URL = url + "/orders"
+		c.Format = formats.Spec{Name: "elasticsearch"}
+		c.Delivery = settleDelivery
+	})
+	_, err := b.pool.Exec(t.Context(), `INSERT INTO resources (payload) SELECT '{}' FROM generate_series(1, 7)`)
+	require.NoError(t, err)
+	requireSettledAtOnce(t, r, 2, 2, func() (int64, int64) {
+		rep := b.report(t)
+		return rep.Pending, rep.Failed
+	})
+	held := b.heldOf(t, "resources")
+	require.Len(t, held, 2)
+	require.Contains(t, held["4"].Reason, "429")
+	require.Contains(t, held["5"].Reason, "503")
+	require.Contains(t, b.syncer(t, "status"), "held row 4")
+
+	time.Sleep(2 * time.Second)
+	got, reqs, _ := r.counts()
+	for _, id := range []string{"1", "2", "3", "6", "7"} {
+		require.Equal(t, 1, got[id], "row %s answered for good is never sent again", id)
+	}
+	for _, ids := range reqs[1:] {
+		for _, id := range ids {
+			require.Contains(t, []string{"4", "5"}, id, "a retry carries held rows alone: %v", ids)
+		}
+	}
+	r.set("5", 0)
+	r.set("4", 0)
+	// Past its backoff of a second at most, or at once by retry-failed.
+	require.Contains(t, b.syncer(t, "retry-failed", "--id", "4"), "resources: 1 held keys go again now")
+	waitFor(t, 10*time.Second, "the held rows taken once the third party accepts them", func() bool {
+		return b.report(t).Pending == 0
+	})
+	require.Empty(t, b.heldOf(t, "resources"))
 }
 
 func (r *perItemReceiver) got8to10() bool {
