@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,10 +15,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/console"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/metrics"
 )
 
 // perItemReceiver is a third party that answers each item by its id as a
@@ -135,6 +138,17 @@ func (r *perItemReceiver) webhook(t *testing.T) http.HandlerFunc {
 // it (as 3cfe467 did, at best) fails the tests' one-round-trip checks.
 var settleDelivery = delivery.Config{BackoffInitial: 200 * time.Millisecond, BackoffMax: time.Second, MaxElapsed: 3 * time.Second}
 
+// settleToken is the console's token in these tests.
+const settleToken = "settle-console-token"
+
+// consolePage returns a console page's body, read with the token.
+func consolePage(t *testing.T, d *runningDaemon, path string) string {
+	t.Helper()
+	code, body := get(t, http.DefaultClient, "http://"+d.addr+"/console"+path, http.Header{"Authorization": {"Bearer " + settleToken}})
+	require.Equal(t, http.StatusOK, code, body)
+	return body
+}
+
 // ordersTo makes table orders, its source to a destination whose YAML is
 // dest (indented under "  d:"), and starts a daemon exporting it.
 func (b *bundle) ordersTo(t *testing.T, dest string, env map[string]string) (*runningDaemon, func() *runningDaemon) {
@@ -147,6 +161,9 @@ func (b *bundle) ordersTo(t *testing.T, dest string, env map[string]string) (*ru
 			c.ThirdParty.URL = ""
 			c.Sources = cfg
 			c.Delivery = settleDelivery
+			c.Console = func(ctx context.Context, m *metrics.Metrics) (http.Handler, error) {
+				return console.New(ctx, b.pool, m, &console.Config{Token: settleToken, Logger: c.Logger})
+			}
 		})
 	}
 	return start(), start
@@ -342,13 +359,18 @@ func TestStandardWebhooksRow404HoldsOnlyItsRow(t *testing.T) {
 	b := setup(t, fakethirdparty.Config{})
 	r := newPerItemReceiver(map[string]int{"7": http.StatusNotFound})
 	url := newRecvHandler(t, r.webhook(t))
-	b.ordersTo(t, fmt.Sprintf("    url: %s\n    format: standard-webhooks\n    signing_secret_env: HOOKS_SECRET\n", url),
+	d, _ := b.ordersTo(t, fmt.Sprintf("    url: %s\n    format: standard-webhooks\n    signing_secret_env: HOOKS_SECRET\n", url),
 		map[string]string{"HOOKS_SECRET": webhookSecret})
 	b.insertOrders(t, 1, 20)
 	b.requireSettledAtOnce(t, r, 1, 0)
 	held := b.heldOf(t, "orders")
 	require.Len(t, held, 1)
 	require.Contains(t, held["7"].Reason, "404")
+	for _, page := range []string{"/", "/sources/orders"} {
+		body := consolePage(t, d, page)
+		require.Contains(t, body, `<table id="held">`)
+		require.Regexp(t, `<td class="key">7</td>.*<td class="warn">retrying</td><td class="reason">[^<]*404`, body, "the console shows the held key %s", page)
+	}
 
 	b.insertOrders(t, 21, 10)
 	waitFor(t, 30*time.Second, "the 10 new rows go", func() bool {
