@@ -251,6 +251,9 @@ func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 	if err := d.deliver(ctx, j, items, whole, time.Time{}, true, out); err != nil {
 		return nil, err
 	}
+	if err := d.settleTransient(ctx, j, out); err != nil {
+		return nil, err
+	}
 	if err := d.judgeAbsent(ctx, out); err != nil {
 		return nil, err
 	}

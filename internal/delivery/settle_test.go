@@ -197,3 +197,55 @@ func TestStandardWebhooksEvery404IsTheURL(t *testing.T) {
 	_, err = d.Deliver(t.Context(), delivery.Batch{Items: settleItems(10)[8:9], Time: time.Unix(1, 0)})
 	require.ErrorIs(t, err, delivery.ErrConfiguration, "a ninth 404 in a row, nothing accepted: the URL's")
 }
+
+// A per-item request failing transiently (a row's 503) is the row's own
+// when a neighbour was accepted: deferred at its first failure, the
+// neighbours accepted at once. With nothing accepted it is the
+// destination's, retried under backoff until MaxElapsed, as before.
+func TestStandardWebhooksRow503IsTheRows(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	down := false
+	got := map[string]int{}
+	url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) {
+		var ev struct {
+			Data struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		require.NoError(t, json.Unmarshal(body, &ev))
+		mu.Lock()
+		got[ev.Data.ID]++
+		fail := down || ev.Data.ID == "3"
+		mu.Unlock()
+		if fail {
+			http.Error(w, "shard unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	cfg := settleConfig(t, formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret})
+	d := newDeliverer(t, newClient(t, url, "tok"), nil, cfg)
+	start := time.Now()
+	out, err := d.Deliver(t.Context(), delivery.Batch{Items: settleItems(20), Source: "orders", Time: time.Unix(1, 0)})
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 5*time.Second, "no wait for MaxElapsed")
+	require.Len(t, out.Accepted, 19)
+	require.Len(t, out.Deferred, 1)
+	require.Equal(t, "3", out.Deferred[0].Item.ID)
+	require.Contains(t, out.Deferred[0].Reason, "503")
+	mu.Lock()
+	require.Equal(t, 1, got["3"], "deferred at its first failure")
+	down = true
+	mu.Unlock()
+
+	cfg = settleConfig(t, formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret})
+	cfg.BackoffInitial, cfg.BackoffMax, cfg.MaxElapsed = 5*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond
+	fresh := newDeliverer(t, newClient(t, url, "tok"), nil, cfg)
+	_, err = fresh.Deliver(t.Context(), delivery.Batch{Items: settleItems(30)[20:], Source: "orders", Time: time.Unix(1, 0)})
+	require.ErrorIs(t, err, delivery.ErrGaveUp, "every row failing, nothing accepted: the destination's")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Greater(t, got["21"], 1, "retried under backoff")
+}
