@@ -3,10 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
@@ -43,7 +46,11 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	if c.Source != "" {
-		return c.retrySource(ctx, env, pool)
+		keys, err := c.retrySource(ctx, env, pool)
+		if err != nil {
+			return err
+		}
+		return c.releaseHeld(ctx, pool, env, c.Source, keys)
 	}
 	var n int64
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -57,5 +64,22 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 		return fmt.Errorf("retry failed rows: %w", err)
 	}
 	fmt.Fprintf(env.Stdout, "%d failed rows are eligible again\n", n)
+	var ids []string
+	for _, id := range c.ID {
+		ids = append(ids, strconv.FormatInt(id, 10))
+	}
+	return c.releaseHeld(ctx, pool, env, jobs.Resources, ids)
+}
+
+// releaseHeld makes the held keys named (all when none is) go now, and
+// says how many there were when any.
+func (c *RetryFailedCmd) releaseHeld(ctx context.Context, pool *pgxpool.Pool, env *Env, source string, keys []string) error {
+	n, err := operator.ReleaseHeld(ctx, pool, source, keys)
+	if err != nil {
+		return fmt.Errorf("release held keys: %w", err)
+	}
+	if n > 0 {
+		fmt.Fprintf(env.Stdout, "%s: %d held keys go again now\n", source, n)
+	}
 	return nil
 }

@@ -18,27 +18,28 @@ import (
 // retrySource makes a configured source's failed keys eligible again, all
 // of them or those of --key. With --key it says, key by key, what it did:
 // a key that was not failed is left alone and named, so that a mistyped
-// key is never a silent "0 eligible again".
-func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpool.Pool) error {
+// key is never a silent "0 eligible again". It returns the keys named, in
+// their text form (nil: all of them), for their holds to be released too.
+func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpool.Pool) ([]string, error) {
 	if len(c.Key) == 0 {
 		n, err := operator.RetrySource(ctx, pool, c.Source, nil)
 		if err != nil {
-			return fmt.Errorf("retry failed keys: %w", err)
+			return nil, fmt.Errorf("retry failed keys: %w", err)
 		}
 		if n == 0 {
 			fmt.Fprintf(env.Stdout, "source %s: 0 failed keys are eligible again: no key of the source is failed\n", c.Source)
-			return nil
+			return nil, nil
 		}
 		fmt.Fprintf(env.Stdout, "source %s: %d failed keys are eligible again\n", c.Source, n)
-		return nil
+		return nil, nil
 	}
 	src, err := installedSource(ctx, pool, c.Source)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	keys, err := c.normalizedKeys(src)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var retried []string
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -60,7 +61,7 @@ func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpoo
 		return outbox.Wake(ctx, tx, src.Name)
 	})
 	if err != nil {
-		return fmt.Errorf("retry failed keys: %w", err)
+		return nil, fmt.Errorf("retry failed keys: %w", err)
 	}
 	fmt.Fprintf(env.Stdout, "source %s: %d of %d keys named were failed; %d failed keys are eligible again\n",
 		src.Name, len(retried), len(keys), len(retried))
@@ -69,7 +70,7 @@ func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpoo
 			fmt.Fprintf(env.Stdout, "  key %s: %s\n", k, notFailed(ctx, pool, src, k))
 		}
 	}
-	return nil
+	return keys, nil
 }
 
 // installedSource returns the installed source name, or an error naming

@@ -87,6 +87,18 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		fmt.Fprintf(w, "replay %d\t%s, %d of %d %s (%.1f%%), created %s\n",
 			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, what, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
 	}
+	for _, h := range r.HeldKeys {
+		what := "held key " + h.ID + " of source " + h.Source
+		if h.Source == status.ResourcesSource {
+			what = "held row " + h.ID
+		}
+		to := ""
+		if h.Destination != "" {
+			to = " to " + h.Destination
+		}
+		fmt.Fprintf(w, "%s v%d\t%s%s since %s, %d tries, next try %s: %s\n", what, h.Version, strings.ToUpper(h.State), to,
+			h.Since.Format(time.RFC3339), h.Tries, h.NextTry.Format(time.RFC3339), h.Reason)
+	}
 	for _, f := range r.RecentFailures {
 		if f.Source == status.ResourcesSource {
 			fmt.Fprintf(w, "failed row %s v%d\t%s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), f.Error)

@@ -44,7 +44,15 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, cl caller) {
 	name := r.PathValue("name")
 	keys := r.PostForm["key"]
 	n, err := operator.RetrySource(r.Context(), c.pool, name, keys)
-	c.answer(w, r, cl, err, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("%d failed keys of source %s are eligible again", n, name))
+	msg := fmt.Sprintf("%d failed keys of source %s are eligible again", n, name)
+	if err == nil {
+		// As retry-failed: a held key named (or every one) goes now.
+		var held int64
+		if held, err = operator.ReleaseHeld(r.Context(), c.pool, name, keys); held > 0 {
+			msg += fmt.Sprintf("; %d held keys go again now", held)
+		}
+	}
+	c.answer(w, r, cl, err, Prefix+"/sources/"+url.PathEscape(name), msg)
 }
 
 // replayData is the dry run's page.

@@ -166,6 +166,7 @@ type overviewData struct {
 	Destinations []destRow
 	Sources      []sourceRow
 	Failures     []status.Failure
+	Held         []status.HeldKey
 	Replays      []status.Replay
 	Proof        string
 }
@@ -176,7 +177,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, cl caller) {
 		c.fail(w, r, err)
 		return
 	}
-	d := overviewData{Failures: rep.RecentFailures[:min(len(rep.RecentFailures), status.RecentFailuresDefault)], Replays: rep.Replays, Proof: cl.session.proof}
+	d := overviewData{Failures: rep.RecentFailures[:min(len(rep.RecentFailures), status.RecentFailuresDefault)], Held: rep.HeldKeys,
+		Replays: rep.Replays, Proof: cl.session.proof}
 	for _, x := range rep.Destinations {
 		d.Destinations = append(d.Destinations, c.destRow(x))
 	}
@@ -193,6 +195,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, cl caller) {
 type sourceData struct {
 	Source    sourceRow
 	Failures  []status.Failure
+	Held      []status.HeldKey
 	Replays   []status.Replay
 	Retryable bool
 	Proof     string
@@ -219,6 +222,11 @@ func (c *Console) sourcePage(w http.ResponseWriter, r *http.Request, cl caller) 
 	for _, f := range rep.RecentFailures {
 		if f.Source == name {
 			d.Failures = append(d.Failures, f)
+		}
+	}
+	for _, h := range rep.HeldKeys {
+		if h.Source == name {
+			d.Held = append(d.Held, h)
 		}
 	}
 	for _, rp := range rep.Replays {

@@ -116,6 +116,11 @@ type Deliverer struct {
 	// (hold.go).
 	hold     atomic.Bool
 	probedAt atomic.Int64
+	// urlGood is set by a 2xx answer and unset by a configuration
+	// refusal; absentStreak counts per-item 404s and 410s since an answer
+	// last accepted an item (deferred.go).
+	urlGood      atomic.Bool
+	absentStreak atomic.Int32
 
 	mu    sync.Mutex
 	pause pause
@@ -208,9 +213,12 @@ func (d *Deliverer) Name() string { return d.cfg.Name }
 // a pipeline that pushes to it keeps no more batches in flight.
 func (d *Deliverer) MaxInFlight() int { return d.cfg.MaxInFlight }
 
-// Deliver pushes a batch and returns what the third party made of it. An
-// error that has a RetryAfter method (*WaitError) asks the caller to try
-// again after that long, with no row at fault. Deliver is safe to call from
+// Deliver pushes a batch and returns what the third party made of it, as
+// soon as every request of it is answered: accepted, rejected and deferred
+// items together. An error that has a RetryAfter method (*WaitError) asks
+// the caller to try again after that long, with no row at fault: it is
+// kept for what holds the whole destination (a pause, the breaker, a
+// refusal, whole requests failing past MaxElapsed). Deliver is safe to call from
 // many goroutines: their requests share the in-flight slots, the pacing,
 // the pauses and the breaker.
 func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
@@ -253,6 +261,12 @@ func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 	}
 	if d.canonical == nil {
 		d.programs.rendered(out.Accepted)
+	}
+	if err := d.settleTransient(ctx, j, out); err != nil {
+		return nil, err
+	}
+	if err := d.judgeAbsent(ctx, out); err != nil {
+		return nil, err
 	}
 	if err := d.judgeRejections(ctx, out); err != nil {
 		return nil, err

@@ -122,6 +122,9 @@ func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.E
 	r.storm = errors.Is(tpErr, ErrRejectionStorm)
 	d.held.Store(true)
 	d.mu.Unlock()
+	if r == &d.conf {
+		d.urlGood.Store(false)
+	}
 	d.setRefusalMetric(r, true)
 	changed := local
 	if d.store != nil {
@@ -342,6 +345,7 @@ func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, r
 
 	if err == nil {
 		d.metrics.LastSuccess(d.now())
+		d.answered(acceptedAny)
 		d.accepted(ctx, acceptedAny)
 		d.succeeded(ctx)
 		d.rateChanged(ctx, d.pacer.succeeded(sentAt))

@@ -39,8 +39,26 @@ type Outcome struct {
 	Accepted []thirdparty.Item
 	// Rejected items are to be recorded as failed for their version.
 	Rejected []Rejection
+	// Deferred items were answered transiently, each on its own (an
+	// Elasticsearch item's 429 or 5xx, a per-item request's 404 or 410
+	// once the URL is known good): neither accepted nor rejected, they go
+	// again alone, after a backoff of their own (the exporter holds them),
+	// and never hold their neighbours back.
+	Deferred []Deferral
 	// Requests is how many HTTP requests the batch took.
 	Requests int
+
+	// absent are per-item requests answered 404 or 410, and transient
+	// per-item requests answered 5xx, 408, 409 or a timeout, until Deliver
+	// judges whether the items or the destination are at fault (deferred.go).
+	absent, transient []absence
+}
+
+// Deferral is an item answered transiently, with the answer's status and
+// text (SafeText'd).
+type Deferral struct {
+	Item   thirdparty.Item
+	Reason string
 }
 
 // Rejection is an item the third party refused, with its reason.
@@ -67,8 +85,10 @@ var ErrBreakerOpen = errors.New("delivery: circuit breaker open")
 // before the error's RetryAfter.
 var ErrPaused = errors.New("delivery: third party asked to pause")
 
-// ErrGaveUp means transient failures went on for longer than the backoff's
-// maximum elapsed time. The rows stay pending for a later run.
+// ErrGaveUp means transient failures of whole requests went on for longer
+// than the backoff's maximum elapsed time. The rows stay pending for a
+// later run. Items answered transiently one by one are not this: they come
+// back as Outcome.Deferred.
 var ErrGaveUp = errors.New("delivery: gave up after transient failures")
 
 // WaitError carries how long the caller should wait before trying again. It

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,8 +19,8 @@ import (
 // deliver sends items as the format's requests (concurrently when there
 // are several: they share the in-flight slots) and splits a request
 // refused as a whole. whole, when set, is the request of the recorded
-// body. pendingSince is when items first came back pending (zero: they
-// did not).
+// body. pendingSince is kept for isolate's calls; items an answer leaves
+// pending no longer go again within the call (they are deferred).
 func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item, whole *thirdparty.Request, pendingSince time.Time, admit bool, out *Outcome) error {
 	var reqs []thirdparty.Request
 	if whole != nil {
@@ -95,6 +94,9 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 	for i := range reqs {
 		out.Accepted = append(out.Accepted, outs[i].Accepted...)
 		out.Rejected = append(out.Rejected, outs[i].Rejected...)
+		out.Deferred = append(out.Deferred, outs[i].Deferred...)
+		out.absent = append(out.absent, outs[i].absent...)
+		out.transient = append(out.transient, outs[i].transient...)
 		out.Requests += outs[i].Requests
 	}
 	return first
@@ -164,18 +166,27 @@ func (d *Deliverer) render(ctx context.Context, j *job, items []thirdparty.Item)
 	}
 }
 
-// deliverRequest sends one request until it is answered, splits it on a
-// whole-request refusal, and sends again, after a backoff, the items the
-// answer left pending.
+// deliverRequest sends one request until it is answered and splits it on
+// a whole-request refusal. Items its answer left pending are deferred, to
+// go again alone under their own backoff (the exporter holds them), and a
+// per-item request answered 404 or 410 is an absence, judged by Deliver
+// once every request of the batch is answered (judgeAbsent).
 func (d *Deliverer) deliverRequest(ctx context.Context, j *job, r *thirdparty.Request, whole bool, pendingSince time.Time, out *Outcome) error {
 	key := d.key(j, r, whole)
 	res, err := d.push(ctx, key, r, out)
 	if err == nil {
-		pending := apply(res, r.Items, out)
-		if len(pending) == 0 {
-			return nil
-		}
-		return d.retryPending(ctx, j, pending, pendingSince, out)
+		apply(res, r.Items, out)
+		return nil
+	}
+	var ae *absentError
+	if errors.As(err, &ae) {
+		out.absent = append(out.absent, absence{item: r.Items[0], err: ae.tpErr})
+		return nil
+	}
+	var te *transientItemError
+	if errors.As(err, &te) {
+		out.transient = append(out.transient, absence{item: r.Items[0], err: te.err})
+		return nil
 	}
 	var we *WaitError
 	var tpErr *thirdparty.Error
@@ -195,53 +206,35 @@ func (d *Deliverer) deliverRequest(ctx context.Context, j *job, r *thirdparty.Re
 	return nil
 }
 
-// retryPending sends items an answer left pending again, in requests of
-// their own, after a backoff that grows from when they first came back
-// pending; past MaxElapsed it gives up like push does.
-func (d *Deliverer) retryPending(ctx context.Context, j *job, pending []thirdparty.Item, since time.Time, out *Outcome) error {
-	now := d.now()
-	if since.IsZero() {
-		since = now
-	}
-	elapsed := now.Sub(since)
-	if elapsed >= d.cfg.MaxElapsed {
-		return &WaitError{Err: fmt.Errorf("%w: %d items left pending by the third party", ErrGaveUp, len(pending)), Wait: d.cfg.GaveUpSnooze}
-	}
-	wait := min(max(d.cfg.BackoffInitial, elapsed), d.cfg.BackoffMax)
-	d.logger.DebugContext(ctx, "delivery: items left pending by the third party; sending them again",
-		slog.Int("items", len(pending)), slog.Duration("in", wait))
-	if err := sleep(ctx, wait); err != nil {
-		return err
-	}
-	return d.deliver(ctx, j, pending, nil, since, false, out)
-}
-
-// apply adds what res made of items to out, and returns the items it left
-// pending.
-func apply(res *thirdparty.Result, items []thirdparty.Item, out *Outcome) (pending []thirdparty.Item) {
+// apply adds what res made of items to out: accepted, rejected, or
+// deferred (left pending, with the answer's reason when it gave one).
+func apply(res *thirdparty.Result, items []thirdparty.Item, out *Outcome) {
 	if res == nil || (len(res.Rejected) == 0 && len(res.Pending) == 0) {
 		out.Accepted = append(out.Accepted, items...)
-		return nil
+		return
 	}
 	rejected := make(map[string]string, len(res.Rejected))
 	for _, r := range res.Rejected {
 		rejected[r.ID] = r.Error
 	}
-	left := make(map[string]bool, len(res.Pending))
-	for _, id := range res.Pending {
-		left[id] = true
+	left := make(map[string]string, len(res.Pending))
+	for i, id := range res.Pending {
+		why := "left pending by the third party"
+		if i < len(res.PendingReasons) && res.PendingReasons[i] != "" {
+			why = res.PendingReasons[i]
+		}
+		left[id] = why
 	}
 	for _, it := range items {
 		id := it.ID
 		if msg, ok := rejected[id]; ok {
 			out.Rejected = append(out.Rejected, Rejection{Item: it, Error: cmp.Or(msg, "rejected")})
-		} else if left[id] {
-			pending = append(pending, it)
+		} else if why, ok := left[id]; ok {
+			out.Deferred = append(out.Deferred, Deferral{Item: it, Reason: why})
 		} else {
 			out.Accepted = append(out.Accepted, it)
 		}
 	}
-	return pending
 }
 
 // refusalText says why a single item was refused as a whole batch: the

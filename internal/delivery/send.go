@@ -50,11 +50,21 @@ func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request,
 			return nil, d.refused(ctx, &d.creds, tpErr,
 				"delivery: the third party refused the credentials; nothing is sent until a probe succeeds (check "+d.cfg.CredentialsSetting+")")
 		case thirdparty.ClassConfig:
+			if itemAbsent(r, tpErr) {
+				d.probeAgain()
+				return nil, &absentError{tpErr: tpErr}
+			}
 			return nil, d.refused(ctx, &d.conf, tpErr,
 				"delivery: the third party's URL is misconfigured (a redirect, 404 or 410); nothing is sent until a probe succeeds (check "+d.cfg.URLSetting+")")
 		case thirdparty.ClassBatchRefused:
 			return nil, err
 		default:
+			if r.PerItem && len(r.Items) == 1 {
+				// One item's own request: its failure is the item's or
+				// the destination's, which Deliver decides once the
+				// batch is answered (settleTransient).
+				return nil, &transientItemError{err: err}
+			}
 			if bo == nil {
 				bo = d.newBackoff()
 			}

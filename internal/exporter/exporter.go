@@ -179,6 +179,10 @@ type Exporter struct {
 	jobsMu sync.Mutex
 	jobs   map[*job]struct{}
 
+	// held are the feeds' keys held after a transient answer of their
+	// own (held.go).
+	held heldKeys
+
 	// lastKey is the key of the last batch pushed, for the run's summary
 	// line: a third party's support ticket names a key.
 	lastKey atomic.Pointer[string]

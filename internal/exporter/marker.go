@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
@@ -149,6 +150,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 	type group struct {
 		acc, rej []feed.Item
 		errs     []string
+		def      []delivery.Deferral
 		batches  int64
 		seqs     []int64
 	}
@@ -166,6 +168,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			g.rej = append(g.rej, r.Item)
 			g.errs = append(g.errs, r.Error)
 		}
+		g.def = append(g.def, b.out.Deferred...)
 		for _, o := range b.oversize {
 			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version})
 			g.errs = append(g.errs, oversizeError(o, p.feed.Limits()))
@@ -198,6 +201,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		recName = r.records[0].name
 	}
 	var recProgress checkpoint.Progress
+	var held []heldChange
 	err := send(mctx, func(qb *pgx.Batch) error {
 		if outcomesOnly {
 			qb.Queue(lazyCommitSQL)
@@ -207,6 +211,10 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
 				return err
 			}
+			// Deferred items are held, in the transaction that marks
+			// their neighbours and forgets their batch's record: the
+			// batch is settled, never resent whole (held.go).
+			held = append(held, p.queueHolds(qb, name, g.def, answeredKeys(g.acc, g.rej)))
 			checkpoint.QueueForget(qb, g.seqs)
 			progress := checkpoint.Progress{Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches}
 			if name == recName {
@@ -228,7 +236,20 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 	if err != nil {
 		res.err = fmt.Errorf("exporter: mark batches: %w", err)
 	}
+	res.held = held
 	return res
+}
+
+// answeredKeys are the keys of items answered for good, whose holds end.
+func answeredKeys(acc, rej []feed.Item) []string {
+	keys := make([]string, 0, len(acc)+len(rej))
+	for _, it := range acc {
+		keys = append(keys, it.ID)
+	}
+	for _, it := range rej {
+		keys = append(keys, it.ID)
+	}
+	return keys
 }
 
 // lazyCommitSQL lets a marker transaction that only writes outcomes
@@ -252,6 +273,7 @@ func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) ma
 		return res
 	}
 	res.seqs = *res.seqsOut
+	p.applyHolds(ctx, res.held)
 	for _, r := range res.rejected {
 		p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
 			slog.String("checkpoint", r.name), slog.Int("rejected", r.n), slog.String("first_error", r.first))

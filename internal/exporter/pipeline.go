@@ -108,6 +108,9 @@ type marked struct {
 	// seqsOut is where the record's callback stores seqs.
 	seqsOut  *[]int64
 	rejected []rejectedNote
+	// held is what it does to the feeds' held keys, for this process to
+	// know once it commits.
+	held []heldChange
 }
 
 // rejectedNote is logged once the marks of rejected items commit.
@@ -446,8 +449,16 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		skip = sentIn(c.batches)
 		c.batches = nil
 	}
+	// Keys held after a transient answer of their own wait for their
+	// time (held.go).
+	skip, err := e.skipHeld(ctx, t.feed.Checkpoint(), skip)
+	if err != nil {
+		if c != nil {
+			c.batches = p.carried
+		}
+		return passResult{}, err
+	}
 	cur := t.feed.Open(startAfter)
-	var err error
 	if p.carry {
 		// A poll: its first read is made here, and a look that finds
 		// one page, the end of its feed, goes no further than lookOnce.

@@ -17,6 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/holds"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/sources"
@@ -60,6 +63,24 @@ func RetrySource(ctx context.Context, pool *pgxpool.Pool, source string, keys []
 			n, err = sources.RetryFailed(ctx, tx, source)
 		}
 		if err != nil || n == 0 {
+			return err
+		}
+		return outbox.Wake(ctx, tx, source)
+	})
+	return n, err
+}
+
+// ReleaseHeld makes the held keys of a source (or of resources, as
+// jobs.Resources) go at once, all of them when keys is nil, and wakes its
+// daemon: what retry-failed does to a key the third party keeps answering
+// transiently (docs/operations.md). It returns how many it released.
+func ReleaseHeld(ctx context.Context, pool *pgxpool.Pool, source string, keys []string) (n int64, err error) {
+	feed := checkpoint.Live
+	if source != jobs.Resources {
+		feed = checkpoint.Source(source)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if n, err = holds.Clear(ctx, tx, feed, keys); err != nil || n == 0 {
 			return err
 		}
 		return outbox.Wake(ctx, tx, source)

@@ -41,6 +41,11 @@ type Report struct {
 	// id.
 	Replays        []Replay  `json:"replays"`
 	RecentFailures []Failure `json:"recent_failures"`
+	// HeldKeys are keys the third party answered transiently on their
+	// own (an item's 429 or 5xx, a webhook row's 404): pending, going
+	// again alone on their own backoff, the longest held first. Their
+	// neighbours, their source and their destination flow.
+	HeldKeys []HeldKey `json:"held_keys"`
 	// Jobs counts syncer's unfinished River jobs by "kind:state".
 	Jobs map[string]int `json:"jobs"`
 	// ResourcesExported says whether resources is exported here: no
@@ -207,6 +212,31 @@ func SourceStopped(sourceError string, d *Destination) string {
 
 // ResourcesSource is the Source of a failure of the resources table.
 const ResourcesSource = "resources"
+
+// HeldKey is a key held after transient answers of its own.
+type HeldKey struct {
+	// Source is the source's name, or ResourcesSource.
+	Source string `json:"source"`
+	// ID is the row's id, or the key's text form: what retry-failed
+	// --id and --key take.
+	ID          string `json:"id"`
+	Version     int64  `json:"version"`
+	Destination string `json:"destination,omitempty"`
+	// State is "retrying" within the retry bound (the destination's
+	// backoff max elapsed), "held" past it.
+	State string `json:"state"`
+	// Reason is the third party's last answer to it: status and text.
+	Reason  string    `json:"reason"`
+	Tries   int       `json:"tries"`
+	Since   time.Time `json:"since"`
+	NextTry time.Time `json:"next_try"`
+}
+
+// Held key states.
+const (
+	HeldRetrying = "retrying"
+	HeldHolding  = "held"
+)
 
 // Failure is a failed row of resources or a failed key of a source.
 type Failure struct {

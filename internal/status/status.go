@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/holds"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/outbox"
@@ -179,6 +181,10 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		return nil, err
 	}
 
+	if r.HeldKeys, err = heldKeys(ctx, pool, c.RecentFailures, r.Sources); err != nil {
+		return nil, err
+	}
+
 	jobCounts, err := jobs.Counts(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -191,6 +197,35 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		}
 	}
 	return r, nil
+}
+
+// heldKeys lists up to limit held keys, the longest held first, with
+// their sources' destinations.
+func heldKeys(ctx context.Context, pool *pgxpool.Pool, limit int, srcs []Source) ([]HeldKey, error) {
+	hs, err := holds.List(ctx, pool, limit)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	dest := map[string]string{}
+	for _, s := range srcs {
+		dest[s.Name] = s.Destination
+	}
+	now := time.Now()
+	out := make([]HeldKey, 0, len(hs))
+	for _, h := range hs {
+		o := checkpoint.OwnerOf(h.Feed)
+		src := ResourcesSource
+		if o.Kind == checkpoint.KindSource {
+			src = o.Source
+		}
+		state := HeldRetrying
+		if h.Holding(now) {
+			state = HeldHolding
+		}
+		out = append(out, HeldKey{Source: src, ID: h.Key, Version: h.Version, Destination: dest[src], State: state,
+			Reason: h.Reason, Tries: h.Tries, Since: h.Since, NextTry: h.Next})
+	}
+	return out, nil
 }
 
 // recentFailures merges the latest failures of resources and of every

@@ -133,8 +133,12 @@ func (c *Client) Close() { c.httpClient.CloseIdleConnections() }
 type Result struct {
 	Rejected []Rejection
 	// Pending names items the answer neither accepted nor rejected (an
-	// Elasticsearch item answered 429 or 5xx): they are to go again.
+	// Elasticsearch item answered 429 or 5xx): they are to go again, each
+	// alone, under a backoff of its own.
 	Pending []string
+	// PendingReasons, when set, holds why each of Pending was left so, in
+	// Pending's order (its status and text, already SafeText'd).
+	PendingReasons []string
 	// Quota is what the answer's rate-limit headers said, if anything.
 	Quota Quota
 }

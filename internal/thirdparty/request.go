@@ -25,6 +25,11 @@ type Request struct {
 	// Items are the items the request carries, in its order, for the
 	// caller that splits a refused request and marks answered items.
 	Items []Item
+	// PerItem marks a request that is one item's own, at a URL every item
+	// shares or one made of its id (Standard Webhooks, a custom format's
+	// request.per_item): a 404 or 410 to it can say the third party does
+	// not know that item, not that the URL is wrong.
+	PerItem bool
 	// Sign, when set, adds headers that must be fresh on every send (a
 	// signature over a timestamp): it is called for each attempt with the
 	// request's key, its body and the Client's clock, after every other

@@ -79,7 +79,7 @@ func (p *program) request(source string, items []thirdparty.Item, now float64) (
 	for i := range items {
 		ids[i] = items[i].ID
 	}
-	r := thirdparty.Request{Method: p.method, Path: p.path, IDs: ids, Items: items}
+	r := thirdparty.Request{Method: p.method, Path: p.path, IDs: ids, Items: items, PerItem: p.perItem}
 	if p.perItem {
 		r.Path = strings.NewReplacer("{id}", url.PathEscape(ids[0]), "{version}", strconv.FormatInt(items[0].Version, 10)).Replace(p.path)
 	}

@@ -128,7 +128,12 @@ func (Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.Res
 		switch s := got.Status; {
 		case s >= 200 && s < 300, s == 409, s == 404 && it.Deleted:
 		case s == 429 || s >= 500 && s < 600:
+			text := strconv.Itoa(s)
+			if got.Error != nil {
+				text += " " + got.Error.Type + ": " + got.Error.Reason
+			}
 			res.Pending = append(res.Pending, r.IDs[i])
+			res.PendingReasons = append(res.PendingReasons, a.Safe(text))
 		case s == 0:
 			return nil, a.NotAnAnswer(fmt.Sprintf("item %d has no status", i))
 		default:

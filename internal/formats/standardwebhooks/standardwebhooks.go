@@ -188,7 +188,8 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 			// (the estimate above only saves growing the buffer).
 			Body: buf[start:len(buf):len(buf)],
 			IDs:  ids[i : i+1 : i+1], Items: b.Items[i : i+1 : i+1],
-			Sign: f.sign,
+			PerItem: true,
+			Sign:    f.sign,
 		}
 	}
 	return reqs, nil
