@@ -151,6 +151,27 @@ func (f *rowsFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs
 	return nil
 }
 
+// QueueLive makes the rows a replay's answer deferred pending again in the
+// live export, at the versions replayed: the live export sends them (under
+// its own keys), and holds them if they are deferred again. A row that
+// changed since is pending already.
+func (f *rowsFeed) QueueLive(b *pgx.Batch, deferred []delivery.Deferral) error {
+	var rows, tombstones resources.Versions
+	for _, df := range deferred {
+		id, err := rowID(feed.Item{ID: df.Item.ID})
+		if err != nil {
+			return err
+		}
+		if df.Item.Deleted {
+			tombstones.Add(id, df.Item.Version)
+		} else {
+			rows.Add(id, df.Item.Version)
+		}
+	}
+	resources.QueueUnsynced(b, rows, tombstones)
+	return nil
+}
+
 // rowID is the row id an item of resources carries.
 func rowID(it feed.Item) (int64, error) {
 	id, err := strconv.ParseInt(it.ID, 10, 64)

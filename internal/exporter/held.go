@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -112,9 +113,13 @@ type heldChange struct {
 }
 
 // queueHolds queues on b the holds of deferred items of feed name and the
-// end of the holds of answered keys (accepted or rejected at last), and returns the change to make
-// to what this process knows once the transaction commits.
-func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Deferral, answered []string) heldChange {
+// end of the holds of answered keys (accepted or rejected at last), and
+// returns the change to make to what this process knows once the
+// transaction commits. A replay holds nothing: its pass reads each row
+// once, so its deferred rows are handed to the live export instead
+// (pending again there, held there if they are deferred again), and the
+// replay still delivers every row of its range.
+func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Deferral, answered []string) (heldChange, error) {
 	ch := heldChange{name: name}
 	prior := p.e.heldOf(name)
 	if len(prior) > 0 {
@@ -126,10 +131,14 @@ func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Def
 		holds.QueueRelease(b, name, ch.released)
 	}
 	if len(deferred) == 0 {
-		return ch
+		return ch, nil
 	}
 	if checkpoint.OwnerOf(name).Kind == checkpoint.KindReplay {
-		return ch // see skipHeld: the live feed sends a row still pending
+		l, ok := p.feed.(liveHandover)
+		if !ok {
+			return ch, fmt.Errorf("exporter: replay %s: its feed cannot hand deferred rows to the live export", name)
+		}
+		return ch, l.QueueLive(b, deferred)
 	}
 	now := p.e.now()
 	items := make([]holds.Deferred, len(deferred))
@@ -138,7 +147,13 @@ func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Def
 	}
 	ch.held = holds.Held(name, items, now, prior, holdPolicy(p.dest), rand.Float64)
 	holds.QueueHold(b, name, ch.held)
-	return ch
+	return ch, nil
+}
+
+// liveHandover is a replay's feed: rows its answer deferred are made
+// pending in the live export.
+type liveHandover interface {
+	QueueLive(b *pgx.Batch, deferred []delivery.Deferral) error
 }
 
 // applyHolds makes what this process knows of the holds match what a

@@ -214,7 +214,11 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			// Deferred items are held, in the transaction that marks
 			// their neighbours and forgets their batch's record: the
 			// batch is settled, never resent whole (held.go).
-			held = append(held, p.queueHolds(qb, name, g.def, answeredKeys(g.acc, g.rej)))
+			ch, err := p.queueHolds(qb, name, g.def, answeredKeys(g.acc, g.rej))
+			if err != nil {
+				return err
+			}
+			held = append(held, ch)
 			checkpoint.QueueForget(qb, g.seqs)
 			progress := checkpoint.Progress{Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches}
 			if name == recName {

@@ -52,6 +52,9 @@ func mark(ctx context.Context, db DB, what, set string, v Versions, errs []strin
 const (
 	setSynced = `synced_at = now(), failed_at = NULL, sync_error = NULL`
 	setFailed = `failed_at = now(), sync_error = b.err`
+	// setUnsynced leaves a failed version failed: only retry-failed
+	// clears a failure.
+	setUnsynced = `synced_at = NULL`
 )
 
 // Outcomes are a batch's answers, to be marked: the versions the third
@@ -74,6 +77,15 @@ func QueueMarks(b *pgx.Batch, o Outcomes) {
 	queueMark(b, "mark synced", "syncer_tombstones", setSynced, o.SyncedTombstones, nil, nil)
 	queueMark(b, "mark failed", "resources", setFailed, o.Failed, o.Errs, nil)
 	queueMark(b, "mark failed", "syncer_tombstones", setFailed, o.FailedTombstones, o.TombstoneErrs, nil)
+}
+
+// QueueUnsynced adds to b the statements that make exactly the pairs of
+// rows and tombstones pending again (synced_at cleared), for a replay whose
+// answer deferred them: the live export then sends them. A version that
+// moved on is pending already and left alone; a failed one stays failed.
+func QueueUnsynced(b *pgx.Batch, rows, tombstones Versions) {
+	queueMark(b, "hand deferred rows to the live export", "resources", setUnsynced, rows, nil, nil)
+	queueMark(b, "hand deferred rows to the live export", "syncer_tombstones", setUnsynced, tombstones, nil, nil)
 }
 
 // queueMark adds the statement that runs set on table for exactly the
