@@ -2,13 +2,7 @@ package delivery
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
-	"time"
-
-	"github.com/cenkalti/backoff/v4"
 
 	"github.com/syncer-dev/syncer/internal/holds"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
@@ -21,33 +15,10 @@ import (
 // entities accepts the others in between.
 const absentStreakMax = 8
 
-// absence is one item's own request answered 404 or 410, or failing
-// transiently.
+// absence is one item's own request answered 404 or 410.
 type absence struct {
 	item thirdparty.Item
-	err  error
-}
-
-// reason is what an absence's deferral says: the answer's status and text.
-func (a absence) reason() string { return thirdparty.SafeText(a.err.Error()) }
-
-// transientItemError is push's answer to a per-item request that failed
-// transiently once: the item's or the destination's, as Deliver decides.
-type transientItemError struct{ err error }
-
-func (e *transientItemError) Error() string { return e.err.Error() }
-
-func (e *transientItemError) Unwrap() error { return e.err }
-
-// itemsOwn reports whether n per-item failures of a batch (absences or
-// transient failures) are the items' own: another request of the batch was
-// accepted, or the URL was accepted since its last refusal and fewer than
-// absentStreakMax such failures came in a row with nothing accepted.
-func (d *Deliverer) itemsOwn(out *Outcome, n int) bool {
-	if len(out.Accepted) > 0 {
-		return true
-	}
-	return d.urlGood.Load() && d.absentStreak.Add(int32(n)) <= absentStreakMax
+	err  *thirdparty.Error
 }
 
 // absentError is push's answer to a per-item request refused with 404 or
@@ -77,53 +48,16 @@ func (d *Deliverer) judgeAbsent(ctx context.Context, out *Outcome) error {
 	}
 	absent := out.absent
 	out.absent = nil
-	if !d.itemsOwn(out, len(absent)) {
-		var tpErr *thirdparty.Error
-		errors.As(absent[0].err, &tpErr)
-		return d.refused(ctx, &d.conf, tpErr,
+	known := len(out.Accepted) > 0
+	if !known && d.urlGood.Load() {
+		known = d.absentStreak.Add(int32(len(absent))) <= absentStreakMax
+	}
+	if !known {
+		return d.refused(ctx, &d.conf, absent[0].err,
 			"delivery: the third party's URL is misconfigured (a redirect, 404 or 410); nothing is sent until a probe succeeds (check "+d.cfg.URLSetting+")")
 	}
 	for _, a := range absent {
-		out.Deferred = append(out.Deferred, Deferral{Item: a.item, Reason: a.reason()})
-	}
-	return nil
-}
-
-// settleTransient decides whose the batch's per-item transient failures
-// are. The items' own (itemsOwn) are deferred, to go again alone under
-// their own backoff; their neighbours are marked now. Otherwise they are
-// the destination's, as a whole request's are: sent again here, under the
-// same keys, with backoff, until accepted or MaxElapsed (ErrGaveUp).
-func (d *Deliverer) settleTransient(ctx context.Context, j *job, out *Outcome) error {
-	var bo *backoff.ExponentialBackOff
-	for len(out.transient) > 0 {
-		failed := out.transient
-		out.transient = nil
-		if d.itemsOwn(out, len(failed)) {
-			for _, a := range failed {
-				out.Deferred = append(out.Deferred, Deferral{Item: a.item, Reason: a.reason()})
-			}
-			return nil
-		}
-		if bo == nil {
-			bo = d.newBackoff()
-		}
-		next := bo.NextBackOff()
-		if next == backoff.Stop {
-			d.logger.WarnContext(ctx, "delivery: giving up on a batch's items after transient failures",
-				slog.Int("items", len(failed)), slog.Duration("max_elapsed", d.cfg.MaxElapsed), slog.String("error", failed[0].err.Error()))
-			return &WaitError{Err: fmt.Errorf("%w: %w", ErrGaveUp, failed[0].err), Wait: d.cfg.GaveUpSnooze}
-		}
-		if err := sleep(ctx, next); err != nil {
-			return err
-		}
-		items := make([]thirdparty.Item, len(failed))
-		for i, a := range failed {
-			items[i] = a.item
-		}
-		if err := d.deliver(ctx, j, items, nil, time.Time{}, true, out); err != nil {
-			return err
-		}
+		out.Deferred = append(out.Deferred, Deferral{Item: a.item, Reason: thirdparty.SafeText(a.err.Error())})
 	}
 	return nil
 }

@@ -262,9 +262,6 @@ func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 	if d.canonical == nil {
 		d.programs.rendered(out.Accepted)
 	}
-	if err := d.settleTransient(ctx, j, out); err != nil {
-		return nil, err
-	}
 	if err := d.judgeAbsent(ctx, out); err != nil {
 		return nil, err
 	}

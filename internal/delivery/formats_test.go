@@ -87,32 +87,6 @@ func mix() [][]thirdparty.Item {
 	}
 }
 
-// deliverSettled delivers b, then its deferred items alone, as the
-// exporter does once their holds are due, until none is deferred, and
-// returns everything accepted and rejected.
-func deliverSettled(t *testing.T, d *delivery.Deliverer, b delivery.Batch) *delivery.Outcome {
-	t.Helper()
-	all := &delivery.Outcome{}
-	for range 50 {
-		// Alone, a deferred item that is then rejected is a batch
-		// rejected whole: judged as storm.go does.
-		out, err := deliverJudged(t, d, b)
-		require.NoError(t, err)
-		all.Accepted = append(all.Accepted, out.Accepted...)
-		all.Rejected = append(all.Rejected, out.Rejected...)
-		all.Requests += out.Requests
-		if len(out.Deferred) == 0 {
-			return all
-		}
-		b.Items = b.Items[:0:0]
-		for _, df := range out.Deferred {
-			b.Items = append(b.Items, df.Item)
-		}
-	}
-	t.Fatal("items still deferred after 50 sends")
-	return nil
-}
-
 func TestFormatsDeliverTheMix(t *testing.T) {
 	t.Parallel()
 	for _, tc := range formatCases {
@@ -128,7 +102,8 @@ func TestFormatsDeliverTheMix(t *testing.T) {
 					// A 429 on the way: nothing sent before it passes.
 					fake.SetConfig(fakethirdparty.Config{Format: tc.name, SigningSecret: testSecret, RejectField: "bad", RateLimit: 50, RateBurst: 1, RetryAfter: time.Second})
 				}
-				out := deliverSettled(t, d, b)
+				out, err := d.Deliver(context.Background(), b)
+				require.NoError(t, err)
 				accepted += len(out.Accepted)
 				rejected += len(out.Rejected)
 				for _, r := range out.Rejected {
@@ -137,7 +112,8 @@ func TestFormatsDeliverTheMix(t *testing.T) {
 				}
 				// The same batch again, as after a crash: same bodies under
 				// the same keys, nothing taken twice.
-				again := deliverSettled(t, d, b)
+				again, err := d.Deliver(context.Background(), b)
+				require.NoError(t, err)
 				require.Len(t, again.Accepted, len(out.Accepted))
 			}
 			require.Equal(t, 8, accepted)

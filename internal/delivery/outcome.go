@@ -48,10 +48,9 @@ type Outcome struct {
 	// Requests is how many HTTP requests the batch took.
 	Requests int
 
-	// absent are per-item requests answered 404 or 410, and transient
-	// per-item requests answered 5xx, 408, 409 or a timeout, until Deliver
-	// judges whether the items or the destination are at fault (deferred.go).
-	absent, transient []absence
+	// absent are per-item requests answered 404 or 410, until Deliver
+	// judges whether the items or the URL are at fault (judgeAbsent).
+	absent []absence
 }
 
 // Deferral is an item answered transiently, with the answer's status and

@@ -96,7 +96,6 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 		out.Rejected = append(out.Rejected, outs[i].Rejected...)
 		out.Deferred = append(out.Deferred, outs[i].Deferred...)
 		out.absent = append(out.absent, outs[i].absent...)
-		out.transient = append(out.transient, outs[i].transient...)
 		out.Requests += outs[i].Requests
 	}
 	return first
@@ -181,11 +180,6 @@ func (d *Deliverer) deliverRequest(ctx context.Context, j *job, r *thirdparty.Re
 	var ae *absentError
 	if errors.As(err, &ae) {
 		out.absent = append(out.absent, absence{item: r.Items[0], err: ae.tpErr})
-		return nil
-	}
-	var te *transientItemError
-	if errors.As(err, &te) {
-		out.transient = append(out.transient, absence{item: r.Items[0], err: te.err})
 		return nil
 	}
 	var we *WaitError

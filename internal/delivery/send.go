@@ -59,12 +59,6 @@ func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request,
 		case thirdparty.ClassBatchRefused:
 			return nil, err
 		default:
-			if r.PerItem && len(r.Items) == 1 {
-				// One item's own request: its failure is the item's or
-				// the destination's, which Deliver decides once the
-				// batch is answered (settleTransient).
-				return nil, &transientItemError{err: err}
-			}
 			if bo == nil {
 				bo = d.newBackoff()
 			}
