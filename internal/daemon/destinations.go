@@ -185,7 +185,9 @@ func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests ma
 			// Only default can be missing: the file names its own.
 			return nil, fmt.Errorf("daemon: source %s: its destination %s is the one SYNCER_THIRDPARTY_URL configures, and it is not set", s.Name, s.Destination)
 		}
-		out = append(out, exporter.Source{Source: s, Destination: dest.deliverer, BatchSize: bs})
+		src := exporter.Configured(s, dest.deliverer)
+		src.BatchSize = bs
+		out = append(out, src)
 	}
 	return out, nil
 }

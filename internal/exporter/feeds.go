@@ -190,8 +190,8 @@ type sourceFeed struct {
 	lim  feed.Limits
 }
 
-func (e *Exporter) sourceFeed(s *Source) *sourceFeed {
-	return &sourceFeed{pool: e.pool, src: s.Source, lim: e.limits(s.BatchSize)}
+func (e *Exporter) sourceFeed(src *sources.Source, batchSize int) *sourceFeed {
+	return &sourceFeed{pool: e.pool, src: src, lim: e.limits(batchSize)}
 }
 
 func (f *sourceFeed) Checkpoint() string  { return checkpoint.Source(f.src.Name) }

@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/locks"
-	"github.com/syncer-dev/syncer/internal/sources"
 )
 
 // Two sources' jobs of one destination take turns at its lock: the one
@@ -17,8 +16,8 @@ func TestSourcesOfOneDestinationTakeTurns(t *testing.T) {
 	t.Parallel()
 	b := setupPipeline(t, Config{})
 	ctx := t.Context()
-	srcA := &Source{Source: &sources.Source{Name: "a"}, DestinationName: "one"}
-	srcB := &Source{Source: &sources.Source{Name: "b"}, DestinationName: "one"}
+	srcA := &Source{name: "a", DestinationName: "one"}
+	srcB := &Source{name: "b", DestinationName: "one"}
 	a, bt := b.e.newTurn(ctx, srcA), b.e.newTurn(ctx, srcB)
 	t.Cleanup(func() { a.done(ctx); bt.done(ctx) })
 	wakeB := b.e.awaken("b")

@@ -490,8 +490,8 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 type target struct {
 	feed Feed
 	dest Destination
-	// destName and source label metrics: the destination's name, and a
-	// configured source's (empty for resources).
+	// destName and source label metrics: the destination's name, and the
+	// source's (empty for a target whose items no source counts).
 	destName, source string
 }
 

@@ -26,16 +26,26 @@ import (
 // of recorded batches (resume.go), the pipeline, and lingering
 // (linger.go), which is the one hot path that finds new rows.
 
-// Source is one source this exporter exports, and its destination.
+// Source is one source this exporter exports, and its destination. Build
+// it with Resources or Configured: the constructor is the one place a
+// source's kind is decided (docs/design.md, "One constructor decides a
+// feed's kind"); everything above the pipeline reads only its name.
 type Source struct {
-	// Source is the configured source (sources.Resolve); nil for
-	// resources (see Resources).
-	Source *sources.Source
+	// name is the source's name: its job's argument, its lock, its
+	// series. Set by the constructor.
+	name string
+	// open builds the source as the worker runs it. Set by the
+	// constructor, with the kind's own settings in its closure.
+	open func(s Source, e *Exporter) exported
+	// settings are the kind's own settings (a configured source's
+	// resolved table), compared on a reload (sameSource). Set by the
+	// constructor.
+	settings any
 	// Destination is the source's destination's deliverer. Required.
 	Destination Destination
 	// DestinationName names the destination in metrics, log lines and its
-	// lock. Defaults to the configured source's destination, or to
-	// metrics.DefaultDestination for resources.
+	// lock. Defaults to what the constructor set: the configured source's
+	// destination, or metrics.DefaultDestination for resources.
 	DestinationName string
 	// BatchSize is the most items a batch holds. Defaults to
 	// Config.BatchSize.
@@ -45,16 +55,18 @@ type Source struct {
 // Resources is the source that is the resources table (docs/protocol.md
 // section 1, with its built-in triggers), exported to dest.
 func Resources(dest Destination) Source {
-	return Source{Destination: dest, DestinationName: metrics.DefaultDestination}
+	return Source{name: jobs.Resources, Destination: dest, DestinationName: metrics.DefaultDestination,
+		open: func(s Source, e *Exporter) exported { return &resourcesSource{Source: s, e: e} }}
+}
+
+// Configured is configured source src (sources.Resolve), exported to dest.
+func Configured(src *sources.Source, dest Destination) Source {
+	return Source{name: src.Name, Destination: dest, DestinationName: src.Destination, settings: src,
+		open: func(s Source, e *Exporter) exported { return &configuredSource{Source: s, src: src, e: e} }}
 }
 
 // Name is the source's name: its job's argument, its wake-ups, its lock.
-func (s Source) Name() string {
-	if s.Source == nil {
-		return jobs.Resources
-	}
-	return s.Source.Name
-}
+func (s Source) Name() string { return s.name }
 
 // exported is one source as the worker runs it (see the top of this file).
 type exported interface {
@@ -83,21 +95,17 @@ type exported interface {
 func (e *Exporter) family(list []Source) (map[string]exported, error) {
 	out := make(map[string]exported, len(list))
 	for i, s := range list {
-		if s.Destination == nil {
+		switch {
+		case s.open == nil:
+			return nil, fmt.Errorf("exporter: config: Sources[%d]: build it with Resources or Configured", i)
+		case s.Destination == nil:
 			return nil, fmt.Errorf("exporter: config: Sources[%d]: Destination is required", i)
-		}
-		if s.Source != nil {
-			s.DestinationName = cmp.Or(s.DestinationName, s.Source.Destination)
 		}
 		s.DestinationName = cmp.Or(s.DestinationName, metrics.DefaultDestination)
 		if _, dup := out[s.Name()]; dup {
 			return nil, fmt.Errorf("exporter: config: Sources[%d]: source %s is listed twice", i, s.Name())
 		}
-		if s.Source == nil {
-			out[s.Name()] = &resourcesSource{Source: s, e: e}
-		} else {
-			out[s.Name()] = &configuredSource{Source: s, e: e}
-		}
+		out[s.Name()] = s.open(s, e)
 	}
 	return out, nil
 }

@@ -19,17 +19,18 @@ const SnapshotChunkDefault = 1000
 // its replays chunk by chunk as changes.
 type configuredSource struct {
 	Source
-	e *Exporter
+	src *sources.Source
+	e   *Exporter
 }
 
 func (s *configuredSource) base() *Source { return &s.Source }
 
 func (s *configuredSource) check(ctx context.Context) error {
-	return sources.Check(ctx, s.e.pool, s.Source.Source)
+	return sources.Check(ctx, s.e.pool, s.src)
 }
 
 func (s *configuredSource) live() target {
-	return target{feed: s.e.sourceFeed(&s.Source), dest: s.Destination, destName: s.DestinationName, source: s.Name()}
+	return target{feed: s.e.sourceFeed(s.src, s.BatchSize), dest: s.Destination, destName: s.DestinationName, source: s.Name()}
 }
 
 // owns: a source's holder resends the batches of its own checkpoint only.
@@ -67,7 +68,7 @@ func (s *configuredSource) drain(e *Exporter, r *run) (func(context.Context) (in
 			// snapshot.
 			var busy error
 			if !snapshotDone {
-				done, err := sources.Snapshot(ctx, e.pool, s.Source.Source, SnapshotChunkDefault)
+				done, err := sources.Snapshot(ctx, e.pool, s.src, SnapshotChunkDefault)
 				switch {
 				case errors.Is(err, sources.ErrSnapshotBusy):
 					busy = err
