@@ -8,10 +8,14 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/syncer-dev/syncer/migrations"
 )
 
 // Queue is the River queue syncer's jobs run on.
@@ -46,6 +50,47 @@ const Resources = "resources"
 
 // Kind is River's name for the job.
 func (ExportArgs) Kind() string { return "syncer_source" }
+
+// SourceOfOp names the source an outbox event is for: the configured
+// source its op names (migrations.SourceOp), else resources, whose
+// triggers and wake-ups write every other op. With WakeOp, the one place
+// an op is read or written for its source, so the relay, the commands and
+// the triggers agree without a second parser.
+func SourceOfOp(op string) string {
+	if name, ok := strings.CutPrefix(op, migrations.SourceOpPrefix); ok {
+		return name
+	}
+	return Resources
+}
+
+// WakeOp is the op of the event a command appends to wake source src's
+// job as its triggers would (outbox.Wake): its own op for a configured
+// source, RETRY for resources (whose rows a command made pending without
+// changing a payload, so no trigger fired).
+func WakeOp(src string) string {
+	if src == Resources {
+		return "RETRY"
+	}
+	return migrations.SourceOp(src)
+}
+
+// SourceOfJob names the source a job of syncer's exports: ExportArgs's
+// source, and resources for the previous release's kinds, which this
+// release works as resources' job. ok is false for another kind, or args
+// that do not parse. The one reading of a job back into its source.
+func SourceOfJob(kind string, encodedArgs []byte) (source string, ok bool) {
+	switch kind {
+	case ExportArgs{}.Kind():
+		var args ExportArgs
+		if json.Unmarshal(encodedArgs, &args) != nil || args.Source == "" {
+			return "", false
+		}
+		return args.Source, true
+	case PreviousSyncArgs{}.Kind(), PreviousReplayArgs{}.Kind():
+		return Resources, true
+	}
+	return "", false
+}
 
 // InsertOpts puts the job on syncer's queue.
 func (ExportArgs) InsertOpts() river.InsertOpts { return insertOpts() }

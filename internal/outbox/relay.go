@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // Defaults for Config.
@@ -289,10 +287,7 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 		var id int64
 		var op string
 		if _, err := pgx.ForEachRow(rows, []any{&id, &op}, func() error {
-			src := jobs.Resources
-			if name, ok := strings.CutPrefix(op, migrations.SourceOpPrefix); ok {
-				src = name
-			}
+			src := jobs.SourceOfOp(op)
 			switch {
 			case here[src]:
 				want[src] = true

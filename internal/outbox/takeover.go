@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -103,13 +102,9 @@ func (r *Relay) ensureJobs(ctx context.Context, tx pgx.Tx, want map[string]bool)
 	due := map[string]*rivertype.JobRow{}
 	var now time.Time
 	for _, j := range res.Jobs {
-		src := jobs.Resources
-		if j.Kind != (jobs.PreviousSyncArgs{}).Kind() {
-			var args jobs.ExportArgs
-			if json.Unmarshal(j.EncodedArgs, &args) != nil {
-				continue
-			}
-			src = args.Source
+		src, ok := jobs.SourceOfJob(j.Kind, j.EncodedArgs)
+		if !ok {
+			continue
 		}
 		if !want[src] && !covered[src] {
 			continue

@@ -17,11 +17,6 @@ type Tx interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// retryOp is the op of the event a command appends for resources when it
-// made rows pending without changing a payload (retry-failed), so that no
-// trigger fired.
-const retryOp = "RETRY"
-
 // Wake appends an event and notifies, as the triggers would, in tx: for
 // source src (jobs.Resources, or a configured source). A command that
 // makes rows or keys pending without writing them (retry-failed, a
@@ -29,9 +24,10 @@ const retryOp = "RETRY"
 // and, if none listens, the relay's poll finds the event. Like a trigger's,
 // the event exists only if tx commits.
 func Wake(ctx context.Context, tx Tx, src string) error {
-	op, payload := retryOp, ""
+	// A configured source's notification names its op, as its capture
+	// trigger's does; resources' triggers notify with no payload.
+	op, payload := jobs.WakeOp(src), ""
 	if src != jobs.Resources {
-		op = migrations.SourceOp(src)
 		payload = op
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO syncer_outbox (op) VALUES ($1)`, op); err != nil {
