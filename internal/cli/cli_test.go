@@ -389,5 +389,8 @@ func TestStatusShowsRecentReplaysSortedJobsAndLockHolder(t *testing.T) {
 	require.Equal(t, []string{"1", "5", "6", "7", "8", "9"}, replayLines, "the unfinished one and the last five finished, by id, once each:\n%s", r.stdout)
 	require.Equal(t, []string{"syncer_source:available", "syncer_source:scheduled", "syncer_sync:available"}, jobLines)
 	require.Contains(t, r.stdout, "held by syncer run on web-7, process 4242")
+	require.Regexp(t, `(?m)^source resources +resources to default: \d+ pending, 0 failed, oldest pending \S+, 0 batches in flight; export lock held by syncer run on web-7, process 4242 `, r.stdout,
+		"resources' line is a source's, its lock holder with it")
+	require.Regexp(t, `(?m)^destination default +breaker closed`, r.stdout)
 	require.NotContains(t, r.stdout, "checkpoint replay:2")
 }

@@ -35,7 +35,10 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		return enc.Encode(r)
 	}
 	w := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	// What is configured comes first: the sources and their destinations.
+	// What is exported comes first: the sources (resources among them,
+	// last, while it is exported) and their destinations. The lines
+	// after them are the contract's totals and resources' own, kept as
+	// scripts read them.
 	for _, src := range r.Sources {
 		fmt.Fprintf(w, "source %s\t%s\n", src.Name, sourceLine(src))
 	}
@@ -117,10 +120,16 @@ func seconds(s float64) time.Duration {
 // sourceLine is a source's state in one line: its work, then why it is
 // stopped, if it is.
 func sourceLine(src status.Source) string {
-	line := fmt.Sprintf("%s to %s: %d pending, %d failed, oldest pending %s, %d batches in flight, snapshot %s",
-		src.Table, src.Destination, src.Pending, src.Failed, seconds(src.OldestPendingAgeSeconds), src.InFlight, src.Snapshot)
+	line := fmt.Sprintf("%s to %s: %d pending, %d failed, oldest pending %s, %d batches in flight",
+		src.Table, src.Destination, src.Pending, src.Failed, seconds(src.OldestPendingAgeSeconds), src.InFlight)
+	if src.Snapshot != "" {
+		line += ", snapshot " + src.Snapshot
+	}
 	if src.Snapshot == "running" && src.SnapshotPercent >= 0 {
 		line += fmt.Sprintf(" (%.1f%%)", src.SnapshotPercent)
+	}
+	if src.Lock.Held {
+		line += "; export lock " + lockLine(src.Lock)
 	}
 	if src.Stopped != "" {
 		line += "; STOPPED: " + src.Stopped

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"fmt"
 	"html/template"
@@ -128,7 +129,7 @@ type sourceRow struct {
 }
 
 func sourceRowOf(s status.Source) sourceRow {
-	snap := s.Snapshot
+	snap := cmp.Or(s.Snapshot, "—")
 	if s.Snapshot == "running" && s.SnapshotPercent >= 0 {
 		snap += fmt.Sprintf(" (%.1f%%)", s.SnapshotPercent)
 	}
@@ -138,27 +139,6 @@ func sourceRowOf(s status.Source) sourceRow {
 
 func ageText(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
-}
-
-// resourcesRow is the resources table's line, when it is exported.
-func resourcesRow(r *status.Report) sourceRow {
-	row := sourceRow{Name: status.ResourcesSource, Table: "resources", Destination: "SYNCER_THIRDPARTY_URL", Snapshot: "—",
-		Oldest: ageText(r.OldestUnsyncedAgeSeconds)}
-	// The report's totals sum resources and sources: take the sources out.
-	row.Pending, row.Failed = r.Pending, r.Failed
-	for _, s := range r.Sources {
-		row.Pending -= s.Pending
-		row.Failed -= s.Failed
-	}
-	switch {
-	case r.Credentials.Refused:
-		row.Stopped = "the third party refuses the credentials: " + r.Credentials.Message
-	case r.Configuration.Refused:
-		row.Stopped = "the third party refuses the URL: " + r.Configuration.Message
-	case r.Breaker.State == "open":
-		row.Stopped = "circuit breaker open"
-	}
-	return row
 }
 
 // overviewData is the overview's data.
@@ -185,9 +165,6 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, cl caller) {
 	for _, s := range rep.Sources {
 		d.Sources = append(d.Sources, sourceRowOf(s))
 	}
-	if rep.ResourcesExported {
-		d.Sources = append(d.Sources, resourcesRow(rep))
-	}
 	c.render(w, http.StatusOK, "overview", c.pageView(r, cl, "Overview", d))
 }
 
@@ -210,15 +187,13 @@ func (c *Console) sourcePage(w http.ResponseWriter, r *http.Request, cl caller) 
 	}
 	d := sourceData{Proof: cl.session.proof}
 	i := slices.IndexFunc(rep.Sources, func(s status.Source) bool { return s.Name == name })
-	switch {
-	case i >= 0:
-		d.Source, d.Retryable = sourceRowOf(rep.Sources[i]), true
-	case name == status.ResourcesSource && rep.ResourcesExported:
-		d.Source = resourcesRow(rep)
-	default:
+	if i < 0 {
 		http.NotFound(w, r)
 		return
 	}
+	// Retry and replay buttons: a configured source's only, until
+	// resources' replays share the one replay model (issue 46).
+	d.Source, d.Retryable = sourceRowOf(rep.Sources[i]), name != status.ResourcesSource
 	for _, f := range rep.RecentFailures {
 		if f.Source == name {
 			d.Failures = append(d.Failures, f)

@@ -20,7 +20,9 @@ type Report struct {
 	OutboxPending            int64   `json:"outbox_pending"`
 	OldestUnsyncedAgeSeconds float64 `json:"oldest_unsynced_age_seconds"`
 
-	Pending int64   `json:"pending"`
+	Pending int64 `json:"pending"`
+	// Lock is resources' export lock, as its entry in Sources says: kept
+	// for the scripts that read it here.
 	Lock    Lock    `json:"lock"`
 	Breaker Breaker `json:"breaker"`
 	// Credentials says whether the third party refused our token.
@@ -52,26 +54,35 @@ type Report struct {
 	// source is installed, or resources holds rows, or its live sync ran.
 	// A setup of sources alone has no use for resources' lines.
 	ResourcesExported bool `json:"resources_exported"`
-	// Destinations are the configured sources' destinations, by name, with
-	// their own shared facts.
+	// Destinations are the sources' destinations, by name, with their own
+	// shared facts: DefaultDestination among them while resources is
+	// exported.
 	Destinations []Destination `json:"destinations"`
-	// Sources are the configured sources (SYNCER_CONFIG) installed, by
-	// name. The contract's keys above are the sums of resources and
-	// sources: a source's unsynced keys are its pending and failed ones
-	// (counted in total as well; its synced rows are not counted, which
-	// would take a scan of the application's table).
+	// Sources are every source exported: the configured sources
+	// (SYNCER_CONFIG) installed, by name, then resources
+	// (ResourcesSource) while it is exported. The contract's keys above
+	// are the sums of their entries (Report.sum): a source's unsynced
+	// rows are its pending and failed ones.
 	Sources []Source `json:"sources"`
 }
 
-// Source is one configured source's state.
+// Source is one source's state, resources' as any other's.
 type Source struct {
-	Name                    string  `json:"name"`
-	Table                   string  `json:"table"`
-	Destination             string  `json:"destination"`
+	Name        string `json:"name"`
+	Table       string `json:"table"`
+	Destination string `json:"destination"`
+	// Total counts its rows: for a configured source only its pending and
+	// failed keys (its synced rows would take a scan of the application's
+	// table).
+	Total int64 `json:"total"`
+	// Synced counts its rows synced: resources' only (see Total).
+	Synced                  int64   `json:"synced"`
 	Pending                 int64   `json:"pending"`
 	Failed                  int64   `json:"failed"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
-	Snapshot                string  `json:"snapshot"`
+	// Snapshot is a configured source's snapshot state; empty for
+	// resources, which has none.
+	Snapshot string `json:"snapshot"`
 	// SnapshotPercent is the snapshot's progress, -1 when unknown.
 	SnapshotPercent float64 `json:"snapshot_percent"`
 	// InFlight counts its batches recorded and not yet marked: sent and
@@ -88,6 +99,8 @@ type Source struct {
 	// its destination's refusal, open breaker or pause; empty while it
 	// exports.
 	Stopped string `json:"stopped,omitempty"`
+	// Lock says who holds its export lock.
+	Lock Lock `json:"lock"`
 }
 
 // Destination is a configured destination's state: the facts its daemons
@@ -154,7 +167,7 @@ func (r *Report) JobNames() []string {
 	return keys
 }
 
-// Lock says who holds the export lock.
+// Lock says who holds a source's export lock.
 type Lock struct {
 	Held bool `json:"held"`
 	// PID is the holder's backend pid on the database server.
@@ -210,8 +223,13 @@ func SourceStopped(sourceError string, d *Destination) string {
 	return d.Stopped()
 }
 
-// ResourcesSource is the Source of a failure of the resources table.
+// ResourcesSource is the name of the source that is the resources table
+// (jobs.Resources; status imports no runtime package).
 const ResourcesSource = "resources"
+
+// DefaultDestination is resources' destination, the one the
+// SYNCER_THIRDPARTY_* settings build (metrics.DefaultDestination).
+const DefaultDestination = "default"
 
 // HeldKey is a key held after transient answers of its own.
 type HeldKey struct {

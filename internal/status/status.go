@@ -75,9 +75,6 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
-	r.Total, r.Unsynced, r.Synced, r.Failed = counts.Total, counts.Unsynced, counts.Synced, counts.Failed
-	r.Pending = counts.Unsynced - counts.Failed
-	r.OldestUnsyncedAgeSeconds = counts.OldestUnsyncedAge.Seconds()
 	if r.OutboxPending, err = outbox.Pending(ctx, pool); err != nil {
 		return nil, err
 	}
@@ -96,46 +93,28 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		liveRan = liveRan || cp.Name == checkpoint.Live
 	}
 	r.ResourcesExported = len(stats) == 0 || counts.Total > 0 || liveRan
-	r.Sources = make([]Source, 0, len(stats))
-	r.Destinations = []Destination{}
-	dests := map[string]int{}
+	// Every source is one entry, built from its owner's counts; all that
+	// follows reads the entries alike. Resources comes last, after the
+	// configured sources by name, as the console has always listed it.
+	r.Sources = make([]Source, 0, len(stats)+1)
 	for _, st := range stats {
-		if _, ok := dests[st.Destination]; !ok {
-			dests[st.Destination] = len(r.Destinations)
-			d, err := readDestination(ctx, pool, st.Destination)
-			if err != nil {
-				return nil, err
-			}
-			r.Destinations = append(r.Destinations, d)
-		}
-		d := &r.Destinations[dests[st.Destination]]
-		src := Source{Name: st.Name, Table: st.Table, Destination: st.Destination, Pending: st.PendingKeys,
-			Failed: st.FailedKeys, OldestPendingAgeSeconds: st.OldestPending.Seconds(), Snapshot: string(st.Snapshot),
+		r.Sources = append(r.Sources, Source{Name: st.Name, Table: st.Table, Destination: st.Destination,
+			Total: st.PendingKeys + st.FailedKeys, Pending: st.PendingKeys, Failed: st.FailedKeys,
+			OldestPendingAgeSeconds: st.OldestPending.Seconds(), Snapshot: string(st.Snapshot),
 			SnapshotPercent: st.SnapshotPercent(), Error: st.Error, Warning: st.Warning(),
-			InFlight: inFlight[checkpoint.Source(st.Name)]}
-		d.Sources = append(d.Sources, st.Name)
-		d.InFlight += src.InFlight
-		src.Stopped = SourceStopped(st.Error, d)
-		r.Sources = append(r.Sources, src)
-		r.Total += src.Pending + src.Failed
-		r.Unsynced += src.Pending + src.Failed
-		r.Failed += src.Failed
-		r.Pending += src.Pending
-		r.OldestUnsyncedAgeSeconds = max(r.OldestUnsyncedAgeSeconds, src.OldestPendingAgeSeconds)
+			InFlight: inFlight[checkpoint.Source(st.Name)]})
 	}
-	slices.SortFunc(r.Destinations, func(a, b Destination) int { return cmp.Compare(a.Name, b.Name) })
-
+	if r.ResourcesExported {
+		r.Sources = append(r.Sources, Source{Name: ResourcesSource, Table: ResourcesSource, Destination: DefaultDestination,
+			Total: counts.Total, Synced: counts.Synced, Pending: counts.Unsynced - counts.Failed, Failed: counts.Failed,
+			OldestPendingAgeSeconds: counts.OldestUnsyncedAge.Seconds(), SnapshotPercent: -1, InFlight: inFlight[checkpoint.Live]})
+	}
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	h, held, err := locks.HolderOf(ctx, pool, locks.ExportKey(schema, jobs.Resources))
-	if err != nil {
+	if err := r.readSources(ctx, pool, schema); err != nil {
 		return nil, err
-	}
-	if held {
-		r.Lock = Lock{Held: true, PID: h.PID, ApplicationName: h.ApplicationName, ClientAddr: h.ClientAddr,
-			Host: h.Host, Process: h.Process, Role: h.Role}
 	}
 
 	if err := readState(ctx, pool, r); err != nil {
@@ -197,6 +176,57 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		}
 	}
 	return r, nil
+}
+
+// readSources completes every entry of r.Sources alike: its destination's
+// facts (each destination read once, listed by name), why it is stopped,
+// and who holds its export lock; then the contract's totals, summed over
+// the entries (sum), and the top-level lock, resources' entry's.
+func (r *Report) readSources(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	r.Destinations = []Destination{}
+	dests := map[string]int{}
+	for i := range r.Sources {
+		src := &r.Sources[i]
+		if _, ok := dests[src.Destination]; !ok {
+			dests[src.Destination] = len(r.Destinations)
+			d, err := readDestination(ctx, pool, src.Destination)
+			if err != nil {
+				return err
+			}
+			r.Destinations = append(r.Destinations, d)
+		}
+		d := &r.Destinations[dests[src.Destination]]
+		d.Sources = append(d.Sources, src.Name)
+		d.InFlight += src.InFlight
+		src.Stopped = SourceStopped(src.Error, d)
+		h, held, err := locks.HolderOf(ctx, pool, locks.ExportKey(schema, src.Name))
+		if err != nil {
+			return err
+		}
+		if held {
+			src.Lock = Lock{Held: true, PID: h.PID, ApplicationName: h.ApplicationName, ClientAddr: h.ClientAddr,
+				Host: h.Host, Process: h.Process, Role: h.Role}
+		}
+		if src.Name == ResourcesSource {
+			r.Lock = src.Lock
+		}
+	}
+	slices.SortFunc(r.Destinations, func(a, b Destination) int { return cmp.Compare(a.Name, b.Name) })
+	r.sum()
+	return nil
+}
+
+// sum sets the contract's totals from the sources' entries: a source's
+// unsynced rows are its pending and failed ones.
+func (r *Report) sum() {
+	for _, s := range r.Sources {
+		r.Total += s.Total
+		r.Synced += s.Synced
+		r.Unsynced += s.Pending + s.Failed
+		r.Pending += s.Pending
+		r.Failed += s.Failed
+		r.OldestUnsyncedAgeSeconds = max(r.OldestUnsyncedAgeSeconds, s.OldestPendingAgeSeconds)
+	}
 }
 
 // heldKeys lists up to limit held keys, the longest held first, with
