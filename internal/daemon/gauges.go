@@ -7,6 +7,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
@@ -44,11 +45,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.UnsyncedRows.Set(float64(g.Pending + g.Failed + g.TombstonesPending + g.TombstonesFailed))
-	m.FailedRows.Set(float64(g.Failed + g.TombstonesFailed))
 	m.TombstonesPending.Set(float64(g.TombstonesPending))
 	m.TombstonesFailed.Set(float64(g.TombstonesFailed))
-	m.OldestUnsyncedAge.Set(g.OldestPendingAge.Seconds())
 	n, err := outbox.Pending(ctx, d.pool)
 	if err != nil {
 		return err
@@ -68,32 +66,41 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		dest.metrics.SetMisconfigured(st.Configuration.Refused)
 		dest.metrics.SetPaused(st.Hold.Paused)
 	}
+	// Every source this daemon exports is set alike: resources when the
+	// default destination is configured, and the configured sources this
+	// daemon's file names (another daemon's file may name others, and it
+	// reports those).
+	stopped := stoppedReader{d: d, dests: map[string]*status.Destination{}}
+	for _, dest := range dests {
+		if dest.name != metrics.DefaultDestination {
+			continue
+		}
+		why, err := stopped.why(ctx, "", dest.name)
+		if err != nil {
+			return err
+		}
+		m.SetSource(jobs.Resources, dest.name, g.Pending+g.TombstonesPending, g.Failed+g.TombstonesFailed,
+			g.OldestPendingAge, why != "")
+	}
 	if srcs != nil {
-		// Only the sources this daemon exports: another daemon's file
-		// may name others, and it reports those.
 		stats, err := sources.Stats(ctx, d.pool)
 		if err != nil {
 			return err
 		}
-		dests := map[string]*status.Destination{}
 		for _, st := range stats {
-			if srcs.Source(st.Name) != nil {
-				dest, ok := dests[st.Destination]
-				if !ok {
-					read, err := status.ReadDestination(ctx, d.pool, st.Destination)
-					if err != nil {
-						return err
-					}
-					dest, dests[st.Destination] = &read, &read
-				}
-				stopped := status.SourceStopped(st.Error, dest) != ""
-				m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, stopped)
-				m.SetSourceUncaptured(st.Name, st.Destination, len(st.Uncaptured))
-				if w := st.Warning(); w != d.warned[st.Name] {
-					d.warned[st.Name] = w
-					if w != "" {
-						d.logger.WarnContext(ctx, "daemon: source not wholly captured", slog.String("source", st.Name), slog.String("warning", w))
-					}
+			if srcs.Source(st.Name) == nil {
+				continue
+			}
+			why, err := stopped.why(ctx, st.Error, st.Destination)
+			if err != nil {
+				return err
+			}
+			m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, why != "")
+			m.SetSourceUncaptured(st.Name, st.Destination, len(st.Uncaptured))
+			if w := st.Warning(); w != d.warned[st.Name] {
+				d.warned[st.Name] = w
+				if w != "" {
+					d.logger.WarnContext(ctx, "daemon: source not wholly captured", slog.String("source", st.Name), slog.String("warning", w))
 				}
 			}
 		}
@@ -107,4 +114,23 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		m.RiverJobs.WithLabelValues(c.Kind, c.State).Set(float64(c.N))
 	}
 	return nil
+}
+
+// stoppedReader says why a source is stopped, as status says it, reading
+// each destination's facts once a refresh.
+type stoppedReader struct {
+	d     *Daemon
+	dests map[string]*status.Destination
+}
+
+func (r *stoppedReader) why(ctx context.Context, sourceError, destination string) (string, error) {
+	dest, ok := r.dests[destination]
+	if !ok {
+		read, err := status.ReadDestination(ctx, r.d.pool, destination)
+		if err != nil {
+			return "", err
+		}
+		dest, r.dests[destination] = &read, &read
+	}
+	return status.SourceStopped(sourceError, dest), nil
 }

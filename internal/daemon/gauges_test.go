@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -27,6 +29,14 @@ func TestGaugesCountWhatIsNotSynced(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.RefreshGauges(ctx))
 	m := d.Metrics()
+	res := []string{jobs.Resources, metrics.DefaultDestination}
+	require.InDelta(t, 3.0, testutil.ToFloat64(m.SourcePending.WithLabelValues(res...)), 0, "3 pending")
+	require.InDelta(t, 1.0, testutil.ToFloat64(m.SourceFailed.WithLabelValues(res...)), 0, "1 failed")
+	require.Positive(t, testutil.ToFloat64(m.SourceOldestPending.WithLabelValues(res...)))
+	require.Zero(t, testutil.ToFloat64(m.SourceStopped.WithLabelValues(res...)))
+
+	// The deprecated names say the same, for one release.
 	require.InDelta(t, 4.0, testutil.ToFloat64(m.UnsyncedRows), 0, "3 pending and 1 failed")
-	require.Positive(t, testutil.ToFloat64(m.OldestUnsyncedAge))
+	require.InDelta(t, 1.0, testutil.ToFloat64(m.FailedRows), 0)
+	require.InDelta(t, testutil.ToFloat64(m.SourceOldestPending.WithLabelValues(res...)), testutil.ToFloat64(m.OldestUnsyncedAge), 0)
 }

@@ -147,10 +147,11 @@ type Exporter struct {
 	cfg     Config
 	logger  *slog.Logger
 	metrics *metrics.Metrics
-	// holds counts the export locks the process's jobs hold: more than
-	// one for a moment when a job whose lock was lost has not released
-	// it yet and another took it anew.
-	holds atomic.Int64
+	// holds counts the export locks the process's jobs hold, by source:
+	// more than one for a moment when a job whose lock was lost has not
+	// released it yet and another took it anew.
+	holdsMu sync.Mutex
+	holds   map[string]*held
 
 	stopOnce sync.Once
 	stopping chan struct{}

@@ -45,8 +45,12 @@ func TestLockHeldGaugeSurvivesALostLocksRelease(t *testing.T) {
 		return true
 	}, 10*time.Second, 20*time.Millisecond, "the second job takes the freed lock")
 
+	res := m.SourceLockHeld.WithLabelValues(jobs.Resources, metrics.DefaultDestination)
+	require.Equal(t, 1.0, testutil.ToFloat64(res))
 	b.e.release(ctx, a, jobs.Resources) // the first job's deferred release, late
-	require.Equal(t, 1.0, testutil.ToFloat64(m.LockHeld), "the process still holds the lock")
+	require.Equal(t, 1.0, testutil.ToFloat64(res), "the process still holds the lock")
+	require.Equal(t, 1.0, testutil.ToFloat64(m.LockHeld), "the deprecated name says the same")
 	b.e.release(context.Background(), c, jobs.Resources)
+	require.Equal(t, 0.0, testutil.ToFloat64(res))
 	require.Equal(t, 0.0, testutil.ToFloat64(m.LockHeld))
 }

@@ -280,26 +280,56 @@ func (e *Exporter) acquire(ctx context.Context, name string) (*locks.Lock, error
 	if err != nil {
 		return nil, err
 	}
-	if name == jobs.Resources {
-		e.metrics.SetLockHeld(e.holds.Add(1) > 0)
+	dest := ""
+	if s, ok := e.sourcesNow()[name]; ok {
+		dest = s.base().DestinationName
 	}
+	e.countHold(name, dest, 1)
 	jobOf(ctx).hold(lk, false)
 	return lk, nil
 }
 
-// release gives the lock up. syncer_lock_held is resources' export lock
-// (docs/protocol.md), and counts the process's holders, not the last
-// one's word: a job whose lock was lost (its session ended) releases it
-// after another job of the process took the lock anew, and must not say
-// the process holds none (seed 20261125's soak).
+// release gives the lock up.
 func (e *Exporter) release(ctx context.Context, lk *locks.Lock, name string) {
 	jobOf(ctx).drop(lk)
-	if name == jobs.Resources {
-		e.metrics.SetLockHeld(e.holds.Add(-1) > 0)
-	}
+	e.countHold(name, "", -1)
 	if err := lk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locks.ErrLockLost) {
 		e.logger.WarnContext(ctx, "exporter: release lock", slog.String("source", name), slog.String("error", err.Error()))
 	}
+}
+
+// held is how many of the process's jobs hold a source's export lock,
+// and the destination label its series was set with.
+type held struct {
+	n    int
+	dest string
+}
+
+// countHold counts a job's taking (+1) or giving up (-1) of source name's
+// export lock, and sets syncer_source_lock_held from the count, not from
+// the last job's word: a job whose lock was lost (its session ended)
+// releases it after another job of the process took the lock anew, and
+// must not say the process holds none (seed 20261125's soak). dest labels
+// the series; a release keeps the label its taking set.
+func (e *Exporter) countHold(name, dest string, delta int) {
+	e.holdsMu.Lock()
+	defer e.holdsMu.Unlock()
+	if e.holds == nil {
+		e.holds = map[string]*held{}
+	}
+	h := e.holds[name]
+	if h == nil {
+		h = &held{dest: dest}
+		e.holds[name] = h
+	}
+	if delta > 0 && h.n == 0 && dest != h.dest {
+		// The source moved to another destination since: the old
+		// label's series says 0 from now on.
+		e.metrics.SetLockHeld(name, h.dest, false)
+		h.dest = dest
+	}
+	h.n += delta
+	e.metrics.SetLockHeld(name, h.dest, h.n > 0)
 }
 
 // lockCause returns the lock's loss as the error when the job ended because of

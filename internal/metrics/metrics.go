@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncer-dev/syncer/internal/buildinfo"
+	"github.com/syncer-dev/syncer/internal/jobs"
 )
 
 // DefaultDestination is the destination label of the export of resources
@@ -27,6 +28,9 @@ const DefaultDestination = "default"
 
 // Metrics holds the collectors.
 type Metrics struct {
+	// UnsyncedRows, OldestUnsyncedAge, LockHeld and FailedRows are
+	// deprecated aliases of resources' series of the sources' families
+	// (Deprecated, aliases.go): set with them, never alone.
 	UnsyncedRows      prometheus.Gauge
 	OldestUnsyncedAge prometheus.Gauge
 	LockHeld          prometheus.Gauge
@@ -67,7 +71,8 @@ type Metrics struct {
 	// version, so dashboards can tell which build each daemon runs.
 	BuildInfo *prometheus.GaugeVec
 
-	// Sources' block (SYNCER_CONFIG), labelled by source and destination.
+	// Sources' block, labelled by source and destination: every source,
+	// resources (jobs.Resources) as any configured one.
 	SourceItemsExported *prometheus.CounterVec
 	SourceItemsFailed   *prometheus.CounterVec
 	SourcePending       *prometheus.GaugeVec
@@ -75,6 +80,9 @@ type Metrics struct {
 	SourceOldestPending *prometheus.GaugeVec
 	SourceStopped       *prometheus.GaugeVec
 	SourceUncaptured    *prometheus.GaugeVec
+	// SourceLockHeld is 1 while this process holds a source's export
+	// lock.
+	SourceLockHeld *prometheus.GaugeVec
 
 	// Config is the configuration's block.
 	Config Config
@@ -86,13 +94,13 @@ type Metrics struct {
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		UnsyncedRows: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "syncer_unsynced_rows", Help: "Rows whose current version is not synced (failed ones included).",
+			Name: "syncer_unsynced_rows", Help: deprecatedHelp("syncer_unsynced_rows"),
 		}),
 		OldestUnsyncedAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "syncer_oldest_unsynced_age_seconds", Help: "Age of the oldest pending version.",
+			Name: "syncer_oldest_unsynced_age_seconds", Help: deprecatedHelp("syncer_oldest_unsynced_age_seconds"),
 		}),
 		LockHeld: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "syncer_lock_held", Help: "1 while this process holds the export lock.",
+			Name: "syncer_lock_held", Help: deprecatedHelp("syncer_lock_held"),
 		}),
 		RiverJobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "syncer_river_jobs", Help: "River jobs of syncer's kinds, by state.",
@@ -105,7 +113,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.newPushPath(reg)
 
 	m.FailedRows = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "syncer_failed_rows", Help: "Rows and tombstones whose current version the third party rejected.",
+		Name: "syncer_failed_rows", Help: deprecatedHelp("syncer_failed_rows"),
 	})
 	m.TombstonesPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "syncer_tombstones_pending", Help: "Deletes not yet delivered to the third party.",
@@ -126,33 +134,37 @@ func New(reg prometheus.Registerer) *Metrics {
 	// Sources' block.
 	labels := []string{"source", "destination"}
 	m.SourceItemsExported = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "syncer_source_items_exported_total", Help: "Items of a configured source its destination accepted and syncer marked synced.",
+		Name: "syncer_source_items_exported_total", Help: "Items of a source its destination accepted and syncer marked synced.",
 	}, labels)
 	m.SourceItemsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "syncer_source_items_failed_total", Help: "Items of a configured source its destination rejected, recorded as failed.",
+		Name: "syncer_source_items_failed_total", Help: "Items of a source its destination rejected, recorded as failed.",
 	}, labels)
 	m.SourcePending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "syncer_source_pending", Help: "Keys of a configured source with a change not yet accepted or rejected.",
+		Name: "syncer_source_pending", Help: "Keys (rows and tombstones of resources) of a source with a change not yet accepted or rejected.",
 	}, labels)
 	m.SourceFailed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "syncer_source_failed", Help: "Keys of a configured source whose last version sent was rejected.",
+		Name: "syncer_source_failed", Help: "Keys (rows and tombstones of resources) of a source whose last version sent was rejected.",
 	}, labels)
 	m.SourceOldestPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "syncer_source_oldest_pending_age_seconds", Help: "Age of a configured source's oldest pending change; 0 when none.",
+		Name: "syncer_source_oldest_pending_age_seconds", Help: "Age of a source's oldest pending change; 0 when none.",
 	}, labels)
 	m.SourceStopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "syncer_source_stopped", Help: "1 while nothing of a configured source is sent, as syncer status says STOPPED: its table no longer matches its configuration, or its destination is paused, refuses the credentials or the URL, or has its breaker open.",
+		Name: "syncer_source_stopped", Help: "1 while nothing of a source is sent, as syncer status says STOPPED: its table no longer matches its configuration, or its destination is paused, refuses the credentials or the URL, or has its breaker open.",
 	}, labels)
 	m.SourceUncaptured = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "syncer_source_uncaptured_partitions", Help: "Partitions of a configured source's table attached or created since migrate: a TRUNCATE of one alone is not captured until migrate runs.",
 	}, labels)
-	reg.MustRegister(m.SourceItemsExported, m.SourceItemsFailed, m.SourcePending, m.SourceFailed, m.SourceOldestPending, m.SourceStopped, m.SourceUncaptured)
+	m.SourceLockHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncer_source_lock_held", Help: "1 while this process holds a source's export lock.",
+	}, labels)
+	reg.MustRegister(m.SourceItemsExported, m.SourceItemsFailed, m.SourcePending, m.SourceFailed, m.SourceOldestPending,
+		m.SourceStopped, m.SourceUncaptured, m.SourceLockHeld)
 	m.Config = newConfig(reg)
 	m.Console = newConsole(reg)
 	return m
 }
 
-// SourceBatch records the outcome of one batch of a configured source.
+// SourceBatch records the outcome of one batch of a source.
 func (m *Metrics) SourceBatch(source, destination string, accepted, rejected int) {
 	if m == nil {
 		return
@@ -161,7 +173,9 @@ func (m *Metrics) SourceBatch(source, destination string, accepted, rejected int
 	m.SourceItemsFailed.WithLabelValues(source, destination).Add(float64(rejected))
 }
 
-// SetSource sets a configured source's gauges.
+// SetSource sets a source's gauges: its pending and failed keys (for
+// resources, rows and tombstones), its oldest pending change, whether it
+// is stopped. Resources' also set their deprecated aliases.
 func (m *Metrics) SetSource(source, destination string, pending, failed int64, oldest time.Duration, stopped bool) {
 	if m == nil {
 		return
@@ -170,6 +184,11 @@ func (m *Metrics) SetSource(source, destination string, pending, failed int64, o
 	m.SourceFailed.WithLabelValues(source, destination).Set(float64(failed))
 	m.SourceOldestPending.WithLabelValues(source, destination).Set(oldest.Seconds())
 	m.SourceStopped.WithLabelValues(source, destination).Set(boolValue(stopped))
+	if source == jobs.Resources {
+		m.UnsyncedRows.Set(float64(pending + failed))
+		m.FailedRows.Set(float64(failed))
+		m.OldestUnsyncedAge.Set(oldest.Seconds())
+	}
 }
 
 // SetSourceUncaptured sets how many partitions of a configured source's
@@ -181,15 +200,15 @@ func (m *Metrics) SetSourceUncaptured(source, destination string, partitions int
 	m.SourceUncaptured.WithLabelValues(source, destination).Set(float64(partitions))
 }
 
-// SetLockHeld records whether this process holds the export lock.
-func (m *Metrics) SetLockHeld(held bool) {
+// SetLockHeld records whether this process holds source's export lock;
+// resources' also sets syncer_lock_held, its deprecated alias.
+func (m *Metrics) SetLockHeld(source, destination string, held bool) {
 	if m == nil {
 		return
 	}
-	if held {
-		m.LockHeld.Set(1)
-	} else {
-		m.LockHeld.Set(0)
+	m.SourceLockHeld.WithLabelValues(source, destination).Set(boolValue(held))
+	if source == jobs.Resources {
+		m.LockHeld.Set(boolValue(held))
 	}
 }
 
