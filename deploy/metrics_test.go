@@ -153,7 +153,7 @@ func TestAlertRules(t *testing.T) {
 
 	// What docs/operations.md and issue 12 ask operators to be told about.
 	for _, want := range []string{
-		"SyncerExportLag",          // lag: the oldest pending row's age
+		"SyncerSourceLag",          // lag: the oldest pending row's age, of every source (resources' too)
 		"SyncerFailedRowsGrowing",  // failed rows growing
 		"SyncerBreakerOpen",        // breaker open
 		"SyncerCredentialsRefused", // credentials (or URL) refused
@@ -251,14 +251,11 @@ func TestGrafanaDashboard(t *testing.T) {
 
 	// What issue 12 asks the dashboard to show.
 	for _, want := range []string{
-		"syncer_items_exported_total",        // exported rate
-		"syncer_oldest_unsynced_age_seconds", // lag
-		"syncer_unsynced_rows",               // unsynced
-		"syncer_failed_rows",                 // failed
-		"syncer_breaker_state",               // breaker
-		"syncer_requests_in_flight",          // requests in flight
-		"syncer_rate_limit_current",          // learned rate
-		"syncer_thirdparty_responses_total",  // responses by code
+		"syncer_items_exported_total",       // exported rate
+		"syncer_breaker_state",              // breaker
+		"syncer_requests_in_flight",         // requests in flight
+		"syncer_rate_limit_current",         // learned rate
+		"syncer_thirdparty_responses_total", // responses by code
 		"syncer_push_duration_seconds_bucket",
 		// Issue 23: per source and per destination.
 		"syncer_source_items_exported_total",
@@ -267,6 +264,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		"syncer_source_failed",
 		"syncer_source_oldest_pending_age_seconds",
 		"syncer_source_stopped",
+		"syncer_source_lock_held",
 	} {
 		require.True(t, used[want], "the dashboard does not show %s", want)
 	}
@@ -275,4 +273,53 @@ func TestGrafanaDashboard(t *testing.T) {
 			return strings.Contains(tg.Expr, "histogram_quantile(0.99")
 		})
 	}), "no p99 of the push duration")
+}
+
+// TestDeprecatedNamesServedNotQueried: the names the release before served
+// for resources alone are still served this release (dashboards and
+// alerts of the release before keep working during an upgrade), and
+// nothing in deploy/ queries them any more: the dashboards and the alerts
+// read the sources' families, for every source alike.
+func TestDeprecatedNamesServedNotQueried(t *testing.T) {
+	t.Parallel()
+	served := servedMetrics(t)
+	require.NotEmpty(t, metrics.Deprecated)
+	p := newPromQLParser()
+	for old, now := range metrics.Deprecated {
+		require.True(t, served[old], "deprecated %s is served for one release", old)
+		requireServed(t, served, "the alias of "+old, metricNames(t, p, now))
+	}
+
+	var queried []string
+	groups, errs := rulefmt.ParseFile("prometheus/alerts.yml", false, model.LegacyValidation, p, slog.New(slog.DiscardHandler))
+	require.Empty(t, errs)
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			queried = append(queried, metricNames(t, p, r.Expr)...)
+		}
+	}
+	raw, err := os.ReadFile("grafana/syncer.json")
+	require.NoError(t, err)
+	var d grafanaDashboard
+	require.NoError(t, json.Unmarshal(raw, &d))
+	var walk func(panels []grafanaPanel)
+	walk = func(panels []grafanaPanel) {
+		for _, pl := range panels {
+			walk(pl.Panels)
+			for _, tg := range pl.Targets {
+				queried = append(queried, metricNames(t, p, grafanaVars.Replace(tg.Expr))...)
+			}
+		}
+	}
+	walk(d.Panels)
+	for _, v := range d.Templating.List {
+		if m := labelValuesRe.FindStringSubmatch(v.Definition); m != nil {
+			queried = append(queried, m[1])
+		}
+	}
+	require.NotEmpty(t, queried)
+	for _, n := range queried {
+		require.True(t, served[n] || prometheusSeries[n], "deploy/ queries %s, which syncer does not serve", n)
+		require.NotContains(t, metrics.Deprecated, n, "deploy/ still queries the deprecated %s", n)
+	}
 }

@@ -269,7 +269,16 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 	if e.srcs, err = e.family(c.Sources); err != nil {
 		return nil, err
 	}
+	e.announce(e.srcs)
 	return e, nil
+}
+
+// announce makes the lock series of the sources exported here, at their
+// count (countHold).
+func (e *Exporter) announce(srcs map[string]exported) {
+	for name, s := range srcs {
+		e.countHold(name, s.base().DestinationName, 0)
+	}
 }
 
 // BatchSize is the effective batch size.

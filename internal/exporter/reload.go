@@ -137,6 +137,7 @@ func (e *Exporter) Swap(list []Source) (changed []string, err error) {
 	prev := e.srcs
 	e.srcs = next
 	e.srcsMu.Unlock()
+	e.announce(next)
 	for name, p := range prev {
 		n, ok := next[name]
 		if !ok || !sameSource(p.base(), n.base()) {

@@ -310,7 +310,9 @@ type held struct {
 // the last job's word: a job whose lock was lost (its session ended)
 // releases it after another job of the process took the lock anew, and
 // must not say the process holds none (seed 20261125's soak). dest labels
-// the series; a release keeps the label its taking set.
+// the series; a release keeps the label its taking set. A delta of 0
+// makes the series (at its count) for a source exported here, so an
+// alert finds a 0 before its first job.
 func (e *Exporter) countHold(name, dest string, delta int) {
 	e.holdsMu.Lock()
 	defer e.holdsMu.Unlock()
@@ -322,7 +324,7 @@ func (e *Exporter) countHold(name, dest string, delta int) {
 		h = &held{dest: dest}
 		e.holds[name] = h
 	}
-	if delta > 0 && h.n == 0 && dest != h.dest {
+	if delta >= 0 && h.n == 0 && dest != h.dest {
 		// The source moved to another destination since: the old
 		// label's series says 0 from now on.
 		e.metrics.SetLockHeld(name, h.dest, false)
