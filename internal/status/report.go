@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/replays"
 )
 
@@ -223,9 +224,8 @@ func SourceStopped(sourceError string, d *Destination) string {
 	return d.Stopped()
 }
 
-// ResourcesSource is the name of the source that is the resources table
-// (jobs.Resources; status imports no runtime package).
-const ResourcesSource = "resources"
+// ResourcesSource is the name of the source that is the resources table.
+const ResourcesSource = jobs.Resources
 
 // DefaultDestination is resources' destination, the one the
 // SYNCER_THIRDPARTY_* settings build (metrics.DefaultDestination).
