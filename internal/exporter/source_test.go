@@ -16,7 +16,7 @@ import (
 type nowhere struct{}
 
 func (nowhere) Deliver(context.Context, delivery.Batch) (*delivery.Outcome, error) { return nil, nil }
-func (nowhere) MaxInFlight() int                                                  { return 1 }
+func (nowhere) MaxInFlight() int                                                   { return 1 }
 
 // A source's kind is its constructor's: the family builds what the
 // constructor chose, and refuses a Source no constructor built.
