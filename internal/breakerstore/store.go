@@ -38,6 +38,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // TimeoutDefault bounds each database call of a Store made without a
@@ -159,21 +161,16 @@ type State struct {
 	Probe         Probe
 }
 
-// Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // ReadState reads every fact of this package in one query. A value that
 // does not decode reads as never recorded rather than failing the reader:
 // `syncer status` must work even after a bad write.
-func ReadState(ctx context.Context, q Querier) (State, error) {
+func ReadState(ctx context.Context, q database.Querier) (State, error) {
 	return ReadStateOf(ctx, q, "")
 }
 
 // ReadStateOf is ReadState of the facts of one namespace (Config.Namespace):
 // a configured destination's.
-func ReadStateOf(ctx context.Context, q Querier, namespace string) (State, error) {
+func ReadStateOf(ctx context.Context, q database.Querier, namespace string) (State, error) {
 	var st State
 	prefix := keyPrefix(namespace)
 	keys := make([]string, len(allKeys))

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/replays"
 )
 
@@ -140,7 +141,7 @@ func (s *Source) rangeSQL(r ReplayRange, next int) (string, []any) {
 
 // CountReplay counts the rows of src's table in r: what a replay would
 // send, and what --dry-run prints. It reads the application's table.
-func CountReplay(ctx context.Context, q Querier, src *Source, r ReplayRange) (int64, error) {
+func CountReplay(ctx context.Context, q database.Querier, src *Source, r ReplayRange) (int64, error) {
 	cond, args := src.rangeSQL(r, 1)
 	var n int64
 	if err := q.QueryRow(ctx, `SELECT count(*) FROM `+src.table()+` t WHERE `+cond+src.filterAnd(), args...).Scan(&n); err != nil {
@@ -171,7 +172,7 @@ type ReplayInfo struct {
 
 // Replays returns the range and progress of every source replay, by
 // replay id.
-func Replays(ctx context.Context, q Querier) (map[int64]ReplayInfo, error) {
+func Replays(ctx context.Context, q database.Querier) (map[int64]ReplayInfo, error) {
 	progress, err := replays.SourcesProgress(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("sources: replays: %w", err)
@@ -215,7 +216,7 @@ func Replays(ctx context.Context, q Querier) (map[int64]ReplayInfo, error) {
 // same transaction), and reports whether src has no replay left to log.
 // A replay whose last chunk is logged is done: its keys are then pending
 // like any change. A cancelled replay logs nothing more.
-func replayChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool, err error) {
+func replayChunk(ctx context.Context, db database.DB, src *Source, chunk int) (done bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", SnapshotLockTimeout.Milliseconds())); err != nil {
 			return err
