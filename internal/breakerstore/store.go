@@ -161,6 +161,16 @@ type State struct {
 	Probe         Probe
 }
 
+// Stops reports whether the facts stop every batch to the destination at
+// now: a person's pause (Hold), refused credentials or configuration, an
+// open breaker, or a pause the third party asked for. The daemon's
+// syncer_source_stopped asks it; status says the same facts in words
+// (status.Destination.Stopped), so the two must agree.
+func (s State) Stops(now time.Time) bool {
+	return s.Hold.Paused || s.Credentials.Refused || s.Configuration.Refused ||
+		s.Breaker.Current(now) == gobreaker.StateOpen || s.Pause.Active(now)
+}
+
 // ReadState reads every fact of this package in one query. A value that
 // does not decode reads as never recorded rather than failing the reader:
 // `syncer status` must work even after a bad write.

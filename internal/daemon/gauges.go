@@ -10,7 +10,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/internal/status"
 )
 
 // gauges refreshes the database-wide gauges. They come from the database,
@@ -75,18 +74,21 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		dests := map[string]*status.Destination{}
+		// A source is stopped by its own error or by its destination's
+		// facts, read once a destination (the facts' owner decides).
+		stops := map[string]bool{}
 		for _, st := range stats {
 			if srcs.Source(st.Name) != nil {
-				dest, ok := dests[st.Destination]
+				stop, ok := stops[st.Destination]
 				if !ok {
-					read, err := status.ReadDestination(ctx, d.pool, st.Destination)
+					facts, err := breakerstore.ReadStateOf(ctx, d.pool, breakerstore.DestinationNamespace(st.Destination))
 					if err != nil {
 						return err
 					}
-					dest, dests[st.Destination] = &read, &read
+					stop = facts.Stops(time.Now())
+					stops[st.Destination] = stop
 				}
-				stopped := status.SourceStopped(st.Error, dest) != ""
+				stopped := st.Error != "" || stop
 				m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, stopped)
 				m.SetSourceUncaptured(st.Name, st.Destination, len(st.Uncaptured))
 				if w := st.Warning(); w != d.warned[st.Name] {
