@@ -45,9 +45,9 @@ type Row struct {
 }
 
 // batchArgs are a batch's byte bound and item bound as the statements take
-// them.
+// them. The limits come whole (feed.Limits.Validate): the exporter's
+// Config applied their defaults.
 func batchArgs(l feed.Limits) (bytes, maxItem int64) {
-	l = l.WithDefaults()
 	return int64(l.Bytes), int64(l.MaxItemBytes)
 }
 
@@ -136,6 +136,9 @@ type Page struct {
 // in the same statement. An id is never both a pending row and a pending
 // tombstone. scratch, if non-nil, is reused to spare allocations.
 func Pending(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row) (Page, error) {
+	if err := lim.Validate(); err != nil {
+		return Page{}, fmt.Errorf("resources: pending: %w", err)
+	}
 	bytes, maxItem := batchArgs(lim)
 	rows, err := q.Query(ctx, pendingQuery(afterID), afterID, lim.Items, bytes, maxItem)
 	if err != nil {
@@ -188,6 +191,9 @@ func Count(ctx context.Context, q database.Querier, f Filter) (int64, error) {
 // Matching returns the next batch of rows and tombstones matching f with
 // id > afterID (Start for all), whatever their synced_at, in id order.
 func Matching(ctx context.Context, q database.Querier, f Filter, afterID int64, lim feed.Limits, scratch []Row) ([]Row, error) {
+	if err := lim.Validate(); err != nil {
+		return nil, fmt.Errorf("resources: matching: %w", err)
+	}
 	bytes, maxItem := batchArgs(lim)
 	// The filter's parameters follow the batch's four.
 	w := strings.NewReplacer("$2", "$5", "$3", "$6", "$4", "$7", "$5", "$8", "$6", "$9").Replace(f.where())

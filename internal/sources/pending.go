@@ -85,7 +85,10 @@ type Page struct {
 // *SchemaError. Call it on a pool, not in a transaction, so that the
 // error's cause can still be looked up.
 func Pending(ctx context.Context, q database.Querier, src *Source, afterKey string, first bool, lim feed.Limits) (Page, error) {
-	lim = lim.WithDefaults()
+	// The limits come whole: the exporter's Config applied their defaults.
+	if err := lim.Validate(); err != nil {
+		return Page{}, fmt.Errorf("sources: %s: pending: %w", src.Name, err)
+	}
 	sql, args := src.sql.pendingFirst, []any{src.Name, lim.Items, lim.MaxItemBytes}
 	if !first {
 		num, err := src.num(afterKey)
