@@ -346,7 +346,7 @@ func TestStatusShowsRecentReplaysSortedJobsAndLockHolder(t *testing.T) {
 	ctx := t.Context()
 	var ids []int64
 	for range 9 {
-		id, err := replays.Create(ctx, b.pool, resources.Filter{FromID: 1}, 3)
+		id, err := replays.Create(ctx, b.pool, replays.Request{Filter: resources.Filter{FromID: 1}}, 3)
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
