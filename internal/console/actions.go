@@ -58,9 +58,11 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, cl caller) {
 
 // replayData is the dry run's page.
 type replayData struct {
-	Source, From, To, Error string
-	Counted                 bool
-	Count                   int64
+	// Unit is what the count counts: rows of resources, keys of a
+	// configured source (replays.Unit).
+	Source, From, To, Error, Unit string
+	Counted                       bool
+	Count                         int64
 }
 
 // replayDryRun shows the replay's form and, once a range is given, counts
@@ -68,7 +70,7 @@ type replayData struct {
 // count stays the one the person confirms.
 func (c *Console) replayDryRun(w http.ResponseWriter, r *http.Request, cl caller) {
 	name, q := r.PathValue("name"), r.URL.Query()
-	d := replayData{Source: name, From: q.Get("from"), To: q.Get("to"), Counted: q.Get("count") != ""}
+	d := replayData{Source: name, From: q.Get("from"), To: q.Get("to"), Counted: q.Get("count") != "", Unit: replays.Unit(name)}
 	code := http.StatusOK
 	var plan *replays.Plan
 	var err error
