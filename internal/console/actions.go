@@ -23,10 +23,11 @@ func (c *Console) done(w http.ResponseWriter, r *http.Request, cl caller, page, 
 }
 
 // answer ends an action as its error says: 400 for what the request got
-// wrong (an unknown name), 500 for a failure, else done with msg.
+// wrong (an unknown name, a key that is not one of the source's), 500 for
+// a failure, else done with msg.
 func (c *Console) answer(w http.ResponseWriter, r *http.Request, cl caller, err error, page, msg string) {
 	switch {
-	case errors.Is(err, operator.ErrUnknown):
+	case errors.Is(err, operator.ErrUnknown), errors.Is(err, replays.ErrBadRange):
 		refuse(w, err)
 	case err != nil:
 		c.fail(w, r, err)

@@ -171,7 +171,7 @@ func TestPercent(t *testing.T) {
 	}
 }
 
-// A source replay's range and cursor live in its row: what CreateForSource
+// A source replay's range and cursor live in its row: what Create
 // stores, LockSourceCursor reads, AdvanceSourceCursor moves and
 // SourcesProgress reports.
 func TestSourceCursorRoundTrip(t *testing.T) {
