@@ -172,7 +172,8 @@ type Unsent func(ctx context.Context, q database.Querier, logged []SourceProgres
 
 // ProgressOf reads the progress of the replays rps, in their order: the
 // one reader of the command line (--list, --wait) and of status (and so
-// of the console).
+// of the console). unsent may be nil when rps holds no replay of a
+// configured source.
 func ProgressOf(ctx context.Context, q database.Querier, unsent Unsent, rps []Replay) ([]Progress, error) {
 	out := make([]Progress, len(rps))
 	var ofSources map[int64]SourceProgress
@@ -205,6 +206,9 @@ func ProgressOf(ctx context.Context, q database.Querier, unsent Unsent, rps []Re
 				}
 			}
 			if len(logged) > 0 {
+				if unsent == nil {
+					return nil, fmt.Errorf("replays: progress of source replay %d: no reader of its unsent keys", rp.ID)
+				}
 				if left, err = unsent(ctx, q, logged); err != nil {
 					return nil, err
 				}
