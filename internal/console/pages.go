@@ -214,7 +214,8 @@ func (c *Console) sourcePage(w http.ResponseWriter, r *http.Request, cl caller) 
 	case i >= 0:
 		d.Source, d.Retryable = sourceRowOf(rep.Sources[i]), true
 	case name == status.ResourcesSource && rep.ResourcesExported:
-		d.Source = resourcesRow(rep)
+		// Retried and replayed like any source (operator, replays).
+		d.Source, d.Retryable = resourcesRow(rep), true
 	default:
 		http.NotFound(w, r)
 		return

@@ -1,6 +1,9 @@
-// Package replays owns syncer_replays: every statement on that table and the
-// type of its states live here, so the CLI, the relay, the exporter and
-// status agree on what a replay is without repeating SQL or raw strings.
+// Package replays owns syncer_replays and the one replay model (model.go:
+// plan, start, progress, cancel) that the command line and the console
+// use for every source, resources included. Every statement on that table
+// and the type of its states live here, so the CLI, the console, the
+// relay, the exporter and status agree on what a replay is without
+// repeating SQL or raw strings.
 //
 // A replay's life: pending (created, no daemon has taken it yet), running (a
 // daemon started sending it), then done or cancelled. done and cancelled are
@@ -19,8 +22,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/database"
 	jobargs "github.com/syncer-dev/syncer/internal/jobs"
@@ -61,34 +62,25 @@ type Replay struct {
 	FinishedAt time.Time // zero until done or cancelled
 }
 
-// JobInserter enqueues River jobs in a transaction: a river.Client, even
-// an insert-only one.
-type JobInserter interface {
-	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
-}
-
-// Enqueue records a pending replay of the rows f matches (total of them when
-// counted) and enqueues a job of resources, which runs it, in tx: a replay
-// never exists without a job to run it.
-func Enqueue(ctx context.Context, tx pgx.Tx, jobs JobInserter, f resources.Filter, total int64) (int64, error) {
-	id, err := Create(ctx, tx, f, total)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := jobs.InsertTx(ctx, tx, jobargs.ExportArgs{Source: jobargs.Resources}, nil); err != nil {
-		return 0, fmt.Errorf("replays: enqueue replay %d: %w", id, err)
-	}
-	return id, nil
-}
-
-// Create records a pending replay of the rows f matches, total of them when
-// counted. The caller enqueues its job in the same transaction (Enqueue
-// does both).
-func Create(ctx context.Context, db database.Querier, f resources.Filter, total int64) (int64, error) {
+// Create records a pending replay of r, total rows (keys) of it when
+// counted, and returns its id: the one function that writes a replay, of
+// resources or of a configured source. Plan.Start calls it and wakes the
+// source's job in the same transaction; a replay created alone waits for
+// the relay's next poll, which finds it (AnyWaiting, SourcesWaiting).
+func Create(ctx context.Context, db database.Querier, r Request, total int64) (int64, error) {
 	var id int64
-	err := db.QueryRow(ctx, `INSERT INTO syncer_replays (from_id, to_id, since, until, failed_only, total_rows)
-		VALUES (NULLIF($1, 0), NULLIF($2, 0), $3, $4, $5, $6) RETURNING id`,
-		f.FromID, f.ToID, nullTime(f.Since), nullTime(f.Until), f.FailedOnly, total).Scan(&id)
+	var err error
+	if r.Source == "" || r.Source == jobargs.Resources {
+		f := r.Filter
+		err = db.QueryRow(ctx, `INSERT INTO syncer_replays (from_id, to_id, since, until, failed_only, total_rows)
+			VALUES (NULLIF($1, 0), NULLIF($2, 0), $3, $4, $5, $6) RETURNING id`,
+			f.FromID, f.ToID, nullTime(f.Since), nullTime(f.Until), f.FailedOnly, total).Scan(&id)
+	} else {
+		g := r.Range
+		err = db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows, from_key, to_key, since, until, changed_column)
+			VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, NULLIF($7, '')) RETURNING id`,
+			r.Source, total, g.FromKey, g.ToKey, nullTime(g.Since), nullTime(g.Until), g.ChangedColumn).Scan(&id)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("replays: create: %w", err)
 	}
@@ -228,20 +220,6 @@ type SourceRange struct {
 	// ChangedColumn is the table's column that holds the time of a row's
 	// last change (the source's changed_at); required with Since or Until.
 	ChangedColumn string
-}
-
-// CreateForSource records a pending replay of the rows in r of configured
-// source src, total keys of them when counted. The caller wakes the
-// source's job, which runs it, in the same transaction.
-func CreateForSource(ctx context.Context, db database.Querier, src string, r SourceRange, total int64) (int64, error) {
-	var id int64
-	err := db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows, from_key, to_key, since, until, changed_column)
-		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, NULLIF($7, '')) RETURNING id`,
-		src, total, r.FromKey, r.ToKey, nullTime(r.Since), nullTime(r.Until), r.ChangedColumn).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("replays: create for source %s: %w", src, err)
-	}
-	return id, nil
 }
 
 // SourceCursor is a source replay's range and where its logging stands,
