@@ -38,6 +38,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // TimeoutDefault bounds each database call of a Store made without a
@@ -159,21 +161,26 @@ type State struct {
 	Probe         Probe
 }
 
-// Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+// Stops reports whether the facts stop every batch to the destination at
+// now: a person's pause (Hold), refused credentials or configuration, an
+// open breaker, or a pause the third party asked for. The daemon's
+// syncer_source_stopped asks it; status says the same facts in words
+// (status.Destination.Stopped), so the two must agree.
+func (s State) Stops(now time.Time) bool {
+	return s.Hold.Paused || s.Credentials.Refused || s.Configuration.Refused ||
+		s.Breaker.Current(now) == gobreaker.StateOpen || s.Pause.Active(now)
 }
 
 // ReadState reads every fact of this package in one query. A value that
 // does not decode reads as never recorded rather than failing the reader:
 // `syncer status` must work even after a bad write.
-func ReadState(ctx context.Context, q Querier) (State, error) {
+func ReadState(ctx context.Context, q database.Querier) (State, error) {
 	return ReadStateOf(ctx, q, "")
 }
 
 // ReadStateOf is ReadState of the facts of one namespace (Config.Namespace):
 // a configured destination's.
-func ReadStateOf(ctx context.Context, q Querier, namespace string) (State, error) {
+func ReadStateOf(ctx context.Context, q database.Querier, namespace string) (State, error) {
 	var st State
 	prefix := keyPrefix(namespace)
 	keys := make([]string, len(allKeys))

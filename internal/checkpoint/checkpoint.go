@@ -23,8 +23,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/klauspost/compress/s2"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // Live is the checkpoint name of the live sync.
@@ -78,13 +79,6 @@ func OwnerOf(name string) Owner {
 	return Owner{Kind: KindLive}
 }
 
-// DB is a connection or transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // Batch is a batch recorded before its push.
 type Batch struct {
 	// Name is the checkpoint the batch belongs to.
@@ -129,7 +123,7 @@ type Checkpoint struct {
 }
 
 // Get returns the named checkpoint; a missing one is the zero position.
-func Get(ctx context.Context, db DB, name string) (Checkpoint, error) {
+func Get(ctx context.Context, db database.Querier, name string) (Checkpoint, error) {
 	cp := Checkpoint{Name: name}
 	err := db.QueryRow(ctx, `SELECT last_id, rows_done, batches_done, rows_failed,
 			(SELECT count(*) FROM syncer_batches b WHERE b.checkpoint = c.name), started_at, updated_at
@@ -206,7 +200,7 @@ func queueExec(b *pgx.Batch, what, sql string, args ...any) {
 
 // SetPosition moves the named checkpoint's position back to lastID, when
 // batches recorded after it were forgotten unsent.
-func SetPosition(ctx context.Context, db DB, name string, lastID int64) error {
+func SetPosition(ctx context.Context, db database.Querier, name string, lastID int64) error {
 	if _, err := db.Exec(ctx, `UPDATE syncer_checkpoints SET last_id = $2, updated_at = now() WHERE name = $1`, name, lastID); err != nil {
 		return fmt.Errorf("checkpoint: position %s: %w", name, err)
 	}
@@ -214,7 +208,7 @@ func SetPosition(ctx context.Context, db DB, name string, lastID int64) error {
 }
 
 // Forget removes recorded batches: marked ones, or ones never sent.
-func Forget(ctx context.Context, db DB, seqs []int64) error {
+func Forget(ctx context.Context, db database.Querier, seqs []int64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
@@ -236,7 +230,7 @@ const forgetSQL = `DELETE FROM syncer_batches WHERE seq = ANY($1)`
 // Recorded returns every job's recorded batches in the order they were
 // recorded: batches of different jobs may hold the same rows, and must go
 // again in that order.
-func Recorded(ctx context.Context, db DB) ([]Batch, error) {
+func Recorded(ctx context.Context, db database.Querier) ([]Batch, error) {
 	rows, err := db.Query(ctx, `SELECT checkpoint, seq, key, salt, items, body, recorded_at FROM syncer_batches ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: recorded batches: %w", err)
@@ -284,9 +278,7 @@ const advanceSQL = `INSERT INTO syncer_checkpoints AS c (name, rows_done, batche
 		updated_at = now()`
 
 // List returns every checkpoint, for status.
-func List(ctx context.Context, q interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}) ([]Checkpoint, error) {
+func List(ctx context.Context, q database.Querier) ([]Checkpoint, error) {
 	rows, err := q.Query(ctx, `SELECT name, last_id, rows_done, batches_done, rows_failed,
 			(SELECT count(*) FROM syncer_batches b WHERE b.checkpoint = c.name), started_at, updated_at
 		FROM syncer_checkpoints c ORDER BY name`)
@@ -302,7 +294,7 @@ func List(ctx context.Context, q interface {
 
 // Installation returns the installation's identity, made by the migrations
 // and never changed: it salts every Idempotency-Key.
-func Installation(ctx context.Context, db DB) (string, error) {
+func Installation(ctx context.Context, db database.Querier) (string, error) {
 	var id string
 	if err := db.QueryRow(ctx, `SELECT id FROM syncer_installation`).Scan(&id); err != nil {
 		return "", fmt.Errorf("checkpoint: installation id: %w", err)

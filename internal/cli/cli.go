@@ -82,7 +82,9 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 type exitPanic int
 
 // vars are the defaults --help shows and kong applies, from the packages'
-// constants.
+// constants. A flag that is a pointer (--batch-size, --max-in-flight) shows
+// its default as its placeholder and leaves applying it to the owner's
+// Config (settings.go, unset).
 func vars() kong.Vars {
 	return kong.Vars{
 		"batch_size":           strconv.Itoa(feed.ItemsDefault),

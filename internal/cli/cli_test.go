@@ -311,6 +311,18 @@ func TestReplayEmptyListCancel(t *testing.T) {
 		r = run(ctx, append(append([]string{"replay"}, bad...), db...)...)
 		require.Equal(t, 2, r.code, "%v", bad)
 	}
+
+	// --source resources is resources' replay, as for any source: alone
+	// the whole table, its keys ids; a key that is no id exits 2.
+	r = run(ctx, append([]string{"replay", "--source", "resources", "--dry-run"}, db...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "would send 10 rows\n", r.stdout)
+	r = run(ctx, append([]string{"replay", "--source", "resources", "--from-key", "3", "--to-key", "4"}, db...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "replay 2 created: 2 rows")
+	r = run(ctx, append([]string{"replay", "--source", "resources", "--from-key", "abc"}, db...)...)
+	require.Equal(t, 2, r.code, r.stdout)
+	oneLine(t, r, `"abc" is not an id of resources`)
 }
 
 func TestReplayWaitSaysWhenNoDaemonPicksItUp(t *testing.T) {
@@ -346,7 +358,7 @@ func TestStatusShowsRecentReplaysSortedJobsAndLockHolder(t *testing.T) {
 	ctx := t.Context()
 	var ids []int64
 	for range 9 {
-		id, err := replays.Create(ctx, b.pool, resources.Filter{FromID: 1}, 3)
+		id, err := replays.Create(ctx, b.pool, replays.Request{Filter: resources.Filter{FromID: 1}}, 3)
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}

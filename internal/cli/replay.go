@@ -9,16 +9,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/syncer-dev/syncer/internal/checkpoint"
-	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
-	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
@@ -49,14 +44,20 @@ type ReplayCmd struct {
 	Wait    bool   `name:"wait" help:"Follow the replay's progress until it is done."`
 	List    bool   `name:"list" help:"List the replays with their state and progress, and create none."`
 	Cancel  int64  `name:"cancel" placeholder:"ID" help:"Cancel replay ID: nothing more of it is sent."`
-	Source  string `name:"source" placeholder:"NAME" help:"Replay configured source NAME: every row, or those of --from-key/--to-key and --since/--until, once more."`
+	Source  string `name:"source" placeholder:"NAME" help:"Replay source NAME: every row, or those of --from-key/--to-key and --since/--until, once more (resources: as without --source, its keys are ids)."`
 
 	Poll  time.Duration `name:"poll" default:"${replay_poll}" hidden:""`
 	Stall time.Duration `name:"stall" default:"${replay_stall}" hidden:""`
 
-	filter resources.Filter
-	rng    sources.ReplayRange
+	// req is the replay asked for, once Validate checked the flags: the
+	// one request of the replay model (operator.PlanReplay) for resources
+	// and a configured source alike.
+	req replays.Request
 }
+
+// ofResources reports whether the replay is of resources: without
+// --source, or --source resources.
+func (c *ReplayCmd) ofResources() bool { return c.Source == "" || c.Source == jobs.Resources }
 
 func (c *ReplayCmd) hasRange() bool {
 	return c.FromID != 0 || c.ToID != 0 || c.Since != "" || c.Until != "" || c.Failed
@@ -73,9 +74,9 @@ func (c *ReplayCmd) Validate() error {
 	switch {
 	case c.Source != "" && (c.List || c.Cancel != 0):
 		return usagef("--source creates a replay: --list and --cancel ID come alone")
-	case c.Source != "":
+	case !c.ofResources():
 		return c.validateSource()
-	case c.FromKey != "" || c.ToKey != "":
+	case c.Source == "" && (c.FromKey != "" || c.ToKey != ""):
 		return usagef("--from-key and --to-key name keys of a configured source: give --source NAME (for resources, --from-id and --to-id)")
 	case c.List && c.Cancel != 0:
 		return usagef("--list and --cancel are exclusive")
@@ -94,14 +95,35 @@ func (c *ReplayCmd) Validate() error {
 	if f.Since, f.Until, err = c.timeRange(); err != nil {
 		return err
 	}
-	if !c.hasRange() {
+	if c.Source == "" && !c.hasRange() {
+		// --source resources alone is the whole table, as for any source.
 		return usagef("replay needs a range (--from-id/--to-id, --since/--until or --failed), --list or --cancel ID")
 	}
-	c.filter = f
+	c.req = replays.Request{Source: jobs.Resources, Filter: f, Range: replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey}}
 	return nil
 }
 
-// Run creates, lists or cancels replays.
+// validateSource checks the flags of a configured source's replay: a flag
+// that names rows of resources, or that a source's replay does not take,
+// is refused, never reinterpreted.
+func (c *ReplayCmd) validateSource() error {
+	switch {
+	case c.FromID != 0 || c.ToID != 0:
+		return usagef("--from-id and --to-id name rows of resources: with --source use --from-key and --to-key")
+	case c.Failed:
+		return usagef("--failed does not apply to --source: use syncer retry-failed --source %s", c.Source)
+	}
+	r := replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey}
+	var err error
+	if r.Since, r.Until, err = c.timeRange(); err != nil {
+		return err
+	}
+	c.req = replays.Request{Source: c.Source, Range: r}
+	return nil
+}
+
+// Run creates, lists or cancels replays, through the replay model
+// (operator, internal/replays) that the console uses too.
 func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 	pool, err := c.openMigrated(ctx, "syncer replay")
 	if err != nil {
@@ -109,12 +131,10 @@ func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	switch {
-	case c.Source != "":
-		return c.createSource(ctx, env, pool)
 	case c.List:
 		return listReplays(ctx, env.Stdout, pool)
 	case c.Cancel != 0:
-		if err := replays.Cancel(ctx, pool, c.Cancel); err != nil {
+		if err := operator.CancelReplay(ctx, pool, c.Cancel); err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "replay %d cancelled: daemons send nothing more of it\n", c.Cancel)
@@ -123,88 +143,91 @@ func (c *ReplayCmd) Run(ctx context.Context, env *Env) error {
 	return c.create(ctx, env, pool)
 }
 
-// create records the replay and its River job in one transaction, so a
-// replay never exists without a job to run it, and follows it if asked.
+// create plans the replay (the dry run stops there), starts it (recorded
+// and its source's job woken in one transaction: the relay runs it) and
+// follows it if asked.
 func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) error {
-	n, err := resources.Count(ctx, pool, c.filter)
-	if err != nil {
-		return err
-	}
-	if c.DryRun {
-		fmt.Fprintf(env.Stdout, "would send %d rows\n", n)
-		return nil
-	}
-	if n == 0 {
-		return errors.New("no row matches the range: nothing to replay, no replay created")
-	}
-	schema, err := database.CurrentSchema(ctx, pool)
-	if err != nil {
-		return err
-	}
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
-	if err != nil {
-		return fmt.Errorf("river client: %w", err)
-	}
-	var id int64
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if id, err = replays.Enqueue(ctx, tx, rc, c.filter, n); err != nil {
+	req := c.req
+	if !c.ofResources() && (!req.Range.Since.IsZero() || !req.Range.Until.IsZero()) {
+		// The time of a row's last change is the application's column:
+		// syncer keeps none per row.
+		cfg, err := c.ConfigFile.Load(false)
+		if err != nil {
 			return err
 		}
-		// Resources' job, lingering in a daemon, runs the replay now.
-		return outbox.Wake(ctx, tx, jobs.Resources)
-	})
+		if cfg != nil && cfg.Source(c.Source) != nil {
+			req.Range.ChangedColumn = cfg.Source(c.Source).ChangedAt
+		}
+		if req.Range.ChangedColumn == "" {
+			return usagef("--since and --until with --source select rows by the time of their last change: name that column as changed_at of source %s in --config (SYNCER_CONFIG)", c.Source)
+		}
+	}
+	plan, err := operator.PlanReplay(ctx, pool, req)
+	if err != nil {
+		return c.planError(ctx, pool, err)
+	}
+	unit := replays.Unit(plan.Source)
+	of := ""
+	if !c.ofResources() {
+		of = " of source " + plan.Source
+	}
+	if c.DryRun {
+		fmt.Fprintf(env.Stdout, "would send %d %s%s\n", plan.Count, unit, of)
+		return nil
+	}
+	id, err := plan.Start(ctx, pool)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "replay %d created: %d rows; running daemons will send them\n", id, n)
+	fmt.Fprintf(env.Stdout, "replay %d created: %d %s%s; running daemons will send them\n", id, plan.Count, unit, of)
 	if !c.Wait {
 		return nil
 	}
-	return c.follow(ctx, env, id, n, "rows", rowsProgress(pool, id))
+	return c.follow(ctx, env, pool, id, plan.Count, unit)
+}
+
+// planError says why the replay's plan was refused: an unknown source or
+// a range the source cannot take is the flags' fault (exit 2).
+func (c *ReplayCmd) planError(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	var none *operator.NoSourceError
+	if !errors.As(err, &none) && !errors.Is(err, sources.ErrBadKey) && !errors.Is(err, replays.ErrBadRange) {
+		return err
+	}
+	all, lerr := sources.Load(ctx, pool)
+	if lerr != nil {
+		return lerr
+	}
+	var names []string
+	for _, s := range all {
+		names = append(names, s.Name)
+		if s.Name == c.Source && errors.Is(err, sources.ErrBadKey) {
+			return usagef("--from-key/--to-key of source %s (its key is %s): %v", s.Name, s.KeyType, strings.TrimSuffix(err.Error(), ": "+sources.ErrBadKey.Error()))
+		}
+	}
+	if none != nil {
+		return usagef("--source: no source %s is installed (installed: %s)", c.Source, strings.Join(names, ", "))
+	}
+	return usagef("%v", strings.TrimSuffix(err.Error(), ": "+replays.ErrBadRange.Error()))
 }
 
 // listReplays prints every replay with its progress.
 func listReplays(ctx context.Context, w io.Writer, pool *pgxpool.Pool) error {
-	all, err := replays.List(ctx, pool)
-	if err != nil {
-		return err
-	}
-	done, err := replayProgress(ctx, pool)
-	if err != nil {
-		return err
-	}
-	ofSources, err := sources.Replays(ctx, pool)
+	all, err := operator.ListReplays(ctx, pool)
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tRANGE\tPROGRESS\tCREATED")
-	for _, r := range all {
-		if r.Source != "" {
-			info := ofSources[r.ID]
-			sent := max(info.KeysLogged-info.Unsent, 0)
+	for _, p := range all {
+		if p.Source != "" {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%d of %d keys sent (%d queued)\t%s\n",
-				r.ID, r.State, describeSourceRange(r.Source, info.Range), sent, r.TotalRows, info.KeysLogged, r.CreatedAt.Format(time.RFC3339))
+				p.ID, p.State, describeSourceRange(p.Source, p.Range), p.Sent, p.TotalRows, p.Queued, p.CreatedAt.Format(time.RFC3339))
 			continue
 		}
-		d := done[checkpoint.Replay(r.ID)]
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d of %d rows (%.1f%%)\t%s\n",
-			r.ID, r.State, describeFilter(r.Filter), d, r.TotalRows, r.Percent(d), r.CreatedAt.Format(time.RFC3339))
+			p.ID, p.State, describeFilter(p.Filter), p.Sent, p.TotalRows, p.Percent(), p.CreatedAt.Format(time.RFC3339))
 	}
 	return tw.Flush()
-}
-
-// replayProgress returns the rows each checkpoint sent or failed, by name.
-func replayProgress(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
-	cps, err := checkpoint.List(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	done := make(map[string]int64, len(cps))
-	for _, cp := range cps {
-		done[cp.Name] = cp.RowsDone + cp.RowsFailed
-	}
-	return done, nil
 }
 
 // describeFilter writes a replay's range as the flags that made it.
@@ -233,25 +256,29 @@ func describeFilter(f resources.Filter) string {
 	return strings.Join(parts, ", ")
 }
 
-// progress is a followed replay at one reading: its state, the rows or
-// keys sent so far (rejected ones included), and the line it ends with
-// once finished ("" while it is not).
-type progress struct {
-	state replays.State
-	done  int64
-	// detail says more than done of total (keys a source's replay has
-	// queued so far); "" for none.
-	detail string
-	end    string
+// endLine is the line --wait ends with once nothing of the replay is left
+// to send, and detail what it adds to a progress line ("" for none).
+func endLine(p replays.Progress) (end, detail string) {
+	if p.Source != "" {
+		detail = fmt.Sprintf(" (%d queued)", p.Queued)
+		if p.Over {
+			end = fmt.Sprintf("replay %d done: %d keys sent", p.ID, p.Queued)
+		}
+		return end, detail
+	}
+	if p.Over {
+		end = fmt.Sprintf("replay %d done: %d rows sent, %d failed", p.ID, p.Sent-p.Failed, p.Failed)
+	}
+	return end, ""
 }
 
 // follow shows a replay's progress, read by read, until it is finished: a
 // progress bar on a terminal, a plain line every few seconds otherwise.
 // unit names what total counts (rows, keys). When nothing moves for Stall,
 // it says that no daemon seems to work on the replay, once per stall, and
-// keeps waiting: starting a daemon is all it takes. A replay of resources
-// and one of a source differ only in read.
-func (c *ReplayCmd) follow(ctx context.Context, env *Env, id, total int64, unit string, read func(context.Context) (progress, error)) error {
+// keeps waiting: starting a daemon is all it takes. It reads the replay
+// model's progress, which the console shows too.
+func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id, total int64, unit string) error {
 	var bar *progressbar.ProgressBar
 	if env.IsTerminal {
 		bar = progressbar.NewOptions64(total,
@@ -270,40 +297,41 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, id, total int64, unit 
 	t := time.NewTicker(c.Poll)
 	defer t.Stop()
 	for {
-		p, err := read(ctx)
+		p, err := operator.ReplayProgress(ctx, pool, id)
 		if err != nil {
 			return err
 		}
+		end, detail := endLine(p)
 		if bar != nil {
-			_ = bar.Set64(min(p.done, total))
-		} else if time.Since(lastLine) >= 2*time.Second || p.end != "" || p.state.Finished() {
+			_ = bar.Set64(min(p.Sent, total))
+		} else if time.Since(lastLine) >= 2*time.Second || end != "" || p.State.Finished() {
 			lastLine = time.Now()
-			rate := float64(p.done) / max(time.Since(start).Seconds(), 0.001)
+			rate := float64(p.Sent) / max(time.Since(start).Seconds(), 0.001)
 			eta := "?"
-			if p.done >= total || p.end != "" {
+			if p.Sent >= total || end != "" {
 				eta = "0s"
 			} else if rate > 0 {
-				eta = (time.Duration(float64(total-p.done)/rate) * time.Second).Round(time.Second).String()
+				eta = (time.Duration(float64(total-p.Sent)/rate) * time.Second).Round(time.Second).String()
 			}
-			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d %s sent%s, %.0f %s/s, eta %s\n", id, p.state, p.done, total, unit, p.detail, rate, unit, eta)
+			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d %s sent%s, %.0f %s/s, eta %s\n", id, p.State, p.Sent, total, unit, detail, rate, unit, eta)
 		}
 		switch {
-		case p.end != "":
+		case end != "":
 			if bar != nil {
 				_ = bar.Finish()
 				fmt.Fprintln(env.Stdout)
 			}
-			fmt.Fprintln(env.Stdout, p.end)
+			fmt.Fprintln(env.Stdout, end)
 			return nil
-		case p.state == replays.StateCancelled:
-			return fmt.Errorf("replay %d was cancelled after %d of %d %s", id, p.done, total, unit)
+		case p.State == replays.StateCancelled:
+			return fmt.Errorf("replay %d was cancelled after %d of %d %s", id, p.Sent, total, unit)
 		}
-		if stall.stalled(p.state, p.done) {
+		if stall.stalled(p.State, p.Sent) {
 			if bar != nil {
 				fmt.Fprintln(env.Stdout)
 			}
 			what := "no daemon has picked the replay up"
-			if p.state == replays.StateRunning {
+			if p.State == replays.StateRunning {
 				what = "the replay has not moved"
 			}
 			fmt.Fprintf(env.Stdout, "replay %d: %s in %s: is `syncer run` running? Still waiting (Ctrl-C stops waiting, not the replay)\n",
@@ -314,25 +342,6 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, id, total int64, unit 
 			return ctx.Err()
 		case <-t.C:
 		}
-	}
-}
-
-// rowsProgress reads a replay of resources: its checkpoint counts rows.
-func rowsProgress(pool *pgxpool.Pool, id int64) func(context.Context) (progress, error) {
-	return func(ctx context.Context) (progress, error) {
-		state, err := replays.StateOf(ctx, pool, id)
-		if err != nil {
-			return progress{}, err
-		}
-		cp, err := checkpoint.Get(ctx, pool, checkpoint.Replay(id))
-		if err != nil {
-			return progress{}, err
-		}
-		p := progress{state: state, done: cp.RowsDone + cp.RowsFailed}
-		if state == replays.StateDone {
-			p.end = fmt.Sprintf("replay %d done: %d rows sent, %d failed", id, cp.RowsDone, cp.RowsFailed)
-		}
-		return p, nil
 	}
 }
 
@@ -381,4 +390,28 @@ func (w *stallWatch) stalled(state replays.State, progress int64) bool {
 	}
 	w.warned = true
 	return true
+}
+
+// describeSourceRange writes a source replay's range as the flags that
+// made it.
+func describeSourceRange(src string, r replays.SourceRange) string {
+	parts := []string{"source " + src}
+	switch {
+	case r.FromKey != "" && r.ToKey != "":
+		parts = append(parts, fmt.Sprintf("keys %s to %s", r.FromKey, r.ToKey))
+	case r.FromKey != "":
+		parts = append(parts, "keys from "+r.FromKey)
+	case r.ToKey != "":
+		parts = append(parts, "keys to "+r.ToKey)
+	}
+	if !r.Since.IsZero() {
+		parts = append(parts, "changed since "+r.Since.UTC().Format(time.RFC3339))
+	}
+	if !r.Until.IsZero() {
+		parts = append(parts, "changed until "+r.Until.UTC().Format(time.RFC3339))
+	}
+	if len(parts) == 1 {
+		parts = append(parts, "all rows")
+	}
+	return strings.Join(parts, ", ")
 }

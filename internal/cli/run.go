@@ -31,7 +31,7 @@ type RunCmd struct {
 	ThirdpartyFormat            string        `name:"thirdparty-format" env:"SYNCER_THIRDPARTY_FORMAT" default:"syncer" help:"Format of the resources export's requests: syncer, standard-webhooks, cloudevents or elasticsearch (docs/destinations.md)."`
 	ThirdpartySigningSecret     string        `name:"thirdparty-signing-secret" env:"SYNCER_THIRDPARTY_SIGNING_SECRET" help:"Signing secret of the standard-webhooks format (whsec_ and base64). Set it in the environment or with --thirdparty-signing-secret-file, not with this flag. Never logged."`
 	ThirdpartySigningSecretFile string        `name:"thirdparty-signing-secret-file" env:"SYNCER_THIRDPARTY_SIGNING_SECRET_FILE" placeholder:"FILE" help:"Read the signing secret from FILE, once at start. Exclusive with --thirdparty-signing-secret."`
-	BatchSize                   int           `name:"batch-size" env:"SYNCER_BATCH_SIZE" default:"${batch_size}" help:"Items a batch."`
+	BatchSize                   *int          `name:"batch-size" env:"SYNCER_BATCH_SIZE" placeholder:"${batch_size}" help:"Items a batch."`
 	BatchMaxBytes               int           `name:"batch-max-bytes" env:"SYNCER_BATCH_MAX_BYTES" default:"${batch_max_bytes}" help:"Payload bytes a batch, at most."`
 	RateLimit                   float64       `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party; 0 means no limit."`
 	RateBurst                   int           `name:"rate-burst" env:"SYNCER_RATE_BURST" default:"${rate_burst}" help:"Burst of the rate limit."`
@@ -44,7 +44,7 @@ type RunCmd struct {
 	Workers                     int           `name:"workers" env:"SYNCER_WORKERS" default:"${workers}" help:"River workers for syncer's queue."`
 	Pprof                       bool          `name:"pprof" env:"SYNCER_PPROF" help:"Serve /debug/pprof/ on the HTTP address (never /debug/pprof/cmdline, which would show the flags)."`
 
-	MaxInFlight        int           `name:"max-in-flight" env:"SYNCER_MAX_IN_FLIGHT" default:"${max_in_flight}" help:"Requests to the third party unanswered at once, at most."`
+	MaxInFlight        *int          `name:"max-in-flight" env:"SYNCER_MAX_IN_FLIGHT" placeholder:"${max_in_flight}" help:"Requests to the third party unanswered at once, at most."`
 	MaxRetryAfter      time.Duration `name:"max-retry-after" env:"SYNCER_MAX_RETRY_AFTER" default:"${max_retry_after}" help:"Longest wait a Retry-After or a quota reset may impose; a longer one is cut to it, and logged."`
 	ReplayShare        float64       `name:"replay-share" env:"SYNCER_REPLAY_SHARE" default:"${replay_share}" help:"Least share of the batches a replay gets while live rows keep arriving (above 0, at most 1)."`
 	MaxItemBytes       int           `name:"max-item-bytes" env:"SYNCER_MAX_ITEM_BYTES" default:"${max_item_bytes}" help:"A row whose payload is larger is never sent: it is recorded failed, with the reason."`
@@ -212,11 +212,11 @@ func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env)
 			BreakerFailures:    c.BreakerFailures,
 			BreakerOpenTimeout: c.BreakerOpenTimeout,
 			MaxElapsed:         c.BackoffMaxElapsed,
-			MaxInFlight:        c.MaxInFlight,
+			MaxInFlight:        unset(c.MaxInFlight),
 			MaxRetryAfter:      c.MaxRetryAfter,
 		},
 		Exporter: exporter.Config{
-			BatchSize:     c.BatchSize,
+			BatchSize:     unset(c.BatchSize),
 			BatchMaxBytes: c.BatchMaxBytes,
 			MaxItemBytes:  c.MaxItemBytes,
 			ReplayShare:   c.ReplayShare,

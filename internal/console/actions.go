@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/syncer-dev/syncer/internal/operator"
+	"github.com/syncer-dev/syncer/internal/replays"
 )
 
 // done sends the browser back to a page with a line saying what was done
@@ -22,10 +23,11 @@ func (c *Console) done(w http.ResponseWriter, r *http.Request, cl caller, page, 
 }
 
 // answer ends an action as its error says: 400 for what the request got
-// wrong (an unknown name), 500 for a failure, else done with msg.
+// wrong (an unknown name, a key that is not one of the source's), 500 for
+// a failure, else done with msg.
 func (c *Console) answer(w http.ResponseWriter, r *http.Request, cl caller, err error, page, msg string) {
 	switch {
-	case errors.Is(err, operator.ErrUnknown):
+	case errors.Is(err, operator.ErrUnknown), errors.Is(err, replays.ErrBadRange):
 		refuse(w, err)
 	case err != nil:
 		c.fail(w, r, err)
@@ -57,9 +59,11 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, cl caller) {
 
 // replayData is the dry run's page.
 type replayData struct {
-	Source, From, To, Error string
-	Counted                 bool
-	Count                   int64
+	// Unit is what the count counts: rows of resources, keys of a
+	// configured source (replays.Unit).
+	Source, From, To, Error, Unit string
+	Counted                       bool
+	Count                         int64
 }
 
 // replayDryRun shows the replay's form and, once a range is given, counts
@@ -67,14 +71,14 @@ type replayData struct {
 // count stays the one the person confirms.
 func (c *Console) replayDryRun(w http.ResponseWriter, r *http.Request, cl caller) {
 	name, q := r.PathValue("name"), r.URL.Query()
-	d := replayData{Source: name, From: q.Get("from"), To: q.Get("to"), Counted: q.Get("count") != ""}
+	d := replayData{Source: name, From: q.Get("from"), To: q.Get("to"), Counted: q.Get("count") != "", Unit: replays.Unit(name)}
 	code := http.StatusOK
-	var plan *operator.SourceReplay
+	var plan *replays.Plan
 	var err error
 	if d.Counted {
 		// The form alone counts nothing: a whole table's count waits for
-		// the person's range.
-		plan, err = operator.PlanSourceReplay(r.Context(), c.pool, name, d.From, d.To)
+		// the person's range. The plan is the command line's too.
+		plan, err = operator.PlanReplay(r.Context(), c.pool, operator.KeyRange(name, d.From, d.To))
 	}
 	switch {
 	case errors.Is(err, operator.ErrUnknown):
@@ -94,7 +98,7 @@ func (c *Console) replayDryRun(w http.ResponseWriter, r *http.Request, cl caller
 // replayStart starts the replay the dry run counted.
 func (c *Console) replayStart(w http.ResponseWriter, r *http.Request, cl caller) {
 	name := r.PathValue("name")
-	plan, err := operator.PlanSourceReplay(r.Context(), c.pool, name, r.PostFormValue("from"), r.PostFormValue("to"))
+	plan, err := operator.PlanReplay(r.Context(), c.pool, operator.KeyRange(name, r.PostFormValue("from"), r.PostFormValue("to")))
 	if err != nil {
 		refuse(w, err)
 		return
@@ -104,7 +108,7 @@ func (c *Console) replayStart(w http.ResponseWriter, r *http.Request, cl caller)
 		refuse(w, err)
 		return
 	}
-	c.done(w, r, cl, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("replay %d started: %d keys of source %s", id, plan.Count, name))
+	c.done(w, r, cl, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("replay %d started: %d %s of source %s", id, plan.Count, replays.Unit(name), name))
 }
 
 func (c *Console) replayCancel(w http.ResponseWriter, r *http.Request, cl caller) {

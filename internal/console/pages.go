@@ -191,9 +191,9 @@ func (c *Console) sourcePage(w http.ResponseWriter, r *http.Request, cl caller) 
 		http.NotFound(w, r)
 		return
 	}
-	// Retry and replay buttons: a configured source's only, until
-	// resources' replays share the one replay model (issue 46).
-	d.Source, d.Retryable = sourceRowOf(rep.Sources[i]), name != status.ResourcesSource
+	// Every source, resources included, is retried and replayed alike
+	// (operator, replays).
+	d.Source, d.Retryable = sourceRowOf(rep.Sources[i]), true
 	for _, f := range rep.RecentFailures {
 		if f.Source == name {
 			d.Failures = append(d.Failures, f)

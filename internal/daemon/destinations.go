@@ -199,7 +199,7 @@ func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests ma
 func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, namespace, installation string) (*destination, error) {
 	t := *tcfg
 	// Every request in flight keeps its connection for the next one.
-	t.IdleConns = dcfg.MaxInFlight
+	t.IdleConns = dcfg.WithDefaults().MaxInFlight
 	client, err := thirdparty.New(&t)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/internal/status"
 )
 
 // gauges refreshes the database-wide gauges. They come from the database,
@@ -69,18 +68,20 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	// Every source this daemon exports is set alike: resources when the
 	// default destination is configured, and the configured sources this
 	// daemon's file names (another daemon's file may name others, and it
-	// reports those).
-	stopped := stoppedReader{d: d, dests: map[string]*status.Destination{}}
+	// reports those). A source is stopped by its own error or by its
+	// destination's facts, read once a destination (the facts' owner
+	// decides).
+	stops := stopsOf{d: d, read: map[string]bool{}}
 	for _, dest := range dests {
 		if dest.name != metrics.DefaultDestination {
 			continue
 		}
-		why, err := stopped.why(ctx, "", dest.name)
+		stop, err := stops.of(ctx, dest.name)
 		if err != nil {
 			return err
 		}
 		m.SetSource(jobs.Resources, dest.name, g.Pending+g.TombstonesPending, g.Failed+g.TombstonesFailed,
-			g.OldestPendingAge, why != "")
+			g.OldestPendingAge, stop)
 	}
 	if srcs != nil {
 		stats, err := sources.Stats(ctx, d.pool)
@@ -91,11 +92,11 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 			if srcs.Source(st.Name) == nil {
 				continue
 			}
-			why, err := stopped.why(ctx, st.Error, st.Destination)
+			stop, err := stops.of(ctx, st.Destination)
 			if err != nil {
 				return err
 			}
-			m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, why != "")
+			m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, st.Error != "" || stop)
 			m.SetSourceUncaptured(st.Name, st.Destination, len(st.Uncaptured))
 			if w := st.Warning(); w != d.warned[st.Name] {
 				d.warned[st.Name] = w
@@ -116,21 +117,22 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	return nil
 }
 
-// stoppedReader says why a source is stopped, as status says it, reading
-// each destination's facts once a refresh.
-type stoppedReader struct {
-	d     *Daemon
-	dests map[string]*status.Destination
+// stopsOf says whether a destination's facts stop its sources, reading
+// each destination's once a refresh.
+type stopsOf struct {
+	d    *Daemon
+	read map[string]bool
 }
 
-func (r *stoppedReader) why(ctx context.Context, sourceError, destination string) (string, error) {
-	dest, ok := r.dests[destination]
+func (r *stopsOf) of(ctx context.Context, destination string) (bool, error) {
+	stop, ok := r.read[destination]
 	if !ok {
-		read, err := status.ReadDestination(ctx, r.d.pool, destination)
+		facts, err := breakerstore.ReadStateOf(ctx, r.d.pool, breakerstore.DestinationNamespace(destination))
 		if err != nil {
-			return "", err
+			return false, err
 		}
-		dest, r.dests[destination] = &read, &read
+		stop = facts.Stops(time.Now())
+		r.read[destination] = stop
 	}
-	return status.SourceStopped(sourceError, dest), nil
+	return stop, nil
 }

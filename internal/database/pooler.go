@@ -160,11 +160,7 @@ func probeRound(ctx context.Context, a, b *pgx.Conn) (Pooling, string, error) {
 	return SessionPooling, "", nil
 }
 
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func backendPID(ctx context.Context, q rowQuerier) (uint32, error) {
+func backendPID(ctx context.Context, q Querier) (uint32, error) {
 	var pid int32
 	// The simple protocol: a pooler in transaction mode before PgBouncer
 	// 1.21 loses a client's prepared statements between transactions.

@@ -101,7 +101,11 @@ type Config struct {
 	Metrics *metrics.Destination
 }
 
-func (c *Config) withDefaults() Config {
+// WithDefaults returns c with every unset field at its documented default:
+// the one place delivery's defaults are applied. New applies it; a caller
+// that sizes something to the deliverer (the daemon keeps MaxInFlight idle
+// connections to the destination) reads the effective values from it.
+func (c *Config) WithDefaults() Config {
 	out := *c
 	out.Name = cmp.Or(c.Name, metrics.DefaultDestination)
 	out.CredentialsSetting = cmp.Or(c.CredentialsSetting, CredentialsSettingDefault)

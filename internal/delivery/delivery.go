@@ -179,7 +179,7 @@ func New(client Client, store Store, cfg *Config) (*Deliverer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := cfg.withDefaults()
+	c := cfg.WithDefaults()
 	d := &Deliverer{
 		client:    client,
 		format:    c.Format,

@@ -219,7 +219,7 @@ func TestReplayWhoseJobsDiedRunningIsRevived(t *testing.T) {
 	const rows = 300
 	b.fill(t, rows)
 	b.exec(t, `UPDATE resources SET synced_at = now()`)
-	id, err := replays.Create(context.Background(), b.pool, resources.Filter{FromID: 1, ToID: rows}, rows)
+	id, err := replays.Create(context.Background(), b.pool, replays.Request{Filter: resources.Filter{FromID: 1, ToID: rows}}, rows)
 	require.NoError(t, err)
 	for range 2 {
 		b.exec(t, `INSERT INTO river_job (kind, args, state, attempt, attempted_at, max_attempts, queue, priority)

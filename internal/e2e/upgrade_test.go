@@ -30,70 +30,11 @@ import (
 // release is cut.
 const previousRelease = "9d20550"
 
-var (
-	oldBinaryOnce sync.Once
-	oldBinaryPath string
-	oldBinaryErr  error
-)
-
-// oldSyncerBinary builds syncer as it was at previousRelease, from this
-// repository's own history (git archive into a temporary directory). CI
-// runs on a full clone, so the history is there; a shallow clone fails the
-// test with a line that says how to get it, rather than skipping the only
-// proof that an upgrade in place loses nothing.
+// oldSyncerBinary builds syncer as it was at previousRelease
+// (releaseBinary).
 func oldSyncerBinary(t *testing.T) string {
 	t.Helper()
-	oldBinaryOnce.Do(func() {
-		if out, err := exec.Command("git", "cat-file", "-e", previousRelease+"^{commit}").CombinedOutput(); err != nil {
-			oldBinaryErr = fmt.Errorf("commit %s is not in this clone's history (git fetch --unshallow): %v %s", previousRelease, err, out)
-			return
-		}
-		dir, err := os.MkdirTemp("", "syncer-upgrade-")
-		if err != nil {
-			oldBinaryErr = err
-			return
-		}
-		src := filepath.Join(dir, "src")
-		if err := os.Mkdir(src, 0o755); err != nil {
-			oldBinaryErr = err
-			return
-		}
-		// From a subdirectory git archive takes only that directory.
-		top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-		if err != nil {
-			oldBinaryErr = fmt.Errorf("git rev-parse --show-toplevel: %w", err)
-			return
-		}
-		archive := exec.Command("git", "archive", "--format=tar", previousRelease)
-		archive.Dir = strings.TrimSpace(string(top))
-		untar := exec.Command("tar", "-x", "-C", src)
-		var errb, untarErr bytes.Buffer // one each: the two write at once
-		archive.Stderr, untar.Stderr = &errb, &untarErr
-		if untar.Stdin, err = archive.StdoutPipe(); err != nil {
-			oldBinaryErr = err
-			return
-		}
-		if err := untar.Start(); err != nil {
-			oldBinaryErr = err
-			return
-		}
-		if err := archive.Run(); err != nil {
-			oldBinaryErr = fmt.Errorf("git archive %s: %v\n%s", previousRelease, err, errb.String())
-			return
-		}
-		if err := untar.Wait(); err != nil {
-			oldBinaryErr = fmt.Errorf("untar %s: %v\n%s", previousRelease, err, untarErr.String())
-			return
-		}
-		oldBinaryPath = filepath.Join(dir, "syncer-"+previousRelease)
-		build := exec.Command("go", "build", "-o", oldBinaryPath, "./cmd/syncer")
-		build.Dir = src
-		if out, err := build.CombinedOutput(); err != nil {
-			oldBinaryErr = fmt.Errorf("go build at %s: %v\n%s", previousRelease, err, out)
-		}
-	})
-	require.NoError(t, oldBinaryErr)
-	return oldBinaryPath
+	return releaseBinary(t, previousRelease).bin
 }
 
 // upgradeRun is the database and the two third parties of the upgrade

@@ -151,7 +151,7 @@ func replaySetup(t *testing.T, b *pipelineBundle, synced, pending int) replays.R
 	_, err := b.pool.Exec(t.Context(), `UPDATE resources SET synced_at = now()`)
 	require.NoError(t, err)
 	b.insert(t, pending)
-	id, err := replays.Create(t.Context(), b.pool, resources.Filter{FromID: 1, ToID: int64(synced)}, int64(synced))
+	id, err := replays.Create(t.Context(), b.pool, replays.Request{Filter: resources.Filter{FromID: 1, ToID: int64(synced)}}, int64(synced))
 	require.NoError(t, err)
 	r, err := replays.Load(t.Context(), b.pool, id)
 	require.NoError(t, err)

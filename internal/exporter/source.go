@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -124,7 +125,7 @@ func (e *Exporter) Exported() []string {
 // WithWork returns those of names (sources exported here) that have work:
 // rows or keys pending, a snapshot or a replay unfinished. Each source's
 // owner answers for its own.
-func (e *Exporter) WithWork(ctx context.Context, q outbox.Querier, names []string) ([]string, error) {
+func (e *Exporter) WithWork(ctx context.Context, q database.Querier, names []string) ([]string, error) {
 	var out, configured []string
 	for _, n := range names {
 		if n != jobs.Resources {
@@ -155,7 +156,7 @@ func (e *Exporter) WithWork(ctx context.Context, q outbox.Querier, names []strin
 // Held returns those of names whose export lock a session holds with a
 // live lease: a holder whose lease ran out does not count, since a job
 // must run to take its lock over.
-func (e *Exporter) Held(ctx context.Context, q outbox.Querier, names []string) ([]string, error) {
+func (e *Exporter) Held(ctx context.Context, q database.Querier, names []string) ([]string, error) {
 	var out []string
 	for _, n := range names {
 		held, err := locks.HeldLive(ctx, q, locks.ExportKey(e.cfg.Schema, n))

@@ -9,6 +9,7 @@ package feed
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 )
 
@@ -49,6 +50,22 @@ type Limits struct {
 	// comes without it, as an Oversize, to be recorded failed with the
 	// reason, and is never read whole. Defaults to MaxItemBytesDefault.
 	MaxItemBytes int
+}
+
+// Validate returns an error naming the first limit that is not set. The
+// readers of a feed take Limits whole, as the exporter's Config defaulted
+// them (WithDefaults, once, in exporter.New), and refuse incomplete ones
+// rather than read pages of nothing or count every payload oversize.
+func (l Limits) Validate() error {
+	switch {
+	case l.Items <= 0:
+		return fmt.Errorf("feed: limits: Items must be positive, got %d", l.Items)
+	case l.Bytes <= 0:
+		return fmt.Errorf("feed: limits: Bytes must be positive, got %d", l.Bytes)
+	case l.MaxItemBytes <= 0:
+		return fmt.Errorf("feed: limits: MaxItemBytes must be positive, got %d", l.MaxItemBytes)
+	}
+	return nil
 }
 
 // WithDefaults returns l with every unset limit at its default.

@@ -19,17 +19,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
-
-// Querier reads holds; pgx.Tx, *pgx.Conn and *pgxpool.Pool fit.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// Execer clears holds; pgx.Tx, *pgx.Conn and *pgxpool.Pool fit.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
 
 // Hold is one held key.
 type Hold struct {
@@ -138,7 +130,7 @@ func QueueRelease(b *pgx.Batch, feed string, keys []string) {
 }
 
 // Load returns the holds of feed, by key.
-func Load(ctx context.Context, q Querier, feed string) (map[string]Hold, error) {
+func Load(ctx context.Context, q database.Querier, feed string) (map[string]Hold, error) {
 	rows, err := q.Query(ctx, `SELECT feed, key, version, reason, tries, since, held_at, next_at FROM syncer_held_keys WHERE feed = $1`, feed)
 	if err != nil {
 		return nil, fmt.Errorf("holds: load %s: %w", feed, err)
@@ -156,7 +148,7 @@ func Load(ctx context.Context, q Querier, feed string) (map[string]Hold, error) 
 
 // List returns up to limit holds of every feed, the longest held first,
 // for status and the console.
-func List(ctx context.Context, q Querier, limit int) ([]Hold, error) {
+func List(ctx context.Context, q database.Querier, limit int) ([]Hold, error) {
 	rows, err := q.Query(ctx, `SELECT feed, key, version, reason, tries, since, held_at, next_at FROM syncer_held_keys
 		ORDER BY since, feed, key LIMIT $1`, limit)
 	if err != nil {
@@ -171,7 +163,7 @@ func List(ctx context.Context, q Querier, limit int) ([]Hold, error) {
 
 // Clear makes the held keys of feed go at once (all of them when keys is
 // nil), as retry-failed asks, and returns how many it cleared.
-func Clear(ctx context.Context, e Execer, feed string, keys []string) (int64, error) {
+func Clear(ctx context.Context, e database.Querier, feed string, keys []string) (int64, error) {
 	var tag pgconn.CommandTag
 	var err error
 	if keys == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -120,11 +121,6 @@ func Kinds() []string {
 	return []string{ExportArgs{}.Kind(), PreviousSyncArgs{}.Kind(), PreviousReplayArgs{}.Kind()}
 }
 
-// Querier is what Counts needs: a pool, a connection or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // Count is how many of syncer's jobs of one kind are in one state.
 type Count struct {
 	Kind, State string
@@ -133,7 +129,7 @@ type Count struct {
 
 // Counts counts syncer's jobs by kind and state, every state included:
 // the one reading of river_job that the gauges and status share.
-func Counts(ctx context.Context, q Querier) ([]Count, error) {
+func Counts(ctx context.Context, q database.Querier) ([]Count, error) {
 	rows, err := q.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job
 		WHERE kind = ANY($1) GROUP BY kind, state ORDER BY kind, state`, Kinds())
 	if err != nil {

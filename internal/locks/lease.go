@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // LeaseTTLDefault is the default for Config.LeaseTTL.
@@ -97,7 +99,7 @@ func (l *Locker) endStale(ctx context.Context, conn *pgx.Conn, key int64) (bool,
 // lease that has not run out, or under no lease at all (a holder without
 // leases). A lock whose holder's lease ran out is about to be taken over:
 // the relay's poll gives a job the chance to. Needs syncer_lock_leases.
-func HeldLive(ctx context.Context, q Querier, key int64) (bool, error) {
+func HeldLive(ctx context.Context, q database.Querier, key int64) (bool, error) {
 	classid, objid := pgLocksIDs(key)
 	var held bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // errVanished is the cause of a loss where the session still answers but no
@@ -288,7 +290,7 @@ func (lk *Lock) lose(cause error) {
 }
 
 // verify reports whether the session behind q holds the advisory lock key.
-func verify(ctx context.Context, q Querier, key int64) (bool, error) {
+func verify(ctx context.Context, q database.Querier, key int64) (bool, error) {
 	classid, objid := pgLocksIDs(key)
 	var held bool
 	err := q.QueryRow(ctx, verifySQL, classid, objid).Scan(&held)

@@ -430,12 +430,6 @@ func closeConn(conn *pgx.Conn) {
 // session that does not answer is closed anyway.
 const unlockAllTimeout = time.Second
 
-// Querier is what HolderOf needs: *pgx.Conn, *pgxpool.Pool and pgx.Tx all
-// fit.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Holder is the session holding a lock, as status shows it.
 type Holder struct {
 	// PID is the backend pid of the holding session (pg_locks.pid).
@@ -454,7 +448,7 @@ type Holder struct {
 // HolderOf reports the session holding the lock for key in the current
 // database, for status displays. It is a snapshot: the holder may change
 // right after it returns.
-func HolderOf(ctx context.Context, q Querier, key int64) (Holder, bool, error) {
+func HolderOf(ctx context.Context, q database.Querier, key int64) (Holder, bool, error) {
 	classid, objid := pgLocksIDs(key)
 	var h Holder
 	var app, addr *string
@@ -482,7 +476,7 @@ func HolderOf(ctx context.Context, q Querier, key int64) (Holder, bool, error) {
 
 // Held reports whether some session holds the lock for key: what the
 // relay's poll asks.
-func Held(ctx context.Context, q Querier, key int64) (bool, error) {
+func Held(ctx context.Context, q database.Querier, key int64) (bool, error) {
 	_, held, err := HolderOf(ctx, q, key)
 	return held, err
 }

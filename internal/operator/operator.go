@@ -1,6 +1,7 @@
 // Package operator holds what a person does to a running syncer, from the
 // command line or the console alike: retry a source's failed keys, pause,
-// resume or probe a destination, start or cancel a replay of a source. Each
+// resume or probe a destination, plan, start, follow or cancel a replay of
+// any source (the replay model is internal/replays'). Each
 // action asks the packages that own the tables (sources, replays, outbox,
 // breakerstore); none writes SQL of its own, so the two front ends cannot
 // drift apart.
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +24,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -46,9 +49,13 @@ func (e *NoSourceError) Error() string {
 func (e *NoSourceError) Unwrap() error { return ErrUnknown }
 
 // RetrySource makes a source's failed keys eligible again, all of them or
-// those named (each in its text form), and wakes the daemons in the same
-// transaction. It returns how many keys are pending again.
+// those named (each in its text form; for resources, ids), and wakes the
+// daemons in the same transaction. It returns how many keys are pending
+// again.
 func RetrySource(ctx context.Context, pool *pgxpool.Pool, source string, keys []string) (n int64, err error) {
+	if source == jobs.Resources {
+		return retryResources(ctx, pool, keys)
+	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		known, err := sources.IsInstalled(ctx, tx, source)
 		if err != nil {
@@ -66,6 +73,25 @@ func RetrySource(ctx context.Context, pool *pgxpool.Pool, source string, keys []
 			return err
 		}
 		return outbox.Wake(ctx, tx, source)
+	})
+	return n, err
+}
+
+// retryResources is RetrySource of resources: its keys are ids.
+func retryResources(ctx context.Context, pool *pgxpool.Pool, keys []string) (n int64, err error) {
+	var ids []int64
+	for _, k := range keys {
+		id, err := strconv.ParseInt(strings.TrimSpace(k), 10, 64)
+		if err != nil || id <= 0 {
+			return 0, fmt.Errorf("%q is not an id of resources: %w", k, replays.ErrBadRange)
+		}
+		ids = append(ids, id)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if n, err = resources.RetryFailed(ctx, tx, ids); err != nil || n == 0 {
+			return err
+		}
+		return outbox.Wake(ctx, tx, jobs.Resources)
 	})
 	return n, err
 }
@@ -148,53 +174,60 @@ func Probe(ctx context.Context, pool *pgxpool.Pool, dest, by string) error {
 	return st.SetProbe(ctx, breakerstore.Probe{By: by})
 }
 
-// CancelReplay stops a replay: nothing more of it is sent.
-func CancelReplay(ctx context.Context, pool *pgxpool.Pool, id int64) error {
-	return replays.Cancel(ctx, pool, id)
-}
-
-// SourceReplay is a replay of a source by key range, planned: its rows
-// counted (the dry run) before it is started.
-type SourceReplay struct {
-	Source *sources.Source
-	Range  sources.ReplayRange
-	// Count is how many keys it would send.
-	Count int64
-}
-
-// PlanSourceReplay checks a key range of a source and counts its keys;
-// an empty bound is open. A bad key or range wraps sources.ErrBadKey or
-// is returned as is; an unknown source is a *NoSourceError.
-func PlanSourceReplay(ctx context.Context, pool *pgxpool.Pool, source, fromKey, toKey string) (*SourceReplay, error) {
+// ReplayTable is the named source as a replay's table: resources
+// (jobs.Resources) or an installed configured source, else a
+// *NoSourceError. It is the one place the replay path tells the kinds of
+// source apart; a constructor that decides a source's kind once can take
+// its place.
+func ReplayTable(ctx context.Context, pool *pgxpool.Pool, name string) (replays.Table, error) {
+	if name == jobs.Resources {
+		return replays.Resources, nil
+	}
 	all, err := sources.Load(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(all, func(s *sources.Source) bool { return s.Name == source })
+	i := slices.IndexFunc(all, func(s *sources.Source) bool { return s.Name == name })
 	if i < 0 {
-		return nil, &NoSourceError{Name: source}
+		return nil, &NoSourceError{Name: name}
 	}
-	p := &SourceReplay{Source: all[i], Range: sources.ReplayRange{FromKey: fromKey, ToKey: toKey}}
-	if err := p.Source.CheckRange(&p.Range); err != nil {
-		return nil, err
-	}
-	if p.Count, err = sources.CountReplay(ctx, pool, p.Source, p.Range); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return sources.ReplayTable(all[i]), nil
 }
 
-// Start records the replay and wakes the source's daemons, in one
-// transaction, and returns its id. A plan of no key starts nothing.
-func (p *SourceReplay) Start(ctx context.Context, pool *pgxpool.Pool) (id int64, err error) {
-	if p.Count == 0 {
-		return 0, fmt.Errorf("no row of source %s matches the range: nothing to replay, no replay created", p.Source.Name)
+// PlanReplay checks r against its source and counts what it would send:
+// the dry run, recording nothing. An unknown source is a *NoSourceError;
+// a bad range wraps replays.ErrBadRange or sources.ErrBadKey. Start the
+// plan with its Start.
+func PlanReplay(ctx context.Context, pool *pgxpool.Pool, r replays.Request) (*replays.Plan, error) {
+	t, err := ReplayTable(ctx, pool, r.Source)
+	if err != nil {
+		return nil, err
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if id, err = sources.CreateReplay(ctx, tx, p.Source, p.Range, p.Count); err != nil {
-			return err
-		}
-		return outbox.Wake(ctx, tx, p.Source.Name)
-	})
-	return id, err
+	return replays.PlanReplay(ctx, pool, t, r)
+}
+
+// KeyRange is the request of a replay of source's keys from through to
+// (an empty bound is open): what the console's form asks, for resources
+// (whose key is its id) as for a configured source.
+func KeyRange(source, from, to string) replays.Request {
+	return replays.Request{Source: source, Range: replays.SourceRange{FromKey: from, ToKey: to}}
+}
+
+// ReplayProgress reads a replay's progress, or wraps replays.ErrNotFound.
+func ReplayProgress(ctx context.Context, pool *pgxpool.Pool, id int64) (replays.Progress, error) {
+	return replays.ProgressOfOne(ctx, pool, sources.ReplaysUnsent, id)
+}
+
+// ListReplays returns every replay with its progress, oldest first.
+func ListReplays(ctx context.Context, pool *pgxpool.Pool) ([]replays.Progress, error) {
+	all, err := replays.List(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return replays.ProgressOf(ctx, pool, sources.ReplaysUnsent, all)
+}
+
+// CancelReplay stops a replay: nothing more of it is sent.
+func CancelReplay(ctx context.Context, pool *pgxpool.Pool, id int64) error {
+	return replays.Cancel(ctx, pool, id)
 }

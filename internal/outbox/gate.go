@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // SetArmed opens (armed) or shuts the gate. While armed, and while a relay's
@@ -30,7 +32,7 @@ func SetArmed(ctx context.Context, tx pgx.Tx, armed bool) error {
 // so with no daemon alive the gate closes itself within ttl and writers stop
 // paying for events nobody hears. Never shortens a lease another daemon
 // holds.
-func RenewLease(ctx context.Context, db Execer, ttl time.Duration) error {
+func RenewLease(ctx context.Context, db database.Querier, ttl time.Duration) error {
 	_, err := db.Exec(ctx, `UPDATE syncer_gate SET lease_until = greatest(lease_until, now() + make_interval(secs => $1))`, ttl.Seconds())
 	if err != nil {
 		return fmt.Errorf("outbox: renew gate lease: %w", err)

@@ -21,18 +21,11 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
-// Execer runs a statement.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // Pending counts events not yet relayed.
-func Pending(ctx context.Context, q resources.Querier) (int64, error) {
+func Pending(ctx context.Context, q database.Querier) (int64, error) {
 	var n int64
 	if err := q.QueryRow(ctx, `SELECT count(*) FROM syncer_outbox`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: count: %w", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
@@ -37,7 +38,7 @@ type exported struct {
 func (x *exported) Exported() []string { return x.names }
 func (x *exported) Wake(string) bool   { return false }
 func (x *exported) Active(string) bool { return false }
-func (x *exported) Held(_ context.Context, _ outbox.Querier, names []string) ([]string, error) {
+func (x *exported) Held(_ context.Context, _ database.Querier, names []string) ([]string, error) {
 	var out []string
 	for _, n := range names {
 		if x.held[n] {
@@ -47,7 +48,7 @@ func (x *exported) Held(_ context.Context, _ outbox.Querier, names []string) ([]
 	return out, nil
 }
 
-func (x *exported) WithWork(ctx context.Context, q outbox.Querier, names []string) ([]string, error) {
+func (x *exported) WithWork(ctx context.Context, q database.Querier, names []string) ([]string, error) {
 	var out, others []string
 	for _, n := range names {
 		if n != jobs.Resources {

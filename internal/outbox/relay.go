@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
 )
 
@@ -31,12 +32,6 @@ const (
 	probeTimeout = 10 * time.Second
 )
 
-// Querier is what the sources' owners need of the relay's transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Exporter is the sources this daemon exports, seen from the relay: their
 // names (jobs.Resources among them when it exports resources), which have
 // work, whose lock is held, and their jobs lingering here (Waker).
@@ -46,10 +41,10 @@ type Exporter interface {
 	Exported() []string
 	// WithWork returns those of names that have work: rows pending, a
 	// snapshot or a replay unfinished.
-	WithWork(ctx context.Context, q Querier, names []string) ([]string, error)
+	WithWork(ctx context.Context, q database.Querier, names []string) ([]string, error)
 	// Held returns those of names whose export lock a session with a live
 	// lease holds.
-	Held(ctx context.Context, q Querier, names []string) ([]string, error)
+	Held(ctx context.Context, q database.Querier, names []string) ([]string, error)
 }
 
 // Waker is the jobs lingering in this process, seen from the relay: a

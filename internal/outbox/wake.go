@@ -4,18 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
-// Tx is what the wake-ups need of a transaction: pgx.Tx has it.
-type Tx interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Wake appends an event and notifies, as the triggers would, in tx: for
 // source src (jobs.Resources, or a configured source). A command that
@@ -23,7 +16,7 @@ type Tx interface {
 // source's resnapshot) calls it, so that a daemon takes the work at once
 // and, if none listens, the relay's poll finds the event. Like a trigger's,
 // the event exists only if tx commits.
-func Wake(ctx context.Context, tx Tx, src string) error {
+func Wake(ctx context.Context, tx database.Querier, src string) error {
 	// A configured source's notification names its op, as its capture
 	// trigger's does; resources' triggers notify with no payload.
 	op, payload := jobs.WakeOp(src), ""
@@ -36,7 +29,7 @@ func Wake(ctx context.Context, tx Tx, src string) error {
 	return notify(ctx, tx, payload)
 }
 
-func notify(ctx context.Context, tx Tx, payload string) error {
+func notify(ctx context.Context, tx database.Querier, payload string) error {
 	var schema *string
 	if err := tx.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil || schema == nil {
 		return fmt.Errorf("outbox: notify: no current schema: %v", err)

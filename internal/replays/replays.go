@@ -1,6 +1,9 @@
-// Package replays owns syncer_replays: every statement on that table and the
-// type of its states live here, so the CLI, the relay, the exporter and
-// status agree on what a replay is without repeating SQL or raw strings.
+// Package replays owns syncer_replays and the one replay model (model.go:
+// plan, start, progress, cancel) that the command line and the console
+// use for every source, resources included. Every statement on that table
+// and the type of its states live here, so the CLI, the console, the
+// relay, the exporter and status agree on what a replay is without
+// repeating SQL or raw strings.
 //
 // A replay's life: pending (created, no daemon has taken it yet), running (a
 // daemon started sending it), then done or cancelled. done and cancelled are
@@ -19,10 +22,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	jobargs "github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
@@ -61,41 +62,25 @@ type Replay struct {
 	FinishedAt time.Time // zero until done or cancelled
 }
 
-// DB is what the functions need: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// JobInserter enqueues River jobs in a transaction: a river.Client, even
-// an insert-only one.
-type JobInserter interface {
-	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
-}
-
-// Enqueue records a pending replay of the rows f matches (total of them when
-// counted) and enqueues a job of resources, which runs it, in tx: a replay
-// never exists without a job to run it.
-func Enqueue(ctx context.Context, tx pgx.Tx, jobs JobInserter, f resources.Filter, total int64) (int64, error) {
-	id, err := Create(ctx, tx, f, total)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := jobs.InsertTx(ctx, tx, jobargs.ExportArgs{Source: jobargs.Resources}, nil); err != nil {
-		return 0, fmt.Errorf("replays: enqueue replay %d: %w", id, err)
-	}
-	return id, nil
-}
-
-// Create records a pending replay of the rows f matches, total of them when
-// counted. The caller enqueues its job in the same transaction (Enqueue
-// does both).
-func Create(ctx context.Context, db DB, f resources.Filter, total int64) (int64, error) {
+// Create records a pending replay of r, total rows (keys) of it when
+// counted, and returns its id: the one function that writes a replay, of
+// resources or of a configured source. Plan.Start calls it and wakes the
+// source's job in the same transaction; a replay created alone waits for
+// the relay's next poll, which finds it (AnyWaiting, SourcesWaiting).
+func Create(ctx context.Context, db database.Querier, r Request, total int64) (int64, error) {
 	var id int64
-	err := db.QueryRow(ctx, `INSERT INTO syncer_replays (from_id, to_id, since, until, failed_only, total_rows)
-		VALUES (NULLIF($1, 0), NULLIF($2, 0), $3, $4, $5, $6) RETURNING id`,
-		f.FromID, f.ToID, nullTime(f.Since), nullTime(f.Until), f.FailedOnly, total).Scan(&id)
+	var err error
+	if r.Source == "" || r.Source == jobargs.Resources {
+		f := r.Filter
+		err = db.QueryRow(ctx, `INSERT INTO syncer_replays (from_id, to_id, since, until, failed_only, total_rows)
+			VALUES (NULLIF($1, 0), NULLIF($2, 0), $3, $4, $5, $6) RETURNING id`,
+			f.FromID, f.ToID, nullTime(f.Since), nullTime(f.Until), f.FailedOnly, total).Scan(&id)
+	} else {
+		g := r.Range
+		err = db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows, from_key, to_key, since, until, changed_column)
+			VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, NULLIF($7, '')) RETURNING id`,
+			r.Source, total, g.FromKey, g.ToKey, nullTime(g.Since), nullTime(g.Until), g.ChangedColumn).Scan(&id)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("replays: create: %w", err)
 	}
@@ -138,7 +123,7 @@ func scan(row pgx.Row) (Replay, error) {
 }
 
 // Load reads a replay, or returns ErrNotFound.
-func Load(ctx context.Context, db DB, id int64) (Replay, error) {
+func Load(ctx context.Context, db database.Querier, id int64) (Replay, error) {
 	r, err := scan(db.QueryRow(ctx, `SELECT `+columns+` FROM syncer_replays WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("replay %d: %w", id, ErrNotFound)
@@ -151,7 +136,7 @@ func Load(ctx context.Context, db DB, id int64) (Replay, error) {
 
 // StateOf reads only a replay's state: the cheap check an exporter makes
 // between batches to stop sending a cancelled replay.
-func StateOf(ctx context.Context, db DB, id int64) (State, error) {
+func StateOf(ctx context.Context, db database.Querier, id int64) (State, error) {
 	var s string
 	err := db.QueryRow(ctx, `SELECT state FROM syncer_replays WHERE id = $1`, id).Scan(&s)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -165,7 +150,7 @@ func StateOf(ctx context.Context, db DB, id int64) (State, error) {
 
 // Cancelled reports whether the replay was cancelled (or no longer exists):
 // either way nothing more of it may be sent.
-func Cancelled(ctx context.Context, db DB, id int64) (bool, error) {
+func Cancelled(ctx context.Context, db database.Querier, id int64) (bool, error) {
 	s, err := StateOf(ctx, db, id)
 	if errors.Is(err, ErrNotFound) {
 		return true, nil
@@ -175,7 +160,7 @@ func Cancelled(ctx context.Context, db DB, id int64) (bool, error) {
 
 // Start marks a pending replay running. A replay in any other state is left
 // as it is, so a cancelled replay stays cancelled.
-func Start(ctx context.Context, db DB, id int64) error {
+func Start(ctx context.Context, db database.Querier, id int64) error {
 	if _, err := db.Exec(ctx, `UPDATE syncer_replays SET state = $2 WHERE id = $1 AND state = $3`,
 		id, StateRunning, StatePending); err != nil {
 		return fmt.Errorf("replays: start %d: %w", id, err)
@@ -186,7 +171,7 @@ func Start(ctx context.Context, db DB, id int64) error {
 // Finish marks an unfinished replay done and reports whether it did; a
 // replay cancelled meanwhile stays cancelled. The exporter calls it in the
 // lock's transaction.
-func Finish(ctx context.Context, db DB, id int64) (bool, error) {
+func Finish(ctx context.Context, db database.Querier, id int64) (bool, error) {
 	tag, err := db.Exec(ctx, `UPDATE syncer_replays SET state = $2, finished_at = now()
 		WHERE id = $1 AND state IN ($3, $4)`, id, StateDone, StatePending, StateRunning)
 	if err != nil {
@@ -199,7 +184,7 @@ func Finish(ctx context.Context, db DB, id int64) (bool, error) {
 // of it (a batch already in flight is still marked). It returns ErrNotFound
 // for an unknown id and ErrFinished, with the state, for a done or already
 // cancelled one.
-func Cancel(ctx context.Context, db DB, id int64) error {
+func Cancel(ctx context.Context, db database.Querier, id int64) error {
 	// The outer SELECT sees the row as it was before the UPDATE: the
 	// statement's snapshot is taken before its data-modifying CTE runs.
 	var cancelled bool
@@ -235,20 +220,6 @@ type SourceRange struct {
 	// ChangedColumn is the table's column that holds the time of a row's
 	// last change (the source's changed_at); required with Since or Until.
 	ChangedColumn string
-}
-
-// CreateForSource records a pending replay of the rows in r of configured
-// source src, total keys of them when counted. The caller wakes the
-// source's job, which runs it, in the same transaction.
-func CreateForSource(ctx context.Context, db DB, src string, r SourceRange, total int64) (int64, error) {
-	var id int64
-	err := db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows, from_key, to_key, since, until, changed_column)
-		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, NULLIF($7, '')) RETURNING id`,
-		src, total, r.FromKey, r.ToKey, nullTime(r.Since), nullTime(r.Until), r.ChangedColumn).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("replays: create for source %s: %w", src, err)
-	}
-	return id, nil
 }
 
 // SourceCursor is a source replay's range and where its logging stands,
@@ -318,7 +289,7 @@ type SourceProgress struct {
 
 // SourcesProgress returns the range and progress of every replay of a
 // configured source, by id.
-func SourcesProgress(ctx context.Context, db Reader) ([]SourceProgress, error) {
+func SourcesProgress(ctx context.Context, db database.Querier) ([]SourceProgress, error) {
 	rows, err := db.Query(ctx, `SELECT id, source, COALESCE(from_key, ''), COALESCE(to_key, ''), since, until,
 			COALESCE(changed_column, ''), keys_logged, last_seq
 		FROM syncer_replays WHERE source IS NOT NULL ORDER BY id`)
@@ -342,7 +313,7 @@ func SourcesProgress(ctx context.Context, db Reader) ([]SourceProgress, error) {
 
 // NextOfSource returns the oldest pending or running replay of source src,
 // the one its job works on next; 0 when none.
-func NextOfSource(ctx context.Context, db DB, src string) (int64, error) {
+func NextOfSource(ctx context.Context, db database.Querier, src string) (int64, error) {
 	var id int64
 	err := db.QueryRow(ctx, `SELECT id FROM syncer_replays WHERE source = $1 AND state IN ($2, $3) ORDER BY id LIMIT 1`,
 		src, StatePending, StateRunning).Scan(&id)
@@ -355,16 +326,9 @@ func NextOfSource(ctx context.Context, db DB, src string) (int64, error) {
 	return id, nil
 }
 
-// Reader is what the functions that only read need: a pool, a connection
-// or a transaction.
-type Reader interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // SourcesWaiting returns those of the configured sources names that have a
 // pending or running replay: work their job has still to log.
-func SourcesWaiting(ctx context.Context, db Reader, names []string) ([]string, error) {
+func SourcesWaiting(ctx context.Context, db database.Querier, names []string) ([]string, error) {
 	rows, err := db.Query(ctx, `SELECT DISTINCT source FROM syncer_replays WHERE source = ANY($1) AND state IN ($2, $3)`,
 		names, StatePending, StateRunning)
 	if err != nil {
@@ -381,7 +345,7 @@ func SourcesWaiting(ctx context.Context, db Reader, names []string) ([]string, e
 // running: resources' job runs it between its live passes, and the relay's
 // poll counts it as work. A source's replays are its own job's. It is
 // cheap enough to poll (the table is small).
-func AnyWaiting(ctx context.Context, db Reader) (bool, error) {
+func AnyWaiting(ctx context.Context, db database.Querier) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_replays WHERE state IN ($1, $2) AND source IS NULL)`,
 		StatePending, StateRunning).Scan(&ok)
@@ -393,7 +357,7 @@ func AnyWaiting(ctx context.Context, db Reader) (bool, error) {
 
 // Unfinished returns the ids of the pending and running replays of
 // resources, in order: those resources' job runs.
-func Unfinished(ctx context.Context, db DB) ([]int64, error) {
+func Unfinished(ctx context.Context, db database.Querier) ([]int64, error) {
 	rows, err := db.Query(ctx, `SELECT id FROM syncer_replays WHERE state IN ($1, $2) AND source IS NULL ORDER BY id`,
 		StatePending, StateRunning)
 	if err != nil {
@@ -407,20 +371,20 @@ func Unfinished(ctx context.Context, db DB) ([]int64, error) {
 }
 
 // List returns every replay, oldest first.
-func List(ctx context.Context, db DB) ([]Replay, error) {
+func List(ctx context.Context, db database.Querier) ([]Replay, error) {
 	return list(ctx, db, `SELECT `+columns+` FROM syncer_replays ORDER BY id`)
 }
 
 // Recent returns the replays worth showing: every unfinished one and the
 // last finished ones (at most finished of them), sorted by id.
-func Recent(ctx context.Context, db DB, finished int) ([]Replay, error) {
+func Recent(ctx context.Context, db database.Querier, finished int) ([]Replay, error) {
 	return list(ctx, db, `SELECT `+columns+` FROM syncer_replays
 		WHERE state IN ($1, $2)
 		   OR id IN (SELECT id FROM syncer_replays WHERE state NOT IN ($1, $2) ORDER BY id DESC LIMIT $3)
 		ORDER BY id`, StatePending, StateRunning, finished)
 }
 
-func list(ctx context.Context, db DB, sql string, args ...any) ([]Replay, error) {
+func list(ctx context.Context, db database.Querier, sql string, args ...any) ([]Replay, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("replays: list: %w", err)

@@ -25,7 +25,7 @@ func TestLifecycle(t *testing.T) {
 	ctx := t.Context()
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	f := resources.Filter{FromID: 10, ToID: 20, Since: since, FailedOnly: true}
-	id, err := replays.Create(ctx, pool, f, 11)
+	id, err := replays.Create(ctx, pool, replays.Request{Filter: f}, 11)
 	require.NoError(t, err)
 
 	r, err := replays.Load(ctx, pool, id)
@@ -73,7 +73,7 @@ func TestCancel(t *testing.T) {
 	t.Parallel()
 	pool := setup(t)
 	ctx := t.Context()
-	id, err := replays.Create(ctx, pool, resources.Filter{FromID: 1}, 5)
+	id, err := replays.Create(ctx, pool, replays.Request{Filter: resources.Filter{FromID: 1}}, 5)
 	require.NoError(t, err)
 	require.NoError(t, replays.Start(ctx, pool, id))
 
@@ -120,7 +120,7 @@ func TestListAndRecent(t *testing.T) {
 	ctx := t.Context()
 	var ids []int64
 	for i := range 8 {
-		id, err := replays.Create(ctx, pool, resources.Filter{FromID: int64(i + 1)}, 1)
+		id, err := replays.Create(ctx, pool, replays.Request{Filter: resources.Filter{FromID: int64(i + 1)}}, 1)
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
@@ -171,7 +171,7 @@ func TestPercent(t *testing.T) {
 	}
 }
 
-// A source replay's range and cursor live in its row: what CreateForSource
+// A source replay's range and cursor live in its row: what Create
 // stores, LockSourceCursor reads, AdvanceSourceCursor moves and
 // SourcesProgress reports.
 func TestSourceCursorRoundTrip(t *testing.T) {
@@ -180,11 +180,11 @@ func TestSourceCursorRoundTrip(t *testing.T) {
 	ctx := t.Context()
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	rng := replays.SourceRange{FromKey: "10", ToKey: "20", Since: since, ChangedColumn: "updated_at"}
-	id, err := replays.CreateForSource(ctx, pool, "orders", rng, 11)
+	id, err := replays.Create(ctx, pool, replays.Request{Source: "orders", Range: rng}, 11)
 	require.NoError(t, err)
-	whole, err := replays.CreateForSource(ctx, pool, "tags", replays.SourceRange{}, 3)
+	whole, err := replays.Create(ctx, pool, replays.Request{Source: "tags", Range: replays.SourceRange{}}, 3)
 	require.NoError(t, err)
-	ofResources, err := replays.Create(ctx, pool, resources.Filter{FromID: 1}, 1)
+	ofResources, err := replays.Create(ctx, pool, replays.Request{Filter: resources.Filter{FromID: 1}}, 1)
 	require.NoError(t, err)
 
 	// A source replay's since bounds its changed column: no Filter.

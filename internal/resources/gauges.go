@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // GaugeCountCap bounds what one Gauges call counts of each kind: beyond it
@@ -37,17 +39,12 @@ type GaugeCounts struct {
 	OldestPendingAge time.Duration
 }
 
-// Beginner starts transactions: a pool or a connection.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Gauges returns the figures of the periodic gauges at a cost that does not
 // grow with the table: pending and failed come from the partial indexes,
 // which hold only those rows, and the total from the server's statistics.
 // Sequential scans are ruled out for the transaction: with most rows
 // pending the planner would rather read the whole table.
-func Gauges(ctx context.Context, db Beginner) (GaugeCounts, error) {
+func Gauges(ctx context.Context, db database.DB) (GaugeCounts, error) {
 	var g GaugeCounts
 	var age float64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // The marks: what the third party answered, written on exactly the
@@ -28,11 +30,11 @@ func (v *Versions) Add(id, version int64) {
 // Len is the number of pairs.
 func (v *Versions) Len() int { return len(v.IDs) }
 
-// DB is what marks and RetryFailed need. pgx.Tx, *pgx.Conn and
-// *pgxpool.Pool fit.
+// DB is what marks and RetryFailed need: database.Querier and SendBatch,
+// because a mark's statements go in one batch (one round trip, one implicit
+// transaction outside of one). pgx.Tx, *pgx.Conn and *pgxpool.Pool fit.
 type DB interface {
-	Execer
-	Querier
+	database.Querier
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/feed"
 )
 
@@ -44,21 +44,10 @@ type Row struct {
 	Oversize int64
 }
 
-// Querier is what reads need: a pool, a connection or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Execer is what marks need; marks run inside the lock's transaction.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // batchArgs are a batch's byte bound and item bound as the statements take
-// them.
+// them. The limits come whole (feed.Limits.Validate): the exporter's
+// Config applied their defaults.
 func batchArgs(l feed.Limits) (bytes, maxItem int64) {
-	l = l.WithDefaults()
 	return int64(l.Bytes), int64(l.MaxItemBytes)
 }
 
@@ -146,7 +135,10 @@ type Page struct {
 // afterID (Start for all), merged in id order, and the live generation read
 // in the same statement. An id is never both a pending row and a pending
 // tombstone. scratch, if non-nil, is reused to spare allocations.
-func Pending(ctx context.Context, q Querier, afterID int64, lim feed.Limits, scratch []Row) (Page, error) {
+func Pending(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row) (Page, error) {
+	if err := lim.Validate(); err != nil {
+		return Page{}, fmt.Errorf("resources: pending: %w", err)
+	}
 	bytes, maxItem := batchArgs(lim)
 	rows, err := q.Query(ctx, pendingQuery(afterID), afterID, lim.Items, bytes, maxItem)
 	if err != nil {
@@ -184,7 +176,7 @@ func (f Filter) args() []any {
 }
 
 // Count returns how many rows and tombstones match f.
-func Count(ctx context.Context, q Querier, f Filter) (int64, error) {
+func Count(ctx context.Context, q database.Querier, f Filter) (int64, error) {
 	var n int64
 	args := f.args()
 	w := strings.NewReplacer("$2", "$1", "$3", "$2", "$4", "$3", "$5", "$4", "$6", "$5").Replace(f.where())
@@ -198,7 +190,10 @@ func Count(ctx context.Context, q Querier, f Filter) (int64, error) {
 
 // Matching returns the next batch of rows and tombstones matching f with
 // id > afterID (Start for all), whatever their synced_at, in id order.
-func Matching(ctx context.Context, q Querier, f Filter, afterID int64, lim feed.Limits, scratch []Row) ([]Row, error) {
+func Matching(ctx context.Context, q database.Querier, f Filter, afterID int64, lim feed.Limits, scratch []Row) ([]Row, error) {
+	if err := lim.Validate(); err != nil {
+		return nil, fmt.Errorf("resources: matching: %w", err)
+	}
 	bytes, maxItem := batchArgs(lim)
 	// The filter's parameters follow the batch's four.
 	w := strings.NewReplacer("$2", "$5", "$3", "$6", "$4", "$7", "$5", "$8", "$6", "$9").Replace(f.where())

@@ -60,7 +60,7 @@ func (b *bundle) drain(t *testing.T, lim feed.Limits) [][]resources.Row {
 		require.NoError(t, err)
 		if len(p.Rows) == 0 {
 			require.True(t, p.End, "an empty read is the end")
-			if n := len(out); n > 0 && len(out[n-1]) < lim.Items && lim.Bytes == 0 {
+			if n := len(out); n > 0 && len(out[n-1]) < lim.Items && lim.Bytes == feed.BytesDefault {
 				require.True(t, end, "a short last page says it reached the end")
 			}
 			return out
@@ -80,7 +80,7 @@ func versions(rows ...resources.Row) resources.Versions {
 	return v
 }
 
-var lim = feed.Limits{Items: 10}
+var lim = feed.Limits{Items: 10}.WithDefaults()
 
 func TestPendingPassesPayloadsThroughAndMarksExactVersions(t *testing.T) {
 	t.Parallel()
@@ -102,12 +102,12 @@ func TestPendingPassesPayloadsThroughAndMarksExactVersions(t *testing.T) {
 	}
 
 	// A byte limit cuts the batch but never below one row.
-	require.Len(t, b.pending(t, feed.Limits{Items: 10, Bytes: 1}), 1)
+	require.Len(t, b.pending(t, feed.Limits{Items: 10, Bytes: 1}.WithDefaults()), 1)
 
 	// A page says it reached the end only when no limit left a row out.
 	require.True(t, p.End, "3 rows under a limit of 10")
 	for _, l := range []feed.Limits{{Items: 10, Bytes: 1}, {Items: 3}, {Items: 2}} {
-		p, err := resources.Pending(ctx, b.pool, resources.Start, l, nil)
+		p, err := resources.Pending(ctx, b.pool, resources.Start, l.WithDefaults(), nil)
 		require.NoError(t, err)
 		require.False(t, p.End, "limits %+v", l)
 	}
@@ -132,7 +132,7 @@ func TestEveryBigintIDIsExported(t *testing.T) {
 		b.exec(t, `INSERT INTO resources (id, payload) VALUES ($1, '{}')`, id)
 	}
 	var got []int64
-	for _, batch := range b.drain(t, feed.Limits{Items: 2}) {
+	for _, batch := range b.drain(t, feed.Limits{Items: 2}.WithDefaults()) {
 		for _, r := range batch {
 			got = append(got, r.ID)
 		}
@@ -147,15 +147,15 @@ func TestEveryBigintIDIsExported(t *testing.T) {
 	require.Equal(t, int64(len(ids)), n)
 
 	// Replayable, synced or not, and counted.
-	all := b.pending(t, feed.Limits{Items: 100})
+	all := b.pending(t, feed.Limits{Items: 100}.WithDefaults())
 	_, err = resources.MarkFailed(ctx, b.pool, versions(all[:3]...), []string{"a", "b", "c"})
 	require.NoError(t, err)
 	_, err = resources.MarkSynced(ctx, b.pool, versions(all[3:]...))
 	require.NoError(t, err)
-	replay, err := resources.Matching(ctx, b.pool, resources.Filter{ToID: -1}, resources.Start, feed.Limits{Items: 100}, nil)
+	replay, err := resources.Matching(ctx, b.pool, resources.Filter{ToID: -1}, resources.Start, feed.Limits{Items: 100}.WithDefaults(), nil)
 	require.NoError(t, err)
 	require.Len(t, replay, 3)
-	replay, err = resources.Matching(ctx, b.pool, resources.Filter{FailedOnly: true}, resources.Start, feed.Limits{Items: 100}, nil)
+	replay, err = resources.Matching(ctx, b.pool, resources.Filter{FailedOnly: true}, resources.Start, feed.Limits{Items: 100}.WithDefaults(), nil)
 	require.NoError(t, err)
 	require.Len(t, replay, 3)
 	c, err := resources.CountAll(ctx, b.pool)
@@ -164,7 +164,7 @@ func TestEveryBigintIDIsExported(t *testing.T) {
 	n, err = resources.RetryFailed(ctx, b.pool, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n)
-	require.Len(t, b.pending(t, feed.Limits{Items: 100}), 3)
+	require.Len(t, b.pending(t, feed.Limits{Items: 100}.WithDefaults()), 3)
 }
 
 // payloadBytes is what a batch holds in memory.
@@ -193,7 +193,7 @@ func TestHugeRowsKeepBatchesBounded(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT octet_length(payload::text) FROM resources WHERE id = 30`).Scan(&rnd))
 
 	const limit = 1 << 20
-	lim := feed.Limits{Items: 500, Bytes: limit, MaxItemBytes: 4 << 20}
+	lim := feed.Limits{Items: 500, Bytes: limit, MaxItemBytes: 4 << 20}.WithDefaults()
 	batches := b.drain(t, lim)
 	seen := map[int64]resources.Row{}
 	for _, batch := range batches {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // What status, the console and the metrics read of the table: counts
@@ -13,7 +15,7 @@ import (
 
 // AnyPending reports whether a pending row or tombstone exists. It only
 // touches the pending indexes, so it is cheap enough to poll.
-func AnyPending(ctx context.Context, q Querier) (bool, error) {
+func AnyPending(ctx context.Context, q database.Querier) (bool, error) {
 	var ok bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM resources WHERE synced_at IS NULL AND failed_at IS NULL)
 		OR EXISTS (SELECT 1 FROM syncer_tombstones WHERE synced_at IS NULL AND failed_at IS NULL)`).Scan(&ok)
@@ -41,7 +43,7 @@ type Counts struct {
 
 // CountAll returns exact counts. It reads the whole table: it is for
 // `syncer status`, not for anything periodic (see Gauges).
-func CountAll(ctx context.Context, q Querier) (Counts, error) {
+func CountAll(ctx context.Context, q database.Querier) (Counts, error) {
 	var c Counts
 	var age float64
 	err := q.QueryRow(ctx, `WITH r AS (SELECT count(*) AS total,
@@ -74,7 +76,7 @@ type Failure struct {
 }
 
 // RecentFailures returns the most recently failed rows and tombstones.
-func RecentFailures(ctx context.Context, q Querier, limit int) ([]Failure, error) {
+func RecentFailures(ctx context.Context, q database.Querier, limit int) ([]Failure, error) {
 	rows, err := q.Query(ctx, `(SELECT id, version, failed_at, COALESCE(sync_error, '') FROM resources
 			WHERE failed_at IS NOT NULL ORDER BY failed_at DESC, id DESC LIMIT $1)
 		UNION ALL

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // Tombstones live in syncer_tombstones (migration 005): one per deleted
@@ -27,7 +29,7 @@ const (
 // failed tombstones are never purged. It takes the oldest first and skips
 // any a writer or the exporter has locked, so it never makes them wait;
 // call it repeatedly, in small batches, until it returns less than limit.
-func PurgeTombstones(ctx context.Context, db Execer, olderThan time.Duration, limit int) (int64, error) {
+func PurgeTombstones(ctx context.Context, db database.Querier, olderThan time.Duration, limit int) (int64, error) {
 	if olderThan < 0 {
 		return 0, fmt.Errorf("resources: purge: olderThan must not be negative, got %s", olderThan)
 	}

@@ -21,7 +21,7 @@ func TestPendingLeavesOversizeItemsOut(t *testing.T) {
 	b.exec(t, `INSERT INTO docs VALUES (1, 'small'), (2, repeat('x', 3 << 20)), (3, 'small too')`)
 	b.exec(t, `DELETE FROM docs WHERE id = 3`)
 
-	p, err := sources.Pending(context.Background(), b.pool, srcs["docs"], "", true, feed.Limits{Items: 10, Bytes: 1 << 10, MaxItemBytes: 1 << 20})
+	p, err := sources.Pending(context.Background(), b.pool, srcs["docs"], "", true, feed.Limits{Items: 10, Bytes: 1 << 10, MaxItemBytes: 1 << 20}.WithDefaults())
 	require.NoError(t, err)
 	require.True(t, p.End, "an oversize row takes no room: all three fit")
 	rows := p.Rows
@@ -37,7 +37,7 @@ func TestPendingLeavesOversizeItemsOut(t *testing.T) {
 	require.True(t, rows[2].Deleted, "a tombstone is never oversize")
 	require.Zero(t, rows[2].Oversize)
 
-	wp, err := sources.Pending(context.Background(), b.pool, srcs["docs"], "", true, feed.Limits{Items: 10, MaxItemBytes: 8 << 20})
+	wp, err := sources.Pending(context.Background(), b.pool, srcs["docs"], "", true, feed.Limits{Items: 10, MaxItemBytes: 8 << 20}.WithDefaults())
 	require.NoError(t, err)
 	whole := wp.Rows
 	require.Len(t, whole, 3)

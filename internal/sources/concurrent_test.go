@@ -98,7 +98,7 @@ func TestVersionsIncreaseUnderConcurrentWritesAndSnapshot(t *testing.T) {
 	last := map[string]sources.Row{}
 	for {
 		quiet := writesDone.Load() && snapshotDone.Load()
-		p, err := sources.Pending(ctx, b.pool, src, "", true, feed.Limits{Items: 25})
+		p, err := sources.Pending(ctx, b.pool, src, "", true, feed.Limits{Items: 25}.WithDefaults())
 		require.NoError(t, err)
 		rows := p.Rows
 		for _, r := range rows {

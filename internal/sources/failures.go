@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // SourceFailure is a failed key of any source, for status and the console.
@@ -16,7 +18,7 @@ type SourceFailure struct {
 
 // AllRecentFailures returns the most recently failed keys of every source
 // that have not changed since, latest first, at most limit of them.
-func AllRecentFailures(ctx context.Context, q Querier, limit int) ([]SourceFailure, error) {
+func AllRecentFailures(ctx context.Context, q database.Querier, limit int) ([]SourceFailure, error) {
 	rows, err := q.Query(ctx, `SELECT f.source, s.destination, f.key, f.version, f.failed_at, f.error
 		FROM syncer_source_failures f JOIN syncer_sources s ON s.name = f.source
 		WHERE NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)
@@ -38,7 +40,7 @@ func AllRecentFailures(ctx context.Context, q Querier, limit int) ([]SourceFailu
 // RetryFailedKeys is RetryFailed of the keys named only, each in its text
 // form (a composite key's compact JSON array); a key that has not failed is
 // left alone.
-func RetryFailedKeys(ctx context.Context, e Execer, src string, keys []string) (int64, error) {
+func RetryFailedKeys(ctx context.Context, e database.Querier, src string, keys []string) (int64, error) {
 	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 AND key = ANY($2) RETURNING num, key)
 		INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, num, key, false FROM f ORDER BY num, key`, src, keys)
 	if err != nil {

@@ -3,6 +3,8 @@ package sources
 import (
 	"context"
 	"fmt"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // A source's row filter (where:, section 7) is evaluated where the write
@@ -47,13 +49,13 @@ func (s *Source) filterOfRecord(rec string) string {
 // checkFilter compiles the source's filter against its table, reading no
 // row: an expression that does not compile (a column the table lacks, a
 // type mismatch, a parameter, not a boolean) is the source's error.
-func checkFilter(ctx context.Context, q Querier, s *Source) error {
+func checkFilter(ctx context.Context, q database.Querier, s *Source) error {
 	if s.Where == "" {
 		return nil
 	}
 	// In a savepoint of its own (or a transaction, on a pool), so that
 	// the error leaves the caller's transaction usable.
-	if b, ok := q.(Beginner); ok {
+	if b, ok := q.(database.DB); ok {
 		tx, err := b.Begin(ctx)
 		if err != nil {
 			return fmt.Errorf("sources: source %s: where: %w", s.Name, err)

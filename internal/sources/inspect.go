@@ -8,11 +8,13 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // inspect resolves a configured source against the catalog and checks
 // that it can be installed. Problems of the table are *SourceError.
-func inspect(ctx context.Context, q Querier, c *Spec) (*Source, error) {
+func inspect(ctx context.Context, q database.Querier, c *Spec) (*Source, error) {
 	bad := func(format string, args ...any) error {
 		return &SourceError{Source: c.Name, Err: fmt.Errorf(format, args...)}
 	}
@@ -121,7 +123,7 @@ func inspect(ctx context.Context, q Querier, c *Spec) (*Source, error) {
 }
 
 // baseType follows domains down to their base type.
-func baseType(ctx context.Context, q Querier, typ uint32) (uint32, error) {
+func baseType(ctx context.Context, q database.Querier, typ uint32) (uint32, error) {
 	for range 16 {
 		var kind string
 		var base uint32

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // InstallLockTimeout bounds how long Install waits for the lock that
@@ -94,7 +96,7 @@ func (e *SourceError) IsUsage() bool { return errors.Is(e.Err, ErrNoPrimaryKey) 
 // It is idempotent: run again with the same file it changes nothing and
 // takes no lock on an application's table. It never adds or alters a
 // column of an application's table.
-func Install(ctx context.Context, db Beginner, specs []Spec) (*InstallResult, error) {
+func Install(ctx context.Context, db database.DB, specs []Spec) (*InstallResult, error) {
 	res := &InstallResult{}
 	var resolved []*Source
 	var installed []string
@@ -184,7 +186,7 @@ type installedRow struct {
 // installOne installs one source in a transaction of its own, so that the
 // lock its triggers take on the table is held for as short a time as
 // possible.
-func installOne(ctx context.Context, db Beginner, schema string, s *Source, c *Spec) (Change, error) {
+func installOne(ctx context.Context, db database.DB, schema string, s *Source, c *Spec) (Change, error) {
 	ch := Change{Source: s.Name, Action: Unchanged}
 	hash := objectHash(schema, s.Name)
 	fn := pgx.Identifier{schema, functionName(hash)}.Sanitize()
@@ -311,7 +313,7 @@ func forget(ctx context.Context, tx pgx.Tx, name string) error {
 }
 
 // remove uninstalls a source that is no longer configured.
-func remove(ctx context.Context, db Beginner, schema, name string) error {
+func remove(ctx context.Context, db database.DB, schema, name string) error {
 	hash := objectHash(schema, name)
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", InstallLockTimeout.Milliseconds())); err != nil {

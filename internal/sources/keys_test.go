@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -67,7 +68,7 @@ func TestCompositeKeyTextAndBigint(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 9, n)
 	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
-		_, err := sources.CreateReplay(context.Background(), tx, src, r, n)
+		_, err := replays.Create(context.Background(), tx, replays.Request{Source: src.Name, Range: r}, n)
 		return err
 	}))
 	require.NoError(t, b.snapshotAll(t, src))

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/feed"
 )
 
@@ -83,8 +84,11 @@ type Page struct {
 // A source whose table, key or configured column is gone returns a
 // *SchemaError. Call it on a pool, not in a transaction, so that the
 // error's cause can still be looked up.
-func Pending(ctx context.Context, q Querier, src *Source, afterKey string, first bool, lim feed.Limits) (Page, error) {
-	lim = lim.WithDefaults()
+func Pending(ctx context.Context, q database.Querier, src *Source, afterKey string, first bool, lim feed.Limits) (Page, error) {
+	// The limits come whole: the exporter's Config applied their defaults.
+	if err := lim.Validate(); err != nil {
+		return Page{}, fmt.Errorf("sources: %s: pending: %w", src.Name, err)
+	}
 	sql, args := src.sql.pendingFirst, []any{src.Name, lim.Items, lim.MaxItemBytes}
 	if !first {
 		num, err := src.num(afterKey)
@@ -199,7 +203,7 @@ func collect(rows pgx.Rows, lim feed.Limits) ([]Row, bool, error) {
 
 // explain turns an error that a change of the table explains into a
 // *SchemaError; any other error is returned as it is.
-func (s *Source) explain(ctx context.Context, q Querier, err error) error {
+func (s *Source) explain(ctx context.Context, q database.Querier, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
@@ -221,7 +225,7 @@ func (s *Source) explain(ctx context.Context, q Querier, err error) error {
 // triggers, or the triggers dropped or disabled): no write of it is being
 // captured, and nothing else would say so, since no change comes. The
 // daemon checks before each run of the source.
-func Check(ctx context.Context, q Querier, src *Source) error {
+func Check(ctx context.Context, q database.Querier, src *Source) error {
 	var ok bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger tg
 		WHERE tg.tgrelid = to_regclass($1) AND tg.tgname = `+triggerNameSQL("$2::text", "insert")+` AND tg.tgenabled <> 'D')`,
@@ -241,7 +245,7 @@ func Check(ctx context.Context, q Querier, src *Source) error {
 
 // diagnose compares the table with what was installed; nil when it finds
 // nothing wrong (or cannot look).
-func (s *Source) diagnose(ctx context.Context, q Querier) *SchemaError {
+func (s *Source) diagnose(ctx context.Context, q database.Querier) *SchemaError {
 	se := &SchemaError{Source: s.Name, Table: s.QualifiedTable()}
 	var exists bool
 	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.table()).Scan(&exists); err != nil {
@@ -310,8 +314,11 @@ func MarkFailed(ctx context.Context, db BatchSender, src *Source, keys []string,
 	return send(ctx, db, func(b *pgx.Batch) error { return QueueMarks(b, src, nil, nil, keys, versions, errs) })
 }
 
-// BatchSender sends a pgx.Batch: a transaction, a connection or a pool.
+// BatchSender is database.Querier that also sends a pgx.Batch, because a
+// mark's statements go in one batch (one round trip): a transaction, a
+// connection or a pool.
 type BatchSender interface {
+	database.Querier
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
@@ -378,7 +385,7 @@ func queueMark(b *pgx.Batch, src *Source, what, sql string, keys []string, versi
 // (higher) version, and returns how many. The new version gives the batch
 // a new body, so it never reuses the Idempotency-Key the third party
 // rejected.
-func RetryFailed(ctx context.Context, e Execer, src string) (int64, error) {
+func RetryFailed(ctx context.Context, e database.Querier, src string) (int64, error) {
 	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 RETURNING num, key)
 		INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, num, key, false FROM f ORDER BY num, key`, src)
 	if err != nil {
@@ -389,7 +396,7 @@ func RetryFailed(ctx context.Context, e Execer, src string) (int64, error) {
 
 // AnyPending reports whether the source has a pending change. It only
 // touches the change log's index, so it is cheap enough to poll.
-func AnyPending(ctx context.Context, q Querier, src string) (bool, error) {
+func AnyPending(ctx context.Context, q database.Querier, src string) (bool, error) {
 	var ok bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_changes WHERE source = $1)`, src).Scan(&ok); err != nil {
 		return false, fmt.Errorf("sources: source %s: any pending: %w", src, err)

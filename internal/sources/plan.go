@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // Plan is what Install would do with a configuration, found without
@@ -27,7 +29,7 @@ type Plan struct {
 // installed, installed with another table, key, columns or destination,
 // whose triggers are missing, disabled or of an older version, or
 // installed and no longer configured. It only reads.
-func PlanInstall(ctx context.Context, q Querier, specs []Spec) (*Plan, error) {
+func PlanInstall(ctx context.Context, q database.Querier, specs []Spec) (*Plan, error) {
 	var schema string
 	if err := q.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		return nil, fmt.Errorf("sources: current schema: %w", err)

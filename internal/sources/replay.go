@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/resources"
 )
 
 // ReplayRange selects the rows of a source that a replay exports once
@@ -140,7 +142,7 @@ func (s *Source) rangeSQL(r ReplayRange, next int) (string, []any) {
 
 // CountReplay counts the rows of src's table in r: what a replay would
 // send, and what --dry-run prints. It reads the application's table.
-func CountReplay(ctx context.Context, q Querier, src *Source, r ReplayRange) (int64, error) {
+func CountReplay(ctx context.Context, q database.Querier, src *Source, r ReplayRange) (int64, error) {
 	cond, args := src.rangeSQL(r, 1)
 	var n int64
 	if err := q.QueryRow(ctx, `SELECT count(*) FROM `+src.table()+` t WHERE `+cond+src.filterAnd(), args...).Scan(&n); err != nil {
@@ -149,62 +151,54 @@ func CountReplay(ctx context.Context, q Querier, src *Source, r ReplayRange) (in
 	return n, nil
 }
 
-// CreateReplay records a pending replay of src's rows in r, total of them
-// when counted, in tx, and returns its id. The source's job (woken by the
-// caller in the same transaction) logs its keys, chunk by chunk, as
-// changes, after the source's snapshot.
-func CreateReplay(ctx context.Context, tx pgx.Tx, src *Source, r ReplayRange, total int64) (int64, error) {
-	return replays.CreateForSource(ctx, tx, src.Name, r, total)
-}
+// ReplayTable is src as a replay's Table (replays.PlanReplay): its
+// ranges are of keys and of the time of last change.
+func ReplayTable(src *Source) replays.Table { return replayTable{src} }
 
-// ReplayInfo is a source replay's range and progress.
-type ReplayInfo struct {
-	ReplayID int64
-	Range    ReplayRange
-	// KeysLogged counts the keys the replay queued for export so far.
-	KeysLogged int64
-	// Unsent counts the keys the source still has pending from changes up
-	// to the replay's last one: queued by it (or by a write meanwhile) and
-	// not yet accepted or rejected.
-	Unsent int64
-}
+type replayTable struct{ src *Source }
 
-// Replays returns the range and progress of every source replay, by
-// replay id.
-func Replays(ctx context.Context, q Querier) (map[int64]ReplayInfo, error) {
-	progress, err := replays.SourcesProgress(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("sources: replays: %w", err)
+func (t replayTable) Name() string { return t.src.Name }
+
+// CountReplay refuses the bounds of resources' range, checks the rest
+// against the source (CheckRange) and counts its rows.
+func (t replayTable) CountReplay(ctx context.Context, q database.Querier, r *replays.Request) (int64, error) {
+	if r.Filter != (resources.Filter{}) {
+		return 0, fmt.Errorf("ids, creation times and --failed select rows of resources, not of source %s: %w", t.src.Name, replays.ErrBadRange)
 	}
-	out := make(map[int64]ReplayInfo, len(progress))
+	if err := t.src.CheckRange(&r.Range); err != nil {
+		return 0, err
+	}
+	return CountReplay(ctx, q, t.src, r.Range)
+}
+
+// ReplaysUnsent counts, for each source replay of logged, the keys its
+// source still has pending from changes up to the replay's last one:
+// queued by it (or by a write meanwhile) and not yet accepted or
+// rejected. It is the replays.Unsent of the replay model: syncer_changes
+// is this package's table, the replay's last_seq replays'.
+func ReplaysUnsent(ctx context.Context, q database.Querier, logged []replays.SourceProgress) (map[int64]int64, error) {
+	out := make(map[int64]int64, len(logged))
 	var ids, lastSeqs []int64
 	var srcs []string
-	for _, p := range progress {
-		out[p.ID] = ReplayInfo{ReplayID: p.ID, Range: p.Range, KeysLogged: p.KeysLogged}
-		if p.LastSeq > 0 {
-			ids, srcs, lastSeqs = append(ids, p.ID), append(srcs, p.Source), append(lastSeqs, p.LastSeq)
-		}
+	for _, p := range logged {
+		ids, srcs, lastSeqs = append(ids, p.ID), append(srcs, p.Source), append(lastSeqs, p.LastSeq)
 	}
 	if len(ids) == 0 {
 		return out, nil
 	}
-	// The keys still pending from changes up to each replay's last one:
-	// syncer_changes is this package's, the replay's last_seq replays'.
 	rows, err := q.Query(ctx, `SELECT r.id, (SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c
 				WHERE c.source = r.source AND c.seq <= r.last_seq) k)
 		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS r (id, source, last_seq)`, ids, srcs, lastSeqs)
 	if err != nil {
-		return nil, fmt.Errorf("sources: replays: %w", err)
+		return nil, fmt.Errorf("sources: replays unsent: %w", err)
 	}
 	var id, unsent int64
 	_, err = pgx.ForEachRow(rows, []any{&id, &unsent}, func() error {
-		ri := out[id]
-		ri.Unsent = unsent
-		out[id] = ri
+		out[id] = unsent
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sources: replays: %w", err)
+		return nil, fmt.Errorf("sources: replays unsent: %w", err)
 	}
 	return out, nil
 }
@@ -215,7 +209,7 @@ func Replays(ctx context.Context, q Querier) (map[int64]ReplayInfo, error) {
 // same transaction), and reports whether src has no replay left to log.
 // A replay whose last chunk is logged is done: its keys are then pending
 // like any change. A cancelled replay logs nothing more.
-func replayChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool, err error) {
+func replayChunk(ctx context.Context, db database.DB, src *Source, chunk int) (done bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", SnapshotLockTimeout.Milliseconds())); err != nil {
 			return err

@@ -30,22 +30,28 @@ func TestReplayCursorAcrossChunks(t *testing.T) {
 	var id int64
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		id, err = sources.CreateReplay(ctx, tx, src, r, 12)
+		id, err = replays.Create(ctx, tx, replays.Request{Source: src.Name, Range: r}, 12)
 		return err
 	}))
-	infos, err := sources.Replays(ctx, b.pool)
-	require.NoError(t, err)
-	require.Equal(t, sources.ReplayInfo{ReplayID: id, Range: r}, infos[id])
+	progress := func() replays.Progress {
+		t.Helper()
+		p, err := replays.ProgressOfOne(ctx, b.pool, sources.ReplaysUnsent, id)
+		require.NoError(t, err)
+		return p
+	}
+	p := progress()
+	require.Equal(t, r, p.Range)
+	require.Zero(t, p.Queued)
+	require.Equal(t, "keys", p.Unit)
 
 	// First chunk: keys 5 to 9.
 	done, err := sources.Snapshot(ctx, b.pool, src, 5)
 	require.NoError(t, err)
 	require.False(t, done)
 	require.Equal(t, []string{"5", "6", "7", "8", "9"}, keys(b.pending(t, src)))
-	infos, err = sources.Replays(ctx, b.pool)
-	require.NoError(t, err)
-	require.Equal(t, int64(5), infos[id].KeysLogged)
-	require.Equal(t, int64(5), infos[id].Unsent)
+	p = progress()
+	require.Equal(t, int64(5), p.Queued)
+	require.Zero(t, p.Sent, "5 keys logged, none sent")
 	st, err := replays.StateOf(ctx, b.pool, id)
 	require.NoError(t, err)
 	require.Equal(t, replays.StateRunning, st)
@@ -75,8 +81,8 @@ func TestReplayCursorAcrossChunks(t *testing.T) {
 	require.Equal(t, replays.StateDone, st)
 
 	b.markSynced(t, src, rows)
-	infos, err = sources.Replays(ctx, b.pool)
-	require.NoError(t, err)
-	require.Equal(t, int64(12), infos[id].KeysLogged)
-	require.Zero(t, infos[id].Unsent, "every key sent")
+	p = progress()
+	require.Equal(t, int64(12), p.Queued)
+	require.Equal(t, int64(12), p.Sent, "every key sent")
+	require.True(t, p.Over)
 }

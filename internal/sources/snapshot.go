@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // SnapshotLockTimeout bounds how long a snapshot chunk waits for a row
@@ -27,16 +29,10 @@ const SnapshotLockTimeout = 200 * time.Millisecond
 // again later.
 var ErrSnapshotBusy = errors.New("sources: snapshot chunk waited too long for a lock")
 
-// DB is a pool: what runs its own transactions and reads.
-type DB interface {
-	Beginner
-	Querier
-}
-
 // Snapshot logs the next chunk of src's snapshot, then, once the snapshot
 // is done or skipped, of its replays (replay --source), oldest first, and
 // reports whether both are done: the source's job calls it until they are.
-func Snapshot(ctx context.Context, db DB, src *Source, chunk int) (done bool, err error) {
+func Snapshot(ctx context.Context, db database.DB, src *Source, chunk int) (done bool, err error) {
 	if chunk <= 0 {
 		return false, fmt.Errorf("sources: source %s: snapshot chunk must be positive, got %d", src.Name, chunk)
 	}
@@ -56,7 +52,7 @@ func Snapshot(ctx context.Context, db DB, src *Source, chunk int) (done bool, er
 // Rows the triggers already logged are logged again: the key goes out at
 // its highest version, once or twice, never out of order. A source whose
 // snapshot is done or skipped returns true at once.
-func snapshotChunk(ctx context.Context, db DB, src *Source, chunk int) (done bool, err error) {
+func snapshotChunk(ctx context.Context, db database.DB, src *Source, chunk int) (done bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", SnapshotLockTimeout.Milliseconds())); err != nil {
 			return err
@@ -131,7 +127,7 @@ func snapshotChunk(ctx context.Context, db DB, src *Source, chunk int) (done boo
 // table is logged, and exported, once more: a replay of the whole source.
 // It reports whether the source exists. Rows are read again from the table
 // as they are then; their versions go on above every version sent.
-func Resnapshot(ctx context.Context, e Execer, src string) (bool, error) {
+func Resnapshot(ctx context.Context, e database.Querier, src string) (bool, error) {
 	tag, err := e.Exec(ctx, `UPDATE syncer_sources SET snapshot_state = 'pending', snapshot_after = NULL,
 			snapshot_rows = 0, snapshot_total = 0, snapshot_started_at = NULL, snapshot_done_at = NULL, updated_at = now()
 		WHERE name = $1`, src)

@@ -11,24 +11,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
-
-// Querier is what reads need: a pool, a connection or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Execer is what marks need; marks run inside the lock's transaction.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// Beginner starts transactions: a pool or a connection.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // KeyKind is the kind of a source's key, which decides its order and how
 // its text form is read back.
@@ -111,7 +96,7 @@ func (s *Source) table() string { return pgx.Identifier{s.Schema, s.Table}.Sanit
 var ErrNotInstalled = errors.New("not installed as configured: run syncer migrate with this configuration")
 
 // Load returns every installed source, by name.
-func Load(ctx context.Context, q Querier) ([]*Source, error) {
+func Load(ctx context.Context, q database.Querier) ([]*Source, error) {
 	rows, err := q.Query(ctx, `SELECT name, schema_name, table_name, key_column, key_kind, key_type, columns, destination,
 			key_columns, key_kinds, COALESCE(row_filter, '')
 		FROM syncer_sources ORDER BY name`)
@@ -142,7 +127,7 @@ func Load(ctx context.Context, q Querier) ([]*Source, error) {
 // another table, key, columns or destination, is an error wrapping
 // ErrNotInstalled that names it: the daemon must not export what migrate
 // has not set up.
-func Resolve(ctx context.Context, q Querier, specs []Spec) ([]*Source, error) {
+func Resolve(ctx context.Context, q database.Querier, specs []Spec) ([]*Source, error) {
 	all, err := Load(ctx, q)
 	if err != nil {
 		return nil, err
@@ -185,7 +170,7 @@ func Resolve(ctx context.Context, q Querier, specs []Spec) ([]*Source, error) {
 }
 
 // prepare looks up what the statements need and builds them once.
-func (s *Source) prepare(ctx context.Context, q Querier) error {
+func (s *Source) prepare(ctx context.Context, q database.Querier) error {
 	if s.Kind == KeyText {
 		// A table dropped since install has no collation to find: Pending
 		// then reports the table gone.

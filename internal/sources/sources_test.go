@@ -72,7 +72,7 @@ func (b *bundle) pending(t *testing.T, src *sources.Source) []sources.Row {
 	var out []sources.Row
 	after, first := "", true
 	for {
-		p, err := sources.Pending(context.Background(), b.pool, src, after, first, feed.Limits{Items: 2})
+		p, err := sources.Pending(context.Background(), b.pool, src, after, first, feed.Limits{Items: 2}.WithDefaults())
 		require.NoError(t, err)
 		rows := p.Rows
 		if len(rows) == 0 {
@@ -82,7 +82,7 @@ func (b *bundle) pending(t *testing.T, src *sources.Source) []sources.Row {
 		// test writes while this reads), and a short one says so.
 		require.Equal(t, len(rows) < 2, p.End, "a page of %d keys under a limit of 2", len(rows))
 		if p.End {
-			next, err := sources.Pending(context.Background(), b.pool, src, rows[len(rows)-1].Key, false, feed.Limits{Items: 2})
+			next, err := sources.Pending(context.Background(), b.pool, src, rows[len(rows)-1].Key, false, feed.Limits{Items: 2}.WithDefaults())
 			require.NoError(t, err)
 			require.Empty(t, next.Rows, "after a page that said it reached the end")
 		}
@@ -200,7 +200,7 @@ func TestTextKeysWholeRowAndAddedColumn(t *testing.T) {
 
 	// A byte limit cuts the batch but never below one item.
 	b.exec(t, `UPDATE "Customers" SET tier = 4`)
-	small, err := sources.Pending(context.Background(), b.pool, src, "", true, feed.Limits{Items: 10, Bytes: 1})
+	small, err := sources.Pending(context.Background(), b.pool, src, "", true, feed.Limits{Items: 10, Bytes: 1}.WithDefaults())
 	require.NoError(t, err)
 	require.Len(t, small.Rows, 1)
 	require.False(t, small.End, "the byte limit left keys out")
@@ -335,7 +335,7 @@ func TestDroppedColumnOrTableIsASchemaError(t *testing.T) {
 	require.Len(t, b.pending(t, srcs["orders"]), 1, "prepared once before the change")
 
 	b.exec(t, `ALTER TABLE orders DROP COLUMN total`)
-	_, err := sources.Pending(ctx, b.pool, srcs["orders"], "", true, feed.Limits{Items: 10})
+	_, err := sources.Pending(ctx, b.pool, srcs["orders"], "", true, feed.Limits{Items: 10}.WithDefaults())
 	var se *sources.SchemaError
 	require.ErrorAs(t, err, &se)
 	require.ErrorIs(t, err, sources.ErrSchemaChanged)
@@ -353,7 +353,7 @@ func TestDroppedColumnOrTableIsASchemaError(t *testing.T) {
 
 	// The table gone.
 	b.exec(t, `DROP TABLE orders`)
-	_, err = sources.Pending(ctx, b.pool, srcs["orders"], "5", false, feed.Limits{Items: 10})
+	_, err = sources.Pending(ctx, b.pool, srcs["orders"], "5", false, feed.Limits{Items: 10}.WithDefaults())
 	require.ErrorAs(t, err, &se)
 	require.Empty(t, se.Column)
 	require.Contains(t, err.Error(), "table "+b.schema+".orders no longer exists")

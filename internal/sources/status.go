@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // Stat is one source's state, for status and metrics. It is read from
@@ -90,7 +92,7 @@ const (
 // pending keys of each source from the change log's index (up to
 // StatsCountCap), and takes the oldest pending age from its first
 // StatsOldestScan changes.
-func Stats(ctx context.Context, q Querier) ([]Stat, error) {
+func Stats(ctx context.Context, q database.Querier) ([]Stat, error) {
 	rows, err := q.Query(ctx, `SELECT s.name, s.destination, s.schema_name || '.' || s.table_name,
 			p.keys, COALESCE(EXTRACT(EPOCH FROM now() - p.oldest), 0)::float8,
 			(SELECT count(*) FROM syncer_source_failures f WHERE f.source = s.name
@@ -153,7 +155,7 @@ type Failure struct {
 
 // RecentFailures returns the source's most recently failed keys that have
 // not changed since.
-func RecentFailures(ctx context.Context, q Querier, src string, limit int) ([]Failure, error) {
+func RecentFailures(ctx context.Context, q database.Querier, src string, limit int) ([]Failure, error) {
 	rows, err := q.Query(ctx, `SELECT f.key, f.version, f.failed_at, f.error FROM syncer_source_failures f
 		WHERE f.source = $1
 			AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)
@@ -176,7 +178,7 @@ func RecentFailures(ctx context.Context, q Querier, src string, limit int) ([]Fa
 // change), for status; an empty text clears it. Nothing is written when
 // the text is already the one recorded, so a source that exports costs no
 // write per run.
-func SetError(ctx context.Context, e Execer, src, text string) error {
+func SetError(ctx context.Context, e database.Querier, src, text string) error {
 	_, err := e.Exec(ctx, `UPDATE syncer_sources SET error = NULLIF($2, ''), error_at = CASE WHEN $2 = '' THEN NULL ELSE now() END
 		WHERE name = $1 AND COALESCE(error, '') <> $2`, src, text)
 	if err != nil {

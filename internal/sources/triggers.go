@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // uncaptured returns the partitions of a table (at any depth, qualified
@@ -13,7 +15,7 @@ import (
 // row triggers to every partition, later ones included, but not its
 // statement triggers, and TRUNCATE has only those. Empty for a table that
 // is not partitioned.
-func uncaptured(ctx context.Context, q Querier, table, truncateTrigger string) ([]string, error) {
+func uncaptured(ctx context.Context, q database.Querier, table, truncateTrigger string) ([]string, error) {
 	rows, err := q.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname)
 		FROM pg_catalog.pg_partition_tree(to_regclass($1)) p
 		JOIN pg_catalog.pg_class c ON c.oid = p.relid
@@ -40,7 +42,7 @@ func uncaptured(ctx context.Context, q Querier, table, truncateTrigger string) (
 // until then status and `config check` name them. Empty for a table that is
 // not partitioned, or that is gone. Call it on a connection whose current
 // schema is syncer's.
-func UncapturedPartitions(ctx context.Context, q Querier, src *Source) ([]string, error) {
+func UncapturedPartitions(ctx context.Context, q database.Querier, src *Source) ([]string, error) {
 	var schema string
 	if err := q.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		return nil, fmt.Errorf("sources: source %s: current schema: %w", src.Name, err)
@@ -54,7 +56,7 @@ func UncapturedPartitions(ctx context.Context, q Querier, src *Source) ([]string
 
 // anyRows reports whether one of the tables (qualified and quoted) holds a
 // row.
-func anyRows(ctx context.Context, q Querier, tables []string) (bool, error) {
+func anyRows(ctx context.Context, q database.Querier, tables []string) (bool, error) {
 	for _, t := range tables {
 		var ok bool
 		if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+t+")").Scan(&ok); err != nil {
@@ -70,7 +72,7 @@ func anyRows(ctx context.Context, q Querier, tables []string) (bool, error) {
 // triggersCurrent reports whether the source's capture function is this
 // version's and its four triggers exist, enabled, on its table and call
 // it.
-func triggersCurrent(ctx context.Context, q Querier, schema, hash string, s *Source, body string) (bool, error) {
+func triggersCurrent(ctx context.Context, q database.Querier, schema, hash string, s *Source, body string) (bool, error) {
 	var n int
 	err := q.QueryRow(ctx, `SELECT count(*) FROM pg_trigger tg JOIN pg_proc p ON p.oid = tg.tgfoid
 		WHERE tg.tgrelid = to_regclass($1) AND tg.tgname = ANY ($2) AND tg.tgenabled <> 'D'

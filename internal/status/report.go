@@ -215,8 +215,8 @@ type Replay struct {
 
 // SourceStopped says why nothing of a source is sent now: the error that
 // stopped its export, or why its destination sends nothing; empty while it
-// exports. Status and the daemon's syncer_source_stopped both ask it, so
-// they agree.
+// exports. The daemon's syncer_source_stopped asks the facts' owner
+// (breakerstore.State.Stops), which decides on the same facts.
 func SourceStopped(sourceError string, d *Destination) string {
 	if sourceError != "" || d == nil {
 		return sourceError

@@ -129,9 +129,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	for _, rp := range recent {
 		shown[checkpoint.Replay(rp.ID)] = true
 	}
-	done := map[string]int64{}
 	for _, cp := range cps {
-		done[cp.Name] = cp.RowsDone + cp.RowsFailed
 		if !shown[cp.Name] {
 			continue
 		}
@@ -140,20 +138,15 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			BatchesDone: cp.BatchesDone, InFlight: cp.InFlight, UpdatedAt: cp.UpdatedAt,
 		})
 	}
-	var ofSources map[int64]sources.ReplayInfo
-	for _, rp := range recent {
-		d := done[checkpoint.Replay(rp.ID)]
-		if rp.Source != "" {
-			if ofSources == nil {
-				if ofSources, err = sources.Replays(ctx, pool); err != nil {
-					return nil, err
-				}
-			}
-			info := ofSources[rp.ID]
-			d = max(info.KeysLogged-info.Unsent, 0)
-		}
-		r.Replays = append(r.Replays, Replay{ID: rp.ID, Source: rp.Source, State: rp.State, TotalRows: rp.TotalRows,
-			RowsDone: d, Percent: rp.Percent(d), CreatedAt: rp.CreatedAt})
+	// The replay model's one progress reader, which replay --list and
+	// --wait use too.
+	progress, err := replays.ProgressOf(ctx, pool, sources.ReplaysUnsent, recent)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range progress {
+		r.Replays = append(r.Replays, Replay{ID: p.ID, Source: p.Source, State: p.State, TotalRows: p.TotalRows,
+			RowsDone: p.Sent, Percent: p.Percent(), CreatedAt: p.CreatedAt})
 	}
 
 	if r.RecentFailures, err = recentFailures(ctx, pool, c.RecentFailures, r.ResourcesExported, len(stats) > 0); err != nil {
