@@ -9,7 +9,6 @@ import (
 	"github.com/syncer-dev/syncer/migrations"
 )
 
-
 // Wake appends an event and notifies, as the triggers would, in tx: for
 // source src (jobs.Resources, or a configured source). A command that
 // makes rows or keys pending without writing them (retry-failed, a
