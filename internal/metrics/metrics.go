@@ -18,13 +18,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncer-dev/syncer/internal/buildinfo"
-	"github.com/syncer-dev/syncer/internal/jobs"
 )
 
 // DefaultDestination is the destination label of the export of resources
 // to SYNCER_THIRDPARTY_URL, the one destination there is without a
 // configuration file.
 const DefaultDestination = "default"
+
+// ResourcesSource is the source label of resources' series: jobs.Resources,
+// spelt here so that metrics imports no package of the job path (deploy/'s
+// tests import metrics alone).
+const ResourcesSource = "resources"
 
 // Metrics holds the collectors.
 type Metrics struct {
@@ -72,7 +76,7 @@ type Metrics struct {
 	BuildInfo *prometheus.GaugeVec
 
 	// Sources' block, labelled by source and destination: every source,
-	// resources (jobs.Resources) as any configured one.
+	// resources (ResourcesSource) as any configured one.
 	SourceItemsExported *prometheus.CounterVec
 	SourceItemsFailed   *prometheus.CounterVec
 	SourcePending       *prometheus.GaugeVec
@@ -184,7 +188,7 @@ func (m *Metrics) SetSource(source, destination string, pending, failed int64, o
 	m.SourceFailed.WithLabelValues(source, destination).Set(float64(failed))
 	m.SourceOldestPending.WithLabelValues(source, destination).Set(oldest.Seconds())
 	m.SourceStopped.WithLabelValues(source, destination).Set(boolValue(stopped))
-	if source == jobs.Resources {
+	if source == ResourcesSource {
 		m.UnsyncedRows.Set(float64(pending + failed))
 		m.FailedRows.Set(float64(failed))
 		m.OldestUnsyncedAge.Set(oldest.Seconds())
@@ -207,7 +211,7 @@ func (m *Metrics) SetLockHeld(source, destination string, held bool) {
 		return
 	}
 	m.SourceLockHeld.WithLabelValues(source, destination).Set(boolValue(held))
-	if source == jobs.Resources {
+	if source == ResourcesSource {
 		m.LockHeld.Set(boolValue(held))
 	}
 }
