@@ -75,7 +75,7 @@ sources:
 	require.NotContains(t, text, `\n`)
 
 	dest.fake.SetConfig(fakethirdparty.Config{})
-	require.Contains(t, b.syncer(t, "retry-failed", "--source", "notes", "--key", "2"), "1 failed keys are eligible again")
+	require.Contains(t, b.syncer(t, "retry-failed", "--source", "notes", "--key", "2"), "1 failed key is eligible again")
 	waitFor(t, 60*time.Second, "key 2 arrives", func() bool {
 		return len(byID(dest.fake)["2"]) == 1
 	})
