@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -42,11 +43,17 @@ sources:
   - {table: notes, key: id, destination: crm}
 `, dest.url), nil)
 	b.installSources(t, cfg)
-	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg })
+	logs := &lockedBuffer{}
+	b.startDaemon(t, func(c *daemon.Config) {
+		c.Sources = cfg
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
 	b.exec(t, `INSERT INTO notes VALUES (1, 'one'), (2, 'two'), (3, 'three')`)
 	waitFor(t, 60*time.Second, "three failed keys", func() bool {
 		return b.sourceStats(t)["notes"].FailedKeys == 3
 	})
+	// The daemon's warning names the source and a key to look for.
+	require.Regexp(t, `level=WARN msg="exporter: items rejected by the third party" source=notes key=[123] version=[0-9]+ rejected=[123] error="field body is not allowed"`, logs.String())
 
 	var rep struct {
 		Failures []struct {
