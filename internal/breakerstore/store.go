@@ -100,6 +100,10 @@ type Refusal struct {
 	Message string `json:"message,omitempty"`
 	// Since is when the refusal (or its end) was first recorded.
 	Since time.Time `json:"since,omitzero"`
+	// TokenEndpoint is set when the refusal is the credentials' token
+	// endpoint's (an OAuth2 grant's), not the destination's: its URL
+	// without secrets. Status is then the endpoint's.
+	TokenEndpoint string `json:"token_endpoint,omitempty"`
 }
 
 // Credentials is the credentials' Refusal, by its former name.

@@ -163,9 +163,12 @@ func destinationLine(d status.Destination) string {
 	if !d.Breaker.Until.IsZero() {
 		parts[0] += " until " + d.Breaker.Until.Format(time.RFC3339)
 	}
-	if d.Credentials.Refused {
+	switch {
+	case d.Credentials.Refused && d.Credentials.TokenEndpoint != "":
+		parts = append(parts, fmt.Sprintf("credentials REFUSED by the token endpoint %s since %s: %s", d.Credentials.TokenEndpoint, d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
+	case d.Credentials.Refused:
 		parts = append(parts, fmt.Sprintf("credentials REFUSED since %s: %s", d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
-	} else {
+	default:
 		parts = append(parts, "credentials ok")
 	}
 	if d.Configuration.Refused {

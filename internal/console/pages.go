@@ -98,6 +98,9 @@ func (c *Console) destRow(d status.Destination) destRow {
 	switch {
 	case d.Credentials.Refused:
 		row.Refused, row.Credentials = true, fmt.Sprintf("REFUSED since %s: %s", d.Credentials.Since.UTC().Format(time.DateTime), d.Credentials.Message)
+		if d.Credentials.TokenEndpoint != "" {
+			row.Credentials = fmt.Sprintf("REFUSED by the token endpoint %s since %s: %s", d.Credentials.TokenEndpoint, d.Credentials.Since.UTC().Format(time.DateTime), d.Credentials.Message)
+		}
 	case d.Configuration.Refused:
 		row.Refused, row.Credentials = true, fmt.Sprintf("URL REFUSED since %s: %s", d.Configuration.Since.UTC().Format(time.DateTime), d.Configuration.Message)
 	}
@@ -151,6 +154,8 @@ func resourcesRow(r *status.Report) sourceRow {
 		row.Failed -= s.Failed
 	}
 	switch {
+	case r.Credentials.Refused && r.Credentials.TokenEndpoint != "":
+		row.Stopped = "the token endpoint " + r.Credentials.TokenEndpoint + " refuses the client credentials: " + r.Credentials.Message
 	case r.Credentials.Refused:
 		row.Stopped = "the third party refuses the credentials: " + r.Credentials.Message
 	case r.Configuration.Refused:
