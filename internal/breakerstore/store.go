@@ -61,7 +61,7 @@ const (
 	KeyLastError = "last_error"
 )
 
-var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError, KeyHold, KeyProbe, KeyCertificates}
+var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError, KeyHold, KeyProbe, KeyCertificates, KeyProbeAnswer}
 
 // Breaker is the circuit breaker's state as stored: gobreaker's SharedState
 // without the counts, which only the process that counts needs.
@@ -161,6 +161,7 @@ type State struct {
 	Hold          Hold
 	Certificates  Certificates
 	Probe         Probe
+	ProbeAnswer   ProbeAnswer
 }
 
 // Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -198,6 +199,7 @@ func ReadStateOf(ctx context.Context, q Querier, namespace string) (State, error
 		KeyHold:          func(v []byte) { decode(v, &st.Hold) },
 		KeyCertificates:  func(v []byte) { decode(v, &st.Certificates) },
 		KeyProbe:         func(v []byte) { decode(v, &st.Probe) },
+		KeyProbeAnswer:   func(v []byte) { decode(v, &st.ProbeAnswer) },
 	}
 	var key string
 	var value []byte

@@ -156,6 +156,7 @@ func (d *Deliverer) send(ctx context.Context, key string, r *thirdparty.Request,
 	}
 	d.breakerChanged(ctx)
 	d.observe(ctx, key, sentAt, res, err, acceptsAny(res, len(r.Items)))
+	d.answerProbe(ctx, err)
 	return res, err, false
 }
 
