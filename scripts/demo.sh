@@ -111,5 +111,21 @@ echo "a replay of orders 1 to 100, by key:"
 echo
 ./bin/syncer status
 echo
-echo "metrics (excerpt):"
+echo "metrics (excerpt; read at the scrape, so they agree with status above):"
 curl -fs "http://$SYNCER_HTTP_ADDR/metrics" | grep -E '^syncer_(source_items_exported_total|source_pending|items_exported_total|lock_held)'
+
+stay=${DEMO_STAY:-}
+if [ -z "$stay" ]; then
+  if [ -t 0 ]; then stay=1; else stay=0; fi
+fi
+if [ "$stay" = 1 ]; then
+  echo
+  echo "the demo stays up: daemon, fake third parties and console"
+  echo "  console:  http://$SYNCER_HTTP_ADDR/console"
+  echo "  sign in:  paste the token that  cat $SYNCER_CONSOLE_TOKEN_FILE  prints"
+  echo "  status:   DATABASE_URL=$DATABASE_URL SYNCER_SCHEMA=$SYNCER_SCHEMA ./bin/syncer status"
+  echo "  logs:     $DIR/daemon.log"
+  echo "press Enter (or Ctrl-C) to stop everything"
+  trap 'echo; exit 0' INT
+  read -r _ || true
+fi

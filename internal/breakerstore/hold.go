@@ -47,3 +47,34 @@ func (s *Store) SetProbe(ctx context.Context, p Probe) error {
 	}
 	return s.put(ctx, KeyProbe, p)
 }
+
+// KeyProbeAnswer holds a ProbeAnswer: what the probe a person asked for
+// met.
+const KeyProbeAnswer = "probe_answer"
+
+// ProbeAnswer is the outcome of the request that probed a destination
+// after a person asked (Probe), for `syncer probe` to wait for and print.
+type ProbeAnswer struct {
+	// For is the Probe.At it answers.
+	For time.Time `json:"for"`
+	// At is when the answer came.
+	At time.Time `json:"at"`
+	// Accepted says whether the destination took the request; Held
+	// whether a refusal (of the credentials or the URL) still holds it.
+	Accepted bool `json:"accepted"`
+	Held     bool `json:"held"`
+	// Status is the answer's HTTP status (a token endpoint's when the
+	// request was not sent for it); 0 when no answer came.
+	Status int `json:"status,omitempty"`
+	// Text says what the answer was, as SafeText; "" when accepted.
+	Text string `json:"text,omitempty"`
+}
+
+// SetProbeAnswer records the answer to a person's probe; At is set to
+// now when zero.
+func (s *Store) SetProbeAnswer(ctx context.Context, a ProbeAnswer) error {
+	if a.At.IsZero() {
+		a.At = s.now().UTC()
+	}
+	return s.put(ctx, KeyProbeAnswer, a)
+}

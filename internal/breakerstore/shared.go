@@ -119,3 +119,16 @@ func (s *Shared) SetRefusal(ctx context.Context, key string, r Refusal) (bool, e
 	s.mu.Unlock()
 	return changed, nil
 }
+
+// SetProbeAnswer records the answer to a person's probe
+// (Store.SetProbeAnswer).
+func (s *Shared) SetProbeAnswer(ctx context.Context, a ProbeAnswer) error {
+	if a.At.IsZero() {
+		a.At = s.now().UTC()
+	}
+	if err := s.store.SetProbeAnswer(ctx, a); err != nil {
+		return err
+	}
+	s.update(func(st *State) { st.ProbeAnswer = a })
+	return nil
+}

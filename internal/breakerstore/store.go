@@ -63,7 +63,7 @@ const (
 	KeyLastError = "last_error"
 )
 
-var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError, KeyHold, KeyProbe, KeyCertificates}
+var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError, KeyHold, KeyProbe, KeyCertificates, KeyProbeAnswer}
 
 // Breaker is the circuit breaker's state as stored: gobreaker's SharedState
 // without the counts, which only the process that counts needs.
@@ -102,6 +102,10 @@ type Refusal struct {
 	Message string `json:"message,omitempty"`
 	// Since is when the refusal (or its end) was first recorded.
 	Since time.Time `json:"since,omitzero"`
+	// TokenEndpoint is set when the refusal is the credentials' token
+	// endpoint's (an OAuth2 grant's), not the destination's: its URL
+	// without secrets. Status is then the endpoint's.
+	TokenEndpoint string `json:"token_endpoint,omitempty"`
 }
 
 // Credentials is the credentials' Refusal, by its former name.
@@ -159,6 +163,7 @@ type State struct {
 	Hold          Hold
 	Certificates  Certificates
 	Probe         Probe
+	ProbeAnswer   ProbeAnswer
 }
 
 // Stops reports whether the facts stop every batch to the destination at
@@ -201,6 +206,7 @@ func ReadStateOf(ctx context.Context, q database.Querier, namespace string) (Sta
 		KeyHold:          func(v []byte) { decode(v, &st.Hold) },
 		KeyCertificates:  func(v []byte) { decode(v, &st.Certificates) },
 		KeyProbe:         func(v []byte) { decode(v, &st.Probe) },
+		KeyProbeAnswer:   func(v []byte) { decode(v, &st.ProbeAnswer) },
 	}
 	var key string
 	var value []byte

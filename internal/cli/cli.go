@@ -107,6 +107,7 @@ func vars() kong.Vars {
 		"tombstone_retention":  durationText(resources.TombstoneRetentionDefault),
 		"healthcheck_timeout":  durationText(healthcheckTimeoutDefault),
 		"replay_poll":          durationText(replayPollDefault),
+		"probe_wait":           durationText(probeWaitDefault),
 		"replay_stall":         durationText(replayStallDefault),
 		"check_timeout":        durationText(checkTimeoutDefault),
 		"bench_database_url":   bench.DatabaseURLDefault,

@@ -137,7 +137,7 @@ func TestSourceCommands(t *testing.T) {
 
 	code, out, errOut = cmd("retry-failed", "--source", "orders")
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "1 failed keys are eligible again")
+	require.Contains(t, out, "1 failed key is eligible again")
 	var pending int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM syncer_changes WHERE source = 'orders' AND key = '9'`).Scan(&pending))
 	require.Equal(t, 1, pending)

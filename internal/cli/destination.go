@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -58,13 +60,59 @@ func (c *ResumeCmd) Run(ctx context.Context, env *Env) error {
 }
 
 // ProbeCmd is `syncer probe`.
-type ProbeCmd struct{ DestinationCmd }
+type ProbeCmd struct {
+	DestinationCmd
+	Wait time.Duration `name:"wait" default:"${probe_wait}" help:"How long to wait for the probe's answer from a running daemon."`
+}
 
-// Run asks the daemons to probe the held destination now.
+// probeWaitDefault is --wait's default: a held destination's daemon takes
+// the probe at its next attempt, within exporter.MaxSnoozeDefault (10 s),
+// and waits for the answer within the request's timeout.
+const probeWaitDefault = 30 * time.Second
+
+// Run asks the daemons to probe the held destination now, waits for the
+// answer and prints it: exit 0 when the destination takes requests again
+// (or nothing held it), 1 when it is still refused or no daemon answered
+// within --wait.
 func (c *ProbeCmd) Run(ctx context.Context, env *Env) error {
-	if err := c.act(ctx, "probe", operator.Probe); err != nil {
+	if c.Wait <= 0 {
+		return usagef("--wait must be positive, got %s", c.Wait)
+	}
+	pool, err := c.openMigrated(ctx, "syncer probe")
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "destination %s: the daemons probe it within seconds if its credentials or URL were refused; see syncer status\n", c.Destination)
-	return nil
+	defer pool.Close()
+	p, held, err := operator.AskProbe(ctx, pool, c.Destination, operator.ByCommandLine)
+	if err != nil {
+		if errors.Is(err, operator.ErrUnknown) {
+			return usagef("--destination: %v", err)
+		}
+		return fmt.Errorf("probe destination %s: %w", c.Destination, err)
+	}
+	if !held {
+		fmt.Fprintf(env.Stdout, "destination %s: nothing to probe: neither its credentials nor its URL are refused (see syncer status)\n", c.Destination)
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "destination %s: probe asked; waiting up to %s for a daemon's answer\n", c.Destination, c.Wait)
+	wctx, cancel := context.WithTimeout(ctx, c.Wait)
+	defer cancel()
+	a, err := operator.WaitProbeAnswer(wctx, pool, c.Destination, p)
+	switch {
+	case err != nil && ctx.Err() == nil && wctx.Err() != nil:
+		fmt.Fprintf(env.Stdout, "destination %s: no daemon answered within %s: is a daemon running with this destination, with rows pending for it, and not paused? (see syncer status)\n", c.Destination, c.Wait)
+		return fmt.Errorf("destination %s: no answer within %s", c.Destination, c.Wait)
+	case err != nil:
+		return fmt.Errorf("probe destination %s: %w", c.Destination, err)
+	case a.Accepted && !a.Held:
+		fmt.Fprintf(env.Stdout, "destination %s: probe accepted at %s: the destination takes requests again\n", c.Destination, a.At.Format(time.RFC3339))
+		return nil
+	default:
+		status := ""
+		if a.Status != 0 {
+			status = fmt.Sprintf(" with status %d", a.Status)
+		}
+		fmt.Fprintf(env.Stdout, "destination %s: probe answered%s at %s, still held: %s\n", c.Destination, status, a.At.Format(time.RFC3339), cmp.Or(a.Text, "a refusal stands"))
+		return fmt.Errorf("destination %s: still held", c.Destination)
+	}
 }

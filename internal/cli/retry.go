@@ -63,7 +63,7 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 	if err != nil {
 		return fmt.Errorf("retry failed rows: %w", err)
 	}
-	fmt.Fprintf(env.Stdout, "%d failed rows are eligible again\n", n)
+	fmt.Fprintf(env.Stdout, "%s eligible again\n", count(n, "failed row is", "failed rows are"))
 	var ids []string
 	for _, id := range c.ID {
 		ids = append(ids, strconv.FormatInt(id, 10))
@@ -79,7 +79,16 @@ func (c *RetryFailedCmd) releaseHeld(ctx context.Context, pool *pgxpool.Pool, en
 		return fmt.Errorf("release held keys: %w", err)
 	}
 	if n > 0 {
-		fmt.Fprintf(env.Stdout, "%s: %d held keys go again now\n", source, n)
+		fmt.Fprintf(env.Stdout, "%s: %s again now\n", source, count(n, "held key goes", "held keys go"))
 	}
 	return nil
+}
+
+// count says n things, in the singular for one: count(1, "failed key is",
+// "failed keys are") is "1 failed key is".
+func count(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

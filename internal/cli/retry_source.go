@@ -30,7 +30,7 @@ func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpoo
 			fmt.Fprintf(env.Stdout, "source %s: 0 failed keys are eligible again: no key of the source is failed\n", c.Source)
 			return nil, nil
 		}
-		fmt.Fprintf(env.Stdout, "source %s: %d failed keys are eligible again\n", c.Source, n)
+		fmt.Fprintf(env.Stdout, "source %s: %s eligible again\n", c.Source, count(n, "failed key is", "failed keys are"))
 		return nil, nil
 	}
 	src, err := installedSource(ctx, pool, c.Source)
@@ -63,8 +63,8 @@ func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpoo
 	if err != nil {
 		return nil, fmt.Errorf("retry failed keys: %w", err)
 	}
-	fmt.Fprintf(env.Stdout, "source %s: %d of %d keys named were failed; %d failed keys are eligible again\n",
-		src.Name, len(retried), len(keys), len(retried))
+	fmt.Fprintf(env.Stdout, "source %s: %d of %s failed; %s eligible again\n",
+		src.Name, len(retried), count(int64(len(keys)), "key named was", "keys named were"), count(int64(len(retried)), "failed key is", "failed keys are"))
 	for _, k := range keys {
 		if !slices.Contains(retried, k) {
 			fmt.Fprintf(env.Stdout, "  key %s: %s\n", k, notFailed(ctx, pool, src, k))

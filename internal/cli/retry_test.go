@@ -49,7 +49,7 @@ sources:
 
 	r = cmd("retry-failed", "--source", "contacts", "--key", ann)
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Equal(t, "source contacts: 1 of 1 keys named were failed; 1 failed keys are eligible again\n", r.stdout)
+	require.Equal(t, "source contacts: 1 of 1 key named was failed; 1 failed key is eligible again\n", r.stdout)
 	failed, pending := state()
 	require.Equal(t, 0, failed, "the key's failure is cleared")
 	require.Equal(t, 1, pending, "the key is pending again")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/status"
@@ -90,27 +91,52 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		fmt.Fprintf(w, "replay %d\t%s, %d of %d %s (%.1f%%), created %s\n",
 			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, what, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
 	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// Keys come after the table, one line each and out of its columns: a
+	// long key or reason would otherwise widen every line above it.
+	if len(r.HeldKeys) > 0 {
+		fmt.Fprintln(env.Stdout, "held:")
+	}
 	for _, h := range r.HeldKeys {
-		what := "held key " + h.ID + " of source " + h.Source
+		what := "key " + h.ID + " of source " + h.Source
 		if h.Source == status.ResourcesSource {
-			what = "held row " + h.ID
+			what = "row " + h.ID
 		}
 		to := ""
 		if h.Destination != "" {
 			to = " to " + h.Destination
 		}
-		fmt.Fprintf(w, "%s v%d\t%s%s since %s, %d tries, next try %s: %s\n", what, h.Version, strings.ToUpper(h.State), to,
-			h.Since.Format(time.RFC3339), h.Tries, h.NextTry.Format(time.RFC3339), h.Reason)
+		fmt.Fprintf(env.Stdout, "  held %s v%d: %s%s since %s, %d tries, next try %s: %s\n", what, h.Version, strings.ToUpper(h.State), to,
+			h.Since.Format(time.RFC3339), h.Tries, h.NextTry.Format(time.RFC3339), cut(h.Reason))
+	}
+	if len(r.RecentFailures) > 0 {
+		fmt.Fprintln(env.Stdout, "recent failures, latest first:")
 	}
 	for _, f := range r.RecentFailures {
 		if f.Source == status.ResourcesSource {
-			fmt.Fprintf(w, "failed row %s v%d\t%s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), f.Error)
+			fmt.Fprintf(env.Stdout, "  failed row %s v%d: %s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), cut(f.Error))
 			continue
 		}
-		fmt.Fprintf(w, "failed key %s of source %s v%d\t%s to %s: %s\n", f.ID, f.Source, f.Version,
-			f.FailedAt.Format(time.RFC3339), f.Destination, f.Error)
+		fmt.Fprintf(env.Stdout, "  failed key %s of source %s v%d: %s to %s: %s\n", f.ID, f.Source, f.Version,
+			f.FailedAt.Format(time.RFC3339), f.Destination, cut(f.Error))
 	}
-	return w.Flush()
+	return nil
+}
+
+// reasonMax bounds a held key's or a failure's reason in the text
+// output: a third party's answer can run to kilobytes, and one such line
+// would bury the others. --json has it whole.
+const reasonMax = 200
+
+// cut shortens a reason to reasonMax runes, saying where the rest is.
+func cut(s string) string {
+	if utf8.RuneCountInString(s) <= reasonMax {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:reasonMax]) + "… (cut; syncer status --json has it whole)"
 }
 
 func seconds(s float64) time.Duration {
@@ -146,9 +172,12 @@ func destinationLine(d status.Destination) string {
 	if !d.Breaker.Until.IsZero() {
 		parts[0] += " until " + d.Breaker.Until.Format(time.RFC3339)
 	}
-	if d.Credentials.Refused {
+	switch {
+	case d.Credentials.Refused && d.Credentials.TokenEndpoint != "":
+		parts = append(parts, fmt.Sprintf("credentials REFUSED by the token endpoint %s since %s: %s", d.Credentials.TokenEndpoint, d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
+	case d.Credentials.Refused:
 		parts = append(parts, fmt.Sprintf("credentials REFUSED since %s: %s", d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
-	} else {
+	default:
 		parts = append(parts, "credentials ok")
 	}
 	if d.Configuration.Refused {

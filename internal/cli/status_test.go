@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/sources"
 )
 
 // TestStatusLeadsWithWhatIsConfigured: with sources, status begins with
@@ -116,4 +118,42 @@ sources:
 	require.Contains(t, r.stdout, "\nrows ")
 	require.Less(t, strings.Index(r.stdout, "destination warehouse"), strings.Index(r.stdout, "\nrows "))
 	require.Contains(t, r.stdout, "export lock")
+}
+
+// TestStatusFailureLineKeepsTheTableNarrow: a failed key with a long key
+// and a long reason neither widens the table's lines (the failures come
+// after it, out of its columns) nor runs on: its reason is cut.
+func TestStatusFailureLineKeepsTheTableNarrow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, false)
+	_, err := b.pool.Exec(ctx, `CREATE TABLE tags (name text PRIMARY KEY, color text)`)
+	require.NoError(t, err)
+	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("destinations:\n  crm:\n    url: http://127.0.0.1:1\nsources:\n  - table: tags\n    key: name\n    destination: crm\n    snapshot: false\n"), 0o600))
+	r := run(ctx, "migrate", "--database-url", b.dsn, "--config", cfg, "--log-level", "error")
+	require.Equal(t, 0, r.code, r.stderr)
+	all, err := sources.Load(ctx, b.pool)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	long := strings.Repeat("k", 80)
+	reason := "field color is not allowed: " + strings.Repeat("x", 2000)
+	require.NoError(t, sources.MarkFailed(ctx, b.pool, all[0], []string{long}, []int64{1}, []string{reason}))
+
+	r = run(ctx, "status", "--database-url", b.dsn)
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	// "destination crm" is the longest label: the values start 2 after it.
+	require.Regexp(t, `^source tags {6}\S`, lines[0])
+	require.Regexp(t, `^destination crm {2}\S`, lines[1])
+	i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "failed key "+long) })
+	require.Positive(t, i, r.stdout)
+	require.Equal(t, "recent failures, latest first:", lines[i-1])
+	require.Contains(t, lines[i], "field color is not allowed: xxx")
+	require.True(t, strings.HasSuffix(lines[i], "… (cut; syncer status --json has it whole)"), lines[i])
+	require.Less(t, len(lines[i]), 500)
+
+	r = run(ctx, "status", "--database-url", b.dsn, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, strings.Repeat("x", 1000), "--json has the reason whole (as stored)")
 }

@@ -46,12 +46,12 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, cl caller) {
 	name := r.PathValue("name")
 	keys := r.PostForm["key"]
 	n, err := operator.RetrySource(r.Context(), c.pool, name, keys)
-	msg := fmt.Sprintf("%d failed keys of source %s are eligible again", n, name)
+	msg := fmt.Sprintf("%s of source %s %s eligible again", count(n, "failed key"), name, verb(n, "is", "are"))
 	if err == nil {
 		// As retry-failed: a held key named (or every one) goes now.
 		var held int64
 		if held, err = operator.ReleaseHeld(r.Context(), c.pool, name, keys); held > 0 {
-			msg += fmt.Sprintf("; %d held keys go again now", held)
+			msg += fmt.Sprintf("; %s %s again now", count(held, "held key"), verb(held, "goes", "go"))
 		}
 	}
 	c.answer(w, r, cl, err, Prefix+"/sources/"+url.PathEscape(name), msg)
@@ -146,4 +146,21 @@ func (c *Console) destinationAction(w http.ResponseWriter, r *http.Request, cl c
 		return
 	}
 	c.answer(w, r, cl, err, Prefix+"/destinations/"+url.PathEscape(name), fmt.Sprintf(msg, name))
+}
+
+// count says n things in English: "1 failed key", "2 failed keys",
+// "0 failed keys".
+func count(n int64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// verb is the verb agreeing with n things.
+func verb(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

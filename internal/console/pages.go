@@ -99,6 +99,9 @@ func (c *Console) destRow(d status.Destination) destRow {
 	switch {
 	case d.Credentials.Refused:
 		row.Refused, row.Credentials = true, fmt.Sprintf("REFUSED since %s: %s", d.Credentials.Since.UTC().Format(time.DateTime), d.Credentials.Message)
+		if d.Credentials.TokenEndpoint != "" {
+			row.Credentials = fmt.Sprintf("REFUSED by the token endpoint %s since %s: %s", d.Credentials.TokenEndpoint, d.Credentials.Since.UTC().Format(time.DateTime), d.Credentials.Message)
+		}
 	case d.Configuration.Refused:
 		row.Refused, row.Credentials = true, fmt.Sprintf("URL REFUSED since %s: %s", d.Configuration.Since.UTC().Format(time.DateTime), d.Configuration.Message)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,15 +158,38 @@ func (o *OAuth2) Secrets() []string {
 }
 
 // TokenError is a token endpoint's failure, in its own words (the OAuth2
-// error code and description, or the transport's), never a secret.
+// error code and description, or the transport's), never a secret. It
+// names the endpoint, so that a refusal of the client credentials is not
+// taken for the destination's refusal of a request.
 type TokenError struct {
+	// Endpoint is the token endpoint's URL without its user, query or
+	// fragment: where the refusal came from, with nothing secret.
+	Endpoint string
 	// Status is the endpoint's HTTP status; 0 when it did not answer.
 	Status int
 	// Text says what failed.
 	Text string
 }
 
-func (e *TokenError) Error() string { return "token endpoint: " + e.Text }
+func (e *TokenError) Error() string { return "token endpoint " + e.Endpoint + ": " + e.Text }
+
+// EndpointStatus is the token endpoint's HTTP status; 0 when it did not
+// answer.
+func (e *TokenError) EndpointStatus() int { return e.Status }
+
+// TokenEndpoint is the endpoint's URL without secrets (Endpoint).
+func (e *TokenError) TokenEndpoint() string { return e.Endpoint }
+
+// endpointText is a token URL as logs and status may show it: scheme,
+// host and path, without the user, the query or the fragment, any of
+// which may carry a secret.
+func endpointText(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "[unparseable URL]"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
 
 // TokenRefused reports an endpoint that refused the client (400, 401 or
 // 403: invalid_client, unauthorized_client, invalid_scope): the
@@ -176,7 +200,7 @@ func (e *TokenError) TokenRefused() bool {
 }
 
 func (o *OAuth2) tokenError(err error, secrets ...string) *TokenError {
-	te := &TokenError{}
+	te := &TokenError{Endpoint: endpointText(o.cfg.TokenURL)}
 	var re *oauth2.RetrieveError
 	switch {
 	case errors.As(err, &re):
@@ -197,6 +221,8 @@ func (o *OAuth2) tokenError(err error, secrets ...string) *TokenError {
 	default:
 		te.Text = err.Error()
 	}
+	// A transport error quotes the URL whole, query included.
+	te.Text = strings.ReplaceAll(te.Text, o.cfg.TokenURL, te.Endpoint)
 	for _, s := range secrets {
 		if len(s) >= 4 {
 			te.Text = strings.ReplaceAll(te.Text, s, "[redacted]")

@@ -83,8 +83,14 @@ type Daemon struct {
 	addr    string
 	console consoleHolder
 
-	// warned is the warning last logged per source (gauges' goroutine
-	// only), so a warning is logged once, not at every refresh.
+	// gaugesMu, a one-slot semaphore (a ctx can end the wait), lets one
+	// refresh of the gauges run at a time: the tick's or a scrape's
+	// (gauges.go). It guards gaugesAt and warned.
+	gaugesMu chan struct{}
+	// gaugesAt is when the last successful refresh started.
+	gaugesAt time.Time
+	// warned is the warning last logged per source, so a warning is
+	// logged once, not at every refresh.
 	warned map[string]string
 }
 
@@ -95,7 +101,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, creds: credentials.NewSet(c.Logger)}
+	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, gaugesMu: make(chan struct{}, 1), creds: credentials.NewSet(c.Logger)}
 
 	all, err := migrations.All()
 	if err != nil {
@@ -400,7 +406,7 @@ func (d *Daemon) handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	mux.Handle("GET /metrics", d.freshGauges(promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg})))
 	if d.cfg.Pprof {
 		// No /debug/pprof/cmdline: the command line may hold a token or a
 		// database password given as a flag. Index would serve it under

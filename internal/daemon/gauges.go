@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
@@ -22,7 +23,7 @@ func (d *Daemon) gauges(ctx context.Context) {
 	defer t.Stop()
 	for {
 		qctx, cancel := context.WithTimeout(ctx, d.cfg.GaugeInterval)
-		if err := d.refreshGauges(qctx); err != nil && ctx.Err() == nil {
+		if err := d.refreshGaugesSince(qctx, time.Now()); err != nil && ctx.Err() == nil {
 			d.logger.DebugContext(ctx, "daemon: refresh gauges", slog.String("error", err.Error()))
 		}
 		cancel()
@@ -34,6 +35,50 @@ func (d *Daemon) gauges(ctx context.Context) {
 	}
 }
 
+// scrapeRefreshTimeout bounds the refresh a scrape waits for: past it, the
+// scrape gets the values of the last refresh rather than none.
+const scrapeRefreshTimeout = 2 * time.Second
+
+// freshGauges serves next after refreshing the gauges, so a scrape reads
+// the database as it is when the scrape arrives, not as the last tick left
+// it: a gauge read every GaugeInterval would still count the keys a batch
+// marked just after, and disagree with syncer status, which reads them
+// then. Scrapes that arrive together share one refresh.
+func (d *Daemon) freshGauges(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), scrapeRefreshTimeout)
+		if err := d.refreshGaugesSince(ctx, time.Now()); err != nil && r.Context().Err() == nil {
+			d.logger.DebugContext(ctx, "daemon: refresh gauges for a scrape; serving the last values", slog.String("error", err.Error()))
+		}
+		cancel()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refreshGaugesSince refreshes the gauges unless a refresh that started
+// at or after since has already ended: one refresh at a time (the gauges'
+// tick and the scrapes), and a caller that waited for another's refresh,
+// begun after it asked, takes that one.
+func (d *Daemon) refreshGaugesSince(ctx context.Context, since time.Time) error {
+	select {
+	case d.gaugesMu <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-d.gaugesMu }()
+	if !d.gaugesAt.Before(since) {
+		return nil
+	}
+	started := time.Now()
+	if err := d.refreshGauges(ctx); err != nil {
+		return err
+	}
+	d.gaugesAt = started
+	return nil
+}
+
+// refreshGauges reads the gauges once; refreshGaugesSince holds gaugesMu
+// around it.
 func (d *Daemon) refreshGauges(ctx context.Context) error {
 	m := d.metrics
 	d.refreshCertificates(ctx, time.Now())

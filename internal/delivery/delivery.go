@@ -58,6 +58,7 @@ type Store interface {
 	SetRate(ctx context.Context, r breakerstore.Rate) error
 	SetLastError(ctx context.Context, e breakerstore.LastError) error
 	SetRefusal(ctx context.Context, key string, r breakerstore.Refusal) (changed bool, err error)
+	SetProbeAnswer(ctx context.Context, a breakerstore.ProbeAnswer) error
 }
 
 var (
@@ -116,6 +117,9 @@ type Deliverer struct {
 	// (hold.go).
 	hold     atomic.Bool
 	probedAt atomic.Int64
+	// probeFor is the time of a person's probe the next request answers,
+	// in Unix nanoseconds; 0 when none waits (probe.go).
+	probeFor atomic.Int64
 	// urlGood is set by a 2xx answer and unset by a configuration
 	// refusal; absentStreak counts per-item 404s and 410s since an answer
 	// last accepted an item (deferred.go).

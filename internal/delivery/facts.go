@@ -130,7 +130,7 @@ func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.E
 	if d.store != nil {
 		wctx, cancel := d.writeContext(ctx)
 		c, serr := d.store.SetRefusal(wctx, r.key, breakerstore.Refusal{
-			Refused: true, Status: tpErr.StatusCode, Message: tpErr.Error(),
+			Refused: true, Status: tpErr.StatusCode, Message: tpErr.Error(), TokenEndpoint: tpErr.TokenEndpoint,
 		})
 		cancel()
 		if serr != nil {
@@ -140,8 +140,12 @@ func (d *Deliverer) refused(ctx context.Context, r *refusal, tpErr *thirdparty.E
 		}
 	}
 	if changed {
-		d.logger.ErrorContext(ctx, msg, slog.Int("status", tpErr.StatusCode),
-			slog.String("answer", tpErr.Error()), slog.Duration("probe_every", d.cfg.AuthProbeInterval))
+		attrs := []any{slog.Int("status", tpErr.StatusCode), slog.String("answer", tpErr.Error()), slog.Duration("probe_every", d.cfg.AuthProbeInterval)}
+		if tpErr.TokenEndpoint != "" {
+			// The status is the token endpoint's, not the destination's.
+			attrs = append(attrs, slog.String("token_endpoint", tpErr.TokenEndpoint))
+		}
+		d.logger.ErrorContext(ctx, msg, attrs...)
 	}
 	return &WaitError{Err: err, Wait: d.cfg.AuthProbeInterval}
 }
@@ -320,7 +324,11 @@ func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, r
 	if tpErr != nil && status == 0 && ctx.Err() != nil && !tpErr.Timeout {
 		return // our caller cancelled the request
 	}
-	d.metrics.Response(status)
+	if tpErr == nil || tpErr.TokenEndpoint == "" {
+		// A token endpoint's failure sent the destination nothing: no
+		// answer of the destination's to count.
+		d.metrics.Response(status)
+	}
 
 	quota := thirdparty.Quota{}
 	if res != nil {

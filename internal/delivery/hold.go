@@ -31,6 +31,7 @@ func (d *Deliverer) adoptPerson(ctx context.Context, st breakerstore.State, firs
 	if prev := d.probedAt.Swap(at); first || prev >= at {
 		return // the first read only learns what was asked before this process
 	}
+	d.probeFor.Store(at)
 	d.mu.Lock()
 	probed := false
 	for _, r := range []*refusal{&d.creds, &d.conf} {

@@ -47,6 +47,10 @@ func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request,
 				return nil, &WaitError{Err: fmt.Errorf("%w: %w", ErrPaused, err), Wait: wait}
 			}
 		case thirdparty.ClassAuth:
+			if tpErr.TokenEndpoint != "" {
+				return nil, d.refused(ctx, &d.creds, tpErr,
+					"delivery: the token endpoint refused the client credentials, no request was sent; nothing is sent until a probe succeeds (check "+d.cfg.CredentialsSetting+")")
+			}
 			return nil, d.refused(ctx, &d.creds, tpErr,
 				"delivery: the third party refused the credentials; nothing is sent until a probe succeeds (check "+d.cfg.CredentialsSetting+")")
 		case thirdparty.ClassConfig:
@@ -152,6 +156,7 @@ func (d *Deliverer) send(ctx context.Context, key string, r *thirdparty.Request,
 	}
 	d.breakerChanged(ctx)
 	d.observe(ctx, key, sentAt, res, err, acceptsAny(res, len(r.Items)))
+	d.answerProbe(ctx, err)
 	return res, err, false
 }
 

@@ -283,11 +283,26 @@ func TestOAuth2RefusedClientHoldsThenMends(t *testing.T) {
 		return false
 	})
 	require.Zero(t, api.fake.Stats().DistinctPairs)
+	// Named as the token endpoint's refusal, its URL and status, not as
+	// the destination's answer to a push: in status, the log and the
+	// metrics (the destination answered nothing).
+	rep, err := status.Gather(context.Background(), b.pool, nil)
+	require.NoError(t, err)
+	require.Len(t, rep.Destinations, 1)
+	cred := rep.Destinations[0].Credentials
+	require.Equal(t, ep.srv.URL, cred.TokenEndpoint)
+	require.Equal(t, http.StatusUnauthorized, cred.Status, "the endpoint's status")
+	require.Contains(t, cred.Message, "token endpoint "+ep.srv.URL+": answered 401: invalid_client")
+	require.NotContains(t, cred.Message, "push")
+	require.Contains(t, rep.Sources[0].Stopped, "destination d: its token endpoint "+ep.srv.URL+" refuses the client credentials")
+	require.Contains(t, b.syncer(t, "status"), "credentials REFUSED by the token endpoint "+ep.srv.URL)
+	require.Contains(t, log.String(), "delivery: the token endpoint refused the client credentials, no request was sent")
+	require.NotRegexp(t, `syncer_thirdparty_responses_total\{code="401",destination="d"\}`, metricsText(t, d.addr))
 	// A Kubernetes Secret's update: a new file renamed over the old.
 	tmp := secretFile(t, dir, "secret.new", "the-right-secret")
 	require.NoError(t, os.Rename(tmp, secretPath))
 	waitFor(t, 90*time.Second, "every row, once the secret is mended", func() bool { return api.fake.Stats().DistinctPairs >= 50 })
-	rep, err := status.Gather(context.Background(), b.pool, nil)
+	rep, err = status.Gather(context.Background(), b.pool, nil)
 	require.NoError(t, err)
 	require.Zero(t, rep.Failed)
 	b.requireNoSecret(t, d, log, "the-right-secret", "a-wrong-secret")

@@ -148,7 +148,7 @@ sources:
 		chromedp.Click(chromedp.Search(`//tr[td[@class="key" and normalize-space()="1"]]//button`)),
 		chromedp.WaitVisible(chromedp.CSS(`#flash`)),
 	))
-	require.Contains(t, textOf(t, ctx, `#flash`), "1 failed keys of source notes are eligible again")
+	require.Contains(t, textOf(t, ctx, `#flash`), "1 failed key of source notes is eligible again")
 	waitFor(t, 60*time.Second, "the retried row arrives", func() bool { return len(byID(s.dest.fake)["1"]) == 1 })
 
 	// Pause crm: rows written meanwhile stay pending, nothing arrives.

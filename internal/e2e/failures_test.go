@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -42,11 +43,17 @@ sources:
   - {table: notes, key: id, destination: crm}
 `, dest.url), nil)
 	b.installSources(t, cfg)
-	b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg })
+	logs := &lockedBuffer{}
+	b.startDaemon(t, func(c *daemon.Config) {
+		c.Sources = cfg
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
 	b.exec(t, `INSERT INTO notes VALUES (1, 'one'), (2, 'two'), (3, 'three')`)
 	waitFor(t, 60*time.Second, "three failed keys", func() bool {
 		return b.sourceStats(t)["notes"].FailedKeys == 3
 	})
+	// The daemon's warning names the source and a key to look for.
+	require.Regexp(t, `level=WARN msg="exporter: items rejected by the third party" source=notes key=[123] version=[0-9]+ rejected=[123] error="field body is not allowed"`, logs.String())
 
 	var rep struct {
 		Failures []struct {
@@ -75,7 +82,7 @@ sources:
 	require.NotContains(t, text, `\n`)
 
 	dest.fake.SetConfig(fakethirdparty.Config{})
-	require.Contains(t, b.syncer(t, "retry-failed", "--source", "notes", "--key", "2"), "1 failed keys are eligible again")
+	require.Contains(t, b.syncer(t, "retry-failed", "--source", "notes", "--key", "2"), "1 failed key is eligible again")
 	waitFor(t, 60*time.Second, "key 2 arrives", func() bool {
 		return len(byID(dest.fake)["2"]) == 1
 	})

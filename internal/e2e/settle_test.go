@@ -291,7 +291,7 @@ func TestElasticsearchItemTransientHoldsOnlyItsKey(t *testing.T) {
 
 	// retry-failed --key makes a held key go now.
 	before := got["5"]
-	require.Contains(t, b.syncer(t, "retry-failed", "--source", "orders", "--key", "5"), "1 held keys go again now")
+	require.Contains(t, b.syncer(t, "retry-failed", "--source", "orders", "--key", "5"), "1 held key goes again now")
 	waitFor(t, 10*time.Second, "the released key sent at once", func() bool {
 		g, _, _ := r.counts()
 		return g["5"] > before
@@ -336,7 +336,7 @@ func TestResourcesItemTransientHoldsOnlyItsRow(t *testing.T) {
 	r.set("5", 0)
 	r.set("4", 0)
 	// Past its backoff of a second at most, or at once by retry-failed.
-	require.Contains(t, b.syncer(t, "retry-failed", "--id", "4"), "resources: 1 held keys go again now")
+	require.Contains(t, b.syncer(t, "retry-failed", "--id", "4"), "resources: 1 held key goes again now")
 	waitFor(t, 10*time.Second, "the held rows taken once the third party accepts them", func() bool {
 		return b.report(t).Pending == 0
 	})

@@ -11,7 +11,9 @@ import (
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // markReq is what one marker transaction writes: the outcomes of answered
@@ -182,7 +184,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 	res.seqsOut = seqs
 	for _, name := range order {
 		if g := byName[name]; len(g.rej) > 0 {
-			res.rejected = append(res.rejected, rejectedNote{name: name, n: len(g.rej), first: g.errs[0]})
+			res.rejected = append(res.rejected, rejectedNote{name: name, n: len(g.rej), key: g.rej[0].ID, version: g.rej[0].Version, first: g.errs[0]})
 		}
 	}
 	// Only outcomes: harmless after the lock is lost, so the session's
@@ -279,8 +281,16 @@ func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) ma
 	res.seqs = *res.seqsOut
 	p.applyHolds(ctx, res.held)
 	for _, r := range res.rejected {
+		// Which source and which key: what a person searches for next
+		// (syncer status, retry-failed --key). One key, the first: a
+		// batch of rejections stays one line.
+		source := jobs.Resources
+		if o := checkpoint.OwnerOf(r.name); o.Kind == checkpoint.KindSource {
+			source = o.Source
+		}
 		p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
-			slog.String("checkpoint", r.name), slog.Int("rejected", r.n), slog.String("first_error", r.first))
+			slog.String("source", source), slog.String("key", thirdparty.SafeText(r.key)), slog.Int64("version", r.version),
+			slog.Int("rejected", r.n), slog.String("error", r.first), slog.String("checkpoint", r.name))
 	}
 	return res
 }

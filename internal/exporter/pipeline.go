@@ -115,9 +115,13 @@ type marked struct {
 
 // rejectedNote is logged once the marks of rejected items commit.
 type rejectedNote struct {
-	name  string
-	n     int
-	first string
+	name string
+	n    int
+	// key, version and first are the first rejected item's key, version
+	// and error.
+	key     string
+	version int64
+	first   string
 }
 
 // pipeline runs batches through record, push and mark. It is one event

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -167,11 +168,53 @@ func setHold(ctx context.Context, pool *pgxpool.Pool, dest string, h breakerstor
 // refusal of its credentials or URL, rather than at the next probe
 // interval.
 func Probe(ctx context.Context, pool *pgxpool.Pool, dest, by string) error {
+	_, _, err := AskProbe(ctx, pool, dest, by)
+	return err
+}
+
+// AskProbe is Probe, and returns the probe asked, whose answer
+// WaitProbeAnswer waits for. held says whether a refusal holds the
+// destination: when none does, nothing is asked (there is nothing to
+// probe) and the zero Probe is returned.
+func AskProbe(ctx context.Context, pool *pgxpool.Pool, dest, by string) (p breakerstore.Probe, held bool, err error) {
 	st, err := store(ctx, pool, dest)
 	if err != nil {
-		return err
+		return p, false, err
 	}
-	return st.SetProbe(ctx, breakerstore.Probe{By: by})
+	facts, err := st.Load(ctx)
+	if err != nil {
+		return p, false, err
+	}
+	if !facts.Credentials.Refused && !facts.Configuration.Refused {
+		return p, false, nil
+	}
+	p = breakerstore.Probe{At: time.Now().UTC(), By: by}
+	return p, true, st.SetProbe(ctx, p)
+}
+
+// probePoll is how often WaitProbeAnswer reads the destination's facts.
+const probePoll = 200 * time.Millisecond
+
+// WaitProbeAnswer waits for the answer to the probe p of dest, until ctx
+// ends (then it returns ctx's error: no daemon answered).
+func WaitProbeAnswer(ctx context.Context, pool *pgxpool.Pool, dest string, p breakerstore.Probe) (breakerstore.ProbeAnswer, error) {
+	ns := breakerstore.DestinationNamespace(dest)
+	t := time.NewTicker(probePoll)
+	defer t.Stop()
+	for {
+		st, err := breakerstore.ReadStateOf(ctx, pool, ns)
+		if err != nil && ctx.Err() == nil {
+			return breakerstore.ProbeAnswer{}, err
+		}
+		if err == nil && st.ProbeAnswer.For.Equal(p.At) {
+			return st.ProbeAnswer, nil
+		}
+		select {
+		case <-ctx.Done():
+			return breakerstore.ProbeAnswer{}, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // ReplayTable is the named source as a replay's table: resources

@@ -141,6 +141,8 @@ func (d *Destination) Stopped() string {
 	switch {
 	case d.Paused != nil:
 		return fmt.Sprintf("destination %s paused by %s since %s", d.Name, d.Paused.By, d.Paused.Since.Format(time.RFC3339))
+	case d.Credentials.Refused && d.Credentials.TokenEndpoint != "":
+		return fmt.Sprintf("destination %s: its token endpoint %s refuses the client credentials: %s", d.Name, d.Credentials.TokenEndpoint, d.Credentials.Message)
 	case d.Credentials.Refused:
 		return fmt.Sprintf("destination %s refuses the credentials: %s", d.Name, d.Credentials.Message)
 	case d.Configuration.Refused && d.Configuration.Status == 0:

@@ -43,6 +43,11 @@ type Error struct {
 	Timeout bool
 	// Quota is what the answer's rate-limit headers said, if anything.
 	Quota Quota
+	// TokenEndpoint is set when no request went because the credentials'
+	// token endpoint (an OAuth2 grant's) failed: its URL without secrets.
+	// StatusCode is then the endpoint's status (0 when it did not
+	// answer), not the destination's, and Err its failure.
+	TokenEndpoint string
 
 	errText string // Err's text as SafeText, token removed
 	// verdict is a format's reading of the answer that overrides its
@@ -57,6 +62,17 @@ const (
 
 func (e *Error) Error() string {
 	var b strings.Builder
+	if e.TokenEndpoint != "" {
+		// The endpoint's own text names it, its URL and its status:
+		// "token endpoint https://auth.example/token: answered 401:
+		// invalid_client: ...".
+		b.WriteString("thirdparty: no request sent")
+		if e.verdict == verdictCredentials {
+			b.WriteString(", the client credentials refused")
+		}
+		b.WriteString(": " + e.transportText())
+		return b.String()
+	}
 	b.WriteString("thirdparty: push ")
 	switch {
 	case e.BadAnswer != "":

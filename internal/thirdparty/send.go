@@ -154,10 +154,26 @@ func (c *Client) attempt(ctx, reqCtx context.Context, key string, r *Request) (*
 }
 
 // authError makes an Authorizer's failure an *Error: a refusal of the
-// credentials (as a 401) when it says so, transient otherwise.
+// credentials when it says so, transient otherwise. A token endpoint's
+// failure (an OAuth2 grant's) keeps the endpoint's name and status, in
+// TokenEndpoint and StatusCode: nothing was sent to the destination, and
+// no log, status or console line may read it as the destination's answer.
 func (c *Client) authError(ctx context.Context, err error) error {
 	var tr interface{ TokenRefused() bool }
-	if errors.As(err, &tr) && tr.TokenRefused() {
+	refused := errors.As(err, &tr) && tr.TokenRefused()
+	var te interface {
+		TokenEndpoint() string
+		EndpointStatus() int
+	}
+	if errors.As(err, &te) {
+		e := &Error{StatusCode: te.EndpointStatus(), TokenEndpoint: c.safe(te.TokenEndpoint()), Err: err,
+			Timeout: isTimeout(ctx, err), errText: c.safe(err.Error()), verdict: verdictTransient, why: "token endpoint"}
+		if refused {
+			e.verdict = verdictCredentials
+		}
+		return e
+	}
+	if refused {
 		return &Error{StatusCode: http.StatusUnauthorized, Body: c.safe(err.Error())}
 	}
 	return &Error{Err: err, Timeout: isTimeout(ctx, err), errText: c.safe(err.Error())}

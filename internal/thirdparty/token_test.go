@@ -1,0 +1,60 @@
+package thirdparty_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// A token endpoint's refusal is named as the endpoint's (its URL without
+// the query, its status), never as the destination's answer to a push:
+// no request reaches the destination, and a 400 invalid_client refuses
+// the credentials rather than the batch (which would be split).
+func TestTokenEndpointRefusalIsTheEndpoints(t *testing.T) {
+	t.Parallel()
+	var pushed atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		pushed.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(api.Close)
+	status := http.StatusBadRequest
+	token := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, `{"error":"invalid_client","error_description":"client authentication failed"}`)
+	}))
+	t.Cleanup(token.Close)
+	oauth, err := credentials.NewOAuth2(credentials.OAuth2Config{TokenURL: token.URL + "/oauth/token?tenant=secret-tenant",
+		ClientID: credentials.Literal("id", "the-id"), ClientSecret: credentials.Literal("secret", "the-secret")})
+	require.NoError(t, err)
+	c, err := thirdparty.New(&thirdparty.Config{URL: api.URL, Auth: oauth})
+	require.NoError(t, err)
+
+	_, err = c.Push(t.Context(), "k1", []thirdparty.Item{{ID: "1", Version: 1}})
+	var e *thirdparty.Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, token.URL+"/oauth/token", e.TokenEndpoint)
+	require.Equal(t, http.StatusBadRequest, e.StatusCode, "the endpoint's status")
+	require.True(t, e.AuthRefused())
+	require.False(t, e.BatchRefused())
+	require.Equal(t, thirdparty.ClassAuth, thirdparty.Classify(err))
+	require.Equal(t, "thirdparty: no request sent, the client credentials refused: token endpoint "+token.URL+
+		"/oauth/token: answered 400: invalid_client: client authentication failed", e.Error())
+	require.NotContains(t, e.Error(), "secret-tenant")
+	require.Zero(t, pushed.Load(), "nothing reached the destination")
+
+	// The endpoint failing (5xx) is transient, and still the endpoint's.
+	status = http.StatusServiceUnavailable
+	_, err = c.Push(t.Context(), "k2", []thirdparty.Item{{ID: "1", Version: 1}})
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, thirdparty.ClassTransient, thirdparty.Classify(err))
+	require.Contains(t, e.Error(), "thirdparty: no request sent: token endpoint "+token.URL+"/oauth/token: answered 503")
+}
