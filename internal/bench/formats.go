@@ -169,7 +169,7 @@ func (rc *receiver) close() {
 // a plain client, not one process placement with another.
 func (r *runner) plainWebhooksProcess(ctx context.Context, url string, n int) (webhooksRun, error) {
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, r.cfg.Binary, "bench-webhooks-client", "--url", url, "--rows", strconv.Itoa(n))
+	cmd := exec.CommandContext(ctx, r.cfg.Lab, "bench-webhooks-client", "--url", url, "--rows", strconv.Itoa(n))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	self0, _ := procCPUSeconds("self")
 	if err := cmd.Run(); err != nil {
