@@ -51,18 +51,18 @@ type Logging struct {
 type CLI struct {
 	Logging `embed:""`
 
-	Migrate        MigrateCmd             `cmd:"" help:"Bring the database to the current schema (River's and syncer's). Idempotent."`
-	Run            RunCmd                 `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
-	Replay         ReplayCmd              `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
-	Status         StatusCmd              `cmd:"" help:"Show counts and health."`
-	Config         ConfigCmd              `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
-	RetryFailed    RetryFailedCmd         `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
-	Pause          PauseCmd               `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume."`
-	Resume         ResumeCmd              `cmd:"" help:"Resume a paused destination."`
-	Probe          ProbeCmd               `cmd:"" help:"Probe a destination held by a refusal of its credentials or URL now, not at the next probe interval."`
-	Healthcheck    HealthcheckCmd         `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
-	Version        VersionCmd             `cmd:"" help:"Print the version, commit and Go version."`
-	FakeThirdparty LabCmd                 `cmd:"" name:"fake-thirdparty" passthrough:"all" help:"Serve a local stand-in for the third-party API, with fault knobs (runs syncer-lab fake-thirdparty; see syncer-lab fake-thirdparty --help)."`
+	Migrate        MigrateCmd     `cmd:"" help:"Bring the database to the current schema (River's and syncer's). Idempotent."`
+	Run            RunCmd         `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
+	Replay         ReplayCmd      `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
+	Status         StatusCmd      `cmd:"" help:"Show counts and health."`
+	Config         ConfigCmd      `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
+	RetryFailed    RetryFailedCmd `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
+	Pause          PauseCmd       `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume."`
+	Resume         ResumeCmd      `cmd:"" help:"Resume a paused destination."`
+	Probe          ProbeCmd       `cmd:"" help:"Probe a destination held by a refusal of its credentials or URL now, not at the next probe interval."`
+	Healthcheck    HealthcheckCmd `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
+	Version        VersionCmd     `cmd:"" help:"Print the version, commit and Go version."`
+	FakeThirdparty LabCmd         `cmd:"" name:"fake-thirdparty" passthrough:"all" help:"Serve a local stand-in for the third-party API, with fault knobs (runs syncer-lab fake-thirdparty; see syncer-lab fake-thirdparty --help)."`
 }
 
 // Env is what a command gets besides its flags.
