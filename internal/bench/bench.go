@@ -151,7 +151,7 @@ func SizesFor(size string) (Sizes, error) {
 	return Sizes{}, fmt.Errorf("bench: unknown size %q (want %s or %s)", size, SizeDefault, SizeTiny)
 }
 
-// DatabaseURLDefault is the database `syncer bench` works in unless told
+// DatabaseURLDefault is the database `syncer-lab bench` works in unless told
 // otherwise: the local test database, never the one DATABASE_URL names.
 const DatabaseURLDefault = "postgres://127.0.0.1:5432/test"
 

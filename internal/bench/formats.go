@@ -163,7 +163,7 @@ func (rc *receiver) close() {
 }
 
 // plainWebhooksProcess runs PlainWebhooks in a process of its own
-// (`syncer bench-webhooks-client`), as the daemon it is compared with runs
+// (`syncer-lab bench-webhooks-client`), as the daemon it is compared with runs
 // in its own: both then pay the same process boundary to the receiver,
 // which lives in the bench's process, and the figure compares syncer with
 // a plain client, not one process placement with another.
