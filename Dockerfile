@@ -1,4 +1,5 @@
-# syncer's image: one static binary on distroless, run as a non-root user.
+# syncer's image: two static binaries (the daemon, /syncer, and the lab beside
+# it, /syncer-lab) on distroless, run as a non-root user.
 #
 #   docker build \
 #     --build-arg VERSION="$(git describe --tags --always --dirty)" \
