@@ -1,4 +1,5 @@
-# syncer's image: one static binary on distroless, run as a non-root user.
+# syncer's image: two static binaries (the daemon, /syncer, and the lab beside
+# it, /syncer-lab) on distroless, run as a non-root user.
 #
 #   docker build \
 #     --build-arg VERSION="$(git describe --tags --always --dirty)" \
@@ -16,7 +17,10 @@ ARG VERSION=""
 ARG COMMIT=""
 RUN CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w -X github.com/syncer-dev/syncer/internal/buildinfo.Version=${VERSION} -X github.com/syncer-dev/syncer/internal/buildinfo.Commit=${COMMIT}" \
-      -o /out/syncer ./cmd/syncer
+      -o /out/syncer ./cmd/syncer && \
+    CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X github.com/syncer-dev/syncer/internal/buildinfo.Version=${VERSION} -X github.com/syncer-dev/syncer/internal/buildinfo.Commit=${COMMIT}" \
+      -o /out/syncer-lab ./cmd/syncer-lab
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=""
@@ -26,6 +30,10 @@ LABEL org.opencontainers.image.title="syncer" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${COMMIT}"
 COPY --from=build /out/syncer /syncer
+# The lab (bench, soak, fake third party) is a binary of its own, which the
+# daemon never loads: `/syncer fake-thirdparty` (docker-compose.yml) runs
+# /syncer-lab, found beside /syncer. An image for production only may drop it.
+COPY --from=build /out/syncer-lab /syncer-lab
 # The daemon's default address is loopback, which nothing outside the
 # container can reach: in a container, health and metrics listen on all
 # interfaces of the container's own network namespace.

@@ -11,8 +11,13 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDINFO := github.com/syncer-dev/syncer/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT)
 
+# Two binaries: syncer, the daemon and the operator's commands, the one a
+# production container runs; syncer-lab, the bench, the soak and the fake
+# third party (docs/design.md, "The lab is a binary of its own"). Both in
+# bin/, where each finds the other.
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/syncer ./cmd/syncer
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/syncer-lab ./cmd/syncer-lab
 
 vet:
 	$(GO) vet ./...
@@ -32,18 +37,18 @@ test:
 # The benchmark of the README, at its default sizes (about 10 minutes).
 bench: build
 	./scripts/ensure-postgres.sh
-	./bin/syncer bench --json bench-default.json
+	./bin/syncer-lab bench --json bench-default.json
 
 # The benchmark at a tiny size, so CI keeps it working.
 bench-tiny: build
 	./scripts/ensure-postgres.sh
-	./bin/syncer bench --size tiny
+	./bin/syncer-lab bench --size tiny
 
 # The seeded chaos soak (docs/tests.md): SOAK_DURATION (default 10m) of
 # faults and writes against a PostgreSQL server the soak runs for itself,
 # then every check; SOAK_SEED replays a run. Exits 1 on any violation.
 soak: build
-	./bin/syncer soak
+	./bin/syncer-lab soak
 
 # Migrate a scratch database, start the fake third party and the daemon,
 # insert rows and watch them arrive.

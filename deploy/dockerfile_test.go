@@ -182,3 +182,20 @@ func TestBuildinfoVariablesExist(t *testing.T) {
 	}
 	require.True(t, vars["Version"] && vars["Commit"], "internal/buildinfo declares var Version and var Commit")
 }
+
+// TestImageShipsTheLabBesideSyncer: compose's fake-thirdparty service runs
+// `/syncer fake-thirdparty`, which execs syncer-lab found beside /syncer,
+// so the image builds the lab and copies it next to the daemon.
+func TestImageShipsTheLabBesideSyncer(t *testing.T) {
+	t.Parallel()
+	img := readDockerfile(t)
+	var built, copied bool
+	for _, stage := range img.Stages {
+		for _, in := range stage {
+			built = built || (in.Cmd == "RUN" && strings.Contains(in.Args, "-o /out/syncer-lab ./cmd/syncer-lab"))
+			copied = copied || (in.Cmd == "COPY" && strings.HasSuffix(in.Args, "/out/syncer-lab "+filepath.Dir(img.Binary)+"syncer-lab"))
+		}
+	}
+	require.True(t, built, "the build stage builds ./cmd/syncer-lab")
+	require.True(t, copied, "the image copies syncer-lab beside %s", img.Binary)
+}

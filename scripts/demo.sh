@@ -33,6 +33,7 @@ ROWS=${DEMO_ROWS:-20000}
 ORDERS=${DEMO_ORDERS:-1000}
 
 go build -o bin/syncer ./cmd/syncer
+go build -o bin/syncer-lab ./cmd/syncer-lab # syncer fake-thirdparty runs it
 psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
 
 echo "the application's table, as it already is: orders in public"

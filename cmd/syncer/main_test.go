@@ -23,7 +23,8 @@ import (
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
-var binary string
+// binary is syncer; lab is syncer-lab, built beside it as make build does.
+var binary, lab string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "syncer-bin-")
@@ -34,6 +35,12 @@ func TestMain(m *testing.M) {
 	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build syncer: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	lab = filepath.Join(dir, "syncer-lab")
+	out, err = exec.Command("go", "build", "-o", lab, "../syncer-lab").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build syncer-lab: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()

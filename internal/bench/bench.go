@@ -151,7 +151,7 @@ func SizesFor(size string) (Sizes, error) {
 	return Sizes{}, fmt.Errorf("bench: unknown size %q (want %s or %s)", size, SizeDefault, SizeTiny)
 }
 
-// DatabaseURLDefault is the database `syncer bench` works in unless told
+// DatabaseURLDefault is the database `syncer-lab bench` works in unless told
 // otherwise: the local test database, never the one DATABASE_URL names.
 const DatabaseURLDefault = "postgres://127.0.0.1:5432/test"
 
@@ -164,9 +164,12 @@ type Config struct {
 	Size string
 	// Only limits the run to these scenarios. Defaults to all of Scenarios.
 	Only []string
-	// Binary is the syncer executable run as the daemon. Defaults to
-	// os.Executable().
+	// Binary is the syncer executable run as the daemon. Required.
 	Binary string
+	// Lab is the syncer-lab executable run as the bench's helper processes
+	// (the plain client and poller its baselines measure). Defaults to
+	// os.Executable(), the lab running the bench.
+	Lab string
 	// ProfileDir, if set, runs the drain's daemon with --pprof and saves a
 	// CPU profile of its drain there as drain.cpu.pprof. Defaults to "", no
 	// profile.
@@ -246,8 +249,11 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		c.Only = Scenarios
 	}
 	if c.Binary == "" {
-		if c.Binary, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("bench: find the syncer binary: %w", err)
+		return nil, errors.New("bench: Config.Binary is required")
+	}
+	if c.Lab == "" {
+		if c.Lab, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("bench: find the syncer-lab binary: %w", err)
 		}
 	}
 	if c.Progress == nil {

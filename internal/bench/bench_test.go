@@ -22,13 +22,16 @@ func TestTinyRunHasEveryRow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs every scenario; skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "syncer")
+	dir := t.TempDir()
+	bin, lab := filepath.Join(dir, "syncer"), filepath.Join(dir, "syncer-lab")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/syncer-dev/syncer/cmd/syncer").CombinedOutput()
 	require.NoError(t, err, "build syncer: %s", out)
+	out, err = exec.Command("go", "build", "-o", lab, "github.com/syncer-dev/syncer/cmd/syncer-lab").CombinedOutput()
+	require.NoError(t, err, "build syncer-lab: %s", out)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rep, err := bench.Run(ctx, &bench.Config{DatabaseURL: dbtest.URL(), Size: bench.SizeTiny, Binary: bin})
+	rep, err := bench.Run(ctx, &bench.Config{DatabaseURL: dbtest.URL(), Size: bench.SizeTiny, Binary: bin, Lab: lab})
 	require.NoError(t, err)
 
 	var names []string

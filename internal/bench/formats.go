@@ -163,13 +163,13 @@ func (rc *receiver) close() {
 }
 
 // plainWebhooksProcess runs PlainWebhooks in a process of its own
-// (`syncer bench-webhooks-client`), as the daemon it is compared with runs
+// (`syncer-lab bench-webhooks-client`), as the daemon it is compared with runs
 // in its own: both then pay the same process boundary to the receiver,
 // which lives in the bench's process, and the figure compares syncer with
 // a plain client, not one process placement with another.
 func (r *runner) plainWebhooksProcess(ctx context.Context, url string, n int) (webhooksRun, error) {
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, r.cfg.Binary, "bench-webhooks-client", "--url", url, "--rows", strconv.Itoa(n))
+	cmd := exec.CommandContext(ctx, r.cfg.Lab, "bench-webhooks-client", "--url", url, "--rows", strconv.Itoa(n))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	self0, _ := procCPUSeconds("self")
 	if err := cmd.Run(); err != nil {

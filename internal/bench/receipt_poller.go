@@ -32,7 +32,7 @@ func (r *runner) receiptPoller(ctx context.Context, c receiptCase, every time.Du
 	defer b.close(ctx)
 	total, f, s, pool := b.total, b.f, b.s, b.pool
 	stderr := &tailBuffer{max: 16 << 10}
-	cmd := exec.CommandContext(ctx, r.cfg.Binary, "bench-poller", "--database-url", s.dsn, "--url", f.url,
+	cmd := exec.CommandContext(ctx, r.cfg.Lab, "bench-poller", "--database-url", s.dsn, "--url", f.url,
 		"--every", every.String())
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Start(); err != nil {

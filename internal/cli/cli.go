@@ -26,7 +26,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/term"
 
-	"github.com/syncer-dev/syncer/internal/bench"
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
@@ -38,27 +37,32 @@ import (
 	"github.com/syncer-dev/syncer/migrations"
 )
 
-// CLI is the root of the command tree.
-type CLI struct {
+// Logging is the log settings every command line of the project takes
+// (syncer's and the lab's, cmd/syncer-lab).
+type Logging struct {
 	LogFormat string `name:"log-format" env:"SYNCER_LOG_FORMAT" enum:"auto,text,json" default:"auto" help:"Log format: text on a terminal and JSON otherwise when auto. JSON writes durations in seconds."`
 	LogLevel  string `name:"log-level" env:"SYNCER_LOG_LEVEL" enum:"debug,info,warn,error" default:"info" help:"Lowest level logged (debug shows one line per batch)."`
+}
 
-	Migrate        MigrateCmd             `cmd:"" help:"Bring the database to the current schema (River's and syncer's). Idempotent."`
-	Run            RunCmd                 `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
-	Replay         ReplayCmd              `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
-	Status         StatusCmd              `cmd:"" help:"Show counts and health."`
-	Config         ConfigCmd              `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
-	RetryFailed    RetryFailedCmd         `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
-	Pause          PauseCmd               `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume."`
-	Resume         ResumeCmd              `cmd:"" help:"Resume a paused destination."`
-	Probe          ProbeCmd               `cmd:"" help:"Probe a destination held by a refusal of its credentials or URL now, not at the next probe interval."`
-	Healthcheck    HealthcheckCmd         `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
-	Version        VersionCmd             `cmd:"" help:"Print the version, commit and Go version."`
-	FakeThirdparty FakeThirdpartyCmd      `cmd:"" name:"fake-thirdparty" help:"Serve a local stand-in for the third-party API, with fault knobs."`
-	Bench          BenchCmd               `cmd:"" help:"Measure throughput, latency, writer overhead and memory against baselines from the same run."`
-	Soak           SoakCmd                `cmd:"" help:"Run a seeded chaos soak of real daemons against a PostgreSQL of its own, and check every promise (make soak)."`
-	BenchWebhooks  BenchWebhooksClientCmd `cmd:"" name:"bench-webhooks-client" hidden:"" help:"The plain client the bench's webhooks row compares with (run by syncer bench)."`
-	BenchPoller    BenchPollerCmd         `cmd:"" name:"bench-poller" hidden:"" help:"The plain polling exporter the bench's receipt rows compare with (run by syncer bench)."`
+// CLI is the root of the command tree: the daemon and the operator's
+// commands. The lab (bench, soak, the fake third party) is a command of
+// its own, cmd/syncer-lab, so the daemon's binary does not carry it;
+// fake-thirdparty here runs the lab's (lab.go).
+type CLI struct {
+	Logging `embed:""`
+
+	Migrate        MigrateCmd     `cmd:"" help:"Bring the database to the current schema (River's and syncer's). Idempotent."`
+	Run            RunCmd         `cmd:"" help:"Run the daemon: relay outbox events into River jobs and export, until SIGTERM or SIGINT."`
+	Replay         ReplayCmd      `cmd:"" help:"Re-export a range of rows whatever their synced_at, list replays or cancel one. Running daemons do the work."`
+	Status         StatusCmd      `cmd:"" help:"Show counts and health."`
+	Config         ConfigCmd      `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
+	RetryFailed    RetryFailedCmd `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
+	Pause          PauseCmd       `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume."`
+	Resume         ResumeCmd      `cmd:"" help:"Resume a paused destination."`
+	Probe          ProbeCmd       `cmd:"" help:"Probe a destination held by a refusal of its credentials or URL now, not at the next probe interval."`
+	Healthcheck    HealthcheckCmd `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`
+	Version        VersionCmd     `cmd:"" help:"Print the version, commit and Go version."`
+	FakeThirdparty LabCmd         `cmd:"" name:"fake-thirdparty" passthrough:"all" help:"Serve a local stand-in for the third-party API, with fault knobs (runs syncer-lab fake-thirdparty; see syncer-lab fake-thirdparty --help)."`
 }
 
 // Env is what a command gets besides its flags.
@@ -110,7 +114,6 @@ func vars() kong.Vars {
 		"probe_wait":           durationText(probeWaitDefault),
 		"replay_stall":         durationText(replayStallDefault),
 		"check_timeout":        durationText(checkTimeoutDefault),
-		"bench_database_url":   bench.DatabaseURLDefault,
 	}
 }
 
@@ -126,9 +129,32 @@ func durationText(d time.Duration) string {
 	return s
 }
 
+// Program names a command line of the project and its --help defaults.
+type Program struct {
+	Name        string
+	Description string
+	Vars        kong.Vars
+}
+
+// syncer is the daemon's command line.
+var syncer = Program{
+	Name:        "syncer",
+	Description: "Exports the rows of PostgreSQL tables (the application's own, named by --config, and the resources table) to third-party HTTP APIs, exactly as often as it must.",
+}
+
 // Main runs the command line and returns the exit status.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var root CLI
+	p := syncer
+	p.Vars = vars()
+	return Execute(ctx, p, &root, &root.Logging, args, stdout, stderr)
+}
+
+// Execute parses args into root (a kong command tree holding logging),
+// runs the command and returns the exit status, on the conventions of the
+// package comment. The lab's command line runs through it too, so both
+// binaries speak alike.
+func Execute(ctx context.Context, p Program, root any, logging *Logging, args []string, stdout, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
 			if c, ok := r.(exitPanic); ok {
@@ -138,53 +164,53 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) (code in
 			panic(r)
 		}
 	}()
-	parser, err := newParser(&root, stdout, stderr)
+	parser, err := NewParser(p, root, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "syncer: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", p.Name, err)
 		return 1
 	}
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "syncer: %s\n", oneLine(ue.msg))
+			fmt.Fprintf(stderr, "%s: %s\n", p.Name, oneLine(ue.msg))
 			return 2
 		}
-		fmt.Fprintf(stderr, "syncer: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "%s: %s\n", p.Name, oneLine(err.Error()))
 		return 2
 	}
 	env := &Env{Stdout: stdout, Stderr: stderr, IsTerminal: isTerminal(stdout)}
-	env.Logger = newLogger(stderr, root.LogFormat, root.LogLevel)
+	env.Logger = newLogger(stderr, logging.LogFormat, logging.LogLevel)
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	kctx.Bind(env)
 	if err := kctx.Run(); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "syncer: %s\n", oneLine(ue.msg))
+			fmt.Fprintf(stderr, "%s: %s\n", p.Name, oneLine(ue.msg))
 			return 2
 		}
 		// A package's error that says it is the user's setting (a
 		// malformed DATABASE_URL found by database.Open) exits 2 as well.
 		var usage interface{ IsUsage() bool }
 		if errors.As(err, &usage) && usage.IsUsage() {
-			fmt.Fprintf(stderr, "syncer: %s\n", oneLine(err.Error()))
+			fmt.Fprintf(stderr, "%s: %s\n", p.Name, oneLine(err.Error()))
 			return 2
 		}
-		fmt.Fprintf(stderr, "syncer: %s: %s\n", kctx.Command(), oneLine(err.Error()))
+		fmt.Fprintf(stderr, "%s: %s: %s\n", p.Name, kctx.Command(), oneLine(err.Error()))
 		return 1
 	}
 	return 0
 }
 
-// newParser builds the command line's parser on root.
-func newParser(root *CLI, stdout, stderr io.Writer) (*kong.Kong, error) {
+// NewParser builds p's parser on root.
+func NewParser(p Program, root any, stdout, stderr io.Writer) (*kong.Kong, error) {
 	return kong.New(root,
-		kong.Name("syncer"),
-		kong.Description("Exports the rows of PostgreSQL tables (the application's own, named by --config, and the resources table) to third-party HTTP APIs, exactly as often as it must."),
+		kong.Name(p.Name),
+		kong.Description(p.Description),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(c int) { panic(exitPanic(c)) }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-		vars(),
+		p.Vars,
 	)
 }
 

@@ -19,7 +19,7 @@ const memoryLimitRatio = 0.9
 // share of the container's cgroup limit, read by automemlimit, so the
 // collector works harder before the kernel's OOM killer does; otherwise
 // none. A fixed limit of our own was tried: 16 MiB cost 2.5x the CPU with
-// 8 KiB payloads for 5 MB less peak memory (see `syncer bench --only
+// 8 KiB payloads for 5 MB less peak memory (see `syncer-lab bench --only
 // memory-limit`), so without a limit from the operator, none is set.
 func memoryLimit(lookupEnv func(string) (string, bool), cgroup memlimit.Provider) (limit int64, source string, err error) {
 	if v, ok := lookupEnv("GOMEMLIMIT"); ok {

@@ -136,7 +136,7 @@ type Config struct {
 	Now func() time.Time
 	// ExpectedItems sizes the records of accepted items for this many at
 	// New and Reset. It changes no answer. A fake that shares its machine
-	// with the client it measures (syncer bench) would otherwise regrow
+	// with the client it measures (syncer-lab bench) would otherwise regrow
 	// its maps and copy its records again and again as a drain goes on,
 	// on the cores the client needs: a drain of 100,000 tombstones went
 	// from 98,000 to 109,000 a second (medians of 8) once sized. Defaults

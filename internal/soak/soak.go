@@ -1,4 +1,4 @@
-// Package soak is `syncer soak`: a seeded chaos run of real processes.
+// Package soak is `syncer-lab soak`: a seeded chaos run of real processes.
 // Two or three daemons, the project's fake third party and writers run
 // against a PostgreSQL server of the soak's own while a schedule drawn
 // from the seed kills, freezes and terminates daemons, cuts and restarts

@@ -53,19 +53,32 @@ type Answer struct {
 
 	token   string
 	secrets []string // the token and configured header values
-	refusal *Error   // set for a status other than 2xx
+	refusal *Error   // set by a Client for a status other than 2xx
 }
 
 // OK reports a 2xx status.
-func (a *Answer) OK() bool { return a.refusal == nil }
+func (a *Answer) OK() bool { return a.StatusCode >= 200 && a.StatusCode <= 299 }
 
 // Refusal is what the common rules of docs/protocol.md section 2 make of an
 // answer that is not a 2xx (its class by [Classify]); nil for a 2xx.
 func (a *Answer) Refusal() error {
-	if a.refusal == nil {
-		return nil
+	if e := a.refused(); e != nil {
+		return e
 	}
-	return a.refusal
+	return nil
+}
+
+// refused is Refusal's *Error: the one a Client read (with Retry-After and
+// Location), or, for an Answer a Client did not build (a format's tests,
+// thirdpartytest.Answer), the one its status and body make.
+func (a *Answer) refused() *Error {
+	switch {
+	case a.OK():
+		return nil
+	case a.refusal != nil:
+		return a.refusal
+	}
+	return &Error{StatusCode: a.StatusCode, Body: a.Safe(string(a.Body)), Quota: a.Quota}
 }
 
 // RefusalText is the answer's status and body as safe text, for an item
@@ -107,8 +120,8 @@ func (a *Answer) Safe(s string) string { return SafeText(s, a.secrets...) }
 // 2): a status other than 2xx by the common rules; a 2xx body empty, an
 // object without results, or results naming ids of the request.
 func (a *Answer) Results(ids []string) (*Result, error) {
-	if a.refusal != nil {
-		return nil, a.refusal
+	if e := a.refused(); e != nil {
+		return nil, e
 	}
 	res, why := decodeResult(a.Body, ids, a.token)
 	if why != "" {

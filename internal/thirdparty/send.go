@@ -40,8 +40,8 @@ func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*An
 		return nil, err
 	}
 	if read == nil {
-		if a.refusal != nil {
-			return nil, a.refusal
+		if e := a.refused(); e != nil {
+			return nil, e
 		}
 		return &Result{Quota: a.Quota}, nil
 	}

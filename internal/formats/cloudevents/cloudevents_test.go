@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/formats/cloudevents"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/internal/thirdparty/thirdpartytest"
 )
 
 // TestBatchOfStructuredEvents pins the body: the contract's attributes,
@@ -35,9 +36,9 @@ func TestBatchOfStructuredEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(reqs[0].Body), `"source":"https://shop.example.com","type":"com.example.order.upserted"`)
 
-	res, err := f.Read(&reqs[0], thirdparty.NewAnswerForTest(202, http.Header{}, nil))
+	res, err := f.Read(&reqs[0], thirdpartytest.Answer(202, http.Header{}, nil))
 	require.NoError(t, err)
 	require.Empty(t, res.Rejected)
-	_, err = f.Read(&reqs[0], thirdparty.NewAnswerForTest(400, http.Header{}, []byte("bad event")))
+	_, err = f.Read(&reqs[0], thirdpartytest.Answer(400, http.Header{}, []byte("bad event")))
 	require.Equal(t, thirdparty.ClassBatchRefused, thirdparty.Classify(err), "a 400 splits the batch")
 }

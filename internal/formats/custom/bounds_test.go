@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/internal/thirdparty/thirdpartytest"
 )
 
 // A request program that fails on one row's data, or never ends on it,
@@ -75,7 +76,7 @@ func TestResponseProgramBounds(t *testing.T) {
 				Items: []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{}`)}}})
 			require.NoError(t, err)
 			within(t, 5*time.Second, func() {
-				_, err = f.Read(&reqs[0], thirdparty.NewAnswerForTest(200, http.Header{}, []byte(tt.body)))
+				_, err = f.Read(&reqs[0], thirdpartytest.Answer(200, http.Header{}, []byte(tt.body)))
 			})
 			var tpErr *thirdparty.Error
 			require.ErrorAs(t, err, &tpErr)
@@ -119,10 +120,10 @@ func TestProgramMemoryBound(t *testing.T) {
 	reqs, err := ok.Requests(b)
 	require.NoError(t, err)
 	within(t, 20*time.Second, func() {
-		_, err = ok.Read(&reqs[0], thirdparty.NewAnswerForTest(200, http.Header{}, []byte(`{"n": 1e9}`)))
+		_, err = ok.Read(&reqs[0], thirdpartytest.Answer(200, http.Header{}, []byte(`{"n": 1e9}`)))
 	})
 	require.ErrorContains(t, err, "response.accepted: allocated past its bound")
-	_, err = ok.Read(&reqs[0], thirdparty.NewAnswerForTest(200, http.Header{}, []byte(`{"n": 10}`)))
+	_, err = ok.Read(&reqs[0], thirdpartytest.Answer(200, http.Header{}, []byte(`{"n": 10}`)))
 	require.NoError(t, err)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/internal/thirdparty/thirdpartytest"
 )
 
 func batch() *thirdparty.Batch {
@@ -73,7 +74,7 @@ func TestReadAcceptedAndRejected(t *testing.T) {
 	reqs, err := f.Requests(batch())
 	require.NoError(t, err)
 	answer := func(body string) *thirdparty.Answer {
-		return thirdparty.NewAnswerForTest(207, http.Header{}, []byte(body))
+		return thirdpartytest.Answer(207, http.Header{}, []byte(body))
 	}
 	res, err := f.Read(&reqs[0], answer(`{"status":"COMPLETE","errors":[{"context":{"ids":["7"]},"message":"no such contact"}]}`))
 	require.NoError(t, err)

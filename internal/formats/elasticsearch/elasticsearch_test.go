@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/formats/elasticsearch"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/internal/thirdparty/thirdpartytest"
 )
 
 func TestRequestIsBulkNDJSON(t *testing.T) {
@@ -32,7 +33,7 @@ func TestReadItemByItem(t *testing.T) {
 	}
 	r := elasticsearch.Request(items)
 	f := elasticsearch.Format{}
-	res, err := f.Read(&r, thirdparty.NewAnswerForTest(200, http.Header{}, []byte(`{"errors":true,"items":[
+	res, err := f.Read(&r, thirdpartytest.Answer(200, http.Header{}, []byte(`{"errors":true,"items":[
 		{"index":{"_id":"1","status":201}}, {"index":{"_id":"2","status":409}}, {"delete":{"_id":"3","status":404}},
 		{"index":{"_id":"4","status":404,"error":{"type":"index_not_found_exception","reason":"no such index"}}},
 		{"index":{"_id":"5","status":429}}, {"index":{"_id":"6","status":503}},
@@ -54,7 +55,7 @@ func TestReadItemByItem(t *testing.T) {
 		"one too many":   `{"items":[{"index":{"_id":"1","status":201}},{"index":{"_id":"2","status":201}},{"index":{"_id":"3","status":201}}]}`,
 	} {
 		one := elasticsearch.Request(items[:2])
-		_, err := f.Read(&one, thirdparty.NewAnswerForTest(200, http.Header{}, []byte(body)))
+		_, err := f.Read(&one, thirdpartytest.Answer(200, http.Header{}, []byte(body)))
 		var e *thirdparty.Error
 		require.ErrorAs(t, err, &e, name)
 		require.NotEmpty(t, e.BadAnswer, name)

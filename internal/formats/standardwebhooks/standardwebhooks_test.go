@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/internal/thirdparty/thirdpartytest"
 )
 
 // TestSignatureMatchesTheSpecificationsVector is the test vector of the
@@ -69,7 +70,7 @@ func TestReadRejectsUnnamed4xx(t *testing.T) {
 	require.NoError(t, err)
 	r := &thirdparty.Request{IDs: []string{"42"}}
 	for status, want := range map[int]string{400: "reject", 422: "reject", 418: "reject", 401: "auth", 404: "config", 409: "transient", 413: "batch_refused", 429: "rate_limited", 503: "transient", 204: "accept"} {
-		res, err := f.Read(r, thirdparty.NewAnswerForTest(status, http.Header{}, []byte(`{"error":"nope"}`)))
+		res, err := f.Read(r, thirdpartytest.Answer(status, http.Header{}, []byte(`{"error":"nope"}`)))
 		switch want {
 		case "accept":
 			require.NoError(t, err)

@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncer-dev/syncer/internal/cli"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
-// FakeThirdpartyCmd is `syncer fake-thirdparty`.
+// FakeThirdpartyCmd is `syncer-lab fake-thirdparty`, which `syncer
+// fake-thirdparty` runs (cli.LabCmd).
 type FakeThirdpartyCmd struct {
 	Addr               string        `name:"addr" env:"FAKE_ADDR" default:"127.0.0.1:8081" help:"Address to serve on."`
 	RateLimit          float64       `name:"rate-limit" env:"FAKE_RATE_LIMIT" default:"0" help:"Requests a second accepted; beyond it 429 with Retry-After. 0: unlimited."`
@@ -101,7 +103,7 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 }
 
 // Run serves until SIGTERM or SIGINT.
-func (c *FakeThirdpartyCmd) Run(ctx context.Context, env *Env) error {
+func (c *FakeThirdpartyCmd) Run(ctx context.Context, env *cli.Env) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	fake := fakethirdparty.New(c.config())

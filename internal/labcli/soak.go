@@ -1,18 +1,18 @@
-package cli
+package labcli
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/syncer-dev/syncer/internal/cli"
 	"github.com/syncer-dev/syncer/internal/soak"
 )
 
-// SoakCmd is `syncer soak`: the seeded chaos run of docs/tests.md.
+// SoakCmd is `syncer-lab soak`: the seeded chaos run of docs/tests.md.
 type SoakCmd struct {
 	Duration time.Duration `name:"duration" env:"SOAK_DURATION" default:"10m" help:"How long faults and writes go on; everything then drains and is checked."`
 	Seed     uint64        `name:"seed" env:"SOAK_SEED" help:"Seed of the fault schedule and the writes; a run's report names it, and the same seed replays the same schedule. Drawn and printed when unset."`
@@ -20,7 +20,7 @@ type SoakCmd struct {
 	Rate     float64       `name:"rate" default:"60" help:"Writers' statements a second, all tables together."`
 	PGBin    string        `name:"pg-bin" help:"Bin directory of the PostgreSQL server the soak runs for itself (initdb, pg_ctl); defaults to the newest under /usr/lib/postgresql."`
 	Dir      string        `name:"dir" placeholder:"DIR" help:"Keep the run's files (the cluster, every daemon's log) here; by default a scratch directory, kept only when a check failed."`
-	Binary   string        `name:"binary" hidden:"" help:"The syncer binary run as the daemons; defaults to this executable."`
+	Binary   string        `name:"binary" hidden:"" help:"The syncer binary run as the daemons; defaults to syncer beside this executable, then on PATH."`
 }
 
 // Validate names the first bad setting.
@@ -38,19 +38,16 @@ func (c *SoakCmd) Validate() error {
 }
 
 // Run runs the soak; a violation exits 1 after the report.
-func (c *SoakCmd) Run(ctx context.Context, env *Env) error {
+func (c *SoakCmd) Run(ctx context.Context, env *cli.Env) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	seed := c.Seed
 	if seed == 0 {
 		seed = rand.Uint64() % 1_000_000_000
 	}
-	binary := c.Binary
-	if binary == "" {
-		var err error
-		if binary, err = os.Executable(); err != nil {
-			return fmt.Errorf("soak: %w", err)
-		}
+	binary, err := syncerBinary(c.Binary)
+	if err != nil {
+		return fmt.Errorf("soak: %w", err)
 	}
 	fmt.Fprintf(env.Stderr, "soak: seed %d, %s, %d daemons\n", seed, c.Duration, c.Daemons)
 	return soak.Run(ctx, &soak.Config{

@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"context"
@@ -9,16 +9,17 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/bench"
+	"github.com/syncer-dev/syncer/internal/cli"
 )
 
-// BenchCmd is `syncer bench`.
+// BenchCmd is `syncer-lab bench`.
 type BenchCmd struct {
 	DatabaseURL string   `name:"bench-database-url" env:"SYNCER_BENCH_DATABASE_URL" default:"${bench_database_url}" help:"PostgreSQL URL of a scratch database the bench may load for minutes and create and drop schemas in. DATABASE_URL is never read, so a bench run in a production container cannot touch the production database."`
 	Size        string   `name:"size" enum:"default,tiny" default:"default" help:"default: the sizes the targets are set for (about 10 minutes); tiny: 1-2% of them, a few minutes, for CI."`
 	JSON        string   `name:"json" placeholder:"FILE" help:"Also write the report as JSON to FILE."`
 	Only        []string `name:"only" sep:"," placeholder:"SCENARIO,..." help:"Run only these scenarios: drain, latency, writer-overhead, memory, memory-limit, job-economy, recipe, deletes, slow-api, unknown-limit, quota, sources, cold-start, fast-limit, restart, handover, cloudevents-drain, elasticsearch-drain, custom-drain, webhooks, console, shapes, receipt."`
 	Profile     string   `name:"profile" placeholder:"DIR" help:"Run the drain's daemon with --pprof and save a 10 s CPU profile of its drain in DIR."`
-	Binary      string   `name:"binary" hidden:"" help:"The syncer binary run as the daemon; defaults to this executable."`
+	Binary      string   `name:"binary" hidden:"" help:"The syncer binary run as the daemon; defaults to syncer beside this executable, then on PATH."`
 }
 
 // Validate names the first bad setting.
@@ -39,15 +40,19 @@ func (c *BenchCmd) Validate() error {
 }
 
 // Run runs the scenarios and prints one table; progress goes to stderr.
-func (c *BenchCmd) Run(ctx context.Context, env *Env) error {
+func (c *BenchCmd) Run(ctx context.Context, env *cli.Env) error {
 	// Scratch schemas and daemons are cleaned up on SIGINT too.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	binary, err := syncerBinary(c.Binary)
+	if err != nil {
+		return err
+	}
 	rep, err := bench.Run(ctx, &bench.Config{
 		DatabaseURL: c.DatabaseURL,
 		Size:        c.Size,
 		Only:        c.Only,
-		Binary:      c.Binary,
+		Binary:      binary,
 		ProfileDir:  c.Profile,
 		Progress:    env.Stderr,
 		Logger:      env.Logger,
@@ -87,7 +92,7 @@ type BenchWebhooksClientCmd struct {
 
 // Run sends the requests and prints the requests a second and the CPU
 // seconds spent sending them.
-func (c *BenchWebhooksClientCmd) Run(ctx context.Context, env *Env) error {
+func (c *BenchWebhooksClientCmd) Run(ctx context.Context, env *cli.Env) error {
 	rate, cpu, err := bench.PlainWebhooks(ctx, c.URL, c.Rows)
 	if err != nil {
 		return err
@@ -106,7 +111,7 @@ type BenchPollerCmd struct {
 }
 
 // Run exports rows until SIGTERM.
-func (c *BenchPollerCmd) Run(ctx context.Context, _ *Env) error {
+func (c *BenchPollerCmd) Run(ctx context.Context, _ *cli.Env) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return bench.PlainPoller(ctx, c.DatabaseURL, c.URL, c.Every)

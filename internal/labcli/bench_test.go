@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"bytes"
@@ -7,19 +7,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/bench"
+	"github.com/syncer-dev/syncer/internal/cli"
 )
 
-// TestBenchNeverReadsDatabaseURL: `syncer bench` loads a database for
+// TestBenchNeverReadsDatabaseURL: `syncer-lab bench` loads a database for
 // minutes, so in a production container, where DATABASE_URL names the
 // production database, it must keep to its own setting. Not parallel: it
 // sets the process's environment, which kong reads.
 func TestBenchNeverReadsDatabaseURL(t *testing.T) {
 	t.Setenv("DATABASE_URL", "postgres://prod.example.com:5432/prod")
-	parse := func(args ...string) *CLI {
+	parse := func(args ...string) *Lab {
 		t.Helper()
-		var root CLI
+		var root Lab
 		var out bytes.Buffer
-		p, err := newParser(&root, &out, &out)
+		p, err := cli.NewParser(program(), &root, &out, &out)
 		require.NoError(t, err)
 		_, err = p.Parse(args)
 		require.NoError(t, err)

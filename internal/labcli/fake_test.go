@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"bytes"
@@ -37,8 +37,8 @@ func TestFakeThirdpartyFlagsValidated(t *testing.T) {
 
 func TestFakeThirdpartyFlagsReachTheFake(t *testing.T) {
 	t.Parallel()
-	var root CLI
-	parser, err := kong.New(&root, vars())
+	var root Lab
+	parser, err := kong.New(&root, program().Vars)
 	require.NoError(t, err)
 	_, err = parser.Parse([]string{"fake-thirdparty", "--redirect", "307", "--redirect-location", "https://x.example/",
 		"--bad-answer", "unknown-id", "--retry-after-raw", "999999999", "--unannounced-limit", "5",
