@@ -101,3 +101,22 @@ func TestParseFormatRefusals(t *testing.T) {
 		})
 	}
 }
+
+// Issue 45: {source} in a custom path is accepted as any path is.
+func TestParseCustomPathSource(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`destinations:
+  crm:
+    url: https://api.example.com/crm/v3/objects
+    format: custom
+    request:
+      path: /{source}/batch/upsert
+      body: '{inputs: [.items[] | {id, properties: .payload}]}'
+sources:
+  - {table: contacts, key: id, destination: crm}
+  - {table: companies, key: id, destination: crm}
+`), nil)
+	require.NoError(t, err)
+	cc := cfg.Destination("crm").Format.Settings.(custom.Config)
+	require.Equal(t, "/{source}/batch/upsert", cc.Request.Path)
+}
