@@ -101,6 +101,8 @@ func orList(names []string) string {
 // fields (setting.Fields): a signing secret, nothing else.
 type flagFields struct{ c *RunCmd }
 
+var _ formats.Fields = (*flagFields)(nil)
+
 func (f *flagFields) String(string) (string, error)   { return "", nil }
 func (f *flagFields) Bool(string) (bool, bool, error) { return false, false, nil }
 func (f *flagFields) Mapping(string, []string) (formats.Fields, error) {
