@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/formats"
+	syncerwebhooks "github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -37,7 +38,15 @@ func items() []thirdparty.Item {
 
 func deliverer(t *testing.T, url string, spec *formats.Spec) *delivery.Deliverer {
 	t.Helper()
-	f, err := formats.New(spec, "inst-conformance")
+	return delivererEnv(t, url, spec, &formats.Env{})
+}
+
+// delivererEnv is deliverer with env's secrets: a file read again, as the
+// daemon reads one.
+func delivererEnv(t *testing.T, url string, spec *formats.Spec, env *formats.Env) *delivery.Deliverer {
+	t.Helper()
+	env.Installation = "inst-conformance"
+	f, err := formats.Build(spec, env)
 	require.NoError(t, err)
 	client, err := thirdparty.New(&thirdparty.Config{URL: url, Timeout: 5 * time.Second})
 	require.NoError(t, err)
@@ -78,7 +87,7 @@ func TestStandardWebhooksVerifiedBySpecLibrary(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	d := deliverer(t, srv.URL+"/hooks", &formats.Spec{Name: "standard-webhooks", SigningSecret: secret})
+	d := deliverer(t, srv.URL+"/hooks", &formats.Spec{Name: "standard-webhooks", Settings: syncerwebhooks.Settings{SigningSecret: formats.Secret{Value: secret}}})
 
 	at := time.Date(2026, 11, 24, 13, 0, 0, 0, time.UTC)
 	batch := delivery.Batch{Items: items(), Salt: "s", Source: "orders", Time: at}
@@ -146,7 +155,7 @@ func TestStandardWebhooksWrongSecretRefused(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	d := deliverer(t, srv.URL, &formats.Spec{Name: "standard-webhooks", SigningSecret: secret})
+	d := deliverer(t, srv.URL, &formats.Spec{Name: "standard-webhooks", Settings: syncerwebhooks.Settings{SigningSecret: formats.Secret{Value: secret}}})
 	out, err := d.Deliver(context.Background(), delivery.Batch{Items: items()[:1], Time: time.Now()})
 	require.Nil(t, out)
 	require.ErrorIs(t, err, delivery.ErrCredentials)
@@ -232,8 +241,11 @@ func TestStandardWebhooksSecretRotation(t *testing.T) {
 	t.Cleanup(srv.Close)
 	var current sync.Map
 	current.Store("s", secret)
-	d := deliverer(t, srv.URL, &formats.Spec{Name: "standard-webhooks",
-		SigningSecretFunc: func() string { v, _ := current.Load("s"); return v.(string) }})
+	d := delivererEnv(t, srv.URL, &formats.Spec{Name: "standard-webhooks",
+		Settings: syncerwebhooks.Settings{SigningSecret: formats.Secret{Field: "signing_secret", File: "rotating", Value: secret}}},
+		&formats.Env{Secret: func(formats.Secret) (func() string, error) {
+			return func() string { v, _ := current.Load("s"); return v.(string) }, nil
+		}})
 	phase := func(secrets string, salt string) map[string]int {
 		current.Store("s", secrets)
 		mu.Lock()

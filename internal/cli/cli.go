@@ -32,6 +32,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
@@ -92,6 +93,7 @@ type exitPanic int
 func vars() kong.Vars {
 	return kong.Vars{
 		"batch_size":           strconv.Itoa(feed.ItemsDefault),
+		"flag_formats":         orList(formats.Names(true)),
 		"batch_max_bytes":      strconv.Itoa(feed.BytesDefault),
 		"rate_burst":           strconv.Itoa(delivery.RateBurstDefault),
 		"breaker_failures":     strconv.Itoa(delivery.BreakerFailuresDefault),

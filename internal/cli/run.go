@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"net/url"
 	"os"
 	"os/signal"
@@ -28,9 +27,9 @@ type RunCmd struct {
 	ThirdpartyURL               string        `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API (batches go to URL/v1/batches)."`
 	ThirdpartyToken             string        `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set. Set it in the environment or with --thirdparty-token-file, not with this flag (flags show in ps). Never logged."`
 	ThirdpartyTokenFile         string        `name:"thirdparty-token-file" env:"SYNCER_THIRDPARTY_TOKEN_FILE" placeholder:"FILE" help:"Read the bearer token from FILE (a mounted secret), again whenever FILE changes and on SIGHUP; a trailing newline is ignored. Exclusive with --thirdparty-token."`
-	ThirdpartyFormat            string        `name:"thirdparty-format" env:"SYNCER_THIRDPARTY_FORMAT" default:"syncer" help:"Format of the resources export's requests: syncer, standard-webhooks, cloudevents or elasticsearch (docs/destinations.md)."`
+	ThirdpartyFormat            string        `name:"thirdparty-format" env:"SYNCER_THIRDPARTY_FORMAT" default:"syncer" help:"Format of the resources export's requests: ${flag_formats} (docs/destinations.md)."`
 	ThirdpartySigningSecret     string        `name:"thirdparty-signing-secret" env:"SYNCER_THIRDPARTY_SIGNING_SECRET" help:"Signing secret of the standard-webhooks format (whsec_ and base64). Set it in the environment or with --thirdparty-signing-secret-file, not with this flag. Never logged."`
-	ThirdpartySigningSecretFile string        `name:"thirdparty-signing-secret-file" env:"SYNCER_THIRDPARTY_SIGNING_SECRET_FILE" placeholder:"FILE" help:"Read the signing secret from FILE, once at start. Exclusive with --thirdparty-signing-secret."`
+	ThirdpartySigningSecretFile string        `name:"thirdparty-signing-secret-file" env:"SYNCER_THIRDPARTY_SIGNING_SECRET_FILE" placeholder:"FILE" help:"Read the signing secret from FILE (a mounted secret), again whenever FILE changes and on SIGHUP, as a destination's signing_secret_file. Exclusive with --thirdparty-signing-secret."`
 	BatchSize                   *int          `name:"batch-size" env:"SYNCER_BATCH_SIZE" placeholder:"${batch_size}" help:"Items a batch."`
 	BatchMaxBytes               int           `name:"batch-max-bytes" env:"SYNCER_BATCH_MAX_BYTES" default:"${batch_max_bytes}" help:"Payload bytes a batch, at most."`
 	RateLimit                   float64       `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party; 0 means no limit."`
@@ -56,11 +55,15 @@ type RunCmd struct {
 	tokenFromFile bool
 	// secretFromFile is tokenFromFile for the signing secret.
 	secretFromFile bool
+	// format is the resources export's format, as Validate read it.
+	format formats.Spec
 }
 
-// validateFormat checks the resources export's format and its secret: an
-// unknown format, a missing secret or one of the wrong form exits 2,
-// naming the setting, never quoting the secret.
+// validateFormat reads the resources export's format from its settings
+// through the format's own parsing, as a destination of the file is read
+// (flagFields are its fields): an unknown format, a missing secret or one
+// of the wrong form exits 2, naming the setting, never quoting the
+// secret.
 func (c *RunCmd) validateFormat() error {
 	if c.ThirdpartySigningSecretFile != "" && !c.secretFromFile {
 		if c.ThirdpartySigningSecret != "" {
@@ -72,27 +75,62 @@ func (c *RunCmd) validateFormat() error {
 		}
 		c.ThirdpartySigningSecret, c.secretFromFile = secret, true
 	}
-	spec := c.formatSpec()
-	if k, ok := formats.Lookup(spec.Name); !ok || !k.Flags {
+	reg := formats.Default()
+	k, ok := reg.Lookup(c.ThirdpartyFormat)
+	if !ok || !k.Flags {
 		return usagef("%s must be one of %s (custom needs a file: SYNCER_CONFIG), got %q", setting(c, "ThirdpartyFormat"),
-			strings.Join(formats.Names(true), ", "), spec.Name)
+			strings.Join(reg.Names(true), ", "), c.ThirdpartyFormat)
 	}
-	if _, err := formats.New(spec, ""); err != nil {
-		name := "ThirdpartySigningSecret"
-		if c.secretFromFile {
-			name = "ThirdpartySigningSecretFile"
-		}
-		var fe *formats.FieldError
-		if errors.As(err, &fe) {
-			err = fe.Err
-		}
-		return usagef("%s: %v", setting(c, name), err)
+	settings, err := k.Parse(&flagFields{c: c})
+	if err != nil {
+		return err
 	}
+	c.format = formats.Spec{Name: k.Name, Settings: settings}
 	return nil
 }
 
-func (c *RunCmd) formatSpec() *formats.Spec {
-	return &formats.Spec{Name: c.ThirdpartyFormat, SigningSecret: c.ThirdpartySigningSecret}
+// orList is names as a sentence says them: "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// flagFields are the SYNCER_THIRDPARTY_* settings as a format reads its
+// fields (setting.Fields): a signing secret, nothing else.
+type flagFields struct{ c *RunCmd }
+
+var _ formats.Fields = (*flagFields)(nil)
+
+func (f *flagFields) String(string) (string, error)   { return "", nil }
+func (f *flagFields) Bool(string) (bool, bool, error) { return false, false, nil }
+func (f *flagFields) Mapping(string, []string) (formats.Fields, error) {
+	return nil, nil
+}
+
+func (f *flagFields) Secret(field string) (formats.Secret, error) {
+	c := f.c
+	if field != "signing_secret" || c.ThirdpartySigningSecret == "" {
+		return formats.Secret{Field: field}, nil
+	}
+	if c.secretFromFile {
+		return formats.Secret{Field: field, File: c.ThirdpartySigningSecretFile, Value: c.ThirdpartySigningSecret}, nil
+	}
+	return formats.Secret{Field: field, Env: "SYNCER_THIRDPARTY_SIGNING_SECRET", Value: c.ThirdpartySigningSecret}, nil
+}
+
+// Errorf names the setting the field stands for, in the command line's
+// words as they always were ("required by standard-webhooks").
+func (f *flagFields) Errorf(field, msg string) error {
+	name := "ThirdpartyFormat"
+	if strings.HasPrefix(field, "signing_secret") {
+		name = "ThirdpartySigningSecret"
+		if f.c.secretFromFile {
+			name = "ThirdpartySigningSecretFile"
+		}
+	}
+	return usagef("%s: %s", setting(f.c, name), strings.Replace(msg, "required by format ", "required by ", 1))
 }
 
 // Validate names the first bad setting.
@@ -205,7 +243,7 @@ func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env)
 	return &daemon.Config{
 		ThirdParty:          thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
 		ThirdPartyTokenFile: c.ThirdpartyTokenFile,
-		Format:              *c.formatSpec(),
+		Format:              c.format,
 		Delivery: delivery.Config{
 			RateLimit:          c.RateLimit,
 			RateBurst:          c.RateBurst,

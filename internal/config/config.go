@@ -30,6 +30,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -214,6 +215,12 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 
 // Parse validates a configuration file's contents; see Load.
 func Parse(data []byte, getenv func(string) string) (*Config, error) {
+	return ParseFormats(data, getenv, formats.Default())
+}
+
+// ParseFormats is Parse with the formats of reg (a test's format beside
+// syncer's own).
+func ParseFormats(data []byte, getenv func(string) string, reg *formats.Registry) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	// Unknown fields are refused below, entry by entry, so that the error
 	// can name the entry; KnownFields keeps the decoder strict as well.
@@ -236,7 +243,7 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 	if root.Kind != yaml.MappingNode {
 		return nil, &Error{Line: root.Line, Msg: "must be a mapping with destinations and sources"}
 	}
-	p := &parser{getenv: getenv}
+	p := &parser{getenv: getenv, formats: reg}
 	fields, err := p.mapping(root, "", []string{"destinations", "sources"})
 	if err != nil {
 		return nil, err
@@ -262,6 +269,8 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 
 type parser struct {
 	getenv func(string) string
+	// formats are the formats a destination may name.
+	formats *formats.Registry
 	// secrets are the secrets the file names, in its order.
 	secrets []SecretUse
 }

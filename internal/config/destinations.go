@@ -8,7 +8,11 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-var destinationFields = append([]string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight"}, formatFields...)
+// destinationFields are a destination's fields: its own, then its
+// format's, from the registry.
+func (p *parser) destinationFields() []string {
+	return append([]string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight"}, formatFields(p.formats)...)
+}
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
 	if n.Kind != yaml.MappingNode {
@@ -46,7 +50,7 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 	if n.Kind != yaml.MappingNode {
 		return nil, &Error{Path: path, Line: n.Line, Msg: "must be a mapping with url and optional token_env or token_file, rate_limit, rate_burst, max_in_flight"}
 	}
-	f, err := p.mapping(n, path, destinationFields)
+	f, err := p.mapping(n, path, p.destinationFields())
 	if err != nil {
 		return nil, err
 	}

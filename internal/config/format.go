@@ -5,27 +5,27 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/syncer-dev/syncer/internal/formats"
-	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats/setting"
 )
 
 // formatFields are a destination's fields of docs/protocol.md section 7:
-// the format's name and headers, then the fields of every format, from the
-// table of formats.
-var formatFields = func() []string {
+// the format's name and headers, then the fields of every format of r.
+func formatFields(r *formats.Registry) []string {
 	out := []string{"format", "headers"}
-	for _, k := range formats.Kinds() {
+	for _, k := range r.Kinds() {
 		out = append(out, k.Fields...)
 	}
 	return out
-}()
+}
 
 // Format is what a destination's file says of its format (docs/protocol.md
-// section 6). Its secrets never print themselves.
+// section 6): its name and headers, which are every format's, and the
+// settings its own package read (internal/formats/<name>). Its secrets
+// never print themselves.
 type Format struct {
 	// Name is the format; "" is the syncer format.
 	Name string
@@ -34,21 +34,13 @@ type Format struct {
 	Headers map[string]Secret
 	// HeaderEnvs names the variables headers are read from, by header.
 	HeaderEnvs map[string]string
-	// SigningSecretEnv and SigningSecretFile say where the signing secret
-	// is read from; SigningSecret is it (empty when Load was given no
-	// getenv).
-	SigningSecretEnv, SigningSecretFile string
-	SigningSecret                       Secret
-	// EventSource and EventTypePrefix are cloudevents' attributes.
-	EventSource, EventTypePrefix string
-	// Custom is the custom format's programs.
-	Custom custom.Config
+	// Settings are the format's own, as its Kind parsed them.
+	Settings formats.Settings
 }
 
 // Spec is the format as internal/formats builds it.
 func (f *Format) Spec() *formats.Spec {
-	return &formats.Spec{Name: f.Name, SigningSecret: f.SigningSecret.Reveal(),
-		EventSource: f.EventSource, EventTypePrefix: f.EventTypePrefix, Custom: f.Custom}
+	return &formats.Spec{Name: f.Name, Settings: f.Settings}
 }
 
 // Header is the headers as a request carries them.
@@ -63,21 +55,19 @@ func (f *Format) Header() http.Header {
 	return h
 }
 
-// format reads the format fields of a destination into d.Format and checks
-// that they can work: a known format, its secret of the right form, its
-// programs compiling.
+// format reads the format fields of a destination into d.Format: a known
+// format, then its own fields, read and checked by its package.
 func (p *parser) format(d *Destination, f map[string]*yaml.Node, path string, n *yaml.Node) error {
 	fm := &d.Format
 	var err error
 	if fm.Name, err = str(f, "format", path); err != nil {
 		return err
 	}
-	if !formats.Known(fm.Name) {
-		return &Error{Path: join(path, "format"), Line: line(f, "format", n),
-			Msg: fmt.Sprintf("unknown format %q (known: %s)", fm.Name, strings.Join(formats.Names(false), ", "))}
+	kind, ok := p.formats.Lookup(fm.Name)
+	if !ok {
+		return &Error{Path: join(path, "format"), Line: line(f, "format", n), Msg: p.formats.UnknownError(fm.Name).Error()}
 	}
-	kind, _ := formats.Lookup(fm.Name)
-	for _, k := range formats.Kinds() {
+	for _, k := range p.formats.Kinds() {
 		for _, field := range k.Fields {
 			if v, ok := f[field]; ok && !isNull(v) && k.Name != kind.Name {
 				return &Error{Path: join(path, field), Line: v.Line, Msg: "is only for format " + k.Name}
@@ -87,51 +77,72 @@ func (p *parser) format(d *Destination, f map[string]*yaml.Node, path string, n 
 	if err := p.headers(fm, f, path); err != nil {
 		return err
 	}
-	for _, s := range []struct {
-		field string
-		to    *string
-	}{{"event_source", &fm.EventSource}, {"event_type_prefix", &fm.EventTypePrefix}} {
-		if *s.to, err = str(f, s.field, path); err != nil {
+	fields := &yamlFields{p: p, f: f, path: path, entry: n}
+	if fm.Settings, err = kind.Parse(fields); err != nil {
+		var ce *Error
+		if errors.As(err, &ce) {
 			return err
 		}
-	}
-	// The signing secret is read as every secret is (signing_secret_env or
-	// signing_secret_file), so that config check sees it too.
-	ref, secret, err := p.secret(f, n, path, "signing_secret")
-	if err != nil {
-		return err
-	}
-	fm.SigningSecretEnv, fm.SigningSecretFile, fm.SigningSecret = ref.Env, ref.File, secret
-	if kind.Secret == "signing_secret" && !ref.Given() {
-		return &Error{Path: join(path, "signing_secret_env"), Line: n.Line, Msg: "required by format " + kind.Name + " (or signing_secret_file)"}
-	}
-	if fm.Name == custom.Name {
-		if err := p.custom(fm, f, path, n); err != nil {
-			return err
-		}
-	}
-	// Build the format once, to refuse what cannot work now rather than at
-	// the first batch (a secret of the wrong form, a program that does not
-	// compile). Without a secret read (no getenv) the secret is not checked.
-	spec := fm.Spec()
-	if kind.Secret != "" && spec.SigningSecret == "" {
-		return nil
-	}
-	if _, err := formats.New(spec, ""); err != nil {
-		var fe *formats.FieldError
-		field := "format"
-		if errors.As(err, &fe) {
-			field = fe.Field
-			if field == "signing_secret_env" && fm.SigningSecretFile != "" {
-				field = "signing_secret_file"
-			}
-			err = fe.Err
-		}
-		msg := err.Error()
-		msg = strings.TrimPrefix(msg, field+": ")
-		return &Error{Path: join(path, field), Line: line(f, strings.SplitN(field, ".", 2)[0], n), Msg: msg}
+		return fields.Errorf("format", err.Error())
 	}
 	return nil
+}
+
+// yamlFields are a destination's fields as a format reads them
+// (setting.Fields): every error names the field's path and line.
+type yamlFields struct {
+	p     *parser
+	f     map[string]*yaml.Node
+	path  string
+	entry *yaml.Node
+}
+
+var _ setting.Fields = (*yamlFields)(nil)
+
+func (y *yamlFields) String(field string) (string, error) { return str(y.f, field, y.path) }
+
+func (y *yamlFields) Bool(field string) (bool, bool, error) {
+	v, ok := y.f[field]
+	if !ok || isNull(v) {
+		return false, false, nil
+	}
+	var b bool
+	if v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
+		return false, true, &Error{Path: join(y.path, field), Line: v.Line, Msg: "must be true or false"}
+	}
+	return b, true, nil
+}
+
+func (y *yamlFields) Mapping(field string, known []string) (setting.Fields, error) {
+	v, ok := y.f[field]
+	if !ok || isNull(v) {
+		return nil, nil
+	}
+	mpath := join(y.path, field)
+	if v.Kind != yaml.MappingNode {
+		return nil, &Error{Path: mpath, Line: v.Line, Msg: "must be a mapping with " + strings.Join(known, ", ")}
+	}
+	mf, err := y.p.mapping(v, mpath, known)
+	if err != nil {
+		return nil, err
+	}
+	return &yamlFields{p: y.p, f: mf, path: mpath, entry: v}, nil
+}
+
+// Secret is read as every secret is (FIELD_env or FIELD_file), so that
+// config check sees it too.
+func (y *yamlFields) Secret(field string) (setting.Secret, error) {
+	ref, v, err := y.p.secret(y.f, y.entry, y.path, field)
+	if err != nil {
+		return setting.Secret{}, err
+	}
+	return setting.Secret{Field: field, Env: ref.Env, File: ref.File, Value: v.Reveal()}, nil
+}
+
+// Errorf is at the line of field's first segment ("request" of
+// "request.body"), else of the entry.
+func (y *yamlFields) Errorf(field, msg string) error {
+	return &Error{Path: join(y.path, field), Line: line(y.f, strings.SplitN(field, ".", 2)[0], y.entry), Msg: msg}
 }
 
 // headers reads `headers`: a mapping of names to a literal or {env: VAR}.
@@ -190,80 +201,6 @@ func (p *parser) headers(fm *Format, f map[string]*yaml.Node, path string) error
 			return &Error{Path: field, Line: hv.Line, Msg: "must not contain line breaks"}
 		}
 		fm.Headers[name] = Secret(value)
-	}
-	return nil
-}
-
-// custom reads request, deletes and response.
-func (p *parser) custom(fm *Format, f map[string]*yaml.Node, path string, n *yaml.Node) error {
-	reqFields := []string{"method", "path", "body", "content_type", "per_item"}
-	read := func(field string, fields []string) (*custom.Request, error) {
-		v, ok := f[field]
-		if !ok || isNull(v) {
-			return nil, nil
-		}
-		rpath := join(path, field)
-		if v.Kind != yaml.MappingNode {
-			return nil, &Error{Path: rpath, Line: v.Line, Msg: "must be a mapping with " + strings.Join(fields, ", ")}
-		}
-		rf, err := p.mapping(v, rpath, fields)
-		if err != nil {
-			return nil, err
-		}
-		r := &custom.Request{}
-		for _, s := range []struct {
-			field string
-			to    *string
-		}{{"method", &r.Method}, {"path", &r.Path}, {"body", &r.Body}, {"content_type", &r.ContentType}} {
-			if *s.to, err = str(rf, s.field, rpath); err != nil {
-				return nil, err
-			}
-		}
-		if pv, ok := rf["per_item"]; ok && !isNull(pv) {
-			if pv.ShortTag() != "!!bool" || pv.Decode(&r.PerItem) != nil {
-				return nil, &Error{Path: join(rpath, "per_item"), Line: pv.Line, Msg: "must be true or false"}
-			}
-		}
-		return r, nil
-	}
-	req, err := read("request", reqFields)
-	if err != nil {
-		return err
-	}
-	if req != nil {
-		fm.Custom.Request = *req
-	}
-	if fm.Custom.Deletes, err = read("deletes", []string{"method", "path", "body", "per_item"}); err != nil {
-		return err
-	}
-	if v, ok := f["program_timeout"]; ok && !isNull(v) {
-		d, err := time.ParseDuration(v.Value)
-		if err != nil || d <= 0 || d > time.Minute {
-			return &Error{Path: join(path, "program_timeout"), Line: v.Line, Msg: "must be a duration above 0 and at most 1m, such as 500ms or 2s"}
-		}
-		fm.Custom.ProgramTimeout = d
-	}
-	if v, ok := f["response"]; ok && !isNull(v) {
-		rpath := join(path, "response")
-		if v.Kind != yaml.MappingNode {
-			return &Error{Path: rpath, Line: v.Line, Msg: "must be a mapping with accepted, rejected, refused, retry"}
-		}
-		rf, err := p.mapping(v, rpath, []string{"accepted", "rejected", "refused", "retry"})
-		if err != nil {
-			return err
-		}
-		if fm.Custom.Refused, err = str(rf, "refused", rpath); err != nil {
-			return err
-		}
-		if fm.Custom.Retry, err = str(rf, "retry", rpath); err != nil {
-			return err
-		}
-		if fm.Custom.Accepted, err = str(rf, "accepted", rpath); err != nil {
-			return err
-		}
-		if fm.Custom.Rejected, err = str(rf, "rejected", rpath); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -1,12 +1,15 @@
 package config_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 )
 
 // contractFormats is docs/protocol.md section  7's example, with a source.
@@ -51,14 +54,18 @@ func TestParseFormats(t *testing.T) {
 	require.NoError(t, err)
 	hooks := cfg.Destination("hooks")
 	require.Equal(t, "standard-webhooks", hooks.Format.Name)
-	require.Equal(t, formatEnv["HOOKS_SECRET"], hooks.Format.SigningSecret.Reveal())
-	require.Equal(t, "[redacted]", hooks.Format.SigningSecret.String())
+	sw, ok := hooks.Format.Settings.(standardwebhooks.Settings)
+	require.True(t, ok, "the format's own settings: %T", hooks.Format.Settings)
+	require.Equal(t, formatEnv["HOOKS_SECRET"], sw.SigningSecret.Value)
+	require.NotContains(t, fmt.Sprintf("%v %+v %#v", hooks, hooks, hooks), formatEnv["HOOKS_SECRET"], "a secret never prints itself")
 	search := cfg.Destination("search")
 	require.Equal(t, "Basic c2VjcmV0", search.Format.Header().Get("Authorization"))
 	crm := cfg.Destination("crm")
 	require.Equal(t, "acme", crm.Format.Header().Get("X-Tenant"))
-	require.Equal(t, "/crm/v3/objects/contacts/batch/archive", crm.Format.Custom.Deletes.Path)
-	require.Contains(t, crm.Format.Custom.Rejected, ".body.errors")
+	cc, ok := crm.Format.Settings.(custom.Config)
+	require.True(t, ok, "the format's own settings: %T", crm.Format.Settings)
+	require.Equal(t, "/crm/v3/objects/contacts/batch/archive", cc.Deletes.Path)
+	require.Contains(t, cc.Rejected, ".body.errors")
 }
 
 func TestParseFormatRefusals(t *testing.T) {
@@ -93,4 +100,23 @@ func TestParseFormatRefusals(t *testing.T) {
 			require.NotContains(t, err.Error(), "\n")
 		})
 	}
+}
+
+// Issue 45: {source} in a custom path is accepted as any path is.
+func TestParseCustomPathSource(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`destinations:
+  crm:
+    url: https://api.example.com/crm/v3/objects
+    format: custom
+    request:
+      path: /{source}/batch/upsert
+      body: '{inputs: [.items[] | {id, properties: .payload}]}'
+sources:
+  - {table: contacts, key: id, destination: crm}
+  - {table: companies, key: id, destination: crm}
+`), nil)
+	require.NoError(t, err)
+	cc := cfg.Destination("crm").Format.Settings.(custom.Config)
+	require.Equal(t, "/{source}/batch/upsert", cc.Request.Path)
 }

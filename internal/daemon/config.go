@@ -43,8 +43,10 @@ type Config struct {
 	// to delivery's defaults.
 	Delivery delivery.Config
 	// Format is the format of the resources export (docs/protocol.md section
-	// 6; a configured destination's is in Sources). Defaults to the syncer
-	// format.
+	// 6; a configured destination's is in Sources): its name and its own
+	// settings, as its package parsed them (the command line reads the
+	// SYNCER_THIRDPARTY_* settings through the same parsing). Defaults to
+	// the syncer format.
 	Format formats.Spec
 	// Exporter configures batches and lingering. Defaults to exporter's
 	// defaults.

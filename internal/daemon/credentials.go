@@ -29,12 +29,12 @@ func (d *Daemon) secret(dest, field string, ref config.SecretRef) (*credentials.
 	return d.creds.FromEnv(name+"_env", ref.Env, os.Getenv)
 }
 
-// destinationCredentials sets a configured destination's Authorization
+// destinationCredentials sets a destination's Authorization
 // and TLS on tcfg: auth's type, or a token_file read again when it
 // changes; tls's files, checked now. It returns what the log lines name as
 // the setting to fix, and the certificates of its TLS files (nil without).
-func (d *Daemon) destinationCredentials(dest *config.Destination, tcfg *thirdparty.Config) (setting string, certs *destinationCertificates, err error) {
-	setting = "the token of destination " + dest.Name + " (token_env in SYNCER_CONFIG)"
+func (d *Daemon) destinationCredentials(dest *config.Destination, names destinationNames, tcfg *thirdparty.Config) (setting string, certs *destinationCertificates, err error) {
+	setting = names.credentials
 	if dest.TokenEnv != "" {
 		setting = dest.TokenEnv
 	}
@@ -56,12 +56,12 @@ func (d *Daemon) destinationCredentials(dest *config.Destination, tcfg *thirdpar
 	a := dest.Auth
 	switch {
 	case a == nil && dest.TokenFile != "":
-		tok, err := d.creds.FromFile("destination "+dest.Name+": token_file", dest.TokenFile)
+		tok, err := d.creds.FromFile(names.tokenFile(dest.TokenFile), dest.TokenFile)
 		if err != nil {
 			return "", nil, err
 		}
 		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
-		setting = "the token file of destination " + dest.Name + " (" + dest.TokenFile + ")"
+		setting = names.tokenFileSetting(dest.TokenFile)
 	case a == nil:
 	case a.Type == config.AuthBearer:
 		tok, err := d.secret(dest.Name, "auth.token", a.Token)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/config"
-	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/formats"
@@ -104,45 +103,79 @@ func sameDestination(a, b *config.Destination) bool {
 }
 
 // defaultDestination builds the destination the SYNCER_THIRDPARTY_*
-// settings configure.
+// settings configure: one more entry, built by newDestination as the
+// file's are, under the settings' own names.
 func (d *Daemon) defaultDestination(installation string) (*destination, error) {
 	c := &d.cfg
-	dcfg := c.Delivery
-	var err error
-	if dcfg.Format, err = formats.New(&c.Format, installation); err != nil {
-		return nil, fmt.Errorf("daemon: format: %w", err)
+	dest := &config.Destination{Name: metrics.DefaultDestination, URL: c.ThirdParty.URL,
+		Token: config.Secret(c.ThirdParty.Token), TokenFile: c.ThirdPartyTokenFile,
+		Format: config.Format{Name: c.Format.Name, Settings: c.Format.Settings}}
+	built, err := d.newDestination(dest, flagNames, installation)
+	if err != nil {
+		return nil, err
 	}
-	tcfg := c.ThirdParty
-	if c.ThirdPartyTokenFile != "" {
-		tok, err := d.creds.FromFile("SYNCER_THIRDPARTY_TOKEN_FILE", c.ThirdPartyTokenFile)
-		if err != nil {
-			return nil, err
-		}
-		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
-	}
-	return d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(metrics.DefaultDestination), installation)
+	built.conf = nil // kept across reloads while the flags stand
+	return built, nil
 }
 
 // fileDestination builds one destination of the configuration file.
 func (d *Daemon) fileDestination(dest *config.Destination, installation string) (*destination, error) {
+	return d.newDestination(dest, fileNames(dest.Name), installation)
+}
+
+// destinationNames are how a destination's settings are named in what
+// the daemon logs and refuses: the file's fields, or the SYNCER_THIRDPARTY_*
+// settings of the destination they configure.
+type destinationNames struct {
+	// credentials and url name the token and the URL (delivery's
+	// CredentialsSetting and URLSetting); "" is delivery's default, the
+	// SYNCER_THIRDPARTY_* names.
+	credentials, url string
+	// tokenFile names the token file, as credentials.Set labels it, and
+	// tokenFileSetting as the log lines name it ("" for credentials).
+	tokenFile        func(file string) string
+	tokenFileSetting func(file string) string
+	// secretFile names a format's secret file (a signing secret).
+	secretFile func(s formats.Secret) string
+	// format wraps a format's error.
+	format string
+}
+
+// flagNames are the SYNCER_THIRDPARTY_* settings' names.
+var flagNames = destinationNames{
+	tokenFile:        func(string) string { return "SYNCER_THIRDPARTY_TOKEN_FILE" },
+	tokenFileSetting: func(string) string { return "" },
+	secretFile:       func(formats.Secret) string { return "SYNCER_THIRDPARTY_SIGNING_SECRET_FILE" },
+	format:           "daemon: format: ",
+}
+
+// fileNames are the names of destination name's fields in SYNCER_CONFIG.
+func fileNames(name string) destinationNames {
+	return destinationNames{
+		credentials:      "the token of destination " + name + " (token_env in SYNCER_CONFIG)",
+		url:              "the url of destination " + name + " in SYNCER_CONFIG",
+		tokenFile:        func(string) string { return "destination " + name + ": token_file" },
+		tokenFileSetting: func(file string) string { return "the token file of destination " + name + " (" + file + ")" },
+		secretFile:       func(s formats.Secret) string { return "destination " + name + ": " + s.Field + "_file" },
+	}
+}
+
+// newDestination builds a destination, of the file or of the flags: its
+// credentials, its format from the format's own settings, its limits.
+func (d *Daemon) newDestination(dest *config.Destination, names destinationNames, installation string) (*destination, error) {
 	c := &d.cfg
 	tcfg := c.ThirdParty
 	tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
 	tcfg.Headers = dest.Format.Header()
-	setting, certs, err := d.destinationCredentials(dest, &tcfg)
+	setting, certs, err := d.destinationCredentials(dest, names, &tcfg)
 	if err != nil {
 		return nil, err
 	}
-	spec := dest.Format.Spec()
-	if file := dest.Format.SigningSecretFile; file != "" {
-		sec, err := d.creds.FromFile("destination "+dest.Name+": signing_secret_file", file)
-		if err != nil {
-			return nil, err
-		}
-		spec.SigningSecretFunc = sec.Value
-	}
-	format, err := formats.New(spec, installation)
+	format, err := d.format(dest.Format.Spec(), installation, names.secretFile)
 	if err != nil {
+		if names.format != "" {
+			return nil, fmt.Errorf("%s%w", names.format, err)
+		}
 		return nil, err
 	}
 	dcfg := c.Delivery
@@ -151,13 +184,29 @@ func (d *Daemon) fileDestination(dest *config.Destination, installation string) 
 	dcfg.Format = format
 	dcfg.Name = dest.Name
 	dcfg.CredentialsSetting = setting
-	dcfg.URLSetting = "the url of destination " + dest.Name + " in SYNCER_CONFIG"
+	dcfg.URLSetting = names.url
 	built, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(dest.Name), installation)
 	if err != nil {
 		return nil, err
 	}
 	built.conf, built.certs = dest, certs
 	return built, nil
+}
+
+// format builds a destination's format from its own settings, the same
+// way for the destination SYNCER_THIRDPARTY_* configures and for the
+// file's: a secret read from a file (a signing secret) is read again when
+// the file changes, as a token file is; label names such a file in the
+// credentials' messages.
+func (d *Daemon) format(spec *formats.Spec, installation string, label func(formats.Secret) string) (formats.Format, error) {
+	return formats.Build(spec, &formats.Env{Installation: installation,
+		Secret: func(s formats.Secret) (func() string, error) {
+			sec, err := d.creds.FromFile(label(s), s.File)
+			if err != nil {
+				return nil, err
+			}
+			return sec.Value, nil
+		}})
 }
 
 // buildSources lists the sources this daemon exports, each with its

@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 )
 
 // TestBatchesOfManyRequestsEndInOrder: the requests of a batch sent one
@@ -45,7 +46,7 @@ func TestBatchesOfManyRequestsEndInOrder(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	f, err := formats.New(&formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret}, installation)
+	f, err := formats.New(&formats.Spec{Name: "standard-webhooks", Settings: standardwebhooks.Settings{SigningSecret: formats.Secret{Value: testSecret}}}, installation)
 	require.NoError(t, err)
 	const inFlight, n = 4, 64
 	d := newDeliverer(t, newClient(t, srv.URL, ""), nil, &delivery.Config{Format: f, MaxInFlight: inFlight})

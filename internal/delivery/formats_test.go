@@ -20,6 +20,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -46,8 +47,8 @@ var formatCases = []formatCase{
 	{"syncer", "", formats.Spec{}},
 	{"cloudevents", "/events", formats.Spec{Name: "cloudevents"}},
 	{"elasticsearch", "/orders", formats.Spec{Name: "elasticsearch"}},
-	{"standard-webhooks", "/hooks", formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret}},
-	{"custom", "/crm/v3/objects/contacts", formats.Spec{Name: "custom", Custom: hubspot}},
+	{"standard-webhooks", "/hooks", formats.Spec{Name: "standard-webhooks", Settings: standardwebhooks.Settings{SigningSecret: formats.Secret{Value: testSecret}}}},
+	{"custom", "/crm/v3/objects/contacts", formats.Spec{Name: "custom", Settings: hubspot}},
 }
 
 // formatSetup starts the fake speaking tc's format (with testSecret
@@ -306,7 +307,7 @@ func TestStandardWebhooksPerItemInFlight(t *testing.T) {
 // holds the destination, which is its configuration's fault.
 func TestCustomProgramFailureIsolatesTheRow(t *testing.T) {
 	t.Parallel()
-	f, err := formats.New(&formats.Spec{Name: "custom", Custom: custom.Config{Request: custom.Request{
+	f, err := formats.New(&formats.Spec{Name: "custom", Settings: custom.Config{Request: custom.Request{
 		Body: `{rows: [.items[] | {id, total: (.payload.total | tonumber)}]}`}}}, installation)
 	require.NoError(t, err)
 	var mu sync.Mutex

@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -128,7 +129,7 @@ func TestStandardWebhooksOneRow404IsTheRows(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	d := newDeliverer(t, newClient(t, url, "tok"), nil, settleConfig(t, formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret}))
+	d := newDeliverer(t, newClient(t, url, "tok"), nil, settleConfig(t, formats.Spec{Name: "standard-webhooks", Settings: standardwebhooks.Settings{SigningSecret: formats.Secret{Value: testSecret}}}))
 	out, err := d.Deliver(t.Context(), delivery.Batch{Items: settleItems(20), Source: "orders", Time: time.Unix(1, 0)})
 	require.NoError(t, err)
 	require.Len(t, out.Accepted, 19)
@@ -171,7 +172,7 @@ func TestStandardWebhooksEvery404IsTheURL(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	cfg := settleConfig(t, formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret})
+	cfg := settleConfig(t, formats.Spec{Name: "standard-webhooks", Settings: standardwebhooks.Settings{SigningSecret: formats.Secret{Value: testSecret}}})
 	cfg.AuthProbeInterval = time.Millisecond
 	d := newDeliverer(t, newClient(t, url, "tok"), nil, cfg)
 	out, err := d.Deliver(t.Context(), delivery.Batch{Items: settleItems(5), Time: time.Unix(1, 0)})

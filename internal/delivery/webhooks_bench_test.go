@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 )
 
 // BenchmarkWebhooksDeliver delivers batches of 500 items as signed
@@ -22,5 +23,5 @@ func BenchmarkWebhooksDeliver(b *testing.B) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	b.Cleanup(srv.Close)
-	benchDeliver(b, srv.URL+"/hooks", &formats.Spec{Name: "standard-webhooks", SigningSecret: testSecret})
+	benchDeliver(b, srv.URL+"/hooks", &formats.Spec{Name: "standard-webhooks", Settings: standardwebhooks.Settings{SigningSecret: formats.Secret{Value: testSecret}}})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 )
 
 // webhookSecret signs the standard-webhooks requests of these tests.
@@ -36,9 +37,9 @@ var formatsE2E = []formatE2E{
 	{"syncer", "", formats.Spec{}, ""},
 	{"cloudevents", "/events", formats.Spec{Name: "cloudevents"}, "    format: cloudevents\n"},
 	{"elasticsearch", "/orders", formats.Spec{Name: "elasticsearch"}, "    format: elasticsearch\n"},
-	{"standard-webhooks", "/hooks", formats.Spec{Name: "standard-webhooks", SigningSecret: webhookSecret},
+	{"standard-webhooks", "/hooks", formats.Spec{Name: "standard-webhooks", Settings: standardwebhooks.Settings{SigningSecret: formats.Secret{Value: webhookSecret}}},
 		"    format: standard-webhooks\n    signing_secret_env: HOOKS_SECRET\n    max_in_flight: 16\n"},
-	{"custom", "/crm/v3/objects/contacts", formats.Spec{Name: "custom", Custom: custom.Config{
+	{"custom", "/crm/v3/objects/contacts", formats.Spec{Name: "custom", Settings: custom.Config{
 		Request:  custom.Request{Path: "/batch/upsert", Body: `{inputs: [.items[] | {id, version, properties: .payload}]}`},
 		Deletes:  &custom.Request{Path: "/batch/archive", Body: `{inputs: [.items[] | {id, version}]}`},
 		Accepted: `.status == 204 or .body.status == "COMPLETE"`,

@@ -8,22 +8,29 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/syncer-dev/syncer/internal/formats/cloudevents"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats/elasticsearch"
+	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
+	"github.com/syncer-dev/syncer/internal/formats/syncer"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Formats the fake speaks besides syncer's own (Config.Format), as
-// docs/protocol.md section  7 says the third party does.
+// docs/protocol.md section  7 says the third party does. Their names are
+// the formats' own (each format's package names itself once); what the
+// fake answers in each is its own knowledge, server side.
 const (
-	FormatSyncer           = "syncer"
-	FormatStandardWebhooks = "standard-webhooks"
-	FormatCloudEvents      = "cloudevents"
-	FormatElasticsearch    = "elasticsearch"
+	FormatSyncer           = syncer.Name
+	FormatStandardWebhooks = standardwebhooks.Name
+	FormatCloudEvents      = cloudevents.Name
+	FormatElasticsearch    = elasticsearch.Name
 	// FormatCustom is a HubSpot-like batch API: POST .../batch/upsert with
 	// {"inputs": [{"id", "version", "properties"}]} and .../batch/archive
 	// with {"inputs": [{"id", "version"}]}, answered 207 with the items it
 	// refused in "errors" ({"message", "context": {"ids": [id]}}), or 200
 	// with "status": "COMPLETE" when it refused none.
-	FormatCustom = "custom"
+	FormatCustom = custom.Name
 )
 
 // Formats lists the values Config.Format accepts.

@@ -5,10 +5,15 @@
 // behind its Notifier. Keys, recording, limits, the breaker, backoff,
 // splits and refusals are not a format's: they live once, in
 // internal/delivery and internal/thirdparty, and hold for every format.
+//
+// Each format owns its settings: its package declares a setting.Kind (its
+// fields, their parsing into its own typed settings, and how they build
+// it), and the table below lists every Kind once. The configuration file,
+// the command line, `config check` and the daemon read this table; none
+// spells a format's name or field again.
 package formats
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +22,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/formats/cloudevents"
 	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/formats/elasticsearch"
+	"github.com/syncer-dev/syncer/internal/formats/setting"
 	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
 	"github.com/syncer-dev/syncer/internal/formats/syncer"
 )
@@ -24,6 +30,26 @@ import (
 // Format is delivery.Format, declared by its consumer: how a batch becomes
 // requests and how an answer to one is read.
 type Format = delivery.Format
+
+// Kind is one format in the table (setting.Kind).
+type Kind = setting.Kind
+
+// Settings are one format's typed settings (setting.Settings).
+type Settings = setting.Settings
+
+// Secret is where a format's secret comes from (setting.Secret).
+type Secret = setting.Secret
+
+// Fields are a destination's fields as a format reads them
+// (setting.Fields).
+type Fields = setting.Fields
+
+// Env is what building a format may use beyond its settings (setting.Env).
+type Env = setting.Env
+
+// FieldError is a format setting that cannot work, naming its field
+// (setting.FieldError).
+type FieldError = setting.FieldError
 
 var (
 	_ Format             = syncer.Format{}
@@ -34,43 +60,41 @@ var (
 	_ Format             = (*custom.Format)(nil)
 )
 
-// Kind is one format in the table every reader of format names uses
-// (config, the command line, this package): a new format is a package and
-// one entry here.
-type Kind struct {
-	// Name is the format's name in configuration.
-	Name string
-	// Fields are the destination fields only this format takes; the
-	// configuration refuses them with another format.
-	Fields []string
-	// Secret is the secret field the format requires ("signing_secret":
-	// its _env or _file), or "" for none.
-	Secret string
-	// Flags is set when the SYNCER_THIRDPARTY_* settings alone can
-	// configure it (the resources export without a file).
-	Flags bool
-	build func(spec *Spec, installation string) (Format, error)
-}
-
-// table is every format, the default first.
+// table is every format, the default first: a new format is a package
+// and one line here.
 var table = []Kind{
-	{Name: syncer.Name, Flags: true, build: func(*Spec, string) (Format, error) { return syncer.Format{}, nil }},
-	{Name: standardwebhooks.Name, Flags: true, Secret: "signing_secret",
-		Fields: []string{"signing_secret_env", "signing_secret_file"}, build: newStandardWebhooks},
-	{Name: cloudevents.Name, Flags: true, Fields: []string{"event_source", "event_type_prefix"}, build: newCloudEvents},
-	{Name: elasticsearch.Name, Flags: true, build: func(*Spec, string) (Format, error) { return elasticsearch.Format{}, nil }},
-	{Name: custom.Name, Fields: []string{"request", "deletes", "response", "program_timeout"}, build: newCustom},
+	syncer.Kind,
+	standardwebhooks.Kind,
+	cloudevents.Kind,
+	elasticsearch.Kind,
+	custom.Kind,
 }
 
-// Kinds returns the table of formats, the default first.
-func Kinds() []Kind { return slices.Clone(table) }
+// Registry is a table of formats, the default first. The zero value is
+// not usable; Default is the product's table.
+type Registry struct {
+	kinds []Kind
+}
+
+var defaultRegistry = &Registry{kinds: table}
+
+// Default returns the table of every format syncer ships.
+func Default() *Registry { return defaultRegistry }
+
+// With returns a registry of r's formats and kinds (a test's format).
+func (r *Registry) With(kinds ...Kind) *Registry {
+	return &Registry{kinds: append(slices.Clone(r.kinds), kinds...)}
+}
+
+// Kinds returns the table, the default first.
+func (r *Registry) Kinds() []Kind { return slices.Clone(r.kinds) }
 
 // Lookup returns the format named name ("" is the default).
-func Lookup(name string) (Kind, bool) {
+func (r *Registry) Lookup(name string) (Kind, bool) {
 	if name == "" {
-		return table[0], true
+		return r.kinds[0], true
 	}
-	for _, k := range table {
+	for _, k := range r.kinds {
 		if k.Name == name {
 			return k, true
 		}
@@ -80,9 +104,9 @@ func Lookup(name string) (Kind, bool) {
 
 // Names are the formats a destination may name, the default first; with
 // flagsOnly, those the SYNCER_THIRDPARTY_* settings alone can configure.
-func Names(flagsOnly bool) []string {
+func (r *Registry) Names(flagsOnly bool) []string {
 	var out []string
-	for _, k := range table {
+	for _, k := range r.kinds {
 		if k.Flags || !flagsOnly {
 			out = append(out, k.Name)
 		}
@@ -90,92 +114,62 @@ func Names(flagsOnly bool) []string {
 	return out
 }
 
-// Spec is what a destination's configuration says of its format.
+// UnknownError is the error of a format name not in r.
+func (r *Registry) UnknownError(name string) error {
+	return fmt.Errorf("unknown format %q (known: %s)", name, strings.Join(r.Names(false), ", "))
+}
+
+// Kinds returns the default table of formats, the default first.
+func Kinds() []Kind { return Default().Kinds() }
+
+// Lookup returns the default table's format named name ("" is the default).
+func Lookup(name string) (Kind, bool) { return Default().Lookup(name) }
+
+// Names are Default().Names.
+func Names(flagsOnly bool) []string { return Default().Names(flagsOnly) }
+
+// Known reports whether name is a format of the default table.
+func Known(name string) bool { _, ok := Lookup(name); return ok }
+
+// Spec is a destination's format: its name and its settings, as its
+// package parsed them.
 type Spec struct {
 	// Name is the format. Defaults to "syncer".
 	Name string
-	// SigningSecret signs standard-webhooks requests: "whsec_" and base64.
-	// Required by standard-webhooks. Never logged. Defaults to "".
-	SigningSecret string
-	// SigningSecretFunc, when set, gives the signing secrets at each
-	// request in place of SigningSecret: a file read again when it
-	// changes. Defaults to nil.
-	SigningSecretFunc func() string
-	// EventSource and EventTypePrefix are cloudevents' attributes.
-	// Default to the cloudevents package's defaults.
-	EventSource, EventTypePrefix string
-	// Custom is the custom format's programs. Defaults to the zero value.
-	Custom custom.Config
+	// Settings are the format's own, of the type its Kind parses. Defaults
+	// to nil: the format's defaults (its Parse of no field).
+	Settings Settings
 }
 
-// FieldError is a format setting that cannot work, naming its field as
-// the configuration writes it ("format", "signing_secret_env",
-// "request.body"...). It never quotes a secret.
-type FieldError struct {
-	Field string
-	Err   error
-}
-
-func (e *FieldError) Error() string {
-	if msg := e.Err.Error(); strings.HasPrefix(msg, e.Field+":") {
-		return msg
-	}
-	return e.Field + ": " + e.Err.Error()
-}
-func (e *FieldError) Unwrap() error { return e.Err }
-
-// New builds the format spec names. installation is the installation's
-// id (cloudevents' default source). Every error is a *FieldError.
+// New builds the format spec names with no environment but installation
+// (cloudevents' default source). Every error is a *FieldError.
 func New(spec *Spec, installation string) (Format, error) {
-	k, ok := Lookup(spec.Name)
-	if !ok {
-		return nil, &FieldError{Field: "format", Err: fmt.Errorf("unknown format %q (known: %s)", spec.Name, strings.Join(Names(false), ", "))}
-	}
-	return k.build(spec, installation)
+	return Build(spec, &setting.Env{Installation: installation})
 }
 
-func newCloudEvents(spec *Spec, installation string) (Format, error) {
-	f, err := cloudevents.New(&cloudevents.Config{Installation: cmp.Or(installation, "-"),
-		EventSource: spec.EventSource, EventTypePrefix: spec.EventTypePrefix})
-	if err != nil {
-		return nil, &FieldError{Field: "event_source", Err: err}
-	}
-	return f, nil
-}
-
-func newStandardWebhooks(spec *Spec, _ string) (Format, error) {
-	if spec.SigningSecretFunc != nil {
-		f, err := standardwebhooks.NewRotating(spec.SigningSecretFunc)
-		if err != nil {
-			return nil, &FieldError{Field: "signing_secret_file", Err: err}
+// Build builds the format spec names in env. Every error is a *FieldError.
+func Build(spec *Spec, env *setting.Env) (Format, error) {
+	s := spec.Settings
+	if s == nil {
+		k, ok := Lookup(spec.Name)
+		if !ok {
+			return nil, &FieldError{Field: "format", Err: Default().UnknownError(spec.Name)}
 		}
-		return f, nil
+		var err error
+		if s, err = k.Parse(noFields{}); err != nil {
+			return nil, &FieldError{Field: "format", Err: err}
+		}
 	}
-	if spec.SigningSecret == "" {
-		return nil, &FieldError{Field: "signing_secret_env", Err: fmt.Errorf("required by %s (or signing_secret_file)", standardwebhooks.Name)}
-	}
-	f, err := standardwebhooks.New(spec.SigningSecret)
-	if err != nil {
-		return nil, &FieldError{Field: "signing_secret_env", Err: err}
-	}
-	return f, nil
+	return s.Build(env)
 }
 
-func newCustom(spec *Spec, _ string) (Format, error) {
-	f, err := custom.New(&spec.Custom)
-	if err != nil {
-		return nil, &FieldError{Field: fieldOf(err), Err: err}
-	}
-	return f, nil
-}
+// noFields are a destination that gives its format no field.
+type noFields struct{}
 
-// Known reports whether name is a format.
-func Known(name string) bool { _, ok := Lookup(name); return ok }
-
-// fieldOf is the field a custom error starts with ("request.body: ...").
-func fieldOf(err error) string {
-	if field, _, ok := strings.Cut(err.Error(), ":"); ok && !strings.Contains(field, " ") {
-		return field
-	}
-	return "request"
+func (noFields) String(string) (string, error)                    { return "", nil }
+func (noFields) Bool(string) (bool, bool, error)                  { return false, false, nil }
+func (noFields) Mapping(string, []string) (setting.Fields, error) { return nil, nil }
+func (noFields) Secret(string) (setting.Secret, error)            { return setting.Secret{}, nil }
+func (noFields) Errorf(field, msg string) error {
+	return &FieldError{Field: field, Err: fmt.Errorf("%s", msg)}
 }

@@ -17,8 +17,9 @@ const (
 type Request struct {
 	// Method defaults to MethodDefault (deletes: the request's).
 	Method string
-	// Path is appended to the destination's URL; with PerItem it may hold
-	// {id} (percent-escaped) and {version}. Defaults to "" (deletes: the
+	// Path is appended to the destination's URL. It may hold {source}, the
+	// batch's source (percent-escaped), and with PerItem {id}
+	// (percent-escaped) and {version}. Defaults to "" (deletes: the
 	// request's).
 	Path string
 	// Body is a jq program: it takes {"source", "items"} (PerItem: the

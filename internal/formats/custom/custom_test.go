@@ -56,6 +56,24 @@ func TestPerItemPathAndDeletes(t *testing.T) {
 	require.Nil(t, reqs[1].Body)
 }
 
+// Issue 45: {source} in a path is the batch's source, escaped, batched
+// or per item, so one destination serves several objects of one API.
+func TestPathSource(t *testing.T) {
+	t.Parallel()
+	f, err := custom.New(&custom.Config{
+		Request: custom.Request{Path: "/objects/{source}/batch", Body: "."},
+		Deletes: &custom.Request{Method: "DELETE", Path: "/objects/{source}/{id}", PerItem: true},
+	})
+	require.NoError(t, err)
+	b := batch()
+	b.Source = "line items/{id}"
+	reqs, err := f.Requests(b)
+	require.NoError(t, err)
+	require.Len(t, reqs, 2)
+	require.Equal(t, "/objects/line%20items%2F%7Bid%7D/batch", reqs[0].Path)
+	require.Equal(t, "/objects/line%20items%2F%7Bid%7D/7", reqs[1].Path, "a source holding {id} is not expanded again")
+}
+
 func TestCompileErrorNamesField(t *testing.T) {
 	t.Parallel()
 	_, err := custom.New(&custom.Config{Rejected: `[.body.errors[] |`})

@@ -80,8 +80,14 @@ func (p *program) request(source string, items []thirdparty.Item, now float64) (
 		ids[i] = items[i].ID
 	}
 	r := thirdparty.Request{Method: p.method, Path: p.path, IDs: ids, Items: items, PerItem: p.perItem}
+	// {source} is the batch's source, so one destination (one token, one
+	// limit) serves several objects of one API. Every placeholder is
+	// replaced in one pass: a value holding "{id}" is never expanded again.
 	if p.perItem {
-		r.Path = strings.NewReplacer("{id}", url.PathEscape(ids[0]), "{version}", strconv.FormatInt(items[0].Version, 10)).Replace(p.path)
+		r.Path = strings.NewReplacer("{source}", url.PathEscape(source), "{id}", url.PathEscape(ids[0]),
+			"{version}", strconv.FormatInt(items[0].Version, 10)).Replace(p.path)
+	} else if strings.Contains(p.path, "{source}") {
+		r.Path = strings.ReplaceAll(p.path, "{source}", url.PathEscape(source))
 	}
 	if p.body == nil {
 		return r, nil

@@ -1,0 +1,16 @@
+package elasticsearch
+
+import (
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/formats/setting"
+)
+
+// Kind registers the elasticsearch format: it takes no field.
+var Kind = setting.Kind{Name: Name, Flags: true,
+	Parse: func(setting.Fields) (setting.Settings, error) { return Settings{}, nil }}
+
+// Settings are the elasticsearch format's: none.
+type Settings struct{}
+
+// Build makes the format.
+func (Settings) Build(*setting.Env) (delivery.Format, error) { return Format{}, nil }
