@@ -35,7 +35,7 @@ func TestRetryFailedCompositeKeyFromAShell(t *testing.T) {
 	sh.Env = cleanEnv("DATABASE_URL="+e.dsn, "SYNCER="+binary)
 	out, err := sh.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.Equal(t, "source contacts: 1 of 1 keys named were failed; 1 failed keys are eligible again\n", string(out))
+	require.Equal(t, "source contacts: 1 of 1 key named was failed; 1 failed key is eligible again\n", string(out))
 	var failed, pending int
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM syncer_source_failures), (SELECT count(*) FROM syncer_changes WHERE key = '["acme","ann@acme.io"]')`).Scan(&failed, &pending))
 	require.Equal(t, 0, failed)

@@ -32,7 +32,9 @@ func TestRunDefaultsAppliedByTheirOwners(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var root CLI
-			parser, err := NewParser(syncer, &root, io.Discard, io.Discard)
+			p := syncer
+			p.Vars = vars()
+			parser, err := NewParser(p, &root, io.Discard, io.Discard)
 			require.NoError(t, err)
 			_, err = parser.Parse(append([]string{"run", "--database-url", "postgres://127.0.0.1:5432/test",
 				"--thirdparty-url", "http://127.0.0.1:9"}, tt.args...))
