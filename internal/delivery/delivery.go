@@ -116,6 +116,10 @@ type Deliverer struct {
 	// (hold.go).
 	hold     atomic.Bool
 	probedAt atomic.Int64
+	// holdMu orders adoptions of a hold; holdGen is the generation of the
+	// one held (AdoptHold).
+	holdMu  sync.Mutex
+	holdGen int64
 	// urlGood is set by a 2xx answer and unset by a configuration
 	// refusal; absentStreak counts per-item 404s and 410s since an answer
 	// last accepted an item (deferred.go).
