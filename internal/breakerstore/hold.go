@@ -65,7 +65,6 @@ func ReadHold(ctx context.Context, q database.Querier, namespace string) (Hold, 
 	return h, nil
 }
 
-
 // KeyProbe holds a Probe: a person asked to probe a held destination now.
 const KeyProbe = "probe"
 
