@@ -154,7 +154,11 @@ func destinationLine(d status.Destination) string {
 	if d.Rate != nil {
 		parts = append(parts, rateText(*d.Rate))
 	}
-	parts = append(parts, fmt.Sprintf("%d requests in flight", d.InFlight))
+	if d.InFlightNote != "" {
+		parts = append(parts, fmt.Sprintf("%d requests in flight (%s)", d.InFlight, d.InFlightNote))
+	} else {
+		parts = append(parts, fmt.Sprintf("%d requests in flight", d.InFlight))
+	}
 	if c := d.Certificate; c != nil {
 		switch left := time.Until(c.NotAfter); {
 		case left <= 0:

@@ -110,12 +110,22 @@ type Destination struct {
 	// InFlight counts the batches of its sources recorded and not yet
 	// marked: its requests in flight, and for a HotPoll after its
 	// answer a hot poll's last batch (see Source.InFlight).
-	InFlight  int                     `json:"requests_in_flight"`
-	LastError *breakerstore.LastError `json:"last_error,omitempty"`
+	InFlight int `json:"requests_in_flight"`
+	// InFlightNote says what InFlight means while a person paused the
+	// destination (PausedInFlight); empty otherwise.
+	InFlightNote string                  `json:"in_flight_note,omitempty"`
+	LastError    *breakerstore.LastError `json:"last_error,omitempty"`
 	// Certificate is the first of its tls files' certificates to end, when
 	// it has tls files.
 	Certificate *breakerstore.Certificates `json:"certificate,omitempty"`
 }
+
+// PausedInFlight is what a paused destination's requests in flight are:
+// no request starts while a person's pause holds (every running daemon
+// holds it once syncer pause returns), so what is counted was recorded
+// before it, answered or not, and goes first, under its own key, on
+// resume.
+const PausedInFlight = "no request starts while paused: these are batches recorded before the pause and not yet marked; each goes first, under its own key, on resume"
 
 // CertificateWarning is how near its end a destination's certificate is
 // said in status's text: 14 days.
