@@ -45,6 +45,9 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 	if r.ResourcesExported {
 		fmt.Fprintf(w, "rows\t%d total, %d synced, %d unsynced (%d pending, %d failed)\n", r.Total, r.Synced, r.Unsynced, r.Pending, r.Failed)
 		fmt.Fprintf(w, "oldest pending\t%s\n", seconds(r.OldestUnsyncedAgeSeconds))
+		if r.SkippedUnchanged > 0 {
+			fmt.Fprintf(w, "skipped unchanged\t%d versions: the body the third party last accepted, settled without a request\n", r.SkippedUnchanged)
+		}
 		fmt.Fprintf(w, "outbox pending\t%d\n", r.OutboxPending)
 		fmt.Fprintf(w, "export lock\t%s\n", lockLine(r.Lock))
 		b := r.Breaker.State
@@ -121,6 +124,9 @@ func sourceLine(src status.Source) string {
 		src.Table, src.Destination, src.Pending, src.Failed, seconds(src.OldestPendingAgeSeconds), src.InFlight, src.Snapshot)
 	if src.Snapshot == "running" && src.SnapshotPercent >= 0 {
 		line += fmt.Sprintf(" (%.1f%%)", src.SnapshotPercent)
+	}
+	if src.SkippedUnchanged > 0 {
+		line += fmt.Sprintf(", %d skipped unchanged (no request)", src.SkippedUnchanged)
 	}
 	if src.Stopped != "" {
 		line += "; STOPPED: " + src.Stopped

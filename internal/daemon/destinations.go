@@ -3,6 +3,9 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -13,6 +16,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
@@ -166,7 +170,9 @@ func (d *Daemon) fileDestination(dest *config.Destination, installation string) 
 func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests map[string]*destination) ([]exporter.Source, error) {
 	var out []exporter.Source
 	if dest, ok := dests[metrics.DefaultDestination]; ok {
-		out = append(out, exporter.Resources(dest.deliverer))
+		r := exporter.Resources(dest.deliverer)
+		r.BodyTag = d.bodyTag(dest)
+		out = append(out, r)
 	}
 	if file == nil {
 		return out, nil
@@ -185,7 +191,7 @@ func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests ma
 			// Only default can be missing: the file names its own.
 			return nil, fmt.Errorf("daemon: source %s: its destination %s is the one SYNCER_THIRDPARTY_URL configures, and it is not set", s.Name, s.Destination)
 		}
-		out = append(out, exporter.Source{Source: s, Destination: dest.deliverer, BatchSize: bs})
+		out = append(out, exporter.Source{Source: s, Destination: dest.deliverer, BatchSize: bs, BodyTag: d.bodyTag(dest)})
 	}
 	return out, nil
 }
@@ -218,4 +224,30 @@ func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, nam
 	}
 	return &destination{deliverer: deliverer, client: client,
 		state: destinationState{name: c.Name, namespace: namespace, metrics: c.Metrics}}, nil
+}
+
+// bodyTag names how dest renders a body, for the digests of bodies the
+// third party accepted (exporter.Source.BodyTag): its URL and its format
+// with the format's settings, hashed. Another URL is another store, and
+// another format or setting another body, so a digest kept under the old
+// tag never lets a version go unsent. Secrets are not in it (config.Secret
+// marshals redacted); a destination whose settings do not marshal gets no
+// tag, and skips nothing.
+func (d *Daemon) bodyTag(dest *destination) string {
+	f := d.cfg.Format
+	what := struct {
+		URL, Format, EventSource, EventTypePrefix string
+		Custom                                    custom.Config
+		Headers                                   map[string]config.Secret `json:",omitempty"`
+	}{URL: d.cfg.ThirdParty.URL, Format: f.Name, EventSource: f.EventSource, EventTypePrefix: f.EventTypePrefix, Custom: f.Custom}
+	if c := dest.conf; c != nil {
+		what.URL, what.Format, what.EventSource, what.EventTypePrefix = c.URL, c.Format.Name, c.Format.EventSource, c.Format.EventTypePrefix
+		what.Custom, what.Headers = c.Format.Custom, c.Format.Headers
+	}
+	data, err := json.Marshal(what)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

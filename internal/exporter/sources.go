@@ -29,7 +29,8 @@ func (s *configuredSource) check(ctx context.Context) error {
 }
 
 func (s *configuredSource) live() target {
-	return target{feed: s.e.sourceFeed(&s.Source), dest: s.Destination, destName: s.DestinationName, source: s.Name()}
+	return target{feed: s.e.sourceFeed(&s.Source), dest: s.Destination, destName: s.DestinationName, source: s.Name(),
+		bodies: bodiesOf(s.Source, true)}
 }
 
 // owns: a source's holder resends the batches of its own checkpoint only.

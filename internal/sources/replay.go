@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // ReplayRange selects the rows of a source that a replay exports once
@@ -152,8 +153,13 @@ func CountReplay(ctx context.Context, q Querier, src *Source, r ReplayRange) (in
 // CreateReplay records a pending replay of src's rows in r, total of them
 // when counted, in tx, and returns its id. The source's job (woken by the
 // caller in the same transaction) logs its keys, chunk by chunk, as
-// changes, after the source's snapshot.
+// changes, after the source's snapshot. A replay is an explicit
+// re-export: the digests of the bodies the third party accepted are
+// forgotten with it, so none of its keys is skipped as unchanged.
 func CreateReplay(ctx context.Context, tx pgx.Tx, src *Source, r ReplayRange, total int64) (int64, error) {
+	if err := unchanged.Forget(ctx, tx, src.Name); err != nil {
+		return 0, err
+	}
 	return replays.CreateForSource(ctx, tx, src.Name, r, total)
 }
 

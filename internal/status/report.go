@@ -20,9 +20,13 @@ type Report struct {
 	OutboxPending            int64   `json:"outbox_pending"`
 	OldestUnsyncedAgeSeconds float64 `json:"oldest_unsynced_age_seconds"`
 
-	Pending int64   `json:"pending"`
-	Lock    Lock    `json:"lock"`
-	Breaker Breaker `json:"breaker"`
+	Pending int64 `json:"pending"`
+	// SkippedUnchanged counts the versions of resources settled as
+	// skipped: their body was the one the third party last accepted, and
+	// no request was made (issue 45).
+	SkippedUnchanged int64   `json:"skipped_unchanged"`
+	Lock             Lock    `json:"lock"`
+	Breaker          Breaker `json:"breaker"`
 	// Credentials says whether the third party refused our token.
 	Credentials breakerstore.Refusal `json:"credentials"`
 	// Configuration says whether the third party's URL answered with a
@@ -78,6 +82,9 @@ type Source struct {
 	// unanswered, or answered within the last look (a hot poll writes
 	// their outcomes with its next record, a HotPoll later).
 	InFlight int `json:"batches_in_flight"`
+	// SkippedUnchanged counts its versions settled as skipped: their body
+	// was the one the third party last accepted, and no request was made.
+	SkippedUnchanged int64 `json:"skipped_unchanged"`
 	// Error says why the daemon stopped exporting the source (its table
 	// no longer matches its configuration).
 	Error string `json:"error,omitempty"`

@@ -23,6 +23,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // Defaults for Config.
@@ -85,6 +86,11 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
+	skips, err := unchanged.Count(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	r.SkippedUnchanged = skips[ResourcesSource].Skipped
 	cps, err := checkpoint.List(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -112,7 +118,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		src := Source{Name: st.Name, Table: st.Table, Destination: st.Destination, Pending: st.PendingKeys,
 			Failed: st.FailedKeys, OldestPendingAgeSeconds: st.OldestPending.Seconds(), Snapshot: string(st.Snapshot),
 			SnapshotPercent: st.SnapshotPercent(), Error: st.Error, Warning: st.Warning(),
-			InFlight: inFlight[checkpoint.Source(st.Name)]}
+			InFlight: inFlight[checkpoint.Source(st.Name)], SkippedUnchanged: skips[st.Name].Skipped}
 		d.Sources = append(d.Sources, st.Name)
 		d.InFlight += src.InFlight
 		src.Stopped = SourceStopped(st.Error, d)
