@@ -4,7 +4,14 @@
 -- destination renders it (its URL, format and settings are in the digest):
 -- a version whose body has the same digest is settled as skipped, marked
 -- as accepted, without a request. internal/unchanged owns both tables.
-CREATE TABLE IF NOT EXISTS {{schema}}.syncer_accepted_bodies (
+--
+-- UNLOGGED: the digests are a cache whose loss only costs requests. A
+-- crash empties the table (PostgreSQL truncates an unlogged table in
+-- recovery, never leaving it half-written), and so does a promoted
+-- standby: every key is then sent again, nothing is skipped wrongly. What
+-- WAL the marking transaction would write for 500 digests a batch was most
+-- of what they cost the drain.
+CREATE UNLOGGED TABLE IF NOT EXISTS {{schema}}.syncer_accepted_bodies (
     feed   text  NOT NULL,
     key    text  NOT NULL,
     digest bytea NOT NULL,

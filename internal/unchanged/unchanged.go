@@ -44,7 +44,9 @@ func Digest(tag string, it feed.Item) []byte {
 }
 
 // Same returns the ids among ids whose digest kept for feed name equals
-// the one given at the same index.
+// the one given at the same index. The ids drive the lookup (a nested
+// loop over them, an index probe each): "key = ANY" left the planner free
+// to scan a table it had no statistics of, once a page.
 func Same(ctx context.Context, q database.Querier, name string, ids []string, digests [][]byte) (map[string]bool, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -58,8 +60,11 @@ func Same(ctx context.Context, q database.Querier, name string, ids []string, di
 	if err != nil {
 		return nil, fmt.Errorf("unchanged: read digests of %s: %w", name, err)
 	}
-	out := make(map[string]bool, len(same))
+	var out map[string]bool
 	for _, id := range same {
+		if out == nil {
+			out = map[string]bool{}
+		}
 		out[id] = true
 	}
 	return out, nil
