@@ -38,4 +38,6 @@ func TestBodyTagFollowsWhatRendersTheBody(t *testing.T) {
 		require.NotEqual(t, tag(base), tag(&c))
 	}
 	require.NotEmpty(t, d.bodyTag(&destination{}), "the default destination has a tag")
+	off := &Daemon{cfg: Config{SendUnchanged: true}}
+	require.Empty(t, off.bodyTag(&destination{conf: base}), "SendUnchanged: no tag, nothing skipped")
 }

@@ -234,6 +234,9 @@ func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, nam
 // marshals redacted); a destination whose settings do not marshal gets no
 // tag, and skips nothing.
 func (d *Daemon) bodyTag(dest *destination) string {
+	if d.cfg.SendUnchanged {
+		return ""
+	}
 	f := d.cfg.Format
 	what := struct {
 		URL, Format, EventSource, EventTypePrefix string
