@@ -467,12 +467,7 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		}
 		return passResult{}, err
 	}
-	for it := range skip {
-		if p.unsettled == nil {
-			p.unsettled = map[string]struct{}{}
-		}
-		p.unsettled[it.id] = struct{}{}
-	}
+	p.unsettled = skip.ids()
 	cur := t.feed.Open(startAfter)
 	if p.carry {
 		// A poll: its first read is made here, and a look that finds

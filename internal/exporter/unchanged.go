@@ -38,6 +38,18 @@ func bodiesOf(s Source, skip bool) *bodies {
 	return &bodies{feed: s.Name(), tag: s.BodyTag, skip: skip}
 }
 
+// ids are the ids of s's items, whatever their version; nil for none.
+func (s sentItems) ids() map[string]struct{} {
+	var out map[string]struct{}
+	for it := range s {
+		if out == nil {
+			out = make(map[string]struct{}, len(s))
+		}
+		out[it.id] = struct{}{}
+	}
+	return out
+}
+
 // leaveUnchanged moves the items of page whose body the third party
 // already has to page.Unchanged. A key of a batch sent and not yet marked
 // (carried) or held is never skipped: the third party's copy of it may be
