@@ -11,7 +11,9 @@ package migrations
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -65,6 +67,15 @@ func SourceOp(name string) string { return SourceOpPrefix + name }
 // and pin no path: migration 016).
 func GateOpen(schema string) string {
 	return "(SELECT g.armed AND g.lease_until OPERATOR(pg_catalog.>) pg_catalog.now() FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
+}
+
+// payloadChanged names the transaction-local setting by which the
+// resources' row trigger tells its statement trigger that a statement
+// changed a payload (migration 018): one per schema, so that two
+// installations in one database do not tell each other.
+func payloadChanged(schema string) string {
+	sum := sha256.Sum256([]byte(schema))
+	return "syncer.payload_changed_" + hex.EncodeToString(sum[:8])
 }
 
 // Migration is one embedded SQL file.
@@ -202,6 +213,7 @@ func upTo(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, then The
 		"{{schema}}", qschema,
 		"{{channel}}", quoteLiteral(Channel(schema)),
 		"{{gate_open}}", GateOpen(schema),
+		"{{payload_changed}}", quoteLiteral(payloadChanged(schema)),
 	)
 	for _, m := range all {
 		if last > 0 && m.Version > last {

@@ -76,7 +76,7 @@ var rowNames = map[string][]string{
 	ScenarioSlowAPI:            {"slow API"},
 	ScenarioUnknownLimit:       {"unknown limit"},
 	ScenarioQuota:              {"advertised quota"},
-	ScenarioSources:            {"source writers", "source drain", "two sources"},
+	ScenarioSources:            {"source writers", "unexported writers", "source drain", "two sources"},
 	ScenarioCloudEventsDrain:   {"cloudevents drain"},
 	ScenarioElasticsearchDrain: {"elasticsearch drain"},
 	ScenarioCustomDrain:        {"custom drain"},

@@ -2,7 +2,14 @@ package breakerstore
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // KeyHold holds a Hold: a destination paused by a person.
@@ -17,15 +24,45 @@ type Hold struct {
 	Since time.Time `json:"since,omitzero"`
 	// By says who asked: "console" or "command line".
 	By string `json:"by,omitempty"`
+	// Generation orders a destination's pauses and resumes: each SetHold
+	// takes the next of one sequence (syncer_hold_generation), so a daemon
+	// never takes an older hold for a newer one, and `syncer pause` can
+	// wait until every daemon holds the one it wrote (internal/presence).
+	// Zero for a hold recorded before it was kept.
+	Generation int64 `json:"generation,omitempty"`
 }
 
-// SetHold records that a person paused (or resumed) the destination; Since
-// is set to now when zero.
-func (s *Store) SetHold(ctx context.Context, h Hold) error {
+// SetHold records that a person paused (or resumed) the destination, under
+// the next generation, and returns it as recorded; Since is set to now
+// when zero.
+func (s *Store) SetHold(ctx context.Context, h Hold) (Hold, error) {
 	if h.Since.IsZero() {
 		h.Since = s.now().UTC()
 	}
-	return s.put(ctx, KeyHold, h)
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	if err := s.pool.QueryRow(ctx, `SELECT nextval('syncer_hold_generation')`).Scan(&h.Generation); err != nil {
+		return Hold{}, fmt.Errorf("breakerstore: set %s: generation: %w", KeyHold, err)
+	}
+	return h, s.put(ctx, KeyHold, h)
+}
+
+// ReadHold reads the hold of a namespace (Config.Namespace) now, past any
+// cache: what a daemon holds before it says so (internal/presence).
+func ReadHold(ctx context.Context, q database.Querier, namespace string) (Hold, error) {
+	var h Hold
+	var data []byte
+	err := q.QueryRow(ctx, `SELECT value FROM syncer_state WHERE key = $1`, keyPrefix(namespace)+KeyHold).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, fmt.Errorf("breakerstore: read %s: %w", KeyHold, err)
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		return Hold{}, fmt.Errorf("breakerstore: read %s: %w", KeyHold, err)
+	}
+	return h, nil
 }
 
 // KeyProbe holds a Probe: a person asked to probe a held destination now.

@@ -58,7 +58,7 @@ type CLI struct {
 	Status         StatusCmd      `cmd:"" help:"Show counts and health."`
 	Config         ConfigCmd      `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
 	RetryFailed    RetryFailedCmd `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
-	Pause          PauseCmd       `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume."`
+	Pause          PauseCmd       `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume. Returns once every running daemon holds the pause."`
 	Resume         ResumeCmd      `cmd:"" help:"Resume a paused destination."`
 	Probe          ProbeCmd       `cmd:"" help:"Probe a destination held by a refusal of its credentials or URL now, not at the next probe interval."`
 	Healthcheck    HealthcheckCmd `cmd:"" help:"Exit 0 when the daemon on SYNCER_HTTP_ADDR answers /healthz, 1 otherwise (for a container's HEALTHCHECK)."`

@@ -35,27 +35,45 @@ func (c *DestinationCmd) act(ctx context.Context, what string, do func(context.C
 	return nil
 }
 
-// PauseCmd is `syncer pause`.
-type PauseCmd struct{ DestinationCmd }
+// HoldCmd is what pause and resume share: how long to wait for every
+// running daemon to take it.
+type HoldCmd struct {
+	DestinationCmd
+	Within time.Duration `name:"within" default:"10s" placeholder:"DURATION" help:"How long to wait for every running daemon to take it; past it, exit 1 naming those that did not."`
+}
 
-// Run pauses the destination for every daemon.
+// hold runs Pause or Resume with the command's bound.
+func (c *HoldCmd) hold(ctx context.Context, what string, do func(context.Context, *pgxpool.Pool, string, string, time.Duration) error) error {
+	if c.Within <= 0 {
+		return usagef("--within: must be positive")
+	}
+	return c.act(ctx, what, func(ctx context.Context, pool *pgxpool.Pool, dest, by string) error {
+		return do(ctx, pool, dest, by, c.Within)
+	})
+}
+
+// PauseCmd is `syncer pause`.
+type PauseCmd struct{ HoldCmd }
+
+// Run pauses the destination for every daemon, and returns once every
+// running daemon holds the pause: a row written after it is not sent.
 func (c *PauseCmd) Run(ctx context.Context, env *Env) error {
-	if err := c.act(ctx, "pause", operator.Pause); err != nil {
+	if err := c.hold(ctx, "pause", operator.Pause); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "destination %s paused: nothing is sent to it, pending rows are kept, until syncer resume --destination %s\n", c.Destination, c.Destination)
+	fmt.Fprintf(env.Stdout, "destination %s paused: every running daemon holds the pause; nothing more is sent to it, pending rows are kept, until syncer resume --destination %s\n", c.Destination, c.Destination)
 	return nil
 }
 
 // ResumeCmd is `syncer resume`.
-type ResumeCmd struct{ DestinationCmd }
+type ResumeCmd struct{ HoldCmd }
 
-// Run ends a pause.
+// Run ends a pause, and returns once every running daemon sends again.
 func (c *ResumeCmd) Run(ctx context.Context, env *Env) error {
-	if err := c.act(ctx, "resume", operator.Resume); err != nil {
+	if err := c.hold(ctx, "resume", operator.Resume); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "destination %s resumed\n", c.Destination)
+	fmt.Fprintf(env.Stdout, "destination %s resumed: every running daemon sends to it again\n", c.Destination)
 	return nil
 }
 

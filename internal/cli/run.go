@@ -48,6 +48,7 @@ type RunCmd struct {
 	ReplayShare        float64       `name:"replay-share" env:"SYNCER_REPLAY_SHARE" default:"${replay_share}" help:"Least share of the batches a replay gets while live rows keep arriving (above 0, at most 1)."`
 	MaxItemBytes       int           `name:"max-item-bytes" env:"SYNCER_MAX_ITEM_BYTES" default:"${max_item_bytes}" help:"A row whose payload is larger is never sent: it is recorded failed, with the reason."`
 	TombstoneRetention time.Duration `name:"tombstone-retention" env:"SYNCER_TOMBSTONE_RETENTION" default:"${tombstone_retention}" help:"How long a delivered tombstone is kept, so a replay of its range sends the delete again."`
+	SendUnchanged      bool          `name:"send-unchanged" env:"SYNCER_SEND_UNCHANGED" help:"Send a row's version even when its body is the one the third party last accepted (by default it is settled as skipped, without a request); no digests of accepted bodies are kept."`
 	HotPoll            time.Duration `name:"hot-poll" env:"SYNCER_HOT_POLL" default:"${hot_poll}" help:"How often a job looks for new rows while writes flow, from one look to the next (at most ${hot_poll_max}). Shorter lowers latency and costs more CPU a row; longer makes batches of more rows."`
 
 	// tokenFromFile is set once the token file was read: kong may
@@ -266,6 +267,7 @@ func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env)
 		Pprof:              c.Pprof,
 		ShutdownTimeout:    c.ShutdownTimeout,
 		Workers:            c.Workers,
+		SendUnchanged:      c.SendUnchanged,
 		Logger:             env.Logger,
 		Console:            c.consoleFunc(pool, srcs, env.Logger),
 	}

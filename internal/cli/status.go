@@ -49,6 +49,9 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 	if r.ResourcesExported {
 		fmt.Fprintf(w, "rows\t%d total, %d synced, %d unsynced (%d pending, %d failed)\n", r.Total, r.Synced, r.Unsynced, r.Pending, r.Failed)
 		fmt.Fprintf(w, "oldest pending\t%s\n", seconds(r.OldestUnsyncedAgeSeconds))
+		if r.SkippedUnchanged > 0 {
+			fmt.Fprintf(w, "skipped unchanged\t%d versions: the body the third party last accepted, settled without a request\n", r.SkippedUnchanged)
+		}
 		fmt.Fprintf(w, "outbox pending\t%d\n", r.OutboxPending)
 		fmt.Fprintf(w, "export lock\t%s\n", lockLine(r.Lock))
 		b := r.Breaker.State
@@ -157,6 +160,9 @@ func sourceLine(src status.Source) string {
 	if src.Lock.Held {
 		line += "; export lock " + lockLine(src.Lock)
 	}
+	if src.SkippedUnchanged > 0 {
+		line += fmt.Sprintf(", %d skipped unchanged (no request)", src.SkippedUnchanged)
+	}
 	if src.Stopped != "" {
 		line += "; STOPPED: " + src.Stopped
 	}
@@ -192,7 +198,11 @@ func destinationLine(d status.Destination) string {
 	if d.Rate != nil {
 		parts = append(parts, rateText(*d.Rate))
 	}
-	parts = append(parts, fmt.Sprintf("%d requests in flight", d.InFlight))
+	if d.InFlightNote != "" {
+		parts = append(parts, fmt.Sprintf("%d requests in flight (%s)", d.InFlight, d.InFlightNote))
+	} else {
+		parts = append(parts, fmt.Sprintf("%d requests in flight", d.InFlight))
+	}
 	if c := d.Certificate; c != nil {
 		switch left := time.Until(c.NotAfter); {
 		case left <= 0:

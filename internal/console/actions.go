@@ -136,9 +136,9 @@ func (c *Console) destinationAction(w http.ResponseWriter, r *http.Request, cl c
 	var msg string
 	switch action {
 	case "pause":
-		err, msg = operator.Pause(r.Context(), c.pool, name, operator.ByConsole), "destination %s paused: nothing is sent, pending rows are kept"
+		err, msg = operator.Pause(r.Context(), c.pool, name, operator.ByConsole, 0), "destination %s paused: every running daemon holds the pause; nothing more is sent, pending rows are kept"
 	case "resume":
-		err, msg = operator.Resume(r.Context(), c.pool, name, operator.ByConsole), "destination %s resumed"
+		err, msg = operator.Resume(r.Context(), c.pool, name, operator.ByConsole, 0), "destination %s resumed"
 	case "probe":
 		err, msg = operator.Probe(r.Context(), c.pool, name, operator.ByConsole), "destination %s: a probe was asked for; the daemons send it within seconds if it is held"
 	default:

@@ -86,10 +86,12 @@ type destRow struct {
 	Refused                                                               bool
 	InFlight                                                              int
 	Sources                                                               []string
+	// InFlightNote says what InFlight means while paused by a person.
+	InFlightNote string
 }
 
 func (c *Console) destRow(d status.Destination) destRow {
-	row := destRow{Name: d.Name, Format: c.cfg.Formats[d.Name], Breaker: d.Breaker.State, InFlight: d.InFlight, Sources: d.Sources, Credentials: "ok"}
+	row := destRow{Name: d.Name, Format: c.cfg.Formats[d.Name], Breaker: d.Breaker.State, InFlight: d.InFlight, InFlightNote: d.InFlightNote, Sources: d.Sources, Credentials: "ok"}
 	if row.Format == "" {
 		row.Format = "—"
 	}

@@ -66,6 +66,12 @@ type Config struct {
 	// Workers is the number of River workers for syncer's queue. Defaults
 	// to WorkersDefault.
 	Workers int
+	// SendUnchanged sends a version even when its body is the one the
+	// third party last accepted for its key, and keeps no digests of
+	// accepted bodies: what keeping and comparing them costs the drain
+	// (docs/benchmarks.md) is then not paid. Defaults to false: such a
+	// version is settled as skipped without a request (issue 45).
+	SendUnchanged bool
 	// PollInterval bounds the delay of a lost notification. Defaults to
 	// outbox.PollIntervalDefault, applied by the relay.
 	PollInterval time.Duration

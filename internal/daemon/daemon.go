@@ -40,6 +40,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/presence"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
@@ -65,11 +66,13 @@ type Daemon struct {
 	inFlight int
 	// installation is the installation's id, which salts every key.
 	installation string
-	exp          *exporter.Exporter
-	locker       *locks.Locker
-	purger       *resources.Purger
-	river        *river.Client[pgx.Tx]
-	relay        *outbox.Relay
+	// id names this process among the running daemons (presence.go).
+	id     string
+	exp    *exporter.Exporter
+	locker *locks.Locker
+	purger *resources.Purger
+	river  *river.Client[pgx.Tx]
+	relay  *outbox.Relay
 
 	riverRunning atomic.Bool
 	ran          atomic.Bool
@@ -101,7 +104,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, gaugesMu: make(chan struct{}, 1), creds: credentials.NewSet(c.Logger)}
+	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, gaugesMu: make(chan struct{}, 1), creds: credentials.NewSet(c.Logger), id: presence.NewID()}
 
 	all, err := migrations.All()
 	if err != nil {
@@ -270,10 +273,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { _ = d.relay.Run(runCtx) })
 	wg.Go(func() { d.gauges(runCtx) })
 	wg.Go(func() { d.purger.Run(runCtx) })
+	wg.Go(func() { d.presence(runCtx) })
 	if err := d.relay.Kick(ctx); err != nil {
 		logger.WarnContext(ctx, "daemon: initial sync kick failed; the relay's poll will retry", slog.String("error", err.Error()))
 	}
-	logger.InfoContext(ctx, "daemon: running", slog.String("schema", d.schema), slog.String("http_addr", cmp.Or(addr, HTTPAddrOff)),
+	logger.InfoContext(ctx, "daemon: running", slog.String("schema", d.schema), slog.String("daemon", d.id), slog.String("http_addr", cmp.Or(addr, HTTPAddrOff)),
 		slog.String("thirdparty", thirdparty.RedactURL(c.ThirdParty.URL)), slog.Int("batch_size", d.exp.BatchSize()),
 		slog.Int("max_in_flight", d.inFlight))
 	if c.Ready != nil {

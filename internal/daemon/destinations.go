@@ -3,6 +3,9 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -215,7 +218,9 @@ func (d *Daemon) format(spec *formats.Spec, installation string, label func(form
 func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests map[string]*destination) ([]exporter.Source, error) {
 	var out []exporter.Source
 	if dest, ok := dests[metrics.DefaultDestination]; ok {
-		out = append(out, exporter.Resources(dest.deliverer))
+		r := exporter.Resources(dest.deliverer)
+		r.BodyTag = d.bodyTag(dest)
+		out = append(out, r)
 	}
 	if file == nil {
 		return out, nil
@@ -236,6 +241,7 @@ func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests ma
 		}
 		src := exporter.Configured(s, dest.deliverer)
 		src.BatchSize = bs
+		src.BodyTag = d.bodyTag(dest)
 		out = append(out, src)
 	}
 	return out, nil
@@ -269,4 +275,32 @@ func (d *Daemon) destination(tcfg *thirdparty.Config, dcfg *delivery.Config, nam
 	}
 	return &destination{deliverer: deliverer, client: client,
 		state: destinationState{name: c.Name, namespace: namespace, metrics: c.Metrics}}, nil
+}
+
+// bodyTag names how dest renders a body, for the digests of bodies the
+// third party accepted (exporter.Source.BodyTag): its URL and its format
+// with the format's settings, hashed. Another URL is another store, and
+// another format or setting another body, so a digest kept under the old
+// tag never lets a version go unsent. Secrets are not in it: a format's
+// secret marshals redacted (setting.Secret), and headers, no part of a
+// body, are left out. A destination whose settings do not marshal gets
+// no tag, and skips nothing.
+func (d *Daemon) bodyTag(dest *destination) string {
+	if d.cfg.SendUnchanged {
+		return ""
+	}
+	f := d.cfg.Format
+	what := struct {
+		URL, Format string
+		Settings    formats.Settings
+	}{URL: d.cfg.ThirdParty.URL, Format: f.Name, Settings: f.Settings}
+	if c := dest.conf; c != nil {
+		what.URL, what.Format, what.Settings = c.URL, c.Format.Name, c.Format.Settings
+	}
+	data, err := json.Marshal(what)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

@@ -120,6 +120,10 @@ type Deliverer struct {
 	// probeFor is the time of a person's probe the next request answers,
 	// in Unix nanoseconds; 0 when none waits (probe.go).
 	probeFor atomic.Int64
+	// holdMu orders adoptions of a hold; holdGen is the generation of the
+	// one held (AdoptHold).
+	holdMu  sync.Mutex
+	holdGen int64
 	// urlGood is set by a 2xx answer and unset by a configuration
 	// refusal; absentStreak counts per-item 404s and 410s since an answer
 	// last accepted an item (deferred.go).

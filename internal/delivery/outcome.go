@@ -106,3 +106,8 @@ func (e *WaitError) Unwrap() error { return e.Err }
 
 // RetryAfter tells a job how long to snooze.
 func (e *WaitError) RetryAfter() time.Duration { return e.Wait }
+
+// Quiet reports whether the wait is a person's pause, which the deliverer
+// logs once when it starts and once when it ends: a job that waits on it
+// has nothing to add.
+func (e *WaitError) Quiet() bool { return errors.Is(e.Err, ErrHeld) }

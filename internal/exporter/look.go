@@ -40,8 +40,12 @@ func (p *pipeline) look(ctx context.Context, cur Cursor, skip sentItems) (first 
 		}
 		return nil, true, nil
 	}
+	if err := p.leaveUnchanged(ctx, &page); err != nil {
+		return nil, false, cmp.Or(p.writeCarried(ctx), err)
+	}
 	if !cur.Ended() || len(page.Items) == 0 {
-		// More pages, or only items too large to send: the pipeline's.
+		// More pages, or only items too large to send or unchanged: the
+		// pipeline's.
 		return &page, true, nil
 	}
 	return nil, false, p.lookOnce(ctx, page)

@@ -151,6 +151,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 	defer cancel()
 	type group struct {
 		acc, rej []feed.Item
+		skipped  []feed.Item
 		errs     []string
 		def      []delivery.Deferral
 		batches  int64
@@ -166,6 +167,8 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			order = append(order, b.name)
 		}
 		g.acc = append(g.acc, b.out.Accepted...)
+		g.acc = append(g.acc, b.unchanged...)
+		g.skipped = append(g.skipped, b.unchanged...)
 		for _, r := range b.out.Rejected {
 			g.rej = append(g.rej, r.Item)
 			g.errs = append(g.errs, r.Error)
@@ -208,11 +211,15 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		if outcomesOnly {
 			qb.Queue(lazyCommitSQL)
 		}
+		for _, b := range r.marks {
+			p.queueDigests(qb, b)
+		}
 		for _, name := range order {
 			g := byName[name]
 			if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
 				return err
 			}
+			p.queueSkipped(qb, g.skipped)
 			// Deferred items are held, in the transaction that marks
 			// their neighbours and forgets their batch's record: the
 			// batch is settled, never resent whole (held.go).

@@ -38,6 +38,9 @@ type batch struct {
 	// oversize are items too large to send: recorded failed with the
 	// batch's outcome, never sent.
 	oversize []feed.Oversize
+	// unchanged are items whose body the third party already has: settled
+	// as skipped with the batch's outcome, never sent (unchanged.go).
+	unchanged []feed.Item
 	// resent marks a batch a previous holder recorded: it may have reached
 	// the third party, so it stays recorded until it is marked, even if
 	// this run never sends it.
@@ -55,7 +58,7 @@ func (b *batch) record() checkpoint.Batch {
 // installation's key. Items too large to send stay out of the request; a
 // batch of nothing else is only marked.
 func (e *Exporter) newBatch(name string, p feed.Page) *batch {
-	b := &batch{name: name, salt: p.Salt, items: p.Items, oversize: p.Oversize, position: p.Position, at: batchTime()}
+	b := &batch{name: name, salt: p.Salt, items: p.Items, oversize: p.Oversize, unchanged: p.Unchanged, position: p.Position, at: batchTime()}
 	if len(b.items) > 0 {
 		b.body = thirdparty.AppendBatch(nil, b.items)
 		b.key = thirdparty.BatchKey(e.cfg.Installation, b.salt, b.body)
@@ -165,6 +168,11 @@ type pipeline struct {
 	// when it ends are left so, for the next pass (see carried).
 	carried []*batch
 	carry   bool
+	// bodies compares the bodies read with those last accepted (nil: no
+	// comparison); unsettled are the ids of items sent and not marked, or
+	// held, which are never skipped (unchanged.go).
+	bodies    *bodies
+	unsettled map[string]struct{}
 
 	res pushedCounts
 }
@@ -312,7 +320,8 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			case f.err != nil:
 				setHalt(f.err)
 			case len(f.b.items) == 0:
-				// Nothing to send: only its oversize items to mark.
+				// Nothing to send: only its oversize and unchanged items
+				// to mark.
 				f.b.out = &delivery.Outcome{}
 				answered = append(answered, f.b)
 				held++
@@ -462,6 +471,7 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		}
 		return passResult{}, err
 	}
+	p.unsettled = skip.ids()
 	cur := t.feed.Open(startAfter)
 	if p.carry {
 		// A poll: its first read is made here, and a look that finds
@@ -470,11 +480,11 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		var more bool
 		first, more, err = p.look(ctx, cur, skip)
 		if err == nil && more {
-			rd := e.startReader(ctx, t.feed, cur, first, maxBatches, until, skip)
+			rd := e.startReader(ctx, t.feed, cur, first, maxBatches, until, skip, p.leaveUnchanged)
 			err = p.run(ctx, nil, rd, e.isStopping)
 		}
 	} else {
-		rd := e.startReader(ctx, t.feed, cur, nil, maxBatches, until, skip)
+		rd := e.startReader(ctx, t.feed, cur, nil, maxBatches, until, skip, p.leaveUnchanged)
 		// The reader closes its channel at the end of the feed, at
 		// maxBatches or at until; only the first means the pass is
 		// done.
@@ -497,9 +507,11 @@ type target struct {
 	// destName and source label metrics: the destination's name, and the
 	// source's (empty for a target whose items no source counts).
 	destName, source string
+	// bodies compares its bodies with those last accepted; nil: none.
+	bodies *bodies
 }
 
 func (t target) pipeline(e *Exporter, lk *locks.Lock) *pipeline {
 	return &pipeline{e: e, lk: lk, feed: t.feed, dest: t.dest, destName: t.destName, source: t.source,
-		metrics: e.metrics.Destination(t.destName)}
+		metrics: e.metrics.Destination(t.destName), bodies: t.bodies}
 }

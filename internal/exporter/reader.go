@@ -26,8 +26,10 @@ type fetched struct {
 // batch waits in the channel while the next is read; the pipeline bounds
 // what it holds beyond that. Items in skip (at their version) are left out
 // of the batches: an earlier pass sent them and their outcomes are not
-// written yet.
-func (e *Exporter) startReader(ctx context.Context, f Feed, cur Cursor, first *feed.Page, maxBatches int, until time.Time, skip sentItems) *reader {
+// written yet. leave moves the items of each page read whose body the
+// third party already has to its Unchanged (first was read through it).
+func (e *Exporter) startReader(ctx context.Context, f Feed, cur Cursor, first *feed.Page, maxBatches int, until time.Time, skip sentItems,
+	leave func(context.Context, *feed.Page) error) *reader {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &reader{ch: make(chan fetched, 1), cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -48,6 +50,9 @@ func (e *Exporter) startReader(ctx context.Context, f Feed, cur Cursor, first *f
 				}
 				if err == nil && skip.leaveOut(&page) {
 					continue
+				}
+				if err == nil {
+					err = leave(rctx, &page)
 				}
 			}
 			var fe fetched
@@ -97,6 +102,9 @@ func sentIn(bs []*batch) sentItems {
 		}
 		for _, o := range b.oversize {
 			s = s.add(o.ID, o.Version)
+		}
+		for _, it := range b.unchanged {
+			s = s.add(it.ID, it.Version)
 		}
 	}
 	return s

@@ -51,6 +51,12 @@ type Source struct {
 	// BatchSize is the most items a batch holds. Defaults to
 	// Config.BatchSize.
 	BatchSize int
+	// BodyTag names how the destination renders a body (its URL, format
+	// and settings): a version whose body, under this tag, is the one the
+	// third party last accepted for its key is settled as skipped without
+	// a request (unchanged.go). Empty: every version is sent, and no
+	// digest is kept.
+	BodyTag string
 }
 
 // Resources is the source that is the resources table (docs/protocol.md

@@ -30,7 +30,8 @@ func (s *configuredSource) check(ctx context.Context) error {
 }
 
 func (s *configuredSource) live() target {
-	return target{feed: s.e.sourceFeed(s.src, s.BatchSize), dest: s.Destination, destName: s.DestinationName, source: s.Name()}
+	return target{feed: s.e.sourceFeed(s.src, s.BatchSize), dest: s.Destination, destName: s.DestinationName, source: s.Name(),
+		bodies: bodiesOf(s.Source, true)}
 }
 
 // owns: a source's holder resends the batches of its own checkpoint only.

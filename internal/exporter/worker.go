@@ -241,6 +241,13 @@ var errMore = errors.New("exporter: more work")
 // retryAfter is an error that knows when to try again.
 type retryAfter interface{ RetryAfter() time.Duration }
 
+// quiet is a wait already logged where it began (delivery's person's
+// pause): a job that snoozes on it logs at debug, not every few seconds.
+type quiet interface {
+	error
+	Quiet() bool
+}
+
 // jobResult turns the outcome of an execution into what River should do.
 // Expected conditions become snoozes, which cost no attempt; only unexpected
 // errors go through River's retry policy.
@@ -261,7 +268,12 @@ func (e *Exporter) jobResult(ctx context.Context, err error) error {
 		// that the next run reads again, so a restart, another daemon or a
 		// shorter pause is never stuck behind a job parked for hours.
 		wait := min(max(ra.RetryAfter(), 0), e.cfg.MaxSnooze)
-		e.logger.WarnContext(ctx, "exporter: pausing", slog.String("error", err.Error()),
+		level := slog.LevelWarn
+		var q quiet
+		if errors.As(err, &q) && q.Quiet() {
+			level = slog.LevelDebug // a person's pause: the deliverer said it once
+		}
+		e.logger.Log(ctx, level, "exporter: pausing", slog.String("error", err.Error()),
 			slog.Duration("retry_in", ra.RetryAfter()), slog.Duration("next_look_in", wait))
 		return river.JobSnooze(wait)
 	case ctx.Err() != nil:

@@ -101,6 +101,10 @@ type Oversize struct {
 type Page struct {
 	Items    []Item
 	Oversize []Oversize
+	// Unchanged are items whose body the third party already has (the
+	// exporter moves them here from Items: internal/unchanged): settled as
+	// skipped with the page's batch, never sent.
+	Unchanged []Item
 	// Salt separates the keys of this feed's batches from every other
 	// feed's (a replay's from the live export's, a source's from another).
 	Salt string
@@ -114,4 +118,4 @@ type Page struct {
 
 // Empty reports whether the page holds nothing at all: the feed is
 // exhausted.
-func (p Page) Empty() bool { return len(p.Items) == 0 && len(p.Oversize) == 0 }
+func (p Page) Empty() bool { return len(p.Items) == 0 && len(p.Oversize) == 0 && len(p.Unchanged) == 0 }

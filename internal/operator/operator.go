@@ -8,6 +8,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/holds"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/presence"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
@@ -145,23 +147,64 @@ func store(ctx context.Context, pool *pgxpool.Pool, dest string) (*breakerstore.
 	return breakerstore.New(pool, &breakerstore.Config{Namespace: breakerstore.DestinationNamespace(dest)})
 }
 
+// ErrNotHeld is wrapped by the error of a Pause or Resume that some
+// running daemon did not take within the bound (a NotHeldError).
+var ErrNotHeld = errors.New("not held by every running daemon")
+
+// NotHeldError names the daemons that did not take a pause or resume
+// within the bound: the hold is recorded, and they take it when they next
+// read it, but until then one of them may still send.
+type NotHeldError struct {
+	Paused  bool
+	Daemons []string
+	Within  time.Duration
+}
+
+func (e *NotHeldError) Error() string {
+	what := "resume"
+	if e.Paused {
+		what = "pause"
+	}
+	return fmt.Sprintf("the %s is recorded, but %d running daemon(s) did not take it within %s: %s",
+		what, len(e.Daemons), e.Within, strings.Join(e.Daemons, ", "))
+}
+
+// Unwrap makes it an ErrNotHeld.
+func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
+
 // Pause stops every daemon sending to the destination, until Resume;
-// pending rows are kept. by says who asked (ByCommandLine, ByConsole).
-func Pause(ctx context.Context, pool *pgxpool.Pool, dest, by string) error {
-	return setHold(ctx, pool, dest, breakerstore.Hold{Paused: true, By: by})
+// pending rows are kept. by says who asked (ByCommandLine, ByConsole). It
+// returns once every running daemon holds the pause, so that a row
+// written after it returns is not sent (internal/presence), or after
+// within (presence.AwaitDefault when 0) with a *NotHeldError naming those
+// that did not.
+func Pause(ctx context.Context, pool *pgxpool.Pool, dest, by string, within time.Duration) error {
+	return setHold(ctx, pool, dest, breakerstore.Hold{Paused: true, By: by}, within)
 }
 
-// Resume ends a Pause.
-func Resume(ctx context.Context, pool *pgxpool.Pool, dest, by string) error {
-	return setHold(ctx, pool, dest, breakerstore.Hold{Paused: false, By: by})
+// Resume ends a Pause, and returns once every running daemon sends again,
+// or after within with a *NotHeldError, as Pause.
+func Resume(ctx context.Context, pool *pgxpool.Pool, dest, by string, within time.Duration) error {
+	return setHold(ctx, pool, dest, breakerstore.Hold{Paused: false, By: by}, within)
 }
 
-func setHold(ctx context.Context, pool *pgxpool.Pool, dest string, h breakerstore.Hold) error {
+func setHold(ctx context.Context, pool *pgxpool.Pool, dest string, h breakerstore.Hold, within time.Duration) error {
 	st, err := store(ctx, pool, dest)
 	if err != nil {
 		return err
 	}
-	return st.SetHold(ctx, h)
+	if h, err = st.SetHold(ctx, h); err != nil {
+		return err
+	}
+	within = cmp.Or(within, presence.AwaitDefault)
+	missing, err := presence.Await(ctx, pool, dest, h.Generation, within)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return &NotHeldError{Paused: h.Paused, Daemons: missing, Within: within}
+	}
+	return nil
 }
 
 // Probe asks the daemons to probe the destination now if it is held by a

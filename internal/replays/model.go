@@ -57,11 +57,21 @@ type Table interface {
 	CountReplay(ctx context.Context, q database.Querier, r *Request) (int64, error)
 }
 
+// Starter is a Table with something of its own to do in the transaction
+// that starts a replay of it: a configured source forgets the digests of
+// the bodies the third party accepted, so the replay skips none of its
+// keys as unchanged.
+type Starter interface {
+	Starting(ctx context.Context, tx pgx.Tx) error
+}
+
 // Plan is a replay checked and counted, not yet started.
 type Plan struct {
 	Request
 	// Count is how many rows (keys) it would send.
 	Count int64
+
+	table Table
 }
 
 // Unit is what a replay of the source counts: rows of resources, keys of
@@ -81,7 +91,7 @@ func PlanReplay(ctx context.Context, q database.Querier, t Table, r Request) (*P
 	if err != nil {
 		return nil, err
 	}
-	return &Plan{Request: r, Count: n}, nil
+	return &Plan{Request: r, Count: n, table: t}, nil
 }
 
 // Start records the planned replay and wakes the source's job, in one
@@ -97,6 +107,11 @@ func (p *Plan) Start(ctx context.Context, db database.DB) (id int64, err error) 
 		return 0, fmt.Errorf("%s: nothing to replay, no replay created", what)
 	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if st, ok := p.table.(Starter); ok {
+			if err := st.Starting(ctx, tx); err != nil {
+				return err
+			}
+		}
 		if id, err = Create(ctx, tx, p.Request, p.Count); err != nil {
 			return err
 		}

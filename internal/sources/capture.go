@@ -11,7 +11,7 @@ import (
 
 // captureVersion is written into every capture function, so that an
 // installation made by an older syncer is recognised and replaced.
-const captureVersion = "syncer capture v4"
+const captureVersion = "syncer capture v5"
 
 // captureBody is the capture function of a source: one change row per row
 // written, one outbox event and notification per statement (a table) or
@@ -67,8 +67,22 @@ DECLARE
     syncer_rows   bigint;
 BEGIN
 `
+	// unchanged compares what the source exports of two rows by their
+	// binary images (record_image_eq, what REFRESH MATERIALIZED VIEW
+	// CONCURRENTLY compares with): every type has one, json and point
+	// too, which have no equality; NULL equals NULL; and equal images
+	// read as equal payloads, while 1.0 and 1.00 differ, as their JSON
+	// does.
+	unchanged := func(a, b string) string {
+		return "pg_catalog.record_image_eq(" + s.exportedSQL(a) + ", " + s.exportedSQL(b) + ")"
+	}
 	if s.partitioned {
 		oldGone := row("NEW") + ` IS DISTINCT FROM ` + row("OLD")
+		// The same row, exported the same and matching as it did.
+		same := row("NEW") + ` IS NOT DISTINCT FROM ` + row("OLD") + ` AND ` + unchanged("NEW", "OLD")
+		if s.Where != "" {
+			same += " AND " + s.filterOfRecord("OLD")
+		}
 		if s.Where != "" {
 			// Or the row no longer matches: its key reads as gone.
 			oldGone = s.filterOfRecord("OLD") + " AND (" + oldGone + " OR NOT " + s.filterOfRecord("NEW") + ")"
@@ -87,7 +101,11 @@ BEGIN
     IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
         ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
-        ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
+        -- A row whose key, exported values and match are what they were
+        -- is no change.
+        IF NOT (` + same + `) THEN
+            ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
+        END IF;
         -- A changed key is a new key and a deleted one. (A row moved to
         -- another partition comes as a DELETE and an INSERT.)
         IF ` + oldGone + ` THEN
@@ -110,8 +128,11 @@ END
 	return head + `    IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
         ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n` + s.filterWhere() + `;
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
-        -- A changed key is a new key and a deleted one.
-        ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n` + s.filterWhere() + `
+        -- A changed key is a new key and a deleted one. A row whose key,
+        -- exported values and match are what they were is no change.
+        ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n
+        WHERE ` + s.filterCond() + `NOT EXISTS (SELECT FROM syncer_old o WHERE ` + row("o") + ` OPERATOR(pg_catalog.=) ` + row("n") + `
+            AND ` + unchanged("n", "o") + s.filterAnd() + `)
         UNION ALL
         SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true FROM syncer_old o
         WHERE NOT EXISTS (SELECT FROM syncer_new n WHERE ` + row("n") + ` OPERATOR(pg_catalog.=) ` + row("o") + s.filterAnd() + `)` + s.filterAnd() + `;
@@ -130,6 +151,23 @@ END
     RETURN NULL;
 END
 `
+}
+
+// exportedSQL is what the source exports of the row alias names, as a
+// record: the configured columns in a row, or the whole row (alias.* for a
+// transition table's row, the record itself for PL/pgSQL's NEW and OLD).
+func (s *Source) exportedSQL(alias string) string {
+	if s.Columns == nil {
+		if alias == "NEW" || alias == "OLD" {
+			return alias
+		}
+		return alias + ".*"
+	}
+	cols := make([]string, len(s.Columns))
+	for i, c := range s.Columns {
+		cols[i] = alias + "." + pgx.Identifier{c}.Sanitize()
+	}
+	return "ROW(" + strings.Join(cols, ", ") + ")"
 }
 
 // pinsSearchPath reports whether the source's capture function pins its

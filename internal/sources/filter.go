@@ -37,6 +37,15 @@ func (s *Source) filterWhere() string {
 	return " WHERE (" + s.Where + ")"
 }
 
+// filterCond is "(where) AND ", to begin a condition, or empty without a
+// filter.
+func (s *Source) filterCond() string {
+	if s.Where == "" {
+		return ""
+	}
+	return "(" + s.Where + ") AND "
+}
+
 // filterOfRecord is the filter on a PL/pgSQL record (NEW or OLD), as a
 // boolean expression: true without a filter.
 func (s *Source) filterOfRecord(rec string) string {

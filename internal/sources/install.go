@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // InstallLockTimeout bounds how long Install waits for the lock that
@@ -301,8 +302,12 @@ func joinDetail(a, b string) string {
 	return a + "; " + b
 }
 
-// forget deletes a source's pending changes and failures.
+// forget deletes a source's pending changes and failures, and the digests
+// of the bodies the third party accepted (its keys may now be other rows).
 func forget(ctx context.Context, tx pgx.Tx, name string) error {
+	if err := unchanged.Forget(ctx, tx, name); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, "DELETE FROM syncer_changes WHERE source = $1", name); err != nil {
 		return fmt.Errorf("drop pending changes: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // ReplayRange selects the rows of a source that a replay exports once
@@ -154,6 +155,14 @@ func CountReplay(ctx context.Context, q database.Querier, src *Source, r ReplayR
 // ReplayTable is src as a replay's Table (replays.PlanReplay): its
 // ranges are of keys and of the time of last change.
 func ReplayTable(src *Source) replays.Table { return replayTable{src} }
+
+// Starting forgets the digests of the bodies the third party accepted for
+// src, in the transaction that starts its replay (replays.Starter): a
+// replay is an explicit re-export, so none of its keys is skipped as
+// unchanged.
+func (t replayTable) Starting(ctx context.Context, tx pgx.Tx) error {
+	return unchanged.Forget(ctx, tx, t.src.Name)
+}
 
 type replayTable struct{ src *Source }
 

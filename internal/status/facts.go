@@ -37,6 +37,7 @@ func readDestination(ctx context.Context, pool *pgxpool.Pool, name string) (Dest
 	}
 	if st.Hold.Paused {
 		d.Paused = &st.Hold
+		d.InFlightNote = PausedInFlight
 	}
 	if !st.Certificates.NotAfter.IsZero() {
 		d.Certificate = &st.Certificates

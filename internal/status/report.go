@@ -22,6 +22,10 @@ type Report struct {
 	OldestUnsyncedAgeSeconds float64 `json:"oldest_unsynced_age_seconds"`
 
 	Pending int64 `json:"pending"`
+	// SkippedUnchanged counts the versions of every source settled as
+	// skipped: their body was the one the third party last accepted, and
+	// no request was made (issue 45).
+	SkippedUnchanged int64 `json:"skipped_unchanged"`
 	// Lock is resources' export lock, as its entry in Sources says: kept
 	// for the scripts that read it here.
 	Lock    Lock    `json:"lock"`
@@ -90,6 +94,9 @@ type Source struct {
 	// unanswered, or answered within the last look (a hot poll writes
 	// their outcomes with its next record, a HotPoll later).
 	InFlight int `json:"batches_in_flight"`
+	// SkippedUnchanged counts its versions settled as skipped: their body
+	// was the one the third party last accepted, and no request was made.
+	SkippedUnchanged int64 `json:"skipped_unchanged"`
 	// Error says why the daemon stopped exporting the source (its table
 	// no longer matches its configuration).
 	Error string `json:"error,omitempty"`
@@ -124,12 +131,22 @@ type Destination struct {
 	// InFlight counts the batches of its sources recorded and not yet
 	// marked: its requests in flight, and for a HotPoll after its
 	// answer a hot poll's last batch (see Source.InFlight).
-	InFlight  int                     `json:"requests_in_flight"`
-	LastError *breakerstore.LastError `json:"last_error,omitempty"`
+	InFlight int `json:"requests_in_flight"`
+	// InFlightNote says what InFlight means while a person paused the
+	// destination (PausedInFlight); empty otherwise.
+	InFlightNote string                  `json:"in_flight_note,omitempty"`
+	LastError    *breakerstore.LastError `json:"last_error,omitempty"`
 	// Certificate is the first of its tls files' certificates to end, when
 	// it has tls files.
 	Certificate *breakerstore.Certificates `json:"certificate,omitempty"`
 }
+
+// PausedInFlight is what a paused destination's requests in flight are:
+// no request starts while a person's pause holds (every running daemon
+// holds it once syncer pause returns), so what is counted was recorded
+// before it, answered or not, and goes first, under its own key, on
+// resume.
+const PausedInFlight = "no request starts while paused: these are batches recorded before the pause and not yet marked; each goes first, under its own key, on resume"
 
 // CertificateWarning is how near its end a destination's certificate is
 // said in status's text: 14 days.

@@ -23,6 +23,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // Defaults for Config.
@@ -82,6 +83,13 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
+	skips, err := unchanged.Count(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	for _, sk := range skips {
+		r.SkippedUnchanged += sk.Skipped
+	}
 	cps, err := checkpoint.List(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -102,12 +110,13 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			Total: st.PendingKeys + st.FailedKeys, Pending: st.PendingKeys, Failed: st.FailedKeys,
 			OldestPendingAgeSeconds: st.OldestPending.Seconds(), Snapshot: string(st.Snapshot),
 			SnapshotPercent: st.SnapshotPercent(), Error: st.Error, Warning: st.Warning(),
-			InFlight: inFlight[checkpoint.Source(st.Name)]})
+			InFlight: inFlight[checkpoint.Source(st.Name)], SkippedUnchanged: skips[st.Name].Skipped})
 	}
 	if r.ResourcesExported {
 		r.Sources = append(r.Sources, Source{Name: ResourcesSource, Table: ResourcesSource, Destination: DefaultDestination,
 			Total: counts.Total, Synced: counts.Synced, Pending: counts.Unsynced - counts.Failed, Failed: counts.Failed,
-			OldestPendingAgeSeconds: counts.OldestUnsyncedAge.Seconds(), SnapshotPercent: -1, InFlight: inFlight[checkpoint.Live]})
+			OldestPendingAgeSeconds: counts.OldestUnsyncedAge.Seconds(), SnapshotPercent: -1, InFlight: inFlight[checkpoint.Live],
+			SkippedUnchanged: skips[ResourcesSource].Skipped})
 	}
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {

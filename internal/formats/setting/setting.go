@@ -16,6 +16,7 @@
 package setting
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/syncer-dev/syncer/internal/delivery"
@@ -125,3 +126,7 @@ func (s Secret) String() string {
 
 // GoString is String, for %#v.
 func (s Secret) GoString() string { return s.String() }
+
+// MarshalJSON is String too: settings marshalled (the daemon's digest of
+// how a destination renders a body) never carry the value.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }

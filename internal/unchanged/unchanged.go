@@ -1,0 +1,134 @@
+// Package unchanged keeps, per feed and key, a digest of the body the
+// third party last accepted, so that a version whose body it already has
+// is settled as skipped without a request (issue 45), and counts the
+// skips.
+//
+// Guarantees: a digest is written only in the transaction that marks its
+// version accepted, and only for a body this process rendered and sent
+// itself; a key whose outcome leaves the third party's copy in doubt (a
+// batch resent from its record, an item deferred after a transient answer
+// of its own) loses its digest in that transaction, so it is sent again
+// rather than skipped. A digest covers the destination's tag (its URL,
+// format and settings: docs/protocol.md), so a changed destination finds
+// no equal digest and sends. A tombstone has a digest of its own: a delete
+// the third party has is not sent again. Forget drops a feed's digests,
+// for a replay, which re-exports whatever the third party has. The package
+// owns syncer_accepted_bodies and syncer_skips (migration 020).
+package unchanged
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/feed"
+)
+
+// Digest is the digest of it's body as a destination tagged tag renders
+// it: the tag, and the payload or the tombstone. Its id is the row's
+// (the key the digest is kept under), its version is not in it.
+func Digest(tag string, it feed.Item) []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(tag), tag)
+	if it.Deleted {
+		h.Write([]byte{'D'})
+	} else {
+		h.Write([]byte{'P'})
+		h.Write(it.Payload)
+	}
+	return h.Sum(nil)[:16]
+}
+
+// Same returns the ids among ids whose digest kept for feed name equals
+// the one given at the same index. The ids drive the lookup (a nested
+// loop over them, an index probe each): "key = ANY" left the planner free
+// to scan a table it had no statistics of, once a page.
+func Same(ctx context.Context, q database.Querier, name string, ids []string, digests [][]byte) (map[string]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, `SELECT b.key FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
+		JOIN syncer_accepted_bodies b ON b.feed = $1 AND b.key = n.key AND b.digest = n.digest`, name, ids, digests)
+	if err != nil {
+		return nil, fmt.Errorf("unchanged: read digests of %s: %w", name, err)
+	}
+	same, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("unchanged: read digests of %s: %w", name, err)
+	}
+	var out map[string]bool
+	for _, id := range same {
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[id] = true
+	}
+	return out, nil
+}
+
+// QueueSettled queues on b, for feed name, the digests of bodies accepted
+// (keep, by id) and the removal of the digests of keys whose third-party
+// copy is in doubt (drop).
+func QueueSettled(b *pgx.Batch, name string, keep map[string][]byte, drop []string) {
+	if len(keep) > 0 {
+		ids := make([]string, 0, len(keep))
+		ds := make([][]byte, 0, len(keep))
+		for id, d := range keep {
+			ids, ds = append(ids, id), append(ds, d)
+		}
+		b.Queue(`INSERT INTO syncer_accepted_bodies (feed, key, digest)
+			SELECT $1, n.key, n.digest FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
+			ON CONFLICT (feed, key) DO UPDATE SET digest = EXCLUDED.digest`, name, ids, ds)
+	}
+	if len(drop) > 0 {
+		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND key = ANY ($2::text[])`, name, drop)
+	}
+}
+
+// QueueSkipped queues on b the count of n versions of feed name settled
+// as skipped.
+func QueueSkipped(b *pgx.Batch, name string, n int) {
+	if n == 0 {
+		return
+	}
+	b.Queue(`INSERT INTO syncer_skips AS s (feed, skipped, last_at) VALUES ($1, $2, now())
+		ON CONFLICT (feed) DO UPDATE SET skipped = s.skipped + EXCLUDED.skipped, last_at = EXCLUDED.last_at`, name, n)
+}
+
+// Forget drops every digest of feed name: its next versions are sent
+// whatever the third party has (a replay).
+func Forget(ctx context.Context, q database.Querier, name string) error {
+	if _, err := q.Exec(ctx, `DELETE FROM syncer_accepted_bodies WHERE feed = $1`, name); err != nil {
+		return fmt.Errorf("unchanged: forget the digests of %s: %w", name, err)
+	}
+	return nil
+}
+
+// Skips is how many versions of a feed were settled as skipped.
+type Skips struct {
+	Skipped int64
+	LastAt  time.Time
+}
+
+// Count returns the skips of every feed that had any, by feed.
+func Count(ctx context.Context, q database.Querier) (map[string]Skips, error) {
+	rows, err := q.Query(ctx, `SELECT feed, skipped, last_at FROM syncer_skips`)
+	if err != nil {
+		return nil, fmt.Errorf("unchanged: read skips: %w", err)
+	}
+	out := map[string]Skips{}
+	var name string
+	var s Skips
+	_, err = pgx.ForEachRow(rows, []any{&name, &s.Skipped, &s.LastAt}, func() error {
+		out[name] = s
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("unchanged: read skips: %w", err)
+	}
+	return out, nil
+}
