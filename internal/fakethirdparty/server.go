@@ -50,6 +50,7 @@ type Server struct {
 	keyBodies  map[string][sha256.Size]byte // format mode: the body each key came with
 	docs       map[idKey]bool               // format mode: ids the receiver holds (not deleted)
 	dialect    *dialect                     // Config.Format's, nil for syncer's own
+	store      *store                       // Config.Lookup's (lookup.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -68,6 +69,8 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/stats", s.handleStats)
 	s.mux.HandleFunc("POST /v1/admin/outage", s.handleOutage)
 	s.mux.HandleFunc("POST /v1/admin/reset", s.handleReset)
+	s.mux.HandleFunc("POST /v1/lookup", s.handleLookup)
+	s.mux.HandleFunc("POST /v1/admin/drift", s.handleDrift)
 	return s
 }
 
@@ -148,6 +151,7 @@ func (s *Server) resetLocked() {
 	s.answers = map[string]cachedAnswer{}
 	s.keyBodies = map[string][sha256.Size]byte{}
 	s.docs = make(map[idKey]bool, n)
+	s.store = newStore()
 	s.outageUntil = time.Time{}
 	s.quotaStart, s.quotaUsed = time.Time{}, 0
 	if s.held == nil {
