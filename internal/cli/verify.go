@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -221,5 +222,17 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 // configuredSource returns the installed configured source as a
 // verify.Source.
 func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r verify.Range) (verify.Source, error) {
-	return nil, errors.New("verify of a configured source is not built yet")
+	src, err := installedSource(ctx, pool, c.Source)
+	if err != nil {
+		var nse *operator.NoSourceError
+		if errors.As(err, &nse) {
+			return nil, usagef("--source: %v", strings.TrimPrefix(err.Error(), "retry failed keys: "))
+		}
+		return nil, err
+	}
+	out, err := verify.NewConfigured(src, r)
+	if err != nil {
+		return nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", src.Name, src.KeyType, err)
+	}
+	return out, nil
 }

@@ -3,8 +3,11 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -192,4 +195,75 @@ func TestVerifyRefusals(t *testing.T) {
 		require.Equal(t, 2, r.code, "%v: %s", tt.args, r.stdout+r.stderr)
 		oneLine(t, r, tt.want)
 	}
+}
+
+// TestVerifyConfiguredSource: a configured source with a row filter: a
+// row filtered out that the third party holds is a zombie, a lost row
+// missing, an edited one stale; --heal sends them again through the
+// export (a tombstone for the zombie) and the source verifies clean.
+func TestVerifyConfiguredSource(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, false)
+	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`)
+	require.NoError(t, err)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`destinations:
+  crm:
+    url: %s
+sources:
+  - table: orders
+    key: id
+    destination: crm
+    where: status <> 'hidden'
+    columns: [id, status]
+`, srv.URL)), 0o600))
+	db := []string{"--database-url", b.dsn, "--log-level", "error", "--config", cfg}
+	r := run(ctx, append([]string{"migrate"}, db...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, CASE WHEN g = 9 THEN 'hidden' ELSE 'new' END FROM generate_series(1, 12) g`)
+	require.NoError(t, err)
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan result, 1)
+	go func() { done <- run(runCtx, append([]string{"run", "--http-addr", "off"}, db...)...) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	require.Eventually(t, func() bool { return len(fake.Deliveries()) == 11 }, 30*time.Second, 50*time.Millisecond)
+	verifyCmd := func(args ...string) result {
+		return run(ctx, append(append([]string{"verify", "--source", "orders", "--lookup-size", "5"}, args...), db...)...)
+	}
+	require.Eventually(t, func() bool {
+		r = verifyCmd()
+		return r.code == 0
+	}, 10*time.Second, 50*time.Millisecond, "%v", &r)
+
+	fake.ApplyDrift(fakethirdparty.Drift{
+		Lose:     []string{"4"},
+		Edit:     map[string]json.RawMessage{"5": json.RawMessage(`{"id": 5, "status": "edited in the UI"}`)},
+		Recreate: map[string]json.RawMessage{"9": json.RawMessage(`{"id": 9, "status": "hidden"}`)},
+	})
+	r = verifyCmd("--json", "--heal")
+	require.Equal(t, 3, r.code, r.stdout+r.stderr)
+	v := verifyJSON(t, r)
+	require.Equal(t, [7]int64{12, 9, 1, 1, 1, 0, 0}, [7]int64{v.Checked, v.OK, v.Missing, v.Stale, v.Zombie, v.Unknown, v.Pending})
+	require.Eventually(t, func() bool { return verifyCmd().code == 0 }, 30*time.Second, 100*time.Millisecond)
+	var tombstone9 bool
+	for _, d := range fake.Deliveries() {
+		tombstone9 = tombstone9 || (d.ID == 9 && d.Deleted)
+	}
+	require.True(t, tombstone9, "the row filtered out is deleted there by a tombstone")
+
+	// A range of keys, and a key of the wrong type.
+	r = verifyCmd("--from-key", "3", "--to-key", "7")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "5 keys checked: 5 ok")
+	r = verifyCmd("--from-key", "x")
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	oneLine(t, r, `"x" is not an integer`)
 }
