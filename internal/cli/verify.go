@@ -183,7 +183,7 @@ func reader(format, url, token, dest string) (verify.Reader, error) {
 	case "", "syncer":
 		return &verify.SyncerReader{URL: url, Token: token}, nil
 	case "elasticsearch":
-		return nil, usagef("destination %s: format elasticsearch: verify reads it with _mget, not built yet", dest)
+		return &verify.ElasticsearchReader{URL: url, Token: token}, nil
 	case "custom":
 		return nil, usagef("destination %s: format custom %s without a verify block (docs/protocol.md, Verify and heal)", dest, verify.ErrNoReadAPI)
 	}

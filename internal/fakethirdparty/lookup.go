@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // holding is what the fake holds for one id, as GET /v1/lookup answers it:
@@ -38,6 +40,22 @@ func (s *Server) keepLocked(it *wireItem) {
 	h := holding{version: it.Version, deleted: it.Deleted}
 	if !it.Deleted {
 		h.payload = slices.Clone(it.Payload.raw)
+	}
+	s.store.byID[k] = h
+}
+
+// keepItemLocked records an accepted item of a format when Config.Lookup
+// is set (elasticsearch's _mget reads them).
+func (s *Server) keepItemLocked(k idKey, it thirdparty.Item) {
+	if !s.cfg.Lookup {
+		return
+	}
+	if h, ok := s.store.byID[k]; ok && h.version > it.Version {
+		return
+	}
+	h := holding{version: it.Version, deleted: it.Deleted}
+	if !it.Deleted {
+		h.payload = slices.Clone([]byte(it.Payload))
 	}
 	s.store.byID[k] = h
 }
@@ -125,29 +143,14 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody("body must be {\"ids\": [...]}: "+err.Error()))
 		return
 	}
-	s.mu.Lock()
-	now := s.now()
-	s.noteArrivalLocked(now)
-	s.store.lookups = append(s.store.lookups, now)
-	cfg := s.cfg
-	status := http.StatusOK
-	switch {
-	case now.Before(s.outageUntil):
-		status = http.StatusServiceUnavailable
-	case cfg.Token != "" && r.Header.Get("Authorization") != "Bearer "+cfg.Token:
-		status = http.StatusUnauthorized
-	case s.limiter != nil && !s.limiter.AllowN(now, 1):
-		status = http.StatusTooManyRequests
-	}
-	s.byStatus[status]++
-	if status != http.StatusOK {
-		s.mu.Unlock()
+	if status := s.admitRead(r); status != http.StatusOK {
 		if status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", "1")
 		}
 		writeJSON(w, status, errorBody(http.StatusText(status)))
 		return
 	}
+	s.mu.Lock()
 	items := make([]lookupItem, 0, len(req.IDs))
 	for _, id := range req.IDs {
 		h, ok := s.store.byID[keyOf(id)]
@@ -170,6 +173,28 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, b)
+}
+
+// admitRead counts a read (lookup or _mget) and passes it through the
+// outage, token and rate limit batches pass (one limiter for both), and
+// returns the status to answer: 200 when it may be served.
+func (s *Server) admitRead(r *http.Request) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.noteArrivalLocked(now)
+	s.store.lookups = append(s.store.lookups, now)
+	status := http.StatusOK
+	switch {
+	case now.Before(s.outageUntil):
+		status = http.StatusServiceUnavailable
+	case s.cfg.Token != "" && r.Header.Get("Authorization") != "Bearer "+s.cfg.Token:
+		status = http.StatusUnauthorized
+	case s.limiter != nil && !s.limiter.AllowN(now, 1):
+		status = http.StatusTooManyRequests
+	}
+	s.byStatus[status]++
+	return status
 }
 
 // handleDrift serves POST /v1/admin/drift with a Drift as its body.

@@ -71,6 +71,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/admin/reset", s.handleReset)
 	s.mux.HandleFunc("POST /v1/lookup", s.handleLookup)
 	s.mux.HandleFunc("POST /v1/admin/drift", s.handleDrift)
+	s.mux.HandleFunc("POST /{index}/_mget", s.handleMget)
 	return s
 }
 
