@@ -76,7 +76,8 @@ func New(cfg Config) *Server {
 }
 
 // ServeHTTP serves POST /v1/batches, GET /v1/stats,
-// POST /v1/admin/outage?duration=10s and POST /v1/admin/reset. The admin and
+// POST /v1/admin/outage?duration=10s, POST /v1/admin/reset, and with
+// Config.Lookup POST /v1/lookup and POST /v1/admin/drift. The admin and
 // stats routes ask for no token, so a test can toggle Token freely.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
