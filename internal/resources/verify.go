@@ -88,3 +88,20 @@ func Resend(ctx context.Context, db database.Querier, ids []int64) (int64, error
 	}
 	return n, nil
 }
+
+// PendingOf returns those of ids whose row or tombstone is pending now:
+// `syncer verify` asks it of the ids that looked drifted, since a write
+// that came between its read and the third party's answer makes a key
+// pending, not drifted.
+func PendingOf(ctx context.Context, q database.Querier, ids []int64) ([]int64, error) {
+	rows, err := q.Query(ctx, `SELECT id FROM resources WHERE id = ANY($1) AND synced_at IS NULL AND failed_at IS NULL
+		UNION ALL SELECT id FROM syncer_tombstones WHERE id = ANY($1) AND synced_at IS NULL AND failed_at IS NULL`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("resources: pending of: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("resources: pending of: %w", err)
+	}
+	return out, nil
+}

@@ -96,3 +96,23 @@ func Resend(ctx context.Context, q database.Querier, src *Source, keys []string)
 	}
 	return tag.RowsAffected(), nil
 }
+
+// PendingOf returns those of keys that have changes pending now (see
+// resources.PendingOf for why `syncer verify` asks).
+func PendingOf(ctx context.Context, q database.Querier, src *Source, keys []string) ([]string, error) {
+	nums, err := src.nums(keys)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT DISTINCT c.key FROM syncer_changes c
+		JOIN unnest($2::bigint[], $3::text[]) AS u(n, k) ON c.num = u.n AND c.key = u.k
+		WHERE c.source = $1`, src.Name, nums, keys)
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: pending of: %w", src.Name, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: pending of: %w", src.Name, err)
+	}
+	return out, nil
+}

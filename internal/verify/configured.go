@@ -57,6 +57,11 @@ func (c *Configured) Heal(ctx context.Context, tx pgx.Tx, ids []string) (int64, 
 	return n, outbox.Wake(ctx, tx, c.src.Name)
 }
 
+// PendingOf asks the sources package.
+func (c *Configured) PendingOf(ctx context.Context, q database.Querier, ids []string) ([]string, error) {
+	return sources.PendingOf(ctx, q, c.src, ids)
+}
+
 // AnyPending asks the sources package.
 func (c *Configured) AnyPending(ctx context.Context, q database.Querier) (bool, error) {
 	return sources.AnyPending(ctx, q, c.src.Name)

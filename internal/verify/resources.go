@@ -73,15 +73,40 @@ func (s *Resources) Page(ctx context.Context, q database.Querier, after string, 
 	return out, nil
 }
 
-// Heal resends the ids and wakes the daemons.
-func (s *Resources) Heal(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
+func idNums(ids []string) ([]int64, error) {
 	nums := make([]int64, len(ids))
 	for i, id := range ids {
 		n, err := strconv.ParseInt(id, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("heal: id %q: %w", id, err)
+			return nil, fmt.Errorf("id %q: %w", id, err)
 		}
 		nums[i] = n
+	}
+	return nums, nil
+}
+
+// PendingOf asks the resources package.
+func (s *Resources) PendingOf(ctx context.Context, q database.Querier, ids []string) ([]string, error) {
+	nums, err := idNums(ids)
+	if err != nil {
+		return nil, err
+	}
+	pending, err := resources.PendingOf(ctx, q, nums)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(pending))
+	for i, n := range pending {
+		out[i] = strconv.FormatInt(n, 10)
+	}
+	return out, nil
+}
+
+// Heal resends the ids and wakes the daemons.
+func (s *Resources) Heal(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
+	nums, err := idNums(ids)
+	if err != nil {
+		return 0, fmt.Errorf("heal: %w", err)
 	}
 	n, err := resources.Resend(ctx, tx, nums)
 	if err != nil || n == 0 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -73,6 +74,8 @@ type Source interface {
 	Heal(ctx context.Context, tx pgx.Tx, ids []string) (int64, error)
 	// AnyPending reports whether the source has rows still to export.
 	AnyPending(ctx context.Context, q database.Querier) (bool, error)
+	// PendingOf returns those of ids that are pending now.
+	PendingOf(ctx context.Context, q database.Querier, ids []string) ([]string, error)
 }
 
 // Reader asks a destination what it holds.
@@ -300,12 +303,32 @@ func checkPage(ctx context.Context, db database.Querier, src Source, rd Reader, 
 	if err != nil {
 		return nil, fmt.Errorf("verify: look up %d ids of %s: %w", len(ask), src.Name(), err)
 	}
-	var drifted []string
-	for _, h := range asked {
+	kinds := make([]Kind, len(asked))
+	var suspects []string
+	for i, h := range asked {
 		t, ok := there[h.ID]
-		k := classify(h, t, ok)
+		kinds[i] = classify(h, t, ok)
+		if kinds[i].drift() {
+			suspects = append(suspects, h.ID)
+		}
+	}
+	// A write between the page's read and the answer makes a key pending,
+	// not drifted: the export is about to send it.
+	var changed []string
+	if len(suspects) > 0 {
+		if changed, err = src.PendingOf(ctx, db, suspects); err != nil {
+			return nil, fmt.Errorf("verify: pending keys of %s: %w", src.Name(), err)
+		}
+	}
+	var drifted []string
+	for i, h := range asked {
+		k := kinds[i]
+		if k.drift() && slices.Contains(changed, h.ID) {
+			k = Pending
+		}
 		res.add(k, 1)
-		if k != OK {
+		if k != OK && k != Pending {
+			t, ok := there[h.ID]
 			res.example(Example{ID: h.ID, Kind: k, Here: side(h.Payload, h.Gone), There: thereSide(t, ok)})
 		}
 		if k.drift() {

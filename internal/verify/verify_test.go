@@ -80,3 +80,41 @@ func TestSample(t *testing.T) {
 	require.Equal(t, res.Checked, res.Missing)
 	require.LessOrEqual(t, len(res.Examples), verify.ExamplesDefault)
 }
+
+// racingReader writes to a row while its lookup is under way, as an
+// application would.
+type racingReader struct {
+	verify.Reader
+	write func()
+}
+
+func (r racingReader) Lookup(ctx context.Context, ids []string) (map[string]verify.There, error) {
+	r.write()
+	return r.Reader.Lookup(ctx, ids)
+}
+
+// TestWriteDuringLookupIsPending: a key whose row changes between the
+// page's read and the answer is pending, not drifted, and not healed.
+func TestWriteDuringLookupIsPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewMigrated(t)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 4) g`)
+	require.NoError(t, err)
+	src, err := verify.NewResources(verify.Range{})
+	require.NoError(t, err)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	rd := racingReader{Reader: &verify.SyncerReader{URL: srv.URL}, write: func() {
+		_, err := db.Pool.Exec(ctx, `UPDATE resources SET payload = '{"n": 20}' WHERE id = 2`)
+		require.NoError(t, err)
+	}}
+	res, err := verify.Run(ctx, db.Pool, src, rd, &verify.Config{Heal: true})
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{4, 3, 1}, [3]int64{res.Checked, res.Missing, res.Pending})
+	require.Equal(t, int64(3), res.Healed)
+	var version int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT version FROM resources WHERE id = 2`).Scan(&version))
+	require.Equal(t, int64(2), version, "the written row is at its write's version, not healed again")
+}
