@@ -13,8 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
@@ -82,7 +84,7 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
-	src, rd, limit, burst, err := c.build(ctx, pool)
+	src, rd, limit, burst, dest, err := c.build(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -91,7 +93,7 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		LookupSize: c.LookupSize,
 		Sample:     c.Sample,
 		Heal:       c.Heal,
-		Pace:       verify.NewPace(limit, burst),
+		Pace:       verify.NewPace(limit, burst).Shared(breakerstore.DestinationNamespace(dest)),
 		Logger:     env.Logger,
 	})
 	if err != nil {
@@ -109,42 +111,42 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 	return nil
 }
 
-// build returns the source, the reader of its destination and the
-// destination's rate limit.
-func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool) (verify.Source, verify.Reader, float64, int, error) {
+// build returns the source, the reader of its destination, the
+// destination's rate limit and burst, and its name.
+func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool) (verify.Source, verify.Reader, float64, int, string, error) {
 	r := verify.Range{FromKey: c.FromKey, ToKey: c.ToKey}
 	if c.Source == jobs.Resources {
 		src, err := verify.NewResources(r)
 		if err != nil {
-			return nil, nil, 0, 0, usagef("--from-key/--to-key: %v", err)
+			return nil, nil, 0, 0, "", usagef("--from-key/--to-key: %v", err)
 		}
 		if c.ThirdpartyURL == "" {
-			return nil, nil, 0, 0, usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required to verify resources")
+			return nil, nil, 0, 0, "", usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required to verify resources")
 		}
 		rd, err := reader(c.ThirdpartyFormat, c.ThirdpartyURL, c.ThirdpartyToken, "resources")
 		if err != nil {
-			return nil, nil, 0, 0, err
+			return nil, nil, 0, 0, "", err
 		}
-		return src, rd, c.RateLimit, c.RateBurst, nil
+		return src, rd, c.RateLimit, c.RateBurst, metrics.DefaultDestination, nil
 	}
 	cfg, err := c.ConfigFile.Load(true)
 	if err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, "", err
 	}
 	if cfg == nil {
-		return nil, nil, 0, 0, usagef("--source %s: a configured source needs --config (SYNCER_CONFIG)", c.Source)
+		return nil, nil, 0, 0, "", usagef("--source %s: a configured source needs --config (SYNCER_CONFIG)", c.Source)
 	}
 	dest, err := destinationOf(cfg, c.Source)
 	if err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, "", err
 	}
 	src, err := c.configuredSource(ctx, pool, r)
 	if err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, "", err
 	}
 	rd, err := reader(dest.Format.Name, dest.URL, dest.Token.Reveal(), dest.Name)
 	if err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, "", err
 	}
 	limit, burst := c.RateLimit, c.RateBurst
 	if dest.RateLimit != nil {
@@ -153,7 +155,7 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool) (verify.Sourc
 	if dest.RateBurst > 0 {
 		burst = dest.RateBurst
 	}
-	return src, rd, limit, burst, nil
+	return src, rd, limit, burst, dest.Name, nil
 }
 
 // destinationOf returns the destination of the configured source name.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
@@ -117,4 +118,26 @@ func TestWriteDuringLookupIsPending(t *testing.T) {
 	var version int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT version FROM resources WHERE id = 2`).Scan(&version))
 	require.Equal(t, int64(2), version, "the written row is at its write's version, not healed again")
+}
+
+// TestPaceObeysTheDaemonsFacts: a person's pause of the destination, as
+// the daemons share it, stops a run (resumable) before any lookup.
+func TestPaceObeysTheDaemonsFacts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewMigrated(t)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO resources (payload, synced_at) VALUES ('{}', now())`)
+	require.NoError(t, err)
+	store, err := breakerstore.New(db.Pool, &breakerstore.Config{})
+	require.NoError(t, err)
+	require.NoError(t, store.SetHold(ctx, breakerstore.Hold{Paused: true, By: "command line"}))
+	src, err := verify.NewResources(verify.Range{})
+	require.NoError(t, err)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	_, err = verify.Run(ctx, db.Pool, src, &verify.SyncerReader{URL: srv.URL},
+		&verify.Config{Pace: verify.NewPace(0, 1).Shared(breakerstore.DefaultNamespace)})
+	require.ErrorIs(t, err, verify.ErrDestinationStopped)
+	require.Empty(t, fake.Lookups())
 }
