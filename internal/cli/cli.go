@@ -35,6 +35,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/internal/verify"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -58,6 +59,7 @@ type CLI struct {
 	Status         StatusCmd      `cmd:"" help:"Show counts and health."`
 	Config         ConfigCmd      `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
 	RetryFailed    RetryFailedCmd `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
+	Verify         VerifyCmd      `cmd:"" help:"Read back what the third party holds for a source's keys, report what drifted (exit 3) and, with --heal, make it pending again."`
 	Pause          PauseCmd       `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume. Returns once every running daemon holds the pause."`
 	Resume         ResumeCmd      `cmd:"" help:"Resume a paused destination."`
 	Probe          ProbeCmd       `cmd:"" help:"Probe a destination held by a refusal of its credentials or URL now, not at the next probe interval."`
@@ -116,6 +118,7 @@ func vars() kong.Vars {
 		"probe_wait":           durationText(probeWaitDefault),
 		"replay_stall":         durationText(replayStallDefault),
 		"check_timeout":        durationText(checkTimeoutDefault),
+		"lookup_size":          strconv.Itoa(verify.LookupSizeDefault),
 	}
 }
 
@@ -186,6 +189,12 @@ func Execute(ctx context.Context, p Program, root any, logging *Logging, args []
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	kctx.Bind(env)
 	if err := kctx.Run(); err != nil {
+		// A command that printed its outcome and has a status of its own
+		// (verify's 3: drift found).
+		var xs *exitStatus
+		if errors.As(err, &xs) {
+			return xs.code
+		}
 		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "%s: %s\n", p.Name, oneLine(ue.msg))

@@ -42,6 +42,13 @@
 //     for a response program to iterate over (Config.AnswerLoad). Each request is read into the same batch as syncer's
 //     own, so every check, record and count above holds for every format,
 //     and Stats.KeyBodyConflicts counts a key that came with two bodies.
+//   - With Config.Lookup it keeps the latest accepted item of every id
+//     (payload included: the one knob whose memory grows with payloads)
+//     and answers POST /v1/lookup, and _mget as Elasticsearch does, from
+//     what it holds (lookup.go, mget.go), for `syncer verify`; ApplyDrift
+//     and POST /v1/admin/drift lose, edit and re-create items and make ids
+//     unknown, as a third party's own users and imports would. Reads pass
+//     the outage, token and rate limit batches pass, under one limiter.
 //   - It is safe for concurrent use, and its knobs (Config) can change while
 //     it serves, so a test can switch a failure on and off mid-run.
 //

@@ -200,6 +200,7 @@ func (s *Server) processFormat(cfg Config, rec *requestRecord, d *dialect, batch
 			verdicts[i].status = http.StatusCreated
 		}
 		s.docs[id] = !it.Deleted
+		s.keepItemLocked(id, items[i])
 		s.acceptLocked(pair{id: id, version: it.Version}, it.Deleted, rec.Key, reqIndex)
 		accepted++
 	}

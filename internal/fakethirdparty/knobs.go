@@ -174,4 +174,10 @@ type Config struct {
 	// Added at write time, never remembered for the key. Defaults to 0,
 	// none.
 	AnswerLoad int64
+	// Lookup keeps the latest accepted item of every id of syncer's own
+	// format, so POST /v1/lookup answers what the fake holds (`syncer
+	// verify`) and POST /v1/admin/drift can lose, edit and re-create
+	// items. Defaults to false: keeping every payload costs memory a
+	// benchmark's fake should not spend.
+	Lookup bool
 }

@@ -304,6 +304,7 @@ func (s *Server) process(cfg Config, rec *requestRecord, batch *wireBatch, fp ui
 		}
 		it := &batch.Items[i]
 		s.acceptLocked(pair{id: it.ID.key(), version: it.Version}, it.Deleted, rec.Key, reqIndex)
+		s.keepLocked(it)
 	}
 	s.stats.ItemsAccepted += int64(len(batch.Items) - len(rejected))
 	s.stats.ItemsRejected += int64(len(rejected))

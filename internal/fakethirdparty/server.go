@@ -50,6 +50,7 @@ type Server struct {
 	keyBodies  map[string][sha256.Size]byte // format mode: the body each key came with
 	docs       map[idKey]bool               // format mode: ids the receiver holds (not deleted)
 	dialect    *dialect                     // Config.Format's, nil for syncer's own
+	store      *store                       // Config.Lookup's (lookup.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -68,11 +69,15 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/stats", s.handleStats)
 	s.mux.HandleFunc("POST /v1/admin/outage", s.handleOutage)
 	s.mux.HandleFunc("POST /v1/admin/reset", s.handleReset)
+	s.mux.HandleFunc("POST /v1/lookup", s.handleLookup)
+	s.mux.HandleFunc("POST /v1/admin/drift", s.handleDrift)
+	s.mux.HandleFunc("POST /{index}/_mget", s.handleMget)
 	return s
 }
 
 // ServeHTTP serves POST /v1/batches, GET /v1/stats,
-// POST /v1/admin/outage?duration=10s and POST /v1/admin/reset. The admin and
+// POST /v1/admin/outage?duration=10s, POST /v1/admin/reset, and with
+// Config.Lookup POST /v1/lookup and POST /v1/admin/drift. The admin and
 // stats routes ask for no token, so a test can toggle Token freely.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
@@ -148,6 +153,7 @@ func (s *Server) resetLocked() {
 	s.answers = map[string]cachedAnswer{}
 	s.keyBodies = map[string][sha256.Size]byte{}
 	s.docs = make(map[idKey]bool, n)
+	s.store = newStore()
 	s.outageUntil = time.Time{}
 	s.quotaStart, s.quotaUsed = time.Time{}, 0
 	if s.held == nil {

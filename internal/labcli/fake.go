@@ -50,6 +50,7 @@ type FakeThirdpartyCmd struct {
 	ItemFailShare      float64       `name:"item-fail-share" env:"FAKE_ITEM_FAIL_SHARE" default:"0" help:"Share (0..1) of item ids, by a hash of the id (the same ids at every request), answered --item-fail-status: per item in an elasticsearch bulk answer, the whole request's status in standard-webhooks. A shard that stays unavailable for some documents."`
 	ItemFailStatus     int           `name:"item-fail-status" env:"FAKE_ITEM_FAIL_STATUS" default:"503" help:"Status of --item-fail-share's items: 503, 429, or 404 for standard-webhooks."`
 	AnswerLoad         int64         `name:"answer-load" env:"FAKE_ANSWER_LOAD" default:"0" help:"Add \"n\": N to every custom answer, a count a response program may iterate over (range(.body.n)): a third party making a response program slow."`
+	Lookup             bool          `name:"lookup" env:"FAKE_LOOKUP" help:"Keep the latest item of every id, so POST /v1/lookup answers what the fake holds (syncer verify) and POST /v1/admin/drift loses, edits and re-creates items."`
 }
 
 // Validate checks the shares.
@@ -98,7 +99,7 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 		UnannouncedLimit: c.UnannouncedLimit, Quota: c.Quota, QuotaWindow: c.QuotaWindow, QuotaXHeaders: c.QuotaXHeaders,
 		UnannouncedBurst: c.UnannouncedBurst,
 		Format:           c.Format, SigningSecret: c.SigningSecret, ItemTooManyRate: c.ItemTooManyRate,
-		ItemFailShare: c.ItemFailShare, ItemFailStatus: c.ItemFailStatus, AnswerLoad: c.AnswerLoad,
+		ItemFailShare: c.ItemFailShare, ItemFailStatus: c.ItemFailStatus, AnswerLoad: c.AnswerLoad, Lookup: c.Lookup,
 	}
 }
 

@@ -220,24 +220,7 @@ func (s *Source) pendingSQL(after bool) string {
 		cond, names = " AND (c.num, c.key) > ($4::bigint, $5::text)", "$6"
 	}
 
-	// The payload: the whole row, or the configured columns under their
-	// names. t.* and not t: a bare name is a column first and the row
-	// only when no column has that name, so on a table with a column t,
-	// to_jsonb(t) was that column (and NULL where it was NULL). Every other
-	// reference to the table is qualified by its alias, which PostgreSQL
-	// resolves as a relation before a column.
-	payload := "to_jsonb(t.*)"
-	if s.Columns != nil {
-		var groups []string
-		for start := 0; start < len(s.Columns); start += maxBuildArgs {
-			var args []string
-			for i := start; i < min(start+maxBuildArgs, len(s.Columns)); i++ {
-				args = append(args, "("+names+"::text[])["+strconv.Itoa(i+1)+"], t."+pgx.Identifier{s.Columns[i]}.Sanitize())
-			}
-			groups = append(groups, "jsonb_build_object("+strings.Join(args, ", ")+")")
-		}
-		payload = strings.Join(groups, " || ")
-	}
+	payload := s.payloadSQL(names)
 
 	// The key's text form, read back as the key's type so that the
 	// table's primary key index finds the row.
@@ -268,6 +251,28 @@ func (s *Source) pendingSQL(after bool) string {
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k
 		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + s.filterAnd() + ` LIMIT 1) r ON true
 		ORDER BY k.num, k.key`
+}
+
+// payloadSQL is the payload of the table's row aliased t: the whole row,
+// or the configured columns under their names, which the parameter names
+// (a text[]) holds. t.* and not t: a bare name is a column first and the
+// row only when no column has that name, so on a table with a column t,
+// to_jsonb(t) was that column (and NULL where it was NULL). Every other
+// reference to the table is qualified by its alias, which PostgreSQL
+// resolves as a relation before a column.
+func (s *Source) payloadSQL(names string) string {
+	if s.Columns == nil {
+		return "to_jsonb(t.*)"
+	}
+	var groups []string
+	for start := 0; start < len(s.Columns); start += maxBuildArgs {
+		var args []string
+		for i := start; i < min(start+maxBuildArgs, len(s.Columns)); i++ {
+			args = append(args, "("+names+"::text[])["+strconv.Itoa(i+1)+"], t."+pgx.Identifier{s.Columns[i]}.Sanitize())
+		}
+		groups = append(groups, "jsonb_build_object("+strings.Join(args, ", ")+")")
+	}
+	return strings.Join(groups, " || ")
 }
 
 // snapshotSQL logs a chunk of existing rows in the key's own order, from

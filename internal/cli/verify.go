@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/metrics"
+	"github.com/syncer-dev/syncer/internal/operator"
+	"github.com/syncer-dev/syncer/internal/verify"
+)
+
+// exitDrift is verify's exit status when something drifted.
+const exitDrift = 3
+
+// exitStatus is an error that carries an exit status of its own, its
+// output already printed: Main exits with it and prints nothing more.
+type exitStatus struct{ code int }
+
+func (e *exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// VerifyCmd is `syncer verify` (docs/protocol.md, "Verify and heal").
+type VerifyCmd struct {
+	DB
+	ConfigFile
+	Source     string  `name:"source" required:"" placeholder:"NAME" help:"The source to verify: resources, or a configured source (with --config)."`
+	Tenant     string  `name:"tenant" placeholder:"T" help:"Only this tenant's keys, read with its account's credentials (sources with tenants only)."`
+	FromKey    string  `name:"from-key" placeholder:"K" help:"First key to check (inclusive); the first key when absent."`
+	ToKey      string  `name:"to-key" placeholder:"K" help:"Last key to check (inclusive); the last key when absent."`
+	Sample     float64 `name:"sample" default:"1" help:"Share of the keys checked, drawn at random (above 0, at most 1): 0.05 checks one key in twenty."`
+	Heal       bool    `name:"heal" help:"Make each drifted key pending again as a new version (a tombstone for a zombie): the running daemons send them. Nothing is sent by verify itself."`
+	JSON       bool    `name:"json" help:"Print the result as one JSON object."`
+	LookupSize int     `name:"lookup-size" default:"${lookup_size}" help:"Ids asked for in one lookup, at most."`
+
+	// The destination of resources, as syncer run takes it.
+	ThirdpartyURL    string  `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API of resources (lookups go to URL/v1/lookup)."`
+	ThirdpartyToken  string  `name:"thirdparty-token" env:"SYNCER_THIRDPARTY_TOKEN" help:"Bearer token sent to the third party, if set; set it in the environment. Never logged."`
+	ThirdpartyFormat string  `name:"thirdparty-format" env:"SYNCER_THIRDPARTY_FORMAT" default:"syncer" help:"Format of the resources destination: syncer or elasticsearch have a read API."`
+	RateLimit        float64 `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party, as the daemons are given it; verify takes a quarter of it while rows are pending. 0 means no limit."`
+	RateBurst        int     `name:"rate-burst" env:"SYNCER_RATE_BURST" default:"${rate_burst}" help:"Burst of the rate limit."`
+}
+
+// Validate checks the flags that need no database.
+func (c *VerifyCmd) Validate() error {
+	if err := c.DB.Validate(); err != nil {
+		return err
+	}
+	if c.Sample <= 0 || c.Sample > 1 {
+		return usagef("--sample must be above 0 and at most 1, got %g", c.Sample)
+	}
+	if c.LookupSize <= 0 {
+		return usagef("--lookup-size must be positive, got %d", c.LookupSize)
+	}
+	if c.RateLimit < 0 {
+		return usagef("--rate-limit (SYNCER_RATE_LIMIT) must not be negative, got %g", c.RateLimit)
+	}
+	if c.Tenant != "" {
+		// Tenants (section 10) are not built: no source has them.
+		return usagef("--tenant %s: source %s has no tenants (no source has tenants in this version)", c.Tenant, c.Source)
+	}
+	return nil
+}
+
+// Run verifies the source and prints the result; it returns an exitStatus
+// of 3 when something drifted.
+func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
+	// SIGINT or SIGTERM ends the run after its page: its progress is saved
+	// and the same command resumes it.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pool, err := c.openMigrated(ctx, "syncer verify")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	src, rd, limit, burst, dest, err := c.build(ctx, pool)
+	if err != nil {
+		return err
+	}
+	res, err := verify.Run(ctx, pool, src, rd, &verify.Config{
+		Range:      verify.Range{FromKey: c.FromKey, ToKey: c.ToKey},
+		LookupSize: c.LookupSize,
+		Sample:     c.Sample,
+		Heal:       c.Heal,
+		Pace:       verify.NewPace(limit, burst).Shared(breakerstore.DestinationNamespace(dest)),
+		Logger:     env.Logger,
+	})
+	if err != nil {
+		if res != nil && res.Checked > 0 && !c.JSON {
+			fmt.Fprintf(env.Stdout, "source %s: %d keys checked before it stopped; run the same command again to go on from there\n", c.Source, res.Checked)
+		}
+		return err
+	}
+	if err := c.print(env.Stdout, res); err != nil {
+		return err
+	}
+	if res.Drifted() > 0 {
+		return &exitStatus{code: exitDrift}
+	}
+	return nil
+}
+
+// build returns the source, the reader of its destination, the
+// destination's rate limit and burst, and its name.
+func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool) (verify.Source, verify.Reader, float64, int, string, error) {
+	r := verify.Range{FromKey: c.FromKey, ToKey: c.ToKey}
+	if c.Source == jobs.Resources {
+		src, err := verify.NewResources(r)
+		if err != nil {
+			return nil, nil, 0, 0, "", usagef("--from-key/--to-key: %v", err)
+		}
+		if c.ThirdpartyURL == "" {
+			return nil, nil, 0, 0, "", usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required to verify resources")
+		}
+		rd, err := reader(c.ThirdpartyFormat, c.ThirdpartyURL, c.ThirdpartyToken, "resources")
+		if err != nil {
+			return nil, nil, 0, 0, "", err
+		}
+		return src, rd, c.RateLimit, c.RateBurst, metrics.DefaultDestination, nil
+	}
+	cfg, err := c.ConfigFile.Load(true)
+	if err != nil {
+		return nil, nil, 0, 0, "", err
+	}
+	if cfg == nil {
+		return nil, nil, 0, 0, "", usagef("--source %s: a configured source needs --config (SYNCER_CONFIG)", c.Source)
+	}
+	dest, err := destinationOf(cfg, c.Source)
+	if err != nil {
+		return nil, nil, 0, 0, "", err
+	}
+	src, err := c.configuredSource(ctx, pool, r)
+	if err != nil {
+		return nil, nil, 0, 0, "", err
+	}
+	rd, err := reader(dest.Format.Name, dest.URL, dest.Token.Reveal(), dest.Name)
+	if err != nil {
+		return nil, nil, 0, 0, "", err
+	}
+	limit, burst := c.RateLimit, c.RateBurst
+	if dest.RateLimit != nil {
+		limit = *dest.RateLimit
+	}
+	if dest.RateBurst > 0 {
+		burst = dest.RateBurst
+	}
+	return src, rd, limit, burst, dest.Name, nil
+}
+
+// destinationOf returns the destination of the configured source name.
+func destinationOf(cfg *config.Config, name string) (*config.Destination, error) {
+	var names []string
+	for _, s := range cfg.Sources {
+		if s.Name != name {
+			names = append(names, s.Name)
+			continue
+		}
+		d := cfg.Destination(s.Destination)
+		if d == nil {
+			return nil, usagef("--source %s: its destination %s is not in --config", name, s.Destination)
+		}
+		if d.Auth != nil {
+			return nil, usagef("--source %s: destination %s has an auth mapping, which verify does not read yet: only a bearer token", name, d.Name)
+		}
+		return d, nil
+	}
+	return nil, usagef("--source: no source %s in --config (sources: %s)", name, strings.Join(append(names, jobs.Resources), ", "))
+}
+
+// reader returns the reader of a destination's format, or a usage error
+// for a format without a read API.
+func reader(format, url, token, dest string) (verify.Reader, error) {
+	switch format {
+	case "", "syncer":
+		return &verify.SyncerReader{URL: url, Token: token}, nil
+	case "elasticsearch":
+		return &verify.ElasticsearchReader{URL: url, Token: token}, nil
+	case "custom":
+		return nil, usagef("destination %s: format custom %s without a verify block (docs/protocol.md, Verify and heal)", dest, verify.ErrNoReadAPI)
+	}
+	return nil, usagef("destination %s: format %s %s: verify cannot read it back", dest, format, verify.ErrNoReadAPI)
+}
+
+// print writes the counts and examples, as text or JSON.
+func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
+	if c.JSON {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	if res.Resumed {
+		fmt.Fprintf(w, "source %s: resumed the interrupted verify\n", res.Source)
+	}
+	fmt.Fprintf(w, "source %s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d unknown, %d pending\n",
+		res.Source, res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Unknown, res.Pending)
+	for _, ex := range res.Examples {
+		fmt.Fprintf(w, "  %s %s: here %s, there %s\n", ex.Kind, ex.ID, ex.Here, ex.There)
+	}
+	switch {
+	case res.Drifted() == 0:
+		fmt.Fprintf(w, "nothing drifted\n")
+	case c.Heal:
+		fmt.Fprintf(w, "%d drifted keys are pending again: the running daemons send them\n", res.Healed)
+	default:
+		fmt.Fprintf(w, "%d keys drifted: syncer verify --source %s --heal makes them pending again\n", res.Drifted(), res.Source)
+	}
+	return nil
+}
+
+// configuredSource returns the installed configured source as a
+// verify.Source.
+func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r verify.Range) (verify.Source, error) {
+	src, err := installedSource(ctx, pool, c.Source)
+	if err != nil {
+		var nse *operator.NoSourceError
+		if errors.As(err, &nse) {
+			return nil, usagef("--source: %v", strings.TrimPrefix(err.Error(), "retry failed keys: "))
+		}
+		return nil, err
+	}
+	out, err := verify.NewConfigured(src, r)
+	if err != nil {
+		return nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", src.Name, src.KeyType, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,68 @@
+package verify
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// Configured is a configured source (an application's table) as a
+// Source, through the sources package. Its keys are the table's rows as
+// they are now: a key deleted here is forgotten once its tombstone was
+// exported, so only rows the filter leaves out can be zombies, and the
+// version last accepted is not known (payloads alone are compared).
+type Configured struct {
+	src *sources.Source
+	r   sources.ReplayRange
+}
+
+var _ Source = (*Configured)(nil)
+
+// NewConfigured returns src over r, whose bounds are keys in any form the
+// source takes (normalized and checked as replays check them).
+func NewConfigured(src *sources.Source, r Range) (*Configured, error) {
+	rr := sources.ReplayRange{FromKey: r.FromKey, ToKey: r.ToKey}
+	if err := src.CheckRange(&rr); err != nil {
+		return nil, err
+	}
+	return &Configured{src: src, r: rr}, nil
+}
+
+// Name is the source's name.
+func (c *Configured) Name() string { return c.src.Name }
+
+// Page reads the next rows of the table.
+func (c *Configured) Page(ctx context.Context, q database.Querier, after string, limit int) ([]Here, error) {
+	held, err := sources.HeldPage(ctx, q, c.src, c.r, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Here, len(held))
+	for i, h := range held {
+		out[i] = Here{ID: h.Key, Payload: h.Payload, Gone: !h.Kept, Pending: h.Pending}
+	}
+	return out, nil
+}
+
+// Heal logs a change for each key and wakes the daemons.
+func (c *Configured) Heal(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
+	n, err := sources.Resend(ctx, tx, c.src, ids)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	return n, outbox.Wake(ctx, tx, c.src.Name)
+}
+
+// PendingOf asks the sources package.
+func (c *Configured) PendingOf(ctx context.Context, q database.Querier, ids []string) ([]string, error) {
+	return sources.PendingOf(ctx, q, c.src, ids)
+}
+
+// AnyPending asks the sources package.
+func (c *Configured) AnyPending(ctx context.Context, q database.Querier) (bool, error) {
+	return sources.AnyPending(ctx, q, c.src.Name)
+}

@@ -1,0 +1,30 @@
+// Package verify reads back what a destination holds for a source's keys,
+// compares it with the database and, when asked, heals what drifted
+// (`syncer verify`, docs/protocol.md "Verify and heal"). Its guarantees:
+//
+//   - Every key of the range is sorted into exactly one kind: ok, missing
+//     (live here, absent there), stale (there, but not the payload here, or
+//     below the version last accepted), zombie (deleted or filtered out
+//     here, present there), unknown (the answer did not say) or pending (its
+//     latest change is still to be exported: never drift, and never asked
+//     for, since the third party cannot be expected to hold it yet).
+//   - Keys are read from the source's owner package in key order, in pages,
+//     the table as it is now; the destination is asked in batches of at
+//     most Config.LookupSize ids. Payloads are compared as JSON values, so
+//     key order and spacing never make drift.
+//   - A run is resumable: after each page its cursor and counts are saved
+//     (syncer_verify_runs, owned here), so a run interrupted by SIGINT or a
+//     crash goes on after the last page it finished, with the counts it had;
+//     a page half done is checked again, which changes no count twice since
+//     the page's counts are saved with its cursor.
+//   - Healing goes through the export path only: a drifted key becomes
+//     pending again as a new version (a tombstone for a zombie), in the
+//     page's transaction with the saved cursor, and the running daemons send
+//     it under the destination's limits with a new key. verify never writes
+//     to the third party and never marks anything synced.
+//   - Reads are paced by a rate limiter at the destination's rate, and take
+//     a quarter of it while the source has rows pending, so a verify never
+//     takes more than a quarter of the destination's requests from the
+//     export that is catching up.
+//   - Examples (up to 20 a kind) show the two payloads, never a credential.
+package verify

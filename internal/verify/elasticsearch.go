@@ -1,0 +1,81 @@
+package verify
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// ElasticsearchReader reads a destination of the elasticsearch format:
+// POST {URL}/_mget with {"ids": [...]} on the index the URL names. A doc
+// found is held at its _version (the external version syncer sent) with
+// its _source; found false is absent (Elasticsearch keeps no deleted
+// document); a doc with an error is unknown.
+type ElasticsearchReader struct {
+	// URL is the destination's URL, which names the index.
+	URL string
+	// Token is the bearer token; empty sends none. Never logged or shown.
+	Token string
+	// Client sends the requests. Defaults to a client with a 30s timeout.
+	Client *http.Client
+	// Retries is how often a transient failure is tried again. Defaults to
+	// LookupRetriesDefault.
+	Retries int
+	// Sleep waits between tries. Defaults to a context-aware sleep.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+var _ Reader = (*ElasticsearchReader)(nil)
+
+type mgetAnswer struct {
+	Docs []struct {
+		ID      string          `json:"_id"`
+		Version int64           `json:"_version"`
+		Found   bool            `json:"found"`
+		Source  json.RawMessage `json:"_source"`
+		Error   json.RawMessage `json:"error"`
+	} `json:"docs"`
+}
+
+// Lookup asks for ids in one _mget.
+func (r *ElasticsearchReader) Lookup(ctx context.Context, ids []string) (map[string]There, error) {
+	body, err := json.Marshal(struct {
+		IDs []string `json:"ids"`
+	}{ids})
+	if err != nil {
+		return nil, err
+	}
+	raw, err := retrying(ctx, cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, func() (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(r.URL, "/")+"/_mget", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if r.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+r.Token)
+		}
+		return client(r.Client).Do(req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var ans mgetAnswer
+	if err := json.Unmarshal(raw, &ans); err != nil {
+		return nil, fmt.Errorf("_mget answer: %w", err)
+	}
+	out := make(map[string]There, len(ans.Docs))
+	for _, d := range ans.Docs {
+		switch {
+		case len(d.Error) > 0 && string(d.Error) != "null":
+			out[d.ID] = There{Unknown: true}
+		case d.Found:
+			out[d.ID] = There{Version: d.Version, Payload: d.Source}
+		}
+	}
+	return out, nil
+}

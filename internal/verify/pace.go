@@ -1,0 +1,135 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/time/rate"
+
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/database"
+)
+
+// PendingShare is the share of the destination's requests a run may take
+// while the source has rows pending: the export catching up keeps the rest.
+const PendingShare = 0.25
+
+// Pace paces a run's lookups at a destination's rate limit. A run from the
+// command line is a process of its own, not a daemon, so it cannot share
+// the daemon's limiter: it gets its own at the destination's configured
+// rate, and while rows are pending it takes PendingShare of it, so that
+// verify and export together stay within the limit plus a quarter at most
+// (docs/operations.md says to keep --rate-limit at the third party's limit
+// less a quarter where that matters). Without a rate limit, the run holds
+// one request at a time, a quarter of the default max_in_flight of 4.
+//
+// The daemons' shared facts of the destination (breakerstore) stop it as
+// they stop the export: while the breaker is open or the third party asked
+// for a pause, a lookup waits; a person's pause or refused credentials or
+// configuration end the run (exit 1, resumable). A rate the daemons learnt
+// below the configured one is used instead.
+type Pace struct {
+	limit     float64
+	burst     int
+	limiter   *rate.Limiter
+	namespace *string
+	now       func() time.Time
+	sleep     func(context.Context, time.Duration) error
+}
+
+// NewPace returns a Pace at limit requests a second with burst; limit 0
+// means no limit.
+func NewPace(limit float64, burst int) *Pace {
+	p := &Pace{limit: limit, burst: max(burst, 1), now: time.Now, sleep: sleepCtx}
+	if limit > 0 {
+		p.limiter = rate.NewLimiter(rate.Limit(limit), p.burst)
+	}
+	return p
+}
+
+// Shared makes the pace obey the daemons' facts of the destination whose
+// breakerstore namespace is ns (breakerstore.DestinationNamespace).
+func (p *Pace) Shared(ns string) *Pace {
+	p.namespace = &ns
+	return p
+}
+
+// ErrDestinationStopped is returned, wrapped, when a person or a refusal
+// stopped the destination: verify does not read where the export may not
+// send.
+var ErrDestinationStopped = errors.New("destination stopped")
+
+// obey waits while the daemons' shared facts stop the destination for a
+// while, and returns the rate they learnt (0: none).
+func (p *Pace) obey(ctx context.Context, q database.Querier) (float64, error) {
+	if p.namespace == nil {
+		return 0, nil
+	}
+	for {
+		st, err := breakerstore.ReadStateOf(ctx, q, *p.namespace)
+		if err != nil {
+			return 0, err
+		}
+		now := p.now()
+		switch {
+		case st.Hold.Paused:
+			return 0, fmt.Errorf("%w: paused by %s (syncer resume)", ErrDestinationStopped, st.Hold.By)
+		case st.Credentials.Refused:
+			return 0, fmt.Errorf("%w: its credentials are refused", ErrDestinationStopped)
+		case st.Configuration.Refused:
+			return 0, fmt.Errorf("%w: its URL or configuration is refused", ErrDestinationStopped)
+		case st.Breaker.Current(now) == gobreaker.StateOpen || st.Pause.Active(now):
+			wait := time.Second
+			if until := st.Breaker.OpenUntil(now); until.After(now) {
+				wait = min(until.Sub(now), 10*time.Second)
+			}
+			if err := p.sleep(ctx, wait); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		return st.Rate.Limit, nil
+	}
+}
+
+// Wait blocks until a lookup may go: at the full rate while src has
+// nothing pending, at PendingShare of it otherwise.
+func (p *Pace) Wait(ctx context.Context, q database.Querier, src Source) error {
+	learnt, err := p.obey(ctx, q)
+	if err != nil {
+		return fmt.Errorf("verify: pace: %w", err)
+	}
+	if p.limiter == nil {
+		return nil
+	}
+	pending, err := src.AnyPending(ctx, q)
+	if err != nil {
+		return fmt.Errorf("verify: pace: %w", err)
+	}
+	limit, burst := p.limit, p.burst
+	if learnt > 0 && learnt < limit {
+		limit = learnt
+	}
+	if pending {
+		limit, burst = limit*PendingShare, max(1, int(math.Floor(float64(p.burst)*PendingShare)))
+	}
+	if p.limiter.Limit() != rate.Limit(limit) {
+		p.limiter.SetLimit(rate.Limit(limit))
+	}
+	if p.limiter.Burst() != burst {
+		p.limiter.SetBurst(burst)
+	}
+	return p.limiter.Wait(ctx)
+}
+
+// Limit returns the rate a lookup goes at now (for tests and logs).
+func (p *Pace) Limit() float64 {
+	if p.limiter == nil {
+		return 0
+	}
+	return float64(p.limiter.Limit())
+}
