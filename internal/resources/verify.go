@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // Held is one id as `syncer verify` compares it: a row or the tombstone of
@@ -85,6 +88,15 @@ func Resend(ctx context.Context, db database.Querier, ids []int64) (int64, error
 	}
 	if _, err := db.Exec(ctx, `UPDATE syncer_generation SET live = live + 1`); err != nil {
 		return 0, fmt.Errorf("resources: bump generation: %w", err)
+	}
+	// The third party was found not to hold these bodies: their digests
+	// would settle the new versions as skipped, unsent.
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = strconv.FormatInt(id, 10)
+	}
+	if err := unchanged.ForgetKeys(ctx, db, jobs.Resources, keys); err != nil {
+		return 0, err
 	}
 	return n, nil
 }

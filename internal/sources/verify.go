@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // Held is one row of a source's table as `syncer verify` compares it.
@@ -93,6 +94,11 @@ func Resend(ctx context.Context, q database.Querier, src *Source, keys []string)
 		SELECT $1, n, k, false FROM unnest($2::bigint[], $3::text[]) AS u(n, k)`, src.Name, nums, keys)
 	if err != nil {
 		return 0, fmt.Errorf("sources: source %s: resend: %w", src.Name, err)
+	}
+	// The third party was found not to hold these bodies: their digests
+	// would settle the new versions as skipped, unsent.
+	if err := unchanged.ForgetKeys(ctx, q, src.Name, keys); err != nil {
+		return 0, err
 	}
 	return tag.RowsAffected(), nil
 }

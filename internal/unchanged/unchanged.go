@@ -12,7 +12,8 @@
 // format and settings: docs/protocol.md), so a changed destination finds
 // no equal digest and sends. A tombstone has a digest of its own: a delete
 // the third party has is not sent again. Forget drops a feed's digests,
-// for a replay, which re-exports whatever the third party has. The package
+// for a replay, which re-exports whatever the third party has; ForgetKeys
+// a heal's keys, which the third party was found not to hold. The package
 // owns syncer_accepted_bodies and syncer_skips (migration 020).
 package unchanged
 
@@ -104,6 +105,19 @@ func QueueSkipped(b *pgx.Batch, name string, n int) {
 func Forget(ctx context.Context, q database.Querier, name string) error {
 	if _, err := q.Exec(ctx, `DELETE FROM syncer_accepted_bodies WHERE feed = $1`, name); err != nil {
 		return fmt.Errorf("unchanged: forget the digests of %s: %w", name, err)
+	}
+	return nil
+}
+
+// ForgetKeys drops the digests of keys of feed name: the third party was
+// found not to hold what they say (syncer verify --heal), so their next
+// versions are sent, not skipped.
+func ForgetKeys(ctx context.Context, q database.Querier, name string, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := q.Exec(ctx, `DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND key = ANY ($2::text[])`, name, keys); err != nil {
+		return fmt.Errorf("unchanged: forget digests of %s: %w", name, err)
 	}
 	return nil
 }
