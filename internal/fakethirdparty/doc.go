@@ -49,6 +49,12 @@
 //     and POST /v1/admin/drift lose, edit and re-create items and make ids
 //     unknown, as a third party's own users and imports would. Reads pass
 //     the outage, token and rate limit batches pass, under one limiter.
+//   - It is many accounts at once: every route again under /t/{tenant}/ is
+//     that tenant's own account (tenants.go), with its own records and
+//     checks, its own limiter (Config.Tenants.RateLimit, unannounced unless
+//     Announced) and its own token (TokenPrefix+tenant), which an admin
+//     route revokes and restores. An account is made at its first request
+//     and costs a few KiB and its records: no goroutine or timer a tenant.
 //   - It is safe for concurrent use, and its knobs (Config) can change while
 //     it serves, so a test can switch a failure on and off mid-run.
 //

@@ -180,4 +180,7 @@ type Config struct {
 	// items. Defaults to false: keeping every payload costs memory a
 	// benchmark's fake should not spend.
 	Lookup bool
+	// Tenants are the knobs of the tenants' accounts served under
+	// TenantPrefix (tenants.go). Defaults to the zero TenantConfig.
+	Tenants TenantConfig
 }

@@ -51,12 +51,17 @@ type Server struct {
 	docs       map[idKey]bool               // format mode: ids the receiver holds (not deleted)
 	dialect    *dialect                     // Config.Format's, nil for syncer's own
 	store      *store                       // Config.Lookup's (lookup.go)
+	tenants    *tenants                     // accounts under TenantPrefix, nil in an account
 }
 
 var _ http.Handler = (*Server)(nil)
 
 // New returns a Server with the knobs of cfg.
-func New(cfg Config) *Server {
+func New(cfg Config) *Server { return newServer(cfg, true) }
+
+// newServer returns a Server; root serves tenants' accounts under
+// TenantPrefix, each itself a Server that does not.
+func newServer(cfg Config, root bool) *Server {
 	s := &Server{closed: make(chan struct{}), cfg: cfg}
 	s.resetLocked()
 	s.applyLocked(cfg, true)
@@ -72,13 +77,20 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/lookup", s.handleLookup)
 	s.mux.HandleFunc("POST /v1/admin/drift", s.handleDrift)
 	s.mux.HandleFunc("POST /{index}/_mget", s.handleMget)
+	if root {
+		s.tenants = newTenants(cfg)
+		s.mux.Handle(TenantPrefix, s.tenants)
+		s.mux.HandleFunc("GET /v1/tenants/stats", s.handleTenantStats)
+		s.mux.HandleFunc("POST /v1/admin/tenants/{tenant}/{action}", s.handleTenantAccess)
+	}
 	return s
 }
 
 // ServeHTTP serves POST /v1/batches, GET /v1/stats,
 // POST /v1/admin/outage?duration=10s, POST /v1/admin/reset, and with
-// Config.Lookup POST /v1/lookup and POST /v1/admin/drift. The admin and
-// stats routes ask for no token, so a test can toggle Token freely.
+// Config.Lookup POST /v1/lookup and POST /v1/admin/drift, and every route
+// again under /t/{tenant}/ as that tenant's account (tenants.go). The admin
+// and stats routes ask for no token, so a test can toggle Token freely.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // SetConfig changes the knobs while the fake serves. Requests already past
@@ -87,8 +99,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // their sequence unless the seed changes.
 func (s *Server) SetConfig(cfg Config) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.applyLocked(cfg, false)
+	s.mu.Unlock()
+	if s.tenants != nil {
+		s.tenants.setBase(cfg)
+	}
 }
 
 func (s *Server) applyLocked(cfg Config, initial bool) {
@@ -132,12 +147,16 @@ func (s *Server) Outage(d time.Duration) {
 }
 
 // Reset forgets everything received: records, stats, remembered keys, a
-// running outage and the limiter's debt. The knobs stay.
+// running outage and the limiter's debt, and every tenant's account. The
+// knobs stay, tenants' revocations and tokens included.
 func (s *Server) Reset() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.resetLocked()
 	s.applyLocked(s.cfg, true)
+	s.mu.Unlock()
+	if s.tenants != nil {
+		s.tenants.reset()
+	}
 }
 
 func (s *Server) resetLocked() {
@@ -170,6 +189,9 @@ func (s *Server) resetLocked() {
 // "all accepted".
 func (s *Server) Close() {
 	s.once.Do(func() { close(s.closed) })
+	if s.tenants != nil {
+		s.tenants.close()
+	}
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {

@@ -49,6 +49,11 @@ type FakeThirdpartyCmd struct {
 	ItemTooManyRate    float64       `name:"item-429-rate" env:"FAKE_ITEM_429_RATE" default:"0" help:"Share (0..1) of elasticsearch bulk items answered 429 (--reject-field answers items 400)."`
 	ItemFailShare      float64       `name:"item-fail-share" env:"FAKE_ITEM_FAIL_SHARE" default:"0" help:"Share (0..1) of item ids, by a hash of the id (the same ids at every request), answered --item-fail-status: per item in an elasticsearch bulk answer, the whole request's status in standard-webhooks. A shard that stays unavailable for some documents."`
 	ItemFailStatus     int           `name:"item-fail-status" env:"FAKE_ITEM_FAIL_STATUS" default:"503" help:"Status of --item-fail-share's items: 503, 429, or 404 for standard-webhooks."`
+	TenantRateLimit    float64       `name:"tenant-rate-limit" env:"FAKE_TENANT_RATE_LIMIT" default:"0" help:"Each tenant's own requests a second under /t/{tenant}/; beyond it a bare 429 (with Retry-After if --tenant-announced). 0: the fake's own limits, per tenant."`
+	TenantRateBurst    int           `name:"tenant-rate-burst" env:"FAKE_TENANT_RATE_BURST" default:"0" help:"Requests a tenant may send at once within --tenant-rate-limit (0: the limit rounded up)."`
+	TenantAnnounced    bool          `name:"tenant-announced" env:"FAKE_TENANT_ANNOUNCED" help:"Answer --tenant-rate-limit's 429s with Retry-After."`
+	TenantTokenPrefix  string        `name:"tenant-token-prefix" env:"FAKE_TENANT_TOKEN_PREFIX" help:"Each tenant accepts only the bearer token PREFIX+tenant (401 otherwise). Default: --token."`
+	TenantRefresh      string        `name:"tenant-refresh-prefix" env:"FAKE_TENANT_REFRESH_PREFIX" help:"Serve POST /t/{tenant}/oauth/token (refresh_token grant, first token PREFIX+tenant), rotating the refresh token at each grant."`
 	AnswerLoad         int64         `name:"answer-load" env:"FAKE_ANSWER_LOAD" default:"0" help:"Add \"n\": N to every custom answer, a count a response program may iterate over (range(.body.n)): a third party making a response program slow."`
 	Lookup             bool          `name:"lookup" env:"FAKE_LOOKUP" help:"Keep the latest item of every id, so POST /v1/lookup answers what the fake holds (syncer verify) and POST /v1/admin/drift loses, edits and re-creates items."`
 }
@@ -80,6 +85,8 @@ func (c *FakeThirdpartyCmd) Validate() error {
 		return usagef("--item-fail-share must be between 0 and 1, got %v", c.ItemFailShare)
 	case c.AnswerLoad < 0:
 		return usagef("--answer-load must not be negative, got %d", c.AnswerLoad)
+	case c.tenants().Validate() != nil:
+		return usagef("%v", c.tenants().Validate())
 	case c.Quota < 0:
 		return usagef("--quota must not be negative, got %d", c.Quota)
 	case c.Quota > 0 && c.QuotaWindow <= 0:
@@ -100,7 +107,12 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 		UnannouncedBurst: c.UnannouncedBurst,
 		Format:           c.Format, SigningSecret: c.SigningSecret, ItemTooManyRate: c.ItemTooManyRate,
 		ItemFailShare: c.ItemFailShare, ItemFailStatus: c.ItemFailStatus, AnswerLoad: c.AnswerLoad, Lookup: c.Lookup,
+		Tenants: c.tenants(),
 	}
+}
+
+func (c *FakeThirdpartyCmd) tenants() fakethirdparty.TenantConfig {
+	return fakethirdparty.TenantConfig{RateLimit: c.TenantRateLimit, Burst: c.TenantRateBurst, Announced: c.TenantAnnounced, TokenPrefix: c.TenantTokenPrefix, RefreshPrefix: c.TenantRefresh}
 }
 
 // Run serves until SIGTERM or SIGINT.
