@@ -79,7 +79,9 @@ func newServer(cfg Config, root bool) *Server {
 	s.mux.HandleFunc("POST /{index}/_mget", s.handleMget)
 	if root {
 		s.tenants = newTenants(cfg)
-		s.mux.Handle(TenantPrefix, s.tenants)
+		// "/t/{tenant}/", not "/t/": a bare "/t/" would overlap
+		// Elasticsearch's "/{index}/_mget" at "/t/_mget".
+		s.mux.Handle(TenantPrefix+"{tenant}/", s.tenants)
 		s.mux.HandleFunc("GET /v1/tenants/stats", s.handleTenantStats)
 		s.mux.HandleFunc("POST /v1/admin/tenants/{tenant}/{action}", s.handleTenantAccess)
 	}
