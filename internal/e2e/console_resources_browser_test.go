@@ -60,7 +60,7 @@ sources:
 		chromedp.Click(chromedp.Search(`//tr[td[@class="key" and normalize-space()="1"]]//button`)),
 		chromedp.WaitVisible(chromedp.CSS(`#flash`)),
 	))
-	require.Contains(t, textOf(t, ctx, `#flash`), "1 failed keys of source resources are eligible again")
+	require.Contains(t, textOf(t, ctx, `#flash`), "1 failed key of source resources is eligible again")
 	waitFor(t, 60*time.Second, "the retried row arrives", func() bool { return len(byID(b.fake)["1"]) == 1 })
 
 	// A replay of ids 2 to 4, counted first, started from the form.

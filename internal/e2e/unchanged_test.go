@@ -60,8 +60,12 @@ sources:
 	b.exec(t, `BEGIN; UPDATE notes SET body = 'y' WHERE id = 1; UPDATE notes SET body = 'a' WHERE id = 1; COMMIT`)
 	waitFor(t, 30*time.Second, "the skips counted", func() bool {
 		r := b.report(t)
-		return len(r.Sources) == 1 && r.Sources[0].SkippedUnchanged >= 3 && r.SkippedUnchanged >= 2 &&
-			r.Sources[0].Pending == 0 && r.Pending == 0
+		skipped := map[string]int64{}
+		for _, s := range r.Sources {
+			skipped[s.Name] = s.SkippedUnchanged
+		}
+		return skipped["notes"] >= 3 && skipped["resources"] >= 2 && r.SkippedUnchanged == skipped["notes"]+skipped["resources"] &&
+			r.Pending == 0
 	})
 	require.Equal(t, srcReqs, dest.fake.Stats().Requests, "no request for an unchanged body of a source")
 	require.Equal(t, resReqs, b.fake.Stats().Requests, "no request for an unchanged body of resources")
