@@ -113,7 +113,7 @@ echo
 ./bin/syncer status
 echo
 echo "metrics (excerpt; read at the scrape, so they agree with status above):"
-curl -fs "http://$SYNCER_HTTP_ADDR/metrics" | grep -E '^syncer_(source_items_exported_total|source_pending|items_exported_total|lock_held)'
+curl -fs "http://$SYNCER_HTTP_ADDR/metrics" | grep -E '^syncer_(source_items_exported_total|source_pending|items_exported_total|source_lock_held)'
 
 stay=${DEMO_STAY:-}
 if [ -z "$stay" ]; then
