@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -44,23 +43,7 @@ type mgetAnswer struct {
 
 // Lookup asks for ids in one _mget.
 func (r *ElasticsearchReader) Lookup(ctx context.Context, ids []string) (map[string]There, error) {
-	body, err := json.Marshal(struct {
-		IDs []string `json:"ids"`
-	}{ids})
-	if err != nil {
-		return nil, err
-	}
-	raw, err := retrying(ctx, cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, func() (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(r.URL, "/")+"/_mget", bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if r.Token != "" {
-			req.Header.Set("Authorization", "Bearer "+r.Token)
-		}
-		return client(r.Client).Do(req)
-	})
+	raw, err := postIDs(ctx, r.Client, strings.TrimSuffix(r.URL, "/")+"/_mget", r.Token, cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, ids)
 	if err != nil {
 		return nil, err
 	}

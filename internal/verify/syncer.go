@@ -50,23 +50,7 @@ type lookupAnswer struct {
 
 // Lookup asks for ids in one request.
 func (r *SyncerReader) Lookup(ctx context.Context, ids []string) (map[string]There, error) {
-	body, err := json.Marshal(struct {
-		IDs []string `json:"ids"`
-	}{ids})
-	if err != nil {
-		return nil, err
-	}
-	raw, err := retrying(ctx, cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, func() (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(r.URL, "/")+"/v1/lookup", bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if r.Token != "" {
-			req.Header.Set("Authorization", "Bearer "+r.Token)
-		}
-		return client(r.Client).Do(req)
-	})
+	raw, err := postIDs(ctx, r.Client, strings.TrimSuffix(r.URL, "/")+"/v1/lookup", r.Token, cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +82,29 @@ func idText(raw json.RawMessage) string {
 		return s
 	}
 	return string(bytes.TrimSpace(raw))
+}
+
+// postIDs posts {"ids": ids} to url, with token as a bearer token if set,
+// retrying as retrying does, and returns the answer's body: the one
+// request both readers make.
+func postIDs(ctx context.Context, c *http.Client, url, token string, retries int, sleep func(context.Context, time.Duration) error, ids []string) ([]byte, error) {
+	body, err := json.Marshal(struct {
+		IDs []string `json:"ids"`
+	}{ids})
+	if err != nil {
+		return nil, err
+	}
+	return retrying(ctx, retries, sleep, func() (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		return client(c).Do(req)
+	})
 }
 
 func client(c *http.Client) *http.Client {
