@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -92,8 +94,8 @@ func (c *ConfigCheckCmd) Run(ctx context.Context, env *Env) error {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	for _, d := range cfg.Destinations {
-		if c.NoProbe {
-			continue
+		if c.NoProbe || d.URL == "" || strings.Contains(d.URL, "{tenant}") {
+			continue // a tenant's URL is its row's: nothing to probe without one
 		}
 		// Said on stderr, so stdout stays one line per problem.
 		fmt.Fprintf(env.Stderr, "config check: probing destination %s with a HEAD request, no token sent (--no-probe skips it)\n", d.Name)
@@ -107,6 +109,11 @@ func (c *ConfigCheckCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
+	for _, d := range cfg.Destinations {
+		if err := tenants.Check(ctx, pool, d.Tenants, tenantsCheckSpec(d)); err != nil {
+			say("destination %s: %s (line %d)", d.Name, err.Error(), d.Line)
+		}
+	}
 	if err := c.checkSchema(ctx, pool); err != nil {
 		// A fresh installation: the tables can still be checked; what is
 		// installed cannot (another schema of the search_path may hold an
@@ -190,4 +197,13 @@ func unreachable(ctx context.Context, client *http.Client, raw string) string {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return ""
+}
+
+// tenantsCheckSpec is what tenants.Check must know of destination d.
+func tenantsCheckSpec(d *config.Destination) tenants.CheckSpec {
+	return tenants.CheckSpec{
+		HasURL:      d.URL != "",
+		HasTokenURL: d.Auth != nil && d.Auth.TokenURL != "",
+		Programs:    d.Format.Name == custom.Name,
+	}
 }

@@ -13,6 +13,11 @@ const (
 	AuthBearer = "bearer"
 	AuthBasic  = "basic"
 	AuthOAuth2 = "oauth2_client_credentials"
+	// AuthTenants is an auth mapping without a type, on a destination
+	// with tenants: the token endpoint (token_url, with the application's
+	// client_id and client_secret) of the credentials each tenant's
+	// connection row gives (a refresh token, a client id and secret).
+	AuthTenants = ""
 )
 
 // Auth is a destination's auth mapping (docs/protocol.md, section 9).
@@ -78,6 +83,9 @@ func (p *parser) auth(d *Destination, f map[string]*yaml.Node, path string) erro
 	if a.Type, err = str(af, "type", path); err != nil {
 		return err
 	}
+	if a.Type == AuthTenants && d.Tenants == nil {
+		return &Error{Path: join(path, "type"), Line: n.Line, Msg: "required: bearer, basic or oauth2_client_credentials (only a destination with tenants may leave it out)"}
+	}
 	need := func(field string) (SecretRef, error) {
 		ref, _, err := p.secret(af, n, path, field)
 		if err != nil {
@@ -105,18 +113,29 @@ func (p *parser) auth(d *Destination, f map[string]*yaml.Node, path string) erro
 		for _, k := range []string{"username_env", "username_file", "password_env", "password_file"} {
 			allowed[k] = true
 		}
-	case AuthOAuth2:
+	case AuthOAuth2, AuthTenants:
 		if a.TokenURL, err = str(af, "token_url", path); err != nil {
 			return err
 		}
 		if u, err := url.Parse(a.TokenURL); a.TokenURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
 			return &Error{Path: join(path, "token_url"), Line: line(af, "token_url", n), Msg: "required: the token endpoint's http or https URL, without credentials"}
 		}
-		if a.ClientID, err = need("client_id"); err != nil {
-			return err
-		}
-		if a.ClientSecret, err = need("client_secret"); err != nil {
-			return err
+		if a.Type == AuthTenants {
+			// The application's own client, optional: a tenant's row
+			// may give its own.
+			if a.ClientID, _, err = p.secret(af, n, path, "client_id"); err != nil {
+				return err
+			}
+			if a.ClientSecret, _, err = p.secret(af, n, path, "client_secret"); err != nil {
+				return err
+			}
+		} else {
+			if a.ClientID, err = need("client_id"); err != nil {
+				return err
+			}
+			if a.ClientSecret, err = need("client_secret"); err != nil {
+				return err
+			}
 		}
 		if v, ok := af["scopes"]; ok && !isNull(v) {
 			if err := v.Decode(&a.Scopes); err != nil {
@@ -136,6 +155,9 @@ func (p *parser) auth(d *Destination, f map[string]*yaml.Node, path string) erro
 	}
 	for k, v := range af {
 		if !allowed[k] {
+			if a.Type == AuthTenants {
+				return &Error{Path: join(path, k), Line: v.Line, Msg: "does not go with an auth without type (a tenants destination's token endpoint: token_url, client_id, client_secret, scopes, params)"}
+			}
 			return &Error{Path: join(path, k), Line: v.Line, Msg: "does not go with type " + a.Type}
 		}
 	}

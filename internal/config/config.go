@@ -32,6 +32,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenants"
 )
 
 // MaxIdentifier is the longest PostgreSQL identifier, in bytes
@@ -113,6 +114,11 @@ type Destination struct {
 	Auth *Auth
 	// TLS is the destination's TLS settings; nil for Go's defaults.
 	TLS *TLS
+	// Tenants is the destination's tenants block (docs/protocol.md
+	// section 10): each tenant's URL and credentials read from the
+	// application's own table. nil without one: every tenant of a source
+	// with a tenant column goes to URL with the destination's credentials.
+	Tenants *tenants.Settings
 	// Line is where the destination starts in the file.
 	Line int
 }

@@ -11,7 +11,7 @@ import (
 // destinationFields are a destination's fields: its own, then its
 // format's, from the registry.
 func (p *parser) destinationFields() []string {
-	return append([]string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight"}, formatFields(p.formats)...)
+	return append([]string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight", "tenants"}, formatFields(p.formats)...)
 }
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
@@ -55,10 +55,14 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 		return nil, err
 	}
 	d := &Destination{Name: name, Line: n.Line}
+	if d.Tenants, err = p.tenants(f, path); err != nil {
+		return nil, err
+	}
 	if d.URL, err = str(f, "url", path); err != nil {
 		return nil, err
 	}
-	if err := checkURL(d.URL); err != "" {
+	// With tenants, each tenant's row may give its own URL.
+	if err := checkURL(d.URL); err != "" && (d.Tenants == nil || d.URL != "") {
 		return nil, &Error{Path: join(path, "url"), Line: line(f, "url", n), Msg: err}
 	}
 	var ref SecretRef

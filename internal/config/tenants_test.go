@@ -1,0 +1,67 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/tenants"
+)
+
+const tenantsFile = `
+destinations:
+  crm:
+    format: custom
+    tenants:
+      query: |
+        SELECT api_base AS url, refresh_token, portal_id
+        FROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL
+      on_refresh: "UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1"
+    auth: {token_url: "https://auth.example.com/oauth/token", client_id_env: CRM_APP_ID, client_secret_env: CRM_APP_SECRET}
+    rate_limit: 10
+    request:
+      path: /portals/{tenant}/contacts/batch
+      body: '{portal: $tenant.portal_id, inputs: [.items[] | {id, properties: .payload}]}'
+sources:
+  - table: contacts
+    key: [account_id, email]
+    destination: crm
+`
+
+func TestParseTenants(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(tenantsFile), env(map[string]string{"CRM_APP_ID": "app", "CRM_APP_SECRET": "app-secret"}))
+	require.NoError(t, err)
+	crm := cfg.Destination("crm")
+	require.Equal(t, "", crm.URL, "each tenant's row gives its url")
+	require.Equal(t, &tenants.Settings{
+		Query:     "SELECT api_base AS url, refresh_token, portal_id\nFROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL\n",
+		OnRefresh: "UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1",
+	}, crm.Tenants)
+	require.Equal(t, config.AuthTenants, crm.Auth.Type)
+	require.Equal(t, "https://auth.example.com/oauth/token", crm.Auth.TokenURL)
+	require.Equal(t, "CRM_APP_ID", crm.Auth.ClientID.Env)
+}
+
+func TestParseTenantsRefused(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, from, to, want string
+	}{
+		{"no $1", "account_id = $1 AND", "account_id = 'x' AND", "destinations.crm.tenants.query: must use $1"},
+		{"no $2", "refresh_token = $2", "refresh_token = NULL", "destinations.crm.tenants.on_refresh: must store $2"},
+		{"unknown field", "      on_refresh:", "      each: 1\n      on_refresh:", `destinations.crm.tenants: unknown field "each"`},
+		{"auth without type and tenants", "    tenants:\n      query: |\n        SELECT api_base AS url, refresh_token, portal_id\n        FROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL\n      on_refresh: \"UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1\"\n", "    url: https://x.example.com\n", "destinations.crm.auth.type: required"},
+		{"no url without tenants", "    tenants:\n      query: |\n        SELECT api_base AS url, refresh_token, portal_id\n        FROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL\n      on_refresh: \"UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1\"\n", "", "destinations.crm.url: required"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			file := strings.Replace(tenantsFile, tt.from, tt.to, 1)
+			require.NotEqual(t, tenantsFile, file)
+			_, err := config.Parse([]byte(file), env(map[string]string{"CRM_APP_ID": "app", "CRM_APP_SECRET": "app-secret"}))
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}

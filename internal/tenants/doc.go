@@ -1,0 +1,27 @@
+// Package tenants gives each tenant of a destination its own deliverer
+// (docs/protocol.md section 10): the destination's configuration with the
+// tenant's URL, credentials and headers, read from the application's own
+// connections table by the destination's tenants.query, and its shared
+// facts (breaker, learnt rate, refusal, pause, probe) in a namespace of
+// its own (breakerstore.TenantNamespace).
+//
+// What it guarantees:
+//
+//   - A tenant's deliverer is built on its first use and kept while it is
+//     used; an idle one is forgotten at a later use of the registry. No
+//     goroutine, timer or database session exists per tenant: thousands
+//     of idle tenants cost only their map entries until they are evicted.
+//   - A tenant's connection row is read at most once per RefreshEvery (30
+//     s), and at its next use after the third party refused its
+//     credentials (401 or 403 after one fresh token). A row that differs
+//     from the one its deliverer was built from builds a new deliverer,
+//     which sends at once: a new token resumes a refused tenant without a
+//     probe interval. A tenant without a row is unconnected
+//     (ErrUnconnected): its rows wait, and go once a row appears, within
+//     RefreshEvery, without a restart.
+//   - What the query returns is never written anywhere: not to a log, an
+//     error, syncer's tables or the format's recorded bodies ($tenant in a
+//     program holds the row's other columns only, never its credentials).
+//     A rotated refresh token goes to on_refresh, the application's own
+//     statement, and nowhere else.
+package tenants
