@@ -107,10 +107,10 @@ type bounds struct {
 
 // one runs code on in under bounds and returns its one output; it does not
 // look for a second one.
-func (bd bounds) one(code *gojq.Code, in any, now float64, field string) (any, error) {
+func (bd bounds) one(code *gojq.Code, in any, now float64, t *tenantBinding, field string) (any, error) {
 	b, stop := newBudget(bd.timeout, bd.maxBytes)
 	defer stop()
-	v, ok := code.RunWithContext(b, in, now).Next()
+	v, ok := code.RunWithContext(b, in, now, t.value()).Next()
 	if err := b.overrun(bd.timeout); err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}

@@ -53,6 +53,9 @@ type Format struct {
 	refused  *gojq.Code
 	retry    *gojq.Code
 	bounds   bounds // of every run of every program
+	// tenant is what a tenant-bound copy (ForTenant) is bound to; nil for
+	// a destination without tenants.
+	tenant *tenantBinding
 }
 
 // nowVar is the variable that holds the batch's time for `now`.
@@ -65,7 +68,7 @@ func compile(field, src string) (*gojq.Code, error) {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
 	code, err := gojq.Compile(q,
-		gojq.WithVariables([]string{nowVar}),
+		gojq.WithVariables([]string{nowVar, tenantVar}),
 		gojq.WithEnvironLoader(func() []string { return nil }),
 	)
 	if err != nil {

@@ -31,7 +31,7 @@ func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.
 			if c.code == nil {
 				continue
 			}
-			v, err := f.bounds.one(c.code, in, now, c.field)
+			v, err := f.bounds.one(c.code, in, now, f.tenant, c.field)
 			if err != nil {
 				return nil, a.NotAnAnswer(err.Error())
 			}
@@ -61,7 +61,7 @@ func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.
 	}
 	now := float64(time.Now().Unix()) // an answer's reading is not recorded
 	if f.accepted != nil {
-		v, err := f.bounds.one(f.accepted, in, now, "response.accepted")
+		v, err := f.bounds.one(f.accepted, in, now, f.tenant, "response.accepted")
 		if err != nil {
 			return nil, a.NotAnAnswer(err.Error())
 		}
@@ -77,7 +77,7 @@ func (f *Format) Read(r *thirdparty.Request, a *thirdparty.Answer) (*thirdparty.
 	if f.rejected == nil {
 		return res, nil
 	}
-	v, err := f.bounds.one(f.rejected, in, now, "response.rejected")
+	v, err := f.bounds.one(f.rejected, in, now, f.tenant, "response.rejected")
 	if err != nil {
 		return nil, a.NotAnAnswer(err.Error())
 	}

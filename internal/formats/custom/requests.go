@@ -55,7 +55,7 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 			continue
 		}
 		if !g.p.perItem {
-			r, err := g.p.request(b.Source, g.items, now)
+			r, err := g.p.request(b.Source, g.items, now, f.tenant)
 			if err != nil {
 				return nil, err
 			}
@@ -63,7 +63,7 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 			continue
 		}
 		for i := range g.items {
-			r, err := g.p.request(b.Source, g.items[i:i+1:i+1], now)
+			r, err := g.p.request(b.Source, g.items[i:i+1:i+1], now, f.tenant)
 			if err != nil {
 				return nil, err
 			}
@@ -74,7 +74,7 @@ func (f *Format) Requests(b *thirdparty.Batch) ([]thirdparty.Request, error) {
 }
 
 // request runs the body program once for items (one item when perItem).
-func (p *program) request(source string, items []thirdparty.Item, now float64) (thirdparty.Request, error) {
+func (p *program) request(source string, items []thirdparty.Item, now float64, t *tenantBinding) (thirdparty.Request, error) {
 	ids := make([]string, len(items))
 	for i := range items {
 		ids[i] = items[i].ID
@@ -83,11 +83,12 @@ func (p *program) request(source string, items []thirdparty.Item, now float64) (
 	// {source} is the batch's source, so one destination (one token, one
 	// limit) serves several objects of one API. Every placeholder is
 	// replaced in one pass: a value holding "{id}" is never expanded again.
+	// {tenant} is the tenant's value (ForTenant), escaped the same way.
 	if p.perItem {
 		r.Path = strings.NewReplacer("{source}", url.PathEscape(source), "{id}", url.PathEscape(ids[0]),
-			"{version}", strconv.FormatInt(items[0].Version, 10)).Replace(p.path)
-	} else if strings.Contains(p.path, "{source}") {
-		r.Path = strings.ReplaceAll(p.path, "{source}", url.PathEscape(source))
+			"{version}", strconv.FormatInt(items[0].Version, 10), "{tenant}", t.pathValue()).Replace(p.path)
+	} else if strings.Contains(p.path, "{") {
+		r.Path = strings.NewReplacer("{source}", url.PathEscape(source), "{tenant}", t.pathValue()).Replace(p.path)
 	}
 	if p.body == nil {
 		return r, nil
@@ -120,7 +121,7 @@ func (p *program) request(source string, items []thirdparty.Item, now float64) (
 		}
 		return r, &ProgramError{Field: p.bodyField, Err: err}
 	}
-	iter := p.body.RunWithContext(b, in, now)
+	iter := p.body.RunWithContext(b, in, now, t.value())
 	n := 0
 	for {
 		v, ok := iter.Next()
