@@ -241,7 +241,11 @@ const probePoll = 200 * time.Millisecond
 // WaitProbeAnswer waits for the answer to the probe p of dest, until ctx
 // ends (then it returns ctx's error: no daemon answered).
 func WaitProbeAnswer(ctx context.Context, pool *pgxpool.Pool, dest string, p breakerstore.Probe) (breakerstore.ProbeAnswer, error) {
-	ns := breakerstore.DestinationNamespace(dest)
+	return waitProbeAnswer(ctx, pool, breakerstore.DestinationNamespace(dest), p)
+}
+
+// waitProbeAnswer waits for the answer to probe p in namespace ns.
+func waitProbeAnswer(ctx context.Context, pool *pgxpool.Pool, ns string, p breakerstore.Probe) (breakerstore.ProbeAnswer, error) {
 	t := time.NewTicker(probePoll)
 	defer t.Stop()
 	for {

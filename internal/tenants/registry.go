@@ -1,0 +1,407 @@
+package tenants
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// ErrUnconnected says the tenants query gave no row for the tenant: its
+// rows wait, pending, until one appears.
+var ErrUnconnected = errors.New("tenants: no connection row for the tenant")
+
+// Defaults for Config.
+const (
+	// RefreshEveryDefault is how long a tenant's connection row is
+	// trusted before it is read again (docs/protocol.md section 10: at
+	// most every 30 s).
+	RefreshEveryDefault = 30 * time.Second
+	// IdleAfterDefault is how long an unused tenant is kept.
+	IdleAfterDefault = 10 * time.Minute
+)
+
+// Binder is the optional capability of a format whose requests depend on
+// the tenant (the custom format's {tenant} and $tenant): the tenant's
+// deliverer sends through the format it returns.
+type Binder interface {
+	ForTenant(tenant string, columns map[string]any) delivery.Format
+}
+
+// Config configures a Registry: one destination's settings.
+type Config struct {
+	// Destination is the destination's name. Required.
+	Destination string
+	// Settings are its tenants block. Defaults to nil: every tenant is
+	// sent to ThirdParty's URL with its credentials, each tenant with its
+	// own state.
+	Settings *Settings
+	// Pool runs the query and on_refresh, and keeps each tenant's shared
+	// facts (syncer_state). Required.
+	Pool *pgxpool.Pool
+	// ThirdParty is the destination's client settings: URL (which may
+	// hold {tenant}, replaced by the tenant's value, escaped), the
+	// credentials used when a row gives none (Token, Auth), Headers (a
+	// row's own headers are added, and win), TLS, Timeout, IdleConns.
+	// HTTPClient, when set, is shared by every tenant; otherwise one is
+	// built for all of them. URL is required unless Settings is set.
+	ThirdParty thirdparty.Config
+	// Delivery is the destination's deliverer settings (limits, format,
+	// installation...), each tenant's own copy; its Format is bound to
+	// the tenant when it is a Binder. Metrics is not given to tenants'
+	// deliverers: metrics have no label per tenant.
+	Delivery delivery.Config
+	// TokenURL is the token endpoint of a row's refresh_token, or client
+	// id and secret (auth.token_url); it may hold {tenant}. ClientID and
+	// ClientSecret are the application's client, used for a refresh
+	// token when the row gives none. Scopes are asked for; Params are
+	// added to a client-credentials grant's form. Defaults to none: such a
+	// row is an error.
+	TokenURL               string
+	ClientID, ClientSecret *credentials.Secret
+	Scopes                 []string
+	Params                 map[string]string
+	// Wrap wraps each tenant's client (the daemon's lock check). Defaults
+	// to nil: none.
+	Wrap func(delivery.Client) delivery.Client
+	// RefreshEvery is how long a connection row is trusted. Defaults to
+	// RefreshEveryDefault.
+	RefreshEvery time.Duration
+	// IdleAfter is how long a tenant not asked for is kept. Defaults to
+	// IdleAfterDefault.
+	IdleAfter time.Duration
+	// Logger defaults to Delivery.Logger, else discarding.
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Registry is one destination's tenants: a deliverer per tenant, built on
+// first use from the destination's configuration and the tenant's
+// connection row, kept while used, forgotten when idle (no goroutine,
+// timer or session per idle tenant). It is safe for concurrent use.
+type Registry struct {
+	cfg    Config
+	http   *http.Client // shared by every tenant's requests and token requests
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	swept   time.Time
+}
+
+// entry is one tenant. Its mu orders the reads of its row; the
+// registry's mu only guards the map.
+type entry struct {
+	tenant string
+	usedAt atomic.Int64 // Unix nanoseconds of the last For
+	// stale is set when the third party refused the tenant's credentials:
+	// the row is read again at the next For.
+	stale atomic.Bool
+
+	mu     sync.Mutex
+	readAt time.Time
+	conn   *connection // nil: unconnected (or never read)
+	err    error       // the tenant's state error, when it has no deliverer
+	d      *delivery.Deliverer
+	grant  *refreshGrant // the deliverer's refresh grant, if it has one
+}
+
+// New returns the registry of cfg's destination; nothing is read before
+// the first For.
+func New(cfg Config) (*Registry, error) {
+	switch {
+	case cfg.Destination == "":
+		return nil, errors.New("tenants: config: Destination is required")
+	case cfg.Pool == nil:
+		return nil, errors.New("tenants: config: Pool is required")
+	case cfg.Settings == nil && cfg.ThirdParty.URL == "":
+		return nil, errors.New("tenants: config: ThirdParty.URL is required without Settings")
+	case cfg.Settings != nil && strings.TrimSpace(cfg.Settings.Query) == "":
+		return nil, errors.New("tenants: config: Settings.Query is required")
+	case cfg.RefreshEvery < 0 || cfg.IdleAfter < 0:
+		return nil, errors.New("tenants: config: RefreshEvery and IdleAfter must not be negative")
+	}
+	cfg.RefreshEvery = cmp.Or(cfg.RefreshEvery, RefreshEveryDefault)
+	cfg.IdleAfter = cmp.Or(cfg.IdleAfter, IdleAfterDefault)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	logger := cmp.Or(cfg.Logger, cfg.Delivery.Logger)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	hc := cfg.ThirdParty.HTTPClient
+	if hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		idle := cmp.Or(cfg.ThirdParty.IdleConns, cfg.Delivery.WithDefaults().MaxInFlight)
+		// Tenants often share one host: its idle connections serve them all.
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = max(64, 4*idle), max(16, 4*idle)
+		if cfg.ThirdParty.TLS != nil {
+			t.TLSClientConfig = cfg.ThirdParty.TLS
+		}
+		hc = &http.Client{Transport: t}
+	}
+	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}}, nil
+}
+
+// Close closes the idle connections of every tenant's requests.
+func (r *Registry) Close() { r.http.CloseIdleConnections() }
+
+// For returns tenant's deliverer, building it on first use and again when
+// its connection row changed. The error is the tenant's state (its rows
+// wait, pending): ErrUnconnected without a row, or what is wrong with the
+// row; it never holds a secret.
+func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer, error) {
+	now := r.cfg.Now()
+	e := r.entry(tenant, now)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.d != nil && r.cfg.Settings == nil {
+		return e.d, nil
+	}
+	if !e.readAt.IsZero() && now.Sub(e.readAt) < r.cfg.RefreshEvery && !e.stale.Load() {
+		return e.d, e.err
+	}
+	if err := r.refresh(ctx, e, now); err != nil {
+		return nil, err
+	}
+	return e.d, e.err
+}
+
+// entry returns tenant's entry, making it, and now and then forgets the
+// tenants not asked for within IdleAfter.
+func (r *Registry) entry(tenant string, now time.Time) *entry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.swept) >= r.cfg.IdleAfter/4 {
+		r.swept = now
+		cutoff := now.Add(-r.cfg.IdleAfter).UnixNano()
+		for name, e := range r.entries {
+			if e.usedAt.Load() < cutoff {
+				delete(r.entries, name)
+			}
+		}
+	}
+	e, ok := r.entries[tenant]
+	if !ok {
+		e = &entry{tenant: tenant}
+		r.entries[tenant] = e
+	}
+	e.usedAt.Store(now.UnixNano())
+	return e
+}
+
+// Len is how many tenants the registry holds: those asked for within
+// IdleAfter, and those not yet swept.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.entries)
+}
+
+// refresh reads e's row (when there is a query) and builds its deliverer
+// when it has none or the row changed. A failure to read is returned and
+// keeps what e had; the next For reads again.
+func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
+	var conn *connection
+	if s := r.cfg.Settings; s != nil {
+		c, err := readConnection(ctx, r.cfg.Pool, s.Query, e.tenant)
+		if err != nil {
+			r.logger.WarnContext(ctx, "tenants: read a tenant's connection row", slog.String("tenant", e.tenant), slog.String("error", err.Error()))
+			return fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
+		}
+		conn = c
+	}
+	e.readAt = now
+	e.stale.Store(false)
+	if conn == nil && r.cfg.Settings != nil {
+		level := slog.LevelDebug
+		if e.d != nil {
+			level = slog.LevelInfo // it was connected
+		}
+		if e.d != nil || e.err == nil {
+			r.logger.Log(ctx, level, "tenants: no connection row for the tenant: its rows wait until one appears", slog.String("tenant", e.tenant))
+		}
+		e.d, e.grant, e.conn = nil, nil, nil
+		e.err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, ErrUnconnected)
+		return nil
+	}
+	if e.d != nil && conn != nil && e.conn != nil && conn.sum == e.conn.sum &&
+		(conn.refreshToken == e.conn.refreshToken || (e.grant != nil && e.grant.knows(conn.refreshToken))) {
+		// Unchanged (a refresh token this process rotated is no
+		// change): the deliverer keeps what it learnt.
+		return nil
+	}
+	d, grant, err := r.build(e, conn)
+	if err != nil {
+		r.logger.WarnContext(ctx, "tenants: a tenant's connection row cannot be used", slog.String("tenant", e.tenant), slog.String("error", err.Error()))
+		e.d, e.grant, e.conn = nil, nil, conn
+		e.err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
+		return nil
+	}
+	if e.d != nil {
+		r.logger.InfoContext(ctx, "tenants: the tenant's connection row changed; sending with it from now on", slog.String("tenant", e.tenant))
+	}
+	e.d, e.grant, e.conn, e.err = d, grant, conn, nil
+	return nil
+}
+
+// build makes tenant's deliverer from the destination's settings and its
+// row (nil without a query).
+func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refreshGrant, error) {
+	tenant := e.tenant
+	tcfg := r.cfg.ThirdParty
+	tcfg.HTTPClient = r.http
+	tcfg.URL = strings.ReplaceAll(tcfg.URL, "{tenant}", url.PathEscape(tenant))
+	var grant *refreshGrant
+	if conn != nil {
+		if conn.url != "" {
+			tcfg.URL = conn.url
+		}
+		if tcfg.URL == "" {
+			return nil, nil, errors.New("tenants.query: the row gives no url, and the destination has none")
+		}
+		if len(conn.headers) > 0 {
+			h := tcfg.Headers.Clone()
+			if h == nil {
+				h = http.Header{}
+			}
+			for k, v := range conn.headers {
+				h.Set(k, v)
+			}
+			tcfg.Headers = h
+		}
+		auth, g, err := r.credentials(tenant, conn)
+		if err != nil {
+			return nil, nil, err
+		}
+		if auth != nil {
+			tcfg.Token, tcfg.Auth, grant = "", auth, g
+		}
+	}
+	client, err := thirdparty.New(&tcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var c delivery.Client = client
+	if r.cfg.Wrap != nil {
+		c = r.cfg.Wrap(c)
+	}
+	c = watched{Client: c, e: e}
+	dcfg := r.cfg.Delivery
+	dcfg.Name = cmp.Or(dcfg.Name, r.cfg.Destination)
+	dcfg.Metrics = nil
+	dcfg.Logger = r.logger.With(slog.String("tenant", tenant))
+	dcfg.CredentialsSetting = "the credentials of tenant " + tenant + " (destination " + r.cfg.Destination + ", tenants.query)"
+	dcfg.URLSetting = "the url of tenant " + tenant + " (destination " + r.cfg.Destination + ")"
+	if b, ok := dcfg.Format.(Binder); ok {
+		var extra map[string]any
+		if conn != nil {
+			extra = conn.extra
+		}
+		dcfg.Format = b.ForTenant(tenant, extra)
+	}
+	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(r.cfg.Destination, tenant)})
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := delivery.New(c, breakerstore.NewShared(store, 0), &dcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, grant, nil
+}
+
+// credentials are the row's: a refresh token, a client id and secret (at
+// the token endpoint), a bearer token, or basic auth; nil when the row
+// gives none (the destination's stand).
+func (r *Registry) credentials(tenant string, conn *connection) (thirdparty.Authorizer, *refreshGrant, error) {
+	name := func(field string) string { return "destination " + r.cfg.Destination + ": tenant " + tenant + ": " + field }
+	tokenURL := strings.ReplaceAll(r.cfg.TokenURL, "{tenant}", url.PathEscape(tenant))
+	switch {
+	case conn.refreshToken != "":
+		if tokenURL == "" {
+			return nil, nil, errors.New("tenants.query: column refresh_token needs auth.token_url on the destination")
+		}
+		id, secret := conn.clientID, conn.clientSecret
+		if id == "" && secret == "" {
+			id, secret = r.cfg.ClientID.Value(), r.cfg.ClientSecret.Value()
+		}
+		g := &refreshGrant{
+			conf: oauth2Config(id, secret, tokenURL, r.cfg.Scopes), client: r.tokenClient(), endpoint: endpointText(tokenURL),
+			refresh: conn.refreshToken, logger: r.logger.With(slog.String("tenant", tenant)),
+		}
+		if s := r.cfg.Settings; s != nil && s.OnRefresh != "" {
+			g.store = func(ctx context.Context, refresh string) error {
+				return pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, s.OnRefresh, tenant, refresh); err != nil {
+						return fmt.Errorf("tenants.on_refresh: %w", pgText(err, 0))
+					}
+					return nil
+				})
+			}
+		}
+		return g, g, nil
+	case conn.clientID != "":
+		if tokenURL == "" {
+			return nil, nil, errors.New("tenants.query: columns client_id and client_secret need auth.token_url on the destination")
+		}
+		o, err := credentials.NewOAuth2(credentials.OAuth2Config{
+			TokenURL: tokenURL, ClientID: credentials.Literal(name("client_id"), conn.clientID),
+			ClientSecret: credentials.Literal(name("client_secret"), conn.clientSecret),
+			Scopes:       r.cfg.Scopes, Params: r.cfg.Params, HTTPClient: r.tokenClient(),
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return o, nil, nil
+	case conn.token != "":
+		if strings.ContainsAny(conn.token, "\r\n") {
+			return nil, nil, errors.New("tenants.query: column token must be one line")
+		}
+		return &credentials.Bearer{Token: credentials.Literal(name("token"), conn.token)}, nil, nil
+	case conn.username != "":
+		return &credentials.Basic{Username: credentials.Literal(name("username"), conn.username),
+			Password: credentials.Literal(name("password"), conn.password)}, nil, nil
+	}
+	return nil, nil, nil
+}
+
+// tokenClient reaches token endpoints: the tenants' transport (an
+// identity provider behind the destination's private CA is common),
+// bounded per request.
+func (r *Registry) tokenClient() *http.Client {
+	return &http.Client{Transport: r.http.Transport, Timeout: credentials.TokenTimeoutDefault}
+}
+
+// watched tells the registry when the third party refused a tenant's
+// credentials (after one fresh token): its row is read again at once.
+type watched struct {
+	delivery.Client
+	e *entry
+}
+
+func (w watched) Send(ctx context.Context, key string, req *thirdparty.Request, read func(*thirdparty.Answer) (*thirdparty.Result, error)) (*thirdparty.Result, error) {
+	res, err := w.Client.Send(ctx, key, req, read)
+	var tpErr *thirdparty.Error
+	if err != nil && w.e != nil && errors.As(err, &tpErr) && tpErr.AuthRefused() {
+		w.e.stale.Store(true)
+	}
+	return res, err
+}

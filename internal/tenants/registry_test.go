@@ -1,0 +1,314 @@
+package tenants_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
+	syncerformat "github.com/syncer-dev/syncer/internal/formats/syncer"
+	"github.com/syncer-dev/syncer/internal/tenants"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+)
+
+// clock is a clock the test moves.
+type clock struct{ now atomic.Int64 }
+
+func (c *clock) Now() time.Time            { return time.Unix(0, c.now.Load()) }
+func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
+
+// logs captures every log line, at debug, for the secret grep.
+type logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+type bundle struct {
+	fake  *fakethirdparty.Server
+	url   string
+	pool  *pgxpool.Pool
+	clock *clock
+	logs  *logs
+}
+
+// setup starts the fake with cfg and a migrated schema holding the
+// application's connections table.
+func setup(t *testing.T, cfg fakethirdparty.Config) *bundle {
+	t.Helper()
+	fake := fakethirdparty.New(cfg)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	schema := dbtest.NewMigrated(t)
+	_, err := schema.Pool.Exec(t.Context(), `CREATE TABLE connections (
+		account text PRIMARY KEY, url text, token text, refresh_token text, portal_id int, revoked_at timestamptz)`)
+	require.NoError(t, err)
+	c := &clock{}
+	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return &bundle{fake: fake, url: srv.URL, pool: schema.Pool, clock: c, logs: &logs{}}
+}
+
+func (b *bundle) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := b.pool.Exec(t.Context(), sql, args...)
+	require.NoError(t, err)
+}
+
+// registry is a registry of destination crm on b's database.
+func (b *bundle) registry(t *testing.T, cfg tenants.Config) *tenants.Registry {
+	t.Helper()
+	cfg.Destination = "crm"
+	cfg.Pool = b.pool
+	cfg.Now = b.clock.Now
+	cfg.ThirdParty.Timeout = 5 * time.Second
+	if cfg.Delivery.Format == nil {
+		cfg.Delivery.Format = syncerformat.Format{}
+	}
+	cfg.Delivery.Installation = "inst-test"
+	cfg.Delivery.MaxInlineWait = time.Millisecond
+	cfg.Logger = slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r, err := tenants.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	return r
+}
+
+var seq atomic.Int64
+
+// deliver sends n items to tenant's deliverer.
+func deliver(t *testing.T, r *tenants.Registry, tenant string, n int) (*delivery.Outcome, error) {
+	t.Helper()
+	d, err := r.For(t.Context(), tenant)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]thirdparty.Item, n)
+	for i := range items {
+		items[i] = thirdparty.Item{ID: fmt.Sprintf("%s-%d", tenant, seq.Add(1)), Version: 1, Payload: json.RawMessage(`{"n":1}`)}
+	}
+	return d.Deliver(t.Context(), delivery.Batch{Items: items, Source: "contacts", Time: time.Unix(1700000000, 0)})
+}
+
+const tokenQuery = `SELECT url, token, portal_id FROM connections WHERE account = $1 AND revoked_at IS NULL`
+
+func TestRoutesEachTenantToItsAccount(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-secret-"}})
+	for _, tenant := range []string{"acme", "globex"} {
+		b.exec(t, `INSERT INTO connections (account, url, token) VALUES ($1, $2, $3)`, tenant, b.url+"/t/"+tenant, "tok-secret-"+tenant)
+	}
+	r := b.registry(t, tenants.Config{Settings: &tenants.Settings{Query: tokenQuery}})
+
+	_, err := deliver(t, r, "acme", 3)
+	require.NoError(t, err)
+	_, err = deliver(t, r, "globex", 2)
+	require.NoError(t, err)
+	st := b.fake.TenantStats()
+	require.Equal(t, int64(3), st.Tenants["acme"].ItemsAccepted)
+	require.Equal(t, int64(2), st.Tenants["globex"].ItemsAccepted)
+	require.Zero(t, b.fake.Stats().Requests, "nothing went to the untenanted account")
+
+	d1, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	d2, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	require.Same(t, d1, d2, "a tenant keeps its deliverer")
+
+	// Unconnected: its rows wait; connected within RefreshEvery, no restart.
+	_, err = r.For(t.Context(), "initech")
+	require.ErrorIs(t, err, tenants.ErrUnconnected)
+	b.exec(t, `INSERT INTO connections (account, url, token) VALUES ('initech', $1, 'tok-secret-initech')`, b.url+"/t/initech")
+	_, err = r.For(t.Context(), "initech")
+	require.ErrorIs(t, err, tenants.ErrUnconnected, "the row is trusted for RefreshEvery")
+	b.clock.Advance(tenants.RefreshEveryDefault)
+	_, err = deliver(t, r, "initech", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), b.fake.TenantStats().Tenants["initech"].ItemsAccepted)
+
+	// A revoked connection makes the tenant unconnected again.
+	b.exec(t, `UPDATE connections SET revoked_at = now() WHERE account = 'globex'`)
+	b.clock.Advance(tenants.RefreshEveryDefault)
+	_, err = r.For(t.Context(), "globex")
+	require.ErrorIs(t, err, tenants.ErrUnconnected)
+	require.NotContains(t, err.Error(), "tok-secret")
+
+	b.requireNoSecret(t, "tok-secret-")
+}
+
+func TestDestinationURLWithTenantAndNoQuery(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Token: "shared-secret-token"})
+	r := b.registry(t, tenants.Config{ThirdParty: thirdparty.Config{URL: b.url + "/t/{tenant}", Token: "shared-secret-token"}})
+	_, err := deliver(t, r, "a b/c", 2)
+	require.NoError(t, err)
+	_, err = deliver(t, r, "d", 1)
+	require.NoError(t, err)
+	st := b.fake.TenantStats()
+	require.Equal(t, int64(2), st.Tenants["a b/c"].ItemsAccepted, "the tenant's value is escaped into the URL")
+	require.Equal(t, int64(1), st.Tenants["d"].ItemsAccepted)
+}
+
+func TestRefusedTenantHoldsAloneAndANewTokenResumesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-secret-"}})
+	b.exec(t, `INSERT INTO connections (account, url, token) VALUES ('acme', $1, 'tok-secret-wrong'), ('globex', $2, 'tok-secret-globex')`,
+		b.url+"/t/acme", b.url+"/t/globex")
+	r := b.registry(t, tenants.Config{Settings: &tenants.Settings{Query: tokenQuery}})
+
+	_, err := deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrCredentials)
+	require.NotContains(t, err.Error(), "tok-secret")
+	_, err = deliver(t, r, "globex", 1)
+	require.NoError(t, err, "another tenant goes on")
+
+	// After the refusal the row is read at once: still the same, the
+	// tenant stays held.
+	refused, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	_, err = refused.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{{ID: "x", Version: 1, Payload: json.RawMessage(`{}`)}}})
+	require.ErrorIs(t, err, delivery.ErrCredentials)
+
+	// A new token in the table: read within RefreshEvery, a new deliverer
+	// that sends at once, without waiting for the probe interval.
+	b.exec(t, `UPDATE connections SET token = 'tok-secret-acme' WHERE account = 'acme'`)
+	b.clock.Advance(tenants.RefreshEveryDefault)
+	resumed, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	require.NotSame(t, refused, resumed)
+	_, err = deliver(t, r, "acme", 2)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), b.fake.TenantStats().Tenants["acme"].ItemsAccepted)
+
+	// The refusal was the tenant's own fact.
+	st, err := breakerstore.ReadStateOf(t.Context(), b.pool, breakerstore.TenantNamespace("crm", "globex"))
+	require.NoError(t, err)
+	require.False(t, st.Credentials.Refused)
+
+	require.Contains(t, b.logs.String(), `"tenant":"acme"`, "the refusal was logged, naming the tenant")
+	b.requireNoSecret(t, "tok-secret-")
+}
+
+func TestRefreshTokenRotatedIsStoredByOnRefresh(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-secret-", RefreshPrefix: "rt-secret-"}})
+	b.exec(t, `INSERT INTO connections (account, refresh_token, portal_id) VALUES ('acme', 'rt-secret-acme', 4711)`)
+	settings := &tenants.Settings{
+		Query:     `SELECT refresh_token, portal_id FROM connections WHERE account = $1`,
+		OnRefresh: `UPDATE connections SET refresh_token = $2 WHERE account = $1`,
+	}
+	format, err := custom.New(&custom.Config{Request: custom.Request{
+		Path: "/t/{tenant}/crm/v3/objects/contacts/batch/upsert",
+		Body: `{inputs: [.items[] | {id, version, properties: (.payload + {portal: $tenant.portal_id, account: $tenant.id})}]}`,
+	}})
+	require.NoError(t, err)
+	cfg := tenants.Config{
+		Settings:   settings,
+		ThirdParty: thirdparty.Config{URL: b.url},
+		Delivery:   delivery.Config{Format: format},
+		TokenURL:   b.url + "/t/{tenant}/oauth/token",
+	}
+	b.fake.SetConfig(fakethirdparty.Config{Format: fakethirdparty.FormatCustom, Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-secret-", RefreshPrefix: "rt-secret-"}})
+	r := b.registry(t, cfg)
+
+	_, err = deliver(t, r, "acme", 2)
+	require.NoError(t, err)
+	var stored string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT refresh_token FROM connections WHERE account = 'acme'`).Scan(&stored))
+	require.Equal(t, "rt-secret-acme.1", stored, "the rotated refresh token is stored by on_refresh")
+
+	// The stored token read back is no change: the same deliverer.
+	before, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	b.clock.Advance(tenants.RefreshEveryDefault)
+	after, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	require.Same(t, before, after)
+
+	// Another daemon starts from the stored token, and rotates it again.
+	other := b.registry(t, cfg)
+	_, err = deliver(t, other, "acme", 1)
+	require.NoError(t, err)
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT refresh_token FROM connections WHERE account = 'acme'`).Scan(&stored))
+	require.Equal(t, "rt-secret-acme.2", stored)
+	require.Equal(t, int64(3), b.fake.TenantStats().Tenants["acme"].ItemsAccepted)
+
+	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
+}
+
+func TestPauseOfOneTenantHoldsItAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	r := b.registry(t, tenants.Config{ThirdParty: thirdparty.Config{URL: b.url + "/t/{tenant}"}})
+	st, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace("crm", "acme")})
+	require.NoError(t, err)
+	_, err = st.SetHold(t.Context(), breakerstore.Hold{Paused: true, By: "test"})
+	require.NoError(t, err)
+
+	_, err = deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrHeld)
+	_, err = deliver(t, r, "globex", 1)
+	require.NoError(t, err)
+	require.Zero(t, b.fake.TenantStats().Tenants["acme"].Requests)
+}
+
+func TestIdleTenantsAreForgotten(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	r := b.registry(t, tenants.Config{ThirdParty: thirdparty.Config{URL: b.url + "/t/{tenant}"}, IdleAfter: time.Minute})
+	for i := range 100 {
+		_, err := r.For(t.Context(), fmt.Sprint("t", i))
+		require.NoError(t, err)
+	}
+	require.Equal(t, 100, r.Len())
+	b.clock.Advance(2 * time.Minute)
+	_, err := r.For(t.Context(), "t0")
+	require.NoError(t, err)
+	require.Equal(t, 1, r.Len(), "idle tenants are swept at a later use")
+}
+
+// requireNoSecret greps the captured logs and every value of syncer's
+// state for the secrets' prefixes.
+func (b *bundle) requireNoSecret(t *testing.T, prefixes ...string) {
+	t.Helper()
+	var state strings.Builder
+	rows, err := b.pool.Query(context.Background(), `SELECT key || ' ' || value::text FROM syncer_state`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		state.WriteString(s + "\n")
+	}
+	require.NoError(t, rows.Err())
+	require.NotEmpty(t, b.logs.String()+state.String())
+	for _, p := range prefixes {
+		require.NotContains(t, b.logs.String(), p, "a secret in the logs")
+		require.NotContains(t, state.String(), p, "a secret in syncer_state")
+	}
+}

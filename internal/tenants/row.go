@@ -1,0 +1,157 @@
+package tenants
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/syncer-dev/syncer/internal/database"
+)
+
+// connection is one tenant's connection row, decoded. It holds secrets:
+// it never prints itself, and nothing of it but extra reaches a format.
+type connection struct {
+	url                      string
+	token                    string
+	username, password       string
+	clientID, clientSecret   string
+	refreshToken             string
+	headers                  map[string]string
+	// extra are the row's other columns: $tenant.<column>.
+	extra map[string]any
+	// sum is a digest of the row as read without its refresh token (a
+	// rotation changes that, and is ours), to tell a changed row.
+	sum [sha256.Size]byte
+}
+
+func (c *connection) String() string   { return "[tenant connection: redacted]" }
+func (c *connection) GoString() string { return c.String() }
+
+// readConnection runs the query for tenant: nil without a row. PostgreSQL
+// makes the row a JSON object (to_jsonb), so that any column type reads
+// as $tenant sees it.
+func readConnection(ctx context.Context, q database.Querier, query, tenant string) (*connection, error) {
+	rows, err := q.Query(ctx, "SELECT to_jsonb(tenant_connection) FROM ("+trimStatement(query)+"\n) AS tenant_connection LIMIT 2", tenant)
+	if err != nil {
+		return nil, fmt.Errorf("tenants.query: %w", pgText(err, 0))
+	}
+	var raw [][]byte
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("tenants.query: %w", pgText(err, 0))
+		}
+		raw = append(raw, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tenants.query: %w", pgText(err, 0))
+	}
+	switch len(raw) {
+	case 0:
+		return nil, nil
+	case 1:
+		return decodeConnection(raw[0])
+	default:
+		return nil, errors.New("tenants.query: gives more than one row for the tenant: it must give at most one")
+	}
+}
+
+// decodeConnection reads a row's JSON object. Its errors name the column,
+// never its value.
+func decodeConnection(raw []byte) (*connection, error) {
+	var row map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&row); err != nil {
+		return nil, errors.New("tenants.query: the row does not read as an object")
+	}
+	c := &connection{extra: map[string]any{}}
+	text := func(col string) (string, error) {
+		switch v := row[col].(type) {
+		case nil:
+			return "", nil
+		case string:
+			return strings.TrimSpace(v), nil
+		default:
+			return "", fmt.Errorf("tenants.query: column %s must be text", col)
+		}
+	}
+	for col, to := range map[string]*string{
+		ColumnURL: &c.url, ColumnToken: &c.token, ColumnUsername: &c.username, ColumnPassword: &c.password,
+		ColumnClientID: &c.clientID, ColumnClientSecret: &c.clientSecret, ColumnRefreshToken: &c.refreshToken,
+	} {
+		v, err := text(col)
+		if err != nil {
+			return nil, err
+		}
+		*to = v
+	}
+	if err := c.readHeaders(row[ColumnHeaders]); err != nil {
+		return nil, err
+	}
+	for col, v := range row {
+		if !slices.Contains(Columns, col) && col != reservedColumn {
+			c.extra[col] = v
+		}
+	}
+	if c.url != "" {
+		u, err := url.Parse(c.url)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			// Never quoted: a URL may hold a secret.
+			return nil, errors.New("tenants.query: column url must be an http or https URL without credentials")
+		}
+	}
+	kinds := 0
+	for _, given := range []bool{c.token != "", c.username != "" || c.password != "", c.refreshToken != "", c.clientID != "" && c.refreshToken == "" || c.clientSecret != "" && c.refreshToken == ""} {
+		if given {
+			kinds++
+		}
+	}
+	switch {
+	case kinds > 1:
+		return nil, errors.New("tenants.query: the row gives credentials of more than one kind (token, username and password, client_id and client_secret, refresh_token): give one")
+	case (c.username == "") != (c.password == ""):
+		return nil, errors.New("tenants.query: columns username and password go together")
+	case c.refreshToken == "" && (c.clientID == "") != (c.clientSecret == ""):
+		return nil, errors.New("tenants.query: columns client_id and client_secret go together")
+	}
+	delete(row, ColumnRefreshToken)
+	canon, _ := json.Marshal(row) // sorted keys: the same row, the same digest
+	c.sum = sha256.Sum256(canon)
+	return c, nil
+}
+
+// readHeaders reads the headers column: a JSON object of strings, or text
+// holding one.
+func (c *connection) readHeaders(v any) error {
+	if s, ok := v.(string); ok {
+		var m any
+		if json.Unmarshal([]byte(s), &m) != nil {
+			return errors.New("tenants.query: column headers must be a JSON object of header names to strings")
+		}
+		v = m
+	}
+	if v == nil {
+		return nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return errors.New("tenants.query: column headers must be a JSON object of header names to strings")
+	}
+	c.headers = map[string]string{}
+	for k, hv := range m {
+		s, ok := hv.(string)
+		if !ok || k == "" || strings.ContainsAny(k+s, "\r\n") || strings.ContainsAny(k, " \t:") {
+			return fmt.Errorf("tenants.query: column headers: header %q must be a name with a one-line string", k)
+		}
+		c.headers[k] = s
+	}
+	return nil
+}
