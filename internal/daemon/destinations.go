@@ -17,6 +17,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -44,6 +45,9 @@ type destination struct {
 	state     destinationState
 	// certs are its TLS files' certificates; nil without tls.
 	certs *destinationCertificates
+	// tenants gives each tenant of a source with a tenant column its own
+	// deliverer (tenantDestinations); nil for the default destination.
+	tenants *tenants.Registry
 }
 
 // buildDestinations builds one client and deliverer per destination, with
@@ -188,11 +192,24 @@ func (d *Daemon) newDestination(dest *config.Destination, names destinationNames
 	dcfg.Name = dest.Name
 	dcfg.CredentialsSetting = setting
 	dcfg.URLSetting = names.url
-	built, err := d.destination(&tcfg, &dcfg, breakerstore.DestinationNamespace(dest.Name), installation)
+	own := tcfg
+	if own.URL == "" && dest.Tenants != nil {
+		// Each tenant's row gives its URL: the destination's own client,
+		// which holds its name and limits, sends nothing (its sources'
+		// batches go to their tenants' deliverers).
+		own.URL = "http://tenants-only.invalid"
+	}
+	built, err := d.destination(&own, &dcfg, breakerstore.DestinationNamespace(dest.Name), installation)
 	if err != nil {
 		return nil, err
 	}
 	built.conf, built.certs = dest, certs
+	if dest.Name != metrics.DefaultDestination {
+		if built.tenants, err = d.tenantRegistry(dest, &tcfg, &dcfg); err != nil {
+			built.client.Close()
+			return nil, err
+		}
+	}
 	return built, nil
 }
 
