@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/operator"
 )
 
@@ -17,6 +18,15 @@ import (
 type DestinationCmd struct {
 	DB
 	Destination string `name:"destination" required:"" placeholder:"NAME" help:"A destination of the installed sources (see syncer status)."`
+	Tenant      string `name:"tenant" placeholder:"VALUE" help:"One tenant of the destination (a source's tenant column's value): act on that tenant's account alone."`
+}
+
+// subject is what the command acts on, for its lines.
+func (c *DestinationCmd) subject() string {
+	if c.Tenant != "" {
+		return fmt.Sprintf("tenant %s of destination %s", c.Tenant, c.Destination)
+	}
+	return "destination " + c.Destination
 }
 
 // act runs an action on the destination; an unknown one is a usage error.
@@ -30,7 +40,7 @@ func (c *DestinationCmd) act(ctx context.Context, what string, do func(context.C
 		if errors.Is(err, operator.ErrUnknown) {
 			return usagef("--destination: %v", err)
 		}
-		return fmt.Errorf("%s destination %s: %w", what, c.Destination, err)
+		return fmt.Errorf("%s %s: %w", what, c.subject(), err)
 	}
 	return nil
 }
@@ -58,6 +68,15 @@ type PauseCmd struct{ HoldCmd }
 // Run pauses the destination for every daemon, and returns once every
 // running daemon holds the pause: a row written after it is not sent.
 func (c *PauseCmd) Run(ctx context.Context, env *Env) error {
+	if c.Tenant != "" {
+		if err := c.act(ctx, "pause", func(ctx context.Context, pool *pgxpool.Pool, dest, by string) error {
+			return operator.PauseTenant(ctx, pool, dest, c.Tenant, by)
+		}); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "%s paused: its deliverer holds within a second; its pending rows are kept, every other tenant's go on, until syncer resume --destination %s --tenant %s\n", c.subject(), c.Destination, c.Tenant)
+		return nil
+	}
 	if err := c.hold(ctx, "pause", operator.Pause); err != nil {
 		return err
 	}
@@ -70,6 +89,15 @@ type ResumeCmd struct{ HoldCmd }
 
 // Run ends a pause, and returns once every running daemon sends again.
 func (c *ResumeCmd) Run(ctx context.Context, env *Env) error {
+	if c.Tenant != "" {
+		if err := c.act(ctx, "resume", func(ctx context.Context, pool *pgxpool.Pool, dest, by string) error {
+			return operator.ResumeTenant(ctx, pool, dest, c.Tenant, by)
+		}); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "%s resumed: its rows are sent again\n", c.subject())
+		return nil
+	}
 	if err := c.hold(ctx, "resume", operator.Resume); err != nil {
 		return err
 	}
@@ -101,36 +129,45 @@ func (c *ProbeCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
-	p, held, err := operator.AskProbe(ctx, pool, c.Destination, operator.ByCommandLine)
+	ask, wait := operator.AskProbe, operator.WaitProbeAnswer
+	if c.Tenant != "" {
+		ask = func(ctx context.Context, pool *pgxpool.Pool, dest, by string) (breakerstore.Probe, bool, error) {
+			return operator.ProbeTenant(ctx, pool, dest, c.Tenant, by)
+		}
+		wait = func(ctx context.Context, pool *pgxpool.Pool, dest string, p breakerstore.Probe) (breakerstore.ProbeAnswer, error) {
+			return operator.WaitTenantProbeAnswer(ctx, pool, dest, c.Tenant, p)
+		}
+	}
+	p, held, err := ask(ctx, pool, c.Destination, operator.ByCommandLine)
 	if err != nil {
 		if errors.Is(err, operator.ErrUnknown) {
 			return usagef("--destination: %v", err)
 		}
-		return fmt.Errorf("probe destination %s: %w", c.Destination, err)
+		return fmt.Errorf("probe %s: %w", c.subject(), err)
 	}
 	if !held {
-		fmt.Fprintf(env.Stdout, "destination %s: nothing to probe: neither its credentials nor its URL are refused (see syncer status)\n", c.Destination)
+		fmt.Fprintf(env.Stdout, "%s: nothing to probe: neither its credentials nor its URL are refused (see syncer status)\n", c.subject())
 		return nil
 	}
-	fmt.Fprintf(env.Stdout, "destination %s: probe asked; waiting up to %s for a daemon's answer\n", c.Destination, c.Wait)
+	fmt.Fprintf(env.Stdout, "%s: probe asked; waiting up to %s for a daemon's answer\n", c.subject(), c.Wait)
 	wctx, cancel := context.WithTimeout(ctx, c.Wait)
 	defer cancel()
-	a, err := operator.WaitProbeAnswer(wctx, pool, c.Destination, p)
+	a, err := wait(wctx, pool, c.Destination, p)
 	switch {
 	case err != nil && ctx.Err() == nil && wctx.Err() != nil:
-		fmt.Fprintf(env.Stdout, "destination %s: no daemon answered within %s: is a daemon running with this destination, with rows pending for it, and not paused? (see syncer status)\n", c.Destination, c.Wait)
-		return fmt.Errorf("destination %s: no answer within %s", c.Destination, c.Wait)
+		fmt.Fprintf(env.Stdout, "%s: no daemon answered within %s: is a daemon running with this destination, with rows pending for it, and not paused? (see syncer status)\n", c.subject(), c.Wait)
+		return fmt.Errorf("%s: no answer within %s", c.subject(), c.Wait)
 	case err != nil:
-		return fmt.Errorf("probe destination %s: %w", c.Destination, err)
+		return fmt.Errorf("probe %s: %w", c.subject(), err)
 	case a.Accepted && !a.Held:
-		fmt.Fprintf(env.Stdout, "destination %s: probe accepted at %s: the destination takes requests again\n", c.Destination, a.At.Format(time.RFC3339))
+		fmt.Fprintf(env.Stdout, "%s: probe accepted at %s: the destination takes requests again\n", c.subject(), a.At.Format(time.RFC3339))
 		return nil
 	default:
 		status := ""
 		if a.Status != 0 {
 			status = fmt.Sprintf(" with status %d", a.Status)
 		}
-		fmt.Fprintf(env.Stdout, "destination %s: probe answered%s at %s, still held: %s\n", c.Destination, status, a.At.Format(time.RFC3339), cmp.Or(a.Text, "a refusal stands"))
-		return fmt.Errorf("destination %s: still held", c.Destination)
+		fmt.Fprintf(env.Stdout, "%s: probe answered%s at %s, still held: %s\n", c.subject(), status, a.At.Format(time.RFC3339), cmp.Or(a.Text, "a refusal stands"))
+		return fmt.Errorf("%s: still held", c.subject())
 	}
 }
