@@ -205,7 +205,7 @@ func (d *Daemon) newDestination(dest *config.Destination, names destinationNames
 	}
 	built.conf, built.certs = dest, certs
 	if dest.Name != metrics.DefaultDestination {
-		if built.tenants, err = d.tenantRegistry(dest, &tcfg, &dcfg); err != nil {
+		if built.tenants, err = d.tenantRegistry(dest, &tcfg, &dcfg, installation); err != nil {
 			built.client.Close()
 			return nil, err
 		}
