@@ -179,6 +179,11 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 		return e.d, e.err
 	}
 	if err := r.refresh(ctx, e, now); err != nil {
+		if e.d != nil {
+			// The database failed, not the tenant: it goes on with the
+			// row it had, read again at its next batch.
+			return e.d, nil
+		}
 		return nil, err
 	}
 	return e.d, e.err
@@ -217,7 +222,8 @@ func (r *Registry) Len() int {
 
 // refresh reads e's row (when there is a query) and builds its deliverer
 // when it has none or the row changed. A failure to read is returned and
-// keeps what e had; the next For reads again.
+// keeps what e had (a built deliverer goes on with the row it was built
+// from); the next For reads again.
 func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
 	var conn *connection
 	if s := r.cfg.Settings; s != nil {

@@ -1,0 +1,47 @@
+package cli_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 43: config check compiles a destination's tenants query and
+// on_refresh, changes nothing, and names the destination and the field of
+// one that cannot work.
+func TestConfigCheckTenants(t *testing.T) {
+	t.Parallel()
+	s := newCheckSetup(t, true)
+	_, err := s.pool.Exec(context.Background(), `CREATE TABLE crm_connections (account_id bigint PRIMARY KEY, token text, portal_id int);
+		INSERT INTO crm_connections VALUES (1, 'tok-secret-1', 7)`)
+	require.NoError(t, err)
+	dest := func(query, onRefresh string) string {
+		d := fmt.Sprintf("  crm:\n    url: %s/t/{tenant}\n    format: custom\n    tenants:\n      query: %q\n", s.fakeURL, query)
+		if onRefresh != "" {
+			d += fmt.Sprintf("      on_refresh: %q\n", onRefresh)
+		}
+		return d
+	}
+	good := s.check(s.file(t, "good.yaml", dest("SELECT token, portal_id FROM crm_connections WHERE account_id = $1", ""), ordersSource))
+	require.NotContains(t, good.stdout, "tenants", good.stdout+good.stderr)
+	require.NotContains(t, good.stderr, "probing destination crm", "a URL with {tenant} is not probed")
+
+	for i, tt := range []struct{ query, onRefresh, want string }{
+		{"SELECT token FROM crm_connectionz WHERE account_id = $1", "",
+			`destination crm: tenants.query: relation "crm_connectionz" does not exist (at character 19) (line 3)`},
+		{"SELECT token, portal_id AS id FROM crm_connections WHERE account_id = $1", "",
+			`destination crm: tenants.query: returns column "id", which is $tenant.id, the tenant's value: name it otherwise (line 3)`},
+		{"SELECT token FROM crm_connections WHERE account_id = $1", "UPDATE crm_connections SET refresh = $2 WHERE account_id = $1",
+			`destination crm: tenants.on_refresh: column "refresh" of relation "crm_connections" does not exist`},
+	} {
+		r := s.check(s.file(t, fmt.Sprintf("tenants%d.yaml", i), dest(tt.query, tt.onRefresh), ordersSource))
+		require.Equal(t, 1, r.code, r.stdout+r.stderr)
+		require.Contains(t, r.stdout, tt.want)
+		require.NotContains(t, r.stdout+r.stderr, "tok-secret")
+	}
+	var token string
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT token FROM crm_connections`).Scan(&token))
+	require.Equal(t, "tok-secret-1", token)
+}
