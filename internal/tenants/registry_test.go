@@ -60,7 +60,7 @@ type bundle struct {
 
 // setup starts the fake with cfg and a migrated schema holding the
 // application's connections table.
-func setup(t *testing.T, cfg fakethirdparty.Config) *bundle {
+func setup(t testing.TB, cfg fakethirdparty.Config) *bundle {
 	t.Helper()
 	fake := fakethirdparty.New(cfg)
 	srv := httptest.NewServer(fake)
@@ -82,7 +82,7 @@ func (b *bundle) exec(t *testing.T, sql string, args ...any) {
 }
 
 // registry is a registry of destination crm on b's database.
-func (b *bundle) registry(t *testing.T, cfg tenants.Config) *tenants.Registry {
+func (b *bundle) registry(t testing.TB, cfg tenants.Config) *tenants.Registry {
 	t.Helper()
 	cfg.Destination = "crm"
 	cfg.Pool = b.pool
