@@ -228,6 +228,13 @@ func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
 	var conn *connection
 	if s := r.cfg.Settings; s != nil {
 		c, err := readConnection(ctx, r.cfg.Pool, s.Query, e.tenant)
+		var re *rowError
+		if errors.As(err, &re) {
+			e.readAt = now
+			e.stale.Store(false)
+			r.unusable(ctx, e, nil, err)
+			return nil
+		}
 		if err != nil {
 			r.logger.WarnContext(ctx, "tenants: read a tenant's connection row", slog.String("tenant", e.tenant), slog.String("error", err.Error()))
 			return fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
@@ -256,9 +263,7 @@ func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
 	}
 	d, grant, err := r.build(e, conn)
 	if err != nil {
-		r.logger.WarnContext(ctx, "tenants: a tenant's connection row cannot be used", slog.String("tenant", e.tenant), slog.String("error", err.Error()))
-		e.d, e.grant, e.conn = nil, nil, conn
-		e.err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
+		r.unusable(ctx, e, conn, err)
 		return nil
 	}
 	if e.d != nil {
@@ -266,6 +271,16 @@ func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
 	}
 	e.d, e.grant, e.conn, e.err = d, grant, conn, nil
 	return nil
+}
+
+// unusable makes err, what is wrong with e's row, the tenant's state: its
+// rows wait. It is logged when it changes, not at every read.
+func (r *Registry) unusable(ctx context.Context, e *entry, conn *connection, err error) {
+	err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
+	if e.err == nil || e.err.Error() != err.Error() {
+		r.logger.WarnContext(ctx, "tenants: a tenant's connection row cannot be used; its rows wait", slog.String("tenant", e.tenant), slog.String("error", err.Error()))
+	}
+	e.d, e.grant, e.conn, e.err = nil, nil, conn, err
 }
 
 // build makes tenant's deliverer from the destination's settings and its

@@ -57,11 +57,22 @@ func readConnection(ctx context.Context, q database.Querier, query, tenant strin
 	case 0:
 		return nil, nil
 	case 1:
-		return decodeConnection(raw[0])
+		c, err := decodeConnection(raw[0])
+		if err != nil {
+			return nil, &rowError{err}
+		}
+		return c, nil
 	default:
-		return nil, errors.New("tenants.query: gives more than one row for the tenant: it must give at most one")
+		return nil, &rowError{errors.New("tenants.query: gives more than one row for the tenant: it must give at most one")}
 	}
 }
+
+// rowError is a row read that the tenant cannot be sent with: the
+// tenant's own state, not a failure of the database.
+type rowError struct{ err error }
+
+func (e *rowError) Error() string { return e.err.Error() }
+func (e *rowError) Unwrap() error { return e.err }
 
 // decodeConnection reads a row's JSON object. Its errors name the column,
 // never its value.
