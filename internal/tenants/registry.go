@@ -372,7 +372,8 @@ func (r *Registry) credentials(tenant string, conn *connection) (thirdparty.Auth
 			g.store = func(ctx context.Context, refresh string) error {
 				return pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, s.OnRefresh, tenant, refresh); err != nil {
-						return fmt.Errorf("tenants.on_refresh: %w", pgText(err, 0))
+						text := strings.ReplaceAll(pgText(err, 0).Error(), refresh, "[redacted]")
+						return errors.New("tenants.on_refresh: " + text)
 					}
 					return nil
 				})

@@ -312,3 +312,32 @@ func (b *bundle) requireNoSecret(t *testing.T, prefixes ...string) {
 		require.NotContains(t, state.String(), p, "a secret in syncer_state")
 	}
 }
+
+// An on_refresh that fails (here at run time, on the new token's value)
+// keeps the new token in memory: the tenant goes on, and the failure is
+// logged without the token, even though PostgreSQL's message would quote
+// it.
+func TestOnRefreshFailureKeepsTheTokenAndNoSecret(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-secret-", RefreshPrefix: "rt-secret-"}})
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme')`)
+	r := b.registry(t, tenants.Config{
+		Settings: &tenants.Settings{
+			Query:     `SELECT refresh_token FROM connections WHERE account = $1`,
+			OnRefresh: `UPDATE connections SET portal_id = $2::int WHERE account = $1`,
+		},
+		ThirdParty: thirdparty.Config{URL: b.url + "/t/{tenant}"},
+		TokenURL:   b.url + "/t/{tenant}/oauth/token",
+	})
+	_, err := deliver(t, r, "acme", 1)
+	require.NoError(t, err)
+	require.Contains(t, b.logs.String(), "on_refresh failed to store it")
+	require.Contains(t, b.logs.String(), "SQLSTATE 22P02")
+	// The next read of the row gives the token this process rotated away
+	// from: no change, the tenant goes on with the new one.
+	b.clock.Advance(tenants.RefreshEveryDefault)
+	_, err = deliver(t, r, "acme", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), b.fake.TenantStats().Tenants["acme"].ItemsAccepted)
+	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
+}

@@ -166,6 +166,12 @@ func pgText(err error, offset int) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		msg := pe.Message
+		if strings.HasPrefix(pe.Code, "22") {
+			// A data exception quotes the value it could not take
+			// ("invalid input syntax for type integer: ..."): a token,
+			// maybe.
+			msg = "a value of the row or a parameter is not of the column's type (SQLSTATE " + pe.Code + "; PostgreSQL's message is left out: it may quote a secret)"
+		}
 		if pos := int(pe.Position) - offset; pos > 0 {
 			msg += fmt.Sprintf(" (at character %d)", pos)
 		}
