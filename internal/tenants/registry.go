@@ -353,7 +353,9 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 // the token endpoint), a bearer token, or basic auth; nil when the row
 // gives none (the destination's stand).
 func (r *Registry) credentials(tenant string, conn *connection) (thirdparty.Authorizer, *refreshGrant, error) {
-	name := func(field string) string { return "destination " + r.cfg.Destination + ": tenant " + tenant + ": " + field }
+	name := func(field string) string {
+		return "destination " + r.cfg.Destination + ": tenant " + tenant + ": " + field
+	}
 	tokenURL := strings.ReplaceAll(r.cfg.TokenURL, "{tenant}", url.PathEscape(tenant))
 	switch {
 	case conn.refreshToken != "":

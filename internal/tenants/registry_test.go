@@ -29,7 +29,7 @@ import (
 // clock is a clock the test moves.
 type clock struct{ now atomic.Int64 }
 
-func (c *clock) Now() time.Time            { return time.Unix(0, c.now.Load()) }
+func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()) }
 func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
 
 // logs captures every log line, at debug, for the secret grep.

@@ -17,12 +17,12 @@ import (
 // connection is one tenant's connection row, decoded. It holds secrets:
 // it never prints itself, and nothing of it but extra reaches a format.
 type connection struct {
-	url                      string
-	token                    string
-	username, password       string
-	clientID, clientSecret   string
-	refreshToken             string
-	headers                  map[string]string
+	url                    string
+	token                  string
+	username, password     string
+	clientID, clientSecret string
+	refreshToken           string
+	headers                map[string]string
 	// extra are the row's other columns: $tenant.<column>.
 	extra map[string]any
 	// sum is a digest of the row as read without its refresh token (a
