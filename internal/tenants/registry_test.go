@@ -341,3 +341,34 @@ func TestOnRefreshFailureKeepsTheTokenAndNoSecret(t *testing.T) {
 	require.Equal(t, int64(2), b.fake.TenantStats().Tenants["acme"].ItemsAccepted)
 	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
 }
+
+// A person's probe of one refused tenant (syncer probe --destination crm
+// --tenant acme writes it in the tenant's namespace) lets its next batch
+// go at once rather than at the probe interval.
+func TestProbeOfARefusedTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-secret-"}})
+	b.exec(t, `INSERT INTO connections (account, url, token) VALUES ('acme', $1, 'tok-secret-acme')`, b.url+"/t/acme")
+	r := b.registry(t, tenants.Config{Settings: &tenants.Settings{Query: tokenQuery}})
+	b.fake.RevokeTenant("acme")
+	_, err := deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrCredentials)
+	b.fake.RestoreTenant("acme", "")
+	_, err = deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrCredentials, "held until the probe interval")
+
+	st, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace("crm", "acme")})
+	require.NoError(t, err)
+	facts, err := st.Load(t.Context())
+	require.NoError(t, err)
+	require.True(t, facts.Credentials.Refused, "the refusal is the tenant's fact")
+	require.NoError(t, st.SetProbe(t.Context(), breakerstore.Probe{At: time.Now().UTC(), By: "test"}))
+	require.Eventually(t, func() bool {
+		_, err := deliver(t, r, "acme", 1)
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond, "the probe is taken within the deliverer's read of its facts")
+	facts, err = st.Load(t.Context())
+	require.NoError(t, err)
+	require.False(t, facts.Credentials.Refused)
+	require.True(t, facts.ProbeAnswer.Accepted)
+}
