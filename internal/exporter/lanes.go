@@ -188,7 +188,7 @@ func (f *laneFeed) Checkpoint() string  { return f.name }
 func (f *laneFeed) Limits() feed.Limits { return f.lim }
 
 func (f *laneFeed) Open(int64) Cursor {
-	return &laneCursor{f: f, after: map[string]string{}, out: map[string]bool{}}
+	return &laneCursor{f: f, after: map[string]string{}, out: map[string]time.Time{}}
 }
 
 // ready reports whether tenant may be read this pass: its destination
@@ -283,9 +283,18 @@ type laneCursor struct {
 	f     *laneFeed
 	queue []string          // this turn's tenants still to serve
 	after map[string]string // each tenant's last key read this pass
-	out   map[string]bool   // tenants done this pass: read to their end, or not ready
-	end   bool
+	// out are the tenants left out of the turns: until the pass ends
+	// (zero time: not ready), or until the time given (read to their end:
+	// a row written since is read after tenantRecheck, not at the next
+	// pass, so a tenant with one new row does not wait for a pass that a
+	// tenant with a backlog makes long).
+	out map[string]time.Time
+	end bool
 }
+
+// tenantRecheck is how long a tenant read to its end is left out of a
+// pass's turns.
+const tenantRecheck = 100 * time.Millisecond
 
 func (c *laneCursor) Ended() bool { return c.end }
 
@@ -294,9 +303,12 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 		if len(c.queue) == 0 {
 			// The next turn: tenants after the one served last, less those
 			// done this pass (so the pass ends once every one is).
+			now := c.f.now()
 			skip := make([]string, 0, len(c.out))
-			for t := range c.out {
-				skip = append(skip, t)
+			for t, until := range c.out {
+				if until.IsZero() || now.Before(until) {
+					skip = append(skip, t)
+				}
 			}
 			ts, err := sources.Tenants(ctx, c.f.pool, c.f.src, c.f.lane, c.f.lastServed(), skip, tenantsTurn)
 			if err != nil {
@@ -310,7 +322,7 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 				if c.f.ready(ctx, t) {
 					c.queue = append(c.queue, t)
 				} else {
-					c.out[t] = true
+					c.out[t] = time.Time{}
 				}
 			}
 			continue
@@ -324,7 +336,7 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 			return feed.Page{}, err
 		}
 		if sp.End || len(sp.Rows) == 0 {
-			c.out[t] = true
+			c.out[t] = c.f.now().Add(tenantRecheck)
 		}
 		if len(sp.Rows) == 0 {
 			continue
