@@ -15,7 +15,7 @@ import (
 // The file's sources: each entry's fields, its key columns, its row
 // filter, and their mapping onto internal/sources' settings.
 
-var sourceFields = []string{"name", "table", "key", "columns", "destination", "batch_size", "snapshot", "changed_at", "where"}
+var sourceFields = []string{"name", "table", "key", "columns", "destination", "batch_size", "snapshot", "changed_at", "where", "tenant", "lanes"}
 
 func (p *parser) sources(n *yaml.Node, cfg *Config) ([]*Source, error) {
 	if n.Kind != yaml.SequenceNode {
@@ -170,6 +170,25 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 		return nil, &Error{Path: join(path, "where"), Line: line(f, "where", n), Msg: "must not be empty (omit it to export every row)"}
 	}
 	s.Where = strings.TrimSpace(s.Where)
+	if s.Tenant, err = str(f, "tenant", path); err != nil {
+		return nil, err
+	}
+	if _, given := f["tenant"]; given {
+		if msg := checkIdentifier(s.Tenant); msg != "" {
+			return nil, &Error{Path: join(path, "tenant"), Line: line(f, "tenant", n), Msg: msg}
+		}
+	}
+	if s.Lanes, err = positiveInt(f, "lanes", path); err != nil {
+		return nil, err
+	}
+	switch {
+	case s.Lanes > sources.LanesMax:
+		return nil, &Error{Path: join(path, "lanes"), Line: line(f, "lanes", n), Msg: fmt.Sprintf("must be at most %d", sources.LanesMax)}
+	case s.Lanes > 0 && s.Tenant == "":
+		return nil, &Error{Path: join(path, "lanes"), Line: line(f, "lanes", n), Msg: "needs tenant: only a source with a tenant column is exported in lanes"}
+	case s.Tenant != "" && s.Lanes == 0:
+		s.Lanes = sources.LanesDefault
+	}
 	if v, ok := f["snapshot"]; ok && !isNull(v) {
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&s.Snapshot) != nil {
 			return nil, &Error{Path: join(path, "snapshot"), Line: v.Line, Msg: "must be true or false"}

@@ -150,7 +150,7 @@ func (e *Exporter) Swap(list []Source) (changed []string, err error) {
 // sameSource reports whether a job of a would run b just the same.
 func sameSource(a, b *Source) bool {
 	return a.Destination == b.Destination && a.DestinationName == b.DestinationName &&
-		a.BatchSize == b.BatchSize && a.name == b.name && reflect.DeepEqual(a.settings, b.settings)
+		a.BatchSize == b.BatchSize && a.name == b.name && a.Tenants == b.Tenants && reflect.DeepEqual(a.settings, b.settings)
 }
 
 // Stop asks the running jobs of names to stop (their context is cancelled

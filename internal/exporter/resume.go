@@ -70,6 +70,12 @@ func recordedBatch(r checkpoint.Batch) (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exporter: recorded batch %d (%s): %w", r.Seq, r.Key, err)
 	}
+	if t, ok := tenantOfSalt(r.Salt); ok {
+		// A lane's batch: every item is the tenant's.
+		for i := range items {
+			items[i].Tenant = t
+		}
+	}
 	return &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true, at: r.Time.UTC()}, nil
 }
 

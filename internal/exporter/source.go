@@ -57,6 +57,12 @@ type Source struct {
 	// a request (unchanged.go). Empty: every version is sent, and no
 	// digest is kept.
 	BodyTag string
+	// Tenants gives each tenant its own destination, for a source with a
+	// tenant column: it is then exported as its lanes (lanes.go), and
+	// every batch goes to Tenants.For(its tenant), never to Destination,
+	// which names the destination and holds its limits. Required for
+	// such a source; unused otherwise.
+	Tenants TenantDestinations
 }
 
 // Resources is the source that is the resources table (docs/protocol.md
@@ -112,6 +118,16 @@ func (e *Exporter) family(list []Source) (map[string]exported, error) {
 		if _, dup := out[s.Name()]; dup {
 			return nil, fmt.Errorf("exporter: config: Sources[%d]: source %s is listed twice", i, s.Name())
 		}
+		if src, ok := s.settings.(*sources.Source); ok && src.Tenant != "" {
+			lanes, err := e.laneSources(s, src)
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range lanes {
+				out[l.base().Name()] = l
+			}
+			continue
+		}
 		out[s.Name()] = s.open(s, e)
 	}
 	return out, nil
@@ -132,8 +148,12 @@ func (e *Exporter) Exported() []string {
 // rows or keys pending, a snapshot or a replay unfinished. Each source's
 // owner answers for its own.
 func (e *Exporter) WithWork(ctx context.Context, q database.Querier, names []string) ([]string, error) {
-	var out, configured []string
+	var out, configured, lanes []string
 	for _, n := range names {
+		if _, _, ok := jobs.LaneOf(n); ok {
+			lanes = append(lanes, n)
+			continue
+		}
 		if n != jobs.Resources {
 			configured = append(configured, n)
 			continue
@@ -151,6 +171,13 @@ func (e *Exporter) WithWork(ctx context.Context, q database.Querier, names []str
 	}
 	if len(configured) > 0 {
 		more, err := sources.WithWork(ctx, q, configured)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, more...)
+	}
+	if len(lanes) > 0 {
+		more, err := lanesWithWork(ctx, q, lanes)
 		if err != nil {
 			return nil, err
 		}
@@ -185,6 +212,9 @@ var _ outbox.Exporter = (*Exporter)(nil)
 func (e *Exporter) othersWait(ctx context.Context, s *Source) (bool, error) {
 	var others []string
 	for name, o := range e.sourcesNow() {
+		if _, _, lane := jobs.LaneOf(name); lane {
+			continue // a lane takes no turn at the destination's lock
+		}
 		if name != s.Name() && o.base().DestinationName == s.DestinationName && !e.Active(name) {
 			others = append(others, name)
 		}

@@ -59,8 +59,14 @@ func (s *configuredSource) ended(ctx context.Context, e *Exporter, err error) {
 // poll makes one pass; a notification (a command's: a replay, a
 // resnapshot) drains again from the snapshot.
 func (s *configuredSource) drain(e *Exporter, r *run) (func(context.Context) (int, error), func(context.Context, bool) (int, error)) {
-	snapshotDone := false
-	live := s.live()
+	return e.drainSource(r, s.src, s.Name(), s.live(), true)
+}
+
+// drainSource is a configured source's drain and poll over live, the job
+// named name; with side, it also runs the source's snapshot (and its
+// replays' chunks), which a source's lanes leave to lane 0.
+func (e *Exporter) drainSource(r *run, src *sources.Source, name string, live target, side bool) (func(context.Context) (int, error), func(context.Context, bool) (int, error)) {
+	snapshotDone := !side
 	drain := func(ctx context.Context) (int, error) {
 		n := 0
 		for {
@@ -69,7 +75,7 @@ func (s *configuredSource) drain(e *Exporter, r *run) (func(context.Context) (in
 			// snapshot.
 			var busy error
 			if !snapshotDone {
-				done, err := sources.Snapshot(ctx, e.pool, s.src, SnapshotChunkDefault)
+				done, err := sources.Snapshot(ctx, e.pool, src, SnapshotChunkDefault)
 				switch {
 				case errors.Is(err, sources.ErrSnapshotBusy):
 					busy = err
@@ -94,7 +100,7 @@ func (s *configuredSource) drain(e *Exporter, r *run) (func(context.Context) (in
 			}
 			if !ok {
 				// Another job's turn: it wakes this one when it is done.
-				if _, err := e.lingerWait(ctx, e.wakerOf(s.Name()), e.cfg.HotPoll); err != nil {
+				if _, err := e.lingerWait(ctx, e.wakerOf(name), e.cfg.HotPoll); err != nil {
 					return n, err
 				}
 			}
@@ -104,7 +110,7 @@ func (s *configuredSource) drain(e *Exporter, r *run) (func(context.Context) (in
 		if woken {
 			// A notification may be a command's (a replay, a
 			// resnapshot): its work is logged by the snapshot.
-			snapshotDone = false
+			snapshotDone = !side
 			return drain(ctx)
 		}
 		res, _, err := e.turnPass(ctx, r, live, feed.Start, 0, e.now().Add(e.cfg.PassLength), true)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
@@ -38,16 +39,24 @@ type turn struct {
 	dk     *locks.Lock
 	ctx    context.Context // cancelled with dk's loss
 	cancel context.CancelFunc
+	// free marks a lane's turn: its batches go to each tenant's own
+	// destination, whose limits its own deliverer keeps, so a lane takes
+	// no turn at the destination's lock and lanes push at once.
+	free bool
 }
 
 func (e *Exporter) newTurn(ctx context.Context, s *Source) *turn {
-	return &turn{e: e, dest: s.DestinationName, source: s.Name(), parent: ctx}
+	_, _, lane := jobs.LaneOf(s.Name())
+	return &turn{e: e, dest: s.DestinationName, source: s.Name(), parent: ctx, free: lane}
 }
 
 // take returns the context of the destination's lock, taking the lock if
 // the job does not hold it: ErrLockBusy when another session holds it, or
 // when another job here waits for its turn and this one did not.
 func (t *turn) take(ctx context.Context) (context.Context, error) {
+	if t.free {
+		return ctx, nil
+	}
 	if t.dk != nil {
 		return t.ctx, nil
 	}
@@ -91,6 +100,9 @@ func (t *turn) wantLocked() {
 // rather than snooze behind a holder that may linger; ErrLockBusy when the
 // holder is another daemon's, or after limit.
 func (t *turn) firstTake(ctx context.Context, limit time.Duration) error {
+	if t.free {
+		return nil
+	}
 	deadline := t.e.now().Add(limit)
 	for {
 		_, err := t.take(ctx)

@@ -187,6 +187,13 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 		cold:   func(ctx context.Context) { t.done(ctx) },
 		settle: func(ctx context.Context) error { return e.flushCarried(ctx, r) },
 		yield: func(ctx context.Context) (bool, error) {
+			if t.free {
+				// A lane ends after its run limit, so that its job goes
+				// back to River and any daemon may take it: lanes spread
+				// over the running daemons rather than stay with the
+				// first that took them.
+				return e.since(r.started) > e.cfg.MaxRun, nil
+			}
 			// Seen at yieldChecks checks in a row, about a second: a job
 			// of it that is only being fetched lingers here by then.
 			waiting, err := e.othersWait(ctx, b)

@@ -26,6 +26,10 @@ type Item struct {
 	// Deleted makes the item a tombstone: it is sent with "deleted": true
 	// and no payload.
 	Deleted bool
+	// Tenant is the tenant whose item it is, for a source with a tenant
+	// column (docs/protocol.md section 10); empty otherwise. It is not
+	// part of the wire's item: it says where the item goes.
+	Tenant string
 }
 
 // Defaults for Limits.
@@ -114,6 +118,10 @@ type Page struct {
 	// source: a marked key leaves its change log) has no position and
 	// leaves it 0.
 	Position int64
+	// Tenant is the tenant every item of the page belongs to, for a source
+	// with a tenant column: a page is one tenant's, so a batch is. Empty
+	// otherwise.
+	Tenant string
 }
 
 // Empty reports whether the page holds nothing at all: the feed is

@@ -262,8 +262,14 @@ func (r *Relay) Kick(ctx context.Context) error { return r.round(ctx, true, true
 func (r *Relay) round(ctx context.Context, look, force bool) error {
 	names := r.exp.Exported()
 	here := make(map[string]bool, len(names))
+	// The lanes of a source with a tenant column: its events name the
+	// source, its jobs each lane.
+	lanes := map[string]bool{}
 	for _, n := range names {
 		here[n] = true
+		if src, _, ok := jobs.LaneOf(n); ok {
+			lanes[src] = true
+		}
 	}
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		// A round never waits for good: see roundLockTimeout.
@@ -279,6 +285,7 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 		}
 		var ids []int64
 		want := map[string]bool{}
+		laned := map[string]bool{} // sources whose lanes the events woke
 		var id int64
 		var op string
 		if _, err := pgx.ForEachRow(rows, []any{&id, &op}, func() error {
@@ -286,12 +293,17 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 			switch {
 			case here[src]:
 				want[src] = true
+			case lanes[src]:
+				laned[src] = true
 			case src != jobs.Resources:
 				return nil
 			}
 			ids = append(ids, id)
 			return nil
 		}); err != nil {
+			return err
+		}
+		if err := r.wakeLanes(ctx, tx, names, laned, want); err != nil {
 			return err
 		}
 		switch {
@@ -333,6 +345,36 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 	})
 	if err != nil {
 		return fmt.Errorf("outbox: relay: %w", err)
+	}
+	return nil
+}
+
+// laneWaker is an exporter of sources with a tenant column, which says
+// which of a source's lanes have work.
+type laneWaker interface {
+	LanesWithWork(ctx context.Context, q database.Querier, src string) ([]string, error)
+}
+
+// wakeLanes adds to want the lanes with work of the sources in laned (an
+// event names the source, not its lane), or every lane of them when the
+// exporter cannot say.
+func (r *Relay) wakeLanes(ctx context.Context, tx pgx.Tx, names []string, laned, want map[string]bool) error {
+	for src := range laned {
+		if lw, ok := r.exp.(laneWaker); ok {
+			work, err := lw.LanesWithWork(ctx, tx, src)
+			if err != nil {
+				return err
+			}
+			for _, n := range work {
+				want[n] = true
+			}
+			continue
+		}
+		for _, n := range names {
+			if s, _, ok := jobs.LaneOf(n); ok && s == src {
+				want[n] = true
+			}
+		}
 	}
 	return nil
 }

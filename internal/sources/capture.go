@@ -32,7 +32,8 @@ func captureBody(schema string, s *Source) string {
 	num := func(alias string) string { return s.numSQL(s.keyColumns(alias)) }
 	text := func(alias string) string { return s.keyTextSQL(s.keyColumns(alias)) }
 	row := func(alias string) string { return rowSQL(s.keyColumns(alias)) }
-	ins := "INSERT INTO " + changes + " (source, num, key, deleted)\n        "
+	ins := "INSERT INTO " + changes + " (source, num, key, deleted" + s.tenantColumns() + ")\n        "
+	tv := s.tenantValues
 	op := "'" + migrations.SourceOpPrefix + "' OPERATOR(pg_catalog.||) syncer_source" // a constant with no quote in it
 	signal := `INSERT INTO ` + outbox + ` (op) VALUES (` + op + `);
         PERFORM pg_catalog.pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, ` + op + `);`
@@ -55,7 +56,7 @@ func captureBody(schema string, s *Source) string {
 		}
 		return "IF " + cond + " THEN\n            " + stmt + "\n        END IF;"
 	}
-	truncate := `EXECUTE ` + quoteLiteral("INSERT INTO "+changes+" (source, num, key, deleted) SELECT $1, "+num("o")+", "+text("o")+", true FROM ") + `
+	truncate := `EXECUTE ` + quoteLiteral("INSERT INTO "+changes+" (source, num, key, deleted"+s.tenantColumns()+") SELECT $1, "+num("o")+", "+text("o")+", true"+tv("o")+" FROM ") + `
             OPERATOR(pg_catalog.||) pg_catalog.format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME) OPERATOR(pg_catalog.||) ` + tail + `
         USING syncer_source, ARRAY(SELECT tg.tgrelid FROM pg_catalog.pg_trigger tg
             WHERE tg.tgname OPERATOR(pg_catalog.=) TG_NAME AND tg.tgrelid OPERATOR(pg_catalog.<>) TG_RELID);`
@@ -80,6 +81,12 @@ BEGIN
 		oldGone := row("NEW") + ` IS DISTINCT FROM ` + row("OLD")
 		// The same row, exported the same and matching as it did.
 		same := row("NEW") + ` IS NOT DISTINCT FROM ` + row("OLD") + ` AND ` + unchanged("NEW", "OLD")
+		if s.Tenant != "" {
+			// Moved to another tenant: the old tenant's key is gone.
+			t := pgx.Identifier{s.Tenant}.Sanitize()
+			oldGone = "(" + oldGone + " OR ROW(NEW." + t + ") IS DISTINCT FROM ROW(OLD." + t + "))"
+			same += " AND ROW(NEW." + t + ") IS NOT DISTINCT FROM ROW(OLD." + t + ")"
+		}
 		if s.Where != "" {
 			same += " AND " + s.filterOfRecord("OLD")
 		}
@@ -99,20 +106,20 @@ BEGIN
     END IF;
     -- A row trigger, cloned to every partition: one change per row.
     IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
-        ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
+        ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false`+tv("NEW")+`);`) + `
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         -- A row whose key, exported values and match are what they were
         -- is no change.
         IF NOT (` + same + `) THEN
-            ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false);`) + `
+            ` + guard(s.filterOfRecord("NEW"), ins+`VALUES (syncer_source, `+num("NEW")+`, `+text("NEW")+`, false`+tv("NEW")+`);`) + `
         END IF;
         -- A changed key is a new key and a deleted one. (A row moved to
         -- another partition comes as a DELETE and an INSERT.)
         IF ` + oldGone + ` THEN
-            ` + ins + `VALUES (syncer_source, ` + num("OLD") + `, ` + text("OLD") + `, true);
+            ` + ins + `VALUES (syncer_source, ` + num("OLD") + `, ` + text("OLD") + `, true` + tv("OLD") + `);
         END IF;
     ELSE
-        ` + guard(s.filterOfRecord("OLD"), ins+`VALUES (syncer_source, `+num("OLD")+`, `+text("OLD")+`, true);`) + `
+        ` + guard(s.filterOfRecord("OLD"), ins+`VALUES (syncer_source, `+num("OLD")+`, `+text("OLD")+`, true`+tv("OLD")+`);`) + `
     END IF;
     -- One event a transaction, not one a row: the flag is local to the
     -- transaction (and undone with a rolled-back savepoint, as the event
@@ -126,18 +133,18 @@ END
 `
 	}
 	return head + `    IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
-        ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n` + s.filterWhere() + `;
+        ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false` + tv("n") + ` FROM syncer_new n` + s.filterWhere() + `;
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         -- A changed key is a new key and a deleted one. A row whose key,
         -- exported values and match are what they were is no change.
-        ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false FROM syncer_new n
+        ` + ins + `SELECT syncer_source, ` + num("n") + `, ` + text("n") + `, false` + tv("n") + ` FROM syncer_new n
         WHERE ` + s.filterCond() + `NOT EXISTS (SELECT FROM syncer_old o WHERE ` + row("o") + ` OPERATOR(pg_catalog.=) ` + row("n") + `
-            AND ` + unchanged("n", "o") + s.filterAnd() + `)
+            AND ` + unchanged("n", "o") + s.sameTenant("n", "o") + s.filterAnd() + `)
         UNION ALL
-        SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true FROM syncer_old o
-        WHERE NOT EXISTS (SELECT FROM syncer_new n WHERE ` + row("n") + ` OPERATOR(pg_catalog.=) ` + row("o") + s.filterAnd() + `)` + s.filterAnd() + `;
+        SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true` + tv("o") + ` FROM syncer_old o
+        WHERE NOT EXISTS (SELECT FROM syncer_new n WHERE ` + row("n") + ` OPERATOR(pg_catalog.=) ` + row("o") + s.sameTenant("n", "o") + s.filterAnd() + `)` + s.filterAnd() + `;
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
-        ` + ins + `SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true FROM syncer_old o` + s.filterWhere() + `;
+        ` + ins + `SELECT syncer_source, ` + num("o") + `, ` + text("o") + `, true` + tv("o") + ` FROM syncer_old o` + s.filterWhere() + `;
     ELSE
         -- TRUNCATE, before it: every row still there is deleted.
         ` + truncate + `

@@ -58,7 +58,7 @@ func WithWork(ctx context.Context, q database.Querier, names []string) ([]string
 // snapshot's progress, which the daemons write, is not part of it.
 func Definitions(ctx context.Context, q database.Querier) (map[string]string, error) {
 	rows, err := q.Query(ctx, `SELECT name, md5(concat_ws(E'\x1f', schema_name, table_name, key_column, key_kind,
-			key_type, columns::text, key_columns::text, destination, row_filter, installed_at::text)) FROM syncer_sources`)
+			key_type, columns::text, key_columns::text, destination, row_filter, installed_at::text, tenant_column, lanes::text)) FROM syncer_sources`)
 	if err != nil {
 		return nil, fmt.Errorf("sources: definitions: %w", err)
 	}

@@ -41,8 +41,8 @@ func AllRecentFailures(ctx context.Context, q database.Querier, limit int) ([]So
 // form (a composite key's compact JSON array); a key that has not failed is
 // left alone.
 func RetryFailedKeys(ctx context.Context, e database.Querier, src string, keys []string) (int64, error) {
-	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 AND key = ANY($2) RETURNING num, key)
-		INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, num, key, false FROM f ORDER BY num, key`, src, keys)
+	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 AND key = ANY($2) RETURNING num, key, tenant)
+		INSERT INTO syncer_changes (source, num, key, deleted, tenant, lane) SELECT $1, num, key, false, f.tenant, `+relogLaneSQL+` FROM f ORDER BY num, key`, src, keys)
 	if err != nil {
 		return 0, fmt.Errorf("sources: source %s: retry failed keys: %w", src, err)
 	}

@@ -22,7 +22,13 @@ func inspect(ctx context.Context, q database.Querier, c *Spec) (*Source, error) 
 	if c.Schema != "" {
 		ident = pgx.Identifier{c.Schema, c.Table}
 	}
-	s := &Source{Name: c.Name, Key: c.Key, Columns: c.Columns, Destination: c.Destination, Where: c.Where}
+	s := &Source{Name: c.Name, Key: c.Key, Columns: c.Columns, Destination: c.Destination, Where: c.Where,
+		Tenant: c.Tenant, Lanes: c.Lanes}
+	if s.Tenant == "" {
+		s.Lanes = 0
+	} else if s.Lanes == 0 {
+		s.Lanes = LanesDefault
+	}
 	var oid uint32
 	var kind string
 	err := q.QueryRow(ctx, `SELECT c.oid, n.nspname, c.relname, c.relkind::text FROM pg_class c
@@ -114,6 +120,21 @@ func inspect(ctx context.Context, q database.Querier, c *Spec) (*Source, error) 
 		}
 		if len(missing) > 0 {
 			return nil, bad("columns: %s has no column %s", s.QualifiedTable(), strings.Join(missing, ", "))
+		}
+	}
+	if s.Tenant != "" {
+		// The tenant says where a row goes: a row without one could go
+		// nowhere, so the column must refuse NULL.
+		var notNull *bool
+		err := q.QueryRow(ctx, `SELECT a.attnotnull FROM pg_attribute a
+			WHERE a.attrelid = $1 AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, oid, s.Tenant).Scan(&notNull)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil, bad("tenant: %s has no column %s", s.QualifiedTable(), s.Tenant)
+		case err != nil:
+			return nil, fmt.Errorf("sources: source %s: tenant column: %w", c.Name, err)
+		case !*notNull:
+			return nil, bad("tenant: column %s of %s must be NOT NULL: a row without a tenant could go to no account", s.Tenant, s.QualifiedTable())
 		}
 	}
 	if err := checkFilter(ctx, q, s); err != nil {

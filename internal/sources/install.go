@@ -182,6 +182,8 @@ type installedRow struct {
 	columns            []string
 	destination        string
 	where              string
+	tenant             string
+	lanes              int
 }
 
 // installOne installs one source in a transaction of its own, so that the
@@ -198,15 +200,18 @@ func installOne(ctx context.Context, db database.DB, schema string, s *Source, c
 		}
 		var prev installedRow
 		err := tx.QueryRow(ctx, `SELECT schema_name, table_name, key_column, key_kind, key_type, columns, destination,
-				COALESCE(row_filter, '')
+				COALESCE(row_filter, ''), COALESCE(tenant_column, ''), lanes
 			FROM syncer_sources WHERE name = $1 FOR UPDATE`, s.Name).
-			Scan(&prev.schema, &prev.table, &prev.key, &prev.kind, &prev.keyType, &prev.columns, &prev.destination, &prev.where)
+			Scan(&prev.schema, &prev.table, &prev.key, &prev.kind, &prev.keyType, &prev.columns, &prev.destination, &prev.where, &prev.tenant, &prev.lanes)
 		exists := err == nil
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read syncer_sources: %w", err)
 		}
 		// Another table or key: what is pending names keys of the old one.
-		moved := exists && (prev.schema != s.Schema || prev.table != s.Table || prev.key != s.Key || prev.kind != s.Kind)
+		// Another tenant column: what is pending was logged for the old
+		// one's tenants (or none), so it goes the same way.
+		moved := exists && (prev.schema != s.Schema || prev.table != s.Table || prev.key != s.Key || prev.kind != s.Kind ||
+			prev.tenant != s.Tenant)
 		if moved {
 			if err := dropTriggers(ctx, tx, schema, hash); err != nil {
 				return err
@@ -257,7 +262,7 @@ func installOne(ctx context.Context, db database.DB, schema string, s *Source, c
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULLIF($12, ''))`,
 				s.Name, s.Schema, s.Table, s.Key, s.Kind, s.KeyType, s.Columns, s.Destination, state, s.keysRecorded(), s.kindsRecorded(), s.Where)
 		case moved:
-			ch.Action, ch.Detail = Updated, "table or key changed: pending work dropped, snapshot restarted"
+			ch.Action, ch.Detail = Updated, "table, key or tenant changed: pending work dropped, snapshot restarted"
 			_, err = tx.Exec(ctx, `UPDATE syncer_sources SET schema_name = $2, table_name = $3, key_column = $4, key_kind = $5,
 					key_type = $6, columns = $7, destination = $8, snapshot_state = $9, snapshot_after = NULL,
 					snapshot_rows = 0, snapshot_total = 0, snapshot_started_at = NULL, snapshot_done_at = NULL,
@@ -279,6 +284,13 @@ func installOne(ctx context.Context, db database.DB, schema string, s *Source, c
 		}
 		if err != nil {
 			return fmt.Errorf("record in syncer_sources: %w", err)
+		}
+		if err := setLanes(ctx, tx, s, exists && !moved && prev.lanes != s.Lanes); err != nil {
+			return err
+		}
+		if exists && !moved && s.Tenant != "" && prev.lanes != s.Lanes {
+			ch.Action = Updated
+			ch.Detail = joinDetail(ch.Detail, fmt.Sprintf("lanes changed from %d to %d: pending changes moved to their new lanes", prev.lanes, s.Lanes))
 		}
 		if exists && !moved && len(fresh) > 0 {
 			ch.Action = Updated

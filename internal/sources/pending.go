@@ -386,8 +386,8 @@ func queueMark(b *pgx.Batch, src *Source, what, sql string, keys []string, versi
 // a new body, so it never reuses the Idempotency-Key the third party
 // rejected.
 func RetryFailed(ctx context.Context, e database.Querier, src string) (int64, error) {
-	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 RETURNING num, key)
-		INSERT INTO syncer_changes (source, num, key, deleted) SELECT $1, num, key, false FROM f ORDER BY num, key`, src)
+	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 RETURNING num, key, tenant)
+		INSERT INTO syncer_changes (source, num, key, deleted, tenant, lane) SELECT $1, num, key, false, f.tenant, `+relogLaneSQL+` FROM f ORDER BY num, key`, src)
 	if err != nil {
 		return 0, fmt.Errorf("sources: source %s: retry failed: %w", src, err)
 	}

@@ -71,6 +71,12 @@ type Source struct {
 	// Where is the row filter the triggers evaluate (config.Source.Where);
 	// empty exports every row.
 	Where string
+	// Tenant is the column that says whose a row is (Spec.Tenant); empty
+	// for a source without tenants.
+	Tenant string
+	// Lanes is how many lanes the source is exported in (Spec.Lanes): 0
+	// without a tenant column.
+	Lanes int
 
 	// partitioned is set by Install for a partitioned table, whose writes
 	// are captured by row triggers (see captureBody).
@@ -83,6 +89,7 @@ type Source struct {
 
 type statements struct {
 	pendingFirst, pendingAfter   string
+	tenantFirst, tenantAfter     string
 	snapshotFirst, snapshotAfter string
 }
 
@@ -98,14 +105,17 @@ var ErrNotInstalled = errors.New("not installed as configured: run syncer migrat
 // Load returns every installed source, by name.
 func Load(ctx context.Context, q database.Querier) ([]*Source, error) {
 	rows, err := q.Query(ctx, `SELECT name, schema_name, table_name, key_column, key_kind, key_type, columns, destination,
-			key_columns, key_kinds, COALESCE(row_filter, '')
+			key_columns, key_kinds, COALESCE(row_filter, ''), COALESCE(tenant_column, ''), lanes
 		FROM syncer_sources ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("sources: load: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Source, error) {
 		s := &Source{}
-		err := r.Scan(&s.Name, &s.Schema, &s.Table, &s.Key, &s.Kind, &s.KeyType, &s.Columns, &s.Destination, &s.Keys, &s.Kinds, &s.Where)
+		err := r.Scan(&s.Name, &s.Schema, &s.Table, &s.Key, &s.Kind, &s.KeyType, &s.Columns, &s.Destination, &s.Keys, &s.Kinds, &s.Where, &s.Tenant, &s.Lanes)
+		if s.Tenant == "" {
+			s.Lanes = 0
+		}
 		if s.Keys == nil {
 			s.Keys, s.Kinds = []string{s.Key}, []KeyKind{s.Kind}
 		}
@@ -160,6 +170,10 @@ func Resolve(ctx context.Context, q database.Querier, specs []Spec) ([]*Source, 
 			differs = "destination"
 		case s.Where != c.Where:
 			differs = "where"
+		case s.Tenant != c.Tenant:
+			differs = "tenant"
+		case s.Tenant != "" && s.Lanes != c.Lanes:
+			differs = "lanes"
 		}
 		if differs != "" {
 			return nil, fmt.Errorf("sources: source %s: its %s changed, so it is %w", c.Name, differs, ErrNotInstalled)
@@ -202,8 +216,10 @@ const maxBuildArgs = 50
 // parameter.
 func (s *Source) build() statements {
 	return statements{
-		pendingFirst:  s.pendingSQL(false),
-		pendingAfter:  s.pendingSQL(true),
+		pendingFirst:  s.pendingSQL(false, false),
+		pendingAfter:  s.pendingSQL(true, false),
+		tenantFirst:   s.pendingSQL(false, true),
+		tenantAfter:   s.pendingSQL(true, true),
 		snapshotFirst: s.snapshotSQL(false),
 		snapshotAfter: s.snapshotSQL(true),
 	}
@@ -213,11 +229,26 @@ func (s *Source) build() statements {
 // payload (its stored size: larger payloads are measured, not returned),
 // after the cursor ($4 num, $5 key), then the payload's field names as one
 // text[].
-func (s *Source) pendingSQL(after bool) string {
+//
+// With tenant, it reads one tenant's items of one lane: $4 the lane, $5 the
+// tenant, then the cursor ($6, $7) and the names; a row of another tenant
+// now is read as gone.
+func (s *Source) pendingSQL(after, tenant bool) string {
+	if tenant && s.Tenant == "" {
+		return ""
+	}
 	key := "t." + pgx.Identifier{s.Key}.Sanitize()
 	cond, names := "", "$4"
 	if after {
 		cond, names = " AND (c.num, c.key) > ($4::bigint, $5::text)", "$6"
+	}
+	rowCond := s.filterAnd()
+	if tenant {
+		cond, names = " AND c.lane = $4 AND c.tenant = $5", "$6"
+		if after {
+			cond, names = cond+" AND (c.num, c.key) > ($6::bigint, $7::text)", "$8"
+		}
+		rowCond = " AND " + s.tenantText("t") + " = $5::text" + rowCond
 	}
 
 	payload := s.payloadSQL(names)
@@ -249,7 +280,7 @@ func (s *Source) pendingSQL(after bool) string {
 		FROM (SELECT c.num, c.key` + keyJSON + `, max(c.seq) AS version FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k
-		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + s.filterAnd() + ` LIMIT 1) r ON true
+		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + rowCond + ` LIMIT 1) r ON true
 		ORDER BY k.num, k.key`
 }
 
@@ -302,16 +333,21 @@ func (s *Source) logKeysSQL(cond string) string {
 		sel[i], rcols[i], desc[i] = c+" AS k"+strconv.Itoa(i), r, r+" DESC"
 	}
 	text := s.keyTextSQL(rcols)
+	tenantSel, tenantVals := "", ""
+	if s.Tenant != "" {
+		tenantSel = ", " + s.tenantText("t") + " AS syncer_tenant"
+		tenantVals = ", r.syncer_tenant, " + laneSQL("r.syncer_tenant", strconv.Itoa(s.Lanes))
+	}
 	switch {
 	case s.Where != "" && cond == "":
 		cond = " WHERE (" + s.Where + ")"
 	case s.Where != "":
 		cond += s.filterAnd()
 	}
-	return `WITH r AS (SELECT ` + strings.Join(sel, ", ") + ` FROM ` + s.table() + ` t` + cond + `
+	return `WITH r AS (SELECT ` + strings.Join(sel, ", ") + tenantSel + ` FROM ` + s.table() + ` t` + cond + `
 			ORDER BY ` + strings.Join(cols, ", ") + ` LIMIT $2 FOR SHARE OF t),
-		ins AS (INSERT INTO syncer_changes (source, num, key, deleted)
-			SELECT $1, ` + s.numSQL(rcols) + `, ` + text + `, false FROM r ORDER BY ` + strings.Join(rcols, ", ") + ` RETURNING seq)
+		ins AS (INSERT INTO syncer_changes (source, num, key, deleted` + s.tenantColumns() + `)
+			SELECT $1, ` + s.numSQL(rcols) + `, ` + text + `, false` + tenantVals + ` FROM r ORDER BY ` + strings.Join(rcols, ", ") + ` RETURNING seq)
 		SELECT (SELECT count(*) FROM r), (SELECT ` + text + ` FROM r ORDER BY ` + strings.Join(desc, ", ") + ` LIMIT 1),
 			COALESCE((SELECT max(seq) FROM ins), 0)`
 }

@@ -35,7 +35,25 @@ type Spec struct {
 	// columns; a row is exported while it holds (docs/protocol.md, Table
 	// shapes). Empty exports every row.
 	Where string
+	// Tenant names the table's column that says whose a row is (contract
+	// section 10): a NOT NULL column; each row goes to its tenant's
+	// account only. Empty: the source has no tenants.
+	Tenant string
+	// Lanes is how many shares a source with a tenant column is exported
+	// in: a tenant hashes to one lane, and each lane is its own job, lock
+	// and checkpoint, taken by any running daemon. Defaults to
+	// LanesDefault (16) when Tenant is set; 0 without one.
+	Lanes int
 }
+
+// LanesDefault is a tenant source's number of lanes when the
+// configuration does not say: enough for a few daemons to share a
+// source, few enough that idle lanes cost nothing measurable (a lane with
+// no pending change has no job).
+const LanesDefault = 16
+
+// LanesMax bounds lanes: each lane with work is a job and a session.
+const LanesMax = 256
 
 // QualifiedTable is the table as the configuration names it: schema.table
 // or table.

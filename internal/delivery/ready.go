@@ -1,0 +1,73 @@
+package delivery
+
+import (
+	"errors"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// ErrRateLimited is Ready's reason while the rate limit (configured or
+// learned) has no request to give yet.
+var ErrRateLimited = errors.New("delivery: rate limit: no request may go yet")
+
+// Ready says, without sending, how long until d would send a request:
+// 0 when it would now; otherwise the wait (rate limit, 429 pause, open
+// breaker) and why. A held destination (a person's pause, refused
+// credentials, refused configuration) answers a positive wait and the
+// reason. Safe for concurrent use; it takes no token.
+//
+// It is a look, not a promise: another caller may take the token first.
+// An exporter that serves many tenants asks it before reading a tenant's
+// rows, so a tenant at its limit or held waits without a request slot,
+// and the others go on (contract section 10).
+func (d *Deliverer) Ready(now time.Time) (time.Duration, error) {
+	if err := d.checkHold(); err != nil {
+		var we *WaitError
+		if errors.As(err, &we) {
+			return we.Wait, we.Err
+		}
+		return holdWait, err
+	}
+	if d.held.Load() {
+		d.mu.Lock()
+		var wait time.Duration
+		var why error
+		for _, r := range []*refusal{&d.creds, &d.conf} {
+			if r.state == refusalStanding {
+				if w := r.until.Sub(now); w > wait {
+					wait, why = w, r.err
+				}
+			}
+		}
+		if w := d.pause.until.Sub(now); w > wait {
+			wait, why = w, d.pause.err
+		}
+		d.mu.Unlock()
+		if wait > 0 {
+			if why == nil {
+				why = ErrPaused
+			}
+			return wait, why
+		}
+	}
+	if st, until := d.breaker.state(); st == gobreaker.StateOpen {
+		if wait := until.Sub(now); wait > 0 {
+			return wait, ErrBreakerOpen
+		}
+	}
+	if !d.pacer.open.Load() {
+		// Reserve and cancel at once: the limiter's own answer, with its
+		// token given back.
+		r := d.pacer.limiter.ReserveN(now, 1)
+		if !r.OK() {
+			return time.Second, ErrRateLimited
+		}
+		wait := r.DelayFrom(now)
+		r.CancelAt(now)
+		if wait > 0 {
+			return wait, ErrRateLimited
+		}
+	}
+	return 0, nil
+}

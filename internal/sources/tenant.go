@@ -1,0 +1,253 @@
+package sources
+
+// Tenants (docs/protocol.md section 10): a source with a tenant column logs
+// each change with the row's tenant and the lane the tenant hashes to, and
+// is read lane by lane, each lane's tenants taking turns.
+
+import (
+	"context"
+	"crypto/md5" //nolint:gosec // a stable hash, not a secret: see Lane
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/replays"
+)
+
+// Lane is the lane of tenant among lanes: the first 32 bits of the
+// tenant's MD5, big-endian, modulo lanes. The capture functions compute
+// the same in SQL (laneSQL). MD5 because it is the same in every
+// PostgreSQL version and in Go: hashtext, PostgreSQL's own, is not
+// promised to stay the same across major versions, and a tenant whose
+// changes sat in two lanes could be exported by two daemons at once.
+func Lane(tenant string, lanes int) int {
+	if lanes <= 1 {
+		return 0
+	}
+	h := md5.Sum([]byte(tenant)) //nolint:gosec // see above
+	return int(binary.BigEndian.Uint32(h[:4]) % uint32(lanes))
+}
+
+// laneSQL is Lane in SQL, of a text expression and an integer expression
+// of lanes, every name qualified (it runs in capture functions that pin no
+// search_path).
+func laneSQL(tenant, lanes string) string {
+	return "CAST(CAST(CAST('x' OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.md5(" + tenant +
+		"), 8) AS pg_catalog.bit(32)) AS pg_catalog.int8) OPERATOR(pg_catalog.%) (" + lanes + ") AS pg_catalog.int4)"
+}
+
+// tenantText is the tenant of the row aliased alias, as text.
+func (s *Source) tenantText(alias string) string {
+	return "CAST(" + alias + "." + pgx.Identifier{s.Tenant}.Sanitize() + " AS pg_catalog.text)"
+}
+
+// tenantColumns is what a change of a tenant source adds to syncer_changes'
+// columns (source, num, key, deleted); empty without a tenant.
+func (s *Source) tenantColumns() string {
+	if s.Tenant == "" {
+		return ""
+	}
+	return ", tenant, lane"
+}
+
+// tenantValues is the tenant and lane of the row aliased alias, for
+// tenantColumns; empty without a tenant.
+func (s *Source) tenantValues(alias string) string {
+	if s.Tenant == "" {
+		return ""
+	}
+	t := s.tenantText(alias)
+	return ", " + t + ", " + laneSQL(t, strconv.Itoa(s.Lanes))
+}
+
+// sameTenant is a condition that rows n and o have one tenant; empty
+// without a tenant. A row whose tenant changed is a tombstone for the old
+// tenant and the row for the new, as a row that no longer matches a filter
+// is gone.
+func (s *Source) sameTenant(n, o string) string {
+	if s.Tenant == "" {
+		return ""
+	}
+	col := pgx.Identifier{s.Tenant}.Sanitize()
+	return " AND ROW(" + n + "." + col + ") OPERATOR(pg_catalog.=) ROW(" + o + "." + col + ")"
+}
+
+// setLanes records the source's tenant column and lanes, and when relane
+// (its lanes changed), moves its pending changes to their new lanes.
+func setLanes(ctx context.Context, tx pgx.Tx, s *Source, relane bool) error {
+	if _, err := tx.Exec(ctx, `UPDATE syncer_sources SET tenant_column = NULLIF($2, ''), lanes = $3 WHERE name = $1`,
+		s.Name, s.Tenant, s.Lanes); err != nil {
+		return fmt.Errorf("record tenant and lanes: %w", err)
+	}
+	if !relane || s.Tenant == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE syncer_changes SET lane = `+laneSQL("tenant", "$2::int")+`
+		WHERE source = $1 AND tenant IS NOT NULL`, s.Name, s.Lanes); err != nil {
+		return fmt.Errorf("move pending changes to their lanes: %w", err)
+	}
+	return nil
+}
+
+// relogLaneSQL is the lane of a change logged again for the tenant of a
+// row aliased f (a failure) of the source $1.
+var relogLaneSQL = laneSQL("f.tenant", "SELECT s.lanes FROM syncer_sources s WHERE s.name = $1")
+
+// TenantsTurnMax is how many tenants one Tenants call returns at most.
+const TenantsTurnMax = 64
+
+const tenantsSQL = `WITH RECURSIVE t(tenant) AS (
+		(SELECT c.tenant FROM syncer_changes c WHERE c.source = $1 AND c.lane = $2 AND c.tenant IS NOT NULL AND c.tenant > $3
+			ORDER BY c.tenant LIMIT 1)
+		UNION ALL
+		SELECT (SELECT c.tenant FROM syncer_changes c WHERE c.source = $1 AND c.lane = $2 AND c.tenant IS NOT NULL AND c.tenant > t.tenant
+			ORDER BY c.tenant LIMIT 1) FROM t WHERE t.tenant IS NOT NULL)
+	SELECT tenant FROM t WHERE tenant IS NOT NULL AND NOT (tenant = ANY($4::text[])) LIMIT $5`
+
+// Tenants returns up to n tenants of lane that have pending changes, in
+// the tenants' order starting after after (an empty after starts at the
+// first) and wrapping around to the first: so a lane serves its tenants in
+// turn, each after the one served last, and none starves. Tenants in skip
+// (those not ready this pass) are left out.
+func Tenants(ctx context.Context, q database.Querier, src *Source, lane int, after string, skip []string, n int) ([]string, error) {
+	n = min(max(n, 1), TenantsTurnMax)
+	if skip == nil {
+		skip = []string{}
+	}
+	read := func(after string, skip []string, n int, from bool) ([]string, error) {
+		sql := tenantsSQL
+		if from {
+			// Every tenant: '' sorts first in "C", and >= takes it too.
+			sql = strings.Replace(sql, "c.tenant > $3\n", "c.tenant >= $3\n", 1)
+		}
+		rows, err := q.Query(ctx, sql, src.Name, lane, after, skip, n)
+		if err != nil {
+			return nil, fmt.Errorf("sources: source %s: lane %d: tenants: %w", src.Name, lane, err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("sources: source %s: lane %d: tenants: %w", src.Name, lane, err)
+		}
+		return out, nil
+	}
+	out, err := read(after, skip, n, after == "")
+	if err != nil || len(out) == n || after == "" {
+		return out, err
+	}
+	// Wrap around: from the first tenant, up to the one served last (those
+	// after it are in out already).
+	more, err := read("", append(slices.Clone(skip), out...), n-len(out), true)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, more...), nil
+}
+
+// TenantPending is Pending for one tenant of one lane: the tenant's next
+// batch of pending items in key order, after afterKey unless first. An
+// item is a tombstone when its row is gone or belongs to another tenant
+// now (its move logged the row for the new tenant).
+func TenantPending(ctx context.Context, q database.Querier, src *Source, lane int, tenant, afterKey string, first bool, lim feed.Limits) (Page, error) {
+	if src.Tenant == "" {
+		return Page{}, fmt.Errorf("sources: source %s has no tenant column", src.Name)
+	}
+	if err := lim.Validate(); err != nil {
+		return Page{}, fmt.Errorf("sources: %s: pending: %w", src.Name, err)
+	}
+	sql, args := src.sql.tenantFirst, []any{src.Name, lim.Items, lim.MaxItemBytes, lane, tenant}
+	if !first {
+		num, err := src.num(afterKey)
+		if err != nil {
+			return Page{}, err
+		}
+		sql, args = src.sql.tenantAfter, append(args, num, afterKey)
+	}
+	if src.Columns != nil {
+		args = append(args, src.Columns)
+	}
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: select pending of a tenant: %w", src.Name, err))
+	}
+	out, end, err := collect(rows, lim)
+	if err != nil {
+		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: %w", src.Name, err))
+	}
+	return Page{Rows: out, End: end}, nil
+}
+
+// LanesWithWork returns those of lanes of the tenant source name that have
+// work: pending changes in the lane, and for lane 0, which does the
+// source's side work, an unfinished snapshot, a waiting replay or a broken
+// capture.
+func LanesWithWork(ctx context.Context, q database.Querier, name string, lanes []int) ([]int, error) {
+	rows, err := q.Query(ctx, `SELECT l FROM unnest($2::int[]) l WHERE EXISTS (
+			SELECT 1 FROM syncer_changes c WHERE c.source = $1 AND c.lane = l AND c.tenant IS NOT NULL)`, name, lanes)
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: lanes with work: %w", name, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: lanes with work: %w", name, err)
+	}
+	if slices.Contains(lanes, 0) && !slices.Contains(out, 0) {
+		side, err := SideWork(ctx, q, []string{name})
+		if err != nil {
+			return nil, err
+		}
+		if len(side) > 0 {
+			out = append(out, 0)
+		}
+	}
+	return out, nil
+}
+
+// SideWork returns those of names that have work beside their pending
+// changes: a snapshot unfinished, a replay waiting, a capture broken.
+func SideWork(ctx context.Context, q database.Querier, names []string) ([]string, error) {
+	replaying, err := replays.SourcesWaiting(ctx, q, names)
+	if err != nil {
+		return nil, fmt.Errorf("sources: side work: %w", err)
+	}
+	rows, err := q.Query(ctx, `SELECT s.name FROM syncer_sources s WHERE s.name = ANY($1)
+		AND (s.snapshot_state IN ('pending', 'running') OR s.name = ANY($2) OR `+CaptureBrokenSQL+`)`, names, replaying)
+	if err != nil {
+		return nil, fmt.Errorf("sources: side work: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("sources: side work: %w", err)
+	}
+	return out, nil
+}
+
+// The marks of a tenant's items: those of MarkSynced and MarkFailed, on
+// the tenant's changes only ($5 in marks, $6 in failures), so a key that
+// moved to another tenant keeps the other tenant's changes pending.
+var (
+	markSyncedTenantSQL = strings.Replace(strings.Replace(markSyncedSQL, "c.seq <= b.version", "c.seq <= b.version AND c.tenant = $5::text", 1),
+		"f.version <= b.version", "f.version <= b.version AND f.tenant IS NOT DISTINCT FROM $5::text", 1)
+	markFailedTenantSQL = strings.Replace(strings.Replace(strings.Replace(markFailedSQL,
+		"c.seq <= b.version", "c.seq <= b.version AND c.tenant = $6::text", 1),
+		"(source, key, num, version, error)\n\t\tSELECT $1, b.key, b.num, b.version, b.error FROM b",
+		"(source, key, num, version, error, tenant)\n\t\tSELECT $1, b.key, b.num, b.version, b.error, $6::text FROM b", 1),
+		"error = excluded.error, failed_at = now()", "error = excluded.error, failed_at = now(), tenant = excluded.tenant", 1)
+)
+
+// QueueTenantMarks is QueueMarks for the items of one tenant of a source
+// with a tenant column.
+func QueueTenantMarks(b *pgx.Batch, src *Source, tenant string, accepted []string, acceptedVersions []int64, rejected []string, rejectedVersions []int64, errs []string) error {
+	if err := queueMark(b, src, "mark synced", markSyncedTenantSQL, accepted, acceptedVersions, tenant); err != nil {
+		return err
+	}
+	if len(rejected) == 0 {
+		return nil
+	}
+	return queueMark(b, src, "mark failed", markFailedTenantSQL, rejected, rejectedVersions, errs, tenant)
+}

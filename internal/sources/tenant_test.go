@@ -1,0 +1,137 @@
+package sources_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// tenantPending reads every pending item of tenant in its lane.
+func (b *bundle) tenantPending(t *testing.T, src *sources.Source, tenant string) []sources.Row {
+	t.Helper()
+	lane := sources.Lane(tenant, src.Lanes)
+	var out []sources.Row
+	after, first := "", true
+	for {
+		p, err := sources.TenantPending(context.Background(), b.pool, src, lane, tenant, after, first, feed.Limits{Items: 2}.WithDefaults())
+		require.NoError(t, err)
+		if len(p.Rows) == 0 {
+			return out
+		}
+		out = append(out, p.Rows...)
+		after, first = p.Rows[len(p.Rows)-1].Key, false
+	}
+}
+
+func (b *bundle) markTenant(t *testing.T, src *sources.Source, tenant string, rows []sources.Row) {
+	t.Helper()
+	var ks []string
+	var vs []int64
+	for _, r := range rows {
+		ks, vs = append(ks, r.Key), append(vs, r.Version)
+	}
+	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		if err := sources.QueueTenantMarks(batch, src, tenant, ks, vs, nil, nil, nil); err != nil {
+			return err
+		}
+		return tx.SendBatch(context.Background(), batch).Close()
+	}))
+}
+
+// Issue 43: a change carries its row's tenant and the tenant's lane (the
+// same in SQL as in Go); a row moved to another tenant is a tombstone for
+// the old and the row for the new, on a table and on a partitioned table
+// (statement and row triggers); a lane's tenants are served in turn,
+// after the one served last.
+func TestTenantCaptureAndMove(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, ddl string }{
+		{"table", `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, name text)`},
+		{"partitioned", `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, name text) PARTITION BY RANGE (id);
+			CREATE TABLE contacts_low PARTITION OF contacts FOR VALUES FROM (MINVALUE) TO (100);
+			CREATE TABLE contacts_high PARTITION OF contacts FOR VALUES FROM (100) TO (MAXVALUE)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.exec(t, tc.ddl)
+			_, srcs := b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 4\n    columns: [name]\n    destination: crm\n    snapshot: false\n")
+			src := srcs["contacts"]
+			require.Equal(t, "account", src.Tenant)
+			require.Equal(t, 4, src.Lanes)
+
+			b.exec(t, `INSERT INTO contacts VALUES (1, 'acme', 'a'), (2, 'acme', 'b'), (150, 'globex', 'c')`)
+			for _, tenant := range []string{"acme", "globex"} {
+				require.Equal(t, 0, b.count(t, `SELECT count(*) FROM syncer_changes WHERE source = 'contacts' AND tenant = $1 AND lane <> $2`,
+					tenant, sources.Lane(tenant, 4)), "the lane in SQL is Lane's")
+			}
+			acme := b.tenantPending(t, src, "acme")
+			require.Equal(t, []string{"1", "2"}, keys(acme))
+			require.Equal(t, []string{"150"}, keys(b.tenantPending(t, src, "globex")))
+			b.markTenant(t, src, "acme", acme)
+			b.markTenant(t, src, "globex", b.tenantPending(t, src, "globex"))
+
+			// Moved, its exported columns unchanged: a tombstone at acme,
+			// the row at globex.
+			b.exec(t, `UPDATE contacts SET account = 'globex' WHERE id = 2`)
+			old := b.tenantPending(t, src, "acme")
+			require.Equal(t, []string{"2"}, keys(old))
+			require.True(t, old[0].Deleted, "gone from the old tenant")
+			moved := b.tenantPending(t, src, "globex")
+			require.Equal(t, []string{"2"}, keys(moved))
+			require.False(t, moved[0].Deleted)
+			require.JSONEq(t, `{"name": "b"}`, string(moved[0].Payload))
+			// Marking one tenant's leaves the other's pending.
+			b.markTenant(t, src, "globex", moved)
+			require.Equal(t, []string{"2"}, keys(b.tenantPending(t, src, "acme")))
+			b.markTenant(t, src, "acme", old)
+
+			// An update within the tenant, and a delete.
+			b.exec(t, `UPDATE contacts SET name = 'a2' WHERE id = 1`)
+			b.exec(t, `DELETE FROM contacts WHERE id = 150`)
+			require.Equal(t, []string{"1"}, keys(b.tenantPending(t, src, "acme")))
+			gone := b.tenantPending(t, src, "globex")
+			require.Equal(t, []string{"150"}, keys(gone))
+			require.True(t, gone[0].Deleted)
+		})
+	}
+}
+
+func TestTenantsTakeTurns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL)`)
+	_, srcs := b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 1\n    destination: crm\n    snapshot: false\n")
+	src := srcs["contacts"]
+	b.exec(t, `INSERT INTO contacts SELECT i, 't' || (i % 5) FROM generate_series(1, 50) i`)
+	ctx := context.Background()
+
+	got, err := sources.Tenants(ctx, b.pool, src, 0, "", nil, 3)
+	require.NoError(t, err)
+	require.Equal(t, []string{"t0", "t1", "t2"}, got)
+	got, err = sources.Tenants(ctx, b.pool, src, 0, "t2", nil, 3)
+	require.NoError(t, err)
+	require.Equal(t, []string{"t3", "t4", "t0"}, got, "after the one served last, wrapping around")
+	got, err = sources.Tenants(ctx, b.pool, src, 0, "t3", []string{"t0", "t4"}, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"t1", "t2", "t3"}, got, "tenants not ready are left out; the last served comes last")
+}
+
+func TestTenantColumnMustBeNotNull(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text)`)
+	cfg := parse(t, "  - table: contacts\n    key: id\n    tenant: account\n    destination: crm\n")
+	_, err := sources.Install(context.Background(), b.pool, cfg.SourceSpecs())
+	require.ErrorContains(t, err, "tenant: column account of")
+	require.ErrorContains(t, err, "must be NOT NULL")
+	cfg = parse(t, "  - table: contacts\n    key: id\n    tenant: nope\n    destination: crm\n")
+	_, err = sources.Install(context.Background(), b.pool, cfg.SourceSpecs())
+	require.ErrorContains(t, err, "has no column nope")
+}
