@@ -257,6 +257,12 @@ func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests ma
 			return nil, fmt.Errorf("daemon: source %s: its destination %s is the one SYNCER_THIRDPARTY_URL configures, and it is not set", s.Name, s.Destination)
 		}
 		src := exporter.Configured(s, dest.deliverer)
+		if s.Tenant != "" {
+			if dest.tenants == nil {
+				return nil, fmt.Errorf("daemon: source %s has a tenant column: its destination %s must be one of the file's destinations", s.Name, s.Destination)
+			}
+			src.Tenants = tenantDestinations{dest.tenants}
+		}
 		src.BatchSize = bs
 		src.BodyTag = d.bodyTag(dest)
 		out = append(out, src)
