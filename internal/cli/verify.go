@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/operator"
@@ -131,7 +133,7 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 		if err != nil {
 			return nil, nil, 0, 0, "", usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL): %v", err)
 		}
-		rd, err := reader(c.ThirdpartyFormat, client, "resources")
+		rd, err := reader(c.ThirdpartyFormat, nil, client, "resources", c.Source)
 		if err != nil {
 			return nil, nil, 0, 0, "", err
 		}
@@ -164,7 +166,7 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 	if err != nil {
 		return nil, nil, 0, 0, "", fmt.Errorf("verify: destination %s: %w", dest.Name, err)
 	}
-	rd, err := reader(dest.Format.Name, client, dest.Name)
+	rd, err := reader(dest.Format.Name, dest.Verify, client, dest.Name, c.Source)
 	if err != nil {
 		return nil, nil, 0, 0, "", err
 	}
@@ -195,18 +197,25 @@ func destinationOf(cfg *config.Config, name string) (*config.Destination, error)
 	return nil, usagef("--source: no source %s in --config (sources: %s)", name, strings.Join(append(names, jobs.Resources), ", "))
 }
 
-// reader returns the reader of a destination's format, or a usage error
-// for a format without a read API.
-func reader(format string, client verify.Sender, dest string) (verify.Reader, error) {
+// reader returns the reader of a destination: its verify block when it
+// has one, else its format's read API, or a usage error for a format
+// without one.
+func reader(format string, block *custom.VerifyConfig, client verify.Sender, dest, source string) (verify.Reader, error) {
+	if block != nil {
+		v, err := custom.NewVerify(block)
+		if err != nil {
+			// config check refuses it first: this is a file changed since.
+			return nil, usagef("destination %s: %v", dest, err)
+		}
+		return &verify.CustomReader{Client: client, Verify: v, Source: source}, nil
+	}
 	switch format {
 	case "", "syncer":
 		return &verify.SyncerReader{Client: client}, nil
 	case "elasticsearch":
 		return &verify.ElasticsearchReader{Client: client}, nil
-	case "custom":
-		return nil, usagef("destination %s: format custom %s without a verify block (docs/protocol.md, Verify and heal)", dest, verify.ErrNoReadAPI)
 	}
-	return nil, usagef("destination %s: format %s %s: verify cannot read it back", dest, format, verify.ErrNoReadAPI)
+	return nil, usagef("destination %s: format %s %s: verify cannot read it back without a verify block (docs/protocol.md, Verify and heal; recipes in docs/destinations.md)", dest, cmp.Or(format, "syncer"), verify.ErrNoReadAPI)
 }
 
 // print writes the counts and examples, as text or JSON.

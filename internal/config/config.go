@@ -31,6 +31,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -113,6 +114,10 @@ type Destination struct {
 	Auth *Auth
 	// TLS is the destination's TLS settings; nil for Go's defaults.
 	TLS *TLS
+	// Verify is how `syncer verify` reads the destination back: its verify
+	// block (docs/protocol.md, "Verify and heal"), checked by compiling
+	// it; nil without one: the format's own read API, if it has one.
+	Verify *custom.VerifyConfig
 	// Line is where the destination starts in the file.
 	Line int
 }
