@@ -25,14 +25,12 @@ const (
 	verifyOAuthToken   = "tok-oauth-d4c3b2a1e0f98765"
 )
 
-// configuredVerify is a configured source orders (id, status) whose
-// destination crm is url with the extra YAML dest, exported by a running
-// daemon until the third party holds its n rows; verifyCmd runs syncer
-// verify on it with args.
+// configuredVerify is a configured source exported by a running daemon
+// until the third party holds its rows; verify runs syncer verify on it.
 type configuredVerify struct {
-	b    *bundle
-	dir  string
-	args []string
+	b      *bundle
+	source string
+	args   []string
 }
 
 // secretFile writes a secret into the test's directory and returns its
@@ -45,14 +43,11 @@ func secretFile(t *testing.T, dir, name, value string) string {
 	return p
 }
 
+// newConfiguredVerify is the source orders (id, status) with n rows, whose
+// destination crm is url with the extra YAML dest, held by fake.
 func newConfiguredVerify(t *testing.T, ctx context.Context, url, dest string, fake *fakethirdparty.Server, n int, logLevel string) *configuredVerify {
 	t.Helper()
-	b := setup(t, false)
-	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`destinations:
+	yaml := fmt.Sprintf(`destinations:
   crm:
     url: %s
 %s
@@ -61,11 +56,26 @@ sources:
     key: id
     destination: crm
     columns: [id, status]
-`, url, dest)), 0o600))
-	cv := &configuredVerify{b: b, dir: dir, args: []string{"--database-url", b.dsn, "--log-level", logLevel, "--config", cfg}}
+`, url, dest)
+	return startConfigured(t, ctx, yaml, "orders", `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`,
+		fmt.Sprintf(`INSERT INTO orders SELECT g, 'new' FROM generate_series(1, %d) g`, n),
+		func() int { return len(fake.Deliveries()) }, n, logLevel)
+}
+
+// startConfigured installs the configuration yaml of source (its table
+// made by ddl, filled by fill), runs a daemon until held says the third
+// party holds n rows, and waits until verify finds nothing pending.
+func startConfigured(t *testing.T, ctx context.Context, yaml, source, ddl, fill string, held func() int, n int, logLevel string) *configuredVerify {
+	t.Helper()
+	b := setup(t, false)
+	_, err := b.pool.Exec(ctx, ddl)
+	require.NoError(t, err)
+	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(yaml), 0o600))
+	cv := &configuredVerify{b: b, source: source, args: []string{"--database-url", b.dsn, "--log-level", logLevel, "--config", cfg}}
 	r := run(ctx, append([]string{"migrate"}, cv.args...)...)
 	require.Equal(t, 0, r.code, r.stderr)
-	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, $1) g`, n)
+	_, err = b.pool.Exec(ctx, fill)
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan result, 1)
@@ -74,14 +84,14 @@ sources:
 		stop()
 		<-done
 	})
-	require.Eventually(t, func() bool { return len(fake.Deliveries()) == n }, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return held() == n }, 30*time.Second, 50*time.Millisecond)
 	// Once exported, the rows are no longer pending: verify reads them all.
 	require.Eventually(t, func() bool { return cv.verify(ctx).code == 0 }, 10*time.Second, 50*time.Millisecond)
 	return cv
 }
 
 func (cv *configuredVerify) verify(ctx context.Context, args ...string) result {
-	return run(ctx, append(append([]string{"verify", "--source", "orders", "--lookup-size", "4"}, args...), cv.args...)...)
+	return run(ctx, append(append([]string{"verify", "--source", cv.source, "--lookup-size", "4"}, args...), cv.args...)...)
 }
 
 // basicAuth passes requests with user and password on to next, without
