@@ -159,12 +159,12 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 	// and its TLS.
 	tcfg, err := daemon.ThirdPartyConfig(pool, credentials.NewSet(logger), logger, dest)
 	if err != nil {
-		return nil, nil, 0, 0, "", fmt.Errorf("verify: destination %s: %w", dest.Name, err)
+		return nil, nil, 0, 0, "", fmt.Errorf("destination %s: %w", dest.Name, err)
 	}
 	tcfg.Timeout = verify.LookupTimeoutDefault
 	client, err := thirdparty.New(tcfg)
 	if err != nil {
-		return nil, nil, 0, 0, "", fmt.Errorf("verify: destination %s: %w", dest.Name, err)
+		return nil, nil, 0, 0, "", fmt.Errorf("destination %s: %w", dest.Name, err)
 	}
 	rd, err := reader(dest.Format.Name, dest.Verify, client, dest.Name, c.Source)
 	if err != nil {
