@@ -21,7 +21,8 @@ type hubspotAPI struct {
 	mu    sync.Mutex
 	next  int
 	byKey map[string]map[string]any // by email
-	reads int
+	// refused counts requests refused for their size.
+	refused int
 }
 
 func newHubspotAPI(token string) *hubspotAPI {
@@ -65,6 +66,9 @@ func (h *hubspotAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var in hubspotInputs
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || len(in.Inputs) > 100 {
+		h.mu.Lock()
+		h.refused++
+		h.mu.Unlock()
 		writeJSONAnswer(w, http.StatusBadRequest, map[string]any{"status": "error", "category": "VALIDATION_ERROR", "message": "Invalid input JSON or more than 100 inputs"})
 		return
 	}
@@ -97,7 +101,6 @@ func (h *hubspotAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case "/crm/v3/objects/contacts/batch/read":
-		h.reads++
 		results, missing := []any{}, []string{}
 		for _, it := range in.Inputs {
 			c, ok := h.byKey[it.ID]

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -197,25 +196,19 @@ func destinationOf(cfg *config.Config, name string) (*config.Destination, error)
 	return nil, usagef("--source: no source %s in --config (sources: %s)", name, strings.Join(append(names, jobs.Resources), ", "))
 }
 
-// reader returns the reader of a destination: its verify block when it
-// has one, else its format's read API, or a usage error for a format
-// without one.
+// reader returns verify.NewReader's reader of destination dest, or a
+// usage error naming it.
 func reader(format string, block *custom.VerifyConfig, client verify.Sender, dest, source string) (verify.Reader, error) {
-	if block != nil {
-		v, err := custom.NewVerify(block)
-		if err != nil {
-			// config check refuses it first: this is a file changed since.
-			return nil, usagef("destination %s: %v", dest, err)
-		}
-		return &verify.CustomReader{Client: client, Verify: v, Source: source}, nil
+	rd, err := verify.NewReader(format, block, client, source)
+	switch {
+	case errors.Is(err, verify.ErrNoReadAPI):
+		return nil, usagef("destination %s: %v (docs/protocol.md, Verify and heal; recipes in docs/destinations.md)", dest, err)
+	case err != nil:
+		// config check refuses a block that cannot work first: the file
+		// changed since.
+		return nil, usagef("destination %s: %v", dest, err)
 	}
-	switch format {
-	case "", "syncer":
-		return &verify.SyncerReader{Client: client}, nil
-	case "elasticsearch":
-		return &verify.ElasticsearchReader{Client: client}, nil
-	}
-	return nil, usagef("destination %s: format %s %s: verify cannot read it back without a verify block (docs/protocol.md, Verify and heal; recipes in docs/destinations.md)", dest, cmp.Or(format, "syncer"), verify.ErrNoReadAPI)
+	return rd, nil
 }
 
 // print writes the counts and examples, as text or JSON.

@@ -84,6 +84,7 @@ func TestVerifyBlockRefused(t *testing.T) {
 		{"    verify: {response: '.body', compare: 'if'}", "destination crm: verify.compare: "},
 		{"    verify: {request: {path: 'lookup'}, response: '.body'}", "destination crm: verify.request.path: must start with /"},
 		{"    verify: {request: {path: '/items/{id}'}, response: '.body'}", "destination crm: verify.request.path: a lookup asks for many ids"},
+		{"    verify: {response: '.body', lookup_size: 0}", "destination crm: verify.lookup_size: must be a whole number of ids, 1 or more"},
 		{"    verify: {response: '.body', bogus: 1}", `destination crm: verify: unknown field "bogus"`},
 	} {
 		cfg := filepath.Join(t.TempDir(), "syncer.yaml")

@@ -83,3 +83,7 @@ func (r *CustomReader) LookupItems(ctx context.Context, keys []*Here) (map[strin
 	}
 	return out, nil
 }
+
+// MaxIDs is the most ids the block's read API takes in one lookup (its
+// lookup_size); 0 for no bound. Run asks for no more.
+func (r *CustomReader) MaxIDs() int { return r.Verify.LookupSize() }

@@ -225,6 +225,10 @@ func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	// A read API that takes fewer ids a request bounds the pages too.
+	if m, ok := rd.(interface{ MaxIDs() int }); ok && m.MaxIDs() > 0 {
+		c.LookupSize = min(c.LookupSize, m.MaxIDs())
+	}
 	p, err := loadProgress(ctx, db, src.Name(), c.Range, c.Sample)
 	if err != nil {
 		return nil, err

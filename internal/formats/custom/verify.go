@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,10 @@ type VerifyConfig struct {
 	// ProgramTimeout bounds one run of a program. Defaults to
 	// ProgramTimeoutDefault (a custom destination's program_timeout).
 	ProgramTimeout time.Duration
+	// LookupSize is the most ids the read API takes in one request
+	// (HubSpot's batch read takes 100): a run asks for no more, whatever
+	// its own lookup size. Defaults to 0: the run's.
+	LookupSize int
 }
 
 // Verify is a compiled verify block. Create it with NewVerify.
@@ -54,6 +59,7 @@ type Verify struct {
 	response     *gojq.Code
 	compare      *gojq.Code // nil: payloads equal as JSON values
 	bounds       bounds
+	lookupSize   int
 }
 
 // NewVerify compiles cfg's programs, or returns an error naming the field
@@ -90,9 +96,17 @@ func NewVerify(cfg *VerifyConfig) (*Verify, error) {
 			return nil, err
 		}
 	}
+	if cfg.LookupSize < 0 {
+		return nil, errors.New("verify.lookup_size: must be a whole number of ids, 1 or more")
+	}
+	v.lookupSize = cfg.LookupSize
 	v.bounds = bounds{timeout: cmp.Or(cfg.ProgramTimeout, ProgramTimeoutDefault), maxBytes: ProgramMemoryDefault}
 	return v, nil
 }
+
+// LookupSize is the most ids one lookup may ask for; 0 for no bound of
+// its own.
+func (v *Verify) LookupSize() int { return v.lookupSize }
 
 // ParseVerify reads a destination's verify block, or nil when it has none,
 // and compiles it to refuse what cannot work now. s are the destination's
@@ -100,7 +114,7 @@ func NewVerify(cfg *VerifyConfig) (*Verify, error) {
 // block's programs too. It returns the settings, not the compiled block,
 // so that a destination's configuration compares as values.
 func ParseVerify(f setting.Fields, s setting.Settings) (*VerifyConfig, error) {
-	vf, err := f.Mapping(VerifyField, []string{"request", "response", "compare"})
+	vf, err := f.Mapping(VerifyField, []string{"request", "response", "compare", "lookup_size"})
 	if err != nil || vf == nil {
 		return nil, err
 	}
@@ -127,6 +141,13 @@ func ParseVerify(f setting.Fields, s setting.Settings) (*VerifyConfig, error) {
 	}
 	if cfg.Compare, err = vf.String("compare"); err != nil {
 		return nil, err
+	}
+	if n, err := vf.String("lookup_size"); err != nil {
+		return nil, err
+	} else if n != "" {
+		if cfg.LookupSize, err = strconv.Atoi(n); err != nil || cfg.LookupSize < 1 {
+			return nil, f.Errorf(VerifyField+".lookup_size", "must be a whole number of ids, 1 or more")
+		}
 	}
 	if _, err := NewVerify(cfg); err != nil {
 		field := fieldOf(err)
