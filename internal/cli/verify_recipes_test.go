@@ -65,7 +65,9 @@ func TestVerifyRecipeHubSpot(t *testing.T) {
 		api.held, 150, "error")
 	// HubSpot reads 100 inputs a call at most: the block's lookup_size
 	// bounds a run asked for more.
-	verifyCmd := func(args ...string) result { return cv.verify(ctx, append([]string{"--lookup-size", "500"}, args...)...) }
+	verifyCmd := func(args ...string) result {
+		return cv.verify(ctx, append([]string{"--lookup-size", "500"}, args...)...)
+	}
 
 	api.set("c2@example.com", nil)
 	api.set("c3@example.com", map[string]any{"firstname": "Edited in the UI"})
@@ -107,7 +109,9 @@ func TestVerifyRecipeMeilisearch(t *testing.T) {
 		`CREATE TABLE products (id integer PRIMARY KEY, name text NOT NULL, stock integer NOT NULL)`,
 		`INSERT INTO products SELECT g, 'Product '||g, g * 10 FROM generate_series(1, 60) g`,
 		api.held, 60, "error")
-	verifyCmd := func(args ...string) result { return cv.verify(ctx, append([]string{"--lookup-size", "25"}, args...)...) }
+	verifyCmd := func(args ...string) result {
+		return cv.verify(ctx, append([]string{"--lookup-size", "25"}, args...)...)
+	}
 
 	api.set("2", nil)
 	api.set("3", map[string]any{"id": "3", "name": "Product 3", "stock": 0})
