@@ -19,7 +19,7 @@ import (
 // and on one with a basic password, as text and --json, with examples of
 // a drifted row and debug logs, and against a third party that echoes the
 // Authorization header back in its refusal: no secret, nor the header that
-// carries it, appears in stdout, stderr or the logs. The examples show
+// carries it, nor a prefix of it, appears in stdout, stderr or the logs. The examples show
 // both sides of the drifted row.
 func TestVerifySecretsNeverShown(t *testing.T) {
 	t.Parallel()
@@ -30,14 +30,25 @@ func TestVerifySecretsNeverShown(t *testing.T) {
 		fakeToken string
 		serve     func(fake *fakethirdparty.Server) http.Handler
 		secrets   []string
+		// echo is the status of the answer that quotes the credentials,
+		// want what verify says of it.
+		echo int
+		want string
 	}{
 		{"bearer", func(t *testing.T, dir string) string {
 			return "    auth: {type: bearer, token_file: " + secretFile(t, dir, "token", verifyToken) + "}"
-		}, verifyToken, func(f *fakethirdparty.Server) http.Handler { return f }, []string{verifyToken}},
+		}, verifyToken, func(f *fakethirdparty.Server) http.Handler { return f }, []string{verifyToken}, http.StatusUnauthorized, "401"},
+		// A verify block's response program fails on a 200 that quotes
+		// them: gojq's preview of the value is not shown.
+		{"block", func(t *testing.T, dir string) string {
+			return "    auth: {type: bearer, token_file: " + secretFile(t, dir, "token", verifyToken) + "}\n" +
+				"    verify: {request: {path: /v1/lookup}, response: '[.body.items[] | {id, payload}]'}"
+		}, verifyToken, func(f *fakethirdparty.Server) http.Handler { return f }, []string{verifyToken, verifyToken[:12]},
+			http.StatusOK, "verify.response: cannot iterate over: string"},
 		{"basic", func(t *testing.T, dir string) string {
 			return "    auth: {type: basic, username_file: " + secretFile(t, dir, "user", "syncer") + ", password_file: " + secretFile(t, dir, "password", verifyPassword) + "}"
 		}, "", func(f *fakethirdparty.Server) http.Handler { return basicAuth("syncer", verifyPassword, f) },
-			[]string{verifyPassword, basicHeader, strings.TrimPrefix(basicHeader, "Basic ")}},
+			[]string{verifyPassword, basicHeader, strings.TrimPrefix(basicHeader, "Basic ")}, http.StatusUnauthorized, "401"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -48,7 +59,9 @@ func TestVerifySecretsNeverShown(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if echo.Load() && r.URL.Path == "/v1/lookup" {
 					// A careless third party quotes the request's credentials.
-					http.Error(w, "refused: Authorization: "+r.Header.Get("Authorization"), http.StatusUnauthorized)
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(tt.echo)
+					_ = json.NewEncoder(w).Encode(map[string]any{"items": r.Header.Get("Authorization")})
 					return
 				}
 				inner.ServeHTTP(w, r)
@@ -79,8 +92,7 @@ func TestVerifySecretsNeverShown(t *testing.T) {
 			for _, args := range [][]string{nil, {"--json"}} {
 				r := cv.verify(ctx, args...)
 				require.Equal(t, 1, r.code, r.stdout+r.stderr)
-				require.Contains(t, r.stderr, "401")
-				require.Contains(t, r.stderr, "refused: Authorization:")
+				require.Contains(t, r.stderr, tt.want)
 				outputs = append(outputs, r)
 			}
 			for i, r := range outputs {

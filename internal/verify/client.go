@@ -39,6 +39,9 @@ type answer struct {
 	status int
 	header http.Header
 	body   []byte
+	// safe strips the destination's secrets from a text that may quote
+	// the answer (a program's error).
+	safe func(string) string
 }
 
 // postIDs posts {"ids": ids} to path, as the syncer and elasticsearch
@@ -85,7 +88,7 @@ func send(ctx context.Context, c Sender, r *thirdparty.Request, retries int, sle
 			if e := a.Refusal(); e != nil {
 				return nil, e
 			}
-			got = &answer{status: a.StatusCode, header: a.Header, body: a.Body}
+			got = &answer{status: a.StatusCode, header: a.Header, body: a.Body, safe: a.Safe}
 			return &thirdparty.Result{}, nil
 		})
 		if err == nil {

@@ -3,7 +3,9 @@ package verify
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/formats/custom"
@@ -62,7 +64,9 @@ func (r *CustomReader) LookupItems(ctx context.Context, keys []*Here) (map[strin
 	}
 	held, err := r.Verify.Answer(a.status, a.header, a.body, req.IDs)
 	if err != nil {
-		return nil, err
+		// gojq's errors quote the values they fail on: the answer's text,
+		// which may echo a credential.
+		return nil, errors.New(withoutPreview(a.safe(err.Error())))
 	}
 	out := make(map[string]There, len(held))
 	for i := range items {
@@ -75,7 +79,7 @@ func (r *CustomReader) LookupItems(ctx context.Context, keys []*Here) (map[strin
 		if r.Verify.Compares() && !it.Deleted && h.Payload != nil {
 			agree, err := r.Verify.Agree(it, h.Payload)
 			if err != nil {
-				return nil, fmt.Errorf("id %s: %w", it.ID, err)
+				return nil, fmt.Errorf("id %s: %s", it.ID, withoutPreview(a.safe(err.Error())))
 			}
 			t.Compared, t.Agrees = true, agree
 		}
@@ -87,3 +91,14 @@ func (r *CustomReader) LookupItems(ctx context.Context, keys []*Here) (map[strin
 // MaxIDs is the most ids the block's read API takes in one lookup (its
 // lookup_size); 0 for no bound. Run asks for no more.
 func (r *CustomReader) MaxIDs() int { return r.Verify.LookupSize() }
+
+// preview is the value gojq quotes at the end of an error ("cannot iterate
+// over: string (\"refused: Author ...\")"): cut short, so a credential
+// echoed by the third party would show as a prefix no redaction finds.
+var preview = regexp.MustCompile(`\b(string|number|object|array|boolean|null) \(.*$`)
+
+// withoutPreview drops gojq's preview of a value from an error's text,
+// keeping its type.
+func withoutPreview(msg string) string {
+	return preview.ReplaceAllString(msg, "$1")
+}
