@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -21,8 +22,9 @@ const webhooksSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // read API, is read through its verify block: the request program asks
 // the receiver's lookup, the response program says what it holds, and the
 // compare program decides (here: only status counts, so an edit to
-// another field is no drift). Without the block, verify exits 2 saying
-// the format has no read API.
+// another field is no drift); a cloudevents destination is read through
+// the same block. Without one, verify exits 2 saying the format has no
+// read API (standard-webhooks, cloudevents, custom).
 func TestVerifyCustomBlock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -60,17 +62,32 @@ func TestVerifyCustomBlock(t *testing.T) {
 		}
 	}
 
-	// The same destination without its block: no read API, exit 2.
+	// The same destination as cloudevents, read through the same block;
+	// then without the block, as each format without a read API: exit 2.
 	cfg := cv.args[len(cv.args)-1]
 	text, err := os.ReadFile(cfg)
 	require.NoError(t, err)
-	bare := string(text)
-	bare = bare[:strings.Index(bare, "    verify:")] + bare[strings.Index(bare, "sources:"):]
-	noBlock := filepath.Join(dir, "bare.yaml")
-	require.NoError(t, os.WriteFile(noBlock, []byte(bare), 0o600))
-	r = run(ctx, "verify", "--source", "orders", "--database-url", cv.b.dsn, "--config", noBlock)
-	require.Equal(t, 2, r.code, r.stdout+r.stderr)
-	oneLine(t, r, "destination crm: format standard-webhooks has no read API")
+	withFormat := func(format string, block bool) string {
+		s := string(text)
+		if format != "standard-webhooks" {
+			s = strings.Replace(s, "format: standard-webhooks\n    signing_secret_file: "+secret+"\n", "format: "+format+"\n", 1)
+		}
+		if !block {
+			s = s[:strings.Index(s, "    verify:")] + s[strings.Index(s, "sources:"):]
+		}
+		p := filepath.Join(dir, fmt.Sprintf("%s-%t.yaml", format, block))
+		require.NoError(t, os.WriteFile(p, []byte(s), 0o600))
+		return p
+	}
+	r = run(ctx, "verify", "--source", "orders", "--json", "--database-url", cv.b.dsn, "--config", withFormat("cloudevents", true))
+	require.Equal(t, 3, r.code, r.stdout+r.stderr)
+	ce := verifyJSON(t, r)
+	require.Equal(t, [3]int64{v.Checked, v.Missing, v.Stale}, [3]int64{ce.Checked, ce.Missing, ce.Stale})
+	for _, format := range []string{"standard-webhooks", "cloudevents", "custom"} {
+		r = run(ctx, "verify", "--source", "orders", "--database-url", cv.b.dsn, "--config", withFormat(format, false))
+		require.Equal(t, 2, r.code, r.stdout+r.stderr)
+		oneLine(t, r, "destination crm: format "+format+" has no read API")
+	}
 }
 
 // TestVerifyBlockRefused: a verify block that cannot work is refused by
