@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,9 +16,13 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/operator"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -84,7 +89,7 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
-	src, rd, limit, burst, dest, err := c.build(ctx, pool)
+	src, rd, limit, burst, dest, err := c.build(ctx, pool, env.Logger)
 	if err != nil {
 		return err
 	}
@@ -113,7 +118,7 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 
 // build returns the source, the reader of its destination, the
 // destination's rate limit and burst, and its name.
-func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool) (verify.Source, verify.Reader, float64, int, string, error) {
+func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (verify.Source, verify.Reader, float64, int, string, error) {
 	r := verify.Range{FromKey: c.FromKey, ToKey: c.ToKey}
 	if c.Source == jobs.Resources {
 		src, err := verify.NewResources(r)
@@ -123,7 +128,11 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool) (verify.Sourc
 		if c.ThirdpartyURL == "" {
 			return nil, nil, 0, 0, "", usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required to verify resources")
 		}
-		rd, err := reader(c.ThirdpartyFormat, c.ThirdpartyURL, c.ThirdpartyToken, "resources")
+		client, err := verify.NewClient(c.ThirdpartyURL, c.ThirdpartyToken)
+		if err != nil {
+			return nil, nil, 0, 0, "", usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL): %v", err)
+		}
+		rd, err := reader(c.ThirdpartyFormat, nil, client, "resources", c.Source)
 		if err != nil {
 			return nil, nil, 0, 0, "", err
 		}
@@ -144,7 +153,19 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool) (verify.Sourc
 	if err != nil {
 		return nil, nil, 0, 0, "", err
 	}
-	rd, err := reader(dest.Format.Name, dest.URL, dest.Token.Reveal(), dest.Name)
+	// The destination's own client, as the daemons build it: its token or
+	// auth mapping (bearer, basic, OAuth2 client credentials), its headers
+	// and its TLS.
+	tcfg, err := daemon.ThirdPartyConfig(pool, credentials.NewSet(logger), logger, dest)
+	if err != nil {
+		return nil, nil, 0, 0, "", fmt.Errorf("destination %s: %w", dest.Name, err)
+	}
+	tcfg.Timeout = verify.LookupTimeoutDefault
+	client, err := thirdparty.New(tcfg)
+	if err != nil {
+		return nil, nil, 0, 0, "", fmt.Errorf("destination %s: %w", dest.Name, err)
+	}
+	rd, err := reader(dest.Format.Name, dest.Verify, client, dest.Name, c.Source)
 	if err != nil {
 		return nil, nil, 0, 0, "", err
 	}
@@ -170,26 +191,24 @@ func destinationOf(cfg *config.Config, name string) (*config.Destination, error)
 		if d == nil {
 			return nil, usagef("--source %s: its destination %s is not in --config", name, s.Destination)
 		}
-		if d.Auth != nil {
-			return nil, usagef("--source %s: destination %s has an auth mapping, which verify does not read yet: only a bearer token", name, d.Name)
-		}
 		return d, nil
 	}
 	return nil, usagef("--source: no source %s in --config (sources: %s)", name, strings.Join(append(names, jobs.Resources), ", "))
 }
 
-// reader returns the reader of a destination's format, or a usage error
-// for a format without a read API.
-func reader(format, url, token, dest string) (verify.Reader, error) {
-	switch format {
-	case "", "syncer":
-		return &verify.SyncerReader{URL: url, Token: token}, nil
-	case "elasticsearch":
-		return &verify.ElasticsearchReader{URL: url, Token: token}, nil
-	case "custom":
-		return nil, usagef("destination %s: format custom %s without a verify block (docs/protocol.md, Verify and heal)", dest, verify.ErrNoReadAPI)
+// reader returns verify.NewReader's reader of destination dest, or a
+// usage error naming it.
+func reader(format string, block *custom.VerifyConfig, client verify.Sender, dest, source string) (verify.Reader, error) {
+	rd, err := verify.NewReader(format, block, client, source)
+	switch {
+	case errors.Is(err, verify.ErrNoReadAPI):
+		return nil, usagef("destination %s: %v (docs/protocol.md, Verify and heal; recipes in docs/destinations.md)", dest, err)
+	case err != nil:
+		// config check refuses a block that cannot work first: the file
+		// changed since.
+		return nil, usagef("destination %s: %v", dest, err)
 	}
-	return nil, usagef("destination %s: format %s %s: verify cannot read it back", dest, format, verify.ErrNoReadAPI)
+	return rd, nil
 }
 
 // print writes the counts and examples, as text or JSON.

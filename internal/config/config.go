@@ -31,6 +31,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/tenants"
 )
@@ -119,6 +120,10 @@ type Destination struct {
 	// application's own table. nil without one: every tenant of a source
 	// with a tenant column goes to URL with the destination's credentials.
 	Tenants *tenants.Settings
+	// Verify is how `syncer verify` reads the destination back: its verify
+	// block (docs/protocol.md, "Verify and heal"), checked by compiling
+	// it; nil without one: the format's own read API, if it has one.
+	Verify *custom.VerifyConfig
 	// Line is where the destination starts in the file.
 	Line int
 }

@@ -153,7 +153,7 @@ func TestParseRefuses(t *testing.T) {
 		{"destination name", func(t *testing.T) string { return edit(t, "  warehouse:", "  ware house:") }, nil, `destinations: "ware house" may only hold letters, digits and _ - . $`},
 		{"destination twice", func(t *testing.T) string { return edit(t, "  warehouse:", "  crm:") }, nil, "destinations.crm: given twice"},
 		{"destination not a mapping", func(t *testing.T) string { return "destinations:\n  crm: https://x\n" }, nil, "destinations.crm: must be a mapping with url"},
-		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, auth, tls, rate_limit, rate_burst, max_in_flight, tenants, format, headers, signing_secret_env, signing_secret_file, event_source, event_type_prefix, request, deletes, response, program_timeout) (line 7)`},
+		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, auth, tls, rate_limit, rate_burst, max_in_flight, tenants, format, headers, signing_secret_env, signing_secret_file, event_source, event_type_prefix, request, deletes, response, program_timeout, verify) (line 7)`},
 		{"auth beside token_env", func(t *testing.T) string {
 			return edit(t, "    rate_limit: 10\n", "    rate_limit: 10\n    auth: {type: basic, username_env: U, password_env: P}\n")
 		}, map[string]string{"CRM_TOKEN": "t", "U": "u", "P": "p"}, "destinations.crm.auth: and token_env or token_file are exclusive: put the token in auth"},
@@ -200,7 +200,7 @@ func TestParseRefuses(t *testing.T) {
 		{"empty sources", func(t *testing.T) string { return valid[:strings.Index(valid, "sources:")] + "sources: []\n" }, nil, "sources: required: at least one source"},
 		{"sources a mapping", func(t *testing.T) string { return valid[:strings.Index(valid, "sources:")] + "sources: {a: 1}\n" }, nil, "sources: must be a list of sources"},
 		{"source not a mapping", func(t *testing.T) string { return valid + "  - orders\n" }, nil, "sources[3]: must be a mapping with table, key and destination"},
-		{"source unknown field", func(t *testing.T) string { return edit(t, "    batch_size: 500", "    batchsize: 500") }, nil, `sources[0] (orders): unknown field "batchsize" (known: name, table, key, columns, destination, batch_size, snapshot, changed_at, where) (line 17)`},
+		{"source unknown field", func(t *testing.T) string { return edit(t, "    batch_size: 500", "    batchsize: 500") }, nil, `sources[0] (orders): unknown field "batchsize" (known: name, table, key, columns, destination, batch_size, snapshot, changed_at, where, tenant, lanes) (line 17)`},
 		{"table missing", func(t *testing.T) string { return edit(t, firstSource, "  - key: id\n") }, nil, "sources[0]: table: required (line 13)"},
 		{"table a list", func(t *testing.T) string { return edit(t, firstSource, "  - table: [orders]\n    key: id\n") }, nil, "sources[0]: table: must be a string"},
 		{"table three parts", func(t *testing.T) string { return edit(t, "table: app.customers", "table: db.app.customers") }, nil, "sources[1] (db.app.customers): table: must be table or schema.table (line 18)"},

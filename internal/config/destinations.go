@@ -6,12 +6,15 @@ import (
 	"net/url"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/syncer-dev/syncer/internal/formats/custom"
 )
 
 // destinationFields are a destination's fields: its own, then its
 // format's, from the registry.
 func (p *parser) destinationFields() []string {
-	return append([]string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight", "tenants"}, formatFields(p.formats)...)
+	own := []string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight", "tenants"}
+	return append(append(own, formatFields(p.formats)...), custom.VerifyField)
 }
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
@@ -84,6 +87,11 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 		return nil, err
 	}
 	if err := p.format(d, f, path, n); err != nil {
+		return nil, err
+	}
+	// The verify block is compiled as the custom format compiles its
+	// programs, with the destination's program_timeout when it has one.
+	if d.Verify, err = custom.ParseVerify(&yamlFields{p: p, f: f, path: path, entry: n}, d.Format.Settings); err != nil {
 		return nil, err
 	}
 	if err := p.auth(d, f, path); err != nil {

@@ -36,8 +36,12 @@ func (b *Basic) Authorization(context.Context) (string, error) {
 	return "Basic " + base64.StdEncoding.EncodeToString([]byte(b.Username.Value()+":"+b.Password.Value())), nil
 }
 
-// Secrets are the values to scrub from whatever the third party echoes.
-func (b *Basic) Secrets() []string { return []string{b.Password.Value()} }
+// Secrets are the values to scrub from whatever the third party echoes:
+// the password, and the header's base64 of user and password, which a
+// third party that quotes the request's headers echoes as it was sent.
+func (b *Basic) Secrets() []string {
+	return []string{b.Password.Value(), base64.StdEncoding.EncodeToString([]byte(b.Username.Value() + ":" + b.Password.Value()))}
+}
 
 // OAuth2Config is an OAuth2 client-credentials grant (RFC 6749 section 4.4).
 type OAuth2Config struct {

@@ -21,6 +21,11 @@ func classify(h *Here, t There, ok bool) Kind {
 		return Missing
 	case h.Accepted > 0 && t.Version > 0 && t.Version < h.Accepted:
 		return Stale
+	case t.Compared:
+		if !t.Agrees {
+			return Stale
+		}
+		return OK
 	case !SameJSON(h.Payload, t.Payload):
 		return Stale
 	}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"strings"
 	"time"
 )
 
@@ -16,12 +14,9 @@ import (
 // its _source; found false is absent (Elasticsearch keeps no deleted
 // document); a doc with an error is unknown.
 type ElasticsearchReader struct {
-	// URL is the destination's URL, which names the index.
-	URL string
-	// Token is the bearer token; empty sends none. Never logged or shown.
-	Token string
-	// Client sends the requests. Defaults to a client with a 30s timeout.
-	Client *http.Client
+	// Client sends the requests to the destination's URL, which names the
+	// index, with its credentials, headers and TLS. Required.
+	Client Sender
 	// Retries is how often a transient failure is tried again. Defaults to
 	// LookupRetriesDefault.
 	Retries int
@@ -43,7 +38,7 @@ type mgetAnswer struct {
 
 // Lookup asks for ids in one _mget.
 func (r *ElasticsearchReader) Lookup(ctx context.Context, ids []string) (map[string]There, error) {
-	raw, err := postIDs(ctx, r.Client, strings.TrimSuffix(r.URL, "/")+"/_mget", r.Token, cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, ids)
+	raw, err := postIDs(ctx, r.Client, "/_mget", cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, ids)
 	if err != nil {
 		return nil, err
 	}

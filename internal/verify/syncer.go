@@ -7,10 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -24,12 +20,10 @@ const LookupRetriesDefault = 5
 // An id left out is absent there; an item with neither payload nor
 // deleted (an "error" for that id) is unknown.
 type SyncerReader struct {
-	// URL is the destination's base URL.
-	URL string
-	// Token is the bearer token; empty sends none. Never logged or shown.
-	Token string
-	// Client sends the requests. Defaults to a client with a 30s timeout.
-	Client *http.Client
+	// Client sends the requests to the destination's base URL, with its
+	// credentials, headers and TLS (NewClient, or the daemon's settings).
+	// Required.
+	Client Sender
 	// Retries is how often a transient failure is tried again. Defaults to
 	// LookupRetriesDefault.
 	Retries int
@@ -50,7 +44,7 @@ type lookupAnswer struct {
 
 // Lookup asks for ids in one request.
 func (r *SyncerReader) Lookup(ctx context.Context, ids []string) (map[string]There, error) {
-	raw, err := postIDs(ctx, r.Client, strings.TrimSuffix(r.URL, "/")+"/v1/lookup", r.Token, cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, ids)
+	raw, err := postIDs(ctx, r.Client, "/v1/lookup", cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -82,121 +76,6 @@ func idText(raw json.RawMessage) string {
 		return s
 	}
 	return string(bytes.TrimSpace(raw))
-}
-
-// postIDs posts {"ids": ids} to url, with token as a bearer token if set,
-// retrying as retrying does, and returns the answer's body: the one
-// request both readers make.
-func postIDs(ctx context.Context, c *http.Client, url, token string, retries int, sleep func(context.Context, time.Duration) error, ids []string) ([]byte, error) {
-	body, err := json.Marshal(struct {
-		IDs []string `json:"ids"`
-	}{ids})
-	if err != nil {
-		return nil, err
-	}
-	return retrying(ctx, retries, sleep, func() (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		return client(c).Do(req)
-	})
-}
-
-func client(c *http.Client) *http.Client {
-	if c != nil {
-		return c
-	}
-	// A redirect is answered as it is, a configuration error, as in the
-	// export: the token only ever goes to the configured origin.
-	return &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}
-}
-
-// StatusError is a lookup answered with a status that is not 2xx.
-type StatusError struct {
-	Status int
-	// Body is the start of the answer, for the message.
-	Body string
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("lookup answered %d: %s", e.Status, e.Body)
-}
-
-// transient reports whether a status is worth another try.
-func transient(status int) bool {
-	return status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500
-}
-
-// retrying sends until a 2xx answer, a status that is not transient or
-// the tries are spent, honouring Retry-After in seconds, and returns the
-// answer's body. Redirects are not followed: like the export, a 3xx is a
-// configuration error.
-func retrying(ctx context.Context, retries int, sleep func(context.Context, time.Duration) error, send func() (*http.Response, error)) ([]byte, error) {
-	if sleep == nil {
-		sleep = sleepCtx
-	}
-	wait := 200 * time.Millisecond
-	var last error
-	for try := 0; try <= retries; try++ {
-		if try > 0 {
-			if err := sleep(ctx, wait); err != nil {
-				return nil, err
-			}
-			wait = min(wait*2, 10*time.Second)
-		}
-		resp, err := send()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			last = err
-			continue
-		}
-		raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		resp.Body.Close()
-		if resp.StatusCode/100 == 2 && err == nil {
-			return raw, nil
-		}
-		if err != nil {
-			last = err
-			continue
-		}
-		se := &StatusError{Status: resp.StatusCode, Body: oneLine(raw)}
-		if !transient(resp.StatusCode) {
-			return nil, se
-		}
-		last = se
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-			wait = min(time.Duration(s)*time.Second, time.Minute)
-		}
-	}
-	return nil, fmt.Errorf("gave up after %d tries: %w", retries+1, last)
-}
-
-func oneLine(raw []byte) string {
-	s := strings.Join(strings.Fields(string(raw)), " ")
-	if len(s) > 200 {
-		s = s[:200] + "..."
-	}
-	return s
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // ErrNoReadAPI is returned by NewReader for a format the contract gives no

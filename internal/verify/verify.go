@@ -59,6 +59,10 @@ type There struct {
 	// Unknown is set when the answer named the id but did not say what it
 	// holds (an error for that id).
 	Unknown bool
+	// Compared is set when the reader compared the payload itself (a
+	// verify block's compare program), Agrees with its verdict; otherwise
+	// the payloads are compared as JSON values.
+	Compared, Agrees bool
 }
 
 // Source is the database side of a run, backed by the source's owner
@@ -83,6 +87,14 @@ type Reader interface {
 	// Lookup returns what the destination holds for ids; an id left out of
 	// the map is absent there.
 	Lookup(ctx context.Context, ids []string) (map[string]There, error)
+}
+
+// ItemReader is a Reader given the keys as the database holds them: a
+// verify block's request program reads the items as they would be sent,
+// and its compare program compares them with what is held. Run asks it
+// in place of Lookup.
+type ItemReader interface {
+	LookupItems(ctx context.Context, keys []*Here) (map[string]There, error)
 }
 
 // Range bounds a run by key, inclusive; the zero Range is every key.
@@ -213,6 +225,10 @@ func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	// A read API that takes fewer ids a request bounds the pages too.
+	if m, ok := rd.(interface{ MaxIDs() int }); ok && m.MaxIDs() > 0 {
+		c.LookupSize = min(c.LookupSize, m.MaxIDs())
+	}
 	p, err := loadProgress(ctx, db, src.Name(), c.Range, c.Sample)
 	if err != nil {
 		return nil, err
@@ -299,7 +315,13 @@ func checkPage(ctx context.Context, db database.Querier, src Source, rd Reader, 
 			return nil, err
 		}
 	}
-	there, err := rd.Lookup(ctx, ask)
+	var there map[string]There
+	var err error
+	if ir, ok := rd.(ItemReader); ok {
+		there, err = ir.LookupItems(ctx, asked)
+	} else {
+		there, err = rd.Lookup(ctx, ask)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("verify: look up %d ids of %s: %w", len(ask), src.Name(), err)
 	}

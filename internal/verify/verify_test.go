@@ -47,7 +47,7 @@ func TestPaceQuarterWhilePending(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	pace := verify.NewPace(40, 8)
-	res, err := verify.Run(ctx, db.Pool, src, &verify.SyncerReader{URL: srv.URL}, &verify.Config{LookupSize: 2, Pace: pace})
+	res, err := verify.Run(ctx, db.Pool, src, syncerReader(t, srv.URL), &verify.Config{LookupSize: 2, Pace: pace})
 	require.NoError(t, err)
 	require.Equal(t, 10.0, pace.Limit(), "a quarter of 40 while rows 6..10 are pending")
 	require.Equal(t, int64(5), res.Pending)
@@ -56,7 +56,7 @@ func TestPaceQuarterWhilePending(t *testing.T) {
 
 	_, err = db.Pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
 	require.NoError(t, err)
-	res, err = verify.Run(ctx, db.Pool, src, &verify.SyncerReader{URL: srv.URL}, &verify.Config{LookupSize: 2, Pace: pace})
+	res, err = verify.Run(ctx, db.Pool, src, syncerReader(t, srv.URL), &verify.Config{LookupSize: 2, Pace: pace})
 	require.NoError(t, err)
 	require.Equal(t, 40.0, pace.Limit(), "the whole rate once nothing is pending")
 	require.Equal(t, int64(10), res.Missing)
@@ -75,7 +75,7 @@ func TestSample(t *testing.T) {
 	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	res, err := verify.Run(ctx, db.Pool, src, &verify.SyncerReader{URL: srv.URL}, &verify.Config{Sample: 0.1})
+	res, err := verify.Run(ctx, db.Pool, src, syncerReader(t, srv.URL), &verify.Config{Sample: 0.1})
 	require.NoError(t, err)
 	require.InDelta(t, 100, res.Checked, 50)
 	require.Equal(t, res.Checked, res.Missing)
@@ -107,7 +107,7 @@ func TestWriteDuringLookupIsPending(t *testing.T) {
 	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	rd := racingReader{Reader: &verify.SyncerReader{URL: srv.URL}, write: func() {
+	rd := racingReader{Reader: syncerReader(t, srv.URL), write: func() {
 		_, err := db.Pool.Exec(ctx, `UPDATE resources SET payload = '{"n": 20}' WHERE id = 2`)
 		require.NoError(t, err)
 	}}
@@ -137,8 +137,16 @@ func TestPaceObeysTheDaemonsFacts(t *testing.T) {
 	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	_, err = verify.Run(ctx, db.Pool, src, &verify.SyncerReader{URL: srv.URL},
+	_, err = verify.Run(ctx, db.Pool, src, syncerReader(t, srv.URL),
 		&verify.Config{Pace: verify.NewPace(0, 1).Shared(breakerstore.DefaultNamespace)})
 	require.ErrorIs(t, err, verify.ErrDestinationStopped)
 	require.Empty(t, fake.Lookups())
+}
+
+// syncerReader reads the syncer format at url, with no token.
+func syncerReader(t *testing.T, url string) *verify.SyncerReader {
+	t.Helper()
+	c, err := verify.NewClient(url, "")
+	require.NoError(t, err)
+	return &verify.SyncerReader{Client: c}
 }
