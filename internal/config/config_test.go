@@ -200,7 +200,7 @@ func TestParseRefuses(t *testing.T) {
 		{"empty sources", func(t *testing.T) string { return valid[:strings.Index(valid, "sources:")] + "sources: []\n" }, nil, "sources: required: at least one source"},
 		{"sources a mapping", func(t *testing.T) string { return valid[:strings.Index(valid, "sources:")] + "sources: {a: 1}\n" }, nil, "sources: must be a list of sources"},
 		{"source not a mapping", func(t *testing.T) string { return valid + "  - orders\n" }, nil, "sources[3]: must be a mapping with table, key and destination"},
-		{"source unknown field", func(t *testing.T) string { return edit(t, "    batch_size: 500", "    batchsize: 500") }, nil, `sources[0] (orders): unknown field "batchsize" (known: name, table, key, columns, destination, batch_size, snapshot, changed_at, where) (line 17)`},
+		{"source unknown field", func(t *testing.T) string { return edit(t, "    batch_size: 500", "    batchsize: 500") }, nil, `sources[0] (orders): unknown field "batchsize" (known: name, table, key, columns, destination, batch_size, snapshot, changed_at, where, tenant, lanes) (line 17)`},
 		{"table missing", func(t *testing.T) string { return edit(t, firstSource, "  - key: id\n") }, nil, "sources[0]: table: required (line 13)"},
 		{"table a list", func(t *testing.T) string { return edit(t, firstSource, "  - table: [orders]\n    key: id\n") }, nil, "sources[0]: table: must be a string"},
 		{"table three parts", func(t *testing.T) string { return edit(t, "table: app.customers", "table: db.app.customers") }, nil, "sources[1] (db.app.customers): table: must be table or schema.table (line 18)"},
