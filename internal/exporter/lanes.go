@@ -81,20 +81,27 @@ func tenantOfSalt(salt string) (string, bool) {
 // laneSources returns the lanes of s, a configured source with a tenant
 // column, as sources of the family.
 func (e *Exporter) laneSources(s Source, src *sources.Source) ([]exported, error) {
-	if s.Tenants == nil {
-		return nil, fmt.Errorf("exporter: config: source %s has a tenant column: Tenants is required", s.Name())
+	tenants := s.Tenants
+	if tenants == nil {
+		tenants = oneAccount{s.Destination}
 	}
 	out := make([]exported, 0, src.Lanes)
-	router := &tenantRouter{tenants: s.Tenants, logger: e.logger, source: src.Name}
+	router := &tenantRouter{tenants: tenants, logger: e.logger, source: src.Name}
 	for lane := range max(src.Lanes, 1) {
 		ls := s
 		ls.name = jobs.LaneName(s.name, lane)
 		f := &laneFeed{pool: e.pool, src: src, lane: lane, name: checkpoint.Source(ls.name), lim: e.limits(s.BatchSize),
-			tenants: s.Tenants, now: e.now, logger: e.logger}
+			tenants: tenants, now: e.now, logger: e.logger}
 		out = append(out, &laneSource{Source: ls, src: src, lane: lane, e: e, feed: f, dest: router})
 	}
 	return out, nil
 }
+
+// oneAccount sends every tenant to one destination, sharing its state: a
+// source's Tenants when the daemon gives none.
+type oneAccount struct{ d Destination }
+
+func (o oneAccount) For(context.Context, string) (Destination, error) { return o.d, nil }
 
 // laneSource is one lane of a source with a tenant column. Lane 0 also
 // does the source's side work (its snapshot, its replays' chunks).
