@@ -333,6 +333,11 @@ type held struct {
 // makes the series (at its count) for a source exported here, so an
 // alert finds a 0 before its first job.
 func (e *Exporter) countHold(name, dest string, delta int) {
+	if src, _, lane := jobs.LaneOf(name); lane {
+		// A lane's lock counts as its source's: the series stay one a
+		// source, held while any of its lanes is held here.
+		name = src
+	}
 	e.holdsMu.Lock()
 	defer e.holdsMu.Unlock()
 	if e.holds == nil {
