@@ -57,6 +57,10 @@ const (
 	// pushed and unanswered at once, over all its tenants; each tenant's
 	// own destination keeps its own bound (MaxInFlight) below that.
 	LaneInFlightDefault = 16
+	// TenantPushLimit bounds one batch's push to its tenant: past it, the
+	// batch is left unanswered (its rows pending, sent again under the
+	// same key if unchanged) and the lane goes on.
+	TenantPushLimit = 15 * time.Second
 	// tenantsTurn is how many tenants one read of a lane's tenants takes:
 	// each then gives one batch, in turn.
 	tenantsTurn = 16
@@ -158,8 +162,14 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 	}
 	d, err := r.tenants.For(ctx, tenant)
 	if err == nil {
+		// Bounded: a pass ends only once every push is answered, so one
+		// tenant's account that keeps failing (retried inside Deliver
+		// until its breaker opens or it gives up) would hold the lane's
+		// other tenants from the next pass.
+		tctx, cancel := context.WithTimeout(ctx, TenantPushLimit)
 		var out *delivery.Outcome
-		out, err = d.Deliver(ctx, b)
+		out, err = d.Deliver(tctx, b)
+		cancel()
 		if err == nil {
 			return out, nil
 		}
