@@ -397,6 +397,49 @@ func lanesWithWork(ctx context.Context, q database.Querier, names []string) ([]s
 	return out, nil
 }
 
+const (
+	// LaneShareSnooze is how long a lane's job waits when the daemon that
+	// fetched it holds its share of the source's lanes already: another
+	// daemon's River fetches it meanwhile.
+	LaneShareSnooze = time.Second
+	// LaneShareWait bounds how long after its insert a lane's job is left
+	// to another daemon: past it, the daemon that fetches it runs it
+	// whatever it holds, so a peer that is alive but takes no job (its
+	// workers busy, frozen within its presence lease) delays the lane by
+	// this at most.
+	LaneShareWait = 5 * time.Second
+)
+
+// overShare reports whether name is a lane's job that this daemon should
+// leave to another: Config.Peers says other daemons run, this one runs
+// as many lanes of the source as its share (lanes / daemons, rounded up)
+// already, and the job is younger than LaneShareWait.
+func (e *Exporter) overShare(ctx context.Context, name string, created time.Time) bool {
+	src, _, ok := jobs.LaneOf(name)
+	if !ok || e.cfg.Peers == nil || time.Since(created) > LaneShareWait {
+		return false
+	}
+	s, ok := e.sourcesNow()[name]
+	if !ok {
+		return false
+	}
+	peers, err := e.cfg.Peers(ctx, s.base().DestinationName)
+	if err != nil || peers <= 1 {
+		return false
+	}
+	lanes, active := 0, 0
+	for n := range e.sourcesNow() {
+		if ls, _, ok := jobs.LaneOf(n); ok && ls == src {
+			lanes++
+			if e.Active(n) {
+				active++
+			}
+		}
+	}
+	share := (lanes + peers - 1) / peers
+	return active >= share
+}
+
 // LanesWithWork returns the lanes exported here of the tenant source src
 // that have work: the relay wakes those, not every lane, on src's events.
 func (e *Exporter) LanesWithWork(ctx context.Context, q database.Querier, src string) ([]string, error) {
