@@ -145,7 +145,7 @@ func (b *tenantBundle) daemon(t *testing.T, dests *tenantDests, maxRun time.Dura
 	src := exporter.Configured(b.src, unused{}) // Destination names it; Tenants routes
 	src.Tenants = dests
 	exp, err := exporter.New(b.pool, locker, &exporter.Config{Schema: b.schema, Installation: "test", Sources: []exporter.Source{src},
-		Metrics: metrics.New(prometheus.NewRegistry()), BatchSize: 100, MaxRun: maxRun, MaxLingering: 7, Logger: testLogger(),
+		Metrics: metrics.New(prometheus.NewRegistry()), BatchSize: 100, MaxItemBytes: 64 << 10, MaxRun: maxRun, MaxLingering: 7, Logger: testLogger(),
 		Peers: func(context.Context, string) (int, error) { return peers, nil }})
 	require.NoError(t, err)
 	workers := river.NewWorkers()
@@ -250,6 +250,15 @@ func TestTenantRoutingAndMove(t *testing.T) {
 		require.Eventually(t, func() bool { return b.pending(t, tenant) == 0 }, 10*time.Second, 20*time.Millisecond, "marked")
 	}
 	require.Len(t, b.fake.TenantStats().Tenants, 3, "no other account was asked")
+
+	// A row too large to send is failed for its tenant, not left pending.
+	b.exec(t, `INSERT INTO contacts VALUES (400, 'acme', repeat('x', 70000))`)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM syncer_source_failures WHERE key = '400' AND tenant = 'acme'`).Scan(&n))
+		return n == 1 && b.pending(t, "acme") == 0
+	}, 10*time.Second, 20*time.Millisecond, "oversize: failed for its tenant")
 
 	b.exec(t, `UPDATE contacts SET account = 'globex' WHERE id = 7`)
 	defer func() {
