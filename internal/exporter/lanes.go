@@ -140,7 +140,20 @@ func (s *laneSource) ended(ctx context.Context, e *Exporter, err error) {
 }
 
 func (s *laneSource) drain(e *Exporter, r *run) (func(context.Context) (int, error), func(context.Context, bool) (int, error)) {
-	return e.drainSource(r, s.src, s.Name(), s.live(), s.lane == 0)
+	drain, poll := e.drainSource(r, s.src, s.Name(), s.live(), s.lane == 0)
+	if s.lane != 0 {
+		return drain, poll
+	}
+	// Lane 0 first gives the changes logged without a tenant (a key
+	// resent by verify) their row's tenant, so its lane sends them.
+	return func(ctx context.Context) (int, error) {
+		if n, err := sources.AdoptUntenanted(ctx, e.pool, s.src); err != nil {
+			return 0, err
+		} else if n > 0 {
+			e.logger.InfoContext(ctx, "exporter: changes logged without a tenant given their row's", slog.String("source", s.src.Name), slog.Int64("changes", n))
+		}
+		return drain(ctx)
+	}, poll
 }
 
 // tenantRouter is a lane's destination: each batch goes to its tenant's.

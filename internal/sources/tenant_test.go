@@ -173,3 +173,24 @@ func TestTenantPlanAndRelane(t *testing.T) {
 	require.Len(t, plan.Changes, 1)
 	require.Contains(t, plan.Changes[0].Detail, "tenant changed")
 }
+
+// A key resent without a tenant (verify --heal) gets its row's tenant and
+// lane; one whose row is gone is dropped.
+func TestAdoptUntenanted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE contacts (account text NOT NULL, id bigint, PRIMARY KEY (account, id))`)
+	_, srcs := b.install(t, "  - table: contacts\n    key: [account, id]\n    tenant: account\n    lanes: 4\n    destination: crm\n    snapshot: false\n")
+	src := srcs["contacts"]
+	b.exec(t, `INSERT INTO contacts VALUES ('acme', 1), ('globex', 2)`)
+	b.markTenant(t, src, "acme", b.tenantPending(t, src, "acme"))
+	b.markTenant(t, src, "globex", b.tenantPending(t, src, "globex"))
+	_, err := sources.Resend(context.Background(), b.pool, src, []string{`["acme",1]`, `["globex",2]`, `["gone",3]`})
+	require.NoError(t, err)
+	n, err := sources.AdoptUntenanted(context.Background(), b.pool, src)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.Equal(t, []string{`["acme",1]`}, keys(b.tenantPending(t, src, "acme")))
+	require.Equal(t, []string{`["globex",2]`}, keys(b.tenantPending(t, src, "globex")))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_changes WHERE tenant IS NULL`))
+}
