@@ -50,6 +50,8 @@ const (
 	ScenarioShapes = "shapes"
 	// Commit to receipt at steady rates (issue 32).
 	ScenarioReceipt = "receipt"
+	// Tenants (issue 43).
+	ScenarioTenants = "tenants"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -61,6 +63,7 @@ var Scenarios = []string{
 	ScenarioColdStart, ScenarioFastLimit, ScenarioRestart, ScenarioHandover,
 	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
 	ScenarioConsole, ScenarioShapes, ScenarioReceipt,
+	ScenarioTenants,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -88,6 +91,7 @@ var rowNames = map[string][]string{
 	ScenarioRestart:            {"restart"},
 	ScenarioHandover:           {"handover"},
 	ScenarioReceipt:            receiptRows(),
+	ScenarioTenants:            {"tenant column"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -297,6 +301,7 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioConsole, r.consoleScenario},
 		{ScenarioShapes, r.shapesScenario},
 		{ScenarioReceipt, r.receipt},
+		{ScenarioTenants, r.tenantsScenario},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

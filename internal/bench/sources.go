@@ -61,6 +61,7 @@ type benchSource struct {
 	where              string // the source's row filter; "" for none
 	key                string // the source's key, as the file says it; "" for id
 	columns            string // the source's columns, as YAML's flow list; "" for the whole row
+	tenant             string // the source's tenant column; "" for none
 }
 
 // benchFormat is the format of a bench destination: what the fake speaks,
@@ -90,6 +91,9 @@ func writeSourceConfig(dir string, srcs []benchSource) (string, error) {
 		}
 		if s.columns != "" {
 			fmt.Fprintf(&b, "    columns: %s\n", s.columns)
+		}
+		if s.tenant != "" {
+			fmt.Fprintf(&b, "    tenant: %s\n", s.tenant)
 		}
 	}
 	path := filepath.Join(dir, "syncer-sources.yaml")
@@ -295,6 +299,7 @@ type sourceRunExtra struct {
 	shape    tableShape // the tables' shape; zero: ordersShape
 	settings []string
 	beside   func(ctx context.Context, addr string)
+	tenant   string // the sources' tenant column; "" for none
 }
 
 // runSourcesWith is runSourcesIn with extra.
@@ -314,7 +319,7 @@ func (r *runner) runSourcesWith(ctx context.Context, label string, tables []stri
 		}
 		defer f.close()
 		fakes[i] = f
-		srcs[i] = benchSource{table: t, destination: "api_" + t, url: f.url + bf.path, inFlight: inFlight, yaml: bf.yaml, key: extra.shape.key}
+		srcs[i] = benchSource{table: t, destination: "api_" + t, url: f.url + bf.path, inFlight: inFlight, yaml: bf.yaml, key: extra.shape.key, tenant: extra.tenant}
 	}
 	path, err := writeSourceConfig(dir, srcs)
 	if err != nil {

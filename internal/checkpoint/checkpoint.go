@@ -26,6 +26,7 @@ import (
 	"github.com/klauspost/compress/s2"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/jobs"
 )
 
 // Live is the checkpoint name of the live sync.
@@ -59,8 +60,12 @@ type Owner struct {
 	Kind Kind
 	// ReplayID is the replay's id, for KindReplay.
 	ReplayID int64
-	// Source is the source's name, for KindSource.
+	// Source is the source's name, for KindSource: a lane's checkpoint
+	// (a source with a tenant column) is its source's.
 	Source string
+	// Lane is the lane, for a lane's checkpoint (Laned); 0 otherwise.
+	Lane  int
+	Laned bool
 }
 
 // OwnerOf reads a checkpoint name back into its owner. Names are made by
@@ -69,6 +74,9 @@ type Owner struct {
 // is without anyone else parsing a prefix.
 func OwnerOf(name string) Owner {
 	if src, ok := strings.CutPrefix(name, sourcePrefix); ok {
+		if name, lane, ok := jobs.LaneOf(src); ok {
+			return Owner{Kind: KindSource, Source: name, Lane: lane, Laned: true}
+		}
 		return Owner{Kind: KindSource, Source: src}
 	}
 	if rest, ok := strings.CutPrefix(name, replayPrefix); ok {

@@ -50,6 +50,8 @@ func TestNames(t *testing.T) {
 		{name: checkpoint.Source("replay:7"), want: checkpoint.Owner{Kind: checkpoint.KindSource, Source: "replay:7"}},
 		{name: "replay:x", want: checkpoint.Owner{Kind: checkpoint.KindLive}},
 		{name: "replay:", want: checkpoint.Owner{Kind: checkpoint.KindLive}},
+		{name: checkpoint.Source("contacts@3"), want: checkpoint.Owner{Kind: checkpoint.KindSource, Source: "contacts", Lane: 3, Laned: true}},
+		{name: "source:a@x", want: checkpoint.Owner{Kind: checkpoint.KindSource, Source: "a@x"}},
 	} {
 		require.Equal(t, tt.want, checkpoint.OwnerOf(tt.name), tt.name)
 	}

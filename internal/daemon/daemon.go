@@ -170,6 +170,10 @@ func (d *Daemon) build(ctx context.Context) error {
 	ecfg := c.Exporter
 	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
 	ecfg.Sources = srcs
+	if ecfg.Peers == nil {
+		// A tenant source's lanes are shared among the daemons alive.
+		ecfg.Peers = func(ctx context.Context, dest string) (int, error) { return presence.Alive(ctx, d.pool, dest) }
+	}
 	// A lingering job holds a worker slot: one slot stays for the jobs
 	// that come and go (the sources that find none).
 	ecfg.MaxLingering = cmp.Or(ecfg.MaxLingering, max(c.Workers-1, 1))

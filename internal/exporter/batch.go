@@ -10,7 +10,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
-	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -72,9 +71,6 @@ func batchTime() time.Time { return time.Now().UTC().Truncate(time.Second) }
 // say it: a configured source's name, or "resources".
 func sourceOf(checkpointName string) string {
 	if o := checkpoint.OwnerOf(checkpointName); o.Kind == checkpoint.KindSource {
-		if src, _, lane := jobs.LaneOf(o.Source); lane {
-			return src
-		}
 		return o.Source
 	}
 	return delivery.SourceDefault

@@ -57,6 +57,10 @@ const (
 	// pushed and unanswered at once, over all its tenants; each tenant's
 	// own destination keeps its own bound (MaxInFlight) below that.
 	LaneInFlightDefault = 16
+	// TenantPushLimit bounds one batch's push to its tenant: past it, the
+	// batch is left unanswered (its rows pending, sent again under the
+	// same key if unchanged) and the lane goes on.
+	TenantPushLimit = 15 * time.Second
 	// tenantsTurn is how many tenants one read of a lane's tenants takes:
 	// each then gives one batch, in turn.
 	tenantsTurn = 16
@@ -81,20 +85,27 @@ func tenantOfSalt(salt string) (string, bool) {
 // laneSources returns the lanes of s, a configured source with a tenant
 // column, as sources of the family.
 func (e *Exporter) laneSources(s Source, src *sources.Source) ([]exported, error) {
-	if s.Tenants == nil {
-		return nil, fmt.Errorf("exporter: config: source %s has a tenant column: Tenants is required", s.Name())
+	tenants := s.Tenants
+	if tenants == nil {
+		tenants = oneAccount{s.Destination}
 	}
 	out := make([]exported, 0, src.Lanes)
-	router := &tenantRouter{tenants: s.Tenants, logger: e.logger, source: src.Name}
+	router := &tenantRouter{tenants: tenants, logger: e.logger, source: src.Name}
 	for lane := range max(src.Lanes, 1) {
 		ls := s
 		ls.name = jobs.LaneName(s.name, lane)
 		f := &laneFeed{pool: e.pool, src: src, lane: lane, name: checkpoint.Source(ls.name), lim: e.limits(s.BatchSize),
-			tenants: s.Tenants, now: e.now, logger: e.logger}
+			tenants: tenants, now: e.now, logger: e.logger}
 		out = append(out, &laneSource{Source: ls, src: src, lane: lane, e: e, feed: f, dest: router})
 	}
 	return out, nil
 }
+
+// oneAccount sends every tenant to one destination, sharing its state: a
+// source's Tenants when the daemon gives none.
+type oneAccount struct{ d Destination }
+
+func (o oneAccount) For(context.Context, string) (Destination, error) { return o.d, nil }
 
 // laneSource is one lane of a source with a tenant column. Lane 0 also
 // does the source's side work (its snapshot, its replays' chunks).
@@ -129,7 +140,20 @@ func (s *laneSource) ended(ctx context.Context, e *Exporter, err error) {
 }
 
 func (s *laneSource) drain(e *Exporter, r *run) (func(context.Context) (int, error), func(context.Context, bool) (int, error)) {
-	return e.drainSource(r, s.src, s.Name(), s.live(), s.lane == 0)
+	drain, poll := e.drainSource(r, s.src, s.Name(), s.live(), s.lane == 0)
+	if s.lane != 0 {
+		return drain, poll
+	}
+	// Lane 0 first gives the changes logged without a tenant (a key
+	// resent by verify) their row's tenant, so its lane sends them.
+	return func(ctx context.Context) (int, error) {
+		if n, err := sources.AdoptUntenanted(ctx, e.pool, s.src); err != nil {
+			return 0, err
+		} else if n > 0 {
+			e.logger.InfoContext(ctx, "exporter: changes logged without a tenant given their row's", slog.String("source", s.src.Name), slog.Int64("changes", n))
+		}
+		return drain(ctx)
+	}, poll
 }
 
 // tenantRouter is a lane's destination: each batch goes to its tenant's.
@@ -151,8 +175,14 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 	}
 	d, err := r.tenants.For(ctx, tenant)
 	if err == nil {
+		// Bounded: a pass ends only once every push is answered, so one
+		// tenant's account that keeps failing (retried inside Deliver
+		// until its breaker opens or it gives up) would hold the lane's
+		// other tenants from the next pass.
+		tctx, cancel := context.WithTimeout(ctx, TenantPushLimit)
 		var out *delivery.Outcome
-		out, err = d.Deliver(ctx, b)
+		out, err = d.Deliver(tctx, b)
+		cancel()
 		if err == nil {
 			return out, nil
 		}
@@ -378,6 +408,49 @@ func lanesWithWork(ctx context.Context, q database.Querier, names []string) ([]s
 		}
 	}
 	return out, nil
+}
+
+const (
+	// LaneShareSnooze is how long a lane's job waits when the daemon that
+	// fetched it holds its share of the source's lanes already: another
+	// daemon's River fetches it meanwhile.
+	LaneShareSnooze = time.Second
+	// LaneShareWait bounds how long after its insert a lane's job is left
+	// to another daemon: past it, the daemon that fetches it runs it
+	// whatever it holds, so a peer that is alive but takes no job (its
+	// workers busy, frozen within its presence lease) delays the lane by
+	// this at most.
+	LaneShareWait = 5 * time.Second
+)
+
+// overShare reports whether name is a lane's job that this daemon should
+// leave to another: Config.Peers says other daemons run, this one runs
+// as many lanes of the source as its share (lanes / daemons, rounded up)
+// already, and the job is younger than LaneShareWait.
+func (e *Exporter) overShare(ctx context.Context, name string, created time.Time) bool {
+	src, _, ok := jobs.LaneOf(name)
+	if !ok || e.cfg.Peers == nil || time.Since(created) > LaneShareWait {
+		return false
+	}
+	s, ok := e.sourcesNow()[name]
+	if !ok {
+		return false
+	}
+	peers, err := e.cfg.Peers(ctx, s.base().DestinationName)
+	if err != nil || peers <= 1 {
+		return false
+	}
+	lanes, active := 0, 0
+	for n := range e.sourcesNow() {
+		if ls, _, ok := jobs.LaneOf(n); ok && ls == src {
+			lanes++
+			if e.Active(n) {
+				active++
+			}
+		}
+	}
+	share := (lanes + peers - 1) / peers
+	return active >= share
 }
 
 // LanesWithWork returns the lanes exported here of the tenant source src

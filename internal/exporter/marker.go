@@ -174,8 +174,9 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			g.errs = append(g.errs, r.Error)
 		}
 		g.def = append(g.def, b.out.Deferred...)
+		tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's
 		for _, o := range b.oversize {
-			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version})
+			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version, Tenant: tenant})
 			g.errs = append(g.errs, oversizeError(o, p.feed.Limits()))
 		}
 		g.batches++

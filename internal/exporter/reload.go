@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
@@ -272,7 +273,11 @@ func (e *Exporter) abandon(ctx context.Context, j *job, bound time.Duration, why
 		"its locks are given up, and its batch in flight, recorded, is resent under the same key by the next holder",
 		slog.String("source", j.source), slog.String("destination", j.dest), slog.String("why", why),
 		slog.Duration("running_for", time.Since(j.started).Round(time.Millisecond)), slog.Duration("waited", bound))
-	e.metrics.JobAbandoned(j.source, j.dest)
+	metricSource := j.source
+	if src, _, lane := jobs.LaneOf(j.source); lane {
+		metricSource = src
+	}
+	e.metrics.JobAbandoned(metricSource, j.dest)
 	destHeld := false
 	for lk, dest := range held {
 		lk.Abandon()

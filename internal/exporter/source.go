@@ -60,8 +60,10 @@ type Source struct {
 	// Tenants gives each tenant its own destination, for a source with a
 	// tenant column: it is then exported as its lanes (lanes.go), and
 	// every batch goes to Tenants.For(its tenant), never to Destination,
-	// which names the destination and holds its limits. Required for
-	// such a source; unused otherwise.
+	// which names the destination and holds its limits. Nil sends every
+	// tenant to Destination, all sharing its state (one rate limit, one
+	// breaker, one refusal, kept per process). Unused for a source without
+	// a tenant column.
 	Tenants TenantDestinations
 }
 

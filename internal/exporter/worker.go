@@ -36,6 +36,9 @@ func (w *Worker) Timeout(*river.Job[jobs.ExportArgs]) time.Duration { return -1 
 
 // Work exports the job's source: see work, run as reload.go says.
 func (w *Worker) Work(ctx context.Context, job *river.Job[jobs.ExportArgs]) error {
+	if w.e.overShare(ctx, job.Args.Source, job.CreatedAt) {
+		return river.JobSnooze(LaneShareSnooze)
+	}
 	return w.e.supervised(ctx, job.Args.Source)
 }
 
@@ -333,6 +336,11 @@ type held struct {
 // makes the series (at its count) for a source exported here, so an
 // alert finds a 0 before its first job.
 func (e *Exporter) countHold(name, dest string, delta int) {
+	if src, _, lane := jobs.LaneOf(name); lane {
+		// A lane's lock counts as its source's: the series stay one a
+		// source, held while any of its lanes is held here.
+		name = src
+	}
 	e.holdsMu.Lock()
 	defer e.holdsMu.Unlock()
 	if e.holds == nil {

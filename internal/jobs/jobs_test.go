@@ -43,3 +43,16 @@ func TestSourceOfOpAndJob(t *testing.T) {
 		require.Equal(t, tt.want, got, "%s %s", tt.kind, tt.args)
 	}
 }
+
+// A lane's name reads back into its source and lane; no other name does.
+func TestLaneNames(t *testing.T) {
+	t.Parallel()
+	src, lane, ok := jobs.LaneOf(jobs.LaneName("app.contacts", 12))
+	require.True(t, ok)
+	require.Equal(t, "app.contacts", src)
+	require.Equal(t, 12, lane)
+	for _, name := range []string{"orders", jobs.Resources, "@3", "a@", "a@x", "a@-1", "a@03"} {
+		_, _, ok := jobs.LaneOf(name)
+		require.False(t, ok, name)
+	}
+}

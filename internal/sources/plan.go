@@ -43,14 +43,14 @@ func PlanInstall(ctx context.Context, q database.Querier, specs []Spec) (*Plan, 
 	}
 	if migrated {
 		rows, err := q.Query(ctx, `SELECT name, schema_name, table_name, key_column, key_kind, key_type, columns, destination,
-				COALESCE(row_filter, '')
+				COALESCE(row_filter, ''), COALESCE(tenant_column, ''), lanes
 			FROM syncer_sources ORDER BY name`)
 		if err != nil {
 			return nil, fmt.Errorf("sources: installed sources: %w", err)
 		}
 		var name string
 		var r installedRow
-		_, err = pgx.ForEachRow(rows, []any{&name, &r.schema, &r.table, &r.key, &r.kind, &r.keyType, &r.columns, &r.destination, &r.where}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&name, &r.schema, &r.table, &r.key, &r.kind, &r.keyType, &r.columns, &r.destination, &r.where, &r.tenant, &r.lanes}, func() error {
 			installed[name] = r
 			return nil
 		})
@@ -90,6 +90,8 @@ func PlanInstall(ctx context.Context, q database.Querier, specs []Spec) (*Plan, 
 		switch {
 		case !exists:
 			ch.Action, ch.Detail = Installed, "triggers not installed"
+		case prev.tenant != s.Tenant:
+			ch.Detail = "tenant changed: its pending work would be dropped and its snapshot restarted"
 		case prev.schema != s.Schema || prev.table != s.Table || prev.key != s.Key || prev.kind != s.Kind:
 			ch.Detail = fmt.Sprintf("installed on %s (key %s): its pending work would be dropped and its snapshot restarted",
 				pgx.Identifier{prev.schema, prev.table}.Sanitize(), prev.key)
@@ -99,6 +101,8 @@ func PlanInstall(ctx context.Context, q database.Querier, specs []Spec) (*Plan, 
 			ch.Detail = fmt.Sprintf("destination changed from %s", prev.destination)
 		case prev.where != s.Where:
 			ch.Detail = "where changed"
+		case s.Tenant != "" && prev.lanes != s.Lanes:
+			ch.Detail = fmt.Sprintf("lanes changed from %d to %d: pending changes would move to their new lanes", prev.lanes, s.Lanes)
 		default:
 			current, err := triggersCurrent(ctx, q, schema, objectHash(schema, s.Name), s, captureBody(schema, s))
 			if err != nil {

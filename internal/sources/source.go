@@ -237,7 +237,6 @@ func (s *Source) pendingSQL(after, tenant bool) string {
 	if tenant && s.Tenant == "" {
 		return ""
 	}
-	key := "t." + pgx.Identifier{s.Key}.Sanitize()
 	cond, names := "", "$4"
 	if after {
 		cond, names = " AND (c.num, c.key) > ($4::bigint, $5::text)", "$6"
@@ -253,21 +252,7 @@ func (s *Source) pendingSQL(after, tenant bool) string {
 
 	payload := s.payloadSQL(names)
 
-	// The key's text form, read back as the key's type so that the
-	// table's primary key index finds the row.
-	var match, keyJSON string
-	switch s.Kind {
-	case KeyInteger:
-		match = key + " = k.num"
-	case KeyUUID:
-		match = key + " = k.key::uuid"
-	case KeyComposite:
-		// Each key's text is parsed once, in k, not once a column.
-		match = s.keyMatchSQL(s.keyValuesOfJSONSQL("k.key_json"))
-		keyJSON = ", c.key::jsonb AS key_json"
-	default:
-		match = key + " = k.key::text COLLATE " + s.collation
-	}
+	match, keyJSON := s.keyMatch()
 
 	// The row is looked up per key, by its primary key (LIMIT 1 keeps the
 	// planner from turning the lookups into a scan of the whole table, which
@@ -282,6 +267,28 @@ func (s *Source) pendingSQL(after, tenant bool) string {
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k
 		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + rowCond + ` LIMIT 1) r ON true
 		ORDER BY k.num, k.key`
+}
+
+// keyMatch is the condition that the table's row aliased t is the key of
+// the change aliased k (k.num, k.key, and k.key_json for a composite key,
+// which keyJSON selects from the change log aliased c): the key's text form,
+// read back as the key's type so that the table's primary key index finds
+// the row.
+func (s *Source) keyMatch() (match, keyJSON string) {
+	key := "t." + pgx.Identifier{s.Key}.Sanitize()
+	switch s.Kind {
+	case KeyInteger:
+		match = key + " = k.num"
+	case KeyUUID:
+		match = key + " = k.key::uuid"
+	case KeyComposite:
+		// Each key's text is parsed once, in k, not once a column.
+		match = s.keyMatchSQL(s.keyValuesOfJSONSQL("k.key_json"))
+		keyJSON = ", c.key::jsonb AS key_json"
+	default:
+		match = key + " = k.key::text COLLATE " + s.collation
+	}
+	return match, keyJSON
 }
 
 // payloadSQL is the payload of the table's row aliased t: the whole row,

@@ -251,3 +251,38 @@ func QueueTenantMarks(b *pgx.Batch, src *Source, tenant string, accepted []strin
 	}
 	return queueMark(b, src, "mark failed", markFailedTenantSQL, rejected, rejectedVersions, errs, tenant)
 }
+
+// adoptMax bounds the changes one AdoptUntenanted statement gives a tenant.
+const adoptMax = 10000
+
+// AdoptUntenanted gives the changes of a tenant source logged without a
+// tenant (a key resent by `syncer verify --heal`, a failure recorded before
+// migration 022 retried) the tenant of their row, and its lane, so the
+// lane of that tenant sends them; a change whose row is gone has no
+// tenant to go to, and is dropped. It returns how many changes it adopted.
+// Lane 0 runs it as each of its jobs starts.
+func AdoptUntenanted(ctx context.Context, q database.Querier, src *Source) (int64, error) {
+	if src.Tenant == "" {
+		return 0, nil
+	}
+	match, keyJSON := src.keyMatch()
+	tenant := src.tenantText("t")
+	var total int64
+	for {
+		tag, err := q.Exec(ctx, `WITH k AS (SELECT c.seq, c.num, c.key`+keyJSON+` FROM syncer_changes c
+				WHERE c.source = $1 AND c.tenant IS NULL LIMIT `+strconv.Itoa(adoptMax)+`),
+			r AS (SELECT k.seq, (SELECT `+tenant+` FROM `+src.table()+` t WHERE `+match+` LIMIT 1) AS tenant FROM k),
+			gone AS (DELETE FROM syncer_changes c USING r WHERE c.seq = r.seq AND r.tenant IS NULL)
+			UPDATE syncer_changes c SET tenant = r.tenant, lane = `+laneSQL("r.tenant", strconv.Itoa(src.Lanes))+`
+			FROM r WHERE c.seq = r.seq AND r.tenant IS NOT NULL`, src.Name)
+		if err != nil {
+			return total, fmt.Errorf("sources: source %s: adopt changes without a tenant: %w", src.Name, err)
+		}
+		// The DELETE's rows are not in the tag: a short round says the
+		// last one was read.
+		total += tag.RowsAffected()
+		if tag.RowsAffected() == 0 {
+			return total, nil
+		}
+	}
+}

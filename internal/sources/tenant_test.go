@@ -135,3 +135,62 @@ func TestTenantColumnMustBeNotNull(t *testing.T) {
 	_, err = sources.Install(context.Background(), b.pool, cfg.SourceSpecs())
 	require.ErrorContains(t, err, "has no column nope")
 }
+
+// config check says what a change of tenant or lanes would do; migrate
+// moves the pending changes to their new lanes.
+func TestTenantPlanAndRelane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL)`)
+	b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 2\n    destination: crm\n    snapshot: false\n")
+	b.exec(t, `INSERT INTO contacts SELECT i, 't' || i FROM generate_series(1, 40) i`)
+	ctx := context.Background()
+
+	cfg := parse(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 8\n    destination: crm\n    snapshot: false\n")
+	plan, err := sources.PlanInstall(ctx, b.pool, cfg.SourceSpecs())
+	require.NoError(t, err)
+	require.Len(t, plan.Changes, 1)
+	require.Contains(t, plan.Changes[0].Detail, "lanes changed from 2 to 8")
+
+	_, srcs := b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 8\n    destination: crm\n    snapshot: false\n")
+	require.Equal(t, 8, srcs["contacts"].Lanes)
+	rows, err := b.pool.Query(ctx, `SELECT DISTINCT tenant, lane FROM syncer_changes WHERE source = 'contacts'`)
+	require.NoError(t, err)
+	n := 0
+	for rows.Next() {
+		var tenant string
+		var lane int
+		require.NoError(t, rows.Scan(&tenant, &lane))
+		require.Equal(t, sources.Lane(tenant, 8), lane, tenant)
+		n++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 40, n)
+
+	cfg = parse(t, "  - table: contacts\n    key: id\n    destination: crm\n    snapshot: false\n")
+	plan, err = sources.PlanInstall(ctx, b.pool, cfg.SourceSpecs())
+	require.NoError(t, err)
+	require.Len(t, plan.Changes, 1)
+	require.Contains(t, plan.Changes[0].Detail, "tenant changed")
+}
+
+// A key resent without a tenant (verify --heal) gets its row's tenant and
+// lane; one whose row is gone is dropped.
+func TestAdoptUntenanted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE contacts (account text NOT NULL, id bigint, PRIMARY KEY (account, id))`)
+	_, srcs := b.install(t, "  - table: contacts\n    key: [account, id]\n    tenant: account\n    lanes: 4\n    destination: crm\n    snapshot: false\n")
+	src := srcs["contacts"]
+	b.exec(t, `INSERT INTO contacts VALUES ('acme', 1), ('globex', 2)`)
+	b.markTenant(t, src, "acme", b.tenantPending(t, src, "acme"))
+	b.markTenant(t, src, "globex", b.tenantPending(t, src, "globex"))
+	_, err := sources.Resend(context.Background(), b.pool, src, []string{`["acme",1]`, `["globex",2]`, `["gone",3]`})
+	require.NoError(t, err)
+	n, err := sources.AdoptUntenanted(context.Background(), b.pool, src)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.Equal(t, []string{`["acme",1]`}, keys(b.tenantPending(t, src, "acme")))
+	require.Equal(t, []string{`["globex",2]`}, keys(b.tenantPending(t, src, "globex")))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_changes WHERE tenant IS NULL`))
+}

@@ -1,0 +1,30 @@
+package presence_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/presence"
+)
+
+// Issue 43: the daemons alive that export to a destination share a tenant
+// source's lanes; one whose lease ran out, or that left, is not counted.
+func TestAliveCountsTheDaemonsOfADestination(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.NewMigrated(t).Pool
+	require.NoError(t, presence.Say(ctx, pool, "a", map[string]int64{"crm": 1, "search": 1}))
+	require.NoError(t, presence.Say(ctx, pool, "b", map[string]int64{"crm": 0}))
+	require.NoError(t, presence.Say(ctx, pool, "c", map[string]int64{"search": 0}))
+	_, err := pool.Exec(ctx, `INSERT INTO syncer_daemons VALUES ('gone', 'crm', 0, now() - interval '1 second')`)
+	require.NoError(t, err)
+	n, err := presence.Alive(ctx, pool, "crm")
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.NoError(t, presence.Leave(ctx, pool, "b"))
+	n, err = presence.Alive(ctx, pool, "crm")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
