@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -113,6 +114,13 @@ type Destination struct {
 	Auth *Auth
 	// TLS is the destination's TLS settings; nil for Go's defaults.
 	TLS *TLS
+	// VerifyEvery is how often the daemons verify every source of the
+	// destination in the background (docs/protocol.md, section 11).
+	// Defaults to 0: only `syncer verify` and "Verify now".
+	VerifyEvery time.Duration
+	// VerifyHeal makes background verification heal what drifted.
+	// Defaults to false: drift is reported only.
+	VerifyHeal bool
 	// Line is where the destination starts in the file.
 	Line int
 }

@@ -11,7 +11,7 @@ import (
 // destinationFields are a destination's fields: its own, then its
 // format's, from the registry.
 func (p *parser) destinationFields() []string {
-	return append([]string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight"}, formatFields(p.formats)...)
+	return append([]string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight", "verify_every", "verify_heal"}, formatFields(p.formats)...)
 }
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
@@ -77,6 +77,9 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 		return nil, err
 	}
 	if d.MaxInFlight, err = positiveInt(f, "max_in_flight", path); err != nil {
+		return nil, err
+	}
+	if err := p.verifyFields(d, f, path); err != nil {
 		return nil, err
 	}
 	if err := p.format(d, f, path, n); err != nil {
