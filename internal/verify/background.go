@@ -63,9 +63,9 @@ const (
 type BackgroundConfig struct {
 	// Schema is syncer's schema, which the lock keys name.
 	Schema string
-	// Jobs returns the sources to verify now (read at every tick, so a
+	// Jobs returns the sources to verify now (asked at every tick, so a
 	// reload's are seen). Required.
-	Jobs func() []Job
+	Jobs func(ctx context.Context) ([]Job, error)
 	// Tick is how often due runs are looked for. Defaults to TickDefault.
 	Tick time.Duration
 	// LookupSize is the ids of one lookup. Defaults to LookupSizeDefault.
@@ -131,7 +131,13 @@ func (b *Background) Run(ctx context.Context) {
 
 // Tick starts the runs due now.
 func (b *Background) Tick(ctx context.Context) {
-	jobs := b.cfg.Jobs()
+	jobs, err := b.cfg.Jobs(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			b.cfg.Logger.WarnContext(ctx, "verify: background: sources", slog.String("error", err.Error()))
+		}
+		return
+	}
 	if len(jobs) == 0 || ctx.Err() != nil {
 		return
 	}

@@ -153,3 +153,38 @@ func ended(ctx context.Context, q database.Querier, source, state string, res *R
 	}
 	return nil
 }
+
+// Text is the last run in one line, as status and the console print it.
+func (l *Last) Text() string {
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "?"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	counts := "no run finished yet"
+	if c := l.Counts; c != nil {
+		counts = fmt.Sprintf("last finished %s: %d checked, %d ok, %d missing, %d stale, %d zombie, %d unknown, %d pending",
+			at(l.FinishedAt), c.Checked, c.OK, c.Missing, c.Stale, c.Zombie, c.Unknown, c.Pending)
+		if c.Healed > 0 {
+			counts += fmt.Sprintf(", %d healed", c.Healed)
+		}
+		if c.Drifted() > 0 {
+			counts += ": DRIFT"
+		}
+	}
+	switch l.State {
+	case StateRunning:
+		return fmt.Sprintf("running since %s (%s); %s", at(l.StartedAt), l.By, counts)
+	case StateFailed:
+		return fmt.Sprintf("FAILED (started %s by %s): %s; %s", at(l.StartedAt), l.By, l.Error, counts)
+	case StateInterrupted:
+		return fmt.Sprintf("interrupted (started %s by %s), resumes where it stopped; %s", at(l.StartedAt), l.By, counts)
+	case StateRequested:
+		return fmt.Sprintf("requested %s, a daemon starts it; %s", at(l.RequestedAt), counts)
+	}
+	if l.Requested() {
+		return fmt.Sprintf("requested %s, a daemon starts it; %s", at(l.RequestedAt), counts)
+	}
+	return fmt.Sprintf("%s (%s)", counts, l.By)
+}
