@@ -120,3 +120,66 @@ func TestVerifyNow(t *testing.T) {
 	require.Equal(t, verify.ByConsole, got.By)
 	require.Equal(t, int64(5), got.Counts.Checked)
 }
+
+// TestVerifyAndExportShareTheRateLimit: while rows are pending, a
+// daemon's verify takes at most a quarter of the destination's requests,
+// and its lookups and the export's batches together stay within the
+// destination's rate limit (one limiter, the deliverer's). The bounds are
+// a token bucket's, which hold however slow the machine: no lower bound
+// on speed is asserted.
+func TestVerifyAndExportShareTheRateLimit(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.NewPool(t)
+	_, err := migrations.Up(ctx, pool, nil)
+	require.NoError(t, err)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	b := &bundle{pool: pool, fakeURL: srv.URL}
+
+	// 25,000 rows synced (absent at the fake: missing, not healed) for
+	// the verify to read, then 150 pending for the export to send one a
+	// batch.
+	_, err = pool.Exec(ctx, `INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 25000) g;
+		INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 150) g`)
+	require.NoError(t, err)
+	require.NoError(t, verify.Request(ctx, pool, "resources"))
+	const limit = 40.0
+	cfg := &daemon.Config{HTTPAddr: daemon.HTTPAddrOff, VerifyTick: 50 * time.Millisecond}
+	cfg.Delivery.RateLimit, cfg.Delivery.RateBurst = limit, 1
+	cfg.Exporter.BatchSize = 1
+	b.start(t, cfg)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM resources WHERE synced_at IS NULL`).Scan(&n))
+		return n == 0
+	}, 60*time.Second, 50*time.Millisecond, "every row exported")
+
+	var batches []time.Time
+	for _, r := range fake.Requests() {
+		batches = append(batches, r.At)
+	}
+	require.NotEmpty(t, batches)
+	lookups := fake.Lookups()
+	start, end := batches[0], batches[len(batches)-1]
+	if len(lookups) > 0 && lookups[0].Before(start) {
+		start = lookups[0]
+	}
+	var during int
+	for _, at := range lookups {
+		if !at.After(end) {
+			during++
+		}
+	}
+	elapsed := end.Sub(start).Seconds()
+	// Arrival times trail the limiter's by a request's trip: a request or
+	// two of slack.
+	const slack = 3
+	t.Logf("%d batches and %d lookups in %.2fs at %g/s", len(batches), during, elapsed, limit)
+	require.Positive(t, during, "the verify ran while the export did")
+	require.LessOrEqual(t, float64(len(batches)+during), limit*elapsed+1+slack,
+		"%d batches and %d lookups in %.2fs at %g/s", len(batches), during, elapsed, limit)
+	require.LessOrEqual(t, float64(during), limit*verify.PendingShare*elapsed+1+slack,
+		"%d lookups in %.2fs while rows were pending", during, elapsed)
+}
