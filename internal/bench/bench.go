@@ -61,6 +61,7 @@ var Scenarios = []string{
 	ScenarioColdStart, ScenarioFastLimit, ScenarioRestart, ScenarioHandover,
 	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
 	ScenarioConsole, ScenarioShapes, ScenarioReceipt,
+	ScenarioVerify,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -88,6 +89,7 @@ var rowNames = map[string][]string{
 	ScenarioRestart:            {"restart"},
 	ScenarioHandover:           {"handover"},
 	ScenarioReceipt:            receiptRows(),
+	ScenarioVerify:             verifyRows,
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -297,6 +299,7 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioConsole, r.consoleScenario},
 		{ScenarioShapes, r.shapesScenario},
 		{ScenarioReceipt, r.receipt},
+		{ScenarioVerify, r.verifyScenario},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {
