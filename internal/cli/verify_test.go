@@ -15,7 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/verify"
 )
 
 // verifyResult is the JSON of syncer verify --json.
@@ -313,4 +315,25 @@ func TestVerifyElasticsearch(t *testing.T) {
 		r = verifyCmd()
 		return r.code == 0 && verifyJSON(t, r).OK == 11
 	}, 30*time.Second, 100*time.Millisecond, "%v", &r)
+}
+
+// TestVerifyWaitsForTheDaemonsRun: while a daemon verifies a source (it
+// holds the source's verify lock), syncer verify of it exits 1 saying so:
+// two runs would share the source's saved progress.
+func TestVerifyWaitsForTheDaemonsRun(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, true)
+	schema, err := database.CurrentSchema(ctx, b.pool)
+	require.NoError(t, err)
+	conn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, verify.VerifyKey(schema, "resources"))
+	require.NoError(t, err)
+	r := run(ctx, "verify", "--source", "resources", "--database-url", b.dsn, "--thirdparty-url", "http://127.0.0.1:1")
+	require.Equal(t, 1, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "a daemon is verifying this source now")
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, verify.VerifyKey(schema, "resources"))
+	require.NoError(t, err)
 }

@@ -265,3 +265,20 @@ func (b *Background) spread(ctx context.Context, j *Job) (time.Duration, error) 
 	pages := rows/int64(b.cfg.LookupSize) + 1
 	return j.Every / 2 / time.Duration(pages), nil
 }
+
+// ErrBackgroundRunning is returned by CheckIdle while a daemon verifies
+// the source: two runs of one source would share its saved progress.
+var ErrBackgroundRunning = errors.New("a daemon is verifying this source now (syncer status shows it); run this again once it finished")
+
+// CheckIdle returns ErrBackgroundRunning, wrapped, while a daemon holds
+// source's verify lock in schema.
+func CheckIdle(ctx context.Context, q database.Querier, schema, source string) error {
+	held, err := locks.HeldLive(ctx, q, VerifyKey(schema, source))
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	if held {
+		return fmt.Errorf("verify: source %s: %w", source, ErrBackgroundRunning)
+	}
+	return nil
+}
