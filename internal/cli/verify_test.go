@@ -337,3 +337,40 @@ func TestVerifyWaitsForTheDaemonsRun(t *testing.T) {
 	_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, verify.VerifyKey(schema, "resources"))
 	require.NoError(t, err)
 }
+
+// TestStatusShowsTheLastVerify: status prints each source's last verify,
+// its time and counts by kind, as text and in --json.
+func TestStatusShowsTheLastVerify(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, true)
+	b.fill(t, 4)
+	_, err := b.pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
+	require.NoError(t, err)
+	srv := httptest.NewServer(fakethirdparty.New(fakethirdparty.Config{Lookup: true}))
+	t.Cleanup(srv.Close)
+	r := run(ctx, "verify", "--source", "resources", "--database-url", b.dsn, "--thirdparty-url", srv.URL)
+	require.Equal(t, 3, r.code, r.stdout+r.stderr)
+
+	r = run(ctx, "status", "--database-url", b.dsn)
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Regexp(t, `verify resources\s+last finished \S+: 4 checked, 0 ok, 4 missing, 0 stale, 0 zombie, 0 unknown, 0 pending: DRIFT \(command\)`, r.stdout)
+
+	r = run(ctx, "status", "--json", "--database-url", b.dsn)
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	var st struct {
+		Sources []struct {
+			Name   string `json:"name"`
+			Verify struct {
+				State  string           `json:"state"`
+				By     string           `json:"by"`
+				Counts map[string]int64 `json:"counts"`
+			} `json:"verify"`
+		} `json:"sources"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Len(t, st.Sources, 1)
+	require.Equal(t, "finished", st.Sources[0].Verify.State)
+	require.Equal(t, "command", st.Sources[0].Verify.By)
+	require.Equal(t, int64(4), st.Sources[0].Verify.Counts["missing"])
+}
