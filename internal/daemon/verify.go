@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,9 +94,10 @@ func sameDests(a, b map[string]*destination) bool {
 	return true
 }
 
-// verifyJob is src's job on dest; false when dest cannot be read back
-// (its format has no read API, or it authenticates by an auth mapping),
-// which is logged once when it asks for background runs.
+// verifyJob is src's job on dest. When dest cannot be read back (its
+// format has no read API, or it authenticates by an auth mapping) the job
+// has no Reader and says why: a run asked for is refused with that, and a
+// verify_every on it is logged once.
 func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, dest *destination) (verify.Job, bool) {
 	c := &d.cfg
 	conf := dest.conf
@@ -120,7 +122,11 @@ func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, dest *destina
 			d.logger.WarnContext(ctx, "daemon: verify_every is set but the destination cannot be read back: no background verification",
 				slog.String("destination", name), slog.String("format", format))
 		}
-		return verify.Job{}, false
+		why := fmt.Sprintf("destination %s (format %s) cannot be read back by the daemons; syncer verify reads it if it can", name, cmp.Or(format, "syncer"))
+		if conf != nil && conf.Auth != nil {
+			why = fmt.Sprintf("destination %s has an auth mapping, which background verification does not read yet; run syncer verify", name)
+		}
+		return verify.Job{Source: src, Destination: name, Unreadable: why}, true
 	}
 	dcfg := c.Delivery.WithDefaults()
 	lim := config.Limits{RateLimit: dcfg.RateLimit, RateBurst: dcfg.RateBurst, MaxInFlight: dcfg.MaxInFlight}

@@ -48,6 +48,10 @@ type Job struct {
 	// Turn takes one of the destination's requests (its deliverer's
 	// Turn); nil takes none.
 	Turn func(context.Context) error
+	// Unreadable, set when Reader is nil, says why the destination cannot
+	// be read back: a run asked for is then recorded failed with it,
+	// rather than left asked for.
+	Unreadable string
 }
 
 // Background defaults.
@@ -153,6 +157,14 @@ func (b *Background) Tick(ctx context.Context) {
 		j := jobs[i]
 		name := j.Source.Name()
 		l := last[name]
+		if j.Reader == nil {
+			if l != nil && l.Requested() {
+				if err := refused(ctx, b.db, name, j.Unreadable); err != nil {
+					b.cfg.Logger.WarnContext(ctx, "verify: background: refuse a run", slog.String("source", name), slog.String("error", err.Error()))
+				}
+			}
+			continue
+		}
 		if !due(&j, l, now) {
 			continue
 		}

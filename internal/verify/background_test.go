@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -59,4 +60,28 @@ func TestPaceSpread(t *testing.T) {
 	require.NoError(t, p.Wait(t.Context(), nil, nil))
 	require.Equal(t, []time.Duration{20 * time.Second, 30 * time.Second}, slept, "the first at once, then a spread from the last")
 	require.Equal(t, 3, turns)
+}
+
+// TestRequestOfAnUnreadableDestinationFails: "Verify now" of a source
+// whose destination cannot be read back is recorded failed, saying why,
+// not left asked for.
+func TestRequestOfAnUnreadableDestinationFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewMigrated(t)
+	src, err := verify.NewResources(verify.Range{})
+	require.NoError(t, err)
+	bg, err := verify.NewBackground(db.Pool, nil, &verify.BackgroundConfig{Jobs: func(context.Context) ([]verify.Job, error) {
+		return []verify.Job{{Source: src, Unreadable: "destination default (format cloudevents) cannot be read back"}}, nil
+	}})
+	require.NoError(t, err)
+	require.NoError(t, verify.Request(ctx, db.Pool, "resources"))
+	bg.Tick(ctx)
+	last, err := verify.LastRuns(ctx, db.Pool)
+	require.NoError(t, err)
+	l := last["resources"]
+	require.Equal(t, verify.StateFailed, l.State)
+	require.False(t, l.Requested())
+	require.Contains(t, l.Text(), "FAILED")
+	require.Contains(t, l.Text(), "format cloudevents")
 }

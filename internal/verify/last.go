@@ -188,3 +188,13 @@ func (l *Last) Text() string {
 	}
 	return fmt.Sprintf("%s (%s)", counts, l.By)
 }
+
+// refused records that a run of source asked for cannot run, and why.
+func refused(ctx context.Context, q database.Querier, source, why string) error {
+	_, err := q.Exec(ctx, `UPDATE syncer_verify_last SET state = 'failed', started_at = now(), by_whom = 'console', error = $2
+		WHERE source = $1`, source, why)
+	if err != nil {
+		return fmt.Errorf("verify: record the refusal of %s: %w", source, err)
+	}
+	return nil
+}
