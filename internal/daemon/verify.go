@@ -55,7 +55,7 @@ func (d *Daemon) verifyJobs(ctx context.Context) ([]verify.Job, error) {
 		if err != nil {
 			return nil, err
 		}
-		if j, ok := d.verifyJob(ctx, src, dest); ok {
+		if j, ok := d.verifyJob(ctx, src, dest, nil); ok {
 			out = append(out, j)
 		}
 	}
@@ -73,7 +73,7 @@ func (d *Daemon) verifyJobs(ctx context.Context) ([]verify.Job, error) {
 			if err != nil {
 				return nil, fmt.Errorf("daemon: verify: source %s: %w", s.Name, err)
 			}
-			if j, ok := d.verifyJob(ctx, src, dest); ok {
+			if j, ok := d.verifyJob(ctx, src, dest, file.Destination(s.Destination)); ok {
 				out = append(out, j)
 			}
 		}
@@ -94,18 +94,23 @@ func sameDests(a, b map[string]*destination) bool {
 	return true
 }
 
-// verifyJob is src's job on dest. When dest cannot be read back (its
+// verifyJob is src's job on dest, with now, the destination's entry of
+// the file as read last (nil for the default destination). When dest cannot be read back (its
 // format has no read API, or it authenticates by an auth mapping) the job
 // has no Reader and says why: a run asked for is refused with that, and a
 // verify_every on it is logged once.
-func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, dest *destination) (verify.Job, bool) {
+func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, dest *destination, now *config.Destination) (verify.Job, bool) {
 	c := &d.cfg
 	conf := dest.conf
 	url, token, format := c.ThirdParty.URL, c.ThirdParty.Token, c.Format.Name
 	every, heal := c.VerifyEvery, c.VerifyHeal
 	if conf != nil {
 		url, token, format = conf.URL, conf.Token.Reveal(), conf.Format.Name
-		every, heal = conf.VerifyEvery, conf.VerifyHeal
+	}
+	if now != nil {
+		// The file as it is now: a reload that changed only these kept
+		// the destination built from the file before.
+		every, heal = now.VerifyEvery, now.VerifyHeal
 	}
 	name := dest.state.name
 	var rd verify.Reader
