@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/config"
@@ -117,9 +119,9 @@ func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, dest *destina
 	switch {
 	case conf != nil && conf.Auth != nil:
 	case format == "" || format == "syncer":
-		rd = &verify.SyncerReader{URL: url, Token: token}
+		rd = &verify.SyncerReader{URL: url, Token: token, Client: lookupClient(dest)}
 	case format == "elasticsearch":
-		rd = &verify.ElasticsearchReader{URL: url, Token: token}
+		rd = &verify.ElasticsearchReader{URL: url, Token: token, Client: lookupClient(dest)}
 	}
 	if rd == nil {
 		if every > 0 && !d.verify.logged[name] {
@@ -193,4 +195,15 @@ func (d *Daemon) verifyGauges(ctx context.Context) error {
 		d.metrics.SetVerifyDrift(name, dest, byKind, finished)
 	}
 	return nil
+}
+
+// lookupTimeout bounds one lookup, as syncer verify's own client does.
+const lookupTimeout = 30 * time.Second
+
+// lookupClient is the destination's HTTP client (its TLS, its
+// connections, no redirects) with a timeout of a lookup's.
+func lookupClient(dest *destination) *http.Client {
+	hc := *dest.client.HTTPClient()
+	hc.Timeout = lookupTimeout
+	return &hc
 }
