@@ -167,6 +167,8 @@ func TestAlertRules(t *testing.T) {
 		"SyncerSourceLag",           // a source's oldest pending change
 		"SyncerDestinationStalled",  // a destination that accepts nothing
 		"SyncerSourceFailedGrowing", // a destination rejecting a source's items
+		// Issue 44: verify found the third party holding other than we do.
+		"SyncerVerifyDrift",
 	} {
 		require.Contains(t, alerts, want)
 	}

@@ -64,6 +64,7 @@ var Scenarios = []string{
 	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
 	ScenarioConsole, ScenarioShapes, ScenarioReceipt,
 	ScenarioTenants,
+	ScenarioVerify,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -92,6 +93,7 @@ var rowNames = map[string][]string{
 	ScenarioHandover:           {"handover"},
 	ScenarioReceipt:            receiptRows(),
 	ScenarioTenants:            {"tenant column"},
+	ScenarioVerify:             verifyRows,
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -302,6 +304,7 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioShapes, r.shapesScenario},
 		{ScenarioReceipt, r.receipt},
 		{ScenarioTenants, r.tenantsScenario},
+		{ScenarioVerify, r.verifyScenario},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

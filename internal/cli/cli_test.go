@@ -196,6 +196,8 @@ func TestRunSettings(t *testing.T) {
 		{"zero timeout", []string{"--request-timeout", "0s"}, "--request-timeout (SYNCER_REQUEST_TIMEOUT) must be positive, got 0s"},
 		{"zero hot poll", []string{"--hot-poll", "0s"}, "--hot-poll (SYNCER_HOT_POLL) must be above 0 and at most 100ms, got 0s"},
 		{"long hot poll", []string{"--hot-poll", "1s"}, "--hot-poll (SYNCER_HOT_POLL) must be above 0 and at most 100ms, got 1s"},
+		{"short verify period", []string{"--verify-every", "10s"}, "--verify-every (SYNCER_VERIFY_EVERY) must be 0 or at least 1m0s, got 10s"},
+		{"heal without period", []string{"--verify-heal"}, "--verify-heal (SYNCER_VERIFY_HEAL) needs --verify-every (SYNCER_VERIFY_EVERY)"},
 		{"empty HTTP address", []string{"--http-addr", ""}, "--http-addr (SYNCER_HTTP_ADDR): want host:port or \"off\""},
 		{"bad HTTP address", []string{"--http-addr", "localhost"}, "--http-addr (SYNCER_HTTP_ADDR): want host:port"},
 	} {

@@ -49,6 +49,8 @@ type RunCmd struct {
 	MaxItemBytes       int           `name:"max-item-bytes" env:"SYNCER_MAX_ITEM_BYTES" default:"${max_item_bytes}" help:"A row whose payload is larger is never sent: it is recorded failed, with the reason."`
 	TombstoneRetention time.Duration `name:"tombstone-retention" env:"SYNCER_TOMBSTONE_RETENTION" default:"${tombstone_retention}" help:"How long a delivered tombstone is kept, so a replay of its range sends the delete again."`
 	SendUnchanged      bool          `name:"send-unchanged" env:"SYNCER_SEND_UNCHANGED" help:"Send a row's version even when its body is the one the third party last accepted (by default it is settled as skipped, without a request); no digests of accepted bodies are kept."`
+	VerifyEvery        time.Duration `name:"verify-every" env:"SYNCER_VERIFY_EVERY" default:"0" help:"How often the daemons verify resources against SYNCER_THIRDPARTY_URL in the background (a file's destination sets verify_every); 0 means only syncer verify and the console's Verify now."`
+	VerifyHeal         bool          `name:"verify-heal" env:"SYNCER_VERIFY_HEAL" help:"Heal what background verification of resources finds (needs --verify-every)."`
 	HotPoll            time.Duration `name:"hot-poll" env:"SYNCER_HOT_POLL" default:"${hot_poll}" help:"How often a job looks for new rows while writes flow, from one look to the next (at most ${hot_poll_max}). Shorter lowers latency and costs more CPU a row; longer makes batches of more rows."`
 
 	// tokenFromFile is set once the token file was read: kong may
@@ -138,6 +140,12 @@ func (f *flagFields) Errorf(field, msg string) error {
 func (c *RunCmd) Validate() error {
 	if err := c.DB.Validate(); err != nil {
 		return err
+	}
+	if c.VerifyEvery != 0 && c.VerifyEvery < config.MinVerifyEvery {
+		return usagef("%s must be 0 or at least %s, got %s", setting(c, "VerifyEvery"), config.MinVerifyEvery, c.VerifyEvery)
+	}
+	if c.VerifyHeal && c.VerifyEvery == 0 {
+		return usagef("%s needs %s", setting(c, "VerifyHeal"), setting(c, "VerifyEvery"))
 	}
 	if c.ThirdpartyTokenFile != "" && !c.tokenFromFile {
 		if c.ThirdpartyToken != "" {
@@ -268,6 +276,8 @@ func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env)
 		ShutdownTimeout:    c.ShutdownTimeout,
 		Workers:            c.Workers,
 		SendUnchanged:      c.SendUnchanged,
+		VerifyEvery:        c.VerifyEvery,
+		VerifyHeal:         c.VerifyHeal,
 		Logger:             env.Logger,
 		Console:            c.consoleFunc(pool, srcs, env.Logger),
 	}

@@ -46,6 +46,11 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 	for _, d := range r.Destinations {
 		fmt.Fprintf(w, "destination %s\t%s\n", d.Name, destinationLine(d))
 	}
+	for _, src := range r.Sources {
+		if src.Verify != nil {
+			fmt.Fprintf(w, "verify %s\t%s\n", src.Name, src.Verify.Text())
+		}
+	}
 	if r.ResourcesExported {
 		fmt.Fprintf(w, "rows\t%d total, %d synced, %d unsynced (%d pending, %d failed)\n", r.Total, r.Synced, r.Unsynced, r.Pending, r.Failed)
 		fmt.Fprintf(w, "oldest pending\t%s\n", seconds(r.OldestUnsyncedAgeSeconds))

@@ -19,6 +19,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/operator"
@@ -91,6 +92,13 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 	defer pool.Close()
 	src, rd, limit, burst, dest, err := c.build(ctx, pool, env.Logger)
 	if err != nil {
+		return err
+	}
+	schema, err := database.CurrentSchema(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if err := verify.CheckIdle(ctx, pool, schema, src.Name()); err != nil {
 		return err
 	}
 	res, err := verify.Run(ctx, pool, src, rd, &verify.Config{

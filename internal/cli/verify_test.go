@@ -15,7 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/verify"
 )
 
 // verifyResult is the JSON of syncer verify --json.
@@ -313,4 +315,62 @@ func TestVerifyElasticsearch(t *testing.T) {
 		r = verifyCmd()
 		return r.code == 0 && verifyJSON(t, r).OK == 11
 	}, 30*time.Second, 100*time.Millisecond, "%v", &r)
+}
+
+// TestVerifyWaitsForTheDaemonsRun: while a daemon verifies a source (it
+// holds the source's verify lock), syncer verify of it exits 1 saying so:
+// two runs would share the source's saved progress.
+func TestVerifyWaitsForTheDaemonsRun(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, true)
+	schema, err := database.CurrentSchema(ctx, b.pool)
+	require.NoError(t, err)
+	conn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, verify.VerifyKey(schema, "resources"))
+	require.NoError(t, err)
+	r := run(ctx, "verify", "--source", "resources", "--database-url", b.dsn, "--thirdparty-url", "http://127.0.0.1:1")
+	require.Equal(t, 1, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "a daemon is verifying this source now")
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, verify.VerifyKey(schema, "resources"))
+	require.NoError(t, err)
+}
+
+// TestStatusShowsTheLastVerify: status prints each source's last verify,
+// its time and counts by kind, as text and in --json.
+func TestStatusShowsTheLastVerify(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, true)
+	b.fill(t, 4)
+	_, err := b.pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
+	require.NoError(t, err)
+	srv := httptest.NewServer(fakethirdparty.New(fakethirdparty.Config{Lookup: true}))
+	t.Cleanup(srv.Close)
+	r := run(ctx, "verify", "--source", "resources", "--database-url", b.dsn, "--thirdparty-url", srv.URL)
+	require.Equal(t, 3, r.code, r.stdout+r.stderr)
+
+	r = run(ctx, "status", "--database-url", b.dsn)
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Regexp(t, `verify resources\s+last finished \S+: 4 checked, 0 ok, 4 missing, 0 stale, 0 zombie, 0 unknown, 0 pending: DRIFT \(command\)`, r.stdout)
+
+	r = run(ctx, "status", "--json", "--database-url", b.dsn)
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	var st struct {
+		Sources []struct {
+			Name   string `json:"name"`
+			Verify struct {
+				State  string           `json:"state"`
+				By     string           `json:"by"`
+				Counts map[string]int64 `json:"counts"`
+			} `json:"verify"`
+		} `json:"sources"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Len(t, st.Sources, 1)
+	require.Equal(t, "finished", st.Sources[0].Verify.State)
+	require.Equal(t, "command", st.Sources[0].Verify.By)
+	require.Equal(t, int64(4), st.Sources[0].Verify.Counts["missing"])
 }

@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -124,6 +125,13 @@ type Destination struct {
 	// block (docs/protocol.md, "Verify and heal"), checked by compiling
 	// it; nil without one: the format's own read API, if it has one.
 	Verify *custom.VerifyConfig
+	// VerifyEvery is how often the daemons verify every source of the
+	// destination in the background (docs/protocol.md, section 11).
+	// Defaults to 0: only `syncer verify` and "Verify now".
+	VerifyEvery time.Duration
+	// VerifyHeal makes background verification heal what drifted.
+	// Defaults to false: drift is reported only.
+	VerifyHeal bool
 	// Line is where the destination starts in the file.
 	Line int
 }

@@ -153,7 +153,7 @@ func TestParseRefuses(t *testing.T) {
 		{"destination name", func(t *testing.T) string { return edit(t, "  warehouse:", "  ware house:") }, nil, `destinations: "ware house" may only hold letters, digits and _ - . $`},
 		{"destination twice", func(t *testing.T) string { return edit(t, "  warehouse:", "  crm:") }, nil, "destinations.crm: given twice"},
 		{"destination not a mapping", func(t *testing.T) string { return "destinations:\n  crm: https://x\n" }, nil, "destinations.crm: must be a mapping with url"},
-		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, auth, tls, rate_limit, rate_burst, max_in_flight, tenants, format, headers, signing_secret_env, signing_secret_file, event_source, event_type_prefix, request, deletes, response, program_timeout, verify) (line 7)`},
+		{"destination unknown field", func(t *testing.T) string { return edit(t, "    rate_burst: 5", "    rate_brust: 5") }, nil, `destinations.crm: unknown field "rate_brust" (known: url, token_env, token_file, auth, tls, rate_limit, rate_burst, max_in_flight, tenants, verify_every, verify_heal, format, headers, signing_secret_env, signing_secret_file, event_source, event_type_prefix, request, deletes, response, program_timeout, verify) (line 7)`},
 		{"auth beside token_env", func(t *testing.T) string {
 			return edit(t, "    rate_limit: 10\n", "    rate_limit: 10\n    auth: {type: basic, username_env: U, password_env: P}\n")
 		}, map[string]string{"CRM_TOKEN": "t", "U": "u", "P": "p"}, "destinations.crm.auth: and token_env or token_file are exclusive: put the token in auth"},

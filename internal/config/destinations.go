@@ -13,7 +13,7 @@ import (
 // destinationFields are a destination's fields: its own, then its
 // format's, from the registry.
 func (p *parser) destinationFields() []string {
-	own := []string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight", "tenants"}
+	own := []string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight", "tenants", "verify_every", "verify_heal"}
 	return append(append(own, formatFields(p.formats)...), custom.VerifyField)
 }
 
@@ -84,6 +84,9 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 		return nil, err
 	}
 	if d.MaxInFlight, err = positiveInt(f, "max_in_flight", path); err != nil {
+		return nil, err
+	}
+	if err := p.verifyFields(d, f, path); err != nil {
 		return nil, err
 	}
 	if err := p.format(d, f, path, n); err != nil {

@@ -208,6 +208,7 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"/sources/{name}/replay", c.authed(c.replayDryRun))
 	mux.HandleFunc("POST "+Prefix+"/sources/{name}/replay", c.authed(c.replayStart))
 	mux.HandleFunc("POST "+Prefix+"/sources/{name}/retry", c.authed(c.retry))
+	mux.HandleFunc("POST "+Prefix+"/sources/{name}/verify", c.authed(c.verifyNow))
 	mux.HandleFunc("POST "+Prefix+"/replays/{id}/cancel", c.authed(c.replayCancel))
 	mux.HandleFunc("GET "+Prefix+"/destinations/{name}", c.authed(c.destinationPage))
 	mux.HandleFunc("POST "+Prefix+"/destinations/{name}/{action}", c.authed(c.destinationAction))

@@ -131,6 +131,10 @@ func (c *Console) destRow(d status.Destination) destRow {
 type sourceRow struct {
 	Name, Table, Destination, Oldest, Snapshot, Stopped string
 	Pending, Failed                                     int64
+	// Verified is its last verify in short (time and counts, or that one
+	// runs); Drift is set when the last finished run found drift.
+	Verified string
+	Drift    bool
 }
 
 func sourceRowOf(s status.Source) sourceRow {
@@ -138,8 +142,10 @@ func sourceRowOf(s status.Source) sourceRow {
 	if s.Snapshot == "running" && s.SnapshotPercent >= 0 {
 		snap += fmt.Sprintf(" (%.1f%%)", s.SnapshotPercent)
 	}
-	return sourceRow{Name: s.Name, Table: s.Table, Destination: s.Destination, Pending: s.Pending, Failed: s.Failed,
+	row := sourceRow{Name: s.Name, Table: s.Table, Destination: s.Destination, Pending: s.Pending, Failed: s.Failed,
 		Oldest: ageText(s.OldestPendingAgeSeconds), Snapshot: snap, Stopped: s.Stopped}
+	row.Verified, row.Drift = verifiedText(s.Verify)
+	return row
 }
 
 func ageText(s float64) string {

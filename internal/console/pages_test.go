@@ -17,7 +17,7 @@ func TestEverySourceRowBuiltAlike(t *testing.T) {
 		Total: 10, Synced: 6, Pending: 3, Failed: 1, OldestPendingAgeSeconds: 61, SnapshotPercent: -1,
 		Stopped: "destination default: circuit breaker open until 2026-01-01T00:00:00Z"})
 	require.Equal(t, sourceRow{Name: "resources", Table: "resources", Destination: "default", Pending: 3, Failed: 1,
-		Oldest: "1m1s", Snapshot: "—", Stopped: "destination default: circuit breaker open until 2026-01-01T00:00:00Z"}, res)
+		Oldest: "1m1s", Snapshot: "—", Stopped: "destination default: circuit breaker open until 2026-01-01T00:00:00Z", Verified: "never"}, res)
 
 	orders := sourceRowOf(status.Source{Name: "orders", Table: "public.orders", Destination: "crm", Pending: 5,
 		Snapshot: "running", SnapshotPercent: 12.5})

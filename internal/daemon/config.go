@@ -87,6 +87,17 @@ type Config struct {
 	// Every source must be installed (syncer migrate --config). Defaults
 	// to nil: resources only.
 	Sources *config.Config
+	// VerifyEvery is how often the daemons verify resources against the
+	// destination ThirdParty configures, in the background, as a file's
+	// destination's verify_every (docs/protocol.md section 11). Defaults
+	// to 0: only on request.
+	VerifyEvery time.Duration
+	// VerifyHeal heals what background verification of resources finds,
+	// as verify_heal. Defaults to false.
+	VerifyHeal bool
+	// VerifyTick is how often the daemon looks for verify runs due (a
+	// period's, or "Verify now"). Defaults to verify.TickDefault.
+	VerifyTick time.Duration
 	// Console, when set, builds the web console served at /console on
 	// HTTPAddr. Defaults to nil: /console answers 404.
 	Console ConsoleFunc
@@ -129,6 +140,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("daemon: config: PollInterval must not be negative, got %s", c.PollInterval)
 	case c.GaugeInterval < 0:
 		return fmt.Errorf("daemon: config: GaugeInterval must not be negative, got %s", c.GaugeInterval)
+	case c.VerifyEvery < 0:
+		return fmt.Errorf("daemon: config: VerifyEvery must not be negative, got %s", c.VerifyEvery)
+	case c.VerifyHeal && c.VerifyEvery == 0:
+		return errors.New("daemon: config: VerifyHeal needs VerifyEvery")
 	}
 	if c.HTTPAddr != HTTPAddrOff {
 		if err := CheckHTTPAddr(c.HTTPAddr); err != nil {

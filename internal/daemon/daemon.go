@@ -43,6 +43,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/presence"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/internal/verify"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -95,6 +96,11 @@ type Daemon struct {
 	// warned is the warning last logged per source, so a warning is
 	// logged once, not at every refresh.
 	warned map[string]string
+
+	// verify is background verification's sources (verify.go); verifier
+	// its loop.
+	verify   verifyJobs
+	verifier *verify.Background
 }
 
 // New checks that the database is migrated and builds the daemon's parts:
@@ -203,6 +209,11 @@ func (d *Daemon) build(ctx context.Context) error {
 		return fmt.Errorf("daemon: river client: %w", err)
 	}
 
+	if d.verifier, err = verify.NewBackground(d.pool, d.locker, &verify.BackgroundConfig{Schema: d.schema,
+		Jobs: d.verifyJobs, Ended: d.verifyEnded, Tick: c.VerifyTick, Logger: logger}); err != nil {
+		return err
+	}
+
 	d.relay, err = outbox.New(d.pool, d.river, d.exp, &outbox.Config{
 		Channel:      migrations.Channel(d.schema),
 		LockKey:      locks.RelayKey(d.schema),
@@ -278,6 +289,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { d.gauges(runCtx) })
 	wg.Go(func() { d.purger.Run(runCtx) })
 	wg.Go(func() { d.presence(runCtx) })
+	wg.Go(func() { d.verifier.Run(runCtx) })
 	if err := d.relay.Kick(ctx); err != nil {
 		logger.WarnContext(ctx, "daemon: initial sync kick failed; the relay's poll will retry", slog.String("error", err.Error()))
 	}

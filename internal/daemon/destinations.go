@@ -106,6 +106,9 @@ func (d *Daemon) buildDestinations(installation string, file *config.Config, pre
 func sameDestination(a, b *config.Destination) bool {
 	x, y := *a, *b
 	x.Line, y.Line = 0, 0
+	// Background verification's settings are read from the file as it is
+	// now (verify.go): a change of them rebuilds nothing of the export.
+	x.VerifyEvery, y.VerifyEvery, x.VerifyHeal, y.VerifyHeal = 0, 0, false, false
 	return reflect.DeepEqual(x, y)
 }
 

@@ -151,6 +151,9 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 			}
 		}
 	}
+	if err := d.verifyGauges(ctx); err != nil {
+		return err
+	}
 	counts, err := jobs.Counts(ctx, d.pool)
 	if err != nil {
 		return err

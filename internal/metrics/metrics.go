@@ -92,6 +92,8 @@ type Metrics struct {
 	Config Config
 	// Console is the web console's block.
 	Console Console
+	// Verify is verify's block (verify.go).
+	Verify Verify
 }
 
 // New creates the collectors and registers them on reg.
@@ -165,6 +167,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.SourceStopped, m.SourceUncaptured, m.SourceLockHeld)
 	m.Config = newConfig(reg)
 	m.Console = newConsole(reg)
+	m.Verify = newVerify(reg)
 	return m
 }
 

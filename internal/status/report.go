@@ -10,6 +10,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/verify"
 )
 
 // Report is the status. The first six fields are the contract's keys.
@@ -109,6 +110,9 @@ type Source struct {
 	Stopped string `json:"stopped,omitempty"`
 	// Lock says who holds its export lock.
 	Lock Lock `json:"lock"`
+	// Verify is its last verify (`syncer verify`, background or "Verify
+	// now"): state, time and counts by kind; absent before the first.
+	Verify *verify.Last `json:"verify,omitempty"`
 }
 
 // Destination is a configured destination's state: the facts its daemons

@@ -24,6 +24,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/unchanged"
+	"github.com/syncer-dev/syncer/internal/verify"
 )
 
 // Defaults for Config.
@@ -117,6 +118,13 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			Total: counts.Total, Synced: counts.Synced, Pending: counts.Unsynced - counts.Failed, Failed: counts.Failed,
 			OldestPendingAgeSeconds: counts.OldestUnsyncedAge.Seconds(), SnapshotPercent: -1, InFlight: inFlight[checkpoint.Live],
 			SkippedUnchanged: skips[ResourcesSource].Skipped})
+	}
+	last, err := verify.LastRuns(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	for i := range r.Sources {
+		r.Sources[i].Verify = last[r.Sources[i].Name]
 	}
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {

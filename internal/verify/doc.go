@@ -27,4 +27,13 @@
 //     takes more than a quarter of the destination's requests from the
 //     export that is catching up.
 //   - Examples (up to 20 a kind) show the two payloads, never a credential.
+//   - Every run's start and end are kept as the source's last verify
+//     (syncer_verify_last, owned here): status, the console and the
+//     metrics read it (LastRuns), and "Verify now" asks for a run through
+//     it (Request).
+//   - Background runs (Background, a destination's verify_every) are the
+//     daemons': one daemon a source under its verify lock, pages spread
+//     over half the period, lookups taking turns from the destination's
+//     shared limiter (Pace.Turn), resumed by the next daemon when one
+//     stops half way (background.go).
 package verify

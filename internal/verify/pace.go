@@ -39,6 +39,13 @@ type Pace struct {
 	namespace *string
 	now       func() time.Time
 	sleep     func(context.Context, time.Duration) error
+	// spread is the least time between two lookups (a background run
+	// spread over its period); last is when the last one went.
+	spread time.Duration
+	last   time.Time
+	// turn, when set, takes a request of the daemon's deliverer of the
+	// destination, so that verify and export share its rate limit.
+	turn func(context.Context) error
 }
 
 // NewPace returns a Pace at limit requests a second with burst; limit 0
@@ -55,6 +62,23 @@ func NewPace(limit float64, burst int) *Pace {
 // breakerstore namespace is ns (breakerstore.DestinationNamespace).
 func (p *Pace) Shared(ns string) *Pace {
 	p.namespace = &ns
+	return p
+}
+
+// Spread makes lookups go at least every apart: a background run spreads
+// its pages over its period rather than bursting.
+func (p *Pace) Spread(every time.Duration) *Pace {
+	p.spread = every
+	return p
+}
+
+// Turn makes every lookup also wait for, and take, a request of the
+// destination's shared limiter (a daemon's delivery.Deliverer.Turn): the
+// lookups and the export then stay within the destination's rate limit
+// together, and the lookups within PendingShare of it while rows are
+// pending.
+func (p *Pace) Turn(turn func(context.Context) error) *Pace {
+	p.turn = turn
 	return p
 }
 
@@ -99,10 +123,32 @@ func (p *Pace) obey(ctx context.Context, q database.Querier) (float64, error) {
 // Wait blocks until a lookup may go: at the full rate while src has
 // nothing pending, at PendingShare of it otherwise.
 func (p *Pace) Wait(ctx context.Context, q database.Querier, src Source) error {
+	if p.spread > 0 && !p.last.IsZero() {
+		if wait := p.last.Add(p.spread).Sub(p.now()); wait > 0 {
+			if err := p.sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+	}
 	learnt, err := p.obey(ctx, q)
 	if err != nil {
 		return fmt.Errorf("verify: pace: %w", err)
 	}
+	if err := p.waitOwn(ctx, q, src, learnt); err != nil {
+		return err
+	}
+	if p.turn != nil {
+		if err := p.turn(ctx); err != nil {
+			return fmt.Errorf("verify: pace: %w", err)
+		}
+	}
+	p.last = p.now()
+	return nil
+}
+
+// waitOwn waits for the run's own limiter: the destination's rate, or
+// PendingShare of it while src has rows pending.
+func (p *Pace) waitOwn(ctx context.Context, q database.Querier, src Source, learnt float64) error {
 	if p.limiter == nil {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -129,12 +130,16 @@ type Config struct {
 	Rand *rand.Rand
 	// Logger logs progress. Defaults to a logger that discards.
 	Logger *slog.Logger
+	// By says who started the run, as the last run records it (ByCommand,
+	// ByBackground, ByConsole). Defaults to ByCommand.
+	By string
 }
 
 func (c *Config) withDefaults() Config {
 	out := *c
 	out.LookupSize = cmp.Or(out.LookupSize, LookupSizeDefault)
 	out.Sample = cmp.Or(out.Sample, 1)
+	out.By = cmp.Or(out.By, ByCommand)
 	if out.Rand == nil {
 		out.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
@@ -219,8 +224,9 @@ var ErrInterrupted = errors.New("verify interrupted; run it again to resume")
 
 // Run checks the source's keys of cfg.Range against what rd says the
 // destination holds, and heals with cfg.Heal. db is the pool: each page is
-// read, and its progress saved, in short statements of its own.
-func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config) (*Result, error) {
+// read, and its progress saved, in short statements of its own. The run's
+// start and end are recorded as the source's last verify (LastRuns).
+func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config) (res *Result, err error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -229,6 +235,29 @@ func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config
 	if m, ok := rd.(interface{ MaxIDs() int }); ok && m.MaxIDs() > 0 {
 		c.LookupSize = min(c.LookupSize, m.MaxIDs())
 	}
+	if err := started(ctx, db, src.Name(), c.By); err != nil {
+		return nil, err
+	}
+	defer func() {
+		state := StateFinished
+		switch {
+		case errors.Is(err, ErrInterrupted):
+			state = StateInterrupted
+		case err != nil:
+			state = StateFailed
+		}
+		// Recorded even when ctx ended the run: status says it stopped.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := ended(wctx, db, src.Name(), state, res, err); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	return run(ctx, db, src, rd, &c)
+}
+
+func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config) (*Result, error) {
+	c := *cp
 	p, err := loadProgress(ctx, db, src.Name(), c.Range, c.Sample)
 	if err != nil {
 		return nil, err

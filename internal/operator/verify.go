@@ -1,0 +1,29 @@
+package operator
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/verify"
+)
+
+// VerifyNow asks the running daemons to verify a source now (the
+// console's "Verify now"): the first daemon whose verify loop sees the
+// request runs it, under the destination's limits, and its result is the
+// source's last verify. It heals only when the destination has
+// verify_heal.
+func VerifyNow(ctx context.Context, pool *pgxpool.Pool, source string) error {
+	if source != jobs.Resources {
+		known, err := sources.IsInstalled(ctx, pool, source)
+		if err != nil {
+			return err
+		}
+		if !known {
+			return &NoSourceError{Name: source}
+		}
+	}
+	return verify.Request(ctx, pool, source)
+}
