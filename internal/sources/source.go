@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // KeyKind is the kind of a source's key, which decides its order and how
@@ -82,7 +83,10 @@ type Source struct {
 }
 
 type statements struct {
-	pendingFirst, pendingAfter   string
+	pendingFirst, pendingAfter string
+	// keptFirst and keptAfter are the pending reads with each key's
+	// kept digest (PendingKept).
+	keptFirst, keptAfter         string
 	snapshotFirst, snapshotAfter string
 }
 
@@ -202,8 +206,10 @@ const maxBuildArgs = 50
 // parameter.
 func (s *Source) build() statements {
 	return statements{
-		pendingFirst:  s.pendingSQL(false),
-		pendingAfter:  s.pendingSQL(true),
+		pendingFirst:  s.pendingSQL(false, false),
+		pendingAfter:  s.pendingSQL(true, false),
+		keptFirst:     s.pendingSQL(false, true),
+		keptAfter:     s.pendingSQL(true, true),
 		snapshotFirst: s.snapshotSQL(false),
 		snapshotAfter: s.snapshotSQL(true),
 	}
@@ -212,8 +218,9 @@ func (s *Source) build() statements {
 // pendingSQL reads a batch: $1 the source, $2 the limit, $3 the largest
 // payload (its stored size: larger payloads are measured, not returned),
 // after the cursor ($4 num, $5 key), then the payload's field names as one
-// text[].
-func (s *Source) pendingSQL(after bool) string {
+// text[]. With kept, each key comes with the digest internal/unchanged
+// keeps for it under the source's name.
+func (s *Source) pendingSQL(after, kept bool) string {
 	key := "t." + pgx.Identifier{s.Key}.Sanitize()
 	cond, names := "", "$4"
 	if after {
@@ -221,6 +228,10 @@ func (s *Source) pendingSQL(after bool) string {
 	}
 
 	payload := s.payloadSQL(names)
+	digest := ""
+	if kept {
+		digest = ", " + unchanged.KeptSQL("$1::text", "k.key")
+	}
 
 	// The key's text form, read back as the key's type so that the
 	// table's primary key index finds the row.
@@ -245,7 +256,7 @@ func (s *Source) pendingSQL(after bool) string {
 	// never the payload's nullness: a row that exists is never a tombstone,
 	// whatever its columns hold.
 	return `SELECT k.key, k.version, r.found IS NULL,
-			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0)
+			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0)` + digest + `
 		FROM (SELECT c.num, c.key` + keyJSON + `, max(c.seq) AS version FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k

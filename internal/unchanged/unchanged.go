@@ -44,31 +44,18 @@ func Digest(tag string, it feed.Item) []byte {
 	return h.Sum(nil)[:16]
 }
 
-// Same returns the ids among ids whose digest kept for feed name equals
-// the one given at the same index. The ids drive the lookup (a nested
-// loop over them, an index probe each): "key = ANY" left the planner free
-// to scan a table it had no statistics of, once a page.
-func Same(ctx context.Context, q database.Querier, name string, ids []string, digests [][]byte) (map[string]bool, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := q.Query(ctx, `SELECT b.key FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
-		JOIN syncer_accepted_bodies b ON b.feed = $1 AND b.key = n.key AND b.digest = n.digest`, name, ids, digests)
-	if err != nil {
-		return nil, fmt.Errorf("unchanged: read digests of %s: %w", name, err)
-	}
-	same, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("unchanged: read digests of %s: %w", name, err)
-	}
-	var out map[string]bool
-	for _, id := range same {
-		if out == nil {
-			out = map[string]bool{}
-		}
-		out[id] = true
-	}
-	return out, nil
+// KeptSQL is an expression of a feed's pending read that is the digest
+// kept for one of its keys (NULL when none is): feed and key are SQL
+// expressions of the read, the feed's name and the key's text form. The
+// read returns it with each item (feed.Item.Kept), so that comparing a
+// page's bodies with those last accepted costs no statement of its own:
+// a scalar subquery, an index probe a key that the planner cannot turn
+// into a scan of the table, and the key compared under the index's
+// collation (a source's change log keys are COLLATE "C", which would keep
+// the index out).
+func KeptSQL(feed, key string) string {
+	return `(SELECT ab.digest FROM syncer_accepted_bodies ab WHERE ab.feed = ` + feed +
+		` AND ab.key = (` + key + `)::text COLLATE "default")`
 }
 
 // QueueSettled queues on b, for feed name, the digests of bodies accepted
