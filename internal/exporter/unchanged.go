@@ -115,21 +115,34 @@ func (p *pipeline) queueSkipped(qb *pgx.Batch, items []feed.Item) {
 // accepted, and drops those of keys whose copy there is in doubt: a batch
 // resent from its record (its items' bodies are not this process's
 // renderings) and items deferred after a transient answer of their own.
+// The digests of keys that had none when read are written as new ones
+// (unchanged.QueueSettled's fresh).
 func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
 	if p.bodies == nil || b.out == nil {
 		return
 	}
-	keep := map[string][]byte{}
+	var keep, fresh map[string][]byte
 	var drop []string
 	for _, it := range b.out.Accepted {
-		if b.resent {
+		switch {
+		case b.resent:
 			drop = append(drop, it.ID)
-			continue
+		case p.bodies.skip && it.Kept == nil:
+			// Read with the kept digests (a live target's read), and
+			// none was kept: most likely none is now either.
+			if fresh == nil {
+				fresh = make(map[string][]byte, len(b.out.Accepted))
+			}
+			fresh[it.ID] = unchanged.Digest(p.bodies.tag, it)
+		default:
+			if keep == nil {
+				keep = make(map[string][]byte, len(b.out.Accepted))
+			}
+			keep[it.ID] = unchanged.Digest(p.bodies.tag, it)
 		}
-		keep[it.ID] = unchanged.Digest(p.bodies.tag, it)
 	}
 	for _, d := range b.out.Deferred {
 		drop = append(drop, d.Item.ID)
 	}
-	unchanged.QueueSettled(qb, p.bodies.feed, keep, drop)
+	unchanged.QueueSettled(qb, p.bodies.feed, keep, fresh, drop)
 }

@@ -14,7 +14,8 @@
 // the third party has is not sent again. Forget drops a feed's digests,
 // for a replay, which re-exports whatever the third party has; ForgetKeys
 // a heal's keys, which the third party was found not to hold. The package
-// owns syncer_accepted_bodies and syncer_skips (migration 020).
+// owns syncer_accepted_bodies and syncer_skips (migration 020) and
+// the function that writes new digests (migration 026).
 package unchanged
 
 import (
@@ -59,22 +60,36 @@ func KeptSQL(feed, key string) string {
 }
 
 // QueueSettled queues on b, for feed name, the digests of bodies accepted
-// (keep, by id) and the removal of the digests of keys whose third-party
-// copy is in doubt (drop).
-func QueueSettled(b *pgx.Batch, name string, keep map[string][]byte, drop []string) {
+// (keep and fresh, by id) and the removal of the digests of keys whose
+// third-party copy is in doubt (drop). fresh are the digests of keys that
+// had none when their version was read (feed.Item.Kept nil in a read that
+// returns them): they are inserted, which costs PostgreSQL about half an
+// upsert, and upserted only when one of them got a digest since
+// (syncer_keep_digests, migration 026). keep are upserted.
+func QueueSettled(b *pgx.Batch, name string, keep, fresh map[string][]byte, drop []string) {
 	if len(keep) > 0 {
-		ids := make([]string, 0, len(keep))
-		ds := make([][]byte, 0, len(keep))
-		for id, d := range keep {
-			ids, ds = append(ids, id), append(ds, d)
-		}
+		ids, ds := arrays(keep)
 		b.Queue(`INSERT INTO syncer_accepted_bodies (feed, key, digest)
 			SELECT $1, n.key, n.digest FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
 			ON CONFLICT (feed, key) DO UPDATE SET digest = EXCLUDED.digest`, name, ids, ds)
 	}
+	if len(fresh) > 0 {
+		ids, ds := arrays(fresh)
+		b.Queue(`SELECT syncer_keep_digests($1, $2::text[], $3::bytea[])`, name, ids, ds)
+	}
 	if len(drop) > 0 {
 		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND key = ANY ($2::text[])`, name, drop)
 	}
+}
+
+// arrays are digests by id as the statements take them.
+func arrays(digests map[string][]byte) ([]string, [][]byte) {
+	ids := make([]string, 0, len(digests))
+	ds := make([][]byte, 0, len(digests))
+	for id, d := range digests {
+		ids, ds = append(ids, id), append(ds, d)
+	}
+	return ids, ds
 }
 
 // QueueSkipped queues on b the count of n versions of feed name settled
