@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -103,11 +105,16 @@ func (r *runner) drainShaped(ctx context.Context, scenario string, shape tableSh
 	}
 	defer cleanup()
 	var dups int64
+	var profile string
+	if r.cfg.ProfileDir != "" {
+		profile = filepath.Join(r.cfg.ProfileDir, strings.ReplaceAll(scenario, " ", "-")+".cpu.pprof")
+	}
 	dbRate, rate, err = r.alternate(func(i int) (float64, error) {
 		r.progressf("   database bound %d/%d: %s pending rows of a source keyed %s, plpgsql loop", i+1, r.sizes.DrainRepeats, count(float64(n)), shape.key)
 		return r.dbSourceDrainRateOf(ctx, path, n, shape)
 	}, func(int) (float64, error) {
-		run, err := r.runSourcesWith(ctx, "src-drain", []string{"orders"}, n, 0, 0, benchFormat{}, sourceRunExtra{shape: shape})
+		run, err := r.runSourcesWith(ctx, "src-drain", []string{"orders"}, n, 0, 0, benchFormat{}, sourceRunExtra{shape: shape, profile: profile})
+		profile = "" // the first run's
 		dups += run.dups
 		return float64(n) / run.took.Seconds(), err
 	})

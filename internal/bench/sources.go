@@ -300,6 +300,9 @@ type sourceRunExtra struct {
 	settings []string
 	beside   func(ctx context.Context, addr string)
 	tenant   string // the sources' tenant column; "" for none
+	// profile, if set, is where a CPU profile of the daemon's drain is
+	// saved (its first 10 s).
+	profile string
 }
 
 // runSourcesWith is runSourcesIn with extra.
@@ -342,7 +345,7 @@ func (r *runner) runSourcesWith(ctx context.Context, label string, tables []stri
 	r.progressf("   %s: daemon draining %s rows from each of %s", label, count(float64(n)), strings.Join(tables, ", "))
 	// --thirdparty-url= (empty): the configuration alone, resources not
 	// exported.
-	d, err := r.startDaemon(ctx, s, fakes[0], false, append([]string{"--config", path, "--thirdparty-url=", "--batch-size", strconv.Itoa(r.sizes.BatchSize)}, extra.settings...)...)
+	d, err := r.startDaemon(ctx, s, fakes[0], extra.profile != "", append([]string{"--config", path, "--thirdparty-url=", "--batch-size", strconv.Itoa(r.sizes.BatchSize)}, extra.settings...)...)
 	if err != nil {
 		return res, err
 	}
@@ -351,6 +354,10 @@ func (r *runner) runSourcesWith(ctx context.Context, label string, tables []stri
 		bctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go extra.beside(bctx, d.addr)
+	}
+	profiled := make(chan error, 1)
+	if extra.profile != "" {
+		go func() { profiled <- d.profile(ctx, 10, extra.profile) }()
 	}
 	limit := drainLimit(n*len(tables)) + time.Duration(n/500)*latency
 	wctx, cancel := context.WithTimeout(ctx, limit)
@@ -393,6 +400,15 @@ func (r *runner) runSourcesWith(ctx context.Context, label string, tables []stri
 		res.dups += st.DuplicatePairs
 	}
 	res.took = end.Sub(first)
+	if extra.profile != "" {
+		// The profile ends 10 s after it started, drained or not: the
+		// daemon idles for the rest, which costs the profile nothing.
+		if err := <-profiled; err != nil {
+			r.note("%s: cpu profile not saved: %v", label, err)
+		} else {
+			r.note("%s: cpu profile of the daemon's drain (10 s from its start): %s; read it with `go tool pprof -top %s`", label, extra.profile, extra.profile)
+		}
+	}
 	return res, d.stop()
 }
 

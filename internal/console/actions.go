@@ -1,12 +1,16 @@
 package console
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/replays"
 )
@@ -140,12 +144,50 @@ func (c *Console) destinationAction(w http.ResponseWriter, r *http.Request, cl c
 	case "resume":
 		err, msg = operator.Resume(r.Context(), c.pool, name, operator.ByConsole, 0), "destination %s resumed"
 	case "probe":
-		err, msg = operator.Probe(r.Context(), c.pool, name, operator.ByConsole), "destination %s: a probe was asked for; the daemons send it within seconds if it is held"
+		c.probe(w, r, cl, name)
+		return
 	default:
 		http.NotFound(w, r)
 		return
 	}
 	c.answer(w, r, cl, err, Prefix+"/destinations/"+url.PathEscape(name), fmt.Sprintf(msg, name))
+}
+
+// probe asks the daemons to probe the held destination now and waits, up
+// to ProbeWait, for the answer, which the page shows: as `syncer probe`
+// does, so that a person who fixed a token learns at once whether the
+// fix took, not at the next look at the page.
+func (c *Console) probe(w http.ResponseWriter, r *http.Request, cl caller, name string) {
+	page := Prefix + "/destinations/" + url.PathEscape(name)
+	p, held, err := operator.AskProbe(r.Context(), c.pool, name, operator.ByConsole)
+	if err != nil || !held {
+		c.answer(w, r, cl, err, page, fmt.Sprintf("destination %s: nothing to probe: neither its credentials nor its URL are refused", name))
+		return
+	}
+	wctx, cancel := context.WithTimeout(r.Context(), c.cfg.ProbeWait)
+	defer cancel()
+	a, err := operator.WaitProbeAnswer(wctx, c.pool, name, p)
+	switch {
+	case err != nil && r.Context().Err() == nil && wctx.Err() != nil:
+		c.done(w, r, cl, page, fmt.Sprintf("destination %s: probe asked; no daemon answered within %s: is a daemon running with this destination, with rows pending for it, and not paused?", name, c.cfg.ProbeWait))
+	case err != nil:
+		c.fail(w, r, err)
+	default:
+		c.done(w, r, cl, page, probeAnswerText(name, a))
+	}
+}
+
+// probeAnswerText says what a probe's answer was, in the words of `syncer
+// probe`.
+func probeAnswerText(name string, a breakerstore.ProbeAnswer) string {
+	if a.Accepted && !a.Held {
+		return fmt.Sprintf("destination %s: probe accepted at %s: the destination takes requests again", name, a.At.Format(time.RFC3339))
+	}
+	status := ""
+	if a.Status != 0 {
+		status = fmt.Sprintf(" with status %d", a.Status)
+	}
+	return fmt.Sprintf("destination %s: probe answered%s at %s, still held: %s", name, status, a.At.Format(time.RFC3339), cmp.Or(a.Text, "a refusal stands"))
 }
 
 // count says n things in English: "1 failed key", "2 failed keys",

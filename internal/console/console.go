@@ -52,6 +52,11 @@ const (
 	RefreshDefault     = 5 * time.Second
 	ReadEveryDefault   = 2 * time.Second
 	SampleEveryDefault = 10 * time.Second
+	// ProbeWaitDefault is how long Probe now waits for the probe's answer:
+	// a held destination's daemon takes the probe at its next attempt,
+	// within exporter.MaxSnoozeDefault (10 s), and answers within its
+	// request's timeout; a page that waits longer than this looks broken.
+	ProbeWaitDefault = 15 * time.Second
 	// FailedSignInBurstDefault wrong tokens at once from one address,
 	// then one every FailedSignInEveryDefault: a person who mistypes a few
 	// times or a script with a stale token waits seconds, a guesser gets
@@ -83,6 +88,9 @@ type Config struct {
 	// SampleEvery is the step of the destination's chart. Defaults to
 	// SampleEveryDefault.
 	SampleEvery time.Duration
+	// ProbeWait is how long Probe now waits for a daemon's answer to the
+	// probe before saying none came. Defaults to ProbeWaitDefault.
+	ProbeWait time.Duration
 	// FailedSignInBurst wrong tokens (Bearer and form together) are
 	// allowed at once from one client address, then one every
 	// FailedSignInEvery; past that the address gets 429 until its wait
@@ -111,6 +119,7 @@ func (c *Config) withDefaults() Config {
 	out.Refresh = cmp.Or(out.Refresh, RefreshDefault)
 	out.SampleEvery = cmp.Or(out.SampleEvery, SampleEveryDefault)
 	out.ReadEvery = cmp.Or(out.ReadEvery, ReadEveryDefault)
+	out.ProbeWait = cmp.Or(out.ProbeWait, ProbeWaitDefault)
 	out.FailedSignInBurst = cmp.Or(out.FailedSignInBurst, FailedSignInBurstDefault)
 	out.FailedSignInEvery = cmp.Or(out.FailedSignInEvery, FailedSignInEveryDefault)
 	out.SignInAddresses = cmp.Or(out.SignInAddresses, SignInAddressesDefault)

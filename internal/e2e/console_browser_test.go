@@ -198,13 +198,14 @@ sources:
 	requireOnceInOrder(t, s.dest.fake)
 
 	// The token fixed at the receiver, a probe now: no waiting for the
-	// next probe interval.
+	// next probe interval, and the page says the probe's answer.
 	hooks.fake.SetConfig(fakethirdparty.Config{Token: "a-stale-token"})
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(s.base+"/console/destinations/hooks"),
 		chromedp.Click(chromedp.CSS(`#probe`)),
 		chromedp.WaitVisible(chromedp.CSS(`#flash`)),
 	))
+	require.Regexp(t, `destination hooks: probe accepted at \S+: the destination takes requests again`, textOf(t, ctx, `#flash`))
 	waitFor(t, 20*time.Second, "the probe's row arrives", func() bool { return len(byID(hooks.fake)["1"]) == 1 })
 	waitFor(t, 10*time.Second, "the last error cleared once requests succeed", func() bool {
 		for _, d := range b.report(t).Destinations {

@@ -66,11 +66,21 @@ type rowsFeed struct {
 	// read returns the rows after an id, the salt of their keys, and
 	// whether they reached the feed's end.
 	read func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error)
+	// kept says that read returns the rows' kept digests (Page.Kept).
+	kept bool
 }
 
-func (e *Exporter) liveFeed(lim feed.Limits) *rowsFeed {
-	return &rowsFeed{name: checkpoint.Live, lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error) {
-		p, err := resources.Pending(ctx, e.pool, after, lim, nil)
+// liveFeed is resources' live export. With kept, the feed's name in
+// internal/unchanged, its rows come with their kept digests.
+func (e *Exporter) liveFeed(lim feed.Limits, kept string) *rowsFeed {
+	return &rowsFeed{name: checkpoint.Live, lim: lim, kept: kept != "", read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error) {
+		var p resources.Page
+		var err error
+		if kept != "" {
+			p, err = resources.PendingKept(ctx, e.pool, after, lim, nil, kept)
+		} else {
+			p, err = resources.Pending(ctx, e.pool, after, lim, nil)
+		}
 		return p.Rows, resources.LiveSalt(p.Gen), p.End, err
 	}}
 }
@@ -107,14 +117,14 @@ func (c *rowsCursor) Next(ctx context.Context) (feed.Page, error) {
 		return feed.Page{}, err
 	}
 	c.end = end
-	p := feed.Page{Salt: salt, Items: make([]feed.Item, 0, len(rows))}
+	p := feed.Page{Salt: salt, Items: make([]feed.Item, 0, len(rows)), Kept: c.f.kept}
 	for _, r := range rows {
 		id := strconv.FormatInt(r.ID, 10)
 		if r.Oversize > 0 {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: id, Version: r.Version, Bytes: r.Oversize})
 			continue
 		}
-		p.Items = append(p.Items, feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted})
+		p.Items = append(p.Items, feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept})
 	}
 	c.after = rows[len(rows)-1].ID
 	p.Position = c.after
@@ -188,6 +198,9 @@ type sourceFeed struct {
 	pool *pgxpool.Pool
 	src  *sources.Source
 	lim  feed.Limits
+	// kept says that the reads return the keys' kept digests
+	// (sources.PendingKept, Page.Kept).
+	kept bool
 }
 
 func (e *Exporter) sourceFeed(src *sources.Source, batchSize int) *sourceFeed {
@@ -211,25 +224,29 @@ func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
 	if c.end {
 		return feed.Page{}, nil
 	}
+	read := sources.Pending
+	if c.f.kept {
+		read = sources.PendingKept
+	}
 	var sp sources.Page
 	var err error
 	if c.after == nil {
-		sp, err = sources.Pending(ctx, c.f.pool, c.f.src, "", true, c.f.lim)
+		sp, err = read(ctx, c.f.pool, c.f.src, "", true, c.f.lim)
 	} else {
-		sp, err = sources.Pending(ctx, c.f.pool, c.f.src, *c.after, false, c.f.lim)
+		sp, err = read(ctx, c.f.pool, c.f.src, *c.after, false, c.f.lim)
 	}
 	rows := sp.Rows
 	if err != nil || len(rows) == 0 {
 		return feed.Page{}, err
 	}
 	c.end = sp.End
-	p := feed.Page{Salt: c.f.Checkpoint(), Items: make([]feed.Item, 0, len(rows))}
+	p := feed.Page{Salt: c.f.Checkpoint(), Items: make([]feed.Item, 0, len(rows)), Kept: c.f.kept}
 	for _, r := range rows {
 		if r.Oversize > 0 {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
 			continue
 		}
-		p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted})
+		p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept})
 	}
 	last := rows[len(rows)-1].Key
 	c.after = &last

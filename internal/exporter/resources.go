@@ -31,7 +31,8 @@ func (s *resourcesSource) check(context.Context) error { return nil }
 // live is resources' live export, whose target also resends the batches of
 // its replays.
 func (s *resourcesSource) live() target {
-	return target{feed: s.e.liveFeed(s.lim()), dest: s.Destination, destName: s.DestinationName, source: s.Name(), bodies: bodiesOf(s.Source, true)}
+	b := bodiesOf(s.Source, true)
+	return target{feed: s.e.liveFeed(s.lim(), b.kept()), dest: s.Destination, destName: s.DestinationName, source: s.Name(), bodies: b}
 }
 
 func (s *resourcesSource) lim() feed.Limits { return s.e.limits(s.BatchSize) }

@@ -30,8 +30,12 @@ func (s *configuredSource) check(ctx context.Context) error {
 }
 
 func (s *configuredSource) live() target {
-	return target{feed: s.e.sourceFeed(s.src, s.BatchSize), dest: s.Destination, destName: s.DestinationName, source: s.Name(),
-		bodies: bodiesOf(s.Source, true)}
+	b := bodiesOf(s.Source, true)
+	f := s.e.sourceFeed(s.src, s.BatchSize)
+	// The read returns each key's kept digest under the source's name,
+	// which is its feed's name in internal/unchanged (Configured).
+	f.kept = b.kept() != ""
+	return target{feed: f, dest: s.Destination, destName: s.DestinationName, source: s.Name(), bodies: b}
 }
 
 // owns: a source's holder resends the batches of its own checkpoint only.

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,16 @@ func bodiesOf(s Source, skip bool) *bodies {
 	return &bodies{feed: s.Name(), tag: s.BodyTag, skip: skip}
 }
 
+// kept is the feed name under which a target's reads return the kept
+// digests with the items (feed.Page.Kept), "" when they need none: no
+// comparison, or a replay's, which skips nothing.
+func (b *bodies) kept() string {
+	if b == nil || !b.skip {
+		return ""
+	}
+	return b.feed
+}
+
 // ids are the ids of s's items, whatever their version; nil for none.
 func (s sentItems) ids() map[string]struct{} {
 	var out map[string]struct{}
@@ -51,36 +62,40 @@ func (s sentItems) ids() map[string]struct{} {
 }
 
 // leaveUnchanged moves the items of page whose body the third party
-// already has to page.Unchanged. A key of a batch sent and not yet marked
-// (carried) or held is never skipped: the third party's copy of it may be
-// another body than the digest kept.
-func (p *pipeline) leaveUnchanged(ctx context.Context, page *feed.Page) error {
+// already has to page.Unchanged: those whose digest is the one the read
+// returned with them (feed.Item.Kept, read in the same statement as the
+// items, so the comparison costs no statement of its own). A key of a
+// batch sent and not yet marked (carried) or held is never skipped: the
+// third party's copy of it may be another body than the digest kept. It
+// never fails: its signature is the reader's hook's.
+func (p *pipeline) leaveUnchanged(_ context.Context, page *feed.Page) error {
 	b := p.bodies
-	if b == nil || !b.skip || len(page.Items) == 0 {
+	if b == nil || !b.skip || !page.Kept {
+		// No comparison, a replay's, or a read without the kept
+		// digests (every live target's read has them).
 		return nil
 	}
-	ids := make([]string, 0, len(page.Items))
-	digests := make([][]byte, 0, len(page.Items))
-	for _, it := range page.Items {
-		if _, ok := p.unsettled[it.ID]; ok {
-			continue
+	var kept []feed.Item
+	for i, it := range page.Items {
+		same := it.Kept != nil && bytes.Equal(it.Kept, unchanged.Digest(b.tag, it))
+		if same {
+			_, unsettled := p.unsettled[it.ID]
+			same = !unsettled
 		}
-		ids = append(ids, it.ID)
-		digests = append(digests, unchanged.Digest(b.tag, it))
-	}
-	same, err := unchanged.Same(ctx, p.e.pool, b.feed, ids, digests)
-	if err != nil || len(same) == 0 {
-		return err
-	}
-	kept := page.Items[:0:0]
-	for _, it := range page.Items {
-		if same[it.ID] {
+		switch {
+		case same && kept == nil:
+			// The first one: the items before it stay.
+			kept = append(make([]feed.Item, 0, len(page.Items)-1), page.Items[:i]...)
 			page.Unchanged = append(page.Unchanged, it)
-		} else {
+		case same:
+			page.Unchanged = append(page.Unchanged, it)
+		case kept != nil:
 			kept = append(kept, it)
 		}
 	}
-	page.Items = kept
+	if kept != nil {
+		page.Items = kept
+	}
 	return nil
 }
 
@@ -100,21 +115,34 @@ func (p *pipeline) queueSkipped(qb *pgx.Batch, items []feed.Item) {
 // accepted, and drops those of keys whose copy there is in doubt: a batch
 // resent from its record (its items' bodies are not this process's
 // renderings) and items deferred after a transient answer of their own.
+// The digests of keys that had none when read are written as new ones
+// (unchanged.QueueSettled's fresh).
 func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
 	if p.bodies == nil || b.out == nil {
 		return
 	}
-	keep := map[string][]byte{}
+	var keep, fresh map[string][]byte
 	var drop []string
 	for _, it := range b.out.Accepted {
-		if b.resent {
+		switch {
+		case b.resent:
 			drop = append(drop, it.ID)
-			continue
+		case p.bodies.skip && it.Kept == nil:
+			// Read with the kept digests (a live target's read), and
+			// none was kept: most likely none is now either.
+			if fresh == nil {
+				fresh = make(map[string][]byte, len(b.out.Accepted))
+			}
+			fresh[it.ID] = unchanged.Digest(p.bodies.tag, it)
+		default:
+			if keep == nil {
+				keep = make(map[string][]byte, len(b.out.Accepted))
+			}
+			keep[it.ID] = unchanged.Digest(p.bodies.tag, it)
 		}
-		keep[it.ID] = unchanged.Digest(p.bodies.tag, it)
 	}
 	for _, d := range b.out.Deferred {
 		drop = append(drop, d.Item.ID)
 	}
-	unchanged.QueueSettled(qb, p.bodies.feed, keep, drop)
+	unchanged.QueueSettled(qb, p.bodies.feed, keep, fresh, drop)
 }

@@ -30,6 +30,10 @@ type Item struct {
 	// column (docs/protocol.md section 10); empty otherwise. It is not
 	// part of the wire's item: it says where the item goes.
 	Tenant string
+	// Kept is the digest of the body last accepted for the item's key
+	// (internal/unchanged), read with the item when its feed was asked
+	// for it (Page.Kept); nil when none is kept.
+	Kept []byte
 }
 
 // Defaults for Limits.
@@ -109,6 +113,10 @@ type Page struct {
 	// exporter moves them here from Items: internal/unchanged): settled as
 	// skipped with the page's batch, never sent.
 	Unchanged []Item
+	// Kept says that the read returned each item's Kept digest with it:
+	// the comparison with the bodies last accepted needs no read of its
+	// own.
+	Kept bool
 	// Salt separates the keys of this feed's batches from every other
 	// feed's (a replay's from the live export's, a source's from another).
 	Salt string

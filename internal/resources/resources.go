@@ -20,6 +20,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // Start is the cursor before every id (feed.Start): keyset reads take ids
@@ -42,6 +43,9 @@ type Row struct {
 	// feed.Limits.MaxItemBytes: the payload was not read, and the row is to be
 	// recorded as failed rather than sent. 0 otherwise.
 	Oversize int64
+	// Kept is the digest internal/unchanged keeps for the row's id, when
+	// the read was PendingKept; nil when none is kept.
+	Kept []byte
 }
 
 // batchArgs are a batch's byte bound and item bound as the statements take
@@ -108,16 +112,34 @@ func after(afterID int64) string {
 
 const pendingWhere = `synced_at IS NULL AND failed_at IS NULL AND `
 
-var pendingSQL = [2]string{
-	fmt.Sprintf(batchSQL, pendingWhere+after(Start), pendingWhere+after(Start), `, (SELECT live FROM syncer_generation)`),
-	fmt.Sprintf(batchSQL, pendingWhere+after(0), pendingWhere+after(0), `, (SELECT live FROM syncer_generation)`),
+const generationColumn = `, (SELECT live FROM syncer_generation)`
+
+// keptColumn is, for PendingKept, each row's kept digest under the feed
+// name $5.
+var keptColumn = generationColumn + ", " + unchanged.KeptSQL("$5::text", "d.id")
+
+// pendingSQL are the pending reads, from Start and after an id, without
+// and with (PendingKept) each row's kept digest.
+var pendingSQL = [2][2]string{
+	{
+		fmt.Sprintf(batchSQL, pendingWhere+after(Start), pendingWhere+after(Start), generationColumn),
+		fmt.Sprintf(batchSQL, pendingWhere+after(0), pendingWhere+after(0), generationColumn),
+	},
+	{
+		fmt.Sprintf(batchSQL, pendingWhere+after(Start), pendingWhere+after(Start), keptColumn),
+		fmt.Sprintf(batchSQL, pendingWhere+after(0), pendingWhere+after(0), keptColumn),
+	},
 }
 
-func pendingQuery(afterID int64) string {
-	if afterID == Start {
-		return pendingSQL[0]
+func pendingQuery(afterID int64, kept bool) string {
+	k := 0
+	if kept {
+		k = 1
 	}
-	return pendingSQL[1]
+	if afterID == Start {
+		return pendingSQL[k][0]
+	}
+	return pendingSQL[k][1]
 }
 
 // Page is one read of pending rows.
@@ -136,16 +158,32 @@ type Page struct {
 // in the same statement. An id is never both a pending row and a pending
 // tombstone. scratch, if non-nil, is reused to spare allocations.
 func Pending(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row) (Page, error) {
+	return pending(ctx, q, afterID, lim, scratch, "")
+}
+
+// PendingKept is Pending, and each row comes with the digest of the body
+// last accepted for its id (Row.Kept) that internal/unchanged keeps under
+// the feed name kept: read in the same statement, not in one more a page
+// (docs/benchmarks.md, "No request for an unchanged row").
+func PendingKept(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row, kept string) (Page, error) {
+	return pending(ctx, q, afterID, lim, scratch, kept)
+}
+
+func pending(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row, kept string) (Page, error) {
 	if err := lim.Validate(); err != nil {
 		return Page{}, fmt.Errorf("resources: pending: %w", err)
 	}
 	bytes, maxItem := batchArgs(lim)
-	rows, err := q.Query(ctx, pendingQuery(afterID), afterID, lim.Items, bytes, maxItem)
+	args := []any{afterID, lim.Items, bytes, maxItem}
+	if kept != "" {
+		args = append(args, kept)
+	}
+	rows, err := q.Query(ctx, pendingQuery(afterID, kept != ""), args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("resources: select pending: %w", err)
 	}
 	var p Page
-	p.Rows, p.End, err = collect(rows, lim, scratch[:0], &p.Gen)
+	p.Rows, p.End, err = collect(rows, lim, scratch[:0], &p.Gen, kept != "")
 	return p, err
 }
 
@@ -203,7 +241,7 @@ func Matching(ctx context.Context, q database.Querier, f Filter, afterID int64, 
 	if err != nil {
 		return nil, fmt.Errorf("resources: select range: %w", err)
 	}
-	out, _, err := collect(rows, lim, scratch[:0], nil)
+	out, _, err := collect(rows, lim, scratch[:0], nil, false)
 	return out, err
 }
 
@@ -216,15 +254,18 @@ func Matching(ctx context.Context, q database.Querier, f Filter, afterID int64, 
 // one allocation per batch is cheaper than one per row. The buffer grows
 // with what was read, never ahead of it: sizing it from the first row
 // (times the batch size) is what once asked for 32 GiB.
-func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, bool, error) {
+func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64, kept bool) ([]Row, bool, error) {
 	defer rows.Close()
 	bytes, maxItem := batchArgs(lim)
 	var size int64
 	var cands int64
 	cut := false // a row was left for the next read
-	dest := make([]any, 6, 7)
+	dest := make([]any, 6, 8)
 	if extra != nil {
 		dest = append(dest, extra)
+	}
+	if kept {
+		dest = append(dest, nil)
 	}
 	var arena []byte
 	type span struct{ start, end int }
@@ -241,6 +282,9 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64) ([]Row, bo
 	for rows.Next() {
 		var r Row
 		dest[0], dest[1], dest[2], dest[3], dest[4], dest[5] = &r.ID, &r.Version, &r.Deleted, &stored, nil, &cands
+		if kept {
+			dest[len(dest)-1] = &r.Kept
+		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, false, fmt.Errorf("resources: scan: %w", err)
 		}

@@ -31,6 +31,9 @@ type Row struct {
 	// is to be recorded failed at this version rather than sent. 0
 	// otherwise.
 	Oversize int64
+	// Kept is the digest internal/unchanged keeps for the key, when the
+	// read was PendingKept; nil when none is kept.
+	Kept []byte
 }
 
 // ErrSchemaChanged is matched (errors.Is) by every *SchemaError.
@@ -85,17 +88,35 @@ type Page struct {
 // *SchemaError. Call it on a pool, not in a transaction, so that the
 // error's cause can still be looked up.
 func Pending(ctx context.Context, q database.Querier, src *Source, afterKey string, first bool, lim feed.Limits) (Page, error) {
+	return pending(ctx, q, src, afterKey, first, lim, false)
+}
+
+// PendingKept is Pending, and each row comes with the digest of the body
+// last accepted for its key (Row.Kept) that internal/unchanged keeps
+// under the source's name: read in the same statement, not in one more a
+// page (docs/benchmarks.md, "No request for an unchanged row").
+func PendingKept(ctx context.Context, q database.Querier, src *Source, afterKey string, first bool, lim feed.Limits) (Page, error) {
+	return pending(ctx, q, src, afterKey, first, lim, true)
+}
+
+func pending(ctx context.Context, q database.Querier, src *Source, afterKey string, first bool, lim feed.Limits, kept bool) (Page, error) {
 	// The limits come whole: the exporter's Config applied their defaults.
 	if err := lim.Validate(); err != nil {
 		return Page{}, fmt.Errorf("sources: %s: pending: %w", src.Name, err)
 	}
 	sql, args := src.sql.pendingFirst, []any{src.Name, lim.Items, lim.MaxItemBytes}
+	if kept {
+		sql = src.sql.keptFirst
+	}
 	if !first {
 		num, err := src.num(afterKey)
 		if err != nil {
 			return Page{}, err
 		}
 		sql, args = src.sql.pendingAfter, append(args, num, afterKey)
+		if kept {
+			sql = src.sql.keptAfter
+		}
 	}
 	if src.Columns != nil {
 		args = append(args, src.Columns)
@@ -104,7 +125,7 @@ func Pending(ctx context.Context, q database.Querier, src *Source, afterKey stri
 	if err != nil {
 		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: select pending: %w", src.Name, err))
 	}
-	out, end, err := collect(rows, lim)
+	out, end, err := collect(rows, lim, kept)
 	if err != nil {
 		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: %w", src.Name, err))
 	}
@@ -139,7 +160,7 @@ func (s *Source) nums(keys []string) ([]int64, error) {
 // whether they reached the end of the pending keys. Payloads are
 // copied raw into one buffer per batch: they go to the third party as they
 // are.
-func collect(rows pgx.Rows, lim feed.Limits) ([]Row, bool, error) {
+func collect(rows pgx.Rows, lim feed.Limits, kept bool) ([]Row, bool, error) {
 	defer rows.Close()
 	var out []Row
 	var arena []byte
@@ -151,7 +172,11 @@ func collect(rows pgx.Rows, lim feed.Limits) ([]Row, bool, error) {
 		read++
 		var r Row
 		var stored int64
-		if err := rows.Scan(&r.Key, &r.Version, &r.Deleted, nil, &stored); err != nil {
+		dest := []any{&r.Key, &r.Version, &r.Deleted, nil, &stored}
+		if kept {
+			dest = append(dest, &r.Kept)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, false, fmt.Errorf("scan: %w", err)
 		}
 		raw := rows.RawValues()[3]

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // KeyKind is the kind of a source's key, which decides its order and how
@@ -88,8 +89,11 @@ type Source struct {
 }
 
 type statements struct {
-	pendingFirst, pendingAfter   string
-	tenantFirst, tenantAfter     string
+	pendingFirst, pendingAfter string
+	tenantFirst, tenantAfter   string
+	// keptFirst and keptAfter are the pending reads with each key's
+	// kept digest (PendingKept).
+	keptFirst, keptAfter         string
 	snapshotFirst, snapshotAfter string
 }
 
@@ -216,10 +220,12 @@ const maxBuildArgs = 50
 // parameter.
 func (s *Source) build() statements {
 	return statements{
-		pendingFirst:  s.pendingSQL(false, false),
-		pendingAfter:  s.pendingSQL(true, false),
-		tenantFirst:   s.pendingSQL(false, true),
-		tenantAfter:   s.pendingSQL(true, true),
+		pendingFirst:  s.pendingSQL(false, false, false),
+		pendingAfter:  s.pendingSQL(true, false, false),
+		tenantFirst:   s.pendingSQL(false, true, false),
+		tenantAfter:   s.pendingSQL(true, true, false),
+		keptFirst:     s.pendingSQL(false, false, true),
+		keptAfter:     s.pendingSQL(true, false, true),
 		snapshotFirst: s.snapshotSQL(false),
 		snapshotAfter: s.snapshotSQL(true),
 	}
@@ -233,7 +239,10 @@ func (s *Source) build() statements {
 // With tenant, it reads one tenant's items of one lane: $4 the lane, $5 the
 // tenant, then the cursor ($6, $7) and the names; a row of another tenant
 // now is read as gone.
-func (s *Source) pendingSQL(after, tenant bool) string {
+//
+// With kept, each key comes with the digest internal/unchanged keeps for
+// it under the source's name.
+func (s *Source) pendingSQL(after, tenant, kept bool) string {
 	if tenant && s.Tenant == "" {
 		return ""
 	}
@@ -251,6 +260,10 @@ func (s *Source) pendingSQL(after, tenant bool) string {
 	}
 
 	payload := s.payloadSQL(names)
+	digest := ""
+	if kept {
+		digest = ", " + unchanged.KeptSQL("$1::text", "k.key")
+	}
 
 	match, keyJSON := s.keyMatch()
 
@@ -261,7 +274,7 @@ func (s *Source) pendingSQL(after, tenant bool) string {
 	// never the payload's nullness: a row that exists is never a tombstone,
 	// whatever its columns hold.
 	return `SELECT k.key, k.version, r.found IS NULL,
-			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0)
+			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0)` + digest + `
 		FROM (SELECT c.num, c.key` + keyJSON + `, max(c.seq) AS version FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k

@@ -175,7 +175,7 @@ func TenantPending(ctx context.Context, q database.Querier, src *Source, lane in
 	if err != nil {
 		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: select pending of a tenant: %w", src.Name, err))
 	}
-	out, end, err := collect(rows, lim)
+	out, end, err := collect(rows, lim, false)
 	if err != nil {
 		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: %w", src.Name, err))
 	}

@@ -14,7 +14,8 @@
 // the third party has is not sent again. Forget drops a feed's digests,
 // for a replay, which re-exports whatever the third party has; ForgetKeys
 // a heal's keys, which the third party was found not to hold. The package
-// owns syncer_accepted_bodies and syncer_skips (migration 020).
+// owns syncer_accepted_bodies and syncer_skips (migration 020) and
+// the function that writes new digests (migration 026).
 package unchanged
 
 import (
@@ -44,50 +45,51 @@ func Digest(tag string, it feed.Item) []byte {
 	return h.Sum(nil)[:16]
 }
 
-// Same returns the ids among ids whose digest kept for feed name equals
-// the one given at the same index. The ids drive the lookup (a nested
-// loop over them, an index probe each): "key = ANY" left the planner free
-// to scan a table it had no statistics of, once a page.
-func Same(ctx context.Context, q database.Querier, name string, ids []string, digests [][]byte) (map[string]bool, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := q.Query(ctx, `SELECT b.key FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
-		JOIN syncer_accepted_bodies b ON b.feed = $1 AND b.key = n.key AND b.digest = n.digest`, name, ids, digests)
-	if err != nil {
-		return nil, fmt.Errorf("unchanged: read digests of %s: %w", name, err)
-	}
-	same, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("unchanged: read digests of %s: %w", name, err)
-	}
-	var out map[string]bool
-	for _, id := range same {
-		if out == nil {
-			out = map[string]bool{}
-		}
-		out[id] = true
-	}
-	return out, nil
+// KeptSQL is an expression of a feed's pending read that is the digest
+// kept for one of its keys (NULL when none is): feed and key are SQL
+// expressions of the read, the feed's name and the key's text form. The
+// read returns it with each item (feed.Item.Kept), so that comparing a
+// page's bodies with those last accepted costs no statement of its own:
+// a scalar subquery, an index probe a key that the planner cannot turn
+// into a scan of the table, and the key compared under the index's
+// collation (a source's change log keys are COLLATE "C", which would keep
+// the index out).
+func KeptSQL(feed, key string) string {
+	return `(SELECT ab.digest FROM syncer_accepted_bodies ab WHERE ab.feed = ` + feed +
+		` AND ab.key = (` + key + `)::text COLLATE "default")`
 }
 
 // QueueSettled queues on b, for feed name, the digests of bodies accepted
-// (keep, by id) and the removal of the digests of keys whose third-party
-// copy is in doubt (drop).
-func QueueSettled(b *pgx.Batch, name string, keep map[string][]byte, drop []string) {
+// (keep and fresh, by id) and the removal of the digests of keys whose
+// third-party copy is in doubt (drop). fresh are the digests of keys that
+// had none when their version was read (feed.Item.Kept nil in a read that
+// returns them): they are inserted, which costs PostgreSQL about half an
+// upsert, and upserted only when one of them got a digest since
+// (syncer_keep_digests, migration 026). keep are upserted.
+func QueueSettled(b *pgx.Batch, name string, keep, fresh map[string][]byte, drop []string) {
 	if len(keep) > 0 {
-		ids := make([]string, 0, len(keep))
-		ds := make([][]byte, 0, len(keep))
-		for id, d := range keep {
-			ids, ds = append(ids, id), append(ds, d)
-		}
+		ids, ds := arrays(keep)
 		b.Queue(`INSERT INTO syncer_accepted_bodies (feed, key, digest)
 			SELECT $1, n.key, n.digest FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
 			ON CONFLICT (feed, key) DO UPDATE SET digest = EXCLUDED.digest`, name, ids, ds)
 	}
+	if len(fresh) > 0 {
+		ids, ds := arrays(fresh)
+		b.Queue(`SELECT syncer_keep_digests($1, $2::text[], $3::bytea[])`, name, ids, ds)
+	}
 	if len(drop) > 0 {
 		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND key = ANY ($2::text[])`, name, drop)
 	}
+}
+
+// arrays are digests by id as the statements take them.
+func arrays(digests map[string][]byte) ([]string, [][]byte) {
+	ids := make([]string, 0, len(digests))
+	ds := make([][]byte, 0, len(digests))
+	for id, d := range digests {
+		ids, ds = append(ids, id), append(ds, d)
+	}
+	return ids, ds
 }
 
 // QueueSkipped queues on b the count of n versions of feed name settled

@@ -13,9 +13,10 @@ import (
 )
 
 // A digest is the body under the destination's tag: not the version, but
-// the payload, the tombstone and the tag; the digests kept answer Same per
-// feed and key, are replaced and dropped in the marking transaction, and
-// forgotten by feed; skips are counted per feed.
+// the payload, the tombstone and the tag; the digests kept are read per
+// feed and key (KeptSQL), inserted (fresh, giving way to an upsert when
+// one is there already), upserted and dropped in the marking transaction,
+// and forgotten by feed; skips are counted per feed.
 func TestDigestsKeptComparedAndForgotten(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -29,36 +30,41 @@ func TestDigestsKeptComparedAndForgotten(t *testing.T) {
 	require.NotEqual(t, d(item("1", 1, `{"a":1}`)), unchanged.Digest("other", item("1", 1, `{"a":1}`)), "the tag is in it")
 	require.NotEqual(t, d(item("1", 1, "")), d(item("1", 1, `null`)), "a tombstone is not a null payload")
 
-	settle := func(name string, keep map[string][]byte, drop []string, skipped int) {
+	settle := func(name string, keep, fresh map[string][]byte, drop []string, skipped int) {
 		t.Helper()
 		b := &pgx.Batch{}
-		unchanged.QueueSettled(b, name, keep, drop)
+		unchanged.QueueSettled(b, name, keep, fresh, drop)
 		unchanged.QueueSkipped(b, name, skipped)
 		require.NoError(t, pool.SendBatch(ctx, b).Close())
 	}
-	settle("orders", map[string][]byte{"1": d(item("1", 1, `{"a":1}`)), "2": d(item("2", 1, ""))}, nil, 0)
-	settle("customers", map[string][]byte{"1": d(item("1", 1, `{"a":2}`))}, nil, 2)
+	settle("orders", nil, map[string][]byte{"1": d(item("1", 1, `{"a":1}`)), "2": d(item("2", 1, ""))}, nil, 0)
+	settle("customers", map[string][]byte{"1": d(item("1", 1, `{"a":2}`))}, nil, nil, 2)
 
-	same, err := unchanged.Same(ctx, pool, "orders", []string{"1", "2", "3"},
-		[][]byte{d(item("1", 5, `{"a":1}`)), d(item("2", 5, "")), d(item("3", 5, `{}`))})
-	require.NoError(t, err)
-	require.Equal(t, map[string]bool{"1": true, "2": true}, same)
-	same, err = unchanged.Same(ctx, pool, "orders", []string{"1"}, [][]byte{d(item("1", 5, `{"a":2}`))})
-	require.NoError(t, err)
-	require.Empty(t, same, "another body")
+	// What a read returns with each key (unchanged.KeptSQL).
+	kept := func(name string, ids ...string) map[string][]byte {
+		t.Helper()
+		out := map[string][]byte{}
+		for _, id := range ids {
+			var d []byte
+			require.NoError(t, pool.QueryRow(ctx, `SELECT `+unchanged.KeptSQL("$1::text", "$2::text"), name, id).Scan(&d))
+			if d != nil {
+				out[id] = d
+			}
+		}
+		return out
+	}
+	require.Equal(t, map[string][]byte{"1": d(item("1", 5, `{"a":1}`)), "2": d(item("2", 5, ""))}, kept("orders", "1", "2", "3"))
 
-	settle("orders", map[string][]byte{"1": d(item("1", 6, `{"a":2}`))}, []string{"2"}, 3)
-	same, err = unchanged.Same(ctx, pool, "orders", []string{"1", "2"}, [][]byte{d(item("1", 7, `{"a":2}`)), d(item("2", 5, ""))})
-	require.NoError(t, err)
-	require.Equal(t, map[string]bool{"1": true}, same, "replaced, and dropped")
+	// Key 1 written as fresh although it has a digest (one came since
+	// its read): the insert gives way to the upsert, key 3 with it.
+	settle("orders", nil, map[string][]byte{"1": d(item("1", 6, `{"a":2}`)), "3": d(item("3", 1, `{}`))}, []string{"2"}, 3)
+	require.Equal(t, map[string][]byte{"1": d(item("1", 7, `{"a":2}`)), "3": d(item("3", 1, `{}`))}, kept("orders", "1", "2", "3"), "replaced, added, and dropped")
+	settle("orders", map[string][]byte{"3": d(item("3", 2, `{"c":3}`)), "4": d(item("4", 1, `{}`))}, nil, nil, 0)
+	require.Equal(t, map[string][]byte{"3": d(item("3", 2, `{"c":3}`)), "4": d(item("4", 1, `{}`))}, kept("orders", "3", "4"), "upserted")
 
 	require.NoError(t, unchanged.Forget(ctx, pool, "orders"))
-	same, err = unchanged.Same(ctx, pool, "orders", []string{"1"}, [][]byte{d(item("1", 7, `{"a":2}`))})
-	require.NoError(t, err)
-	require.Empty(t, same)
-	same, err = unchanged.Same(ctx, pool, "customers", []string{"1"}, [][]byte{d(item("1", 7, `{"a":2}`))})
-	require.NoError(t, err)
-	require.Equal(t, map[string]bool{"1": true}, same, "another feed's digests stay")
+	require.Empty(t, kept("orders", "1"))
+	require.Equal(t, map[string][]byte{"1": d(item("1", 7, `{"a":2}`))}, kept("customers", "1"), "another feed's digests stay")
 
 	counts, err := unchanged.Count(ctx, pool)
 	require.NoError(t, err)
