@@ -73,7 +73,7 @@ func (c *VerifyCmd) Validate() error {
 		return usagef("--rate-limit (SYNCER_RATE_LIMIT) must not be negative, got %g", c.RateLimit)
 	}
 	if c.Tenant != "" && c.Source == jobs.Resources {
-		return usagef("--tenant %s: source resources has no tenant column", c.Tenant)
+		return usagef("--tenant %s: source resources has no tenants (no tenant column)", c.Tenant)
 	}
 	return nil
 }
@@ -277,7 +277,7 @@ func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r 
 	}
 	switch {
 	case c.Tenant != "" && src.Tenant == "":
-		return nil, usagef("--tenant %s: source %s has no tenant column", c.Tenant, src.Name)
+		return nil, usagef("--tenant %s: source %s has no tenants (no tenant column)", c.Tenant, src.Name)
 	case c.Tenant == "" && src.Tenant != "" && dest.Tenants != nil:
 		// Each tenant's rows are in its own account: no one client reads
 		// them all.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +30,18 @@ func TestVerifyTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true, Tenants: fakethirdparty.TenantConfig{TokenPrefix: tenantToken}})
-	srv := httptest.NewServer(fake)
+	// interrupt, when set, is called after acme's second lookup from
+	// then on: its first page's progress is saved.
+	var interrupt atomic.Pointer[context.CancelFunc]
+	var acmeLookups atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fake.ServeHTTP(w, r)
+		if r.URL.Path == "/t/acme/v1/lookup" && acmeLookups.Add(1) >= 2 {
+			if f := interrupt.Swap(nil); f != nil {
+				(*f)()
+			}
+		}
+	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 
@@ -133,6 +145,24 @@ sources:
 		healed[d.ID] = true
 	}
 	require.Equal(t, map[int64]bool{1: true, 3: true}, healed)
+
+	// Each tenant has its own cursor: acme interrupted after its second
+	// lookup resumes where it stopped, and globex's run meanwhile neither
+	// resumes acme's nor drops it.
+	runCtx2, cancel := context.WithCancel(ctx)
+	acmeLookups.Store(0)
+	interrupt.Store(&cancel)
+	r = run(runCtx2, append([]string{"verify", "--source", "orders", "--lookup-size", "3", "--tenant", "acme"}, args...)...)
+	out.WriteString(r.stdout + r.stderr)
+	require.Equal(t, 1, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "interrupted; run it again to resume")
+	r = verifyCmd("--tenant", "globex")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.NotContains(t, r.stdout, "resumed")
+	r = verifyCmd("--tenant", "acme")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "source orders tenant acme: resumed the interrupted verify\n")
+	require.Contains(t, r.stdout, "source orders tenant acme: 10 keys checked: 10 ok")
 
 	// A tenant with no connection row has no account to read.
 	r = verifyCmd("--tenant", "initech")
