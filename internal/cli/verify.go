@@ -23,6 +23,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/operator"
+	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
@@ -71,9 +72,8 @@ func (c *VerifyCmd) Validate() error {
 	if c.RateLimit < 0 {
 		return usagef("--rate-limit (SYNCER_RATE_LIMIT) must not be negative, got %g", c.RateLimit)
 	}
-	if c.Tenant != "" {
-		// Tenants (section 10) are not built: no source has them.
-		return usagef("--tenant %s: source %s has no tenants (no source has tenants in this version)", c.Tenant, c.Source)
+	if c.Tenant != "" && c.Source == jobs.Resources {
+		return usagef("--tenant %s: source resources has no tenants (no tenant column)", c.Tenant)
 	}
 	return nil
 }
@@ -101,17 +101,23 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 	if err := verify.CheckIdle(ctx, pool, schema, src.Name()); err != nil {
 		return err
 	}
+	ns := breakerstore.DestinationNamespace(dest)
+	if c.Tenant != "" {
+		// The tenant's account has its own rate limit, learned and held
+		// apart from the other tenants' (section 10).
+		ns = breakerstore.TenantNamespace(dest, c.Tenant)
+	}
 	res, err := verify.Run(ctx, pool, src, rd, &verify.Config{
 		Range:      verify.Range{FromKey: c.FromKey, ToKey: c.ToKey},
 		LookupSize: c.LookupSize,
 		Sample:     c.Sample,
 		Heal:       c.Heal,
-		Pace:       verify.NewPace(limit, burst).Shared(breakerstore.DestinationNamespace(dest)),
+		Pace:       verify.NewPace(limit, burst).Shared(ns),
 		Logger:     env.Logger,
 	})
 	if err != nil {
 		if res != nil && res.Checked > 0 && !c.JSON {
-			fmt.Fprintf(env.Stdout, "source %s: %d keys checked before it stopped; run the same command again to go on from there\n", c.Source, res.Checked)
+			fmt.Fprintf(env.Stdout, "%s: %d keys checked before it stopped; run the same command again to go on from there\n", runName(res), res.Checked)
 		}
 		return err
 	}
@@ -157,19 +163,25 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 	if err != nil {
 		return nil, nil, 0, 0, "", err
 	}
-	src, err := c.configuredSource(ctx, pool, r)
+	src, err := c.configuredSource(ctx, pool, r, dest)
 	if err != nil {
 		return nil, nil, 0, 0, "", err
 	}
 	// The destination's own client, as the daemons build it: its token or
 	// auth mapping (bearer, basic, OAuth2 client credentials), its headers
 	// and its TLS.
-	tcfg, err := daemon.ThirdPartyConfig(pool, credentials.NewSet(logger), logger, dest)
+	creds := credentials.NewSet(logger)
+	tcfg, err := daemon.ThirdPartyConfig(pool, creds, logger, dest)
 	if err != nil {
 		return nil, nil, 0, 0, "", fmt.Errorf("destination %s: %w", dest.Name, err)
 	}
 	tcfg.Timeout = verify.LookupTimeoutDefault
-	client, err := thirdparty.New(tcfg)
+	var client *thirdparty.Client
+	if c.Tenant != "" {
+		client, err = tenantClient(ctx, pool, creds, logger, dest, tcfg, c.Tenant)
+	} else {
+		client, err = thirdparty.New(tcfg)
+	}
 	if err != nil {
 		return nil, nil, 0, 0, "", fmt.Errorf("destination %s: %w", dest.Name, err)
 	}
@@ -230,10 +242,10 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 		return err
 	}
 	if res.Resumed {
-		fmt.Fprintf(w, "source %s: resumed the interrupted verify\n", res.Source)
+		fmt.Fprintf(w, "%s: resumed the interrupted verify\n", runName(res))
 	}
-	fmt.Fprintf(w, "source %s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d unknown, %d pending\n",
-		res.Source, res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Unknown, res.Pending)
+	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d unknown, %d pending\n",
+		runName(res), res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Unknown, res.Pending)
 	for _, ex := range res.Examples {
 		fmt.Fprintf(w, "  %s %s: here %s, there %s\n", ex.Kind, ex.ID, ex.Here, ex.There)
 	}
@@ -243,14 +255,18 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 	case c.Heal:
 		fmt.Fprintf(w, "%d drifted keys are pending again: the running daemons send them\n", res.Healed)
 	default:
-		fmt.Fprintf(w, "%d keys drifted: syncer verify --source %s --heal makes them pending again\n", res.Drifted(), res.Source)
+		tenant := ""
+		if res.Tenant != "" {
+			tenant = " --tenant " + res.Tenant
+		}
+		fmt.Fprintf(w, "%d keys drifted: syncer verify --source %s%s --heal makes them pending again\n", res.Drifted(), res.Source, tenant)
 	}
 	return nil
 }
 
 // configuredSource returns the installed configured source as a
 // verify.Source.
-func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r verify.Range) (verify.Source, error) {
+func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r verify.Range, dest *config.Destination) (verify.Source, error) {
 	src, err := installedSource(ctx, pool, c.Source)
 	if err != nil {
 		var nse *operator.NoSourceError
@@ -259,9 +275,47 @@ func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r 
 		}
 		return nil, err
 	}
-	out, err := verify.NewConfigured(src, r)
+	switch {
+	case c.Tenant != "" && src.Tenant == "":
+		return nil, usagef("--tenant %s: source %s has no tenants (no tenant column)", c.Tenant, src.Name)
+	case c.Tenant == "" && src.Tenant != "" && dest.Tenants != nil:
+		// Each tenant's rows are in its own account: no one client reads
+		// them all.
+		return nil, usagef("source %s sends each tenant to its own account (destination %s has a tenants block): verify one tenant with --tenant T", src.Name, dest.Name)
+	}
+	var out *verify.Configured
+	if c.Tenant != "" {
+		out, err = verify.NewConfiguredTenant(src, c.Tenant, r)
+	} else {
+		out, err = verify.NewConfigured(src, r)
+	}
 	if err != nil {
 		return nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", src.Name, src.KeyType, err)
 	}
 	return out, nil
+}
+
+// runName names what a run verified in its output: "source S", or
+// "source S tenant T".
+func runName(res *verify.Result) string {
+	if res.Tenant != "" {
+		return "source " + res.Source + " tenant " + res.Tenant
+	}
+	return "source " + res.Source
+}
+
+// tenantClient is a client of tenant's account, from its destination's
+// tenants (its connection row's URL and credentials, when the destination
+// has a tenants block; the destination's, with {tenant} in its URL, when
+// not). Its errors name the tenant, never a credential.
+func tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config, tenant string) (*thirdparty.Client, error) {
+	reg, err := daemon.TenantRegistry(pool, creds, logger, dest, tcfg)
+	if err != nil {
+		return nil, err
+	}
+	client, err := reg.Client(ctx, tenant)
+	if errors.Is(err, tenants.ErrUnconnected) {
+		return nil, usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)
+	}
+	return client, err
 }

@@ -29,7 +29,10 @@ type Held struct {
 // heldSQL reads the next rows of r after the cursor ($4, when after) in
 // the key's order, from the table's primary key: $1 the source, $2 the
 // limit, $3 the payload's field names when it has configured columns.
-func (s *Source) heldSQL(r ReplayRange, after bool) (string, []any) {
+// With tenant (not ""), the last parameter, only the tenant's rows are
+// read, and a key is pending when it has changes for the tenant (or not
+// yet adopted by one: see AdoptUntenanted).
+func (s *Source) heldSQL(r ReplayRange, after bool, tenant string) (string, []any) {
 	next := 3
 	if s.Columns != nil {
 		next = 4
@@ -37,6 +40,13 @@ func (s *Source) heldSQL(r ReplayRange, after bool) (string, []any) {
 	cond, args := s.rangeSQL(r, next)
 	if after {
 		cond += " AND " + rowSQL(s.keyColumns("t")) + " > " + rowSQL(s.keyValuesSQL("$"+strconv.Itoa(next+len(args))+"::text"))
+		next++
+	}
+	ofTenant := ""
+	if tenant != "" {
+		p := "$" + strconv.Itoa(next+len(args)) + "::text"
+		cond += " AND " + s.tenantText("t") + " = " + p
+		ofTenant = " AND (c.tenant = " + p + " OR c.tenant IS NULL)"
 	}
 	cols := s.keyColumns("t")
 	kept := "true"
@@ -44,7 +54,7 @@ func (s *Source) heldSQL(r ReplayRange, after bool) (string, []any) {
 		kept = "coalesce((" + s.Where + "), false)"
 	}
 	return `SELECT k.key, k.payload, k.kept,
-			EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = $1 AND c.num = k.num AND c.key = k.key)
+			EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = $1 AND c.num = k.num AND c.key = k.key` + ofTenant + `)
 		FROM (SELECT ` + s.keyTextSQL(cols) + ` AS key, ` + s.numSQL(cols) + ` AS num, ` + s.payloadSQL("$3") + ` AS payload, ` + kept + ` AS kept
 			FROM ` + s.table() + ` t WHERE ` + cond + ` ORDER BY ` + strings.Join(cols, ", ") + ` LIMIT $2) k`, args
 }
@@ -55,7 +65,11 @@ func (s *Source) heldSQL(r ReplayRange, after bool) (string, []any) {
 // it and whether its key has changes pending. A key deleted here is not
 // read: its tombstone is forgotten once exported.
 func HeldPage(ctx context.Context, q database.Querier, src *Source, r ReplayRange, after string, limit int) ([]Held, error) {
-	sql, rangeArgs := src.heldSQL(r, after != "")
+	return heldPage(ctx, q, src, r, after, limit, "")
+}
+
+func heldPage(ctx context.Context, q database.Querier, src *Source, r ReplayRange, after string, limit int, tenant string) ([]Held, error) {
+	sql, rangeArgs := src.heldSQL(r, after != "", tenant)
 	args := []any{src.Name, limit}
 	if src.Columns != nil {
 		args = append(args, src.Columns)
@@ -63,6 +77,9 @@ func HeldPage(ctx context.Context, q database.Querier, src *Source, r ReplayRang
 	args = append(args, rangeArgs...)
 	if after != "" {
 		args = append(args, after)
+	}
+	if tenant != "" {
+		args = append(args, tenant)
 	}
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {

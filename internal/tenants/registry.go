@@ -287,36 +287,11 @@ func (r *Registry) unusable(ctx context.Context, e *entry, conn *connection, err
 // row (nil without a query).
 func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refreshGrant, error) {
 	tenant := e.tenant
-	tcfg := r.cfg.ThirdParty
-	tcfg.HTTPClient = r.http
-	tcfg.URL = strings.ReplaceAll(tcfg.URL, "{tenant}", url.PathEscape(tenant))
-	var grant *refreshGrant
-	if conn != nil {
-		if conn.url != "" {
-			tcfg.URL = conn.url
-		}
-		if tcfg.URL == "" {
-			return nil, nil, errors.New("tenants.query: the row gives no url, and the destination has none")
-		}
-		if len(conn.headers) > 0 {
-			h := tcfg.Headers.Clone()
-			if h == nil {
-				h = http.Header{}
-			}
-			for k, v := range conn.headers {
-				h.Set(k, v)
-			}
-			tcfg.Headers = h
-		}
-		auth, g, err := r.credentials(tenant, conn)
-		if err != nil {
-			return nil, nil, err
-		}
-		if auth != nil {
-			tcfg.Token, tcfg.Auth, grant = "", auth, g
-		}
+	tcfg, grant, err := r.clientConfig(tenant, conn)
+	if err != nil {
+		return nil, nil, err
 	}
-	client, err := thirdparty.New(&tcfg)
+	client, err := thirdparty.New(tcfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -347,6 +322,42 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 		return nil, nil, err
 	}
 	return d, grant, nil
+}
+
+// clientConfig is tenant's client settings: the destination's, with the
+// URL, headers and credentials of its connection row (nil without a
+// query), and the refresh grant when the row gives a refresh token.
+func (r *Registry) clientConfig(tenant string, conn *connection) (*thirdparty.Config, *refreshGrant, error) {
+	tcfg := r.cfg.ThirdParty
+	tcfg.HTTPClient = r.http
+	tcfg.URL = strings.ReplaceAll(tcfg.URL, "{tenant}", url.PathEscape(tenant))
+	var grant *refreshGrant
+	if conn != nil {
+		if conn.url != "" {
+			tcfg.URL = conn.url
+		}
+		if tcfg.URL == "" {
+			return nil, nil, errors.New("tenants.query: the row gives no url, and the destination has none")
+		}
+		if len(conn.headers) > 0 {
+			h := tcfg.Headers.Clone()
+			if h == nil {
+				h = http.Header{}
+			}
+			for k, v := range conn.headers {
+				h.Set(k, v)
+			}
+			tcfg.Headers = h
+		}
+		auth, g, err := r.credentials(tenant, conn)
+		if err != nil {
+			return nil, nil, err
+		}
+		if auth != nil {
+			tcfg.Token, tcfg.Auth, grant = "", auth, g
+		}
+	}
+	return &tcfg, grant, nil
 }
 
 // credentials are the row's: a refresh token, a client id and secret (at

@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,6 +20,8 @@ import (
 type Configured struct {
 	src *sources.Source
 	r   sources.ReplayRange
+	// tenant, when set, narrows every call to the tenant's rows.
+	tenant string
 }
 
 var _ Source = (*Configured)(nil)
@@ -37,7 +41,13 @@ func (c *Configured) Name() string { return c.src.Name }
 
 // Page reads the next rows of the table.
 func (c *Configured) Page(ctx context.Context, q database.Querier, after string, limit int) ([]Here, error) {
-	held, err := sources.HeldPage(ctx, q, c.src, c.r, after, limit)
+	var held []sources.Held
+	var err error
+	if c.tenant != "" {
+		held, err = sources.TenantHeldPage(ctx, q, c.src, c.tenant, c.r, after, limit)
+	} else {
+		held, err = sources.HeldPage(ctx, q, c.src, c.r, after, limit)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +60,13 @@ func (c *Configured) Page(ctx context.Context, q database.Querier, after string,
 
 // Heal logs a change for each key and wakes the daemons.
 func (c *Configured) Heal(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
-	n, err := sources.Resend(ctx, tx, c.src, ids)
+	var n int64
+	var err error
+	if c.tenant != "" {
+		n, err = sources.TenantResend(ctx, tx, c.src, c.tenant, ids)
+	} else {
+		n, err = sources.Resend(ctx, tx, c.src, ids)
+	}
 	if err != nil || n == 0 {
 		return n, err
 	}
@@ -59,6 +75,9 @@ func (c *Configured) Heal(ctx context.Context, tx pgx.Tx, ids []string) (int64, 
 
 // PendingOf asks the sources package.
 func (c *Configured) PendingOf(ctx context.Context, q database.Querier, ids []string) ([]string, error) {
+	if c.tenant != "" {
+		return sources.TenantPendingOf(ctx, q, c.src, c.tenant, ids)
+	}
 	return sources.PendingOf(ctx, q, c.src, ids)
 }
 
@@ -66,3 +85,25 @@ func (c *Configured) PendingOf(ctx context.Context, q database.Querier, ids []st
 func (c *Configured) AnyPending(ctx context.Context, q database.Querier) (bool, error) {
 	return sources.AnyPending(ctx, q, c.src.Name)
 }
+
+// NewConfiguredTenant returns the rows of tenant of src, a source with a
+// tenant column, over r: `syncer verify --tenant` reads them against the
+// tenant's own account, and heals them for that tenant. Its progress and
+// last run are kept apart from the whole source's (TenantRunKey).
+func NewConfiguredTenant(src *sources.Source, tenant string, r Range) (*Configured, error) {
+	if src.Tenant == "" {
+		return nil, fmt.Errorf("source %s has no tenant column", src.Name)
+	}
+	if tenant == "" {
+		return nil, errors.New("no tenant given")
+	}
+	c, err := NewConfigured(src, r)
+	if err != nil {
+		return nil, err
+	}
+	c.tenant = tenant
+	return c, nil
+}
+
+// Tenant is the tenant whose rows c reads; "" for every row.
+func (c *Configured) Tenant() string { return c.tenant }

@@ -36,4 +36,8 @@
 //     over half the period, lookups taking turns from the destination's
 //     shared limiter (Pace.Turn), resumed by the next daemon when one
 //     stops half way (background.go).
+//   - One tenant of a source with a tenant column (NewConfiguredTenant,
+//     `syncer verify --tenant`) is a run of its own: its rows only, read
+//     from its account, healed for it, its cursor and last run kept under
+//     TenantRunKey so that each tenant resumes on its own.
 package verify

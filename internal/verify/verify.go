@@ -169,7 +169,9 @@ type Example struct {
 
 // Result is a run's outcome, in the JSON shape of `syncer verify --json`.
 type Result struct {
-	Source   string    `json:"source"`
+	Source string `json:"source"`
+	// Tenant is the tenant verified (--tenant); absent for a whole source.
+	Tenant   string    `json:"tenant,omitempty"`
 	Checked  int64     `json:"checked"`
 	OK       int64     `json:"ok"`
 	Missing  int64     `json:"missing"`
@@ -235,7 +237,8 @@ func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config
 	if m, ok := rd.(interface{ MaxIDs() int }); ok && m.MaxIDs() > 0 {
 		c.LookupSize = min(c.LookupSize, m.MaxIDs())
 	}
-	if err := started(ctx, db, src.Name(), c.By); err != nil {
+	key := RunKey(src)
+	if err := started(ctx, db, key, c.By); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -249,7 +252,7 @@ func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config
 		// Recorded even when ctx ended the run: status says it stopped.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if rerr := ended(wctx, db, src.Name(), state, res, err); rerr != nil && err == nil {
+		if rerr := ended(wctx, db, key, state, res, err); rerr != nil && err == nil {
 			err = rerr
 		}
 	}()
@@ -258,12 +261,16 @@ func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config
 
 func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config) (*Result, error) {
 	c := *cp
-	p, err := loadProgress(ctx, db, src.Name(), c.Range, c.Sample)
+	key := RunKey(src)
+	p, err := loadProgress(ctx, db, key, c.Range, c.Sample)
 	if err != nil {
 		return nil, err
 	}
 	res := &p.Result
 	res.Source = src.Name()
+	if t, ok := src.(tenanted); ok {
+		res.Tenant = t.Tenant()
+	}
 	if res.Examples == nil {
 		res.Examples = []Example{}
 	}
@@ -301,9 +308,9 @@ func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config)
 				next.Healed += n
 			}
 			if done {
-				return deleteProgress(ctx, tx, src.Name())
+				return deleteProgress(ctx, tx, key)
 			}
-			return saveProgress(ctx, tx, src.Name(), c.Range, c.Sample, after, &next)
+			return saveProgress(ctx, tx, key, c.Range, c.Sample, after, &next)
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -317,6 +324,24 @@ func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config)
 			slog.Int("keys", len(keys)), slog.Int64("checked", res.Checked))
 	}
 	return res, nil
+}
+
+// tenanted is a Source of one tenant's rows (NewConfiguredTenant).
+type tenanted interface{ Tenant() string }
+
+// TenantRunKey is the name a run of one tenant of source is kept under in
+// syncer_verify_runs and syncer_verify_last, beside the source's own: a
+// unit separator that no configured source name holds, so it cannot be
+// mistaken for a source, and every tenant has its cursor and last run.
+func TenantRunKey(source, tenant string) string { return source + "\x1ftenant\x1f" + tenant }
+
+// RunKey is the name src's runs are kept under: the source's, or
+// TenantRunKey for one tenant's rows.
+func RunKey(src Source) string {
+	if t, ok := src.(tenanted); ok && t.Tenant() != "" {
+		return TenantRunKey(src.Name(), t.Tenant())
+	}
+	return src.Name()
 }
 
 // checkPage sorts the sampled keys of one page into res and returns the

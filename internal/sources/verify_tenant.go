@@ -1,0 +1,86 @@
+package sources
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/unchanged"
+)
+
+// `syncer verify --tenant` (docs/protocol.md section 11): one tenant's
+// rows of a source with a tenant column, checked against that tenant's
+// account, healed for that tenant.
+
+// TenantHeldPage is HeldPage of tenant's rows only (those whose tenant
+// column is tenant now), a key pending when it has changes for tenant.
+// A row that moved to another tenant is not read: what the old tenant's
+// account still holds of it is not seen by this run.
+func TenantHeldPage(ctx context.Context, q database.Querier, src *Source, tenant string, r ReplayRange, after string, limit int) ([]Held, error) {
+	if err := src.checkTenant(tenant); err != nil {
+		return nil, err
+	}
+	return heldPage(ctx, q, src, r, after, limit, tenant)
+}
+
+// TenantResend is Resend for tenant: each key's change is logged with the
+// tenant and its lane, so that lane sends it to the tenant's account
+// (a tombstone when the row is gone or is another tenant's by then).
+func TenantResend(ctx context.Context, q database.Querier, src *Source, tenant string, keys []string) (int64, error) {
+	if err := src.checkTenant(tenant); err != nil {
+		return 0, err
+	}
+	nums, err := src.nums(keys)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := q.Exec(ctx, `INSERT INTO syncer_changes (source, num, key, deleted, tenant, lane)
+		SELECT $1, n, k, false, $4, $5 FROM unnest($2::bigint[], $3::text[]) AS u(n, k)`,
+		src.Name, nums, keys, tenant, Lane(tenant, src.Lanes))
+	if err != nil {
+		return 0, fmt.Errorf("sources: source %s: tenant %s: resend: %w", src.Name, tenant, err)
+	}
+	// As Resend: the digests of bodies the account was found not to hold
+	// would settle the new versions unsent.
+	if err := unchanged.ForgetKeys(ctx, q, src.Name, keys); err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// TenantPendingOf is PendingOf for tenant: those of keys with changes for
+// tenant (or for no tenant yet, which AdoptUntenanted gives the row's).
+func TenantPendingOf(ctx context.Context, q database.Querier, src *Source, tenant string, keys []string) ([]string, error) {
+	if err := src.checkTenant(tenant); err != nil {
+		return nil, err
+	}
+	nums, err := src.nums(keys)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT DISTINCT c.key FROM syncer_changes c
+		JOIN unnest($2::bigint[], $3::text[]) AS u(n, k) ON c.num = u.n AND c.key = u.k
+		WHERE c.source = $1 AND (c.tenant = $4 OR c.tenant IS NULL)`, src.Name, nums, keys, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: tenant %s: pending of: %w", src.Name, tenant, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: tenant %s: pending of: %w", src.Name, tenant, err)
+	}
+	return out, nil
+}
+
+// checkTenant refuses a tenant call on a source without a tenant column,
+// or without a tenant.
+func (s *Source) checkTenant(tenant string) error {
+	switch {
+	case s.Tenant == "":
+		return fmt.Errorf("sources: source %s has no tenant column", s.Name)
+	case tenant == "":
+		return fmt.Errorf("sources: source %s: no tenant given", s.Name)
+	}
+	return nil
+}
