@@ -33,6 +33,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
@@ -114,6 +115,8 @@ func vars() kong.Vars {
 		"replay_share":         strconv.FormatFloat(exporter.ReplayShareDefault, 'f', -1, 64),
 		"max_item_bytes":       strconv.Itoa(feed.MaxItemBytesDefault),
 		"tombstone_retention":  durationText(resources.TombstoneRetentionDefault),
+		"history_retention":    durationText(history.RetentionDefault),
+		"history_max_entries":  strconv.Itoa(history.MaxEntriesDefault),
 		"healthcheck_timeout":  durationText(healthcheckTimeoutDefault),
 		"replay_poll":          durationText(replayPollDefault),
 		"probe_wait":           durationText(probeWaitDefault),

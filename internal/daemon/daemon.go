@@ -36,6 +36,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -71,6 +72,8 @@ type Daemon struct {
 	exp    *exporter.Exporter
 	locker *locks.Locker
 	purger *resources.Purger
+	// pruner removes the rows' stories past their retention or bound.
+	pruner *history.Pruner
 	river  *river.Client[pgx.Tx]
 	relay  *outbox.Relay
 
@@ -179,6 +182,11 @@ func (d *Daemon) build(ctx context.Context) error {
 	if d.purger, err = resources.NewPurger(d.pool, &resources.PurgerConfig{Retention: c.TombstoneRetention, Logger: logger}); err != nil {
 		return err
 	}
+	hcfg := c.History
+	hcfg.Logger = logger
+	if d.pruner, err = history.NewPruner(d.pool, &hcfg); err != nil {
+		return err
+	}
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, d.exp.Worker())
@@ -273,6 +281,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { _ = d.relay.Run(runCtx) })
 	wg.Go(func() { d.gauges(runCtx) })
 	wg.Go(func() { d.purger.Run(runCtx) })
+	wg.Go(func() { d.pruner.Run(runCtx) })
 	wg.Go(func() { d.presence(runCtx) })
 	if err := d.relay.Kick(ctx); err != nil {
 		logger.WarnContext(ctx, "daemon: initial sync kick failed; the relay's poll will retry", slog.String("error", err.Error()))
