@@ -50,6 +50,8 @@ const (
 	ScenarioShapes = "shapes"
 	// Commit to receipt at steady rates (issue 32).
 	ScenarioReceipt = "receipt"
+	// What the rows' story costs the drain and a lookup (issue 45).
+	ScenarioHistory = "history"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -61,6 +63,7 @@ var Scenarios = []string{
 	ScenarioColdStart, ScenarioFastLimit, ScenarioRestart, ScenarioHandover,
 	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
 	ScenarioConsole, ScenarioShapes, ScenarioReceipt,
+	ScenarioHistory,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -88,6 +91,7 @@ var rowNames = map[string][]string{
 	ScenarioRestart:            {"restart"},
 	ScenarioHandover:           {"handover"},
 	ScenarioReceipt:            receiptRows(),
+	ScenarioHistory:            {"history drain", "history lookup"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -297,6 +301,7 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioConsole, r.consoleScenario},
 		{ScenarioShapes, r.shapesScenario},
 		{ScenarioReceipt, r.receipt},
+		{ScenarioHistory, r.historyScenario},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {
