@@ -12,11 +12,17 @@
 -- bound) are written when they happen. A version superseded by a newer one
 -- is not written: a lookup reads it from the newer version's rows.
 --
--- Narrow on purpose: every accepted item of the drain costs one row. No
--- primary key; one index to find a key's story, one to prune by age
--- (ordered by time, so both only ever append at their right edge for the
--- time index, and the pruner deletes from its left).
-CREATE TABLE IF NOT EXISTS {{schema}}.syncer_history (
+-- UNLOGGED: the story is a diagnosis, not a record syncer's guarantees
+-- rest on, and what WAL 500 entries a batch would write (and the marking
+-- transaction flush) was most of what they cost the drain (as for
+-- syncer_accepted_bodies, migration 020). A crash of PostgreSQL (not a
+-- clean shutdown) empties the table, and a promoted standby has none of
+-- it: the stories begin again from there. docs/design.md says why.
+--
+-- One btree to find a key's story; a BRIN index on the time to prune by
+-- age: entries arrive in time order, so a block range's times are close
+-- together, and the BRIN index costs the writes next to nothing.
+CREATE UNLOGGED TABLE IF NOT EXISTS {{schema}}.syncer_history (
     -- "resources" or a configured source's name.
     feed        text        NOT NULL,
     -- the key as the wire carries it (a row's id in decimal).
@@ -48,4 +54,4 @@ CREATE TABLE IF NOT EXISTS {{schema}}.syncer_history (
     autovacuum_vacuum_threshold = 10000
 );
 CREATE INDEX IF NOT EXISTS syncer_history_key_idx ON {{schema}}.syncer_history (feed, key, at);
-CREATE INDEX IF NOT EXISTS syncer_history_at_idx ON {{schema}}.syncer_history (at);
+CREATE INDEX IF NOT EXISTS syncer_history_at_idx ON {{schema}}.syncer_history USING brin (at);

@@ -145,7 +145,7 @@ func TestPruneUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	n, err = p.Prune(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, written-1000, n)
+	require.EqualValues(t, written-1000, n, "as many as the bound is exceeded by")
 	var oldest int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT min(version) FROM syncer_history`).Scan(&oldest))
 	require.EqualValues(t, written-1000, oldest, "the newest 1000 are kept")

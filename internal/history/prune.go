@@ -111,10 +111,21 @@ func (p *Pruner) Run(ctx context.Context) {
 	}
 }
 
-// pruneSQL deletes up to $2 of the oldest entries older than $1, through
-// the time index; a row another pruner is deleting is left to it.
+// pruneSQL deletes up to $2 entries older than $1, found through the
+// time's BRIN index (or from the start of the table, where the oldest
+// are); a row another pruner is deleting is left to it.
 const pruneSQL = `DELETE FROM syncer_history WHERE ctid = ANY(ARRAY(
-	SELECT ctid FROM syncer_history WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED))`
+	SELECT ctid FROM syncer_history WHERE at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`
+
+// cutoffSQL is the time before which about the share $1 of the entries
+// lie, read from a sample of about $2 percent of the table's blocks: the
+// size bound's cutoff, without sorting the table.
+const cutoffSQL = `SELECT percentile_disc($1::float8) WITHIN GROUP (ORDER BY at)
+	FROM syncer_history TABLESAMPLE SYSTEM ($2::float8)`
+
+// sampleRows is about how many entries the size bound's cutoff is read
+// from.
+const sampleRows = 20_000
 
 // liveSQL is PostgreSQL's running estimate of the table's rows: exact
 // enough for a bound, and free where count(*) reads the table.
@@ -145,9 +156,22 @@ func (p *Pruner) Prune(ctx context.Context) (int64, error) {
 		return total, fmt.Errorf("history: count entries: %w", err)
 	}
 	// The estimate is read once a round: the entries it finds over the
-	// bound are removed, no more, however late the estimate follows.
-	for over := live - p.cfg.MaxEntries; over > 0; {
-		n, err := p.chunk(ctx, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), int(min(over, int64(p.cfg.Chunk))))
+	// bound are removed, no more, however late the estimate follows,
+	// oldest first as far as a sample of their times tells.
+	over := live - p.cfg.MaxEntries
+	if over <= 0 {
+		return total, nil
+	}
+	pct := min(100, 100*float64(sampleRows)/float64(live))
+	var cut *time.Time
+	if err := p.db.QueryRow(ctx, cutoffSQL, float64(over)/float64(live), pct).Scan(&cut); err != nil {
+		return total, fmt.Errorf("history: size bound's cutoff: %w", err)
+	}
+	if cut == nil {
+		return total, nil
+	}
+	for over > 0 {
+		n, err := p.chunk(ctx, cut.Add(time.Microsecond), int(min(over, int64(p.cfg.Chunk))))
 		total += n
 		over -= n
 		if err != nil {
