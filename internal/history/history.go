@@ -234,16 +234,38 @@ const insertSQL = `INSERT INTO syncer_history
 	LEFT JOIN unnest($11::text[], $12::timestamptz[], $13::smallint[], $14::int[]) WITH ORDINALITY AS a (bk, t, s, l, n)
 		ON a.n = i.n`
 
-func (b *Batch) args() ([]any, bool) {
-	r := b.build()
-	if len(r.keys) == 0 {
-		return nil, false
-	}
+// acceptedSQL is insertSQL for the common batch: one request, which
+// carried every item, all accepted.
+const acceptedSQL = `INSERT INTO syncer_history
+	(feed, key, version, deleted, at, batched_at, batch_key, destination, tenant, status, latency_ms, outcome)
+	SELECT $1, i.k, i.v, NULLIF(i.d, false), $5, $2, $6, $3, NULLIF($4, ''), $7, $8, 'accepted'
+	FROM unnest($9::text[], $10::bigint[], $11::boolean[]) AS i (k, v, d)`
+
+// allAccepted reports whether b is the common batch acceptedSQL writes.
+func (b *Batch) allAccepted() bool {
+	return len(b.Attempts) == 1 && len(b.Rejected)+len(b.Deferred)+len(b.Skipped)+len(b.Failed) == 0 &&
+		len(b.Accepted) == len(b.Attempts[0].Items) && len(b.Accepted) > 0
+}
+
+func (b *Batch) args() (string, []any, bool) {
 	var batched any
 	if !b.BatchedAt.IsZero() {
 		batched = b.BatchedAt
 	}
-	return []any{b.Feed, batched, b.Destination, b.Tenant,
+	if b.allAccepted() {
+		a := b.Attempts[0]
+		keys, versions, deleted := make([]string, len(b.Accepted)), make([]int64, len(b.Accepted)), make([]bool, len(b.Accepted))
+		for i, it := range b.Accepted {
+			keys[i], versions[i], deleted[i] = it.ID, it.Version, it.Deleted
+		}
+		return acceptedSQL, []any{b.Feed, batched, b.Destination, b.Tenant, a.At, a.Key, int16(a.Status), int32(a.Latency / time.Millisecond),
+			keys, versions, deleted}, true
+	}
+	r := b.build()
+	if len(r.keys) == 0 {
+		return "", nil, false
+	}
+	return insertSQL, []any{b.Feed, batched, b.Destination, b.Tenant,
 		r.keys, r.versions, r.deleted, r.attempt, r.outcome, r.reason,
 		r.aKeys, r.aAt, r.aStatus, r.aLatency}, true
 }
@@ -251,11 +273,11 @@ func (b *Batch) args() ([]any, bool) {
 // Queue adds to qb the statement that writes b's entries: one statement
 // for the whole batch. Queue it in the transaction that marks the batch.
 func Queue(qb *pgx.Batch, b *Batch) {
-	args, ok := b.args()
+	sql, args, ok := b.args()
 	if !ok {
 		return
 	}
-	qb.Queue(insertSQL, args...).Fn = func(br pgx.BatchResults) error {
+	qb.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("history: write %s: %w", b.Feed, err)
 		}
@@ -266,11 +288,11 @@ func Queue(qb *pgx.Batch, b *Batch) {
 // Write writes b's entries on their own: the attempts of a push that
 // ended in a wait.
 func Write(ctx context.Context, q database.Querier, b *Batch) error {
-	args, ok := b.args()
+	sql, args, ok := b.args()
 	if !ok {
 		return nil
 	}
-	if _, err := q.Exec(ctx, insertSQL, args...); err != nil {
+	if _, err := q.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("history: write %s: %w", b.Feed, err)
 	}
 	return nil

@@ -58,7 +58,7 @@ const lookupSQL = `SELECT version, coalesce(deleted, false), at, batched_at, coa
 	ORDER BY at DESC LIMIT $3`
 
 // Lookup reads the story of feed's key: its newest limit entries (0:
-// LookupLimitDefault), through the (feed, key, at) index.
+// LookupLimitDefault), through the (feed, key) index.
 func Lookup(ctx context.Context, q database.Querier, feed, key string, limit int) (Story, error) {
 	if limit <= 0 {
 		limit = LookupLimitDefault
