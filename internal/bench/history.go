@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/history"
@@ -76,12 +75,14 @@ func (r *runner) historyDrain(ctx context.Context) (Row, error) {
 	}, nil
 }
 
-// seedHistorySQL writes $1 entries over $2 keys, a key's entries a
-// minute apart over the last days, as a drain's would be: one accepted
-// entry a version, with the columns a real entry fills.
+// seedHistorySQL writes $1 entries over $2 keys, as a drain's would be:
+// one accepted entry a version, with the columns a real entry fills, in
+// time order. A key's entries are written one after the other, so the
+// key index fills from left to right as it would from a drain of new
+// rows, and ten million entries take a minute or two, not many.
 const seedHistorySQL = `INSERT INTO syncer_history
 	(feed, key, version, at, batched_at, batch_key, destination, status, latency_ms, outcome)
-	SELECT 'resources', (g % $2)::text, g / $2 + 1,
+	SELECT 'resources', lpad((g / ($1 / $2))::text, 8, '0'), g % ($1 / $2) + 1,
 		now() - interval '6 days' + (g * (interval '6 days' / $1)),
 		now() - interval '6 days' + (g * (interval '6 days' / $1)),
 		'syncer-' || md5((g / 500)::text), 'default', 200, 20, 'accepted'
@@ -106,7 +107,7 @@ func (r *runner) historyLookup(ctx context.Context) (Row, error) {
 	var took []time.Duration
 	var entries int
 	for range sz.lookups {
-		key := strconv.Itoa(rand.IntN(sz.keys))
+		key := fmt.Sprintf("%08d", rand.IntN(sz.keys))
 		t0 := time.Now()
 		st, err := history.Lookup(ctx, s.pool, "resources", key, 0)
 		if err != nil {
