@@ -52,6 +52,8 @@ const (
 	ScenarioReceipt = "receipt"
 	// Tenants (issue 43).
 	ScenarioTenants = "tenants"
+	// What the rows' story costs the drain and a lookup (issue 45).
+	ScenarioHistory = "history"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -65,6 +67,7 @@ var Scenarios = []string{
 	ScenarioConsole, ScenarioShapes, ScenarioReceipt,
 	ScenarioTenants,
 	ScenarioVerify,
+	ScenarioHistory,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -94,6 +97,7 @@ var rowNames = map[string][]string{
 	ScenarioReceipt:            receiptRows(),
 	ScenarioTenants:            {"tenant column"},
 	ScenarioVerify:             verifyRows,
+	ScenarioHistory:            {"history drain", "history lookup"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -305,6 +309,7 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioReceipt, r.receipt},
 		{ScenarioTenants, r.tenantsScenario},
 		{ScenarioVerify, r.verifyScenario},
+		{ScenarioHistory, r.historyScenario},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {

@@ -33,6 +33,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
@@ -59,6 +60,7 @@ type CLI struct {
 	Status         StatusCmd      `cmd:"" help:"Show counts and health."`
 	Config         ConfigCmd      `cmd:"" help:"Check the configuration file (SYNCER_CONFIG) against the database: config check."`
 	RetryFailed    RetryFailedCmd `cmd:"" name:"retry-failed" help:"Make failed rows eligible for export again."`
+	History        HistoryCmd     `cmd:"" help:"Print a key's story: every exported version, each request that carried it (time, destination, status, latency, reason) and how it was settled."`
 	Verify         VerifyCmd      `cmd:"" help:"Read back what the third party holds for a source's keys, report what drifted (exit 3) and, with --heal, make it pending again."`
 	Pause          PauseCmd       `cmd:"" help:"Pause a destination for every daemon: nothing is sent to it, pending rows are kept, until resume. Returns once every running daemon holds the pause."`
 	Resume         ResumeCmd      `cmd:"" help:"Resume a paused destination."`
@@ -113,6 +115,8 @@ func vars() kong.Vars {
 		"replay_share":         strconv.FormatFloat(exporter.ReplayShareDefault, 'f', -1, 64),
 		"max_item_bytes":       strconv.Itoa(feed.MaxItemBytesDefault),
 		"tombstone_retention":  durationText(resources.TombstoneRetentionDefault),
+		"history_retention":    durationText(history.RetentionDefault),
+		"history_max_entries":  strconv.Itoa(history.MaxEntriesDefault),
 		"healthcheck_timeout":  durationText(healthcheckTimeoutDefault),
 		"replay_poll":          durationText(replayPollDefault),
 		"probe_wait":           durationText(probeWaitDefault),

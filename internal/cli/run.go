@@ -16,6 +16,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -48,6 +49,9 @@ type RunCmd struct {
 	ReplayShare        float64       `name:"replay-share" env:"SYNCER_REPLAY_SHARE" default:"${replay_share}" help:"Least share of the batches a replay gets while live rows keep arriving (above 0, at most 1)."`
 	MaxItemBytes       int           `name:"max-item-bytes" env:"SYNCER_MAX_ITEM_BYTES" default:"${max_item_bytes}" help:"A row whose payload is larger is never sent: it is recorded failed, with the reason."`
 	TombstoneRetention time.Duration `name:"tombstone-retention" env:"SYNCER_TOMBSTONE_RETENTION" default:"${tombstone_retention}" help:"How long a delivered tombstone is kept, so a replay of its range sends the delete again."`
+	HistoryRetention   time.Duration `name:"history-retention" env:"SYNCER_HISTORY_RETENTION" default:"${history_retention}" help:"How long each exported version's story (syncer history) is kept."`
+	HistoryMaxEntries  int64         `name:"history-max-entries" env:"SYNCER_HISTORY_MAX_ENTRIES" default:"${history_max_entries}" help:"Most entries of the rows' stories kept (about 200 bytes each); past it the oldest go first, whatever their age."`
+	NoHistory          bool          `name:"no-history" env:"SYNCER_NO_HISTORY" help:"Keep no story of the rows (syncer history finds nothing new); what is kept is still pruned."`
 	SendUnchanged      bool          `name:"send-unchanged" env:"SYNCER_SEND_UNCHANGED" help:"Send a row's version even when its body is the one the third party last accepted (by default it is settled as skipped, without a request); no digests of accepted bodies are kept."`
 	VerifyEvery        time.Duration `name:"verify-every" env:"SYNCER_VERIFY_EVERY" default:"0" help:"How often the daemons verify resources against SYNCER_THIRDPARTY_URL in the background (a file's destination sets verify_every); 0 means only syncer verify and the console's Verify now."`
 	VerifyHeal         bool          `name:"verify-heal" env:"SYNCER_VERIFY_HEAL" help:"Heal what background verification of resources finds (needs --verify-every)."`
@@ -176,7 +180,7 @@ func (c *RunCmd) Validate() error {
 		"BackoffMaxElapsed", "RequestTimeout", "ShutdownTimeout", "Workers"); err != nil {
 		return err
 	}
-	if err := positive(c, "MaxInFlight", "MaxRetryAfter", "MaxItemBytes", "TombstoneRetention"); err != nil {
+	if err := positive(c, "MaxInFlight", "MaxRetryAfter", "MaxItemBytes", "TombstoneRetention", "HistoryRetention", "HistoryMaxEntries"); err != nil {
 		return err
 	}
 	if err := notNegative(c, "RateLimit"); err != nil {
@@ -268,9 +272,11 @@ func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env)
 			MaxItemBytes:  c.MaxItemBytes,
 			ReplayShare:   c.ReplayShare,
 			HotPoll:       c.HotPoll,
+			NoHistory:     c.NoHistory,
 		},
 		Sources:            srcs,
 		TombstoneRetention: c.TombstoneRetention,
+		History:            history.Config{Retention: c.HistoryRetention, MaxEntries: c.HistoryMaxEntries},
 		HTTPAddr:           c.HTTPAddr,
 		Pprof:              c.Pprof,
 		ShutdownTimeout:    c.ShutdownTimeout,

@@ -220,6 +220,7 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("POST "+Prefix+"/sources/{name}/verify", c.authed(c.verifyNow))
 	mux.HandleFunc("POST "+Prefix+"/replays/{id}/cancel", c.authed(c.replayCancel))
 	mux.HandleFunc("GET "+Prefix+"/destinations/{name}", c.authed(c.destinationPage))
+	mux.HandleFunc("GET "+Prefix+"/history", c.authed(c.storyPage))
 	mux.HandleFunc("POST "+Prefix+"/destinations/{name}/{action}", c.authed(c.destinationAction))
 	mux.HandleFunc(Prefix+"/", c.authed(func(w http.ResponseWriter, r *http.Request, _ caller) {
 		http.NotFound(w, r)

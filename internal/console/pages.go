@@ -29,7 +29,7 @@ func parsePages() (*pages, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	p := &pages{css: template.CSS(css), set: map[string]*template.Template{}} //nolint:gosec // our own file
-	for _, name := range []string{"signin", "overview", "source", "replay", "destination"} {
+	for _, name := range []string{"signin", "overview", "source", "replay", "destination", "story"} {
 		t, err := template.ParseFS(files, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", name, err)
@@ -160,6 +160,8 @@ type overviewData struct {
 	Held         []status.HeldKey
 	Replays      []status.Replay
 	Proof        string
+	// Find is the key search form (story.go).
+	Find storyData
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, cl caller) {
@@ -173,6 +175,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, cl caller) {
 	for _, x := range rep.Destinations {
 		d.Destinations = append(d.Destinations, c.destRow(x))
 	}
+	d.Find.Source, d.Find.Sources = status.ResourcesSource, sourceNames(rep)
 	for _, s := range rep.Sources {
 		d.Sources = append(d.Sources, sourceRowOf(s))
 	}

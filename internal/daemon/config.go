@@ -12,6 +12,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -81,6 +82,9 @@ type Config struct {
 	// TombstoneRetention is how long a delivered tombstone is kept before
 	// it is purged. Defaults to resources.TombstoneRetentionDefault.
 	TombstoneRetention time.Duration
+	// History configures the pruning of the rows' stories
+	// (internal/history). Defaults to history's defaults.
+	History history.Config
 	// Sources is the SYNCER_CONFIG file read (config.Load): its sources
 	// are exported to its destinations, each destination with its own
 	// client, limits and shared facts, besides resources to ThirdParty.

@@ -36,6 +36,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -72,6 +73,8 @@ type Daemon struct {
 	exp    *exporter.Exporter
 	locker *locks.Locker
 	purger *resources.Purger
+	// pruner removes the rows' stories past their retention or bound.
+	pruner *history.Pruner
 	river  *river.Client[pgx.Tx]
 	relay  *outbox.Relay
 
@@ -189,6 +192,11 @@ func (d *Daemon) build(ctx context.Context) error {
 	if d.purger, err = resources.NewPurger(d.pool, &resources.PurgerConfig{Retention: c.TombstoneRetention, Logger: logger}); err != nil {
 		return err
 	}
+	hcfg := c.History
+	hcfg.Logger = logger
+	if d.pruner, err = history.NewPruner(d.pool, &hcfg); err != nil {
+		return err
+	}
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, d.exp.Worker())
@@ -288,6 +296,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { _ = d.relay.Run(runCtx) })
 	wg.Go(func() { d.gauges(runCtx) })
 	wg.Go(func() { d.purger.Run(runCtx) })
+	wg.Go(func() { d.pruner.Run(runCtx) })
 	wg.Go(func() { d.presence(runCtx) })
 	wg.Go(func() { d.verifier.Run(runCtx) })
 	if err := d.relay.Kick(ctx); err != nil {

@@ -265,6 +265,12 @@ func (d *Deliverer) Deliver(ctx context.Context, b Batch) (*Outcome, error) {
 		}
 	}
 	if err := d.deliver(ctx, j, items, whole, time.Time{}, true, out); err != nil {
+		if we, ok := err.(*WaitError); ok && len(out.Attempts) > 0 {
+			// The requests made before the wait are part of the
+			// rows' story: a copy carries them (the error may be
+			// shared).
+			return nil, &WaitError{Err: we.Err, Wait: we.Wait, Attempts: out.Attempts}
+		}
 		return nil, err
 	}
 	if d.canonical == nil {

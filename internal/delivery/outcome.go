@@ -47,10 +47,30 @@ type Outcome struct {
 	Deferred []Deferral
 	// Requests is how many HTTP requests the batch took.
 	Requests int
+	// Attempts are the batch's requests, one each, in the order they were
+	// answered (per request, not per batch: a split or a retry adds
+	// one): what the row's story shows (internal/history).
+	Attempts []Attempt
 
 	// absent are per-item requests answered 404 or 410, until Deliver
 	// judges whether the items or the URL are at fault (judgeAbsent).
 	absent []absence
+}
+
+// Attempt is one request of a batch and what came of it.
+type Attempt struct {
+	// Key is the request's Idempotency-Key.
+	Key string
+	// At is when the request was sent; Latency how long its answer took.
+	At      time.Time
+	Latency time.Duration
+	// Status is the answer's HTTP status, 0 when none came.
+	Status int
+	// Reason is why the request did not settle its items (SafeText'd):
+	// empty for an answer read as one.
+	Reason string
+	// Items are the items the request carried (the request's own slice).
+	Items []thirdparty.Item
 }
 
 // Deferral is an item answered transiently, with the answer's status and
@@ -96,6 +116,9 @@ var ErrGaveUp = errors.New("delivery: gave up after transient failures")
 type WaitError struct {
 	Err  error
 	Wait time.Duration
+	// Attempts are the requests the batch took before the wait, as in
+	// Outcome.Attempts; set on the error Deliver returns.
+	Attempts []Attempt
 }
 
 func (e *WaitError) Error() string {

@@ -97,6 +97,7 @@ func (d *Deliverer) deliver(ctx context.Context, j *job, items []thirdparty.Item
 		out.Deferred = append(out.Deferred, outs[i].Deferred...)
 		out.absent = append(out.absent, outs[i].absent...)
 		out.Requests += outs[i].Requests
+		out.Attempts = append(out.Attempts, outs[i].Attempts...)
 	}
 	return first
 }

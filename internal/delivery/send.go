@@ -144,8 +144,10 @@ func (d *Deliverer) send(ctx context.Context, key string, r *thirdparty.Request,
 	sentAt := d.pacer.sent()
 	out.Requests++
 	d.metrics.RequestStarted()
+	start := d.now()
 	res, err = d.client.Send(ctx, key, r, func(a *thirdparty.Answer) (*thirdparty.Result, error) { return d.format.Read(r, a) })
 	d.metrics.RequestEnded()
+	out.Attempts = append(out.Attempts, attemptOf(key, start, d.now().Sub(start), r, res, err))
 	switch {
 	case err == nil:
 		done(nil)
@@ -158,6 +160,22 @@ func (d *Deliverer) send(ctx context.Context, key string, r *thirdparty.Request,
 	d.observe(ctx, key, sentAt, res, err, acceptsAny(res, len(r.Items)))
 	d.answerProbe(ctx, err)
 	return res, err, false
+}
+
+// attemptOf is what one request's answer adds to the row's story.
+func attemptOf(key string, at time.Time, took time.Duration, r *thirdparty.Request, res *thirdparty.Result, err error) Attempt {
+	a := Attempt{Key: key, At: at, Latency: took, Items: r.Items}
+	if res != nil {
+		a.Status = res.Status
+	}
+	if err != nil {
+		var e *thirdparty.Error
+		if errors.As(err, &e) {
+			a.Status = e.StatusCode
+		}
+		a.Reason = thirdparty.SafeText(err.Error())
+	}
+	return a
 }
 
 // acceptsAny reports whether an answer accepted any of the n items its

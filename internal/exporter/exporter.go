@@ -145,6 +145,10 @@ type Config struct {
 	// destination: resources (Resources) and the configured sources
 	// (SYNCER_CONFIG). Defaults to none.
 	Sources []Source
+	// NoHistory stops writing the rows' story (internal/history): for a
+	// benchmark's baseline. Defaults to false: every batch's entries are
+	// written with its marks.
+	NoHistory bool
 }
 
 // Exporter pushes rows under the export lock.

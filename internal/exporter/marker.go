@@ -214,6 +214,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		}
 		for _, b := range r.marks {
 			p.queueDigests(qb, b)
+			p.queueHistory(qb, b)
 		}
 		for _, name := range order {
 			g := byName[name]

@@ -358,6 +358,7 @@ func (p *pipeline) push(ctx context.Context, b *batch) (*delivery.Outcome, error
 		Source: sourceOf(b.name), Time: b.at})
 	if err != nil {
 		p.metrics.BatchFailed(time.Since(start))
+		p.writeWaited(ctx, b, err)
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
 	}
 	p.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))

@@ -17,7 +17,7 @@ type BenchCmd struct {
 	DatabaseURL string   `name:"bench-database-url" env:"SYNCER_BENCH_DATABASE_URL" default:"${bench_database_url}" help:"PostgreSQL URL of a scratch database the bench may load for minutes and create and drop schemas in. DATABASE_URL is never read, so a bench run in a production container cannot touch the production database."`
 	Size        string   `name:"size" enum:"default,tiny" default:"default" help:"default: the sizes the targets are set for (about 10 minutes); tiny: 1-2% of them, a few minutes, for CI."`
 	JSON        string   `name:"json" placeholder:"FILE" help:"Also write the report as JSON to FILE."`
-	Only        []string `name:"only" sep:"," placeholder:"SCENARIO,..." help:"Run only these scenarios: drain, latency, writer-overhead, memory, memory-limit, job-economy, recipe, deletes, slow-api, unknown-limit, quota, sources, cold-start, fast-limit, restart, handover, cloudevents-drain, elasticsearch-drain, custom-drain, webhooks, console, shapes, receipt, verify."`
+	Only        []string `name:"only" sep:"," placeholder:"SCENARIO,..." help:"Run only these scenarios: drain, latency, writer-overhead, memory, memory-limit, job-economy, recipe, deletes, slow-api, unknown-limit, quota, sources, cold-start, fast-limit, restart, handover, cloudevents-drain, elasticsearch-drain, custom-drain, webhooks, console, shapes, receipt, tenants, verify, history."`
 	Profile     string   `name:"profile" placeholder:"DIR" help:"Run the drain's daemon with --pprof and save a 10 s CPU profile of its drain in DIR."`
 	Binary      string   `name:"binary" hidden:"" help:"The syncer binary run as the daemon; defaults to syncer beside this executable, then on PATH."`
 }

@@ -131,6 +131,8 @@ func (c *Client) Close() { c.httpClient.CloseIdleConnections() }
 // named in Rejected were rejected, those in Pending are to go again, every
 // other item was accepted.
 type Result struct {
+	// Status is the answer's HTTP status, set by Client.Send.
+	Status   int
 	Rejected []Rejection
 	// Pending names items the answer neither accepted nor rejected (an
 	// Elasticsearch item answered 429 or 5xx): they are to go again, each

@@ -43,7 +43,7 @@ func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*An
 		if e := a.refused(); e != nil {
 			return nil, e
 		}
-		return &Result{Quota: a.Quota}, nil
+		return &Result{Status: a.StatusCode, Quota: a.Quota}, nil
 	}
 	res, err := read(a)
 	if err != nil {
@@ -53,6 +53,7 @@ func (c *Client) Send(ctx context.Context, key string, r *Request, read func(*An
 		res = &Result{}
 	}
 	res.Quota = a.Quota
+	res.Status = a.StatusCode
 	return res, nil
 }
 

@@ -1,0 +1,152 @@
+package history_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/history"
+)
+
+func item(id string, v int64) feed.Item { return feed.Item{ID: id, Version: v} }
+
+// A batch's entries: one per item per request that carried it, the last
+// request of each item with its settlement (a split's halves, a retry
+// after a 503), and the items settled without a request; a version a
+// newer one followed unsettled reads as superseded.
+func TestBatchEntriesAndLookup(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.NewMigrated(t).Pool
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	a1, a2, b2, c3 := item("a", 1), item("a", 2), item("b", 2), item("c", 3)
+	qb := &pgx.Batch{}
+	history.Queue(qb, &history.Batch{
+		Feed: "orders", Destination: "crm", BatchedAt: at,
+		Attempts: []delivery.Attempt{
+			{Key: "k-whole", At: at, Latency: 12 * time.Millisecond, Status: 503, Reason: "503 busy", Items: []feed.Item{a1, b2}},
+			{Key: "k-whole", At: at.Add(time.Second), Latency: 8 * time.Millisecond, Status: 400, Reason: "400 bad", Items: []feed.Item{a1, b2}},
+			{Key: "k-a", At: at.Add(2 * time.Second), Status: 200, Items: []feed.Item{a1}},
+			{Key: "k-b", At: at.Add(2 * time.Second), Status: 400, Reason: "400 bad", Items: []feed.Item{b2}},
+		},
+		Accepted: []feed.Item{a1},
+		Rejected: []delivery.Rejection{{Item: b2, Error: "refused as a whole: 400 " + strings.Repeat("x", 900)}},
+		Skipped:  []feed.Item{c3},
+	})
+	require.NoError(t, pool.SendBatch(ctx, qb).Close())
+	require.NoError(t, history.Write(ctx, pool, &history.Batch{Feed: "orders", Destination: "crm", BatchedAt: at,
+		Attempts: []delivery.Attempt{{Key: "k-2", At: at.Add(3 * time.Second), Status: 429, Reason: "429 slow down", Items: []feed.Item{a2}}}}))
+
+	st, err := history.Lookup(ctx, pool, "orders", "a", 0)
+	require.NoError(t, err)
+	require.Len(t, st.Versions, 2)
+	v1 := st.Versions[0]
+	require.Equal(t, history.Accepted, v1.Settled)
+	var got []string
+	for _, e := range v1.Entries {
+		got = append(got, e.Outcome+" "+e.BatchKey)
+	}
+	require.Equal(t, []string{"retried k-whole", "split k-whole", "accepted k-a"}, got)
+	require.Equal(t, 503, *v1.Entries[0].Status)
+	require.Equal(t, 12, *v1.Entries[0].LatencyMS)
+	require.Equal(t, "503 busy", v1.Entries[0].Reason)
+	require.Equal(t, "crm", v1.Entries[2].Destination)
+	require.True(t, v1.Entries[2].BatchedAt.Equal(at))
+	require.Equal(t, history.Pending, st.Versions[1].Settled, "the newest, only rate-limited so far")
+	require.Equal(t, history.RateLimited, st.Versions[1].Entries[0].Outcome)
+
+	st, err = history.Lookup(ctx, pool, "orders", "b", 0)
+	require.NoError(t, err)
+	require.Equal(t, history.Failed, st.Versions[0].Settled)
+	last := st.Versions[0].Entries[len(st.Versions[0].Entries)-1]
+	require.Len(t, last.Reason, history.ReasonMax, "a reason is cut to its bound")
+
+	st, err = history.Lookup(ctx, pool, "orders", "c", 0)
+	require.NoError(t, err)
+	require.Equal(t, history.Skipped, st.Versions[0].Settled)
+	require.Nil(t, st.Versions[0].Entries[0].Status, "no request")
+
+	// A newer version settles; the older, never settled, is superseded.
+	qb = &pgx.Batch{}
+	history.Queue(qb, &history.Batch{Feed: "orders", Attempts: []delivery.Attempt{{Key: "k-3", At: at.Add(4 * time.Second), Status: 200, Items: []feed.Item{item("a", 3)}}},
+		Accepted: []feed.Item{item("a", 3)}})
+	require.NoError(t, pool.SendBatch(ctx, qb).Close())
+	st, err = history.Lookup(ctx, pool, "orders", "a", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{history.Accepted, history.Superseded, history.Accepted},
+		[]string{st.Versions[0].Settled, st.Versions[1].Settled, st.Versions[2].Settled})
+
+	st, err = history.Lookup(ctx, pool, "orders", "a", 2)
+	require.NoError(t, err)
+	require.True(t, st.Truncated)
+	st, err = history.Lookup(ctx, pool, "customers", "a", 0)
+	require.NoError(t, err)
+	require.Empty(t, st.Versions, "another feed's key is another story")
+}
+
+// Pruning under load: entries past the retention go, in chunks, while
+// writers keep adding new ones; then the size bound removes the oldest
+// whatever their age, and the newest are kept.
+func TestPruneUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.NewMigrated(t).Pool
+	now := time.Now()
+	// 20 000 old entries, seeded in SQL.
+	_, err := pool.Exec(ctx, `INSERT INTO syncer_history (feed, key, version, at, outcome)
+		SELECT 'orders', (g % 1000)::text, g, $1::timestamptz + g * interval '1 millisecond', 'accepted'
+		FROM generate_series(1, 20000) g`, now.Add(-10*24*time.Hour))
+	require.NoError(t, err)
+
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var written int
+	wg.Go(func() {
+		for i := 0; wctx.Err() == nil && i < 200; i++ {
+			its := make([]feed.Item, 50)
+			for j := range its {
+				its[j] = item("new", int64(i*50+j))
+			}
+			if err := history.Write(ctx, pool, &history.Batch{Feed: "orders",
+				Attempts: []delivery.Attempt{{Key: "k", At: time.Now(), Status: 200, Items: its}}, Accepted: its}); err != nil {
+				t.Error(err)
+				return
+			}
+			written += len(its)
+		}
+	})
+	p, err := history.NewPruner(pool, &history.Config{Chunk: 1000, Pause: time.Millisecond, MaxEntries: 1_000_000})
+	require.NoError(t, err)
+	n, err := p.Prune(ctx)
+	require.NoError(t, err)
+	stop()
+	wg.Wait()
+	require.EqualValues(t, 20000, n, "every old entry, and only those")
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM syncer_history`).Scan(&left))
+	require.Equal(t, written, left)
+
+	// The size bound: the oldest go first, whatever their age.
+	_, err = pool.Exec(ctx, `ANALYZE syncer_history`)
+	require.NoError(t, err)
+	var live int64
+	require.Eventually(t, func() bool {
+		return pool.QueryRow(ctx, `SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = 'syncer_history'::regclass`).Scan(&live) == nil && live == int64(written)
+	}, 10*time.Second, 50*time.Millisecond)
+	p, err = history.NewPruner(pool, &history.Config{Chunk: 300, Pause: time.Millisecond, MaxEntries: 1000})
+	require.NoError(t, err)
+	n, err = p.Prune(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, written-1000, n, "as many as the bound is exceeded by")
+	var oldest int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT min(version) FROM syncer_history`).Scan(&oldest))
+	require.EqualValues(t, written-1000, oldest, "the newest 1000 are kept")
+}

@@ -1,0 +1,143 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
+)
+
+// LookupLimitDefault is the most entries Lookup reads of one key: the
+// newest ones.
+const LookupLimitDefault = 1000
+
+// Entry is one event of a version's story.
+type Entry struct {
+	At          time.Time  `json:"at"`
+	BatchedAt   *time.Time `json:"batched_at,omitempty"`
+	BatchKey    string     `json:"idempotency_key,omitempty"`
+	Destination string     `json:"destination,omitempty"`
+	Tenant      string     `json:"tenant,omitempty"`
+	// Status is the answer's HTTP status; nil for an entry without a
+	// request, 0 when no answer came.
+	Status    *int   `json:"status,omitempty"`
+	LatencyMS *int   `json:"latency_ms,omitempty"`
+	Outcome   string `json:"outcome"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Version is one exported version of a key and its entries, oldest first.
+type Version struct {
+	Version int64 `json:"version"`
+	Deleted bool  `json:"deleted,omitempty"`
+	// Settled is how the version ended: Accepted, Failed, Skipped;
+	// Superseded when a newer version followed before it was settled
+	// (a failure the row's next change replaced, a deferral, a retry
+	// cut short); Pending while the newest is unsettled.
+	Settled string  `json:"settled"`
+	Entries []Entry `json:"entries"`
+}
+
+// Story is what history holds of one key, its versions oldest first.
+type Story struct {
+	Feed     string    `json:"source"`
+	Key      string    `json:"key"`
+	Versions []Version `json:"versions"`
+	// Truncated is set when the key had more entries than were read: the
+	// oldest are left out.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+const lookupSQL = `SELECT version, coalesce(deleted, false), at, batched_at, coalesce(batch_key, ''),
+		coalesce(destination, ''), coalesce(tenant, ''), status, latency_ms, outcome, coalesce(reason, '')
+	FROM syncer_history WHERE feed = $1 AND key = $2
+	ORDER BY at DESC LIMIT $3`
+
+// Lookup reads the story of feed's key: its newest limit entries (0:
+// LookupLimitDefault), through the (feed, key) index.
+func Lookup(ctx context.Context, q database.Querier, feed, key string, limit int) (Story, error) {
+	if limit <= 0 {
+		limit = LookupLimitDefault
+	}
+	st := Story{Feed: feed, Key: key, Versions: []Version{}}
+	rows, err := q.Query(ctx, lookupSQL, feed, key, limit+1)
+	if err != nil {
+		return st, fmt.Errorf("history: look up %s %s: %w", feed, key, err)
+	}
+	type row struct {
+		version int64
+		deleted bool
+		e       Entry
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		var status *int16
+		var latency *int32
+		err := r.Scan(&x.version, &x.deleted, &x.e.At, &x.e.BatchedAt, &x.e.BatchKey, &x.e.Destination, &x.e.Tenant,
+			&status, &latency, &x.e.Outcome, &x.e.Reason)
+		if status != nil {
+			s := int(*status)
+			x.e.Status = &s
+		}
+		if latency != nil {
+			l := int(*latency)
+			x.e.LatencyMS = &l
+		}
+		return x, err
+	})
+	if err != nil {
+		return st, fmt.Errorf("history: look up %s %s: %w", feed, key, err)
+	}
+	if len(got) > limit {
+		got, st.Truncated = got[:limit], true
+	}
+	slices.Reverse(got)
+	// Versions in order; entries of a version in the order they came.
+	byVersion := map[int64]int{}
+	for _, x := range got {
+		i, ok := byVersion[x.version]
+		if !ok {
+			i = len(st.Versions)
+			byVersion[x.version] = i
+			st.Versions = append(st.Versions, Version{Version: x.version, Deleted: x.deleted})
+		}
+		st.Versions[i].Entries = append(st.Versions[i].Entries, x.e)
+	}
+	slices.SortStableFunc(st.Versions, func(a, b Version) int {
+		switch {
+		case a.Version < b.Version:
+			return -1
+		case a.Version > b.Version:
+			return 1
+		}
+		return 0
+	})
+	for i := range st.Versions {
+		st.Versions[i].Settled = settledOf(st.Versions[i].Entries, i < len(st.Versions)-1)
+	}
+	return st, nil
+}
+
+// settledOf is how a version ended: its last settling entry, or
+// superseded when a newer version followed and nothing settled it.
+func settledOf(entries []Entry, newer bool) string {
+	for i := len(entries) - 1; i >= 0; i-- {
+		switch o := entries[i].Outcome; o {
+		case Accepted, Skipped, Failed:
+			if o == Failed && newer {
+				// A failure stands until the row changes: the newer
+				// version replaced it.
+				return Superseded
+			}
+			return o
+		}
+	}
+	if newer {
+		return Superseded
+	}
+	return Pending
+}
