@@ -20,7 +20,13 @@ import (
 
 // historyOf is what batch b adds to its items' stories.
 func (p *pipeline) historyOf(b *batch, attempts []delivery.Attempt) *history.Batch {
-	return &history.Batch{Feed: sourceOf(b.name), Destination: p.destName, BatchedAt: b.at, Attempts: attempts}
+	h := &history.Batch{Feed: sourceOf(b.name), Destination: p.destName, BatchedAt: b.at, Attempts: attempts}
+	// A lane's batch is one tenant's, named by its salt (a batch resent
+	// after a crash has no item decoded with its tenant).
+	if t, ok := tenantOfSalt(b.salt); ok {
+		h.Tenant = t
+	}
+	return h
 }
 
 // queueHistory adds to qb the entries of b, answered and being marked.

@@ -28,6 +28,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	syncerformat "github.com/syncer-dev/syncer/internal/formats/syncer"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -275,6 +276,21 @@ func TestTenantRoutingAndMove(t *testing.T) {
 		old, now := b.latest("acme")["7"], b.latest("globex")["7"]
 		return old.Deleted && now.Text == "7" && !now.Deleted
 	}, 30*time.Second, 50*time.Millisecond, "a tombstone at the old tenant, the row at the new")
+
+	// The key's story names the tenant each version went to.
+	require.Eventually(t, func() bool {
+		st, err := history.Lookup(context.Background(), b.pool, b.src.Name, "7", 0)
+		require.NoError(t, err)
+		seen := map[string]bool{}
+		for _, v := range st.Versions {
+			for _, e := range v.Entries {
+				if e.Outcome == history.Accepted {
+					seen[e.Tenant+"/"+strconv.FormatBool(v.Deleted)] = true
+				}
+			}
+		}
+		return seen["acme/false"] && seen["acme/true"] && seen["globex/false"]
+	}, 10*time.Second, 50*time.Millisecond, "the story names each version's tenant")
 }
 
 // A tenant whose account refuses its credentials (401) or that has no
