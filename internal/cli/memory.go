@@ -4,7 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -47,4 +49,23 @@ func setMemoryLimit(logger *slog.Logger) {
 		debug.SetMemoryLimit(limit)
 	}
 	logger.Info("run: memory limit", slog.String("source", source), slog.Int64("soft_limit_bytes", limit))
+}
+
+// heapSampling says whether the daemon samples its allocations for a heap
+// profile: only when it serves /debug/pprof/ (--pprof), or when GODEBUG
+// sets memprofilerate itself. Sampling is on in every Go program by
+// default, and its table of allocation stacks (1.4 MiB, touched a page
+// per stack met) was 1-2 MiB of the daemon's peak RSS while it drained,
+// for a profile nobody could fetch (docs/benchmarks.md, memory).
+func heapSampling(pprof bool, lookupEnv func(string) (string, bool)) bool {
+	godebug, _ := lookupEnv("GODEBUG")
+	return pprof || strings.Contains(godebug, "memprofilerate=")
+}
+
+// setHeapSampling applies heapSampling; it runs first in `syncer run`, so
+// few stacks were recorded before.
+func setHeapSampling(pprof bool) {
+	if !heapSampling(pprof, os.LookupEnv) {
+		runtime.MemProfileRate = 0
+	}
 }

@@ -195,6 +195,7 @@ func validHTTPURL(raw string) bool {
 
 // Run runs the daemon until SIGTERM or SIGINT.
 func (c *RunCmd) Run(ctx context.Context, env *Env) error {
+	setHeapSampling(c.Pprof)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// SIGHUP reads every secret and certificate file again (a rotated
