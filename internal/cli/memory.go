@@ -69,3 +69,30 @@ func setHeapSampling(pprof bool) {
 		runtime.MemProfileRate = 0
 	}
 }
+
+// gcPercentDefault is the collector's target for the daemon when GOGC is
+// not set: the heap may grow by half its live size between collections,
+// where Go's default lets it double. The daemon's live heap while it
+// drains is small and bounded by batches (3-4 MB at batch 500 with
+// 300-byte rows), so a collection is cheap and the half saved is most of
+// the heap's share of the peak RSS (docs/benchmarks.md, memory).
+const gcPercentDefault = 50
+
+// gcPercent decides the collector's target: GOGC when set (the runtime
+// has already applied it), otherwise gcPercentDefault.
+func gcPercent(lookupEnv func(string) (string, bool)) (percent int, source string) {
+	if v, ok := lookupEnv("GOGC"); ok {
+		return 0, "GOGC=" + v
+	}
+	return gcPercentDefault, "default"
+}
+
+// setGCPercent applies gcPercent; it runs first in `syncer run`, before
+// the heap grows.
+func setGCPercent() (percent int, source string) {
+	percent, source = gcPercent(os.LookupEnv)
+	if percent > 0 {
+		debug.SetGCPercent(percent)
+	}
+	return percent, source
+}
