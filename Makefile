@@ -14,10 +14,14 @@ LDFLAGS := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT)
 # Two binaries: syncer, the daemon and the operator's commands, the one a
 # production container runs; syncer-lab, the bench, the soak and the fake
 # third party (docs/design.md, "The lab is a binary of its own"). Both in
-# bin/, where each finds the other.
+# bin/, where each finds the other. Built as the Dockerfile builds them
+# (static, no symbol table, no DWARF, no local paths), so the bench measures
+# the binary that ships: a cgo build maps libc besides (1.5 MiB more peak RSS)
+# and is 32.1 MB where this one is 22.4 MB (docs/benchmarks.md, memory).
+BUILDFLAGS := -trimpath -ldflags "-s -w $(LDFLAGS)"
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/syncer ./cmd/syncer
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/syncer-lab ./cmd/syncer-lab
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/syncer ./cmd/syncer
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/syncer-lab ./cmd/syncer-lab
 
 vet:
 	$(GO) vet ./...

@@ -15,6 +15,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -165,8 +166,15 @@ func QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batch, seqs *[]in
 	}
 	keys, salts, items, bodies := make([]string, len(bs)), make([]string, len(bs)), make([]int32, len(bs)), make([][]byte, len(bs))
 	times := make([]time.Time, len(bs))
+	// s2.Encode allocates for the worst case (a bit more than the body)
+	// and returns the packed prefix, whose array stays alive until the
+	// marker transaction is sent: packing into one scratch and keeping
+	// copies of the packed size holds what the record needs, no more.
+	var scratch []byte
 	for i, bt := range bs {
-		keys[i], salts[i], items[i], bodies[i] = bt.Key, bt.Salt, int32(bt.Items), s2.Encode(nil, bt.Body)
+		packed := s2.Encode(scratch, bt.Body)
+		scratch = packed[:cap(packed)]
+		keys[i], salts[i], items[i], bodies[i] = bt.Key, bt.Salt, int32(bt.Items), bytes.Clone(packed)
 		times[i] = bt.Time
 		if times[i].IsZero() {
 			times[i] = time.Now()

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -47,4 +49,50 @@ func setMemoryLimit(logger *slog.Logger) {
 		debug.SetMemoryLimit(limit)
 	}
 	logger.Info("run: memory limit", slog.String("source", source), slog.Int64("soft_limit_bytes", limit))
+}
+
+// heapSampling says whether the daemon samples its allocations for a heap
+// profile: only when it serves /debug/pprof/ (--pprof), or when GODEBUG
+// sets memprofilerate itself. Sampling is on in every Go program by
+// default, and its table of allocation stacks (1.4 MiB, touched a page
+// per stack met) was 1-2 MiB of the daemon's peak RSS while it drained,
+// for a profile nobody could fetch (docs/benchmarks.md, memory).
+func heapSampling(pprof bool, lookupEnv func(string) (string, bool)) bool {
+	godebug, _ := lookupEnv("GODEBUG")
+	return pprof || strings.Contains(godebug, "memprofilerate=")
+}
+
+// setHeapSampling applies heapSampling; it runs first in `syncer run`, so
+// few stacks were recorded before.
+func setHeapSampling(pprof bool) {
+	if !heapSampling(pprof, os.LookupEnv) {
+		runtime.MemProfileRate = 0
+	}
+}
+
+// gcPercentDefault is the collector's target for the daemon when GOGC is
+// not set: the heap may grow by half its live size between collections,
+// where Go's default lets it double. The daemon's live heap while it
+// drains is small and bounded by batches (3-4 MB at batch 500 with
+// 300-byte rows), so a collection is cheap and the half saved is most of
+// the heap's share of the peak RSS (docs/benchmarks.md, memory).
+const gcPercentDefault = 50
+
+// gcPercent decides the collector's target: GOGC when set (the runtime
+// has already applied it), otherwise gcPercentDefault.
+func gcPercent(lookupEnv func(string) (string, bool)) (percent int, source string) {
+	if v, ok := lookupEnv("GOGC"); ok {
+		return 0, "GOGC=" + v
+	}
+	return gcPercentDefault, "default"
+}
+
+// setGCPercent applies gcPercent; it runs first in `syncer run`, before
+// the heap grows.
+func setGCPercent() (percent int, source string) {
+	percent, source = gcPercent(os.LookupEnv)
+	if percent > 0 {
+		debug.SetGCPercent(percent)
+	}
+	return percent, source
 }

@@ -33,3 +33,24 @@ func TestMemoryLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestHeapSampling(t *testing.T) {
+	t.Parallel()
+	env := func(godebug string) func(string) (string, bool) {
+		return func(k string) (string, bool) { return godebug, k == "GODEBUG" && godebug != "" }
+	}
+	require.False(t, heapSampling(false, env("")), "off by default")
+	require.True(t, heapSampling(true, env("")), "on with --pprof")
+	require.True(t, heapSampling(false, env("gctrace=1,memprofilerate=4096")), "GODEBUG decides")
+	require.False(t, heapSampling(false, env("gctrace=1")))
+}
+
+func TestGCPercent(t *testing.T) {
+	t.Parallel()
+	pct, source := gcPercent(func(string) (string, bool) { return "", false })
+	require.Equal(t, gcPercentDefault, pct)
+	require.Equal(t, "default", source)
+	pct, source = gcPercent(func(k string) (string, bool) { return "200", k == "GOGC" })
+	require.Zero(t, pct, "the runtime applied GOGC already")
+	require.Equal(t, "GOGC=200", source)
+}

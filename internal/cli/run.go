@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/signal"
@@ -207,6 +208,8 @@ func validHTTPURL(raw string) bool {
 
 // Run runs the daemon until SIGTERM or SIGINT.
 func (c *RunCmd) Run(ctx context.Context, env *Env) error {
+	setHeapSampling(c.Pprof)
+	gcPct, gcSource := setGCPercent()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// SIGHUP reads every secret and certificate file again (a rotated
@@ -226,6 +229,7 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	setMemoryLimit(env.Logger)
+	env.Logger.Info("run: collector target", slog.String("source", gcSource), slog.Int("gc_percent", gcPct))
 	adaptProcs(ctx, env.Logger, os.LookupEnv)
 	reload := make(chan struct{}, 1)
 	go func() {

@@ -57,7 +57,9 @@ func (b *batch) record() checkpoint.Batch {
 func (e *Exporter) newBatch(name string, p feed.Page) *batch {
 	b := &batch{name: name, salt: p.Salt, items: p.Items, oversize: p.Oversize, unchanged: p.Unchanged, position: p.Position, at: batchTime()}
 	if len(b.items) > 0 {
-		b.body = thirdparty.AppendBatch(nil, b.items)
+		// The items' payloads become slices of the body: a batch keeps
+		// one copy of them while it waits to be sent and marked.
+		b.body = thirdparty.AppendBatchShared(nil, b.items)
 		b.key = thirdparty.BatchKey(e.cfg.Installation, b.salt, b.body)
 	}
 	return b

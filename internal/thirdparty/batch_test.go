@@ -145,3 +145,30 @@ func TestBatchIDIsEncodingJSON(t *testing.T) {
 		require.Equal(t, `{"items":[{"id":`+string(want)+`,"version":1,"deleted":true}]}`, string(body), "%q", id)
 	}
 }
+
+// AppendBatchShared writes AppendBatch's bytes and leaves each payload a
+// slice of the body, which an append to cannot overwrite.
+func TestAppendBatchShared(t *testing.T) {
+	t.Parallel()
+	its := []thirdparty.Item{
+		{ID: "1", Version: 1, Payload: json.RawMessage(`{"a":1}`)},
+		{ID: "2", Version: 2, Deleted: true},
+		{ID: "x\"y", Version: 3, Payload: json.RawMessage(`[1,2,3]`)},
+		{ID: "4", Version: 4},
+	}
+	want := thirdparty.AppendBatch(nil, its)
+	got := thirdparty.AppendBatchShared(nil, its)
+	require.Equal(t, string(want), string(got))
+	require.JSONEq(t, `{"a":1}`, string(its[0].Payload))
+	require.JSONEq(t, `[1,2,3]`, string(its[2].Payload))
+	require.Nil(t, its[1].Payload)
+	require.Nil(t, its[3].Payload)
+	for _, i := range []int{0, 2} {
+		p := its[i].Payload
+		require.Equal(t, len(p), cap(p), "capacity ends with the payload")
+		require.True(t, &got[strings.Index(string(got), string(p))] == &p[0], "payload %d is in the body", i)
+	}
+	_ = append(its[0].Payload, 'x')
+	require.Equal(t, string(want), string(got), "an append copies")
+	require.Equal(t, string(want), string(thirdparty.AppendBatch(nil, its)), "the items encode as before")
+}

@@ -11,8 +11,9 @@ import (
 // written as is, any other is escaped by encoding/json (deterministic, and
 // the same bytes as before ids were one type), versions are integers, and
 // payloads are already JSON, so nothing here needs reflection or a second
-// copy.
-func encodeBatch(buf *bytes.Buffer, items []Item) {
+// copy. starts, when not nil, gets where each item's payload begins in
+// buf (its length is the item's).
+func encodeBatch(buf *bytes.Buffer, items []Item, starts []int) {
 	size := 16
 	for i := range items {
 		size += 56 + len(items[i].Payload)
@@ -36,6 +37,9 @@ func encodeBatch(buf *bytes.Buffer, items []Item) {
 		if len(items[i].Payload) == 0 {
 			buf.WriteString("null")
 		} else {
+			if starts != nil {
+				starts[i] = buf.Len()
+			}
 			buf.Write(items[i].Payload)
 		}
 		buf.WriteByte('}')
