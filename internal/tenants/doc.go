@@ -18,7 +18,7 @@
 //     which sends at once: a new token resumes a refused tenant without a
 //     probe interval. A tenant without a row is unconnected
 //     (ErrUnconnected): its rows wait, and go once a row appears, within
-//     RefreshEvery, without a restart.
+//     UnconnectedEvery (10 s), without a restart.
 //   - What the query returns is never written anywhere: not to a log, an
 //     error, syncer's tables or the format's recorded bodies ($tenant in a
 //     program holds the row's other columns only, never its credentials).
