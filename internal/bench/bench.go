@@ -50,6 +50,8 @@ const (
 	ScenarioShapes = "shapes"
 	// Commit to receipt at steady rates (issue 32).
 	ScenarioReceipt = "receipt"
+	// Tenants: limits, fairness, idle cost, the column's cost (issue 43).
+	ScenarioTenants = "tenants"
 )
 
 // Scenarios lists every scenario in the order they run.
@@ -60,7 +62,7 @@ var Scenarios = []string{
 	ScenarioSources,
 	ScenarioColdStart, ScenarioFastLimit, ScenarioRestart, ScenarioHandover,
 	ScenarioCloudEventsDrain, ScenarioElasticsearchDrain, ScenarioCustomDrain, ScenarioWebhooks,
-	ScenarioConsole, ScenarioShapes, ScenarioReceipt,
+	ScenarioConsole, ScenarioShapes, ScenarioReceipt, ScenarioTenants,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -88,6 +90,7 @@ var rowNames = map[string][]string{
 	ScenarioRestart:            {"restart"},
 	ScenarioHandover:           {"handover"},
 	ScenarioReceipt:            receiptRows(),
+	ScenarioTenants:            {"tenants: unannounced limits", "tenants: rate_limit 5", "tenants: fairness", "tenants: idle", "tenants: column cost"},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -174,6 +177,10 @@ type Config struct {
 	// CPU profile of its drain there as drain.cpu.pprof. Defaults to "", no
 	// profile.
 	ProfileDir string
+	// TenantScale scales the tenants scenario's sizes (tenants, rows,
+	// durations; 1 is the targets' sizes) for a quick run. Defaults to 0:
+	// 1, or 0.05 at SizeTiny.
+	TenantScale float64
 	// Progress receives a line as each step starts. Defaults to discarding.
 	Progress io.Writer
 	// Logger logs the bench's own warnings. Defaults to discarding.
@@ -297,6 +304,7 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		{ScenarioConsole, r.consoleScenario},
 		{ScenarioShapes, r.shapesScenario},
 		{ScenarioReceipt, r.receipt},
+		{ScenarioTenants, r.tenantsScenario},
 	}
 	for _, s := range steps {
 		if !slices.Contains(c.Only, s.name) {
