@@ -203,7 +203,9 @@ func TestTenantsEndToEnd(t *testing.T) {
 	w.exec(t, `UPDATE crm_connections SET token = 'tok-t2-new' WHERE account_id = 't2'`)
 	renewedAt := time.Now()
 	waitFor(t, 90*time.Second, "the revoked tenant resumes with its new token", func() bool { return w.holds("t2", 20, before["t2"]) })
-	t.Logf("a refused tenant resumed %.1fs after its new token was in the table", time.Since(renewedAt).Seconds())
+	took = time.Since(renewedAt)
+	t.Logf("a refused tenant resumed %.1fs after its new token was in the table", took.Seconds())
+	require.Less(t, took, 30*time.Second)
 
 	// A move: row 1 goes from t1 to t3.
 	w.exec(t, `UPDATE contacts SET account = 't3' WHERE id = 1`)

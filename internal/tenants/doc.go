@@ -13,7 +13,8 @@
 //     of idle tenants cost only their map entries until they are evicted.
 //   - A tenant's connection row is read at most once per RefreshEvery (30
 //     s), and at its next use after the third party refused its
-//     credentials (401 or 403 after one fresh token). A row that differs
+//     credentials (401 or 403 after one fresh token); while they stand
+//     refused, once per UnconnectedEvery (10 s). A row that differs
 //     from the one its deliverer was built from builds a new deliverer,
 //     which sends at once: a new token resumes a refused tenant without a
 //     probe interval. A tenant without a row is unconnected

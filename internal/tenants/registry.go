@@ -183,7 +183,9 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 	// again sooner: its rows must go within 30 s of its row appearing,
 	// and the exporter asks again only every few seconds.
 	every := r.cfg.RefreshEvery
-	if e.d == nil {
+	if e.d == nil || refused(e.d, now) {
+		// So is a tenant whose credentials the third party refused: the
+		// application's new token resumes it within UnconnectedEvery.
 		every = min(every, UnconnectedEvery)
 	}
 	if !e.readAt.IsZero() && now.Sub(e.readAt) < every && !e.stale.Load() {
@@ -439,4 +441,11 @@ func (w watched) Send(ctx context.Context, key string, req *thirdparty.Request, 
 		w.e.stale.Store(true)
 	}
 	return res, err
+}
+
+// refused reports whether d holds because the third party refused its
+// credentials.
+func refused(d *delivery.Deliverer, now time.Time) bool {
+	_, err := d.Ready(now)
+	return errors.Is(err, delivery.ErrCredentials)
 }

@@ -196,10 +196,11 @@ func TestRefusedTenantHoldsAloneAndANewTokenResumesIt(t *testing.T) {
 	_, err = refused.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{{ID: "x", Version: 1, Payload: json.RawMessage(`{}`)}}})
 	require.ErrorIs(t, err, delivery.ErrCredentials)
 
-	// A new token in the table: read within RefreshEvery, a new deliverer
-	// that sends at once, without waiting for the probe interval.
+	// A new token in the table: read within UnconnectedEvery (a refused
+	// tenant's row is looked at as often as an unconnected one's), a new
+	// deliverer that sends at once, without waiting for the probe interval.
 	b.exec(t, `UPDATE connections SET token = 'tok-secret-acme' WHERE account = 'acme'`)
-	b.clock.Advance(tenants.RefreshEveryDefault)
+	b.clock.Advance(tenants.UnconnectedEvery)
 	resumed, err := r.For(t.Context(), "acme")
 	require.NoError(t, err)
 	require.NotSame(t, refused, resumed)
