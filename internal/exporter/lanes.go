@@ -222,12 +222,20 @@ func (f *laneFeed) ready(ctx context.Context, tenant string) (ok bool, wait time
 		return false, 0
 	}
 	if r, ok := d.(readier); ok {
-		if wait, _ := r.Ready(now); wait > 0 {
+		if wait, _ := r.Ready(now); wait > tenantReadAhead {
 			return false, wait
 		}
 	}
 	return true, 0
 }
+
+// tenantReadAhead is the wait of a tenant's destination under which its
+// next page is read anyway: the page then waits for its token in the
+// deliverer (a lane's request slot, that long at most) instead of being
+// read only once the token is there, which spaced a tenant at its limit
+// by the limit's interval plus the time from a read to its send: 5
+// requests/s configured gave 3 (docs/benchmarks.md, "Tenants").
+const tenantReadAhead = 250 * time.Millisecond
 
 func (f *laneFeed) served(tenant string) {
 	f.mu.Lock()
