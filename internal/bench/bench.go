@@ -50,7 +50,7 @@ const (
 	ScenarioShapes = "shapes"
 	// Commit to receipt at steady rates (issue 32).
 	ScenarioReceipt = "receipt"
-	// Tenants (issue 43).
+	// Tenants: limits, fairness, idle cost, the column's cost (issue 43).
 	ScenarioTenants = "tenants"
 	// What the rows' story costs the drain and a lookup (issue 45).
 	ScenarioHistory = "history"
@@ -95,7 +95,7 @@ var rowNames = map[string][]string{
 	ScenarioRestart:            {"restart"},
 	ScenarioHandover:           {"handover"},
 	ScenarioReceipt:            receiptRows(),
-	ScenarioTenants:            {"tenant column"},
+	ScenarioTenants:            {"tenants: unannounced limits", "tenants: rate_limit 5", "tenants: fairness", "tenants: idle", "tenants: column cost"},
 	ScenarioVerify:             verifyRows,
 	ScenarioHistory:            {"history drain", "history lookup"},
 }
@@ -184,6 +184,10 @@ type Config struct {
 	// CPU profile of its drain there as drain.cpu.pprof. Defaults to "", no
 	// profile.
 	ProfileDir string
+	// TenantScale scales the tenants scenario's sizes (tenants, rows,
+	// durations; 1 is the targets' sizes) for a quick run. Defaults to 0:
+	// 1, or 0.05 at SizeTiny.
+	TenantScale float64
 	// Progress receives a line as each step starts. Defaults to discarding.
 	Progress io.Writer
 	// Logger logs the bench's own warnings. Defaults to discarding.

@@ -32,6 +32,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
@@ -185,7 +186,8 @@ func (d *Daemon) build(ctx context.Context) error {
 	}
 	// A lingering job holds a worker slot: one slot stays for the jobs
 	// that come and go (the sources that find none).
-	ecfg.MaxLingering = cmp.Or(ecfg.MaxLingering, max(c.Workers-1, 1))
+	slots := c.Workers + extraLanes(c.Sources)
+	ecfg.MaxLingering = cmp.Or(ecfg.MaxLingering, max(slots-1, 1))
 	if d.exp, err = exporter.New(d.pool, d.locker, &ecfg); err != nil {
 		return err
 	}
@@ -204,7 +206,7 @@ func (d *Daemon) build(ctx context.Context) error {
 	river.AddWorker(workers, d.exp.PreviousReplayWorker())
 	d.river, err = river.NewClient(riverpgxv5.New(d.pool), &river.Config{
 		Schema:               d.schema,
-		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: c.Workers}},
+		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: slots}},
 		Workers:              workers,
 		FetchCooldown:        10 * time.Millisecond,
 		FetchPollInterval:    200 * time.Millisecond,
@@ -447,4 +449,24 @@ func (d *Daemon) handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// extraLanes is how many workers the file's tenant sources add to
+// --workers: each lane is a job of its own (internal/exporter, lanes.go),
+// and a tenant at its account's limit waits inside its lane's job, so a
+// source of 16 lanes on 4 workers drained 4 lanes at a time, its tenants
+// at a fifth of their accounts' limits (docs/benchmarks.md, "tenants").
+// A source counts as one of --workers' sources; its other lanes get a
+// worker each.
+func extraLanes(file *config.Config) int {
+	if file == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range file.SourceSpecs() {
+		if s.Tenant != "" {
+			n += max(s.Lanes, 1) - 1
+		}
+	}
+	return n
 }

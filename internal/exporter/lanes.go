@@ -222,14 +222,15 @@ func (f *laneFeed) Open(int64) Cursor {
 }
 
 // ready reports whether tenant may be read this pass: its destination
-// answers For and would send now.
-func (f *laneFeed) ready(ctx context.Context, tenant string) bool {
+// answers For and would send now. When it would not, wait is how long
+// until it would, when its destination says so (0 otherwise).
+func (f *laneFeed) ready(ctx context.Context, tenant string) (ok bool, wait time.Duration) {
 	now := f.now()
 	f.mu.Lock()
 	until, waiting := f.waitTill[tenant]
 	f.mu.Unlock()
 	if waiting && now.Before(until) {
-		return false
+		return false, 0
 	}
 	d, err := f.tenants.For(ctx, tenant)
 	if err != nil {
@@ -248,15 +249,23 @@ func (f *laneFeed) ready(ctx context.Context, tenant string) bool {
 		f.mu.Unlock()
 		f.logger.DebugContext(ctx, "exporter: tenant not ready", slog.String("source", f.src.Name),
 			slog.String("tenant", tenant), slog.String("error", err.Error()))
-		return false
+		return false, 0
 	}
 	if r, ok := d.(readier); ok {
-		if wait, _ := r.Ready(now); wait > 0 {
-			return false
+		if wait, _ := r.Ready(now); wait > tenantReadAhead {
+			return false, wait
 		}
 	}
-	return true
+	return true, 0
 }
+
+// tenantReadAhead is the wait of a tenant's destination under which its
+// next page is read anyway: the page then waits for its token in the
+// deliverer (a lane's request slot, that long at most) instead of being
+// read only once the token is there, which spaced a tenant at its limit
+// by the limit's interval plus the time from a read to its send: 5
+// requests/s configured gave 3 (docs/benchmarks.md, "Tenants").
+const tenantReadAhead = 250 * time.Millisecond
 
 func (f *laneFeed) served(tenant string) {
 	f.mu.Lock()
@@ -319,7 +328,35 @@ type laneCursor struct {
 	// pass, so a tenant with one new row does not wait for a pass that a
 	// tenant with a backlog makes long).
 	out map[string]time.Time
-	end bool
+	// waiting are the tenants left out for their destination's short
+	// wait (its rate limit's next request): until then, with rows left.
+	// A turn that finds no other tenant sleeps until the first of them
+	// rather than ending the pass, so a tenant at its limit sends at its
+	// limit, not once a pass (the job's next poll).
+	waiting map[string]time.Time
+	end     bool
+}
+
+// tenantWaitInPass is the longest wait of a tenant's destination that
+// keeps it in the pass; a longer one (a pause, a 429's Retry-After, an
+// open breaker) leaves it out until the pass ends.
+const tenantWaitInPass = time.Second
+
+// soonest is how long until the first tenant waiting within the pass is
+// ready, 0 for none; it forgets those whose wait is over.
+func (c *laneCursor) soonest(now time.Time) time.Duration {
+	var first time.Duration
+	for t, until := range c.waiting {
+		w := until.Sub(now)
+		if w <= 0 {
+			delete(c.waiting, t)
+			continue
+		}
+		if first == 0 || w < first {
+			first = w
+		}
+	}
+	return first
 }
 
 // tenantRecheck is how long a tenant read to its end is left out of a
@@ -345,13 +382,28 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 				return feed.Page{}, err
 			}
 			if len(ts) == 0 {
+				if wait := c.soonest(now); wait > 0 {
+					select {
+					case <-ctx.Done():
+						return feed.Page{}, ctx.Err()
+					case <-time.After(wait):
+					}
+					continue
+				}
 				c.end = true
 				break
 			}
 			for _, t := range ts {
-				if c.f.ready(ctx, t) {
+				switch ok, wait := c.f.ready(ctx, t); {
+				case ok:
 					c.queue = append(c.queue, t)
-				} else {
+				case wait > 0 && wait <= tenantWaitInPass:
+					c.out[t] = now.Add(wait)
+					if c.waiting == nil {
+						c.waiting = map[string]time.Time{}
+					}
+					c.waiting[t] = now.Add(wait)
+				default:
 					c.out[t] = time.Time{}
 				}
 			}

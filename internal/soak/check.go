@@ -77,6 +77,20 @@ func (r *run) watch(ctx context.Context) {
 				bodyConflicts[a] = len(c)
 			}
 		}
+		// The tenants' accounts (tenants.go), as one third party.
+		ts := r.tenantStats()
+		accepted += ts.ItemsAccepted
+		for what, n := range map[string]int64{
+			"pairs accepted under two idempotency keys":    ts.DuplicatesOtherKey,
+			"requests reusing a key for other pairs":       ts.KeyConflicts,
+			"versions accepted below one already accepted": ts.OutOfOrder,
+		} {
+			k := "the tenants' accounts: " + what
+			if n > seen[k] {
+				r.rep.violate(r.since(), fmt.Sprintf("%s: %d (was %d)", k, n, seen[k]))
+				seen[k] = n
+			}
+		}
 		r.rep.Accepted = accepted
 		if i%5 == 0 {
 			r.checkMarks(ctx)
@@ -208,6 +222,11 @@ func (r *run) finish(ctx context.Context) {
 		r.rep.Tombstones += st.Tombstones
 		r.rep.KeyReplays += st.KeyReplays
 	}
+	ts := r.tenantStats()
+	r.rep.Requests += ts.Requests
+	r.rep.Pairs += ts.DistinctPairs
+	r.rep.Tombstones += ts.Tombstones
+	r.rep.KeyReplays += ts.KeyReplays
 	for _, a := range r.apis() {
 		for k, v := range a.injectedCounts() {
 			r.rep.Answered[k] += v
@@ -234,6 +253,7 @@ func (r *run) compare(ctx context.Context) []string {
 	out = append(out, r.compareTable(ctx, r.search, `SELECT id, 0, to_jsonb(a), true FROM accounts a`, "accounts at search")...)
 	out = append(out, r.compareTable(ctx, r.hub, `SELECT id::text, 0, to_jsonb(o), true FROM orders o`, "orders at hub")...)
 	out = append(out, r.compareTable(ctx, r.hooks, `SELECT id, 0, to_jsonb(a), true FROM accounts a`, "accounts at hooks")...)
+	out = append(out, r.compareTenants(ctx)...)
 	return out
 }
 

@@ -179,13 +179,14 @@ func (r *run) setup(ctx context.Context, bin string) error {
 		return err
 	}
 	r.pool = pool
-	if _, err := pool.Exec(ctx, schemaSQL); err != nil {
+	if _, err := pool.Exec(ctx, schemaSQL+ticketsSQL); err != nil {
 		return fmt.Errorf("soak: tables: %w", err)
 	}
 	if r.proxy, err = newProxy(fmt.Sprintf("127.0.0.1:%d", cl.port)); err != nil {
 		return err
 	}
 	r.live, r.crm = newAPI(r.cfg.Seed, ""), newAPI(r.cfg.Seed+1, "")
+	r.setupTenants()
 	r.search = newAPI(r.cfg.Seed+2, fakethirdparty.FormatElasticsearch)
 	r.hub = newAPI(r.cfg.Seed+3, fakethirdparty.FormatCustom)
 	r.hooks = newAPI(r.cfg.Seed+4, fakethirdparty.FormatStandardWebhooks)
@@ -230,6 +231,7 @@ func (r *run) exercise(ctx context.Context) {
 	wctx, wcancel := context.WithTimeout(ctx, r.cfg.Duration)
 	defer wcancel()
 	wg.Go(func() { w.run(wctx, 4) })
+	wg.Go(func() { r.tenantWrites(wctx, r.cfg.Duration/2) })
 	mctx, mcancel := context.WithCancel(ctx)
 	var mwg sync.WaitGroup
 	mwg.Go(func() { r.watch(mctx) })

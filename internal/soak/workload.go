@@ -42,7 +42,7 @@ const (
 const hooksSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // soakSources are the sources the configuration names, for the checks.
-var soakSources = []string{sourceOrders, sourceAccounts, sourceLines, sourceSearch, sourceHub, sourceHooks}
+var soakSources = []string{sourceOrders, sourceAccounts, sourceLines, sourceSearch, sourceHub, sourceHooks, sourceTickets}
 
 // hubAccepted is hub's response.accepted: it iterates over the answer's
 // "n", which the third party sets (fakethirdparty.Config.AnswerLoad), as a
@@ -70,8 +70,9 @@ func configYAML(crmURL, searchURL, hubURL, hooksURL string, st configState) stri
 	if st.hubBroken {
 		request = hubBroken
 	}
+	dest, source := ticketsYAML(crmURL)
 	return fmt.Sprintf(`destinations:
-  crm:
+%s  crm:
     url: %s
     max_in_flight: %d
   search:
@@ -103,7 +104,7 @@ sources:
   - {name: %s, table: accounts, key: id, destination: search, batch_size: 100}
   - {name: %s, table: orders, key: id, destination: hub, batch_size: 100}
   - {name: %s, table: accounts, key: id, destination: hooks, batch_size: 20}
-`, crmURL, cmp.Or(st.crmInFlight, 4), searchURL, hubURL, request, hubAccepted, hooksURL, sourceSearch, sourceHub, sourceHooks)
+%s`, dest, crmURL, cmp.Or(st.crmInFlight, 4), searchURL, hubURL, request, hubAccepted, hooksURL, sourceSearch, sourceHub, sourceHooks, source)
 }
 
 // writers are the application: inserts, updates, deletes and soft deletes

@@ -13,12 +13,13 @@
 //     of idle tenants cost only their map entries until they are evicted.
 //   - A tenant's connection row is read at most once per RefreshEvery (30
 //     s), and at its next use after the third party refused its
-//     credentials (401 or 403 after one fresh token). A row that differs
+//     credentials (401 or 403 after one fresh token); while they stand
+//     refused, once per UnconnectedEvery (10 s). A row that differs
 //     from the one its deliverer was built from builds a new deliverer,
 //     which sends at once: a new token resumes a refused tenant without a
 //     probe interval. A tenant without a row is unconnected
 //     (ErrUnconnected): its rows wait, and go once a row appears, within
-//     RefreshEvery, without a restart.
+//     UnconnectedEvery (10 s), without a restart.
 //   - What the query returns is never written anywhere: not to a log, an
 //     error, syncer's tables or the format's recorded bodies ($tenant in a
 //     program holds the row's other columns only, never its credentials).

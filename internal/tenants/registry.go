@@ -32,6 +32,10 @@ const (
 	// trusted before it is read again (docs/protocol.md section 10: at
 	// most every 30 s).
 	RefreshEveryDefault = 30 * time.Second
+	// UnconnectedEvery bounds how long the answer "no usable row" is
+	// trusted: a tenant whose row appears sends within it and the
+	// exporter's retry (exporter.TenantRetryDefault), well under 30 s.
+	UnconnectedEvery = 10 * time.Second
 	// IdleAfterDefault is how long an unused tenant is kept.
 	IdleAfterDefault = 10 * time.Minute
 )
@@ -175,7 +179,16 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 	if e.d != nil && r.cfg.Settings == nil {
 		return e.d, nil
 	}
-	if !e.readAt.IsZero() && now.Sub(e.readAt) < r.cfg.RefreshEvery && !e.stale.Load() {
+	// A tenant without a deliverer (unconnected, an unusable row) is read
+	// again sooner: its rows must go within 30 s of its row appearing,
+	// and the exporter asks again only every few seconds.
+	every := r.cfg.RefreshEvery
+	if e.d == nil || refused(e.d, now) {
+		// So is a tenant whose credentials the third party refused: the
+		// application's new token resumes it within UnconnectedEvery.
+		every = min(every, UnconnectedEvery)
+	}
+	if !e.readAt.IsZero() && now.Sub(e.readAt) < every && !e.stale.Load() {
 		return e.d, e.err
 	}
 	if err := r.refresh(ctx, e, now); err != nil {
@@ -439,4 +452,11 @@ func (w watched) Send(ctx context.Context, key string, req *thirdparty.Request, 
 		w.e.stale.Store(true)
 	}
 	return res, err
+}
+
+// refused reports whether d holds because the third party refused its
+// credentials.
+func refused(d *delivery.Deliverer, now time.Time) bool {
+	_, err := d.Ready(now)
+	return errors.Is(err, delivery.ErrCredentials)
 }

@@ -141,13 +141,14 @@ func TestRoutesEachTenantToItsAccount(t *testing.T) {
 	require.NoError(t, err)
 	require.Same(t, d1, d2, "a tenant keeps its deliverer")
 
-	// Unconnected: its rows wait; connected within RefreshEvery, no restart.
+	// Unconnected: its rows wait; connected within UnconnectedEvery (well
+	// under the 30 s a row that appears must go within), no restart.
 	_, err = r.For(t.Context(), "initech")
 	require.ErrorIs(t, err, tenants.ErrUnconnected)
 	b.exec(t, `INSERT INTO connections (account, url, token) VALUES ('initech', $1, 'tok-secret-initech')`, b.url+"/t/initech")
 	_, err = r.For(t.Context(), "initech")
-	require.ErrorIs(t, err, tenants.ErrUnconnected, "the row is trusted for RefreshEvery")
-	b.clock.Advance(tenants.RefreshEveryDefault)
+	require.ErrorIs(t, err, tenants.ErrUnconnected, "the answer is trusted for UnconnectedEvery")
+	b.clock.Advance(tenants.UnconnectedEvery)
 	_, err = deliver(t, r, "initech", 1)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), b.fake.TenantStats().Tenants["initech"].ItemsAccepted)
@@ -195,10 +196,11 @@ func TestRefusedTenantHoldsAloneAndANewTokenResumesIt(t *testing.T) {
 	_, err = refused.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{{ID: "x", Version: 1, Payload: json.RawMessage(`{}`)}}})
 	require.ErrorIs(t, err, delivery.ErrCredentials)
 
-	// A new token in the table: read within RefreshEvery, a new deliverer
-	// that sends at once, without waiting for the probe interval.
+	// A new token in the table: read within UnconnectedEvery (a refused
+	// tenant's row is looked at as often as an unconnected one's), a new
+	// deliverer that sends at once, without waiting for the probe interval.
 	b.exec(t, `UPDATE connections SET token = 'tok-secret-acme' WHERE account = 'acme'`)
-	b.clock.Advance(tenants.RefreshEveryDefault)
+	b.clock.Advance(tenants.UnconnectedEvery)
 	resumed, err := r.For(t.Context(), "acme")
 	require.NoError(t, err)
 	require.NotSame(t, refused, resumed)

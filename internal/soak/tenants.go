@@ -1,0 +1,180 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+)
+
+// The tenant source (issue 43): tickets, whose tenant column sends each
+// row to its tenant's own account at crm's fake (/t/{tenant}/), with the
+// token its connection row holds. Beside the schedule's faults (which hit
+// the tenants' requests as crm's), the tenants' writer moves rows between
+// tenants, revokes a tenant's token now and then (the application then
+// stores a new one), and connects the last tenant only halfway through:
+// its rows wait until then. The checks: every tenant account's counters
+// of broken promises, and at the end each row live at its current
+// tenant's account only (a tombstone last wherever it was before).
+
+const (
+	sourceTickets = "tickets"
+	// ticketTenants tenants, k0..k(n-1); the last one is unconnected
+	// until halfway through the run.
+	ticketTenants = 5
+	// ticketTokenPrefix is what crm's tenant accounts take as a token:
+	// tok-<tenant>, or the new token the revoke gave them.
+	ticketTokenPrefix = "tok-"
+)
+
+const ticketsSQL = `
+CREATE TABLE IF NOT EXISTS tickets (id text PRIMARY KEY, tenant text NOT NULL, n int NOT NULL);
+CREATE TABLE IF NOT EXISTS ticket_connections (tenant text PRIMARY KEY, token text NOT NULL);
+INSERT INTO ticket_connections SELECT 'k' || i, 'tok-k' || i FROM generate_series(0, 3) i ON CONFLICT DO NOTHING;`
+
+// ticketsYAML adds the desk destination and the tickets source to a
+// configuration's text (its "sources:" line).
+func ticketsYAML(crmURL string) (dest, source string) {
+	return fmt.Sprintf(`  desk:
+    url: %s/t/{tenant}
+    max_in_flight: 2
+    tenants:
+      query: SELECT token FROM ticket_connections WHERE tenant = $1
+`, crmURL), fmt.Sprintf("  - {table: %s, key: id, tenant: tenant, lanes: 4, destination: desk, batch_size: 20}\n", sourceTickets)
+}
+
+// setupTenants makes crm's tenant accounts take their own tokens.
+func (r *run) setupTenants() {
+	r.crm.mu.Lock()
+	r.crm.cfg.Tenants.TokenPrefix = ticketTokenPrefix
+	cfg := r.crm.cfg
+	r.crm.mu.Unlock()
+	r.crm.fake.SetConfig(cfg)
+}
+
+// tenantWrites writes tickets until ctx ends: inserts, updates, moves and
+// deletes a few a second; a revoke every 15 s, a new token 5 s later;
+// the last tenant connected halfway through.
+func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, 0x7e7a))
+	keys := max(r.cfg.Keys/10, 50)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	connect := time.After(half)
+	revoke := time.NewTicker(15 * time.Second)
+	defer revoke.Stop()
+	renewed := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-connect:
+			r.tenantExec(ctx, `INSERT INTO ticket_connections VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenantName(ticketTenants-1), ticketTokenPrefix+tenantName(ticketTenants-1))
+		case <-revoke.C:
+			tenant := tenantName(rng.IntN(ticketTenants - 1))
+			r.crm.fake.RevokeTenant(tenant)
+			renewed++
+			token := fmt.Sprintf("%s%s-%d", ticketTokenPrefix, tenant, renewed)
+			go func() {
+				sleep(ctx, 5*time.Second)
+				// The application stores the new token it was given.
+				r.crm.fake.RestoreTenant(tenant, token)
+				r.tenantExec(context.WithoutCancel(ctx), `UPDATE ticket_connections SET token = $2 WHERE tenant = $1`, tenant, token)
+			}()
+		case <-tick.C:
+			id := "tk-" + strconv.FormatInt(rng.Int64N(keys), 10)
+			tenant := tenantName(rng.IntN(ticketTenants))
+			switch op := rng.IntN(100); {
+			case op < 50:
+				r.tenantExec(ctx, `INSERT INTO tickets (id, tenant, n) VALUES ($1, $2, 0) ON CONFLICT (id) DO UPDATE SET n = tickets.n + 1`, id, tenant)
+			case op < 80: // a move, when the tenant differs
+				r.tenantExec(ctx, `UPDATE tickets SET tenant = $2, n = n + 1 WHERE id = $1`, id, tenant)
+			default:
+				r.tenantExec(ctx, `DELETE FROM tickets WHERE id = $1`, id)
+			}
+		}
+	}
+}
+
+func tenantName(i int) string { return "k" + strconv.Itoa(i) }
+
+// tenantExec runs a write as the application does: a failure (a fault
+// ended its session) is dropped.
+func (r *run) tenantExec(ctx context.Context, sql string, args ...any) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, _ = r.pool.Exec(ctx, sql, args...)
+}
+
+// tenantStats is the sum over crm's tenant accounts.
+func (r *run) tenantStats() fakethirdparty.Stats { return r.crm.fake.TenantStats().Total }
+
+// compareTenants lists every ticket whose last word is wrong: a row not
+// live at its tenant's account with its payload, or live at another's.
+func (r *run) compareTenants(ctx context.Context) []string {
+	rows, err := r.pool.Query(ctx, `SELECT id, tenant, to_jsonb(t) FROM tickets t`)
+	if err != nil {
+		return []string{fmt.Sprintf("tickets: read: %v", err)}
+	}
+	type row struct {
+		tenant  string
+		payload []byte
+	}
+	db := map[string]row{}
+	for rows.Next() {
+		var id string
+		var rw row
+		if err := rows.Scan(&id, &rw.tenant, &rw.payload); err != nil {
+			rows.Close()
+			return []string{fmt.Sprintf("tickets: read: %v", err)}
+		}
+		db[id] = rw
+	}
+	rows.Close()
+	var out []string
+	add := func(s string) {
+		if len(out) < 5 {
+			out = append(out, s)
+		}
+	}
+	seen := map[string]bool{}
+	for i := range ticketTenants {
+		tenant := tenantName(i)
+		words := map[string]fakethirdparty.Delivery{}
+		for _, d := range r.crm.fake.TenantDeliveries(tenant) {
+			if l, ok := words[d.Text]; !ok || d.Version > l.Version {
+				words[d.Text] = d
+			}
+		}
+		for id, l := range words {
+			rw, live := db[id]
+			switch {
+			case live && rw.tenant == tenant:
+				seen[id] = true
+				if l.Deleted {
+					add(fmt.Sprintf("tickets id %s: a tombstone is the last word at its tenant %s", id, tenant))
+				} else if p := r.crm.payload(id, l.Version); !sameJSON(p, rw.payload) {
+					add(fmt.Sprintf("tickets id %s: the payload that arrived last at %s is not the row's", id, tenant))
+				}
+			case !l.Deleted:
+				add(fmt.Sprintf("tickets id %s: live at %s, and the row is at %q (gone: %v)", id, tenant, rw.tenant, !live))
+			}
+		}
+	}
+	for id, rw := range db {
+		if !seen[id] {
+			add(fmt.Sprintf("tickets id %s: never arrived at its tenant %s", id, rw.tenant))
+		}
+	}
+	return out
+}
+
+// payload is what was sent for (id, version), nil if nothing was.
+func (a *api) payload(id string, version int64) []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.payloads[id][version]
+}
