@@ -109,6 +109,8 @@ type Source struct {
 	Stopped string `json:"stopped,omitempty"`
 	// Lock says who holds its export lock.
 	Lock Lock `json:"lock"`
+	// Tenants are its tenants, for a source with a tenant column.
+	Tenants *Tenants `json:"tenants,omitempty"`
 }
 
 // Destination is a configured destination's state: the facts its daemons
@@ -281,10 +283,13 @@ type Failure struct {
 	Source string `json:"source"`
 	// ID is the row's id, or the key's text form (a composite key's
 	// compact JSON array): what retry-failed --id and --key take.
-	ID          string    `json:"-"`
-	Version     int64     `json:"version"`
-	Destination string    `json:"destination"`
-	FailedAt    time.Time `json:"failed_at"`
+	ID          string `json:"-"`
+	Version     int64  `json:"version"`
+	Destination string `json:"destination"`
+	// Tenant is the tenant the key failed for, for a source with a
+	// tenant column.
+	Tenant   string    `json:"tenant,omitempty"`
+	FailedAt time.Time `json:"failed_at"`
 	// Error is the third party's own reason, as the format reads it.
 	Error string `json:"error"`
 }

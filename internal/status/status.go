@@ -118,6 +118,9 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			OldestPendingAgeSeconds: counts.OldestUnsyncedAge.Seconds(), SnapshotPercent: -1, InFlight: inFlight[checkpoint.Live],
 			SkippedUnchanged: skips[ResourcesSource].Skipped})
 	}
+	if err := r.readTenants(ctx, pool); err != nil {
+		return nil, err
+	}
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -281,7 +284,7 @@ func recentFailures(ctx context.Context, pool *pgxpool.Pool, limit int, ofResour
 		}
 		for _, f := range fails {
 			out = append(out, Failure{Source: f.Source, ID: f.Key, Version: f.Version, Destination: f.Destination,
-				FailedAt: f.FailedAt, Error: f.Error})
+				Tenant: f.Tenant, FailedAt: f.FailedAt, Error: f.Error})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Failure) int { return b.FailedAt.Compare(a.FailedAt) })
