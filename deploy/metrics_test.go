@@ -167,6 +167,9 @@ func TestAlertRules(t *testing.T) {
 		"SyncerSourceLag",           // a source's oldest pending change
 		"SyncerDestinationStalled",  // a destination that accepts nothing
 		"SyncerSourceFailedGrowing", // a destination rejecting a source's items
+		// Issue 43: tenants.
+		"SyncerTenantsRefused",                // tenants whose accounts refuse their credentials
+		"SyncerTenantsUnconnectedWithPending", // tenants with rows waiting and no connection row
 	} {
 		require.Contains(t, alerts, want)
 	}

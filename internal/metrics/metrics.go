@@ -92,6 +92,8 @@ type Metrics struct {
 	Config Config
 	// Console is the web console's block.
 	Console Console
+	// Tenants is the tenants' block.
+	Tenants Tenants
 }
 
 // New creates the collectors and registers them on reg.
@@ -165,6 +167,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.SourceStopped, m.SourceUncaptured, m.SourceLockHeld)
 	m.Config = newConfig(reg)
 	m.Console = newConsole(reg)
+	m.Tenants = newTenants(reg)
 	return m
 }
 
