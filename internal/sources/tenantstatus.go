@@ -62,7 +62,10 @@ const tenantFailedSQL = `SELECT f.tenant, count(*) FROM syncer_source_failures f
 // keys, and the top of them by pending keys with their oldest pending
 // age. A non-empty only reads that tenant alone (its entry in Rows and
 // Top, even with nothing pending).
-func TenantsBacklog(ctx context.Context, q database.Querier, src string, top int, only string) (TenantBacklog, error) {
+//
+// keep, when not nil, says which tenants Top may hold (a state's, for the
+// console's view of one state); Rows holds every tenant.
+func TenantsBacklog(ctx context.Context, q database.Querier, src string, top int, only string, keep func(tenant string) bool) (TenantBacklog, error) {
 	var filter *string
 	if only != "" {
 		filter = &only
@@ -102,7 +105,16 @@ func TenantsBacklog(ctx context.Context, q database.Querier, src string, top int
 	if only != "" {
 		get(only)
 	}
-	out.Top = TopTenants(out.Rows, top)
+	kept := out.Rows
+	if keep != nil {
+		kept = map[string]*TenantRows{}
+		for t, r := range out.Rows {
+			if keep(t) {
+				kept[t] = r
+			}
+		}
+	}
+	out.Top = TopTenants(kept, top)
 	var seqs []int64
 	for _, r := range out.Top {
 		if s, ok := first[r.Tenant]; ok {

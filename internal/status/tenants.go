@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
@@ -51,15 +52,32 @@ type Tenant struct {
 // and one read of the destination's tenant facts, whatever the number of
 // tenants.
 func ReadTenants(ctx context.Context, q database.Querier, src, dest string, top int) (*Tenants, error) {
-	backlog, err := sources.TenantsBacklog(ctx, q, src, top, "")
-	if err != nil {
-		return nil, fmt.Errorf("status: %w", err)
-	}
+	return ReadTenantsIn(ctx, q, src, dest, top, "")
+}
+
+// ReadTenantsIn is ReadTenants whose Top holds only tenants in state (all
+// when empty): with rows first, by pending rows, then those with none.
+func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, top int, state string) (*Tenants, error) {
 	facts, err := breakerstore.ReadTenants(ctx, q, dest)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	now := time.Now()
+	var keep func(string) bool
+	if state != "" {
+		keep = func(tenant string) bool {
+			var f breakerstore.TenantFacts
+			if p := facts[tenant]; p != nil {
+				f = *p
+			}
+			s, _ := f.StateAt(now)
+			return s == state
+		}
+	}
+	backlog, err := sources.TenantsBacklog(ctx, q, src, top, "", keep)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	t := &Tenants{Counts: map[string]int{}, Top: []Tenant{}}
 	for _, s := range breakerstore.TenantStates {
 		t.Counts[s] = 0
@@ -88,13 +106,28 @@ func ReadTenants(ctx context.Context, q database.Querier, src, dest string, top 
 		}
 		t.Top = append(t.Top, tenantOf(rows, f, now))
 	}
+	if state == "" {
+		return t, nil
+	}
+	// Tenants of the state with no rows (a pause of an idle tenant), by
+	// value, after those with rows.
+	var idle []string
+	for name, f := range facts {
+		if s, _ := f.StateAt(now); s == state && backlog.Rows[name] == nil {
+			idle = append(idle, name)
+		}
+	}
+	slices.Sort(idle)
+	for _, name := range idle[:min(len(idle), max(top-len(t.Top), 0))] {
+		t.Top = append(t.Top, tenantOf(&sources.TenantRows{Tenant: name}, *facts[name], now))
+	}
 	return t, nil
 }
 
 // ReadTenant reads one tenant of source src (sending to dest), whether or
 // not it has rows.
 func ReadTenant(ctx context.Context, q database.Querier, src, dest, tenant string) (Tenant, error) {
-	backlog, err := sources.TenantsBacklog(ctx, q, src, 1, tenant)
+	backlog, err := sources.TenantsBacklog(ctx, q, src, 1, tenant, nil)
 	if err != nil {
 		return Tenant{}, fmt.Errorf("status: %w", err)
 	}
