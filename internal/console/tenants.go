@@ -37,6 +37,9 @@ type stateCount struct {
 
 type tenantRow struct {
 	status.Tenant
+	// Name is the tenant's value (Tenant is the embedded struct's name in
+	// a template).
+	Name   string
 	Oldest string
 }
 
@@ -101,7 +104,7 @@ func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, cl caller)
 		d.Heading = "Tenants with the most pending rows"
 	}
 	for _, t := range list {
-		d.Tenants = append(d.Tenants, tenantRow{Tenant: t, Oldest: (time.Duration(t.OldestPendingSeconds * float64(time.Second))).Round(time.Second).String()})
+		d.Tenants = append(d.Tenants, tenantRow{Tenant: t, Name: t.Tenant, Oldest: (time.Duration(t.OldestPendingSeconds * float64(time.Second))).Round(time.Second).String()})
 	}
 	c.render(w, http.StatusOK, "tenants", c.pageView(r, cl, "Tenants of "+name, d))
 }
