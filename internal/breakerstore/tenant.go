@@ -157,9 +157,9 @@ func ReadTenant(ctx context.Context, q database.Querier, name, tenant string) (T
 	return f, nil
 }
 
-// tenantKeys are the keys a tenant's state is told from, longest first so
-// that no key is taken for another's suffix.
-var tenantKeys = []string{KeyBreaker, KeyConfiguration, KeyCredentials, KeyConnection, KeyLastError, KeyPause, KeyHold}
+// tenantKeys are the keys a tenant is known and its state told from
+// (none is a suffix of another, so no key is taken for another).
+var tenantKeys = []string{KeyBreaker, KeyConfiguration, KeyCredentials, KeyConnection, KeyLastError, KeyPause, KeyHold, KeyRate}
 
 func (f *TenantFacts) decode(key string, v []byte) {
 	switch key {
@@ -177,5 +177,7 @@ func (f *TenantFacts) decode(key string, v []byte) {
 		decode(v, &f.Pause)
 	case KeyHold:
 		decode(v, &f.Hold)
+	case KeyRate:
+		decode(v, &f.Rate)
 	}
 }
