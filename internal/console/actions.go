@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"strconv"
 
 	"github.com/syncer-dev/syncer/internal/operator"
@@ -19,7 +20,11 @@ func (c *Console) done(w http.ResponseWriter, r *http.Request, cl caller, page, 
 		_, _ = fmt.Fprintln(w, msg)
 		return
 	}
-	http.Redirect(w, r, page+"?done="+url.QueryEscape(msg), http.StatusSeeOther)
+	sep := "?"
+	if strings.Contains(page, "?") {
+		sep = "&" // a page with a query of its own (a tenant's)
+	}
+	http.Redirect(w, r, page+sep+"done="+url.QueryEscape(msg), http.StatusSeeOther)
 }
 
 // answer ends an action as its error says: 400 for what the request got
