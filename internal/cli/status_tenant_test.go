@@ -97,3 +97,22 @@ func TestStatusTenants(t *testing.T) {
 	r = run(ctx, "status", "--source", "nope", "--tenant", "acme", "--database-url", b.dsn)
 	require.NotEqual(t, 0, r.code)
 }
+
+// 3,000 tenants: status counts them all and lists ten, from two grouped
+// reads of the change log and failures and one of the tenants' facts.
+func TestStatusThousandsOfTenants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTenants(t)
+	_, err := b.pool.Exec(ctx, `INSERT INTO contacts SELECT 100 + i, 'tenant-' || i, $1, $1, $1 FROM generate_series(1, 3000) i`, tenantSecret)
+	require.NoError(t, err)
+	r := run(ctx, "status", "--json", "--database-url", b.dsn)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NotContains(t, r.stdout, tenantSecret)
+	var rep status.Report
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+	ts := rep.Sources[0].Tenants
+	require.Equal(t, 3001, ts.Counts["ok"], "acme and the 3,000")
+	require.Len(t, ts.Top, status.TopTenantsDefault)
+	require.Equal(t, "acme", ts.Top[0].Tenant)
+}
