@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"strconv"
+	"strings"
 
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/replays"
