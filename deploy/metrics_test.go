@@ -169,6 +169,9 @@ func TestAlertRules(t *testing.T) {
 		"SyncerSourceFailedGrowing", // a destination rejecting a source's items
 		// Issue 44: verify found the third party holding other than we do.
 		"SyncerVerifyDrift",
+		// Issue 43: tenants.
+		"SyncerTenantsRefused",                // tenants whose accounts refuse their credentials
+		"SyncerTenantsUnconnectedWithPending", // tenants with rows waiting and no connection row
 	} {
 		require.Contains(t, alerts, want)
 	}

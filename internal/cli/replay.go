@@ -45,6 +45,7 @@ type ReplayCmd struct {
 	List    bool   `name:"list" help:"List the replays with their state and progress, and create none."`
 	Cancel  int64  `name:"cancel" placeholder:"ID" help:"Cancel replay ID: nothing more of it is sent."`
 	Source  string `name:"source" placeholder:"NAME" help:"Replay source NAME: every row, or those of --from-key/--to-key and --since/--until, once more (resources: as without --source, its keys are ids)."`
+	Tenant  string `name:"tenant" placeholder:"VALUE" help:"With --source (a source with a tenant column): only the rows of this tenant."`
 
 	Poll  time.Duration `name:"poll" default:"${replay_poll}" hidden:""`
 	Stall time.Duration `name:"stall" default:"${replay_stall}" hidden:""`
@@ -72,6 +73,8 @@ func (c *ReplayCmd) Validate() error {
 		return err
 	}
 	switch {
+	case c.Tenant != "" && c.ofResources():
+		return usagef("--tenant names a tenant of a source with a tenant column: give --source NAME")
 	case c.Source != "" && (c.List || c.Cancel != 0):
 		return usagef("--source creates a replay: --list and --cancel ID come alone")
 	case !c.ofResources():
@@ -113,7 +116,7 @@ func (c *ReplayCmd) validateSource() error {
 	case c.Failed:
 		return usagef("--failed does not apply to --source: use syncer retry-failed --source %s", c.Source)
 	}
-	r := replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey}
+	r := replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey, Tenant: c.Tenant}
 	var err error
 	if r.Since, r.Until, err = c.timeRange(); err != nil {
 		return err
@@ -170,6 +173,9 @@ func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) er
 	of := ""
 	if !c.ofResources() {
 		of = " of source " + plan.Source
+	}
+	if c.Tenant != "" {
+		of += " tenant " + c.Tenant
 	}
 	if c.DryRun {
 		fmt.Fprintf(env.Stdout, "would send %d %s%s\n", plan.Count, unit, of)

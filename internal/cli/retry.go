@@ -21,6 +21,8 @@ type RetryFailedCmd struct {
 	Source string  `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
 	// sep:"none": a composite key is a JSON array, whose commas kong
 	// would otherwise split into several keys that match nothing.
+	Tenant string `name:"tenant" placeholder:"VALUE" help:"With --source (a source with a tenant column): only this tenant's failed keys."`
+
 	Key []string `name:"key" sep:"none" placeholder:"K" help:"With --source: only this key, in its text form as status shows it (a composite key is one JSON array, e.g. --key '[\"acme\",42]'); repeat --key for more keys; all failed keys when absent."`
 }
 
@@ -35,6 +37,9 @@ func (c *RetryFailedCmd) Validate() error {
 	if c.Source == "" && len(c.Key) > 0 {
 		return usagef("--key needs --source")
 	}
+	if c.Tenant != "" && (c.Source == "" || len(c.Key) > 0) {
+		return usagef("--tenant needs --source (a source with a tenant column) and takes no --key")
+	}
 	return nil
 }
 
@@ -45,6 +50,14 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
+	if c.Tenant != "" {
+		n, err := operator.RetryTenant(ctx, pool, c.Source, c.Tenant)
+		if err != nil {
+			return fmt.Errorf("retry failed keys: %w", err)
+		}
+		fmt.Fprintf(env.Stdout, "source %s tenant %s: %s eligible again\n", c.Source, c.Tenant, count(n, "failed key is", "failed keys are"))
+		return nil
+	}
 	if c.Source != "" {
 		keys, err := c.retrySource(ctx, env, pool)
 		if err != nil {

@@ -16,7 +16,17 @@ import (
 // StatusCmd is `syncer status`.
 type StatusCmd struct {
 	DB
-	JSON bool `name:"json" help:"Print one JSON object instead of a table."`
+	JSON   bool   `name:"json" help:"Print one JSON object instead of a table."`
+	Source string `name:"source" help:"With --tenant: the source with a tenant column whose tenant to show."`
+	Tenant string `name:"tenant" help:"Show one tenant of --source: its pending and failed rows and its state."`
+}
+
+// Validate checks that --tenant comes with --source.
+func (c *StatusCmd) Validate() error {
+	if (c.Tenant == "") != (c.Source == "") {
+		return fmt.Errorf("syncer status: --source and --tenant go together")
+	}
+	return nil
 }
 
 // Run prints the status.
@@ -26,6 +36,9 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
+	if c.Tenant != "" {
+		return c.oneTenant(ctx, pool, env)
+	}
 	r, err := status.Gather(ctx, pool, nil)
 	if err != nil {
 		return err
@@ -42,6 +55,12 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 	// scripts read them.
 	for _, src := range r.Sources {
 		fmt.Fprintf(w, "source %s\t%s\n", src.Name, sourceLine(src))
+		if src.Tenants != nil {
+			fmt.Fprintf(w, "tenants of %s\t%s\n", src.Name, tenantsLine(src.Tenants))
+			for _, t := range src.Tenants.Top {
+				fmt.Fprintf(w, "  tenant %s\t%s\n", t.Tenant, tenantLine(t))
+			}
+		}
 	}
 	for _, d := range r.Destinations {
 		fmt.Fprintf(w, "destination %s\t%s\n", d.Name, destinationLine(d))
@@ -127,7 +146,11 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 			fmt.Fprintf(env.Stdout, "  failed row %s v%d: %s: %s\n", f.ID, f.Version, f.FailedAt.Format(time.RFC3339), cut(f.Error))
 			continue
 		}
-		fmt.Fprintf(env.Stdout, "  failed key %s of source %s v%d: %s to %s: %s\n", f.ID, f.Source, f.Version,
+		of := ""
+		if f.Tenant != "" {
+			of = " tenant " + f.Tenant
+		}
+		fmt.Fprintf(env.Stdout, "  failed key %s of source %s%s v%d: %s to %s: %s\n", f.ID, f.Source, of, f.Version,
 			f.FailedAt.Format(time.RFC3339), f.Destination, cut(f.Error))
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
@@ -23,7 +24,11 @@ func (c *Console) done(w http.ResponseWriter, r *http.Request, cl caller, page, 
 		_, _ = fmt.Fprintln(w, msg)
 		return
 	}
-	http.Redirect(w, r, page+"?done="+url.QueryEscape(msg), http.StatusSeeOther)
+	sep := "?"
+	if strings.Contains(page, "?") {
+		sep = "&" // a page with a query of its own (a tenant's)
+	}
+	http.Redirect(w, r, page+sep+"done="+url.QueryEscape(msg), http.StatusSeeOther)
 }
 
 // answer ends an action as its error says: 400 for what the request got

@@ -215,6 +215,8 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("POST "+Prefix+"/signout", c.authed(c.signOut))
 	mux.HandleFunc("GET "+Prefix+"/sources/{name}", c.authed(c.sourcePage))
 	mux.HandleFunc("GET "+Prefix+"/sources/{name}/replay", c.authed(c.replayDryRun))
+	mux.HandleFunc("GET "+Prefix+"/sources/{name}/tenants", c.authed(c.tenantsPage))
+	mux.HandleFunc("POST "+Prefix+"/sources/{name}/tenants/{action}", c.authed(c.tenantAction))
 	mux.HandleFunc("POST "+Prefix+"/sources/{name}/replay", c.authed(c.replayStart))
 	mux.HandleFunc("POST "+Prefix+"/sources/{name}/retry", c.authed(c.retry))
 	mux.HandleFunc("POST "+Prefix+"/sources/{name}/verify", c.authed(c.verifyNow))

@@ -29,7 +29,7 @@ func parsePages() (*pages, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	p := &pages{css: template.CSS(css), set: map[string]*template.Template{}} //nolint:gosec // our own file
-	for _, name := range []string{"signin", "overview", "source", "replay", "destination", "story"} {
+	for _, name := range []string{"signin", "overview", "source", "replay", "destination", "story", "tenants"} {
 		t, err := template.ParseFS(files, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", name, err)
@@ -190,6 +190,8 @@ type sourceData struct {
 	Replays   []status.Replay
 	Retryable bool
 	Proof     string
+	// Tenants are a source with a tenant column's, for its summary line.
+	Tenants *status.Tenants
 }
 
 func (c *Console) sourcePage(w http.ResponseWriter, r *http.Request, cl caller) {
@@ -208,6 +210,7 @@ func (c *Console) sourcePage(w http.ResponseWriter, r *http.Request, cl caller) 
 	// Every source, resources included, is retried and replayed alike
 	// (operator, replays).
 	d.Source, d.Retryable = sourceRowOf(rep.Sources[i]), true
+	d.Tenants = rep.Sources[i].Tenants
 	for _, f := range rep.RecentFailures {
 		if f.Source == name {
 			d.Failures = append(d.Failures, f)

@@ -12,6 +12,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/status"
 )
 
 // gauges refreshes the database-wide gauges. They come from the database,
@@ -143,6 +144,15 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 			}
 			m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, st.Error != "" || stop)
 			m.SetSourceUncaptured(st.Name, st.Destination, len(st.Uncaptured))
+			if src := srcs.Source(st.Name); src.Tenant != "" {
+				// Counts only: a label per tenant would be a series per
+				// tenant.
+				ts, err := status.ReadTenants(ctx, d.pool, st.Name, st.Destination, 0)
+				if err != nil {
+					return err
+				}
+				m.SetTenants(st.Destination, st.Name, ts.Counts, ts.UnconnectedPending)
+			}
 			if w := st.Warning(); w != d.warned[st.Name] {
 				d.warned[st.Name] = w
 				if w != "" {

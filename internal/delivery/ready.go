@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -22,6 +23,10 @@ var ErrRateLimited = errors.New("delivery: rate limit: no request may go yet")
 // rows, so a tenant at its limit or held waits without a request slot,
 // and the others go on (contract section 10).
 func (d *Deliverer) Ready(now time.Time) (time.Duration, error) {
+	// A held tenant sends nothing, so no request reads its shared facts:
+	// Ready does (at most once per loadEvery), or a person's resume (or
+	// probe) would never reach the deliverer that is asked only this.
+	d.loadShared(context.Background())
 	if err := d.checkHold(); err != nil {
 		var we *WaitError
 		if errors.As(err, &we) {

@@ -94,6 +94,8 @@ type Metrics struct {
 	Console Console
 	// Verify is verify's block (verify.go).
 	Verify Verify
+	// Tenants is the tenants' block.
+	Tenants Tenants
 }
 
 // New creates the collectors and registers them on reg.
@@ -168,6 +170,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.Config = newConfig(reg)
 	m.Console = newConsole(reg)
 	m.Verify = newVerify(reg)
+	m.Tenants = newTenants(reg)
 	return m
 }
 

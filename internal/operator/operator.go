@@ -80,6 +80,25 @@ func RetrySource(ctx context.Context, pool *pgxpool.Pool, source string, keys []
 	return n, err
 }
 
+// RetryTenant is RetrySource of one tenant's failed keys, of a source with
+// a tenant column.
+func RetryTenant(ctx context.Context, pool *pgxpool.Pool, source, tenant string) (n int64, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		withTenant, err := sources.TenantSources(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if _, ok := withTenant[source]; !ok {
+			return &NoSourceError{Name: source}
+		}
+		if n, err = sources.RetryFailedTenant(ctx, tx, source, tenant); err != nil || n == 0 {
+			return err
+		}
+		return outbox.Wake(ctx, tx, source)
+	})
+	return n, err
+}
+
 // retryResources is RetrySource of resources: its keys are ids.
 func retryResources(ctx context.Context, pool *pgxpool.Pool, keys []string) (n int64, err error) {
 	var ids []int64

@@ -77,9 +77,9 @@ func Create(ctx context.Context, db database.Querier, r Request, total int64) (i
 			f.FromID, f.ToID, nullTime(f.Since), nullTime(f.Until), f.FailedOnly, total).Scan(&id)
 	} else {
 		g := r.Range
-		err = db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows, from_key, to_key, since, until, changed_column)
-			VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, NULLIF($7, '')) RETURNING id`,
-			r.Source, total, g.FromKey, g.ToKey, nullTime(g.Since), nullTime(g.Until), g.ChangedColumn).Scan(&id)
+		err = db.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows, from_key, to_key, since, until, changed_column, tenant)
+			VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, NULLIF($7, ''), NULLIF($8, '')) RETURNING id`,
+			r.Source, total, g.FromKey, g.ToKey, nullTime(g.Since), nullTime(g.Until), g.ChangedColumn, g.Tenant).Scan(&id)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("replays: create: %w", err)
@@ -220,6 +220,9 @@ type SourceRange struct {
 	// ChangedColumn is the table's column that holds the time of a row's
 	// last change (the source's changed_at); required with Since or Until.
 	ChangedColumn string
+	// Tenant bounds the rows to one tenant's, in the tenant column's text
+	// form, for a source with a tenant column; empty is every tenant.
+	Tenant string
 }
 
 // SourceCursor is a source replay's range and where its logging stands,
@@ -248,9 +251,9 @@ func LockSourceCursor(ctx context.Context, tx pgx.Tx, id int64) (SourceCursor, e
 	var state string
 	var since, until *time.Time
 	err := tx.QueryRow(ctx, `SELECT state, COALESCE(from_key, ''), COALESCE(to_key, ''), since, until,
-			COALESCE(changed_column, ''), after_key
+			COALESCE(changed_column, ''), after_key, COALESCE(tenant, '')
 		FROM syncer_replays WHERE id = $1 AND source IS NOT NULL FOR NO KEY UPDATE NOWAIT`, id).
-		Scan(&state, &c.Range.FromKey, &c.Range.ToKey, &since, &until, &c.Range.ChangedColumn, &c.AfterKey)
+		Scan(&state, &c.Range.FromKey, &c.Range.ToKey, &since, &until, &c.Range.ChangedColumn, &c.AfterKey, &c.Range.Tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, fmt.Errorf("source replay %d: %w", id, ErrNotFound)
 	}
@@ -291,7 +294,7 @@ type SourceProgress struct {
 // configured source, by id.
 func SourcesProgress(ctx context.Context, db database.Querier) ([]SourceProgress, error) {
 	rows, err := db.Query(ctx, `SELECT id, source, COALESCE(from_key, ''), COALESCE(to_key, ''), since, until,
-			COALESCE(changed_column, ''), keys_logged, last_seq
+			COALESCE(changed_column, ''), keys_logged, last_seq, COALESCE(tenant, '')
 		FROM syncer_replays WHERE source IS NOT NULL ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("replays: sources progress: %w", err)
@@ -300,7 +303,7 @@ func SourcesProgress(ctx context.Context, db database.Querier) ([]SourceProgress
 	var p SourceProgress
 	var since, until *time.Time
 	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.Source, &p.Range.FromKey, &p.Range.ToKey, &since, &until,
-		&p.Range.ChangedColumn, &p.KeysLogged, &p.LastSeq}, func() error {
+		&p.Range.ChangedColumn, &p.KeysLogged, &p.LastSeq, &p.Range.Tenant}, func() error {
 		p.Range.Since, p.Range.Until = derefTime(since), derefTime(until)
 		out = append(out, p)
 		return nil

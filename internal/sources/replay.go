@@ -67,6 +67,9 @@ func (s *Source) CheckRange(r *ReplayRange) error {
 	if r.FromKey != "" && r.ToKey != "" && s.compareKeys(r.FromKey, r.ToKey) > 0 {
 		return fmt.Errorf("from %s is after to %s: %w", r.FromKey, r.ToKey, ErrBadKey)
 	}
+	if r.Tenant != "" && s.Tenant == "" {
+		return fmt.Errorf("source %s has no tenant column: %w", s.Name, ErrBadKey)
+	}
 	if (!r.Since.IsZero() || !r.Until.IsZero()) && r.ChangedColumn == "" {
 		return errors.New("a time range needs the column of the rows' last change (changed_at)")
 	}
@@ -134,6 +137,9 @@ func (s *Source) rangeSQL(r ReplayRange, next int) (string, []any) {
 	}
 	if !r.Until.IsZero() {
 		conds = append(conds, changed+" < "+param(r.Until)+"::timestamptz")
+	}
+	if r.Tenant != "" && s.Tenant != "" {
+		conds = append(conds, s.tenantText("t")+" = "+param(r.Tenant)+"::text")
 	}
 	if len(conds) == 0 {
 		return "true", nil

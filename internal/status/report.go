@@ -113,6 +113,8 @@ type Source struct {
 	// Verify is its last verify (`syncer verify`, background or "Verify
 	// now"): state, time and counts by kind; absent before the first.
 	Verify *verify.Last `json:"verify,omitempty"`
+	// Tenants are its tenants, for a source with a tenant column.
+	Tenants *Tenants `json:"tenants,omitempty"`
 }
 
 // Destination is a configured destination's state: the facts its daemons
@@ -285,10 +287,13 @@ type Failure struct {
 	Source string `json:"source"`
 	// ID is the row's id, or the key's text form (a composite key's
 	// compact JSON array): what retry-failed --id and --key take.
-	ID          string    `json:"-"`
-	Version     int64     `json:"version"`
-	Destination string    `json:"destination"`
-	FailedAt    time.Time `json:"failed_at"`
+	ID          string `json:"-"`
+	Version     int64  `json:"version"`
+	Destination string `json:"destination"`
+	// Tenant is the tenant the key failed for, for a source with a
+	// tenant column.
+	Tenant   string    `json:"tenant,omitempty"`
+	FailedAt time.Time `json:"failed_at"`
 	// Error is the third party's own reason, as the format reads it.
 	Error string `json:"error"`
 }

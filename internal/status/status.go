@@ -126,6 +126,9 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	for i := range r.Sources {
 		r.Sources[i].Verify = last[r.Sources[i].Name]
 	}
+	if err := r.readTenants(ctx, pool); err != nil {
+		return nil, err
+	}
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -289,7 +292,7 @@ func recentFailures(ctx context.Context, pool *pgxpool.Pool, limit int, ofResour
 		}
 		for _, f := range fails {
 			out = append(out, Failure{Source: f.Source, ID: f.Key, Version: f.Version, Destination: f.Destination,
-				FailedAt: f.FailedAt, Error: f.Error})
+				Tenant: f.Tenant, FailedAt: f.FailedAt, Error: f.Error})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Failure) int { return b.FailedAt.Compare(a.FailedAt) })

@@ -124,6 +124,9 @@ type entry struct {
 	err    error       // the tenant's state error, when it has no deliverer
 	d      *delivery.Deliverer
 	grant  *refreshGrant // the deliverer's refresh grant, if it has one
+	// recorded is the connection fact last written for the tenant
+	// (record): "" when none yet by this process.
+	recorded string
 }
 
 // New returns the registry of cfg's destination; nothing is read before
@@ -266,6 +269,7 @@ func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
 		}
 		e.d, e.grant, e.conn = nil, nil, nil
 		e.err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, ErrUnconnected)
+		r.record(ctx, e)
 		return nil
 	}
 	if e.d != nil && conn != nil && e.conn != nil && conn.sum == e.conn.sum &&
@@ -283,6 +287,7 @@ func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
 		r.logger.InfoContext(ctx, "tenants: the tenant's connection row changed; sending with it from now on", slog.String("tenant", e.tenant))
 	}
 	e.d, e.grant, e.conn, e.err = d, grant, conn, nil
+	r.record(ctx, e)
 	return nil
 }
 
@@ -294,6 +299,35 @@ func (r *Registry) unusable(ctx context.Context, e *entry, conn *connection, err
 		r.logger.WarnContext(ctx, "tenants: a tenant's connection row cannot be used; its rows wait", slog.String("tenant", e.tenant), slog.String("error", err.Error()))
 	}
 	e.d, e.grant, e.conn, e.err = nil, nil, conn, err
+	r.record(ctx, e)
+}
+
+// record writes e's connection fact in the tenant's namespace when it
+// changed since this process last wrote it, so that status, the console
+// and the gauges see an unconnected tenant (or one whose row cannot be
+// used) from the database alone. The text is e.err's, which never holds a
+// secret. A failure to write is logged; the next change writes again.
+func (r *Registry) record(ctx context.Context, e *entry) {
+	c := breakerstore.Connection{Unconnected: e.err != nil}
+	if e.err != nil {
+		c.Error = e.err.Error()
+	}
+	mark := "connected"
+	if c.Unconnected {
+		mark = "unconnected: " + c.Error
+	}
+	if mark == e.recorded {
+		return
+	}
+	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(r.cfg.Destination, e.tenant)})
+	if err == nil {
+		err = store.SetConnection(ctx, c)
+	}
+	if err != nil {
+		r.logger.WarnContext(ctx, "tenants: record a tenant's connection", slog.String("tenant", e.tenant), slog.String("error", err.Error()))
+		return
+	}
+	e.recorded = mark
 }
 
 // build makes tenant's deliverer from the destination's settings and its

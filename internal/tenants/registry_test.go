@@ -145,6 +145,11 @@ func TestRoutesEachTenantToItsAccount(t *testing.T) {
 	// under the 30 s a row that appears must go within), no restart.
 	_, err = r.For(t.Context(), "initech")
 	require.ErrorIs(t, err, tenants.ErrUnconnected)
+	// Recorded in the tenant's namespace, for status and the gauges.
+	f, err := breakerstore.ReadTenant(t.Context(), b.pool, "crm", "initech")
+	require.NoError(t, err)
+	require.True(t, f.Connection.Unconnected)
+	require.Contains(t, f.Connection.Error, "no connection row")
 	b.exec(t, `INSERT INTO connections (account, url, token) VALUES ('initech', $1, 'tok-secret-initech')`, b.url+"/t/initech")
 	_, err = r.For(t.Context(), "initech")
 	require.ErrorIs(t, err, tenants.ErrUnconnected, "the answer is trusted for UnconnectedEvery")
@@ -152,6 +157,9 @@ func TestRoutesEachTenantToItsAccount(t *testing.T) {
 	_, err = deliver(t, r, "initech", 1)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), b.fake.TenantStats().Tenants["initech"].ItemsAccepted)
+	f, err = breakerstore.ReadTenant(t.Context(), b.pool, "crm", "initech")
+	require.NoError(t, err)
+	require.False(t, f.Connection.Unconnected, "connected: the fact is gone")
 
 	// A revoked connection makes the tenant unconnected again.
 	b.exec(t, `UPDATE connections SET revoked_at = now() WHERE account = 'globex'`)
