@@ -19,16 +19,16 @@ type SourceFailure struct {
 // AllRecentFailures returns the most recently failed keys of every source
 // that have not changed since, latest first, at most limit of them.
 func AllRecentFailures(ctx context.Context, q database.Querier, limit int) ([]SourceFailure, error) {
-	rows, err := q.Query(ctx, `SELECT f.source, s.destination, f.key, f.version, f.failed_at, f.error
+	rows, err := q.Query(ctx, `SELECT f.source, s.destination, COALESCE(f.tenant, ''), f.key, f.version, f.failed_at, f.error
 		FROM syncer_source_failures f JOIN syncer_sources s ON s.name = f.source
-		WHERE NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)
-		ORDER BY f.failed_at DESC, f.source DESC, f.key DESC LIMIT $1`, limit)
+		WHERE NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key AND c.tenant IS NOT DISTINCT FROM f.tenant)
+		ORDER BY f.failed_at DESC, f.source DESC, f.key DESC, f.tenant DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sources: failures: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceFailure, error) {
 		var f SourceFailure
-		err := r.Scan(&f.Source, &f.Destination, &f.Key, &f.Version, &f.FailedAt, &f.Error)
+		err := r.Scan(&f.Source, &f.Destination, &f.Tenant, &f.Key, &f.Version, &f.FailedAt, &f.Error)
 		return f, err
 	})
 	if err != nil {

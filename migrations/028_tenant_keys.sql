@@ -1,0 +1,18 @@
+-- A key's failure is its tenant's (issue 43, contract section 10): a key
+-- that moved between tenants, or the same key value at two tenants, fails
+-- and is retried at each tenant apart. The key of syncer_source_failures
+-- becomes (source, tenant, key) for tenant sources.
+--
+-- The rows of sources without a tenant column keep tenant NULL, as their
+-- changes do (syncer_changes.tenant, migration 022): every reader that
+-- tells them apart by NULL keeps working, and a retry's re-logged change
+-- keeps NULL. A primary key cannot hold NULL, and a plain unique index
+-- would let NULL rows repeat, so two partial unique indexes share the
+-- table: (source, key) among the untenanted rows, (source, tenant, key)
+-- among the tenanted ones; an ON CONFLICT names its own (with its WHERE).
+-- NULLS NOT DISTINCT would do it in one, but needs PostgreSQL 15.
+ALTER TABLE {{schema}}.syncer_source_failures DROP CONSTRAINT IF EXISTS syncer_source_failures_pkey;
+CREATE UNIQUE INDEX IF NOT EXISTS syncer_source_failures_key_idx
+    ON {{schema}}.syncer_source_failures (source, key) WHERE tenant IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS syncer_source_failures_tenant_key_idx
+    ON {{schema}}.syncer_source_failures (source, tenant, key) WHERE tenant IS NOT NULL;
