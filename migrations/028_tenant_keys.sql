@@ -16,3 +16,14 @@ CREATE UNIQUE INDEX IF NOT EXISTS syncer_source_failures_key_idx
     ON {{schema}}.syncer_source_failures (source, key) WHERE tenant IS NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS syncer_source_failures_tenant_key_idx
     ON {{schema}}.syncer_source_failures (source, tenant, key) WHERE tenant IS NOT NULL;
+
+-- A held key is its tenant's too (internal/holds): a tenant's transient
+-- answer to a key holds that tenant's key, not the same key of another
+-- tenant of the lane, and one tenant's answer never releases another's
+-- hold. Outside a lane the tenant is '' (a primary key holds no NULL; a
+-- feed is a lane's, all of whose holds have a tenant, or not a lane's, so
+-- '' never meets a tenant's '' in one feed).
+ALTER TABLE {{schema}}.syncer_held_keys
+    ADD COLUMN IF NOT EXISTS tenant text NOT NULL DEFAULT '';
+ALTER TABLE {{schema}}.syncer_held_keys DROP CONSTRAINT IF EXISTS syncer_held_keys_pkey;
+ALTER TABLE {{schema}}.syncer_held_keys ADD PRIMARY KEY (feed, tenant, key);
