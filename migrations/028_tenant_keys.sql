@@ -27,3 +27,12 @@ ALTER TABLE {{schema}}.syncer_held_keys
     ADD COLUMN IF NOT EXISTS tenant text NOT NULL DEFAULT '';
 ALTER TABLE {{schema}}.syncer_held_keys DROP CONSTRAINT IF EXISTS syncer_held_keys_pkey;
 ALTER TABLE {{schema}}.syncer_held_keys ADD PRIMARY KEY (feed, tenant, key);
+
+-- A digest of an accepted body is its tenant's too (internal/unchanged):
+-- each tenant is its own account, so a row moved to another tenant is
+-- never skipped there for a body the old tenant's account holds. Outside
+-- tenants the tenant is '', as for held keys.
+ALTER TABLE {{schema}}.syncer_accepted_bodies
+    ADD COLUMN IF NOT EXISTS tenant text NOT NULL DEFAULT '';
+ALTER TABLE {{schema}}.syncer_accepted_bodies DROP CONSTRAINT IF EXISTS syncer_accepted_bodies_pkey;
+ALTER TABLE {{schema}}.syncer_accepted_bodies ADD PRIMARY KEY (feed, tenant, key);

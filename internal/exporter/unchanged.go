@@ -15,7 +15,9 @@ import (
 // The reads move such items to feed.Page.Unchanged (leaveUnchanged); the
 // marker settles them with their batch (queueSkipped) and keeps the digest
 // of every body accepted (queueDigests). internal/unchanged keeps the
-// digests and the counts.
+// digests and the counts. For a source with a tenant column a page and a
+// batch are one tenant's, and the digests are that tenant's (its own
+// account's copy).
 
 // bodies is how a target compares its bodies with those last accepted.
 type bodies struct {
@@ -68,7 +70,7 @@ func (p *pipeline) leaveUnchanged(ctx context.Context, page *feed.Page) error {
 		ids = append(ids, it.ID)
 		digests = append(digests, unchanged.Digest(b.tag, it))
 	}
-	same, err := unchanged.Same(ctx, p.e.pool, b.feed, ids, digests)
+	same, err := unchanged.Same(ctx, p.e.pool, b.feed, page.Tenant, ids, digests)
 	if err != nil || len(same) == 0 {
 		return err
 	}
@@ -116,5 +118,6 @@ func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
 	for _, d := range b.out.Deferred {
 		drop = append(drop, d.Item.ID)
 	}
-	unchanged.QueueSettled(qb, p.bodies.feed, keep, drop)
+	tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's; "" outside lanes
+	unchanged.QueueSettled(qb, p.bodies.feed, tenant, keep, drop)
 }

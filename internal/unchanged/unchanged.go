@@ -15,6 +15,11 @@
 // for a replay, which re-exports whatever the third party has; ForgetKeys
 // a heal's keys, which the third party was found not to hold. The package
 // owns syncer_accepted_bodies and syncer_skips (migration 020).
+//
+// For a source with a tenant column a digest is a (tenant, key)'s
+// (migration 028): each tenant is its own account, so a row moved to
+// another tenant is never skipped there for a body its old tenant's
+// account holds. Outside tenants the tenant is "".
 package unchanged
 
 import (
@@ -44,16 +49,16 @@ func Digest(tag string, it feed.Item) []byte {
 	return h.Sum(nil)[:16]
 }
 
-// Same returns the ids among ids whose digest kept for feed name equals
-// the one given at the same index. The ids drive the lookup (a nested
+// Same returns the ids among ids whose digest kept for feed name and
+// tenant equals the one given at the same index. The ids drive the lookup (a nested
 // loop over them, an index probe each): "key = ANY" left the planner free
 // to scan a table it had no statistics of, once a page.
-func Same(ctx context.Context, q database.Querier, name string, ids []string, digests [][]byte) (map[string]bool, error) {
+func Same(ctx context.Context, q database.Querier, name, tenant string, ids []string, digests [][]byte) (map[string]bool, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	rows, err := q.Query(ctx, `SELECT b.key FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
-		JOIN syncer_accepted_bodies b ON b.feed = $1 AND b.key = n.key AND b.digest = n.digest`, name, ids, digests)
+		JOIN syncer_accepted_bodies b ON b.feed = $1 AND b.tenant = $4 AND b.key = n.key AND b.digest = n.digest`, name, ids, digests, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("unchanged: read digests of %s: %w", name, err)
 	}
@@ -71,22 +76,22 @@ func Same(ctx context.Context, q database.Querier, name string, ids []string, di
 	return out, nil
 }
 
-// QueueSettled queues on b, for feed name, the digests of bodies accepted
-// (keep, by id) and the removal of the digests of keys whose third-party
-// copy is in doubt (drop).
-func QueueSettled(b *pgx.Batch, name string, keep map[string][]byte, drop []string) {
+// QueueSettled queues on b, for feed name and tenant, the digests of
+// bodies accepted (keep, by id) and the removal of the digests of keys
+// whose third-party copy is in doubt (drop).
+func QueueSettled(b *pgx.Batch, name, tenant string, keep map[string][]byte, drop []string) {
 	if len(keep) > 0 {
 		ids := make([]string, 0, len(keep))
 		ds := make([][]byte, 0, len(keep))
 		for id, d := range keep {
 			ids, ds = append(ids, id), append(ds, d)
 		}
-		b.Queue(`INSERT INTO syncer_accepted_bodies (feed, key, digest)
-			SELECT $1, n.key, n.digest FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
-			ON CONFLICT (feed, key) DO UPDATE SET digest = EXCLUDED.digest`, name, ids, ds)
+		b.Queue(`INSERT INTO syncer_accepted_bodies (feed, tenant, key, digest)
+			SELECT $1, $4, n.key, n.digest FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
+			ON CONFLICT (feed, tenant, key) DO UPDATE SET digest = EXCLUDED.digest`, name, ids, ds, tenant)
 	}
 	if len(drop) > 0 {
-		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND key = ANY ($2::text[])`, name, drop)
+		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND tenant = $3 AND key = ANY ($2::text[])`, name, drop, tenant)
 	}
 }
 
@@ -109,7 +114,7 @@ func Forget(ctx context.Context, q database.Querier, name string) error {
 	return nil
 }
 
-// ForgetKeys drops the digests of keys of feed name: the third party was
+// ForgetKeys drops the digests of keys of feed name, at every tenant: the third party was
 // found not to hold what they say (syncer verify --heal), so their next
 // versions are sent, not skipped.
 func ForgetKeys(ctx context.Context, q database.Querier, name string, keys []string) error {

@@ -32,31 +32,31 @@ func TestDigestsKeptComparedAndForgotten(t *testing.T) {
 	settle := func(name string, keep map[string][]byte, drop []string, skipped int) {
 		t.Helper()
 		b := &pgx.Batch{}
-		unchanged.QueueSettled(b, name, keep, drop)
+		unchanged.QueueSettled(b, name, "", keep, drop)
 		unchanged.QueueSkipped(b, name, skipped)
 		require.NoError(t, pool.SendBatch(ctx, b).Close())
 	}
 	settle("orders", map[string][]byte{"1": d(item("1", 1, `{"a":1}`)), "2": d(item("2", 1, ""))}, nil, 0)
 	settle("customers", map[string][]byte{"1": d(item("1", 1, `{"a":2}`))}, nil, 2)
 
-	same, err := unchanged.Same(ctx, pool, "orders", []string{"1", "2", "3"},
+	same, err := unchanged.Same(ctx, pool, "orders", "", []string{"1", "2", "3"},
 		[][]byte{d(item("1", 5, `{"a":1}`)), d(item("2", 5, "")), d(item("3", 5, `{}`))})
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"1": true, "2": true}, same)
-	same, err = unchanged.Same(ctx, pool, "orders", []string{"1"}, [][]byte{d(item("1", 5, `{"a":2}`))})
+	same, err = unchanged.Same(ctx, pool, "orders", "", []string{"1"}, [][]byte{d(item("1", 5, `{"a":2}`))})
 	require.NoError(t, err)
 	require.Empty(t, same, "another body")
 
 	settle("orders", map[string][]byte{"1": d(item("1", 6, `{"a":2}`))}, []string{"2"}, 3)
-	same, err = unchanged.Same(ctx, pool, "orders", []string{"1", "2"}, [][]byte{d(item("1", 7, `{"a":2}`)), d(item("2", 5, ""))})
+	same, err = unchanged.Same(ctx, pool, "orders", "", []string{"1", "2"}, [][]byte{d(item("1", 7, `{"a":2}`)), d(item("2", 5, ""))})
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"1": true}, same, "replaced, and dropped")
 
 	require.NoError(t, unchanged.Forget(ctx, pool, "orders"))
-	same, err = unchanged.Same(ctx, pool, "orders", []string{"1"}, [][]byte{d(item("1", 7, `{"a":2}`))})
+	same, err = unchanged.Same(ctx, pool, "orders", "", []string{"1"}, [][]byte{d(item("1", 7, `{"a":2}`))})
 	require.NoError(t, err)
 	require.Empty(t, same)
-	same, err = unchanged.Same(ctx, pool, "customers", []string{"1"}, [][]byte{d(item("1", 7, `{"a":2}`))})
+	same, err = unchanged.Same(ctx, pool, "customers", "", []string{"1"}, [][]byte{d(item("1", 7, `{"a":2}`))})
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"1": true}, same, "another feed's digests stay")
 
