@@ -11,11 +11,16 @@ import (
 // Issue 43: config check compiles a destination's tenants query and
 // on_refresh, changes nothing, and names the destination and the field of
 // one that cannot work.
+// tenantOrders is ordersSource with a tenant column: only such a source
+// may send to a URL with {tenant}.
+const tenantOrders = "  - table: orders\n    key: id\n    tenant: account_id\n    columns: [status, total]\n    destination: crm\n"
+
 func TestConfigCheckTenants(t *testing.T) {
 	t.Parallel()
 	s := newCheckSetup(t, true)
 	_, err := s.pool.Exec(context.Background(), `CREATE TABLE crm_connections (account_id bigint PRIMARY KEY, token text, portal_id int);
-		INSERT INTO crm_connections VALUES (1, 'tok-secret-1', 7)`)
+		INSERT INTO crm_connections VALUES (1, 'tok-secret-1', 7);
+		ALTER TABLE orders ADD COLUMN account_id bigint NOT NULL DEFAULT 1`)
 	require.NoError(t, err)
 	dest := func(query, onRefresh string) string {
 		d := fmt.Sprintf("  crm:\n    url: %s/t/{tenant}\n    format: custom\n    tenants:\n      query: %q\n", s.fakeURL, query)
@@ -24,7 +29,7 @@ func TestConfigCheckTenants(t *testing.T) {
 		}
 		return d
 	}
-	good := s.check(s.file(t, "good.yaml", dest("SELECT token, portal_id FROM crm_connections WHERE account_id = $1", ""), ordersSource))
+	good := s.check(s.file(t, "good.yaml", dest("SELECT token, portal_id FROM crm_connections WHERE account_id = $1", ""), tenantOrders))
 	require.NotContains(t, good.stdout, "tenants", good.stdout+good.stderr)
 	require.NotContains(t, good.stderr, "probing destination crm", "a URL with {tenant} is not probed")
 
@@ -36,7 +41,7 @@ func TestConfigCheckTenants(t *testing.T) {
 		{"SELECT token FROM crm_connections WHERE account_id = $1", "UPDATE crm_connections SET refresh = $2 WHERE account_id = $1",
 			`destination crm: tenants.on_refresh: column "refresh" of relation "crm_connections" does not exist`},
 	} {
-		r := s.check(s.file(t, fmt.Sprintf("tenants%d.yaml", i), dest(tt.query, tt.onRefresh), ordersSource))
+		r := s.check(s.file(t, fmt.Sprintf("tenants%d.yaml", i), dest(tt.query, tt.onRefresh), tenantOrders))
 		require.Equal(t, 1, r.code, r.stdout+r.stderr)
 		require.Contains(t, r.stdout, tt.want)
 		require.NotContains(t, r.stdout+r.stderr, "tok-secret")

@@ -189,6 +189,9 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 	case s.Tenant != "" && s.Lanes == 0:
 		s.Lanes = sources.LanesDefault
 	}
+	if err := checkTenantRoute(s, cfg, f, n, path); err != nil {
+		return nil, err
+	}
 	if v, ok := f["snapshot"]; ok && !isNull(v) {
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&s.Snapshot) != nil {
 			return nil, &Error{Path: join(path, "snapshot"), Line: v.Line, Msg: "must be true or false"}

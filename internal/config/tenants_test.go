@@ -27,6 +27,7 @@ destinations:
 sources:
   - table: contacts
     key: [account_id, email]
+    tenant: account_id
     destination: crm
 `
 

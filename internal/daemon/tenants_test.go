@@ -45,7 +45,7 @@ destinations:
       path: /crm/v3/objects/contacts/batch/upsert
       body: '{inputs: [.items[] | {id, version, properties: (.payload + {portal: $tenant.portal_id})}]}'
 sources:
-  - {table: contacts, key: id, destination: crm}
+  - {table: contacts, key: id, tenant: account_id, destination: crm}
 `, srv.URL), func(string) string { return "" })
 	require.NoError(t, err)
 	var logs bytes.Buffer

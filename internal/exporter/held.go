@@ -48,7 +48,7 @@ type heldKeys struct {
 
 type feedHolds struct {
 	loaded time.Time
-	keys   map[string]holds.Hold
+	keys   map[holds.ID]holds.Hold
 }
 
 // holdPolicy is the destination's (delivery.Deliverer.HoldPolicy), or
@@ -94,9 +94,10 @@ func (e *Exporter) skipHeld(ctx context.Context, name string, skip sentItems) (s
 	return skip, nil
 }
 
-// heldOf returns the holds of feed name this process knows, by key; nil
+// heldOf returns the holds of feed name this process knows, by tenant
+// and key; nil
 // when it knows none.
-func (e *Exporter) heldOf(name string) map[string]holds.Hold {
+func (e *Exporter) heldOf(name string) map[holds.ID]holds.Hold {
 	e.held.mu.Lock()
 	defer e.held.mu.Unlock()
 	if f := e.held.feeds[name]; f != nil && len(f.keys) > 0 {
@@ -109,23 +110,25 @@ func (e *Exporter) heldOf(name string) map[string]holds.Hold {
 type heldChange struct {
 	name     string
 	held     []holds.Hold
-	released []string
+	released []holds.ID
 }
 
 // queueHolds queues on b the holds of deferred items of feed name and the
-// end of the holds of answered keys (accepted or rejected at last), and
+// end of the holds of answered keys (accepted or rejected at last), each
+// at its tenant (tenants[i] is deferred[i]'s: a lane's holds are per
+// tenant and key, so a tenant's answer holds or releases its key only), and
 // returns the change to make to what this process knows once the
 // transaction commits. A replay holds nothing: its pass reads each row
 // once, so its deferred rows are handed to the live export instead
 // (pending again there, held there if they are deferred again), and the
 // replay still delivers every row of its range.
-func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Deferral, answered []string) (heldChange, error) {
+func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Deferral, tenants []string, answered []holds.ID) (heldChange, error) {
 	ch := heldChange{name: name}
 	prior := p.e.heldOf(name)
 	if len(prior) > 0 {
-		for _, k := range answered {
-			if _, ok := prior[k]; ok {
-				ch.released = append(ch.released, k)
+		for _, id := range answered {
+			if _, ok := prior[id]; ok {
+				ch.released = append(ch.released, id)
 			}
 		}
 		holds.QueueRelease(b, name, ch.released)
@@ -143,7 +146,7 @@ func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Def
 	now := p.e.now()
 	items := make([]holds.Deferred, len(deferred))
 	for i, df := range deferred {
-		items[i] = holds.Deferred{Key: df.Item.ID, Version: df.Item.Version, Reason: df.Reason}
+		items[i] = holds.Deferred{Tenant: tenants[i], Key: df.Item.ID, Version: df.Item.Version, Reason: df.Reason}
 	}
 	ch.held = holds.Held(name, items, now, prior, holdPolicy(p.dest), rand.Float64)
 	holds.QueueHold(b, name, ch.held)
@@ -172,21 +175,21 @@ func (p *pipeline) applyHolds(ctx context.Context, changes []heldChange) {
 		}
 		f := e.held.feeds[ch.name]
 		if f == nil {
-			f = &feedHolds{keys: map[string]holds.Hold{}}
+			f = &feedHolds{keys: map[holds.ID]holds.Hold{}}
 			e.held.feeds[ch.name] = f
 		} else {
 			// Copy on write: a pass may be reading the last map.
-			keys := make(map[string]holds.Hold, len(f.keys)+len(ch.held))
+			keys := make(map[holds.ID]holds.Hold, len(f.keys)+len(ch.held))
 			for k, h := range f.keys {
 				keys[k] = h
 			}
 			f.keys = keys
 		}
-		for _, k := range ch.released {
-			delete(f.keys, k)
+		for _, id := range ch.released {
+			delete(f.keys, id)
 		}
 		for _, h := range ch.held {
-			f.keys[h.Key] = h
+			f.keys[h.ID()] = h
 		}
 		e.held.mu.Unlock()
 

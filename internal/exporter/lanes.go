@@ -122,10 +122,16 @@ func (s *laneSource) base() *Source { return &s.Source }
 
 func (s *laneSource) check(ctx context.Context) error { return sources.Check(ctx, s.e.pool, s.src) }
 
-// live: the unchanged-body skip is left out (its digests are kept per
-// source and key, not per tenant's account).
+// live: the unchanged-body skip's digests are kept per tenant and key
+// (internal/unchanged), so a row moved to another tenant is sent there;
+// under the source's name, not the lane's, so that a replay, a heal or a
+// reinstall of the source forgets them, whatever lane a tenant is in.
 func (s *laneSource) live() target {
-	return target{feed: s.feed, dest: s.dest, destName: s.DestinationName, source: s.src.Name}
+	var b *bodies
+	if s.BodyTag != "" {
+		b = &bodies{feed: s.src.Name, tag: s.BodyTag, skip: true}
+	}
+	return target{feed: s.feed, dest: s.dest, destName: s.DestinationName, source: s.src.Name, bodies: b}
 }
 
 func (s *laneSource) owns(name string) bool { return name == checkpoint.Source(s.Name()) }
@@ -424,13 +430,13 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 			continue
 		}
 		c.after[t] = sp.Rows[len(sp.Rows)-1].Key
-		p := feed.Page{Salt: tenantSalt(c.f.name, t), Tenant: t, Items: make([]feed.Item, 0, len(sp.Rows))}
+		p := feed.Page{Salt: tenantSalt(c.f.name, t), Tenant: t, Kept: true, Items: make([]feed.Item, 0, len(sp.Rows))}
 		for _, r := range sp.Rows {
 			if r.Oversize > 0 {
 				p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
 				continue
 			}
-			p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Tenant: t})
+			p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Tenant: t, Kept: r.Kept})
 		}
 		return p, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/holds"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
@@ -154,6 +155,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		skipped  []feed.Item
 		errs     []string
 		def      []delivery.Deferral
+		defTen   []string // each deferred item's tenant ("" outside a lane)
 		batches  int64
 		seqs     []int64
 	}
@@ -175,6 +177,9 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		}
 		g.def = append(g.def, b.out.Deferred...)
 		tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's
+		for range b.out.Deferred {
+			g.defTen = append(g.defTen, tenant)
+		}
 		for _, o := range b.oversize {
 			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version, Tenant: tenant})
 			g.errs = append(g.errs, oversizeError(o, p.feed.Limits()))
@@ -225,7 +230,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			// Deferred items are held, in the transaction that marks
 			// their neighbours and forgets their batch's record: the
 			// batch is settled, never resent whole (held.go).
-			ch, err := p.queueHolds(qb, name, g.def, answeredKeys(g.acc, g.rej))
+			ch, err := p.queueHolds(qb, name, g.def, g.defTen, answeredKeys(g.acc, g.rej))
 			if err != nil {
 				return err
 			}
@@ -255,14 +260,15 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 	return res
 }
 
-// answeredKeys are the keys of items answered for good, whose holds end.
-func answeredKeys(acc, rej []feed.Item) []string {
-	keys := make([]string, 0, len(acc)+len(rej))
+// answeredKeys are the keys of items answered for good, at their tenants,
+// whose holds end.
+func answeredKeys(acc, rej []feed.Item) []holds.ID {
+	keys := make([]holds.ID, 0, len(acc)+len(rej))
 	for _, it := range acc {
-		keys = append(keys, it.ID)
+		keys = append(keys, holds.ID{Tenant: it.Tenant, Key: it.ID})
 	}
 	for _, it := range rej {
-		keys = append(keys, it.ID)
+		keys = append(keys, holds.ID{Tenant: it.Tenant, Key: it.ID})
 	}
 	return keys
 }

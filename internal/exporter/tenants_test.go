@@ -102,6 +102,8 @@ type tenantBundle struct {
 	fake   *fakethirdparty.Server
 	url    string
 	src    *sources.Source
+	// bodyTag is the source's BodyTag: "" skips nothing.
+	bodyTag string
 }
 
 // tenantSetup makes a table contacts with a tenant column account, its
@@ -109,12 +111,19 @@ type tenantBundle struct {
 // the tenants it names.
 func tenantSetup(t *testing.T, lanes int, slow map[string]time.Duration) *tenantBundle {
 	t.Helper()
+	return tenantSetupWith(t, lanes, slow, "")
+}
+
+// tenantSetupWith is tenantSetup with extra lines in the source's
+// configuration.
+func tenantSetupWith(t *testing.T, lanes int, slow map[string]time.Duration, extra string) *tenantBundle {
+	t.Helper()
 	ts := dbtest.NewMigrated(t)
 	ctx := context.Background()
 	_, err := ts.Pool.Exec(ctx, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, name text)`)
 	require.NoError(t, err)
 	cfg, err := config.Parse([]byte("destinations:\n  crm:\n    url: http://127.0.0.1:1\nsources:\n  - table: contacts\n    key: id\n    tenant: account\n    lanes: "+
-		strconv.Itoa(lanes)+"\n    destination: crm\n    snapshot: false\n"), nil)
+		strconv.Itoa(lanes)+"\n    destination: crm\n    snapshot: false\n"+extra), nil)
 	require.NoError(t, err)
 	_, err = sources.Install(ctx, ts.Pool, cfg.SourceSpecs())
 	require.NoError(t, err)
@@ -145,6 +154,7 @@ func (b *tenantBundle) daemon(t *testing.T, dests *tenantDests, maxRun time.Dura
 	require.NoError(t, err)
 	src := exporter.Configured(b.src, unused{}) // Destination names it; Tenants routes
 	src.Tenants = dests
+	src.BodyTag = b.bodyTag
 	exp, err := exporter.New(b.pool, locker, &exporter.Config{Schema: b.schema, Installation: "test", Sources: []exporter.Source{src},
 		Metrics: metrics.New(prometheus.NewRegistry()), BatchSize: 100, MaxItemBytes: 64 << 10, MaxRun: maxRun, MaxLingering: 7, Logger: testLogger(),
 		Peers: func(context.Context, string) (int, error) { return peers, nil }})
@@ -396,4 +406,35 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// Migration 028: the unchanged-body skip is on for a tenant source, its
+// digests kept per (tenant, key): a row moved to another tenant with the
+// same body (the tenant column not exported) is sent to the new tenant's
+// account, never skipped for the body the old one's holds.
+func TestTenantMovedRowIsNotSkippedAtTheNewTenant(t *testing.T) {
+	t.Parallel()
+	b := tenantSetupWith(t, 4, nil, "    columns: [name]\n")
+	b.bodyTag = "tag"
+	b.daemon(t, &tenantDests{url: b.url}, 0, 1)
+	b.exec(t, `INSERT INTO contacts VALUES (1, 'acme', 'a'), (2, 'acme', 'b')`)
+	require.Eventually(t, func() bool { return len(b.latest("acme")) == 2 && b.pending(t, "acme") == 0 },
+		30*time.Second, 20*time.Millisecond)
+	var n int
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM syncer_accepted_bodies WHERE feed = 'contacts' AND tenant = 'acme'`).Scan(&n))
+		return n == 2
+	}, 10*time.Second, 20*time.Millisecond, "acme's digests are kept: the skip is on")
+
+	b.exec(t, `UPDATE contacts SET account = 'globex' WHERE id = 1`)
+	require.Eventually(t, func() bool {
+		old, now := b.latest("acme")["1"], b.latest("globex")["1"]
+		return old.Deleted && now.Text == "1" && !now.Deleted
+	}, 30*time.Second, 20*time.Millisecond, "the same body is sent to globex, and a tombstone to acme")
+	require.Eventually(t, func() bool { return b.pending(t, "globex") == 0 && b.pending(t, "acme") == 0 }, 10*time.Second, 20*time.Millisecond)
+	var skipped int64
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		`SELECT COALESCE((SELECT skipped FROM syncer_skips WHERE feed = 'contacts'), 0)`).Scan(&skipped))
+	require.Zero(t, skipped)
 }

@@ -144,5 +144,6 @@ func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
 	for _, d := range b.out.Deferred {
 		drop = append(drop, d.Item.ID)
 	}
-	unchanged.QueueSettled(qb, p.bodies.feed, keep, fresh, drop)
+	tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's; "" outside lanes
+	unchanged.QueueSettled(qb, p.bodies.feed, tenant, keep, fresh, drop)
 }

@@ -9,7 +9,10 @@
 // its rejected ones failed, its deferred ones held, and nothing of it is
 // ever resent as a batch. A hold names one version: a newer version of the
 // key is not held and goes at once. Holds survive a restart or a takeover:
-// the next holder of the feed's lock loads them (Load).
+// the next holder of the feed's lock loads them (Load). For a source with
+// a tenant column a hold is its tenant's key's (ID; migration 028): a
+// tenant's transient answer holds that tenant's key only, and the same
+// key at another tenant of the lane goes on.
 package holds
 
 import (
@@ -27,7 +30,10 @@ import (
 type Hold struct {
 	// Feed is the checkpoint name of the key's feed ("live" for
 	// resources, "source:<name>" for a configured source).
-	Feed    string
+	Feed string
+	// Tenant is the key's tenant in a lane's feed of a source with a
+	// tenant column; "" otherwise.
+	Tenant  string
 	Key     string
 	Version int64
 	// Reason is the third party's last transient answer to the key,
@@ -41,6 +47,13 @@ type Hold struct {
 	// and status and the console say so (Holding).
 	HeldAt time.Time
 }
+
+// ID names a held key within its feed: its tenant ("" outside a lane)
+// and key.
+type ID struct{ Tenant, Key string }
+
+// ID is h's.
+func (h Hold) ID() ID { return ID{h.Tenant, h.Key} }
 
 // Holding reports whether h is past its retry bound at now.
 func (h Hold) Holding(now time.Time) bool { return !now.Before(h.HeldAt) }
@@ -66,6 +79,7 @@ func (p Policy) wait(tries int, jitter float64) time.Duration {
 
 // Deferred is an item a batch's answer left to go again.
 type Deferred struct {
+	Tenant  string
 	Key     string
 	Version int64
 	Reason  string
@@ -81,11 +95,11 @@ func (p Policy) Next(now time.Time, tries int, jitter float64) time.Time {
 // a key already held at the same version (in prior) counts one more try
 // and keeps its first time; any other starts again at one try. jitter
 // returns numbers in [0,1).
-func Held(feed string, items []Deferred, now time.Time, prior map[string]Hold, p Policy, jitter func() float64) []Hold {
+func Held(feed string, items []Deferred, now time.Time, prior map[ID]Hold, p Policy, jitter func() float64) []Hold {
 	out := make([]Hold, len(items))
 	for i, it := range items {
-		h := Hold{Feed: feed, Key: it.Key, Version: it.Version, Reason: it.Reason, Tries: 1, Since: now}
-		if p, ok := prior[it.Key]; ok && p.Version == it.Version {
+		h := Hold{Feed: feed, Tenant: it.Tenant, Key: it.Key, Version: it.Version, Reason: it.Reason, Tries: 1, Since: now}
+		if p, ok := prior[h.ID()]; ok && p.Version == it.Version {
 			h.Tries, h.Since = p.Tries+1, p.Since
 		}
 		h.Next = p.Next(now, h.Tries, jitter())
@@ -101,6 +115,7 @@ func QueueHold(b *pgx.Batch, feed string, hs []Hold) {
 	if len(hs) == 0 {
 		return
 	}
+	tenants := make([]string, len(hs))
 	keys := make([]string, len(hs))
 	versions := make([]int64, len(hs))
 	reasons := make([]string, len(hs))
@@ -109,29 +124,34 @@ func QueueHold(b *pgx.Batch, feed string, hs []Hold) {
 	heldAt := make([]time.Time, len(hs))
 	nexts := make([]time.Time, len(hs))
 	for i, h := range hs {
-		keys[i], versions[i], reasons[i], tries[i] = h.Key, h.Version, h.Reason, int32(h.Tries)
+		tenants[i], keys[i], versions[i], reasons[i], tries[i] = h.Tenant, h.Key, h.Version, h.Reason, int32(h.Tries)
 		since[i], heldAt[i], nexts[i] = h.Since, h.HeldAt, h.Next
 	}
-	b.Queue(`INSERT INTO syncer_held_keys (feed, key, version, reason, tries, since, held_at, next_at)
-		SELECT $1, k, v, r, t, s, h, n FROM unnest($2::text[], $3::bigint[], $4::text[], $5::int[],
-			$6::timestamptz[], $7::timestamptz[], $8::timestamptz[]) AS u(k, v, r, t, s, h, n)
-		ON CONFLICT (feed, key) DO UPDATE SET version = excluded.version, reason = excluded.reason,
+	b.Queue(`INSERT INTO syncer_held_keys (feed, key, version, reason, tries, since, held_at, next_at, tenant)
+		SELECT $1, k, v, r, t, s, h, n, tn FROM unnest($2::text[], $3::bigint[], $4::text[], $5::int[],
+			$6::timestamptz[], $7::timestamptz[], $8::timestamptz[], $9::text[]) AS u(k, v, r, t, s, h, n, tn)
+		ON CONFLICT (feed, tenant, key) DO UPDATE SET version = excluded.version, reason = excluded.reason,
 			tries = excluded.tries, since = excluded.since, held_at = excluded.held_at, next_at = excluded.next_at`,
-		feed, keys, versions, reasons, tries, since, heldAt, nexts)
+		feed, keys, versions, reasons, tries, since, heldAt, nexts, tenants)
 }
 
-// QueueRelease queues on b the statement that ends the holds of keys of
-// feed, answered (accepted or rejected) at last.
-func QueueRelease(b *pgx.Batch, feed string, keys []string) {
-	if len(keys) == 0 {
+// QueueRelease queues on b the statement that ends the holds of ids of
+// feed, answered (accepted or rejected) at last: each at its tenant only.
+func QueueRelease(b *pgx.Batch, feed string, ids []ID) {
+	if len(ids) == 0 {
 		return
 	}
-	b.Queue(`DELETE FROM syncer_held_keys WHERE feed = $1 AND key = ANY($2)`, feed, keys)
+	tenants, keys := make([]string, len(ids)), make([]string, len(ids))
+	for i, id := range ids {
+		tenants[i], keys[i] = id.Tenant, id.Key
+	}
+	b.Queue(`DELETE FROM syncer_held_keys h USING unnest($2::text[], $3::text[]) AS u(tenant, key)
+		WHERE h.feed = $1 AND h.tenant = u.tenant AND h.key = u.key`, feed, tenants, keys)
 }
 
-// Load returns the holds of feed, by key.
-func Load(ctx context.Context, q database.Querier, feed string) (map[string]Hold, error) {
-	rows, err := q.Query(ctx, `SELECT feed, key, version, reason, tries, since, held_at, next_at FROM syncer_held_keys WHERE feed = $1`, feed)
+// Load returns the holds of feed, by tenant and key.
+func Load(ctx context.Context, q database.Querier, feed string) (map[ID]Hold, error) {
+	rows, err := q.Query(ctx, `SELECT feed, tenant, key, version, reason, tries, since, held_at, next_at FROM syncer_held_keys WHERE feed = $1`, feed)
 	if err != nil {
 		return nil, fmt.Errorf("holds: load %s: %w", feed, err)
 	}
@@ -139,9 +159,9 @@ func Load(ctx context.Context, q database.Querier, feed string) (map[string]Hold
 	if err != nil {
 		return nil, fmt.Errorf("holds: load %s: %w", feed, err)
 	}
-	out := make(map[string]Hold, len(hs))
+	out := make(map[ID]Hold, len(hs))
 	for _, h := range hs {
-		out[h.Key] = h
+		out[h.ID()] = h
 	}
 	return out, nil
 }
@@ -149,8 +169,8 @@ func Load(ctx context.Context, q database.Querier, feed string) (map[string]Hold
 // List returns up to limit holds of every feed, the longest held first,
 // for status and the console.
 func List(ctx context.Context, q database.Querier, limit int) ([]Hold, error) {
-	rows, err := q.Query(ctx, `SELECT feed, key, version, reason, tries, since, held_at, next_at FROM syncer_held_keys
-		ORDER BY since, feed, key LIMIT $1`, limit)
+	rows, err := q.Query(ctx, `SELECT feed, tenant, key, version, reason, tries, since, held_at, next_at FROM syncer_held_keys
+		ORDER BY since, feed, key, tenant LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("holds: list: %w", err)
 	}
@@ -162,7 +182,8 @@ func List(ctx context.Context, q database.Querier, limit int) ([]Hold, error) {
 }
 
 // Clear makes the held keys of feed go at once (all of them when keys is
-// nil), as retry-failed asks, and returns how many it cleared.
+// nil; a key at every tenant), as retry-failed asks, and returns how many
+// it cleared.
 func Clear(ctx context.Context, e database.Querier, feed string, keys []string) (int64, error) {
 	var tag pgconn.CommandTag
 	var err error
@@ -181,7 +202,7 @@ func collect(rows pgx.Rows) ([]Hold, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Hold, error) {
 		var h Hold
 		var tries int32
-		err := r.Scan(&h.Feed, &h.Key, &h.Version, &h.Reason, &tries, &h.Since, &h.HeldAt, &h.Next)
+		err := r.Scan(&h.Feed, &h.Tenant, &h.Key, &h.Version, &h.Reason, &tries, &h.Since, &h.HeldAt, &h.Next)
 		h.Tries = int(tries)
 		return h, err
 	})

@@ -15,7 +15,7 @@ func TestHeldBacksOffPerKey(t *testing.T) {
 	p := Policy{Initial: 100 * time.Millisecond, Max: time.Second, Bound: 3 * time.Second}
 	now := time.Unix(1000, 0)
 	noJitter := func() float64 { return 0 }
-	var prior map[string]Hold
+	var prior map[ID]Hold
 	var waits []time.Duration
 	for i := range 6 {
 		at := now.Add(time.Duration(i) * time.Second)
@@ -26,12 +26,12 @@ func TestHeldBacksOffPerKey(t *testing.T) {
 		require.Equal(t, now, h.Since, "the first transient answer's time stays")
 		require.Equal(t, now.Add(3*time.Second), h.HeldAt)
 		waits = append(waits, h.Next.Sub(at))
-		prior = map[string]Hold{"4": h}
+		prior = map[ID]Hold{{Key: "4"}: h}
 	}
 	require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
 		800 * time.Millisecond, time.Second, time.Second}, waits)
-	require.False(t, prior["4"].Holding(now.Add(2*time.Second)))
-	require.True(t, prior["4"].Holding(now.Add(3*time.Second)))
+	require.False(t, prior[ID{Key: "4"}].Holding(now.Add(2*time.Second)))
+	require.True(t, prior[ID{Key: "4"}].Holding(now.Add(3*time.Second)))
 
 	hs := Held("source:orders", []Deferred{{Key: "4", Version: 3}}, now.Add(time.Minute), prior, p, noJitter)
 	require.Equal(t, 1, hs[0].Tries, "a new version starts over")

@@ -297,6 +297,10 @@ type Destination struct {
 	inFlight    prometheus.Gauge
 	lastSuccess func() prometheus.Gauge
 	accepted    func() prometheus.Counter
+	// shared marks a view given to one of several deliverers of the
+	// destination (its tenants', Shared): it adds to the counters but
+	// leaves the gauges of one deliverer's state alone.
+	shared bool
 }
 
 // Destination returns the view of destination name, creating its series
@@ -369,7 +373,7 @@ func (d *Destination) RateLimitedInc() {
 
 // SetBreakerState records the breaker's state (0 closed, 1 half-open, 2 open).
 func (d *Destination) SetBreakerState(s int) {
-	if d == nil {
+	if d == nil || d.shared {
 		return
 	}
 	d.m.BreakerState.WithLabelValues(d.name).Set(float64(s))
@@ -419,7 +423,7 @@ func (d *Destination) LastSuccess(t time.Time) {
 
 // SetCredentialsRefused records whether the credentials are refused.
 func (d *Destination) SetCredentialsRefused(refused bool) {
-	if d == nil {
+	if d == nil || d.shared {
 		return
 	}
 	d.m.CredentialsRefused.WithLabelValues(d.name).Set(boolValue(refused))
@@ -427,7 +431,7 @@ func (d *Destination) SetCredentialsRefused(refused bool) {
 
 // SetMisconfigured records whether the third party's URL is refused.
 func (d *Destination) SetMisconfigured(refused bool) {
-	if d == nil {
+	if d == nil || d.shared {
 		return
 	}
 	d.m.Misconfigured.WithLabelValues(d.name).Set(boolValue(refused))
@@ -443,7 +447,7 @@ func (d *Destination) AddRejectionStorm() {
 
 // SetPaused records whether a person paused the destination.
 func (d *Destination) SetPaused(paused bool) {
-	if d == nil {
+	if d == nil || d.shared {
 		return
 	}
 	d.m.Paused.WithLabelValues(d.name).Set(boolValue(paused))
@@ -451,7 +455,7 @@ func (d *Destination) SetPaused(paused bool) {
 
 // SetRateLimit records the request rate allowed now; 0 means none.
 func (d *Destination) SetRateLimit(perSecond float64) {
-	if d == nil {
+	if d == nil || d.shared {
 		return
 	}
 	d.m.RateLimitCurrent.WithLabelValues(d.name).Set(perSecond)
@@ -459,7 +463,7 @@ func (d *Destination) SetRateLimit(perSecond float64) {
 
 // SetMaxInFlight records the in-flight limit.
 func (d *Destination) SetMaxInFlight(n int) {
-	if d == nil {
+	if d == nil || d.shared {
 		return
 	}
 	d.m.MaxInFlightCurrent.WithLabelValues(d.name).Set(float64(n))

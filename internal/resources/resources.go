@@ -116,7 +116,7 @@ const generationColumn = `, (SELECT live FROM syncer_generation)`
 
 // keptColumn is, for PendingKept, each row's kept digest under the feed
 // name $5.
-var keptColumn = generationColumn + ", " + unchanged.KeptSQL("$5::text", "d.id")
+var keptColumn = generationColumn + ", " + unchanged.KeptSQL("$5::text", "''", "d.id")
 
 // pendingSQL are the pending reads, from Start and after an id, without
 // and with (PendingKept) each row's kept digest.

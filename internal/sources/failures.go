@@ -24,8 +24,8 @@ type SourceFailure struct {
 func AllRecentFailures(ctx context.Context, q database.Querier, limit int) ([]SourceFailure, error) {
 	rows, err := q.Query(ctx, `SELECT f.source, s.destination, COALESCE(f.tenant, ''), f.key, f.version, f.failed_at, f.error
 		FROM syncer_source_failures f JOIN syncer_sources s ON s.name = f.source
-		WHERE NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)
-		ORDER BY f.failed_at DESC, f.source DESC, f.key DESC LIMIT $1`, limit)
+		WHERE NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key AND c.tenant IS NOT DISTINCT FROM f.tenant)
+		ORDER BY f.failed_at DESC, f.source DESC, f.key DESC, f.tenant DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sources: failures: %w", err)
 	}

@@ -375,7 +375,7 @@ const markFailedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[],
 	done AS (` + deleteChangesSQL + `)
 	INSERT INTO syncer_source_failures AS f (source, key, num, version, error)
 		SELECT $1, b.key, b.num, b.version, b.error FROM b
-	ON CONFLICT (source, key) DO UPDATE SET num = excluded.num, version = excluded.version,
+	ON CONFLICT (source, key) WHERE tenant IS NULL DO UPDATE SET num = excluded.num, version = excluded.version,
 		error = excluded.error, failed_at = now()
 		WHERE f.version <= excluded.version`
 

@@ -222,8 +222,8 @@ func (s *Source) build() statements {
 	return statements{
 		pendingFirst:  s.pendingSQL(false, false, false),
 		pendingAfter:  s.pendingSQL(true, false, false),
-		tenantFirst:   s.pendingSQL(false, true, false),
-		tenantAfter:   s.pendingSQL(true, true, false),
+		tenantFirst:   s.pendingSQL(false, true, true),
+		tenantAfter:   s.pendingSQL(true, true, true),
 		keptFirst:     s.pendingSQL(false, false, true),
 		keptAfter:     s.pendingSQL(true, false, true),
 		snapshotFirst: s.snapshotSQL(false),
@@ -262,7 +262,11 @@ func (s *Source) pendingSQL(after, tenant, kept bool) string {
 	payload := s.payloadSQL(names)
 	digest := ""
 	if kept {
-		digest = ", " + unchanged.KeptSQL("$1::text", "k.key")
+		tenantSQL := "''"
+		if tenant {
+			tenantSQL = "$5::text"
+		}
+		digest = ", " + unchanged.KeptSQL("$1::text", tenantSQL, "k.key")
 	}
 
 	match, keyJSON := s.keyMatch()

@@ -96,7 +96,7 @@ func Stats(ctx context.Context, q database.Querier) ([]Stat, error) {
 	rows, err := q.Query(ctx, `SELECT s.name, s.destination, s.schema_name || '.' || s.table_name,
 			p.keys, COALESCE(EXTRACT(EPOCH FROM now() - p.oldest), 0)::float8,
 			(SELECT count(*) FROM syncer_source_failures f WHERE f.source = s.name
-				AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)),
+				AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key AND c.tenant IS NOT DISTINCT FROM f.tenant)),
 			s.snapshot_state, s.snapshot_rows, s.snapshot_total, COALESCE(s.error, ''),
 			-- The partitioned table, quoted, for UncapturedPartitions: asked
 			-- apart, since its catalog joins in this statement made the
@@ -147,6 +147,9 @@ func Stats(ctx context.Context, q database.Querier) ([]Stat, error) {
 
 // Failure is one failed key, for status.
 type Failure struct {
+	// Tenant is the tenant the key failed at, "" for a source without a
+	// tenant column: a key fails at each tenant apart (migration 028).
+	Tenant   string
 	Key      string
 	Version  int64
 	FailedAt time.Time
@@ -156,16 +159,16 @@ type Failure struct {
 // RecentFailures returns the source's most recently failed keys that have
 // not changed since.
 func RecentFailures(ctx context.Context, q database.Querier, src string, limit int) ([]Failure, error) {
-	rows, err := q.Query(ctx, `SELECT f.key, f.version, f.failed_at, f.error FROM syncer_source_failures f
+	rows, err := q.Query(ctx, `SELECT COALESCE(f.tenant, ''), f.key, f.version, f.failed_at, f.error FROM syncer_source_failures f
 		WHERE f.source = $1
-			AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key)
-		ORDER BY f.failed_at DESC, f.key DESC LIMIT $2`, src, limit)
+			AND NOT EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = f.source AND c.num = f.num AND c.key = f.key AND c.tenant IS NOT DISTINCT FROM f.tenant)
+		ORDER BY f.failed_at DESC, f.key DESC, f.tenant DESC LIMIT $2`, src, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sources: source %s: failures: %w", src, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Failure, error) {
 		var f Failure
-		err := r.Scan(&f.Key, &f.Version, &f.FailedAt, &f.Error)
+		err := r.Scan(&f.Tenant, &f.Key, &f.Version, &f.FailedAt, &f.Error)
 		return f, err
 	})
 	if err != nil {

@@ -152,7 +152,8 @@ func Tenants(ctx context.Context, q database.Querier, src *Source, lane int, aft
 // TenantPending is Pending for one tenant of one lane: the tenant's next
 // batch of pending items in key order, after afterKey unless first. An
 // item is a tombstone when its row is gone or belongs to another tenant
-// now (its move logged the row for the new tenant).
+// now (its move logged the row for the new tenant). Each item comes with
+// the digest kept for the tenant's key (Row.Kept), as PendingKept's do.
 func TenantPending(ctx context.Context, q database.Querier, src *Source, lane int, tenant, afterKey string, first bool, lim feed.Limits) (Page, error) {
 	if src.Tenant == "" {
 		return Page{}, fmt.Errorf("sources: source %s has no tenant column", src.Name)
@@ -175,7 +176,7 @@ func TenantPending(ctx context.Context, q database.Querier, src *Source, lane in
 	if err != nil {
 		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: select pending of a tenant: %w", src.Name, err))
 	}
-	out, end, err := collect(rows, lim, false)
+	out, end, err := collect(rows, lim, true)
 	if err != nil {
 		return Page{}, src.explain(ctx, q, fmt.Errorf("sources: source %s: %w", src.Name, err))
 	}
@@ -229,7 +230,9 @@ func SideWork(ctx context.Context, q database.Querier, names []string) ([]string
 
 // The marks of a tenant's items: those of MarkSynced and MarkFailed, on
 // the tenant's changes only ($5 in marks, $6 in failures), so a key that
-// moved to another tenant keeps the other tenant's changes pending.
+// moved to another tenant keeps the other tenant's changes pending, and
+// its failure is the tenant's (source, tenant, key; migration 028): a
+// failure at one tenant neither replaces nor clears another's.
 var (
 	markSyncedTenantSQL = strings.Replace(strings.Replace(markSyncedSQL, "c.seq <= b.version", "c.seq <= b.version AND c.tenant = $5::text", 1),
 		"f.version <= b.version", "f.version <= b.version AND f.tenant IS NOT DISTINCT FROM $5::text", 1)
@@ -237,7 +240,7 @@ var (
 		"c.seq <= b.version", "c.seq <= b.version AND c.tenant = $6::text", 1),
 		"(source, key, num, version, error)\n\t\tSELECT $1, b.key, b.num, b.version, b.error FROM b",
 		"(source, key, num, version, error, tenant)\n\t\tSELECT $1, b.key, b.num, b.version, b.error, $6::text FROM b", 1),
-		"error = excluded.error, failed_at = now()", "error = excluded.error, failed_at = now(), tenant = excluded.tenant", 1)
+		"ON CONFLICT (source, key) WHERE tenant IS NULL", "ON CONFLICT (source, tenant, key) WHERE tenant IS NOT NULL", 1)
 )
 
 // QueueTenantMarks is QueueMarks for the items of one tenant of a source

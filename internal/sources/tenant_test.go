@@ -194,3 +194,72 @@ func TestAdoptUntenanted(t *testing.T) {
 	require.Equal(t, []string{`["globex",2]`}, keys(b.tenantPending(t, src, "globex")))
 	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_changes WHERE tenant IS NULL`))
 }
+
+func (b *bundle) failTenant(t *testing.T, src *sources.Source, tenant string, rows []sources.Row, why string) {
+	t.Helper()
+	var ks, errs []string
+	var vs []int64
+	for _, r := range rows {
+		ks, vs, errs = append(ks, r.Key), append(vs, r.Version), append(errs, why)
+	}
+	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		if err := sources.QueueTenantMarks(batch, src, tenant, nil, nil, ks, vs, errs); err != nil {
+			return err
+		}
+		return tx.SendBatch(context.Background(), batch).Close()
+	}))
+}
+
+// Migration 028: a failure is a (tenant, key)'s. A key that moved to
+// another tenant and failed at both is failed at both, each retried to
+// its own tenant; marking one tenant's synced leaves the other's failure.
+func TestFailuresPerTenantAndKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, name text)`)
+	_, srcs := b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 4\n    columns: [name]\n    destination: crm\n    snapshot: false\n")
+	src := srcs["contacts"]
+	b.exec(t, `INSERT INTO contacts VALUES (2, 'acme', 'b')`)
+	b.failTenant(t, src, "acme", b.tenantPending(t, src, "acme"), "refused at acme")
+	b.exec(t, `UPDATE contacts SET account = 'globex' WHERE id = 2`)
+	b.failTenant(t, src, "acme", b.tenantPending(t, src, "acme"), "tombstone refused at acme")
+	b.failTenant(t, src, "globex", b.tenantPending(t, src, "globex"), "refused at globex")
+
+	failed, err := sources.RecentFailures(ctx, b.pool, "contacts", 10)
+	require.NoError(t, err)
+	byTenant := map[string]string{}
+	for _, f := range failed {
+		require.Equal(t, "2", f.Key)
+		byTenant[f.Tenant] = f.Error
+	}
+	require.Equal(t, map[string]string{"acme": "tombstone refused at acme", "globex": "refused at globex"}, byTenant,
+		"one failure per tenant, the later at acme replacing the earlier")
+	stats, err := sources.Stats(ctx, b.pool)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, stats[0].FailedKeys)
+
+	n, err := sources.RetryFailed(ctx, b.pool, "contacts")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	acme, globex := b.tenantPending(t, src, "acme"), b.tenantPending(t, src, "globex")
+	require.Equal(t, []string{"2"}, keys(acme))
+	require.Equal(t, []string{"2"}, keys(globex))
+	require.True(t, acme[0].Deleted, "retried at acme: it is gone from acme")
+	require.False(t, globex[0].Deleted)
+
+	// Failed again at both; globex's accepted later clears globex's only.
+	b.failTenant(t, src, "acme", acme, "again at acme")
+	b.failTenant(t, src, "globex", globex, "again at globex")
+	b.exec(t, `UPDATE contacts SET name = 'b2' WHERE id = 2`)
+	b.markTenant(t, src, "globex", b.tenantPending(t, src, "globex"))
+	failed, err = sources.RecentFailures(ctx, b.pool, "contacts", 10)
+	require.NoError(t, err)
+	require.Len(t, failed, 1)
+	require.Equal(t, "acme", failed[0].Tenant)
+	n, err = sources.RetryFailedKeys(ctx, b.pool, "contacts", []string{"2"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, []string{"2"}, keys(b.tenantPending(t, src, "acme")))
+}

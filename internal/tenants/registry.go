@@ -67,8 +67,10 @@ type Config struct {
 	ThirdParty thirdparty.Config
 	// Delivery is the destination's deliverer settings (limits, format,
 	// installation...), each tenant's own copy; its Format is bound to
-	// the tenant when it is a Binder. Metrics is not given to tenants'
-	// deliverers: metrics have no label per tenant.
+	// the tenant when it is a Binder. Metrics, the destination's series,
+	// are given to every tenant's deliverer as Metrics.Shared(): tenants'
+	// requests count in the destination's counters (no label per tenant),
+	// and no tenant sets the gauges of the destination's own state.
 	Delivery delivery.Config
 	// TokenURL is the token endpoint of a row's refresh_token, or client
 	// id and secret (auth.token_url); it may hold {tenant}. ClientID and
@@ -349,7 +351,7 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 	c = watched{Client: c, e: e}
 	dcfg := r.cfg.Delivery
 	dcfg.Name = cmp.Or(dcfg.Name, r.cfg.Destination)
-	dcfg.Metrics = nil
+	dcfg.Metrics = dcfg.Metrics.Shared()
 	dcfg.Logger = r.logger.With(slog.String("tenant", tenant))
 	dcfg.CredentialsSetting = "the credentials of tenant " + tenant + " (destination " + r.cfg.Destination + ", tenants.query)"
 	dcfg.URLSetting = "the url of tenant " + tenant + " (destination " + r.cfg.Destination + ")"

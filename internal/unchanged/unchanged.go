@@ -15,7 +15,12 @@
 // for a replay, which re-exports whatever the third party has; ForgetKeys
 // a heal's keys, which the third party was found not to hold. The package
 // owns syncer_accepted_bodies and syncer_skips (migration 020) and
-// the function that writes new digests (migration 026).
+// the function that writes new digests (migrations 026, 028).
+//
+// For a source with a tenant column a digest is a (tenant, key)'s
+// (migration 028): each tenant is its own account, so a row moved to
+// another tenant is never skipped there for a body its old tenant's
+// account holds. Outside tenants the tenant is "".
 package unchanged
 
 import (
@@ -54,31 +59,33 @@ func Digest(tag string, it feed.Item) []byte {
 // into a scan of the table, and the key compared under the index's
 // collation (a source's change log keys are COLLATE "C", which would keep
 // the index out).
-func KeptSQL(feed, key string) string {
+// tenant is the tenant's SQL expression: '' outside tenants.
+func KeptSQL(feed, tenant, key string) string {
 	return `(SELECT ab.digest FROM syncer_accepted_bodies ab WHERE ab.feed = ` + feed +
-		` AND ab.key = (` + key + `)::text COLLATE "default")`
+		` AND ab.tenant = ` + tenant + ` AND ab.key = (` + key + `)::text COLLATE "default")`
 }
 
-// QueueSettled queues on b, for feed name, the digests of bodies accepted
+// QueueSettled queues on b, for feed name and tenant ("" outside
+// tenants), the digests of bodies accepted
 // (keep and fresh, by id) and the removal of the digests of keys whose
 // third-party copy is in doubt (drop). fresh are the digests of keys that
 // had none when their version was read (feed.Item.Kept nil in a read that
 // returns them): they are inserted, which costs PostgreSQL about half an
 // upsert, and upserted only when one of them got a digest since
 // (syncer_keep_digests, migration 026). keep are upserted.
-func QueueSettled(b *pgx.Batch, name string, keep, fresh map[string][]byte, drop []string) {
+func QueueSettled(b *pgx.Batch, name, tenant string, keep, fresh map[string][]byte, drop []string) {
 	if len(keep) > 0 {
 		ids, ds := arrays(keep)
-		b.Queue(`INSERT INTO syncer_accepted_bodies (feed, key, digest)
-			SELECT $1, n.key, n.digest FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
-			ON CONFLICT (feed, key) DO UPDATE SET digest = EXCLUDED.digest`, name, ids, ds)
+		b.Queue(`INSERT INTO syncer_accepted_bodies (feed, tenant, key, digest)
+			SELECT $1, $4, n.key, n.digest FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
+			ON CONFLICT (feed, tenant, key) DO UPDATE SET digest = EXCLUDED.digest`, name, ids, ds, tenant)
 	}
 	if len(fresh) > 0 {
 		ids, ds := arrays(fresh)
-		b.Queue(`SELECT syncer_keep_digests($1, $2::text[], $3::bytea[])`, name, ids, ds)
+		b.Queue(`SELECT syncer_keep_digests($1, $4, $2::text[], $3::bytea[])`, name, ids, ds, tenant)
 	}
 	if len(drop) > 0 {
-		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND key = ANY ($2::text[])`, name, drop)
+		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND tenant = $3 AND key = ANY ($2::text[])`, name, drop, tenant)
 	}
 }
 

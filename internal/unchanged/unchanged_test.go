@@ -33,7 +33,7 @@ func TestDigestsKeptComparedAndForgotten(t *testing.T) {
 	settle := func(name string, keep, fresh map[string][]byte, drop []string, skipped int) {
 		t.Helper()
 		b := &pgx.Batch{}
-		unchanged.QueueSettled(b, name, keep, fresh, drop)
+		unchanged.QueueSettled(b, name, "", keep, fresh, drop)
 		unchanged.QueueSkipped(b, name, skipped)
 		require.NoError(t, pool.SendBatch(ctx, b).Close())
 	}
@@ -46,7 +46,7 @@ func TestDigestsKeptComparedAndForgotten(t *testing.T) {
 		out := map[string][]byte{}
 		for _, id := range ids {
 			var d []byte
-			require.NoError(t, pool.QueryRow(ctx, `SELECT `+unchanged.KeptSQL("$1::text", "$2::text"), name, id).Scan(&d))
+			require.NoError(t, pool.QueryRow(ctx, `SELECT `+unchanged.KeptSQL("$1::text", "''", "$2::text"), name, id).Scan(&d))
 			if d != nil {
 				out[id] = d
 			}
