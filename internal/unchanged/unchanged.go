@@ -58,8 +58,8 @@ func Digest(tag string, it feed.Item) []byte {
 // a scalar subquery, an index probe a key that the planner cannot turn
 // into a scan of the table, and the key compared under the index's
 // collation (a source's change log keys are COLLATE "C", which would keep
-// the index out).
-// tenant is the tenant's SQL expression: '' outside tenants.
+// the index out). tenant is the tenant's SQL expression: the empty
+// string outside tenants.
 func KeptSQL(feed, tenant, key string) string {
 	return `(SELECT ab.digest FROM syncer_accepted_bodies ab WHERE ab.feed = ` + feed +
 		` AND ab.tenant = ` + tenant + ` AND ab.key = (` + key + `)::text COLLATE "default")`
