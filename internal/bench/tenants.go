@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -239,6 +240,7 @@ wait:
 		return res, fmt.Errorf("bench: %s: the accounts hold %d rows of %d", label, got, want)
 	}
 	res.took = ts.Total.LastRequestAt.Sub(first)
+	r.progressf("   %s: %s", label, tenantSpread(ts, first))
 	res.okRate = float64(last.ok) / res.took.Seconds()
 	res.refused = last.refused
 	res.overOneSecond = ts.Total.MaxRequestsInOneSecond
@@ -253,6 +255,25 @@ wait:
 		}
 	}
 	return res, d.stop()
+}
+
+// tenantSpread says where a limits run's time went: when each tenant's
+// first request came after the run's first (the lanes' start), and each
+// tenant's own span from its first request to its last (its pacing).
+func tenantSpread(ts fakethirdparty.TenantStats, first time.Time) string {
+	var starts, spans []time.Duration
+	for _, st := range ts.Tenants {
+		starts = append(starts, st.FirstRequestAt.Sub(first))
+		spans = append(spans, st.LastRequestAt.Sub(st.FirstRequestAt))
+	}
+	if len(starts) == 0 {
+		return "no tenant answered"
+	}
+	slices.Sort(starts)
+	slices.Sort(spans)
+	q := func(d []time.Duration, f float64) float64 { return d[int(f*float64(len(d)-1))].Seconds() }
+	return fmt.Sprintf("first request after the run's first: p50 %.2fs p90 %.2fs max %.2fs; a tenant's first to last: min %.2fs p50 %.2fs max %.2fs",
+		q(starts, 0.5), q(starts, 0.9), q(starts, 1), q(spans, 0), q(spans, 0.5), q(spans, 1))
 }
 
 // tenantLimits: rows (a), without and with rate_limit: 5.

@@ -76,3 +76,9 @@ func (d *Deliverer) Ready(now time.Time) (time.Duration, error) {
 	}
 	return 0, nil
 }
+
+// Paced reports whether a rate applies to the requests now (configured,
+// learnt from 429s, or a quota's window): Ready's answer then moves with
+// each request handed to Deliver, and a caller reading ahead of Ready
+// should hand its request over before asking again.
+func (d *Deliverer) Paced() bool { return !d.pacer.open.Load() }

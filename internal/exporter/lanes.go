@@ -55,8 +55,12 @@ const (
 	TenantRetryDefault = 3 * time.Second
 	// LaneInFlightDefault is how many batches a lane's pipeline has
 	// pushed and unanswered at once, over all its tenants; each tenant's
-	// own destination keeps its own bound (MaxInFlight) below that.
-	LaneInFlightDefault = 16
+	// own destination keeps its own bound (MaxInFlight) below that. A
+	// tenant at its rate limit holds up to three (two batches waiting for
+	// their tokens, one read ahead), so 32 keeps ten such tenants of a
+	// lane sending at their limits; 16 left a lane's tenants waiting for
+	// a place with their tokens unused (docs/benchmarks.md "Tenants").
+	LaneInFlightDefault = 32
 	// TenantPushLimit bounds one batch's push to its tenant: past it, the
 	// batch is left unanswered (its rows pending, sent again under the
 	// same key if unchanged) and the lane goes on.
@@ -90,12 +94,13 @@ func (e *Exporter) laneSources(s Source, src *sources.Source) ([]exported, error
 		tenants = oneAccount{s.Destination}
 	}
 	out := make([]exported, 0, src.Lanes)
-	router := &tenantRouter{tenants: tenants, logger: e.logger, source: src.Name}
+	router := &tenantRouter{tenants: tenants, logger: e.logger, source: src.Name, feeds: map[string]*laneFeed{}}
 	for lane := range max(src.Lanes, 1) {
 		ls := s
 		ls.name = jobs.LaneName(s.name, lane)
 		f := &laneFeed{pool: e.pool, src: src, lane: lane, name: checkpoint.Source(ls.name), lim: e.limits(s.BatchSize),
 			tenants: tenants, now: e.now, logger: e.logger}
+		router.feeds[f.name] = f
 		out = append(out, &laneSource{Source: ls, src: src, lane: lane, e: e, feed: f, dest: router})
 	}
 	return out, nil
@@ -170,6 +175,9 @@ type tenantRouter struct {
 	tenants TenantDestinations
 	logger  *slog.Logger
 	source  string
+	// feeds are the lanes' feeds by checkpoint (the salt's first part),
+	// told when a batch they read reaches its tenant's destination.
+	feeds map[string]*laneFeed
 }
 
 func (r *tenantRouter) MaxInFlight() int { return LaneInFlightDefault }
@@ -178,6 +186,9 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 	tenant, ok := tenantOfSalt(b.Salt)
 	if !ok {
 		return nil, fmt.Errorf("exporter: source %s: a batch without a tenant (salt %q)", r.source, b.Salt)
+	}
+	if f := r.feeds[strings.TrimSuffix(b.Salt, tenantSaltSep+tenant)]; f != nil {
+		f.pushed(tenant)
 	}
 	d, err := r.tenants.For(ctx, tenant)
 	if err == nil {
@@ -218,12 +229,29 @@ type laneFeed struct {
 	mu       sync.Mutex
 	last     string               // the tenant served last
 	waitTill map[string]time.Time // tenants For refused, until asked again
+	// unsent holds, for each tenant, when its page read this pass and
+	// not yet handed to its destination was read (between the read and
+	// the push lie the record's transaction and the lane's queue). A
+	// paced destination's Ready knows only the requests it was handed,
+	// so while its tenant's page is unsent the tenant is not read again
+	// (up to tenantUnsentFor: a page of unchanged items is never
+	// pushed). Else a tenant at its rate limit was read page after page,
+	// each then holding one of the lane's in-flight places while it
+	// waited for its token, and the lane's other tenants waited for a
+	// place with their tokens unused (rate_limit 5 gave 0.73x of the
+	// accounts' sum, docs/benchmarks.md "Tenants").
+	unsent map[string]time.Time
 }
 
 func (f *laneFeed) Checkpoint() string  { return f.name }
 func (f *laneFeed) Limits() feed.Limits { return f.lim }
 
 func (f *laneFeed) Open(int64) Cursor {
+	// Passes never overlap: every page of the last pass was pushed or
+	// dropped with it.
+	f.mu.Lock()
+	f.unsent = nil
+	f.mu.Unlock()
 	return &laneCursor{f: f, after: map[string]string{}, out: map[string]time.Time{}}
 }
 
@@ -234,6 +262,7 @@ func (f *laneFeed) ready(ctx context.Context, tenant string) (ok bool, wait time
 	now := f.now()
 	f.mu.Lock()
 	until, waiting := f.waitTill[tenant]
+	readAt, unsent := f.unsent[tenant]
 	f.mu.Unlock()
 	if waiting && now.Before(until) {
 		return false, 0
@@ -257,6 +286,11 @@ func (f *laneFeed) ready(ctx context.Context, tenant string) (ok bool, wait time
 			slog.String("tenant", tenant), slog.String("error", err.Error()))
 		return false, 0
 	}
+	if p, ok := d.(paced); ok && unsent && p.Paced() {
+		if left := tenantUnsentFor - now.Sub(readAt); left > 0 {
+			return false, min(left, tenantUnsentWait)
+		}
+	}
 	if r, ok := d.(readier); ok {
 		if wait, _ := r.Ready(now); wait > tenantReadAhead {
 			return false, wait
@@ -270,8 +304,44 @@ func (f *laneFeed) ready(ctx context.Context, tenant string) (ok bool, wait time
 // deliverer (a lane's request slot, that long at most) instead of being
 // read only once the token is there, which spaced a tenant at its limit
 // by the limit's interval plus the time from a read to its send: 5
-// requests/s configured gave 3 (docs/benchmarks.md, "Tenants").
-const tenantReadAhead = 250 * time.Millisecond
+// requests/s configured gave 3 (docs/benchmarks.md, "Tenants"). Above two
+// intervals of 5 requests/s: under load the record's transaction between
+// a read and its push takes more than one interval.
+const tenantReadAhead = 450 * time.Millisecond
+
+const (
+	// tenantUnsentWait is how long a paced tenant with a page read and
+	// not yet pushed waits in the pass before it is asked again: about a
+	// record's transaction.
+	tenantUnsentWait = 5 * time.Millisecond
+	// tenantUnsentFor is the longest a paced tenant's unsent page holds
+	// its next read.
+	tenantUnsentFor = 500 * time.Millisecond
+)
+
+// paced is a destination that says whether a rate applies to its
+// requests now (delivery.Deliverer.Paced): its Ready then moves with each
+// request handed to it.
+type paced interface{ Paced() bool }
+
+var _ paced = (*delivery.Deliverer)(nil)
+
+// read notes a page of tenant read; pushed, one handed to its
+// destination.
+func (f *laneFeed) read(tenant string) {
+	f.mu.Lock()
+	if f.unsent == nil {
+		f.unsent = map[string]time.Time{}
+	}
+	f.unsent[tenant] = f.now()
+	f.mu.Unlock()
+}
+
+func (f *laneFeed) pushed(tenant string) {
+	f.mu.Lock()
+	delete(f.unsent, tenant)
+	f.mu.Unlock()
+}
 
 func (f *laneFeed) served(tenant string) {
 	f.mu.Lock()
@@ -438,6 +508,7 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 			}
 			p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Tenant: t, Kept: r.Kept})
 		}
+		c.f.read(t)
 		return p, nil
 	}
 	return feed.Page{}, nil
