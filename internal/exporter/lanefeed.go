@@ -1,0 +1,316 @@
+package exporter
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/sources"
+)
+
+// laneFeed is one lane's pending items, tenant after tenant. It lives as
+// long as its source: the tenant served last carries over from pass to
+// pass, so each pass starts after it and no tenant starves.
+type laneFeed struct {
+	pool    *pgxpool.Pool
+	src     *sources.Source
+	lane    int
+	name    string
+	lim     feed.Limits
+	tenants TenantDestinations
+	now     func() time.Time
+	logger  *slog.Logger
+
+	mu       sync.Mutex
+	last     string               // the tenant served last
+	waitTill map[string]time.Time // tenants For refused, until asked again
+	// unsent holds, for each tenant, when its page read this pass and
+	// not yet handed to its destination was read (between the read and
+	// the push lie the record's transaction and the lane's queue). A
+	// paced destination's Ready knows only the requests it was handed,
+	// so while its tenant's page is unsent the tenant is not read again
+	// (up to tenantUnsentFor: a page of unchanged items is never
+	// pushed). Else a tenant at its rate limit was read page after page,
+	// each then holding one of the lane's in-flight places while it
+	// waited for its token, and the lane's other tenants waited for a
+	// place with their tokens unused (rate_limit 5 gave 0.73x of the
+	// accounts' sum, docs/benchmarks.md "Tenants").
+	unsent map[string]time.Time
+}
+
+func (f *laneFeed) Checkpoint() string  { return f.name }
+func (f *laneFeed) Limits() feed.Limits { return f.lim }
+
+func (f *laneFeed) Open(int64) Cursor {
+	// Passes never overlap: every page of the last pass was pushed or
+	// dropped with it.
+	f.mu.Lock()
+	f.unsent = nil
+	f.mu.Unlock()
+	return &laneCursor{f: f, after: map[string]string{}, out: map[string]time.Time{}}
+}
+
+// ready reports whether tenant may be read this pass: its destination
+// answers For and would send now. When it would not, wait is how long
+// until it would, when its destination says so (0 otherwise).
+func (f *laneFeed) ready(ctx context.Context, tenant string) (ok bool, wait time.Duration) {
+	now := f.now()
+	f.mu.Lock()
+	until, waiting := f.waitTill[tenant]
+	readAt, unsent := f.unsent[tenant]
+	f.mu.Unlock()
+	if waiting && now.Before(until) {
+		return false, 0
+	}
+	d, err := f.tenants.For(ctx, tenant)
+	if err != nil {
+		f.mu.Lock()
+		if f.waitTill == nil {
+			f.waitTill = map[string]time.Time{}
+		}
+		// Forget the tenants whose wait is over, so the map holds only
+		// those waiting.
+		for t, u := range f.waitTill {
+			if !now.Before(u) {
+				delete(f.waitTill, t)
+			}
+		}
+		f.waitTill[tenant] = now.Add(TenantRetryDefault)
+		f.mu.Unlock()
+		f.logger.DebugContext(ctx, "exporter: tenant not ready", slog.String("source", f.src.Name),
+			slog.String("tenant", tenant), slog.String("error", err.Error()))
+		return false, 0
+	}
+	if p, ok := d.(paced); ok && unsent && p.Paced() {
+		if left := tenantUnsentFor - now.Sub(readAt); left > 0 {
+			return false, min(left, tenantUnsentWait)
+		}
+	}
+	if r, ok := d.(readier); ok {
+		if wait, _ := r.Ready(now); wait > tenantReadAhead {
+			return false, wait
+		}
+	}
+	return true, 0
+}
+
+// tenantReadAhead is the wait of a tenant's destination under which its
+// next page is read anyway: the page then waits for its token in the
+// deliverer (a lane's request slot, that long at most) instead of being
+// read only once the token is there, which spaced a tenant at its limit
+// by the limit's interval plus the time from a read to its send: 5
+// requests/s configured gave 3 (docs/benchmarks.md, "Tenants"). Above two
+// intervals of 5 requests/s: under load the record's transaction between
+// a read and its push takes more than one interval.
+const tenantReadAhead = 450 * time.Millisecond
+
+const (
+	// tenantUnsentWait is how long a paced tenant with a page read and
+	// not yet pushed waits in the pass before it is asked again: about a
+	// record's transaction.
+	tenantUnsentWait = 5 * time.Millisecond
+	// tenantUnsentFor is the longest a paced tenant's unsent page holds
+	// its next read.
+	tenantUnsentFor = 500 * time.Millisecond
+)
+
+// paced is a destination that says whether a rate applies to its
+// requests now (delivery.Deliverer.Paced): its Ready then moves with each
+// request handed to it.
+type paced interface{ Paced() bool }
+
+var _ paced = (*delivery.Deliverer)(nil)
+
+// read notes a page of tenant read; pushed, one handed to its
+// destination.
+func (f *laneFeed) read(tenant string) {
+	f.mu.Lock()
+	if f.unsent == nil {
+		f.unsent = map[string]time.Time{}
+	}
+	f.unsent[tenant] = f.now()
+	f.mu.Unlock()
+}
+
+func (f *laneFeed) pushed(tenant string) {
+	f.mu.Lock()
+	delete(f.unsent, tenant)
+	f.mu.Unlock()
+}
+
+func (f *laneFeed) served(tenant string) {
+	f.mu.Lock()
+	f.last = tenant
+	f.mu.Unlock()
+}
+
+func (f *laneFeed) lastServed() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
+}
+
+// QueueMarks writes each tenant's outcomes on its own changes.
+func (f *laneFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs []string) error {
+	type marks struct {
+		acc, rej []feed.Item
+		errs     []string
+	}
+	by := map[string]*marks{}
+	var order []string
+	get := func(t string) *marks {
+		m := by[t]
+		if m == nil {
+			m = &marks{}
+			by[t] = m
+			order = append(order, t)
+		}
+		return m
+	}
+	for _, it := range accepted {
+		m := get(it.Tenant)
+		m.acc = append(m.acc, it)
+	}
+	for i, it := range rejected {
+		m := get(it.Tenant)
+		m.rej, m.errs = append(m.rej, it), append(m.errs, errs[i])
+	}
+	for _, t := range order {
+		m := by[t]
+		keys, versions := wire(m.acc)
+		rkeys, rversions := wire(m.rej)
+		if err := sources.QueueTenantMarks(b, f.src, t, keys, versions, rkeys, rversions, m.errs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// laneCursor is one pass over a lane: tenants in turn, after the one
+// served last, each giving one page (one batch) per turn, until every
+// tenant's keys are read or its destination is not ready.
+type laneCursor struct {
+	f     *laneFeed
+	queue []string          // this turn's tenants still to serve
+	after map[string]string // each tenant's last key read this pass
+	// out are the tenants left out of the turns: until the pass ends
+	// (zero time: not ready), or until the time given (read to their end:
+	// a row written since is read after tenantRecheck, not at the next
+	// pass, so a tenant with one new row does not wait for a pass that a
+	// tenant with a backlog makes long).
+	out map[string]time.Time
+	// waiting are the tenants left out for their destination's short
+	// wait (its rate limit's next request): until then, with rows left.
+	// A turn that finds no other tenant sleeps until the first of them
+	// rather than ending the pass, so a tenant at its limit sends at its
+	// limit, not once a pass (the job's next poll).
+	waiting map[string]time.Time
+	end     bool
+}
+
+// tenantWaitInPass is the longest wait of a tenant's destination that
+// keeps it in the pass; a longer one (a pause, a 429's Retry-After, an
+// open breaker) leaves it out until the pass ends.
+const tenantWaitInPass = time.Second
+
+// soonest is how long until the first tenant waiting within the pass is
+// ready, 0 for none; it forgets those whose wait is over.
+func (c *laneCursor) soonest(now time.Time) time.Duration {
+	var first time.Duration
+	for t, until := range c.waiting {
+		w := until.Sub(now)
+		if w <= 0 {
+			delete(c.waiting, t)
+			continue
+		}
+		if first == 0 || w < first {
+			first = w
+		}
+	}
+	return first
+}
+
+// tenantRecheck is how long a tenant read to its end is left out of a
+// pass's turns.
+const tenantRecheck = 100 * time.Millisecond
+
+func (c *laneCursor) Ended() bool { return c.end }
+
+func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
+	for !c.end {
+		if len(c.queue) == 0 {
+			// The next turn: tenants after the one served last, less those
+			// done this pass (so the pass ends once every one is).
+			now := c.f.now()
+			skip := make([]string, 0, len(c.out))
+			for t, until := range c.out {
+				if until.IsZero() || now.Before(until) {
+					skip = append(skip, t)
+				}
+			}
+			ts, err := sources.Tenants(ctx, c.f.pool, c.f.src, c.f.lane, c.f.lastServed(), skip, tenantsTurn)
+			if err != nil {
+				return feed.Page{}, err
+			}
+			if len(ts) == 0 {
+				if wait := c.soonest(now); wait > 0 {
+					select {
+					case <-ctx.Done():
+						return feed.Page{}, ctx.Err()
+					case <-time.After(wait):
+					}
+					continue
+				}
+				c.end = true
+				break
+			}
+			for _, t := range ts {
+				switch ok, wait := c.f.ready(ctx, t); {
+				case ok:
+					c.queue = append(c.queue, t)
+				case wait > 0 && wait <= tenantWaitInPass:
+					c.out[t] = now.Add(wait)
+					if c.waiting == nil {
+						c.waiting = map[string]time.Time{}
+					}
+					c.waiting[t] = now.Add(wait)
+				default:
+					c.out[t] = time.Time{}
+				}
+			}
+			continue
+		}
+		t := c.queue[0]
+		c.queue = c.queue[1:]
+		c.f.served(t)
+		after, read := c.after[t]
+		sp, err := sources.TenantPending(ctx, c.f.pool, c.f.src, c.f.lane, t, after, !read, c.f.lim)
+		if err != nil {
+			return feed.Page{}, err
+		}
+		if sp.End || len(sp.Rows) == 0 {
+			c.out[t] = c.f.now().Add(tenantRecheck)
+		}
+		if len(sp.Rows) == 0 {
+			continue
+		}
+		c.after[t] = sp.Rows[len(sp.Rows)-1].Key
+		p := feed.Page{Salt: tenantSalt(c.f.name, t), Tenant: t, Kept: true, Items: make([]feed.Item, 0, len(sp.Rows))}
+		for _, r := range sp.Rows {
+			if r.Oversize > 0 {
+				p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
+				continue
+			}
+			p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Tenant: t, Kept: r.Kept})
+		}
+		c.f.read(t)
+		return p, nil
+	}
+	return feed.Page{}, nil
+}
