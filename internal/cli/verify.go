@@ -177,8 +177,9 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 	}
 	tcfg.Timeout = verify.LookupTimeoutDefault
 	var client *thirdparty.Client
+	var columns map[string]any
 	if c.Tenant != "" {
-		client, err = tenantClient(ctx, pool, creds, logger, dest, tcfg, c.Tenant)
+		client, columns, err = tenantClient(ctx, pool, creds, logger, dest, tcfg, c.Tenant)
 	} else {
 		client, err = thirdparty.New(tcfg)
 	}
@@ -188,6 +189,10 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 	rd, err := reader(dest.Format.Name, dest.Verify, client, dest.Name, c.Source)
 	if err != nil {
 		return nil, nil, 0, 0, "", err
+	}
+	if cr, ok := rd.(*verify.CustomReader); ok && c.Tenant != "" {
+		// The block's programs see the tenant as its deliverer's do.
+		cr.Verify = cr.Verify.ForTenant(c.Tenant, columns)
 	}
 	limit, burst := c.RateLimit, c.RateBurst
 	if dest.RateLimit != nil {
@@ -304,18 +309,19 @@ func runName(res *verify.Result) string {
 	return "source " + res.Source
 }
 
-// tenantClient is a client of tenant's account, from its destination's
+// tenantClient is a client of tenant's account, and the extra columns of
+// its connection row (for a verify block's $tenant), from its destination's
 // tenants (its connection row's URL and credentials, when the destination
 // has a tenants block; the destination's, with {tenant} in its URL, when
 // not). Its errors name the tenant, never a credential.
-func tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config, tenant string) (*thirdparty.Client, error) {
+func tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config, tenant string) (*thirdparty.Client, map[string]any, error) {
 	reg, err := daemon.TenantRegistry(pool, creds, logger, dest, tcfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	client, err := reg.Client(ctx, tenant)
+	client, columns, err := reg.Account(ctx, tenant)
 	if errors.Is(err, tenants.ErrUnconnected) {
-		return nil, usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)
+		return nil, nil, usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)
 	}
-	return client, err
+	return client, columns, err
 }

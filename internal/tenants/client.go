@@ -17,29 +17,41 @@ import (
 // A refresh token the token endpoint rotates while it reads is stored by
 // on_refresh, as a deliverer's would be.
 func (r *Registry) Client(ctx context.Context, tenant string) (*thirdparty.Client, error) {
+	client, _, err := r.Account(ctx, tenant)
+	return client, err
+}
+
+// Account is Client with the extra columns of the tenant's connection row
+// (nil without a tenants block), which a reader's programs see as
+// $tenant.<column>, as the tenant's deliverer's do.
+func (r *Registry) Account(ctx context.Context, tenant string) (*thirdparty.Client, map[string]any, error) {
 	if tenant == "" {
-		return nil, errNoTenant
+		return nil, nil, errNoTenant
 	}
 	var conn *connection
 	if s := r.cfg.Settings; s != nil {
 		c, err := readConnection(ctx, r.cfg.Pool, s.Query, tenant)
 		if err != nil {
-			return nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, err)
+			return nil, nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, err)
 		}
 		if c == nil {
-			return nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, ErrUnconnected)
+			return nil, nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, ErrUnconnected)
 		}
 		conn = c
 	}
 	tcfg, _, err := r.clientConfig(tenant, conn)
 	if err != nil {
-		return nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, err)
+		return nil, nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, err)
 	}
 	client, err := thirdparty.New(tcfg)
 	if err != nil {
-		return nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, err)
+		return nil, nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, err)
 	}
-	return client, nil
+	var extra map[string]any
+	if conn != nil {
+		extra = conn.extra
+	}
+	return client, extra, nil
 }
 
 // errNoTenant is Client's answer to an empty tenant.

@@ -60,6 +60,24 @@ type Verify struct {
 	compare      *gojq.Code // nil: payloads equal as JSON values
 	bounds       bounds
 	lookupSize   int
+	// tenant binds $tenant and {tenant} for a tenant's account (ForTenant);
+	// nil: $tenant is null.
+	tenant *tenantBinding
+}
+
+// ForTenant returns v bound to one tenant's account, as Format.ForTenant
+// binds a format: {tenant} in its path is tenant (escaped) and its
+// programs see $tenant as {"id": tenant} with columns added. v is not
+// changed; the copy shares its compiled programs.
+func (v *Verify) ForTenant(tenant string, columns map[string]any) *Verify {
+	obj := make(map[string]any, len(columns)+1)
+	for k, c := range columns {
+		obj[k] = c
+	}
+	obj[TenantID] = tenant
+	c := *v
+	c.tenant = &tenantBinding{id: tenant, obj: obj}
+	return &c
 }
 
 // NewVerify compiles cfg's programs, or returns an error naming the field
@@ -175,12 +193,13 @@ func (v *Verify) Request(source string, items []thirdparty.Item) (*thirdparty.Re
 		list[i] = iv
 	}
 	r := &thirdparty.Request{Method: v.method, Path: v.path, IDs: ids}
-	if strings.Contains(v.path, "{source}") || strings.Contains(v.path, "{ids}") {
+	if strings.Contains(v.path, "{source}") || strings.Contains(v.path, "{ids}") || strings.Contains(v.path, "{tenant}") {
 		esc := make([]string, len(ids))
 		for i, id := range ids {
 			esc[i] = url.QueryEscape(id)
 		}
-		r.Path = strings.NewReplacer("{source}", url.PathEscape(source), "{ids}", strings.Join(esc, ",")).Replace(v.path)
+		r.Path = strings.NewReplacer("{source}", url.PathEscape(source), "{ids}", strings.Join(esc, ","),
+			"{tenant}", v.tenant.pathValue()).Replace(v.path)
 	}
 	if v.body == nil {
 		return r, nil
@@ -189,7 +208,7 @@ func (v *Verify) Request(source string, items []thirdparty.Item) (*thirdparty.Re
 	for i, id := range ids {
 		idList[i] = id
 	}
-	out, err := v.bounds.one(v.body, map[string]any{"source": source, "ids": idList, "items": list}, float64(time.Now().Unix()), nil, "verify.request.body")
+	out, err := v.bounds.one(v.body, map[string]any{"source": source, "ids": idList, "items": list}, float64(time.Now().Unix()), v.tenant, "verify.request.body")
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +239,7 @@ type Held struct {
 // answer says nothing reliable.
 func (v *Verify) Answer(status int, header http.Header, body []byte, ids []string) (map[string]Held, error) {
 	in := answerValue(&thirdparty.Answer{StatusCode: status, Header: header, Body: body})
-	out, err := v.bounds.one(v.response, in, float64(time.Now().Unix()), nil, "verify.response")
+	out, err := v.bounds.one(v.response, in, float64(time.Now().Unix()), v.tenant, "verify.response")
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +301,7 @@ func (v *Verify) Agree(here *thirdparty.Item, there json.RawMessage) (bool, erro
 	if err := dec.Decode(&tv); err != nil {
 		return false, fmt.Errorf("verify.compare: there: %w", err)
 	}
-	out, err := v.bounds.one(v.compare, map[string]any{"here": hv, "there": tv}, float64(time.Now().Unix()), nil, "verify.compare")
+	out, err := v.bounds.one(v.compare, map[string]any{"here": hv, "there": tv}, float64(time.Now().Unix()), v.tenant, "verify.compare")
 	if err != nil {
 		return false, err
 	}

@@ -41,6 +41,29 @@ func TestVerifyRequest(t *testing.T) {
 	require.Empty(t, r.Body)
 }
 
+// TestVerifyForTenant: a block bound to a tenant's account reads it as
+// the tenant's deliverer sends to it: {tenant} in the path is the tenant
+// (escaped), $tenant its value and its connection row's extra columns;
+// the block itself stays unbound ($tenant null).
+func TestVerifyForTenant(t *testing.T) {
+	t.Parallel()
+	v, err := custom.NewVerify(&custom.VerifyConfig{
+		Request:  custom.Request{Path: "/portals/{tenant}/read", Body: `{portal: $tenant.portal_id, tenant: $tenant.id, ids}`},
+		Response: `[]`,
+	})
+	require.NoError(t, err)
+	items := []thirdparty.Item{{ID: "1", Payload: json.RawMessage(`{}`)}}
+	r, err := v.ForTenant("in/itech", map[string]any{"portal_id": "p-9"}).Request("contacts", items)
+	require.NoError(t, err)
+	require.Equal(t, "/portals/in%2Fitech/read", r.Path)
+	require.JSONEq(t, `{"portal":"p-9","tenant":"in/itech","ids":["1"]}`, string(r.Body))
+
+	r, err = v.Request("contacts", items)
+	require.NoError(t, err)
+	require.Equal(t, "/portals/{tenant}/read", r.Path, "unbound: the placeholder stays")
+	require.JSONEq(t, `{"portal":null,"tenant":null,"ids":["1"]}`, string(r.Body))
+}
+
 // TestVerifyAnswer: the response program's entries become what is held:
 // a payload, deleted, or unknown for a null payload; numeric ids read as
 // their digits; anything that is not an answer is an error naming the
