@@ -56,7 +56,7 @@ func (d *Daemon) verifyJobs(ctx context.Context) ([]verify.Job, error) {
 		if err != nil {
 			return nil, err
 		}
-		if j, ok := d.verifyJob(ctx, src, dest, nil); ok {
+		if j, ok := d.verifyJob(ctx, src, nil, dest, nil); ok {
 			out = append(out, j)
 		}
 	}
@@ -74,7 +74,7 @@ func (d *Daemon) verifyJobs(ctx context.Context) ([]verify.Job, error) {
 			if err != nil {
 				return nil, fmt.Errorf("daemon: verify: source %s: %w", s.Name, err)
 			}
-			if j, ok := d.verifyJob(ctx, src, dest, file.Destination(s.Destination)); ok {
+			if j, ok := d.verifyJob(ctx, src, s, dest, file.Destination(s.Destination)); ok {
 				out = append(out, j)
 			}
 		}
@@ -100,7 +100,10 @@ func sameDests(a, b map[string]*destination) bool {
 // format has no read API, or it authenticates by an auth mapping) the job
 // has no Reader and says why: a run asked for is refused with that, and a
 // verify_every on it is logged once.
-func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, dest *destination, now *config.Destination) (verify.Job, bool) {
+// ss is the configured source (nil for the resources); one with a tenant
+// column on a destination with a tenants block is verified a tenant at a
+// time (tenantVerify).
+func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, ss *sources.Source, dest *destination, now *config.Destination) (verify.Job, bool) {
 	c := &d.cfg
 	conf := dest.conf
 	format := c.Format.Name
@@ -121,8 +124,14 @@ func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, dest *destina
 		block = conf.Verify
 	}
 	rd, rerr := verify.NewReader(format, block, dest.client, src.Name())
+	var tv verify.Tenants
 	if rerr == nil && conf != nil && conf.Tenants != nil {
-		rd, rerr = nil, fmt.Errorf("destination %s has a tenants block: each tenant's account is read by syncer verify --tenant, not in the background yet", name)
+		rd = nil
+		if ss == nil || ss.Tenant == "" || dest.tenants == nil {
+			rerr = fmt.Errorf("destination %s has a tenants block and source %s no tenant column: no account to read its rows from", name, src.Name())
+		} else {
+			tv = tenantVerify{src: ss, reg: dest.tenants, format: format, block: block}
+		}
 	}
 	if rerr != nil {
 		if every > 0 && !d.verify.logged[name] {
@@ -138,7 +147,7 @@ func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, dest *destina
 	if conf != nil {
 		lim = conf.Limits(lim)
 	}
-	return verify.Job{Source: src, Reader: rd, Destination: name, Every: every, Heal: heal,
+	return verify.Job{Source: src, Reader: rd, Tenants: tv, Destination: name, Every: every, Heal: heal,
 		Limit: lim.RateLimit, Burst: lim.RateBurst, Namespace: breakerstore.DestinationNamespace(name),
 		Turn: dest.deliverer.Turn}, true
 }

@@ -84,3 +84,27 @@ func (s *Source) checkTenant(tenant string) error {
 	}
 	return nil
 }
+
+// TableTenants returns up to n tenants that have rows in src's table, in
+// order after after ("" starts at the first): a background verify of a
+// source whose destination has a tenants block goes through them a page
+// at a time (each page one bounded statement), verifying each tenant
+// against its own account.
+func TableTenants(ctx context.Context, q database.Querier, src *Source, after string, n int) ([]string, error) {
+	if src.Tenant == "" {
+		return nil, fmt.Errorf("sources: source %s has no tenant column", src.Name)
+	}
+	// "C" order, so a page's after is the same point whatever the
+	// database's collation.
+	t := src.tenantText("t") + ` COLLATE "C"`
+	rows, err := q.Query(ctx, `SELECT DISTINCT `+t+` FROM `+src.table()+` t
+		WHERE `+t+` > $1 ORDER BY 1 LIMIT $2`, after, max(n, 1))
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: tenants of its rows: %w", src.Name, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("sources: source %s: tenants of its rows: %w", src.Name, err)
+	}
+	return out, nil
+}

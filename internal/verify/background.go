@@ -48,7 +48,10 @@ type Job struct {
 	// Turn takes one of the destination's requests (its deliverer's
 	// Turn); nil takes none.
 	Turn func(context.Context) error
-	// Unreadable, set when Reader is nil, says why the destination cannot
+	// Tenants, set instead of Reader, verifies the source a tenant at a
+	// time, each against its own account (background_tenants.go).
+	Tenants Tenants
+	// Unreadable, set when Reader and Tenants are nil, says why the destination cannot
 	// be read back: a run asked for is then recorded failed with it,
 	// rather than left asked for.
 	Unreadable string
@@ -157,7 +160,7 @@ func (b *Background) Tick(ctx context.Context) {
 		j := jobs[i]
 		name := j.Source.Name()
 		l := last[name]
-		if j.Reader == nil {
+		if j.Reader == nil && j.Tenants == nil {
 			if l != nil && l.Requested() {
 				if err := refused(ctx, b.db, name, j.Unreadable); err != nil {
 					b.cfg.Logger.WarnContext(ctx, "verify: background: refuse a run", slog.String("source", name), slog.String("error", err.Error()))
@@ -241,7 +244,14 @@ func (b *Background) run(ctx context.Context, lk *locks.Lock, j *Job, requested 
 	}
 	log := b.cfg.Logger.With(slog.String("source", name), slog.String("destination", j.Destination))
 	log.InfoContext(ctx, "verify: background run started", slog.String("by", by), slog.Bool("heal", j.Heal))
-	res, err := Run(lctx, b.db, j.Source, j.Reader, &Config{LookupSize: b.cfg.LookupSize, Heal: j.Heal, Pace: pace, By: by, Logger: b.cfg.Logger})
+	rc := &Config{LookupSize: b.cfg.LookupSize, Heal: j.Heal, Pace: pace, By: by, Logger: b.cfg.Logger}
+	var res *Result
+	var err error
+	if j.Tenants != nil {
+		res, err = b.runTenants(lctx, j, rc)
+	} else {
+		res, err = Run(lctx, b.db, j.Source, j.Reader, rc)
+	}
 	if b.cfg.Ended != nil {
 		b.cfg.Ended(j, res, err)
 	}
