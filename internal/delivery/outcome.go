@@ -31,6 +31,9 @@ type Batch struct {
 	// bodies carry a time. Zero uses the time of the first send (for
 	// callers that record nothing).
 	Time time.Time
+	// Resent marks a batch an earlier holder recorded and did not mark: it
+	// may have reached the third party, so it may only go again under Key.
+	Resent bool
 }
 
 // Outcome is what the third party made of a batch, after any splitting.

@@ -11,6 +11,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -198,14 +199,47 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 		if err == nil {
 			return out, nil
 		}
+		if mayHaveReached(b, err) {
+			// Its only safe way out is under its key: the error ends the
+			// pass with the batch recorded, and the lane's next job
+			// resends it first (resume), as any source's. Answered empty,
+			// its record would be forgotten and its items batched again
+			// under another key, and a third party that had taken the
+			// first would hold them twice.
+			return nil, err
+		}
 	}
-	if ctx.Err() != nil {
-		// The lock lost, a shutdown: the lane's own end.
+	if ctx.Err() != nil || b.Resent {
+		// The lock lost, a shutdown: the lane's own end. Or a recorded
+		// batch whose tenant cannot take it now: it stays recorded.
 		return nil, err
 	}
 	r.logger.DebugContext(ctx, "exporter: a tenant's batch waits", slog.String("source", r.source),
 		slog.String("tenant", tenant), slog.String("error", err.Error()))
 	return &delivery.Outcome{}, nil
+}
+
+// mayHaveReached reports whether batch b, whose push ended in err, may
+// have been taken by its tenant's account: a batch recorded by an earlier
+// holder may have; so may one whose push ended otherwise than in a wait
+// (a deadline cut a request short), or one of whose requests got no
+// answer or a 5xx (a proxy's, after the origin took it). A wait that sent
+// nothing (a pause, an open breaker, refused credentials) or whose
+// requests were all answered 4xx (a 429) left nothing there.
+func mayHaveReached(b delivery.Batch, err error) bool {
+	if b.Resent {
+		return true
+	}
+	var we *delivery.WaitError
+	if !errors.As(err, &we) {
+		return true
+	}
+	for _, a := range we.Attempts {
+		if a.Status == 0 || a.Status >= 500 {
+			return true
+		}
+	}
+	return false
 }
 
 // lanesWithWork returns those of names (lanes exported here) that have

@@ -355,7 +355,7 @@ func (p *pipeline) push(ctx context.Context, b *batch) (*delivery.Outcome, error
 	e := p.e
 	start := time.Now()
 	out, err := p.dest.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body,
-		Source: sourceOf(b.name), Time: b.at})
+		Source: sourceOf(b.name), Time: b.at, Resent: b.resent})
 	if err != nil {
 		p.metrics.BatchFailed(time.Since(start))
 		p.writeWaited(ctx, b, err)
