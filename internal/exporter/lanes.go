@@ -199,19 +199,23 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 		if err == nil {
 			return out, nil
 		}
-		if mayHaveReached(b, err) {
+		if ctx.Err() == nil && mayHaveReached(b, err) {
 			// Its only safe way out is under its key: the error ends the
-			// pass with the batch recorded, and the lane's next job
-			// resends it first (resume), as any source's. Answered empty,
-			// its record would be forgotten and its items batched again
-			// under another key, and a third party that had taken the
-			// first would hold them twice.
+			// pass with the batch recorded, and the lane's job, snoozed
+			// (a wait, never River's growing backoff), resends it first
+			// (resume), as any source's. Answered empty, its record
+			// would be forgotten and its items batched again under
+			// another key, and a third party that had taken the first
+			// would hold them twice.
+			var we *delivery.WaitError
+			if !errors.As(err, &we) {
+				err = &delivery.WaitError{Err: err, Wait: TenantRetryDefault}
+			}
 			return nil, err
 		}
 	}
-	if ctx.Err() != nil || b.Resent {
-		// The lock lost, a shutdown: the lane's own end. Or a recorded
-		// batch whose tenant cannot take it now: it stays recorded.
+	if ctx.Err() != nil {
+		// The lock lost, a shutdown: the lane's own end.
 		return nil, err
 	}
 	r.logger.DebugContext(ctx, "exporter: a tenant's batch waits", slog.String("source", r.source),

@@ -31,20 +31,27 @@ func TestLaneBatchMayHaveReached(t *testing.T) {
 	require.True(t, mayHaveReached(delivery.Batch{}, context.DeadlineExceeded), "cut short")
 	require.True(t, mayHaveReached(delivery.Batch{Resent: true}, wait()), "recorded by an earlier holder")
 
-	// The router: a held tenant's new batch is answered empty (its rows
-	// wait); its recorded batch, or one that may have reached, ends the
-	// pass with the error.
-	r := &tenantRouter{tenants: stubTenants{err: wait()}, logger: slog.New(slog.DiscardHandler), source: "s"}
+	// The router: an unconnected tenant's batch, never sent, is answered
+	// empty (its rows wait); so is a new batch of a held tenant. A
+	// recorded batch of a held tenant, or one that may have reached, ends
+	// the pass with a wait, so the lane's job snoozes and resends it.
+	r := &tenantRouter{tenants: stubTenants{err: errors.New("unconnected")}, logger: slog.New(slog.DiscardHandler), source: "s"}
 	b := delivery.Batch{Salt: tenantSalt("source:s@0", "acme")}
 	out, err := r.Deliver(t.Context(), b)
 	require.NoError(t, err)
 	require.Empty(t, out.Accepted)
+	r.tenants = stubTenants{dest: stubDest{err: wait()}}
+	out, err = r.Deliver(t.Context(), b)
+	require.NoError(t, err)
+	require.Empty(t, out.Accepted)
 	b.Resent = true
 	_, err = r.Deliver(t.Context(), b)
-	require.Error(t, err)
-	r.tenants = stubTenants{dest: stubDest{err: wait(0)}}
+	require.True(t, errors.As(err, new(*delivery.WaitError)), "a recorded batch stays recorded")
+	r.tenants = stubTenants{dest: stubDest{err: context.DeadlineExceeded}}
 	_, err = r.Deliver(t.Context(), delivery.Batch{Salt: tenantSalt("source:s@0", "acme")})
-	require.True(t, errors.As(err, new(*delivery.WaitError)))
+	var we *delivery.WaitError
+	require.True(t, errors.As(err, &we), "cut short: a wait")
+	require.Equal(t, TenantRetryDefault, we.Wait)
 }
 
 type stubTenants struct {
