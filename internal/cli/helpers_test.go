@@ -88,3 +88,27 @@ sources:
 	}, 30*time.Second, 50*time.Millisecond)
 	return tt
 }
+
+// startDaemon runs syncer run, without its HTTP server, with args in this
+// process until the test ends.
+func startDaemon(t *testing.T, ctx context.Context, args ...string) {
+	t.Helper()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan result, 1)
+	go func() { done <- run(runCtx, append([]string{"run", "--http-addr", "off"}, args...)...) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+}
+
+// setupSynced returns a migrated schema with n resources rows marked
+// synced, as if exported: verify has nothing pending to wait for.
+func setupSynced(t *testing.T, n int) *bundle {
+	t.Helper()
+	b := setup(t, true)
+	b.fill(t, n)
+	_, err := b.pool.Exec(context.Background(), `UPDATE resources SET synced_at = now()`)
+	require.NoError(t, err)
+	return b
+}
