@@ -38,19 +38,18 @@ func TestPaceQuarterWhilePending(t *testing.T) {
 	ctx := context.Background()
 	l := setupLookups(t, verify.Range{}, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 10) g;
 		UPDATE resources SET synced_at = now() WHERE id <= 5`)
-	db, src, fake := l.db, l.src, l.fake
 
 	pace := verify.NewPace(40, 8)
-	res, err := verify.Run(ctx, db.Pool, src, syncerReader(t, l.url), &verify.Config{LookupSize: 2, Pace: pace})
+	res, err := verify.Run(ctx, l.db.Pool, l.src, syncerReader(t, l.url), &verify.Config{LookupSize: 2, Pace: pace})
 	require.NoError(t, err)
 	require.Equal(t, 10.0, pace.Limit(), "a quarter of 40 while rows 6..10 are pending")
 	require.Equal(t, int64(5), res.Pending)
 	require.Equal(t, int64(5), res.Missing)
-	require.Len(t, fake.Lookups(), 3, "pages 1-2, 3-4 and 5: pending rows are not asked for")
+	require.Len(t, l.fake.Lookups(), 3, "pages 1-2, 3-4 and 5: pending rows are not asked for")
 
-	_, err = db.Pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
+	_, err = l.db.Pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
 	require.NoError(t, err)
-	res, err = verify.Run(ctx, db.Pool, src, syncerReader(t, l.url), &verify.Config{LookupSize: 2, Pace: pace})
+	res, err = verify.Run(ctx, l.db.Pool, l.src, syncerReader(t, l.url), &verify.Config{LookupSize: 2, Pace: pace})
 	require.NoError(t, err)
 	require.Equal(t, 40.0, pace.Limit(), "the whole rate once nothing is pending")
 	require.Equal(t, int64(10), res.Missing)
@@ -89,17 +88,16 @@ func TestWriteDuringLookupIsPending(t *testing.T) {
 	ctx := context.Background()
 	l := setupLookups(t, verify.Range{},
 		`INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 4) g`)
-	db := l.db
 	rd := racingReader{Reader: syncerReader(t, l.url), write: func() {
-		_, err := db.Pool.Exec(ctx, `UPDATE resources SET payload = '{"n": 20}' WHERE id = 2`)
+		_, err := l.db.Pool.Exec(ctx, `UPDATE resources SET payload = '{"n": 20}' WHERE id = 2`)
 		require.NoError(t, err)
 	}}
-	res, err := verify.Run(ctx, db.Pool, l.src, rd, &verify.Config{Heal: true})
+	res, err := verify.Run(ctx, l.db.Pool, l.src, rd, &verify.Config{Heal: true})
 	require.NoError(t, err)
 	require.Equal(t, [3]int64{4, 3, 1}, [3]int64{res.Checked, res.Missing, res.Pending})
 	require.Equal(t, int64(3), res.Healed)
 	var version int64
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT version FROM resources WHERE id = 2`).Scan(&version))
+	require.NoError(t, l.db.Pool.QueryRow(ctx, `SELECT version FROM resources WHERE id = 2`).Scan(&version))
 	require.Equal(t, int64(2), version, "the written row is at its write's version, not healed again")
 }
 
