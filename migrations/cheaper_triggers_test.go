@@ -86,16 +86,10 @@ func written(t *testing.T, pool *pgxpool.Pool, schema string) string {
 // notifications as under migration 015's.
 func TestCheaperTriggersWriteWhatTheyWrote(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	pools := map[int]*pgxpool.Pool{}
 	got := map[int]string{}
 	for _, last := range []int{15, 0} {
-		dsn, schema := dbtest.NewSchema(t)
-		pool, err := pgxpool.New(ctx, dsn)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		_, err = migrations.UpTo(ctx, pool, last)
-		require.NoError(t, err)
+		pool, schema := migratedTo(t, last)
 		pools[last] = pool
 		got[last] = written(t, pool, schema)
 	}

@@ -5,10 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/migrations"
 )
@@ -20,23 +18,17 @@ import (
 func TestOneReplaysTableCopiesSourceReplays(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	dsn, _ := dbtest.NewSchema(t)
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
 	// The schema as the previous release left it, with its rows: a
 	// replay of resources, a ranged source replay halfway through, and a
 	// whole-table one not started.
-	_, err = migrations.UpTo(ctx, pool, 14)
-	require.NoError(t, err)
+	pool, _ := migratedTo(t, 14)
 	since := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	var ofResources, ranged, whole int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO syncer_replays (from_id, to_id, since, total_rows)
 		VALUES (1, 9, $1, 9) RETURNING id`, since).Scan(&ofResources))
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows, state)
 		VALUES ('orders', 40, 'running') RETURNING id`).Scan(&ranged))
-	_, err = pool.Exec(ctx, `INSERT INTO syncer_source_replays (replay_id, from_key, to_key, since, changed_column, after_key, keys_logged, last_seq)
+	_, err := pool.Exec(ctx, `INSERT INTO syncer_source_replays (replay_id, from_key, to_key, since, changed_column, after_key, keys_logged, last_seq)
 		VALUES ($1, '100', '200', $2, 'updated_at', '150', 51, 777)`, ranged, since)
 	require.NoError(t, err)
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO syncer_replays (source, total_rows) VALUES ('tags', 3) RETURNING id`).Scan(&whole))

@@ -4,11 +4,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-
-	"github.com/syncer-dev/syncer/internal/dbtest"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // Issue 45, migration 018: an UPDATE of resources that leaves every
@@ -18,12 +14,7 @@ import (
 func TestUnchangedPayloadAppendsNoEvent(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	dsn, _ := dbtest.NewSchema(t)
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = migrations.UpTo(ctx, pool, 0)
-	require.NoError(t, err)
+	pool, _ := migratedTo(t, 0)
 
 	for _, sql := range []string{
 		`INSERT INTO resources (id, payload) VALUES (1, '{"a": 1}'), (2, '{"a": 2}')`,

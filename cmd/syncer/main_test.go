@@ -120,14 +120,24 @@ func (e *env) daemon(t *testing.T, extra ...string) *exec.Cmd {
 func (e *env) daemonAt(t *testing.T, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
 	addr := freeAddr(t)
-	cmd := exec.Command(binary, "run", "--log-level", "warn", "--log-format", "json")
-	cmd.Env = cleanEnv(append([]string{
+	cmd, _ := startDaemon(t, "warn", append([]string{
 		"DATABASE_URL=" + e.dsn,
 		"SYNCER_THIRDPARTY_URL=" + e.fakeURL,
 		"SYNCER_HTTP_ADDR=" + addr,
 	}, extra...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	return cmd, addr
+}
+
+// startDaemon starts `syncer run`, logging JSON at level, in a clean
+// environment with env, and returns it with its stderr, to be read once it
+// has exited. The cleanup kills it and, if the test failed, logs its
+// stderr.
+func startDaemon(t *testing.T, level string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(binary, "run", "--log-level", level, "--log-format", "json")
+	cmd.Env = cleanEnv(env...)
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -136,7 +146,7 @@ func (e *env) daemonAt(t *testing.T, extra ...string) (*exec.Cmd, string) {
 			t.Logf("daemon stderr:\n%s", stderr.String())
 		}
 	})
-	return cmd, addr
+	return cmd, stderr
 }
 
 func (e *env) fill(t *testing.T, n int) {

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -63,19 +61,8 @@ sources:
 	require.Zero(t, r.code, r.stderr)
 
 	const shutdownTimeout = 10 * time.Second
-	cmd := exec.Command(binary, "run", "--log-level", "info", "--log-format", "json")
-	cmd.Env = cleanEnv("DATABASE_URL="+e.dsn, "SYNCER_THIRDPARTY_URL="+e.fakeURL, "SYNCER_HTTP_ADDR="+freeAddr(t),
+	cmd, stderr := startDaemon(t, "info", "DATABASE_URL="+e.dsn, "SYNCER_THIRDPARTY_URL="+e.fakeURL, "SYNCER_HTTP_ADDR="+freeAddr(t),
 		"SYNCER_CONFIG="+path, "SYNCER_SHUTDOWN_TIMEOUT="+shutdownTimeout.String())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("daemon stderr:\n%s", stderr.String())
-		}
-	})
 	e.fill(t, 10)
 	e.waitDrained(t, 30*time.Second)
 	_, err = e.pool.Exec(ctx, `INSERT INTO tickets VALUES (1, 'a'), (2, 'b')`)

@@ -3,8 +3,6 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,15 +17,9 @@ import (
 func TestStatusSaysWhatInFlightMeansWhilePaused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, false)
-	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, status text)`)
-	require.NoError(t, err)
-	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte("destinations:\n  crm:\n    url: http://127.0.0.1:1\nsources:\n  - {table: orders, key: id, destination: crm, snapshot: false}\n"), 0o600))
-	r := run(ctx, "migrate", "--database-url", b.dsn, "--config", cfg, "--log-level", "error")
-	require.Equal(t, 0, r.code, r.stderr)
+	b := setupConfigured(t, ordersDDL, ordersToCRM)
 
-	r = run(ctx, "pause", "--destination", "crm", "--within", "1s", "--database-url", b.dsn)
+	r := run(ctx, "pause", "--destination", "crm", "--within", "1s", "--database-url", b.dsn)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "every running daemon holds the pause")
 

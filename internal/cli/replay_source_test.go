@@ -120,13 +120,7 @@ sources:
 
 	// The daemon sends every row once (they were inserted after the
 	// install), then the replay's keys once more, at higher versions.
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan result, 1)
-	go func() { done <- run(runCtx, append([]string{"run", "--http-addr", "off"}, db...)...) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
+	startDaemon(t, ctx, db...)
 	require.Eventually(t, func() bool { return len(fake.Deliveries()) == 35 }, 30*time.Second, 50*time.Millisecond)
 
 	r = cmd("replay", "--source", "orders", "--from-key", "3", "--to-key", "12", "--wait", "--poll", "50ms")

@@ -102,13 +102,7 @@ sources:
 	// The application writes as it always did, unqualified.
 	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new', g FROM generate_series(1, 5) g`)
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan result, 1)
-	go func() { done <- run(runCtx, append([]string{"run", "--config", cfg, "--http-addr", "off"}, db...)...) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
+	startDaemon(t, ctx, append([]string{"--config", cfg}, db...)...)
 	waitFor := func(what string, ok func(map[string]fakethirdparty.Delivery) bool) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)

@@ -3,8 +3,6 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,14 +21,9 @@ const tenantSecret = "sk_live_tenantTOKEN_9f8e7d"
 func setupTenants(t *testing.T) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	b := setup(t, false)
-	_, err := b.pool.Exec(ctx, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, token text, password text, refresh_token text)`)
-	require.NoError(t, err)
-	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte("destinations:\n  crm:\n    url: http://127.0.0.1:1\nsources:\n  - {table: contacts, key: id, tenant: account, destination: crm, snapshot: false}\n"), 0o600))
-	r := run(ctx, "migrate", "--database-url", b.dsn, "--config", cfg, "--log-level", "error")
-	require.Equal(t, 0, r.code, r.stderr)
-	_, err = b.pool.Exec(ctx, `INSERT INTO contacts SELECT i, (ARRAY['acme','acme','acme','globex','initech','initech'])[i], $1, $1, $1 FROM generate_series(1, 6) i`, tenantSecret)
+	b := setupConfigured(t, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, token text, password text, refresh_token text)`,
+		"destinations:\n  crm:\n    url: http://127.0.0.1:1\nsources:\n  - {table: contacts, key: id, tenant: account, destination: crm, snapshot: false}\n")
+	_, err := b.pool.Exec(ctx, `INSERT INTO contacts SELECT i, (ARRAY['acme','acme','acme','globex','initech','initech'])[i], $1, $1, $1 FROM generate_series(1, 6) i`, tenantSecret)
 	require.NoError(t, err)
 
 	store := func(tenant string) *breakerstore.Store {

@@ -3,8 +3,6 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -24,12 +22,8 @@ import (
 func TestStatusLeadsWithWhatIsConfigured(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, false)
-	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, status text);
-		CREATE TABLE customers (id uuid PRIMARY KEY, name text)`)
-	require.NoError(t, err)
-	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(`destinations:
+	b := setupConfigured(t, `CREATE TABLE orders (id bigint PRIMARY KEY, status text);
+		CREATE TABLE customers (id uuid PRIMARY KEY, name text)`, `destinations:
   crm:
     url: http://127.0.0.1:1
   warehouse:
@@ -43,10 +37,8 @@ sources:
     key: id
     destination: warehouse
     snapshot: false
-`), 0o600))
-	r := run(ctx, "migrate", "--database-url", b.dsn, "--config", cfg, "--log-level", "error")
-	require.Equal(t, 0, r.code, r.stderr)
-	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 3) g`)
+`)
+	_, err := b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 3) g`)
 	require.NoError(t, err)
 
 	crm, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.DestinationNamespace("crm")})
@@ -59,7 +51,7 @@ sources:
 	require.NoError(t, wh.SetRate(ctx, breakerstore.Rate{Limit: 7.5, Ceiling: 10}))
 	require.NoError(t, wh.SetLastError(ctx, breakerstore.LastError{Text: "503 Service Unavailable", Status: 503, At: time.Now()}))
 
-	r = run(ctx, "status", "--database-url", b.dsn)
+	r := run(ctx, "status", "--database-url", b.dsn)
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.GreaterOrEqual(t, len(lines), 4, r.stdout)
@@ -126,13 +118,8 @@ sources:
 func TestStatusFailureLineKeepsTheTableNarrow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, false)
-	_, err := b.pool.Exec(ctx, `CREATE TABLE tags (name text PRIMARY KEY, color text)`)
-	require.NoError(t, err)
-	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte("destinations:\n  crm:\n    url: http://127.0.0.1:1\nsources:\n  - table: tags\n    key: name\n    destination: crm\n    snapshot: false\n"), 0o600))
-	r := run(ctx, "migrate", "--database-url", b.dsn, "--config", cfg, "--log-level", "error")
-	require.Equal(t, 0, r.code, r.stderr)
+	b := setupConfigured(t, `CREATE TABLE tags (name text PRIMARY KEY, color text)`,
+		"destinations:\n  crm:\n    url: http://127.0.0.1:1\nsources:\n  - table: tags\n    key: name\n    destination: crm\n    snapshot: false\n")
 	all, err := sources.Load(ctx, b.pool)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
@@ -140,7 +127,7 @@ func TestStatusFailureLineKeepsTheTableNarrow(t *testing.T) {
 	reason := "field color is not allowed: " + strings.Repeat("x", 2000)
 	require.NoError(t, sources.MarkFailed(ctx, b.pool, all[0], []string{long}, []int64{1}, []string{reason}))
 
-	r = run(ctx, "status", "--database-url", b.dsn)
+	r := run(ctx, "status", "--database-url", b.dsn)
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	// "destination crm" is the longest label: the values start 2 after it.

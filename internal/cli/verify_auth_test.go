@@ -77,13 +77,7 @@ func startConfigured(t *testing.T, ctx context.Context, yaml, source, ddl, fill 
 	require.Equal(t, 0, r.code, r.stderr)
 	_, err = b.pool.Exec(ctx, fill)
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan result, 1)
-	go func() { done <- run(runCtx, append([]string{"run", "--http-addr", "off"}, cv.args...)...) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
+	startDaemon(t, ctx, cv.args...)
 	require.Eventually(t, func() bool { return held() == n }, 30*time.Second, 50*time.Millisecond)
 	// Once exported, the rows are no longer pending: verify reads them all.
 	require.Eventually(t, func() bool { return cv.verify(ctx).code == 0 }, 10*time.Second, 50*time.Millisecond)

@@ -2,11 +2,8 @@ package cli_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,42 +26,7 @@ func TestBackgroundVerifyTenantsHeals(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 
-	b := setup(t, false)
-	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id integer PRIMARY KEY, account text NOT NULL, status text NOT NULL);
-		CREATE TABLE connections (account text PRIMARY KEY, url text NOT NULL, token text NOT NULL)`)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `INSERT INTO connections VALUES ('acme', $1 || '/t/acme', $2 || 'acme'), ('globex', $1 || '/t/globex', $2 || 'globex')`,
-		srv.URL, tenantToken)
-	require.NoError(t, err)
-	yaml := fmt.Sprintf(`destinations:
-  crm:
-    url: %s/t/{tenant}
-    verify_every: 1h
-    verify_heal: true
-    tenants:
-      query: SELECT url, token FROM connections WHERE account = $1
-sources:
-  - {table: orders, key: id, destination: crm, tenant: account, lanes: 4, columns: [id, status]}
-`, srv.URL)
-	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(yaml), 0o600))
-	args := []string{"--database-url", b.dsn, "--config", cfg}
-	r := run(ctx, append([]string{"migrate"}, args...)...)
-	require.Equal(t, 0, r.code, r.stderr)
-	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, CASE WHEN g % 2 = 1 THEN 'acme' ELSE 'globex' END, 'new'
-		FROM generate_series(1, 20) g`)
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan result, 1)
-	go func() { done <- run(runCtx, append([]string{"run", "--http-addr", "off"}, args...)...) }()
-	t.Cleanup(func() {
-		stop()
-		r := <-done
-		require.NotContains(t, r.stdout+r.stderr, tenantToken, "the daemon's output holds no token")
-	})
-	require.Eventually(t, func() bool {
-		return len(fake.TenantDeliveries("acme")) == 10 && len(fake.TenantDeliveries("globex")) == 10
-	}, 30*time.Second, 50*time.Millisecond)
+	b := startTwoTenants(t, ctx, fake, srv.URL, "    verify_every: 1h\n    verify_heal: true\n").b
 
 	last := func(what string, ok func(*verify.Last) bool) *verify.Last {
 		var got *verify.Last

@@ -71,13 +71,7 @@ func TestVerifyAndHeal(t *testing.T) {
 	require.Equal(t, verifyResult{Source: "resources", Checked: 30, Pending: 30}, verifyResult{Source: v.Source, Checked: v.Checked, Pending: v.Pending, OK: v.OK})
 	require.Empty(t, fake.Lookups())
 
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan result, 1)
-	go func() { done <- run(runCtx, append([]string{"run", "--http-addr", "off"}, db...)...) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
+	startDaemon(t, ctx, db...)
 	// Rows 28..30 deleted: their tombstones go too.
 	_, err := b.pool.Exec(ctx, `DELETE FROM resources WHERE id >= 28`)
 	require.NoError(t, err)
@@ -143,10 +137,7 @@ func TestVerifyAndHeal(t *testing.T) {
 func TestVerifyResumes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, true)
-	b.fill(t, 20)
-	_, err := b.pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
-	require.NoError(t, err)
+	b := setupSynced(t, 20)
 	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
 	runCtx, interrupt := context.WithCancel(ctx)
 	var lookups atomic.Int64
@@ -229,13 +220,7 @@ sources:
 	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, CASE WHEN g = 9 THEN 'hidden' ELSE 'new' END FROM generate_series(1, 12) g`)
 	require.NoError(t, err)
 
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan result, 1)
-	go func() { done <- run(runCtx, append([]string{"run", "--http-addr", "off"}, db...)...) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
+	startDaemon(t, ctx, db...)
 	require.Eventually(t, func() bool { return len(fake.Deliveries()) == 11 }, 30*time.Second, 50*time.Millisecond)
 	verifyCmd := func(args ...string) result {
 		return run(ctx, append(append([]string{"verify", "--source", "orders", "--lookup-size", "5"}, args...), db...)...)
@@ -283,13 +268,7 @@ func TestVerifyElasticsearch(t *testing.T) {
 	t.Cleanup(srv.Close)
 	db := []string{"--database-url", b.dsn, "--log-level", "error", "--thirdparty-url", srv.URL + "/orders", "--thirdparty-format", "elasticsearch"}
 	b.fill(t, 12)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan result, 1)
-	go func() { done <- run(runCtx, append([]string{"run", "--http-addr", "off"}, db...)...) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
+	startDaemon(t, ctx, db...)
 	_, err := b.pool.Exec(ctx, `DELETE FROM resources WHERE id = 12`)
 	require.NoError(t, err)
 	verifyCmd := func(args ...string) result {
@@ -343,10 +322,7 @@ func TestVerifyWaitsForTheDaemonsRun(t *testing.T) {
 func TestStatusShowsTheLastVerify(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	b := setup(t, true)
-	b.fill(t, 4)
-	_, err := b.pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
-	require.NoError(t, err)
+	b := setupSynced(t, 4)
 	srv := httptest.NewServer(fakethirdparty.New(fakethirdparty.Config{Lookup: true}))
 	t.Cleanup(srv.Close)
 	r := run(ctx, "verify", "--source", "resources", "--database-url", b.dsn, "--thirdparty-url", srv.URL)

@@ -3,18 +3,15 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/status"
 	"github.com/syncer-dev/syncer/internal/verify"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // lastVerify returns resources' last verify once cond holds for it.
@@ -37,15 +34,10 @@ func lastVerify(t *testing.T, b *bundle, what string, cond func(*verify.Last) bo
 func TestBackgroundVerifyHeals(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := dbtest.NewPool(t)
-	_, err := migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
-	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	b := &bundle{pool: pool, fakeURL: srv.URL}
+	b, fake := setupLookup(t)
+	pool := b.pool
 
-	_, err = pool.Exec(ctx, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 30) g;
+	_, err := pool.Exec(ctx, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 30) g;
 		INSERT INTO resources (payload) VALUES ('{"gone": true}');`)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `DELETE FROM resources WHERE id = 31`)
@@ -100,14 +92,9 @@ func TestBackgroundVerifyHeals(t *testing.T) {
 func TestVerifyNow(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := dbtest.NewPool(t)
-	_, err := migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
-	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	b := &bundle{pool: pool, fakeURL: srv.URL}
-	_, err = pool.Exec(ctx, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 5) g`)
+	b, _ := setupLookup(t)
+	pool := b.pool
+	_, err := pool.Exec(ctx, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 5) g`)
 	require.NoError(t, err)
 	b.start(t, &daemon.Config{HTTPAddr: daemon.HTTPAddrOff, VerifyTick: 100 * time.Millisecond})
 	time.Sleep(300 * time.Millisecond)
@@ -130,18 +117,13 @@ func TestVerifyNow(t *testing.T) {
 func TestVerifyAndExportShareTheRateLimit(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := dbtest.NewPool(t)
-	_, err := migrations.Up(ctx, pool, nil)
-	require.NoError(t, err)
-	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	b := &bundle{pool: pool, fakeURL: srv.URL}
+	b, fake := setupLookup(t)
+	pool := b.pool
 
 	// 25,000 rows synced (absent at the fake: missing, not healed) for
 	// the verify to read, then 150 pending for the export to send one a
 	// batch.
-	_, err = pool.Exec(ctx, `INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 25000) g;
+	_, err := pool.Exec(ctx, `INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 25000) g;
 		INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 150) g`)
 	require.NoError(t, err)
 	require.NoError(t, verify.Request(ctx, pool, "resources"))

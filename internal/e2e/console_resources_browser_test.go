@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +23,7 @@ func TestConsoleRetriesAndReplaysResourcesInBrowser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{RejectField: "bad"})
 	s := &consoleSetup{bundle: b, dest: newDestination(t, fakethirdparty.Config{}), logs: &lockedBuffer{}}
-	b.exec(t, `CREATE TABLE notes (id bigint PRIMARY KEY, body text)`)
-	cfg := sourcesConfig(t, fmt.Sprintf(`destinations:
-  crm:
-    url: %s
-sources:
-  - {table: notes, key: id, destination: crm}
-`, s.dest.url), nil)
-	b.installSources(t, cfg)
+	cfg := b.installNotesToCRM(t, s.dest.url)
 	s.base = s.startDaemon(t, cfg, consoleToken, func(c *console.Config) { c.Refresh = time.Hour })
 	b.exec(t, `INSERT INTO resources (id, payload) VALUES (1, '{"bad": true}')`)
 	b.exec(t, `INSERT INTO resources (id, payload) SELECT g, jsonb_build_object('n', g) FROM generate_series(2, 6) g`)

@@ -26,21 +26,7 @@ import (
 func TestCustomProgramPoisonRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
-	var mu sync.Mutex
-	got := map[string]bool{}
-	recv := newRecvServer(t, func(body []byte) {
-		var m struct {
-			Rows []struct {
-				ID string `json:"id"`
-			} `json:"rows"`
-		}
-		_ = json.Unmarshal(body, &m)
-		mu.Lock()
-		for _, r := range m.Rows {
-			got[r.ID] = true
-		}
-		mu.Unlock()
-	})
+	recv := newRowIDs(t)
 	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, total text NOT NULL, loop boolean NOT NULL DEFAULT false)`)
 	cfg := sourcesConfig(t, fmt.Sprintf(`destinations:
   d:
@@ -52,24 +38,20 @@ func TestCustomProgramPoisonRows(t *testing.T) {
       body: '{rows: [.items[] | if .payload.loop then (def f: f + 1; f) else {id, total: (.payload.total | tonumber)} end]}'
 sources:
   - {table: orders, key: id, destination: d, batch_size: 50}
-`, recv), nil)
+`, recv.url), nil)
 	b.installSources(t, cfg)
 	b.startDaemon(t, func(c *daemon.Config) { c.ThirdParty.URL = ""; c.Sources = cfg })
 	b.exec(t, `INSERT INTO orders SELECT g, g::text, false FROM generate_series(1, 200) g`)
 	b.exec(t, `UPDATE orders SET total = 'abc' WHERE id = 50`)
 	b.exec(t, `UPDATE orders SET loop = true WHERE id = 120`)
 	waitFor(t, 60*time.Second, "every good row, and the two failed", func() bool {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
+		n := recv.count()
 		rep, err := status.Gather(context.Background(), b.pool, nil)
 		require.NoError(t, err)
 		return n >= 198 && rep.Failed >= 2
 	})
-	mu.Lock()
-	require.False(t, got["50"])
-	require.False(t, got["120"])
-	mu.Unlock()
+	require.False(t, recv.has("50"))
+	require.False(t, recv.has("120"))
 	rep, err := status.Gather(context.Background(), b.pool, nil)
 	require.NoError(t, err)
 	reasons := map[string]string{}
@@ -166,21 +148,7 @@ sources:
 func TestCustomProgramBrokenForEveryRowOneAtATime(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
-	var mu sync.Mutex
-	got := map[string]bool{}
-	recv := newRecvServer(t, func(body []byte) {
-		var m struct {
-			Rows []struct {
-				ID string `json:"id"`
-			} `json:"rows"`
-		}
-		_ = json.Unmarshal(body, &m)
-		mu.Lock()
-		for _, r := range m.Rows {
-			got[r.ID] = true
-		}
-		mu.Unlock()
-	})
+	recv := newRowIDs(t)
 	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, total text NOT NULL)`)
 	file := func(body string) *config.Config {
 		return sourcesConfig(t, fmt.Sprintf(`destinations:
@@ -193,7 +161,7 @@ func TestCustomProgramBrokenForEveryRowOneAtATime(t *testing.T) {
       body: '%s'
 sources:
   - {table: orders, key: id, destination: d}
-`, recv, body), nil)
+`, recv.url, body), nil)
 	}
 	broken := file(`{rows: [.items[] | {id, total: (def f: f + 1; f)}]}`)
 	b.installSources(t, broken)
@@ -226,9 +194,7 @@ sources:
 	mended := file(`{rows: [.items[] | {id, total: .payload.total}]}`)
 	b.startDaemon(t, func(c *daemon.Config) { c.ThirdParty.URL = ""; c.Sources = mended })
 	waitFor(t, 60*time.Second, "every row once the program is mended", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == 7
+		return recv.count() == 7
 	})
 	waitFor(t, 30*time.Second, "nothing pending, nothing failed", func() bool {
 		rep, err := status.Gather(context.Background(), b.pool, nil)

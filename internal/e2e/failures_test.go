@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -35,14 +34,7 @@ func TestSourceFailuresShownAndRetriedByKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
 	dest := newDestination(t, fakethirdparty.Config{RejectField: "body"})
-	b.exec(t, `CREATE TABLE notes (id bigint PRIMARY KEY, body text)`)
-	cfg := sourcesConfig(t, fmt.Sprintf(`destinations:
-  crm:
-    url: %s
-sources:
-  - {table: notes, key: id, destination: crm}
-`, dest.url), nil)
-	b.installSources(t, cfg)
+	cfg := b.installNotesToCRM(t, dest.url)
 	logs := &lockedBuffer{}
 	b.startDaemon(t, func(c *daemon.Config) {
 		c.Sources = cfg

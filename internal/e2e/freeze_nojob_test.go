@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -36,11 +33,7 @@ func TestFrozenHolderIsTakenOverByADaemonWithoutAJob(t *testing.T) {
 	const rows = 20000
 	b := setup(t, fakethirdparty.Config{})
 	dest := newDestination(t, fakethirdparty.Config{})
-	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, v int)`)
-	cfgText := fmt.Sprintf("destinations:\n  crm:\n    url: %s\n    rate_limit: 5\nsources:\n  - {table: orders, key: id, destination: crm, batch_size: 20}\n", dest.url)
-	b.installSources(t, sourcesConfig(t, cfgText, nil))
-	cfgFile := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfgFile, []byte(cfgText), 0o600))
+	cfgFile := b.installSlowOrders(t, dest)
 	// A bulk import, then nothing.
 	b.exec(t, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) g`, rows)
 	b.exec(t, `INSERT INTO orders SELECT g, 0 FROM generate_series(1, $1) g`, rows)
@@ -49,12 +42,7 @@ func TestFrozenHolderIsTakenOverByADaemonWithoutAJob(t *testing.T) {
 	// 250 rows a second of resources, 100 of the source: minutes of
 	// backlog.
 	slow := []string{"--batch-size", "50", "--rate-limit", "5", "--config", cfgFile}
-	first, firstErr := b.startRun(t, runURL, slow...)
-	waitFor(t, time.Minute, "the first daemon takes the lock", func() bool {
-		pid, held := holder()
-		return held && pid == first.Process.Pid
-	})
-	second, secondErr := b.startRun(t, runURL, slow...)
+	first, firstErr, second, secondErr := b.startHolderThenSecond(t, runURL, holder, slow...)
 	waitFor(t, 30*time.Second, "the first daemon exports both", func() bool {
 		return b.fake.Stats().DistinctPairs >= 500 && dest.fake.Stats().DistinctPairs >= 100
 	})

@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -27,21 +24,12 @@ func TestFrozenHolderWithBacklogAndNoWrites(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
 	dest := newDestination(t, fakethirdparty.Config{})
-	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, v int)`)
-	cfgText := fmt.Sprintf("destinations:\n  crm:\n    url: %s\n    rate_limit: 5\nsources:\n  - {table: orders, key: id, destination: crm, batch_size: 20}\n", dest.url)
-	b.installSources(t, sourcesConfig(t, cfgText, nil))
-	cfgFile := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfgFile, []byte(cfgText), 0o600))
+	cfgFile := b.installSlowOrders(t, dest)
 
 	runURL, holder := b.frozenSetup(t)
 	// 100 rows a second to each third party, far fewer than written.
 	slow := []string{"--batch-size", "20", "--rate-limit", "5", "--config", cfgFile}
-	first, firstErr := b.startRun(t, runURL, slow...)
-	waitFor(t, time.Minute, "the first daemon takes the lock", func() bool {
-		pid, held := holder()
-		return held && pid == first.Process.Pid
-	})
-	second, secondErr := b.startRun(t, runURL, slow...)
+	first, firstErr, second, secondErr := b.startHolderThenSecond(t, runURL, holder, slow...)
 	// A minute of writes, then none: a backlog that no new write will
 	// ever announce.
 	n := 0

@@ -28,12 +28,7 @@ func TestFrozenHolderIsTakenOver(t *testing.T) {
 	// Slow enough to be mid-drain for seconds: 50 rows a request, 8
 	// requests a second.
 	slow := []string{"--batch-size", "50", "--rate-limit", "8"}
-	first, firstErr := b.startRun(t, runURL, slow...)
-	waitFor(t, time.Minute, "the first daemon takes the lock", func() bool {
-		pid, held := holder()
-		return held && pid == first.Process.Pid
-	})
-	second, secondErr := b.startRun(t, runURL, slow...)
+	first, firstErr, second, secondErr := b.startHolderThenSecond(t, runURL, holder, slow...)
 	waitFor(t, time.Minute, "mid-drain", func() bool { return b.fake.Stats().DistinctPairs >= 1000 })
 
 	require.NoError(t, first.Process.Signal(syscall.SIGSTOP))

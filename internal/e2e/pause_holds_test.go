@@ -27,14 +27,7 @@ func TestPauseHoldsWhenItReturns(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
 	dest := newDestination(t, fakethirdparty.Config{})
-	b.exec(t, `CREATE TABLE notes (id bigint PRIMARY KEY, body text)`)
-	cfg := sourcesConfig(t, fmt.Sprintf(`destinations:
-  crm:
-    url: %s
-sources:
-  - {table: notes, key: id, destination: crm}
-`, dest.url), nil)
-	b.installSources(t, cfg)
+	cfg := b.installNotesToCRM(t, dest.url)
 	for range 2 {
 		b.startDaemon(t, func(c *daemon.Config) { c.Sources = cfg })
 	}

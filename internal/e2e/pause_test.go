@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,14 +22,7 @@ func TestPauseAndResumeDestination(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
 	dest := newDestination(t, fakethirdparty.Config{})
-	b.exec(t, `CREATE TABLE notes (id bigint PRIMARY KEY, body text)`)
-	cfg := sourcesConfig(t, fmt.Sprintf(`destinations:
-  crm:
-    url: %s
-sources:
-  - {table: notes, key: id, destination: crm}
-`, dest.url), nil)
-	b.installSources(t, cfg)
+	cfg := b.installNotesToCRM(t, dest.url)
 	d := b.startDaemon(t, func(c *daemon.Config) {
 		c.Sources = cfg
 		c.GaugeInterval = 100 * time.Millisecond

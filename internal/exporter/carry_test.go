@@ -31,6 +31,18 @@ func (b *pipelineBundle) sentOnceEach(t *testing.T) {
 	}
 }
 
+// carrying returns a pipeline of batches of 10 and its run after a first
+// poll of n new rows, the poll whose answered batch the run carries.
+func carrying(t *testing.T, n int) (*pipelineBundle, *run) {
+	t.Helper()
+	b := setupPipeline(t, Config{BatchSize: 10})
+	r := b.run(t)
+	b.insert(t, n)
+	_, err := b.poll(t, r)
+	require.NoError(t, err)
+	return b, r
+}
+
 // A poll's answered batch stays recorded and unmarked; the next poll reads
 // past its items at their versions (a row changed meanwhile goes again,
 // at its new version), writes its outcomes with its own record, and the
@@ -90,11 +102,7 @@ func TestCarriedOutcomesGoWithTheNextLook(t *testing.T) {
 func TestCarriedBatchIsResentAfterACrash(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	b := setupPipeline(t, Config{BatchSize: 10})
-	r := b.run(t)
-	b.insert(t, 4)
-	_, err := b.poll(t, r)
-	require.NoError(t, err)
+	b, r := carrying(t, 4)
 	require.Len(t, r.carried.batches, 1)
 	first, _, _, _ := b.pusher.snapshot()
 
@@ -113,11 +121,7 @@ func TestCarriedBatchIsResentAfterACrash(t *testing.T) {
 func TestCarriedOutcomesBeforeAnotherFeed(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	b := setupPipeline(t, Config{BatchSize: 10})
-	r := b.run(t)
-	b.insert(t, 2)
-	_, err := b.poll(t, r)
-	require.NoError(t, err)
+	b, r := carrying(t, 2)
 	require.Len(t, r.carried.batches, 1)
 
 	other := target{feed: b.e.replayFeed(1, resources.Filter{}, b.e.limits(0)), dest: b.pusher, destName: "default"}
@@ -133,11 +137,7 @@ func TestCarriedOutcomesBeforeAnotherFeed(t *testing.T) {
 func TestPollOfManyPagesCarriesItsLastBatch(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	b := setupPipeline(t, Config{BatchSize: 10})
-	r := b.run(t)
-	b.insert(t, 3)
-	_, err := b.poll(t, r)
-	require.NoError(t, err)
+	b, r := carrying(t, 3)
 	b.insert(t, 25)
 
 	res, err := b.poll(t, r)
@@ -159,15 +159,11 @@ func TestPollOfManyPagesCarriesItsLastBatch(t *testing.T) {
 // record is forgotten, and the carried outcomes are written.
 func TestLookStoppingAfterItsRecordSendsNothing(t *testing.T) {
 	t.Parallel()
-	b := setupPipeline(t, Config{BatchSize: 10})
-	r := b.run(t)
-	b.insert(t, 2)
-	_, err := b.poll(t, r)
-	require.NoError(t, err)
+	b, r := carrying(t, 2)
 	b.insert(t, 2)
 
 	b.e.Shutdown()
-	_, err = b.poll(t, r)
+	_, err := b.poll(t, r)
 	require.ErrorIs(t, err, errStopping)
 	calls, _, _, _ := b.pusher.snapshot()
 	require.Len(t, calls, 1, "nothing sent after the stop")

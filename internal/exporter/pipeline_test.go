@@ -153,6 +153,12 @@ func (b *pipelineBundle) recorded(t *testing.T) []checkpoint.Batch {
 	return recs
 }
 
+// passAll runs one pass over resources' live rows from the start, bound
+// by neither a number of batches nor a time.
+func (b *pipelineBundle) passAll(t *testing.T) (passResult, error) {
+	return b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+}
+
 // slow answers after d, or fails when the context ends first.
 func slow(d time.Duration) func(ctx context.Context, k int, b delivery.Batch) (*delivery.Outcome, error) {
 	return func(ctx context.Context, k int, b delivery.Batch) (*delivery.Outcome, error) {
@@ -174,7 +180,7 @@ func TestPipelineKeepsItsLimits(t *testing.T) {
 			b.pusher.answer = slow(5 * time.Millisecond)
 			b.insert(t, 400)
 
-			res, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+			res, err := b.passAll(t)
 			require.NoError(t, err)
 			require.True(t, res.done)
 			require.Equal(t, 400, res.rows)
@@ -203,7 +209,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 		return slow(2*time.Millisecond)(ctx, i, bt)
 	}
 
-	_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+	_, err := b.passAll(t)
 	require.ErrorIs(t, err, refused)
 
 	calls, _, overlaps, unrecorded := b.pusher.snapshot()
@@ -237,7 +243,7 @@ func TestPipelineFailureAtBatchKLeavesExactlyTheSentBatchesRecorded(t *testing.T
 	}
 	require.Empty(t, b.recorded(t))
 
-	res, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+	res, err := b.passAll(t)
 	require.NoError(t, err)
 	require.True(t, res.done)
 	require.Equal(t, 200, b.count(t, "synced_at IS NOT NULL"))
@@ -292,7 +298,7 @@ func TestPipelineRejectionsFailOnlyTheirVersion(t *testing.T) {
 		}
 		return out, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+	_, err := b.passAll(t)
 	require.NoError(t, err)
 	require.Equal(t, 7, b.count(t, "failed_at IS NOT NULL AND sync_error = 'no sevens'"))
 	require.Equal(t, 43, b.count(t, "synced_at IS NOT NULL"))
@@ -308,7 +314,7 @@ func TestPipelineStopSendsNothingMoreAndForgetsUnsent(t *testing.T) {
 		}
 		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+	_, err := b.passAll(t)
 	require.ErrorIs(t, err, errStopping)
 	calls, _, _, _ := b.pusher.snapshot()
 	require.Less(t, len(calls), 30)
@@ -322,7 +328,7 @@ func TestPipelineKeysAreTheInstallations(t *testing.T) {
 	two := setupPipeline(t, Config{BatchSize: 10})
 	for _, b := range []*pipelineBundle{one, two} {
 		b.insert(t, 10)
-		_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+		_, err := b.passAll(t)
 		require.NoError(t, err)
 	}
 	c1, _, _, _ := one.pusher.snapshot()
@@ -338,7 +344,7 @@ func TestPipelineExportsEveryBigintID(t *testing.T) {
 	_, err := b.pool.Exec(t.Context(), `INSERT INTO resources (id, payload) VALUES
 		(-9223372036854775808, '{}'), (-1, '{}'), (0, '{}'), (1, '{}'), (9223372036854775807, '{}')`)
 	require.NoError(t, err)
-	res, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+	res, err := b.passAll(t)
 	require.NoError(t, err)
 	require.Equal(t, 5, res.rows)
 	require.Equal(t, 5, b.count(t, "synced_at IS NOT NULL"))
@@ -355,7 +361,7 @@ func TestResumeThatFailsForgetsNothing(t *testing.T) {
 		}
 		return &delivery.Outcome{Accepted: bt.Items, Requests: 1}, nil
 	}
-	_, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+	_, err := b.passAll(t)
 	require.ErrorIs(t, err, refused)
 	recs := b.recorded(t)
 	require.NotEmpty(t, recs)
@@ -396,7 +402,7 @@ func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
 	require.NoError(t, err)
 	b.pusher.answer = slow(time.Millisecond)
 
-	_, err = b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+	_, err = b.passAll(t)
 	require.ErrorContains(t, err, "scripted: mark refused")
 	require.NoError(t, b.lk.Err(), "a failed mark keeps the lock")
 
@@ -440,7 +446,7 @@ func TestPipelineFailedMarkCommitsNothingBehindIt(t *testing.T) {
 	_, err = b.pool.Exec(t.Context(), `DROP TRIGGER refuse_mark ON resources`)
 	require.NoError(t, err)
 	require.NoError(t, b.e.resume(t.Context(), b.lk, b.rows(), b.src.owns))
-	res, err := b.e.pass(t.Context(), b.lk, b.rows(), feed.Start, 0, time.Time{})
+	res, err := b.passAll(t)
 	require.NoError(t, err)
 	require.True(t, res.done)
 	require.Equal(t, 300, b.count(t, "synced_at IS NOT NULL"))

@@ -17,6 +17,16 @@ import (
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
+// serve starts the fake with cfg behind an HTTP server closed at the
+// test's end, and returns it with the server's URL.
+func serve(t *testing.T, cfg fakethirdparty.Config) (*fakethirdparty.Server, string) {
+	t.Helper()
+	fake := fakethirdparty.New(cfg)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	return fake, srv.URL
+}
+
 func post(t *testing.T, url, contentType, body string, h http.Header) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
@@ -37,10 +47,8 @@ func post(t *testing.T, url, contentType, body string, h http.Header) (int, stri
 // delete of nothing 404, a rejected field 400 inside a 200.
 func TestElasticsearchExternalVersions(t *testing.T) {
 	t.Parallel()
-	fake := fakethirdparty.New(fakethirdparty.Config{Format: fakethirdparty.FormatElasticsearch, RejectField: "bad"})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	bulk := srv.URL + "/orders/_bulk"
+	fake, url := serve(t, fakethirdparty.Config{Format: fakethirdparty.FormatElasticsearch, RejectField: "bad"})
+	bulk := url + "/orders/_bulk"
 	status, body := post(t, bulk, "application/x-ndjson",
 		`{"index":{"_id":"1","version":2,"version_type":"external"}}`+"\n{}\n"+
 			`{"index":{"_id":"2","version":1,"version_type":"external"}}`+"\n"+`{"bad":1}`+"\n"+
@@ -54,7 +62,7 @@ func TestElasticsearchExternalVersions(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, `"status":409`)
 	require.Equal(t, int64(1), fake.Stats().VersionConflicts)
-	status, _ = post(t, srv.URL+"/orders/_search", "application/x-ndjson", `{}`+"\n", nil)
+	status, _ = post(t, url+"/orders/_search", "application/x-ndjson", `{}`+"\n", nil)
 	require.Equal(t, http.StatusNotFound, status)
 }
 
@@ -62,9 +70,7 @@ func TestElasticsearchExternalVersions(t *testing.T) {
 // accepted; a wrong signature or a stale timestamp is 401.
 func TestStandardWebhooksSignatures(t *testing.T) {
 	t.Parallel()
-	fake := fakethirdparty.New(fakethirdparty.Config{Format: fakethirdparty.FormatStandardWebhooks, SigningSecret: testSecret})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
+	fake, url := serve(t, fakethirdparty.Config{Format: fakethirdparty.FormatStandardWebhooks, SigningSecret: testSecret})
 	key, err := standardwebhooks.ParseSecret(testSecret)
 	require.NoError(t, err)
 	body := `{"type":"orders.upserted","timestamp":"2026-11-24T13:00:00Z","data":{"id":"1","version":1,"payload":{}}}`
@@ -75,11 +81,11 @@ func TestStandardWebhooksSignatures(t *testing.T) {
 		}
 		return http.Header{"Webhook-Id": {"msg_1"}, "Webhook-Timestamp": {ts}, "Webhook-Signature": {sig}}
 	}
-	status, _ := post(t, srv.URL+"/hooks", "application/json", body, signed(time.Now(), "v1,AAAA"))
+	status, _ := post(t, url+"/hooks", "application/json", body, signed(time.Now(), "v1,AAAA"))
 	require.Equal(t, http.StatusUnauthorized, status)
-	status, _ = post(t, srv.URL+"/hooks", "application/json", body, signed(time.Now().Add(-time.Hour), ""))
+	status, _ = post(t, url+"/hooks", "application/json", body, signed(time.Now().Add(-time.Hour), ""))
 	require.Equal(t, http.StatusUnauthorized, status)
-	status, _ = post(t, srv.URL+"/hooks", "application/json", body, signed(time.Now(), ""))
+	status, _ = post(t, url+"/hooks", "application/json", body, signed(time.Now(), ""))
 	require.Equal(t, http.StatusNoContent, status)
 	require.Equal(t, int64(1), fake.Stats().ItemsAccepted)
 }
@@ -88,14 +94,12 @@ func TestStandardWebhooksSignatures(t *testing.T) {
 // answered 207 naming it; the others are accepted.
 func TestCustomAnswers207(t *testing.T) {
 	t.Parallel()
-	fake := fakethirdparty.New(fakethirdparty.Config{Format: fakethirdparty.FormatCustom, RejectField: "bad"})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	status, body := post(t, srv.URL+"/crm/batch/upsert", "application/json",
+	fake, url := serve(t, fakethirdparty.Config{Format: fakethirdparty.FormatCustom, RejectField: "bad"})
+	status, body := post(t, url+"/crm/batch/upsert", "application/json",
 		`{"inputs":[{"id":"a","version":1,"properties":{}},{"id":"b","version":1,"properties":{"bad":1}}]}`, nil)
 	require.Equal(t, http.StatusMultiStatus, status)
 	require.JSONEq(t, `{"status":"COMPLETE","results":[{"id":"a"}],"errors":[{"status":"error","category":"VALIDATION_ERROR","message":"field bad is not allowed","context":{"ids":["b"]}}]}`, body)
-	status, _ = post(t, srv.URL+"/crm/batch/archive", "application/json", `{"inputs":[{"id":"a","version":2}]}`, nil)
+	status, _ = post(t, url+"/crm/batch/archive", "application/json", `{"inputs":[{"id":"a","version":2}]}`, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, int64(2), fake.Stats().ItemsAccepted)
 }

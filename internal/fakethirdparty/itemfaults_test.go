@@ -3,7 +3,6 @@ package fakethirdparty_test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -34,9 +33,7 @@ func failingAndNot(t *testing.T, share float64) (string, string) {
 func TestItemFailShareElasticsearch(t *testing.T) {
 	t.Parallel()
 	cfg := fakethirdparty.Config{Format: fakethirdparty.FormatElasticsearch, ItemFailShare: 0.2}
-	fake := fakethirdparty.New(cfg)
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
+	fake, url := serve(t, cfg)
 	bad, good := failingAndNot(t, 0.2)
 	n := 0
 	for i := range 1000 {
@@ -50,7 +47,7 @@ func TestItemFailShareElasticsearch(t *testing.T) {
 			fmt.Sprintf(`{"index":{"_id":%q,"version":%d,"version_type":"external"}}`+"\n{}\n", good, version)
 	}
 	for v := 1; v <= 2; v++ {
-		status, body := post(t, srv.URL+"/accounts/_bulk", "application/x-ndjson", bulk(v), nil)
+		status, body := post(t, url+"/accounts/_bulk", "application/x-ndjson", bulk(v), nil)
 		require.Equal(t, http.StatusOK, status)
 		require.JSONEq(t, fmt.Sprintf(`{"took":0,"errors":true,"items":[
 			{"index":{"_index":"fake","_id":%q,"status":503,"error":{"type":"unavailable_shards_exception","reason":"primary shard is not active"}}},
@@ -58,14 +55,14 @@ func TestItemFailShareElasticsearch(t *testing.T) {
 	}
 	cfg.ItemFailStatus = http.StatusTooManyRequests
 	fake.SetConfig(cfg)
-	_, body := post(t, srv.URL+"/accounts/_bulk", "application/x-ndjson", bulk(3), nil)
+	_, body := post(t, url+"/accounts/_bulk", "application/x-ndjson", bulk(3), nil)
 	require.Contains(t, body, `"status":429`)
 	require.Equal(t, int64(3), fake.Stats().ItemsAccepted)
 	require.Equal(t, int64(3), fake.Stats().ItemFails)
 
 	cfg.ItemFailShare = 0
 	fake.SetConfig(cfg)
-	_, body = post(t, srv.URL+"/accounts/_bulk", "application/x-ndjson", bulk(4), nil)
+	_, body = post(t, url+"/accounts/_bulk", "application/x-ndjson", bulk(4), nil)
 	require.Equal(t, 2, strings.Count(body, `"status":201`), body)
 }
 
@@ -75,13 +72,11 @@ func TestItemFailShareElasticsearch(t *testing.T) {
 func TestItemFailShareWebhooks(t *testing.T) {
 	t.Parallel()
 	cfg := fakethirdparty.Config{Format: fakethirdparty.FormatStandardWebhooks, ItemFailShare: 0.5, ItemFailStatus: http.StatusNotFound}
-	fake := fakethirdparty.New(cfg)
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
+	fake, url := serve(t, cfg)
 	bad, good := failingAndNot(t, 0.5)
 	hook := func(id string) (int, string) {
 		body := fmt.Sprintf(`{"type":"orders.upserted","timestamp":"2026-11-24T13:00:00Z","data":{"id":%q,"version":1,"payload":{}}}`, id)
-		return post(t, srv.URL+"/hooks", "application/json", body, http.Header{"Webhook-Id": {"msg_" + id}})
+		return post(t, url+"/hooks", "application/json", body, http.Header{"Webhook-Id": {"msg_" + id}})
 	}
 	status, _ := hook(good)
 	require.Equal(t, http.StatusNoContent, status)
@@ -100,16 +95,14 @@ func TestItemFailShareWebhooks(t *testing.T) {
 func TestAnswerLoad(t *testing.T) {
 	t.Parallel()
 	cfg := fakethirdparty.Config{Format: fakethirdparty.FormatCustom, AnswerLoad: 1e9, Now: time.Now}
-	fake := fakethirdparty.New(cfg)
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
+	fake, url := serve(t, cfg)
 	body := `{"inputs":[{"id":"a","version":1,"properties":{}}]}`
-	status, answer := post(t, srv.URL+"/crm/batch/upsert", "application/json", body, nil)
+	status, answer := post(t, url+"/crm/batch/upsert", "application/json", body, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.JSONEq(t, `{"n":1000000000,"status":"COMPLETE","results":[{"id":"a"}]}`, answer)
 	cfg.AnswerLoad = 0
 	fake.SetConfig(cfg)
-	status, answer = post(t, srv.URL+"/crm/batch/upsert", "application/json", body, nil)
+	status, answer = post(t, url+"/crm/batch/upsert", "application/json", body, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.JSONEq(t, `{"status":"COMPLETE","results":[{"id":"a"}]}`, answer)
 	require.Equal(t, int64(1), fake.Stats().KeyReplays)

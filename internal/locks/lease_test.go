@@ -3,6 +3,7 @@ package locks_test
 import (
 	"bufio"
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -38,6 +39,23 @@ func (b *testBundle) leasedLocker(t *testing.T, ttl time.Duration) *locks.Locker
 	require.NoError(t, err)
 	t.Cleanup(locker.Close)
 	return locker
+}
+
+// startHolder runs the hold helper in a child process connected with dsn:
+// it takes b.key under a lease of ttl and prints "held", then each check.
+// It returns the child with its stdout and stderr; the cleanup kills it.
+func (b *testBundle) startHolder(t *testing.T, dsn string, ttl time.Duration) (*exec.Cmd, io.Reader, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envHelper+"=hold", envDSN+"="+dsn,
+		envKey+"="+strconv.FormatInt(b.key, 10), envLeaseTTL+"="+ttl.String())
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	errOut := &syncBuffer{}
+	cmd.Stderr = errOut
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, stdout, errOut
 }
 
 func TestLeaseIsRenewedWhileHeld(t *testing.T) {
@@ -117,15 +135,7 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	b := leaseSetup(t, ttl)
 	ctx := context.Background()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envHelper+"=hold", envDSN+"="+b.dsn,
-		envKey+"="+strconv.FormatInt(b.key, 10), envLeaseTTL+"="+ttl.String())
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	errOut := &syncBuffer{}
-	cmd.Stderr = errOut
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, stdout, errOut := b.startHolder(t, b.dsn, ttl)
 	lines := make(chan string, 1<<16)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -149,6 +159,7 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	frozenAt := time.Now()
 	waiter := b.leasedLocker(t, ttl)
 	var lk *locks.Lock
+	var err error
 	require.Eventually(t, func() bool {
 		lk, err = waiter.TryAcquire(ctx, b.key)
 		return err == nil
@@ -208,15 +219,7 @@ func TestLeaseTakeoverNeedsTheHoldersRole(t *testing.T) {
 
 	// The holder, frozen: its lease runs out.
 	holderDSN := strings.Replace(b.dsn, "://", "://"+daemonRole+"@", 1)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envHelper+"=hold", envDSN+"="+holderDSN,
-		envKey+"="+strconv.FormatInt(b.key, 10), envLeaseTTL+"="+ttl.String())
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	errOut := &syncBuffer{}
-	cmd.Stderr = errOut
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, stdout, errOut := b.startHolder(t, holderDSN, ttl)
 	sc := bufio.NewScanner(stdout)
 	require.True(t, sc.Scan(), errOut.String())
 	require.True(t, strings.HasPrefix(sc.Text(), "held "), sc.Text())

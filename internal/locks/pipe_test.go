@@ -20,6 +20,15 @@ func queueMark(id int) func(*pgx.Batch) error {
 	}
 }
 
+// pipeSetup returns the bundle set up with cfg, the lock its locker took
+// and a new pipe on that lock.
+func pipeSetup(t *testing.T, cfg *locks.Config) (*testBundle, *locks.Lock, *locks.Pipe) {
+	t.Helper()
+	b := setup(t, cfg)
+	lk := b.tryAcquire(t, b.locker)
+	return b, lk, lk.NewPipe()
+}
+
 // withBatch sends one transaction on a new pipe and waits for it.
 func withBatch(ctx context.Context, lk *locks.Lock, queue func(*pgx.Batch) error) error {
 	p := lk.NewPipe()
@@ -87,10 +96,8 @@ func TestPipeCommitsAllOrNothing(t *testing.T) {
 // order, and one whose predecessor failed commits nothing.
 func TestPipeFencesOnTheTransactionBefore(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b, lk, p := pipeSetup(t, nil)
 	ctx := context.Background()
-	lk := b.tryAcquire(t, b.locker)
-	p := lk.NewPipe()
 
 	// Three in flight; the second sees the first's write, the third the
 	// second's.
@@ -137,10 +144,8 @@ func TestPipeFencesOnTheTransactionBefore(t *testing.T) {
 // one behind it does not.
 func TestPipeChainedIsFencedAndUnchecked(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &locks.Config{CheckInterval: time.Hour})
+	b, lk, p := pipeSetup(t, &locks.Config{CheckInterval: time.Hour})
 	ctx := context.Background()
-	lk := b.tryAcquire(t, b.locker)
-	p := lk.NewPipe()
 
 	// Behind a failed transaction, a chained one does nothing.
 	require.NoError(t, p.Send(ctx, queueMark(1)))
@@ -181,10 +186,8 @@ func TestPipeChainedIsFencedAndUnchecked(t *testing.T) {
 // flight, waits for them; their answers still come in order.
 func TestPipePreparesBehindWhatIsInFlight(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b, _, p := pipeSetup(t, nil)
 	ctx := context.Background()
-	lk := b.tryAcquire(t, b.locker)
-	p := lk.NewPipe()
 
 	var first, second int64
 	require.NoError(t, p.Send(ctx, func(qb *pgx.Batch) error {
@@ -260,10 +263,8 @@ func TestPipeNoticesLoss(t *testing.T) {
 	})
 	t.Run("an argument that cannot be encoded", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, &locks.Config{CheckInterval: time.Hour})
+		b, lk, p := pipeSetup(t, &locks.Config{CheckInterval: time.Hour})
 		ctx := context.Background()
-		lk := b.tryAcquire(t, b.locker)
-		p := lk.NewPipe()
 		require.NoError(t, p.Send(ctx, queueMark(1)))
 		err := p.Send(ctx, func(qb *pgx.Batch) error {
 			qb.Queue("INSERT INTO marks (id) VALUES ($1)", 2)

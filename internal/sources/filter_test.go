@@ -15,73 +15,63 @@ import (
 // sent), and a row that returns after its tombstone, live above it.
 func TestRowFilter(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ name, ddl string }{
-		{"table", `CREATE TABLE posts (id bigint PRIMARY KEY, status text, deleted_at timestamptz, title text)`},
-		{"partitioned", `CREATE TABLE posts (id bigint PRIMARY KEY, status text, deleted_at timestamptz, title text) PARTITION BY RANGE (id);
-			CREATE TABLE posts_low PARTITION OF posts FOR VALUES FROM (MINVALUE) TO (100);
-			CREATE TABLE posts_high PARTITION OF posts FOR VALUES FROM (100) TO (MAXVALUE)`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			b.exec(t, tc.ddl)
-			_, srcs := b.install(t, "  - table: posts\n    key: id\n    where: \"status = 'published' AND deleted_at IS NULL\"\n    destination: crm\n    snapshot: false\n")
-			src := srcs["posts"]
+	tableAndPartitioned(t, "posts", `(id bigint PRIMARY KEY, status text, deleted_at timestamptz, title text)`, func(t *testing.T, b *bundle) {
+		_, srcs := b.install(t, "  - table: posts\n    key: id\n    where: \"status = 'published' AND deleted_at IS NULL\"\n    destination: crm\n    snapshot: false\n")
+		src := srcs["posts"]
 
-			b.exec(t, `INSERT INTO posts VALUES (1, 'published', NULL, 'a'), (2, 'draft', NULL, 'b'), (3, 'published', NULL, 'c'), (150, 'published', NULL, 'd')`)
-			rows := b.pending(t, src)
-			require.Equal(t, []string{"1", "3", "150"}, keys(rows))
-			b.markSynced(t, src, rows)
+		b.exec(t, `INSERT INTO posts VALUES (1, 'published', NULL, 'a'), (2, 'draft', NULL, 'b'), (3, 'published', NULL, 'c'), (150, 'published', NULL, 'd')`)
+		rows := b.pending(t, src)
+		require.Equal(t, []string{"1", "3", "150"}, keys(rows))
+		b.markSynced(t, src, rows)
 
-			// Never matching: its updates and its delete are never sent.
-			b.exec(t, `UPDATE posts SET title = 'b2' WHERE id = 2`)
-			b.exec(t, `DELETE FROM posts WHERE id = 2`)
-			require.Empty(t, b.pending(t, src))
+		// Never matching: its updates and its delete are never sent.
+		b.exec(t, `UPDATE posts SET title = 'b2' WHERE id = 2`)
+		b.exec(t, `DELETE FROM posts WHERE id = 2`)
+		require.Empty(t, b.pending(t, src))
 
-			// Soft-deleted: a tombstone of the next version; then nothing
-			// more, not its hard delete.
-			b.exec(t, `UPDATE posts SET deleted_at = now() WHERE id IN (3, 150)`)
-			got := b.pending(t, src)
-			require.Equal(t, []string{"3", "150"}, keys(got))
-			for i, r := range got {
-				require.True(t, r.Deleted, r.Key)
-				require.Greater(t, r.Version, rows[i+1].Version)
-			}
-			b.markSynced(t, src, got)
-			b.exec(t, `UPDATE posts SET title = 'c2' WHERE id = 3`)
-			b.exec(t, `DELETE FROM posts WHERE id = 3`)
-			require.Empty(t, b.pending(t, src))
+		// Soft-deleted: a tombstone of the next version; then nothing
+		// more, not its hard delete.
+		b.exec(t, `UPDATE posts SET deleted_at = now() WHERE id IN (3, 150)`)
+		got := b.pending(t, src)
+		require.Equal(t, []string{"3", "150"}, keys(got))
+		for i, r := range got {
+			require.True(t, r.Deleted, r.Key)
+			require.Greater(t, r.Version, rows[i+1].Version)
+		}
+		b.markSynced(t, src, got)
+		b.exec(t, `UPDATE posts SET title = 'c2' WHERE id = 3`)
+		b.exec(t, `DELETE FROM posts WHERE id = 3`)
+		require.Empty(t, b.pending(t, src))
 
-			// Leaving (unpublished), then returning: live above its tombstone.
-			b.exec(t, `UPDATE posts SET status = 'draft' WHERE id = 1`)
-			got = b.pending(t, src)
-			require.Equal(t, []string{"1"}, keys(got))
-			require.True(t, got[0].Deleted)
-			tomb := got[0].Version
-			b.markSynced(t, src, got)
-			b.exec(t, `UPDATE posts SET status = 'published' WHERE id = 1`)
-			got = b.pending(t, src)
-			require.Equal(t, []string{"1"}, keys(got))
-			require.False(t, got[0].Deleted)
-			require.Greater(t, got[0].Version, tomb)
-			b.markSynced(t, src, got)
+		// Leaving (unpublished), then returning: live above its tombstone.
+		b.exec(t, `UPDATE posts SET status = 'draft' WHERE id = 1`)
+		got = b.pending(t, src)
+		require.Equal(t, []string{"1"}, keys(got))
+		require.True(t, got[0].Deleted)
+		tomb := got[0].Version
+		b.markSynced(t, src, got)
+		b.exec(t, `UPDATE posts SET status = 'published' WHERE id = 1`)
+		got = b.pending(t, src)
+		require.Equal(t, []string{"1"}, keys(got))
+		require.False(t, got[0].Deleted)
+		require.Greater(t, got[0].Version, tomb)
+		b.markSynced(t, src, got)
 
-			// Entering: a draft published.
-			b.exec(t, `INSERT INTO posts VALUES (4, 'draft', NULL, 'e')`)
-			require.Empty(t, b.pending(t, src))
-			b.exec(t, `UPDATE posts SET status = 'published' WHERE id = 4`)
-			got = b.pending(t, src)
-			require.Equal(t, []string{"4"}, keys(got))
-			require.False(t, got[0].Deleted)
-			b.markSynced(t, src, got)
+		// Entering: a draft published.
+		b.exec(t, `INSERT INTO posts VALUES (4, 'draft', NULL, 'e')`)
+		require.Empty(t, b.pending(t, src))
+		b.exec(t, `UPDATE posts SET status = 'published' WHERE id = 4`)
+		got = b.pending(t, src)
+		require.Equal(t, []string{"4"}, keys(got))
+		require.False(t, got[0].Deleted)
+		b.markSynced(t, src, got)
 
-			// TRUNCATE: only the rows that match are deleted at the third
-			// party.
-			b.exec(t, `TRUNCATE posts`)
-			got = b.pending(t, src)
-			require.Equal(t, []string{"1", "4"}, keys(got))
-		})
-	}
+		// TRUNCATE: only the rows that match are deleted at the third
+		// party.
+		b.exec(t, `TRUNCATE posts`)
+		got = b.pending(t, src)
+		require.Equal(t, []string{"1", "4"}, keys(got))
+	})
 }
 
 // A snapshot and a replay of a filtered source send the rows that match

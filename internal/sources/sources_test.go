@@ -34,6 +34,28 @@ func (b *bundle) exec(t *testing.T, sql string, args ...any) {
 	require.NoError(t, err, sql)
 }
 
+// tableAndPartitioned runs f twice, in parallel subtests, each on a schema
+// of its own holding table with columns cols: "table", a plain table, and
+// "partitioned", one range-partitioned by id into two partitions split
+// at 100: what capture does must hold on both.
+func tableAndPartitioned(t *testing.T, table, cols string, f func(t *testing.T, b *bundle)) {
+	t.Helper()
+	q := pgx.Identifier{table}.Sanitize()
+	for _, tc := range []struct{ name, ddl string }{
+		{"table", `CREATE TABLE ` + q + ` ` + cols},
+		{"partitioned", `CREATE TABLE ` + q + ` ` + cols + ` PARTITION BY RANGE (id);
+			CREATE TABLE ` + pgx.Identifier{table + "_low"}.Sanitize() + ` PARTITION OF ` + q + ` FOR VALUES FROM (MINVALUE) TO (100);
+			CREATE TABLE ` + pgx.Identifier{table + "_high"}.Sanitize() + ` PARTITION OF ` + q + ` FOR VALUES FROM (100) TO (MAXVALUE)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.exec(t, tc.ddl)
+			f(t, b)
+		})
+	}
+}
+
 func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
 	var n int

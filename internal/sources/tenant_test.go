@@ -51,56 +51,46 @@ func (b *bundle) markTenant(t *testing.T, src *sources.Source, tenant string, ro
 // after the one served last.
 func TestTenantCaptureAndMove(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ name, ddl string }{
-		{"table", `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, name text)`},
-		{"partitioned", `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, name text) PARTITION BY RANGE (id);
-			CREATE TABLE contacts_low PARTITION OF contacts FOR VALUES FROM (MINVALUE) TO (100);
-			CREATE TABLE contacts_high PARTITION OF contacts FOR VALUES FROM (100) TO (MAXVALUE)`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			b.exec(t, tc.ddl)
-			_, srcs := b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 4\n    columns: [name]\n    destination: crm\n    snapshot: false\n")
-			src := srcs["contacts"]
-			require.Equal(t, "account", src.Tenant)
-			require.Equal(t, 4, src.Lanes)
+	tableAndPartitioned(t, "contacts", `(id bigint PRIMARY KEY, account text NOT NULL, name text)`, func(t *testing.T, b *bundle) {
+		_, srcs := b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 4\n    columns: [name]\n    destination: crm\n    snapshot: false\n")
+		src := srcs["contacts"]
+		require.Equal(t, "account", src.Tenant)
+		require.Equal(t, 4, src.Lanes)
 
-			b.exec(t, `INSERT INTO contacts VALUES (1, 'acme', 'a'), (2, 'acme', 'b'), (150, 'globex', 'c')`)
-			for _, tenant := range []string{"acme", "globex"} {
-				require.Equal(t, 0, b.count(t, `SELECT count(*) FROM syncer_changes WHERE source = 'contacts' AND tenant = $1 AND lane <> $2`,
-					tenant, sources.Lane(tenant, 4)), "the lane in SQL is Lane's")
-			}
-			acme := b.tenantPending(t, src, "acme")
-			require.Equal(t, []string{"1", "2"}, keys(acme))
-			require.Equal(t, []string{"150"}, keys(b.tenantPending(t, src, "globex")))
-			b.markTenant(t, src, "acme", acme)
-			b.markTenant(t, src, "globex", b.tenantPending(t, src, "globex"))
+		b.exec(t, `INSERT INTO contacts VALUES (1, 'acme', 'a'), (2, 'acme', 'b'), (150, 'globex', 'c')`)
+		for _, tenant := range []string{"acme", "globex"} {
+			require.Equal(t, 0, b.count(t, `SELECT count(*) FROM syncer_changes WHERE source = 'contacts' AND tenant = $1 AND lane <> $2`,
+				tenant, sources.Lane(tenant, 4)), "the lane in SQL is Lane's")
+		}
+		acme := b.tenantPending(t, src, "acme")
+		require.Equal(t, []string{"1", "2"}, keys(acme))
+		require.Equal(t, []string{"150"}, keys(b.tenantPending(t, src, "globex")))
+		b.markTenant(t, src, "acme", acme)
+		b.markTenant(t, src, "globex", b.tenantPending(t, src, "globex"))
 
-			// Moved, its exported columns unchanged: a tombstone at acme,
-			// the row at globex.
-			b.exec(t, `UPDATE contacts SET account = 'globex' WHERE id = 2`)
-			old := b.tenantPending(t, src, "acme")
-			require.Equal(t, []string{"2"}, keys(old))
-			require.True(t, old[0].Deleted, "gone from the old tenant")
-			moved := b.tenantPending(t, src, "globex")
-			require.Equal(t, []string{"2"}, keys(moved))
-			require.False(t, moved[0].Deleted)
-			require.JSONEq(t, `{"name": "b"}`, string(moved[0].Payload))
-			// Marking one tenant's leaves the other's pending.
-			b.markTenant(t, src, "globex", moved)
-			require.Equal(t, []string{"2"}, keys(b.tenantPending(t, src, "acme")))
-			b.markTenant(t, src, "acme", old)
+		// Moved, its exported columns unchanged: a tombstone at acme,
+		// the row at globex.
+		b.exec(t, `UPDATE contacts SET account = 'globex' WHERE id = 2`)
+		old := b.tenantPending(t, src, "acme")
+		require.Equal(t, []string{"2"}, keys(old))
+		require.True(t, old[0].Deleted, "gone from the old tenant")
+		moved := b.tenantPending(t, src, "globex")
+		require.Equal(t, []string{"2"}, keys(moved))
+		require.False(t, moved[0].Deleted)
+		require.JSONEq(t, `{"name": "b"}`, string(moved[0].Payload))
+		// Marking one tenant's leaves the other's pending.
+		b.markTenant(t, src, "globex", moved)
+		require.Equal(t, []string{"2"}, keys(b.tenantPending(t, src, "acme")))
+		b.markTenant(t, src, "acme", old)
 
-			// An update within the tenant, and a delete.
-			b.exec(t, `UPDATE contacts SET name = 'a2' WHERE id = 1`)
-			b.exec(t, `DELETE FROM contacts WHERE id = 150`)
-			require.Equal(t, []string{"1"}, keys(b.tenantPending(t, src, "acme")))
-			gone := b.tenantPending(t, src, "globex")
-			require.Equal(t, []string{"150"}, keys(gone))
-			require.True(t, gone[0].Deleted)
-		})
-	}
+		// An update within the tenant, and a delete.
+		b.exec(t, `UPDATE contacts SET name = 'a2' WHERE id = 1`)
+		b.exec(t, `DELETE FROM contacts WHERE id = 150`)
+		require.Equal(t, []string{"1"}, keys(b.tenantPending(t, src, "acme")))
+		gone := b.tenantPending(t, src, "globex")
+		require.Equal(t, []string{"150"}, keys(gone))
+		require.True(t, gone[0].Deleted)
+	})
 }
 
 func TestTenantsTakeTurns(t *testing.T) {

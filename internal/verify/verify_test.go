@@ -36,27 +36,20 @@ func TestSameJSON(t *testing.T) {
 func TestPaceQuarterWhilePending(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.NewMigrated(t)
-	_, err := db.Pool.Exec(ctx, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 10) g;
+	l := setupLookups(t, verify.Range{}, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 10) g;
 		UPDATE resources SET synced_at = now() WHERE id <= 5`)
-	require.NoError(t, err)
-	src, err := verify.NewResources(verify.Range{})
-	require.NoError(t, err)
-	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
 
 	pace := verify.NewPace(40, 8)
-	res, err := verify.Run(ctx, db.Pool, src, syncerReader(t, srv.URL), &verify.Config{LookupSize: 2, Pace: pace})
+	res, err := verify.Run(ctx, l.db.Pool, l.src, syncerReader(t, l.url), &verify.Config{LookupSize: 2, Pace: pace})
 	require.NoError(t, err)
 	require.Equal(t, 10.0, pace.Limit(), "a quarter of 40 while rows 6..10 are pending")
 	require.Equal(t, int64(5), res.Pending)
 	require.Equal(t, int64(5), res.Missing)
-	require.Len(t, fake.Lookups(), 3, "pages 1-2, 3-4 and 5: pending rows are not asked for")
+	require.Len(t, l.fake.Lookups(), 3, "pages 1-2, 3-4 and 5: pending rows are not asked for")
 
-	_, err = db.Pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
+	_, err = l.db.Pool.Exec(ctx, `UPDATE resources SET synced_at = now()`)
 	require.NoError(t, err)
-	res, err = verify.Run(ctx, db.Pool, src, syncerReader(t, srv.URL), &verify.Config{LookupSize: 2, Pace: pace})
+	res, err = verify.Run(ctx, l.db.Pool, l.src, syncerReader(t, l.url), &verify.Config{LookupSize: 2, Pace: pace})
 	require.NoError(t, err)
 	require.Equal(t, 40.0, pace.Limit(), "the whole rate once nothing is pending")
 	require.Equal(t, int64(10), res.Missing)
@@ -67,15 +60,9 @@ func TestPaceQuarterWhilePending(t *testing.T) {
 func TestSample(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.NewMigrated(t)
-	_, err := db.Pool.Exec(ctx, `INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 1000) g`)
-	require.NoError(t, err)
-	src, err := verify.NewResources(verify.Range{FromKey: "1", ToKey: "1000"})
-	require.NoError(t, err)
-	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	res, err := verify.Run(ctx, db.Pool, src, syncerReader(t, srv.URL), &verify.Config{Sample: 0.1})
+	l := setupLookups(t, verify.Range{FromKey: "1", ToKey: "1000"},
+		`INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 1000) g`)
+	res, err := verify.Run(ctx, l.db.Pool, l.src, syncerReader(t, l.url), &verify.Config{Sample: 0.1})
 	require.NoError(t, err)
 	require.InDelta(t, 100, res.Checked, 50)
 	require.Equal(t, res.Checked, res.Missing)
@@ -99,24 +86,18 @@ func (r racingReader) Lookup(ctx context.Context, ids []string) (map[string]veri
 func TestWriteDuringLookupIsPending(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.NewMigrated(t)
-	_, err := db.Pool.Exec(ctx, `INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 4) g`)
-	require.NoError(t, err)
-	src, err := verify.NewResources(verify.Range{})
-	require.NoError(t, err)
-	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	rd := racingReader{Reader: syncerReader(t, srv.URL), write: func() {
-		_, err := db.Pool.Exec(ctx, `UPDATE resources SET payload = '{"n": 20}' WHERE id = 2`)
+	l := setupLookups(t, verify.Range{},
+		`INSERT INTO resources (payload, synced_at) SELECT jsonb_build_object('n', g), now() FROM generate_series(1, 4) g`)
+	rd := racingReader{Reader: syncerReader(t, l.url), write: func() {
+		_, err := l.db.Pool.Exec(ctx, `UPDATE resources SET payload = '{"n": 20}' WHERE id = 2`)
 		require.NoError(t, err)
 	}}
-	res, err := verify.Run(ctx, db.Pool, src, rd, &verify.Config{Heal: true})
+	res, err := verify.Run(ctx, l.db.Pool, l.src, rd, &verify.Config{Heal: true})
 	require.NoError(t, err)
 	require.Equal(t, [3]int64{4, 3, 1}, [3]int64{res.Checked, res.Missing, res.Pending})
 	require.Equal(t, int64(3), res.Healed)
 	var version int64
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT version FROM resources WHERE id = 2`).Scan(&version))
+	require.NoError(t, l.db.Pool.QueryRow(ctx, `SELECT version FROM resources WHERE id = 2`).Scan(&version))
 	require.Equal(t, int64(2), version, "the written row is at its write's version, not healed again")
 }
 
@@ -125,22 +106,40 @@ func TestWriteDuringLookupIsPending(t *testing.T) {
 func TestPaceObeysTheDaemonsFacts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.NewMigrated(t)
-	_, err := db.Pool.Exec(ctx, `INSERT INTO resources (payload, synced_at) VALUES ('{}', now())`)
-	require.NoError(t, err)
-	store, err := breakerstore.New(db.Pool, &breakerstore.Config{})
+	l := setupLookups(t, verify.Range{}, `INSERT INTO resources (payload, synced_at) VALUES ('{}', now())`)
+	store, err := breakerstore.New(l.db.Pool, &breakerstore.Config{})
 	require.NoError(t, err)
 	_, err = store.SetHold(ctx, breakerstore.Hold{Paused: true, By: "command line"})
 	require.NoError(t, err)
-	src, err := verify.NewResources(verify.Range{})
+	_, err = verify.Run(ctx, l.db.Pool, l.src, syncerReader(t, l.url),
+		&verify.Config{Pace: verify.NewPace(0, 1).Shared(breakerstore.DefaultNamespace)})
+	require.ErrorIs(t, err, verify.ErrDestinationStopped)
+	require.Empty(t, l.fake.Lookups())
+}
+
+// lookups is what a run of verify over the resources source needs: a
+// migrated schema, the source and a fake third party that answers
+// lookups at url.
+type lookups struct {
+	db   *dbtest.TestSchema
+	src  *verify.Resources
+	fake *fakethirdparty.Server
+	url  string
+}
+
+// setupLookups returns the lookups whose schema holds the rows the SQL
+// rows wrote and whose source reads the range rng of them.
+func setupLookups(t *testing.T, rng verify.Range, rows string) *lookups {
+	t.Helper()
+	db := dbtest.NewMigrated(t)
+	_, err := db.Pool.Exec(context.Background(), rows)
+	require.NoError(t, err)
+	src, err := verify.NewResources(rng)
 	require.NoError(t, err)
 	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	_, err = verify.Run(ctx, db.Pool, src, syncerReader(t, srv.URL),
-		&verify.Config{Pace: verify.NewPace(0, 1).Shared(breakerstore.DefaultNamespace)})
-	require.ErrorIs(t, err, verify.ErrDestinationStopped)
-	require.Empty(t, fake.Lookups())
+	return &lookups{db: db, src: src, fake: fake, url: srv.URL}
 }
 
 // syncerReader reads the syncer format at url, with no token.
