@@ -7,7 +7,8 @@ import (
 
 // The estimator's constants. They were tuned against the fake third party's
 // unannounced limit (bare 429s beyond it) at 20 requests/s with a burst of
-// 2 and 20, and 200 requests/s with a burst of 10, 4 requests in flight:
+// 2 and 20, 200 requests/s with a burst of 10, and 5 requests/s (a
+// tenant's account, issue 43) with a burst of 1 and 5, 4 requests in flight:
 // see TestEstimator* and the bench's cold start, fast limit and unknown
 // limit rows.
 const (
@@ -39,8 +40,10 @@ const (
 	approachShare = 0.97
 	// probeShare and probeMin are the probe's first pace past the ceiling:
 	// per second, probeShare of the rate, at least probeMin requests/s.
+	// probeMin weighs at low rates only (under 5 requests/s): 0.2 took a
+	// 5/s account past its limit every 3 s, 7% of its requests refused.
 	probeShare = 0.02
-	probeMin   = 0.2
+	probeMin   = 0.1
 	// probeDoubling: the probe's pace doubles after each such span without
 	// a 429, so a ceiling set too low (or a limit that went back up) is
 	// left behind in seconds, while a steady limit, refused within a
@@ -277,11 +280,13 @@ func (e *estimator) refused(now, sentAt time.Time) rateStep {
 		// Remember where the 429s began, to come back near it quickly and
 		// past it only slowly.
 		e.ceiling = e.learned
-		next = e.learned * decreaseFactor
 		if meaningful && est > 0 {
-			// Far above the limit, what got through is the better guess.
-			next = min(next, est)
+			// What got through is where the limit lies: the rate the
+			// 429s began at is past it, and coming back near that would
+			// be refused again before the probe began.
+			e.ceiling = min(e.ceiling, est)
 		}
+		next = e.ceiling * decreaseFactor
 	}
 	e.lastDecrease, e.lastIncrease = now, now
 	st := e.set(min(max(next, rateFloor), e.max), cause)

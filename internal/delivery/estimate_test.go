@@ -140,6 +140,10 @@ func TestEstimatorSteadyLimit(t *testing.T) {
 		{"20/s burst 20", 20, 20},
 		{"20/s burst 2", 20, 2},
 		{"200/s burst 10", 200, 10},
+		// A tenant's account (issue 43): 5/s, where each 429 weighs
+		// four times what it does at 20/s.
+		{"5/s burst 1", 5, 1},
+		{"5/s burst 5", 5, 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
