@@ -116,7 +116,6 @@ func cut(s string) string {
 	return s
 }
 
-
 // Queue adds to qb the statement that writes b's entries, in the
 // transaction qb runs in. The exporter hands its batches to a Writer
 // instead; Queue is for whoever needs the entries written with other
