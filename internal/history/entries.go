@@ -84,13 +84,6 @@ func (r *rows) addBatch(b *Batch) {
 	for i, a := range b.Attempts {
 		heads[i] = r.addHead(b, a.Key, a.At, a.Status, int(a.Latency/time.Millisecond), true)
 	}
-	var none int32 // the head of entries without a request, made once needed
-	noRequest := func() int32 {
-		if none == 0 {
-			none = r.addHead(b, "", time.Time{}, 0, 0, false)
-		}
-		return none
-	}
 	if b.allAccepted() {
 		// The common batch: one request, which carried every item, all
 		// accepted.
@@ -98,6 +91,13 @@ func (r *rows) addBatch(b *Batch) {
 			r.add(it, heads[0], Accepted, "")
 		}
 		return
+	}
+	var none int32 // the head of entries without a request, made once needed
+	noRequest := func() int32 {
+		if none == 0 {
+			none = r.addHead(b, "", time.Time{}, 0, 0, false)
+		}
+		return none
 	}
 	n := len(b.Accepted) + len(b.Rejected) + len(b.Deferred)
 	settled := make(map[string]settlement, n)

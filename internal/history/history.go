@@ -5,15 +5,24 @@
 // (accepted, failed, deferred, skipped as unchanged), for a retention.
 //
 // Guarantees:
-//   - A batch's entries are written in the transaction that marks the
-//     batch and forgets its record (Queue, called by the exporter's
-//     marker), in one statement: the story of a marked batch is never
-//     lost while the marks stand, and never written for marks that rolled
-//     back. Attempts that end a push with a wait (a 429's pause,
-//     transient failures past the retry bound) are written when they
-//     happen (Write): the batch goes again later, and its retries add
-//     entries of their own. Entries are only ever added, never updated:
-//     a failure retried stays in the story with the retry after it.
+//   - A batch's entries are handed to the daemon's Writer once the
+//     transaction that marks the batch and forgets its record has
+//     committed, never for marks that rolled back. The Writer writes
+//     many batches' entries in one statement, on a connection of its own,
+//     within its FlushInterval (200 ms): off the marker transaction, which
+//     is the export's serial stage. So the story of a marked batch is
+//     written a moment after its marks, not with them: a crash of the
+//     daemon between the two (or a shutdown whose last write outlasts its
+//     bound) loses those entries, and a write that fails loses its own
+//     (logged, counted in syncer_history_write_errors_total); the export
+//     never fails on the story and waits for it only while the Writer's
+//     bounded queue is full (Add waits for room; a caller whose wait ends
+//     first loses that batch's entries, logged and counted). Attempts that end a push with a
+//     wait (a 429's pause, transient failures past the retry bound) are
+//     handed when they happen: the batch goes again later, and its
+//     retries add entries of their own. Entries are only ever added,
+//     never updated: a failure retried stays in the story with the retry
+//     after it. The table is unlogged: a crash of PostgreSQL empties it.
 //   - A version superseded by a newer one before it was settled is not
 //     written as such: Lookup reads it from the newer version's entries.
 //   - Reasons are cut to ReasonMax bytes and were SafeText'd by whoever
