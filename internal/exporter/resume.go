@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,8 +32,17 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, t target, owns fu
 	}
 	var batches []*batch
 	var drop []int64
+	lane, _ := t.feed.(*laneFeed)
 	for _, r := range recs {
 		if !owns(r.Name) {
+			continue
+		}
+		if tenant, ok := tenantOfSalt(r.Salt); ok && lane != nil && r.Name == lane.name {
+			// A lane's batch: per tenant, not one after another for the
+			// whole lane. Its tenant is set aside, due at once; the
+			// first pass sends it if the tenant is ready (aside.go), and
+			// a tenant that is not keeps it recorded alone.
+			lane.setAside(tenant, time.Time{})
 			continue
 		}
 		if keep, err := e.keepRecorded(ctx, r.Name); err != nil {
