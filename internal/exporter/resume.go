@@ -21,7 +21,9 @@ import (
 // rows goes only after them. Batches of cancelled replays are dropped.
 // The holder of the resources' lock resends the batches of resources (live
 // and replays); a source's holder those of its own checkpoint only: owns
-// says which checkpoints are the caller's.
+// says which checkpoints are the caller's. A lane's batches are not sent
+// here: their tenants are set aside, and the lane's passes send them per
+// tenant (aside.go), so one tenant that cannot send holds no other.
 func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, t target, owns func(checkpoint string) bool) error {
 	recs, err := checkpoint.Recorded(ctx, e.pool)
 	if err != nil {
