@@ -65,7 +65,9 @@ type rejectedNote struct {
 //   - At most MaxInFlight pushes are unanswered at once.
 //   - No batch is pushed before a committed record covers it, and every
 //     batch sent and not marked stays recorded: after a crash exactly those
-//     go again, under their keys, with their bodies.
+//     go again, under their keys, with their bodies. A lane's batch
+//     answered leftRecorded (its tenant set aside, aside.go) is one: the
+//     pass goes on without it.
 //   - Batches are sent in the order read. A pass reads each id at most once,
 //     and passes never overlap, so no id is in two unanswered requests.
 //   - It holds at most MaxInFlight+readAhead batches that are not marked, so
