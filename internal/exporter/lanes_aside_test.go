@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -22,7 +23,19 @@ import (
 type tenantFaults struct {
 	mu   sync.Mutex
 	down map[string]bool
+	// hang are tenants whose requests get no answer until the client
+	// gives up (taken by the account all the same).
+	hang map[string]bool
 	keys map[string][]sentKey
+}
+
+func (f *tenantFaults) setHang(tenant string, hang bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hang == nil {
+		f.hang = map[string]bool{}
+	}
+	f.hang[tenant] = hang
 }
 
 type sentKey struct {
@@ -55,12 +68,18 @@ func (f *tenantFaults) serve(w http.ResponseWriter, r *http.Request, fake http.H
 		return
 	}
 	f.mu.Lock()
-	down := f.down[tenant]
+	hang := f.hang[tenant]
+	down := f.down[tenant] || hang
 	if f.keys == nil {
 		f.keys = map[string][]sentKey{}
 	}
 	f.keys[tenant] = append(f.keys[tenant], sentKey{key: key, down: down})
 	f.mu.Unlock()
+	if hang {
+		fake.ServeHTTP(httptest.NewRecorder(), r)
+		<-r.Context().Done()
+		return
+	}
 	if !down {
 		fake.ServeHTTP(w, r)
 		return
@@ -217,6 +236,36 @@ func TestTenantAsideAcrossTakeovers(t *testing.T) {
 	b.faults.setDown("acme", false)
 	require.Eventually(t, func() bool { return b.pending(t, "acme") == 0 && len(b.latest("acme")) == 10 },
 		30*time.Second, 20*time.Millisecond)
+	require.Equal(t, recorded[0], firstAfterHeal(b.faults.sent("acme")))
+	b.requireOneKeyEach(t)
+}
+
+// A tenant whose account takes its batch and never answers: past
+// TenantPushLimit its push is cut short, the batch may have reached, and
+// it is kept recorded; the other tenant goes on meanwhile and after, and
+// once the account answers again the batch goes under its key first.
+func TestTenantAsideAfterAHangingPush(t *testing.T) {
+	t.Parallel()
+	b := tenantSetup(t, 1, nil)
+	b.faults.setHang("acme", true)
+	b.daemon(t, &tenantDests{url: b.url, breakerOpen: 300 * time.Millisecond}, 0, 1)
+	b.exec(t, `INSERT INTO contacts SELECT i, 'acme', 'a' FROM generate_series(1, 10) i`)
+	require.Eventually(t, func() bool { return len(b.faults.sent("acme")) > 0 }, 30*time.Second, 20*time.Millisecond)
+	b.exec(t, `INSERT INTO contacts SELECT i, 'globex', 'g' FROM generate_series(11, 20) i`)
+	require.Eventually(t, func() bool { return len(b.latest("globex")) == 10 && b.pending(t, "globex") == 0 },
+		30*time.Second, 20*time.Millisecond, "globex goes while acme's push hangs")
+	// Past the push limit, and after it.
+	time.Sleep(exporter.TenantPushLimit)
+	b.exec(t, `INSERT INTO contacts SELECT i, 'globex', 'g' FROM generate_series(21, 30) i`)
+	require.Eventually(t, func() bool { return len(b.latest("globex")) == 20 && b.pending(t, "globex") == 0 },
+		30*time.Second, 20*time.Millisecond, "globex goes after acme's push was cut short")
+	recorded := b.recordedKeys(t, "acme")
+	require.NotEmpty(t, recorded, "acme's batch is kept recorded")
+	require.Equal(t, 10, b.pending(t, "acme"))
+
+	b.faults.setHang("acme", false)
+	require.Eventually(t, func() bool { return b.pending(t, "acme") == 0 && len(b.latest("acme")) == 10 },
+		60*time.Second, 20*time.Millisecond)
 	require.Equal(t, recorded[0], firstAfterHeal(b.faults.sent("acme")))
 	b.requireOneKeyEach(t)
 }
