@@ -248,6 +248,18 @@ const forgetSQL = `DELETE FROM syncer_batches WHERE seq = ANY($1)`
 // again in that order.
 func Recorded(ctx context.Context, db database.Querier) ([]Batch, error) {
 	rows, err := db.Query(ctx, `SELECT checkpoint, seq, key, salt, items, body, recorded_at FROM syncer_batches ORDER BY seq`)
+	return collectRecorded(rows, err)
+}
+
+// RecordedOf returns the batches recorded under checkpoint name, in the
+// order they were recorded.
+func RecordedOf(ctx context.Context, db database.Querier, name string) ([]Batch, error) {
+	rows, err := db.Query(ctx, `SELECT checkpoint, seq, key, salt, items, body, recorded_at FROM syncer_batches
+		WHERE checkpoint = $1 ORDER BY seq`, name)
+	return collectRecorded(rows, err)
+}
+
+func collectRecorded(rows pgx.Rows, err error) ([]Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: recorded batches: %w", err)
 	}

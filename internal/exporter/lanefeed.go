@@ -42,6 +42,8 @@ type laneFeed struct {
 	// place with their tokens unused (rate_limit 5 gave 0.73x of the
 	// accounts' sum, docs/benchmarks.md "Tenants").
 	unsent map[string]time.Time
+	// aside are the tenants with a batch kept recorded (aside.go).
+	aside map[string]*asideState
 }
 
 func (f *laneFeed) Checkpoint() string  { return f.name }
@@ -60,6 +62,15 @@ func (f *laneFeed) Open(int64) Cursor {
 // answers For and would send now. When it would not, wait is how long
 // until it would, when its destination says so (0 otherwise).
 func (f *laneFeed) ready(ctx context.Context, tenant string) (ok bool, wait time.Duration) {
+	if f.isAside(tenant) {
+		// Its recorded batches go first (resends), then its reads.
+		return false, 0
+	}
+	return f.destReady(ctx, tenant)
+}
+
+// destReady is ready, whether tenant is set aside or not.
+func (f *laneFeed) destReady(ctx context.Context, tenant string) (ok bool, wait time.Duration) {
 	now := f.now()
 	f.mu.Lock()
 	until, waiting := f.waitTill[tenant]
@@ -254,6 +265,7 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 					skip = append(skip, t)
 				}
 			}
+			skip = append(skip, c.f.asideTenants()...)
 			ts, err := sources.Tenants(ctx, c.f.pool, c.f.src, c.f.lane, c.f.lastServed(), skip, tenantsTurn)
 			if err != nil {
 				return feed.Page{}, err
@@ -288,6 +300,11 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 		}
 		t := c.queue[0]
 		c.queue = c.queue[1:]
+		if c.f.isAside(t) {
+			// Set aside since its turn began: not read this pass.
+			c.out[t] = time.Time{}
+			continue
+		}
 		c.f.served(t)
 		after, read := c.after[t]
 		sp, err := sources.TenantPending(ctx, c.f.pool, c.f.src, c.f.lane, t, after, !read, c.f.lim)

@@ -183,10 +183,22 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 	if !ok {
 		return nil, fmt.Errorf("exporter: source %s: a batch without a tenant (salt %q)", r.source, b.Salt)
 	}
-	if f := r.feeds[strings.TrimSuffix(b.Salt, tenantSaltSep+tenant)]; f != nil {
+	f := r.feeds[strings.TrimSuffix(b.Salt, tenantSaltSep+tenant)]
+	if f != nil {
 		f.pushed(tenant)
+		if !f.letThrough(tenant, b.Key) {
+			// Set aside (aside.go): its recorded batches go first, in
+			// their order. One an earlier holder recorded may have
+			// reached the account: it stays recorded. One read here and
+			// never sent: nothing took it, its rows are read again.
+			if b.Resent {
+				return nil, &leftRecorded{tenant: tenant}
+			}
+			return &delivery.Outcome{}, nil
+		}
 	}
 	d, err := r.tenants.For(ctx, tenant)
+	reached := b.Resent // recorded by an earlier holder: whatever For says
 	if err == nil {
 		// Bounded: a pass ends only once every push is answered, so one
 		// tenant's account that keeps failing (retried inside Deliver
@@ -199,28 +211,37 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 		if err == nil {
 			return out, nil
 		}
-		if ctx.Err() == nil && mayHaveReached(b, err) {
-			// Its only safe way out is under its key: the error ends the
-			// pass with the batch recorded, and the lane's job, snoozed
-			// (a wait, never River's growing backoff), resends it first
-			// (resume), as any source's. Answered empty, its record
-			// would be forgotten and its items batched again under
-			// another key, and a third party that had taken the first
-			// would hold them twice.
-			var we *delivery.WaitError
-			if !errors.As(err, &we) {
-				err = &delivery.WaitError{Err: err, Wait: TenantRetryDefault}
-			}
-			return nil, err
-		}
+		reached = mayHaveReached(b, err)
 	}
 	if ctx.Err() != nil {
 		// The lock lost, a shutdown: the lane's own end.
 		return nil, err
 	}
-	r.logger.DebugContext(ctx, "exporter: a tenant's batch waits", slog.String("source", r.source),
-		slog.String("tenant", tenant), slog.String("error", err.Error()))
-	return &delivery.Outcome{}, nil
+	if !reached {
+		// Nothing took it (unconnected, held, 4xx only): its rows wait,
+		// read again later.
+		r.logger.DebugContext(ctx, "exporter: a tenant's batch waits", slog.String("source", r.source),
+			slog.String("tenant", tenant), slog.String("error", err.Error()))
+		return &delivery.Outcome{}, nil
+	}
+	// Its only safe way out is under its key: it stays recorded and its
+	// tenant is set aside (aside.go), while the lane's other tenants go
+	// on. Answered empty, its record would be forgotten and its items
+	// batched again under another key, and a third party that had taken
+	// the first would hold them twice.
+	if f == nil {
+		// Not a lane's feed: the pass ends, the job resends it.
+		var we *delivery.WaitError
+		if !errors.As(err, &we) {
+			err = &delivery.WaitError{Err: err, Wait: TenantRetryDefault}
+		}
+		return nil, err
+	}
+	f.setAside(tenant, f.now().Add(asideRetry))
+	r.logger.InfoContext(ctx, "exporter: a tenant's batch may have reached its account: kept recorded, the tenant set aside",
+		slog.String("source", r.source), slog.String("tenant", tenant), slog.String("idempotency_key", b.Key),
+		slog.String("error", err.Error()))
+	return nil, &leftRecorded{tenant: tenant, err: err}
 }
 
 // mayHaveReached reports whether batch b, whose push ended in err, may

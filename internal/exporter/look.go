@@ -3,6 +3,7 @@ package exporter
 import (
 	"cmp"
 	"context"
+	"errors"
 
 	"github.com/syncer-dev/syncer/internal/feed"
 )
@@ -87,6 +88,10 @@ func (p *pipeline) lookOnce(ctx context.Context, page feed.Page) error {
 		return cmp.Or(p.forgetUnsent(ctx, b.name, []int64{b.seq}, p.start), errStopping)
 	}
 	out, err := p.push(ctx, b)
+	if lr := (*leftRecorded)(nil); errors.As(err, &lr) {
+		// Its tenant is set aside (aside.go): recorded, not carried.
+		return nil
+	}
 	if err != nil {
 		// Sent, maybe received: it stays recorded.
 		return err

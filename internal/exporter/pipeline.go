@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -64,7 +65,9 @@ type rejectedNote struct {
 //   - At most MaxInFlight pushes are unanswered at once.
 //   - No batch is pushed before a committed record covers it, and every
 //     batch sent and not marked stays recorded: after a crash exactly those
-//     go again, under their keys, with their bodies.
+//     go again, under their keys, with their bodies. A lane's batch
+//     answered leftRecorded (its tenant set aside, aside.go) is one: the
+//     pass goes on without it.
 //   - Batches are sent in the order read. A pass reads each id at most once,
 //     and passes never overlap, so no id is in two unanswered requests.
 //   - It holds at most MaxInFlight+readAhead batches that are not marked, so
@@ -261,6 +264,13 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			}
 		case r := <-results:
 			inflight--
+			if lr := (*leftRecorded)(nil); errors.As(r.err, &lr) {
+				// Its tenant is set aside (aside.go): the batch stays
+				// recorded, neither marked nor forgotten, and the pass
+				// goes on with the other tenants.
+				held--
+				continue
+			}
 			if r.err != nil {
 				setHalt(r.err)
 				continue
@@ -403,8 +413,19 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		return passResult{}, err
 	}
 	p.unsettled = skip.ids()
+	// A lane's tenants set aside have their recorded batches sent again
+	// first, beside this pass's reads (aside.go).
+	var resend []*batch
+	if rs, ok := t.feed.(resender); ok {
+		if resend, err = rs.resends(ctx, p.carried); err != nil {
+			if c != nil {
+				c.batches = p.carried
+			}
+			return passResult{}, err
+		}
+	}
 	cur := t.feed.Open(startAfter)
-	if p.carry {
+	if p.carry && len(resend) == 0 {
 		// A poll: its first read is made here, and a look that finds
 		// one page, the end of its feed, goes no further than lookOnce.
 		var first *feed.Page
@@ -419,7 +440,7 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		// The reader closes its channel at the end of the feed, at
 		// maxBatches or at until; only the first means the pass is
 		// done.
-		err = p.run(ctx, nil, rd, e.isStopping)
+		err = p.run(ctx, resend, rd, e.isStopping)
 	}
 	if c != nil {
 		c.batches = p.carried

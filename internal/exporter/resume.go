@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,7 +21,9 @@ import (
 // rows goes only after them. Batches of cancelled replays are dropped.
 // The holder of the resources' lock resends the batches of resources (live
 // and replays); a source's holder those of its own checkpoint only: owns
-// says which checkpoints are the caller's.
+// says which checkpoints are the caller's. A lane's batches are not sent
+// here: their tenants are set aside, and the lane's passes send them per
+// tenant (aside.go), so one tenant that cannot send holds no other.
 func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, t target, owns func(checkpoint string) bool) error {
 	recs, err := checkpoint.Recorded(ctx, e.pool)
 	if err != nil {
@@ -31,8 +34,17 @@ func (e *Exporter) resume(ctx context.Context, lk *locks.Lock, t target, owns fu
 	}
 	var batches []*batch
 	var drop []int64
+	lane, _ := t.feed.(*laneFeed)
 	for _, r := range recs {
 		if !owns(r.Name) {
+			continue
+		}
+		if tenant, ok := tenantOfSalt(r.Salt); ok && lane != nil && r.Name == lane.name {
+			// A lane's batch: per tenant, not one after another for the
+			// whole lane. Its tenant is set aside, due at once; the
+			// first pass sends it if the tenant is ready (aside.go), and
+			// a tenant that is not keeps it recorded alone.
+			lane.setAside(tenant, time.Time{})
 			continue
 		}
 		if keep, err := e.keepRecorded(ctx, r.Name); err != nil {

@@ -49,6 +49,8 @@ type tenantDests struct {
 	clients     []*thirdparty.Client
 	unconnected map[string]bool
 	pushes      atomic.Int64 // batches delivered through it
+	// breakerOpen is each deliverer's BreakerOpenTimeout (0: the default).
+	breakerOpen time.Duration
 }
 
 func (d *tenantDests) For(_ context.Context, tenant string) (exporter.Destination, error) {
@@ -65,7 +67,7 @@ func (d *tenantDests) For(_ context.Context, tenant string) (exporter.Destinatio
 		return nil, err
 	}
 	dl, err := delivery.New(c, nil, &delivery.Config{Name: "crm", Installation: "test", Format: syncerformat.Format{},
-		MaxInFlight: 2, AuthProbeInterval: 300 * time.Millisecond, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+		MaxInFlight: 2, AuthProbeInterval: 300 * time.Millisecond, BreakerOpenTimeout: d.breakerOpen, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -100,6 +102,7 @@ type tenantBundle struct {
 	pool   *pgxpool.Pool
 	schema string
 	fake   *fakethirdparty.Server
+	faults *tenantFaults
 	url    string
 	src    *sources.Source
 	// bodyTag is the source's BodyTag: "" skips nothing.
@@ -130,19 +133,20 @@ func tenantSetupWith(t *testing.T, lanes int, slow map[string]time.Duration, ext
 	srcs, err := sources.Resolve(ctx, ts.Pool, cfg.SourceSpecs())
 	require.NoError(t, err)
 	fake := fakethirdparty.New(fakethirdparty.Config{})
+	faults := &tenantFaults{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for tenant, d := range slow {
 			if strings.HasPrefix(r.URL.Path, fakethirdparty.TenantPrefix+tenant+"/") {
 				time.Sleep(d)
 			}
 		}
-		fake.ServeHTTP(w, r)
+		faults.serve(w, r, fake)
 	}))
 	t.Cleanup(func() {
 		fake.Close()
 		srv.Close()
 	})
-	return &tenantBundle{pool: ts.Pool, schema: ts.Name, fake: fake, url: srv.URL, src: srcs[0]}
+	return &tenantBundle{pool: ts.Pool, schema: ts.Name, fake: fake, faults: faults, url: srv.URL, src: srcs[0]}
 }
 
 // daemon runs what `syncer run` runs of the push path (exporter, River,
