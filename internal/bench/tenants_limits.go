@@ -15,6 +15,9 @@ import (
 // past the run's first request.
 const lateFrom = 15 * time.Second
 
+// timelineStep is the step of a limits run's timeline in the progress.
+const timelineStep = 2500 * time.Millisecond
+
 // tenantLimitRun is a drain of tenants × rows against accounts limited to 5
 // requests/s each (a bare 429 beyond), destYAML added to the destination.
 type tenantLimitRun struct {
@@ -102,6 +105,7 @@ func (r *runner) limitDrain(ctx context.Context, label, destYAML string, rows in
 	res.overOneSecond = ts.Total.MaxRequestsInOneSecond
 	res.spread = tenantSpread(ts, ts.Total.FirstRequestAt)
 	r.progressf("   %s: %s", label, res.spread)
+	r.progressf("   %s: by %s: %s", label, timelineStep, timeline(reqs, timelineStep))
 	return res, d.stop()
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -197,4 +198,45 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// timeline says, for each step of a run, how many tenants sent, how many
+// requests came and the 429s' share of them: where a run's 429s fell.
+func timeline(reqs []tappedRequest, step time.Duration) string {
+	if len(reqs) == 0 {
+		return "no request"
+	}
+	first := reqs[0].at
+	for _, q := range reqs {
+		first = minTime(first, q.at)
+	}
+	type bucket struct {
+		n, refused int
+		tenants    map[string]bool
+	}
+	var bs []*bucket
+	for _, q := range reqs {
+		i := int(q.at.Sub(first) / step)
+		for len(bs) <= i {
+			bs = append(bs, &bucket{tenants: map[string]bool{}})
+		}
+		b := bs[i]
+		b.n++
+		b.tenants[q.tenant] = true
+		if q.status == http.StatusTooManyRequests {
+			b.refused++
+		}
+	}
+	var sb strings.Builder
+	for i, b := range bs {
+		if i > 0 {
+			sb.WriteString("; ")
+		}
+		share := 0.0
+		if b.n > 0 {
+			share = 100 * float64(b.refused) / float64(b.n)
+		}
+		fmt.Fprintf(&sb, "%s-%s: %d tenants, %d req, %.1f%% 429", step*time.Duration(i), step*time.Duration(i+1), len(b.tenants), b.n, share)
+	}
+	return sb.String()
 }
