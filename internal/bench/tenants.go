@@ -27,8 +27,9 @@ import (
 //     configured, while every tenant has rows. Target >= 0.9x and no
 //     account over its limit (no 429 at all).
 //   - tenants: two daemons (tenants_two.go): two daemons drain the 200 ×
-//     300 rows of rate_limit 5 together: each one's share of the
-//     requests. Target >= 30% each.
+//     300 rows of rate_limit 5 together, written once both have run past
+//     the lanes' first run limit: each one's share of the requests.
+//     Target >= 30% each.
 //   - tenants: fairness (tenants_fair.go): one tenant draining 100,000
 //     rows against an account answering in 100 ms while 50 tenants write a
 //     row every 2 s each: their commit-to-receipt p99. Target <= 1 s.
