@@ -130,7 +130,7 @@ func tenantSpread(ts fakethirdparty.TenantStats, first time.Time) string {
 
 // learnedFrom and startedFrom name the steady window's start in a row.
 const (
-	learnedFrom = "every tenant's limit learned: its first 429, or its first request if it had none"
+	learnedFrom = "every tenant's limit learned: its first 429 or its 6th request, its burst of 5 spent, whichever came first"
 	startedFrom = "every tenant's first request"
 )
 

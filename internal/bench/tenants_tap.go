@@ -112,15 +112,23 @@ type tenantWindow struct {
 
 func (w tenantWindow) rate() float64 { return float64(w.ok) / (w.to - w.from).Seconds() }
 
+// learnedAfter is the request of a tenant by which its limit counts as
+// learned when no 429 came before: its account's burst (5) spent, the
+// next request is the first a token bucket may refuse; a tenant paced
+// under its limit by then has nothing to learn.
+const learnedAfter = 6
+
 // steadyWindow is the window while every tenant sends: from the moment
-// the last tenant started (its first request, or with learned its first
-// 429, its limit learned; its first request when it never had one) to the
-// moment the first tenant sent its last request. ok is false when there
-// is no such window (a tenant ended before another started).
+// the last tenant started (its first request, or with learned its limit
+// learned: its first 429 or its learnedAfter-th request, whichever came
+// first) to the moment the first tenant sent its last request. ok is
+// false when there is no such window (a tenant ended before another
+// started).
 func steadyWindow(reqs []tappedRequest, learned bool) (tenantWindow, bool) {
 	type span struct {
 		first, start, last time.Time
-		refused            bool
+		refused            bool // start is set: the limit learned
+		n                  int
 	}
 	var runFirst time.Time
 	by := map[string]*span{}
@@ -135,7 +143,7 @@ func steadyWindow(reqs []tappedRequest, learned bool) (tenantWindow, bool) {
 		}
 		sp.first = minTime(sp.first, q.at)
 		sp.last = maxTime(sp.last, q.at)
-		if learned && q.status == http.StatusTooManyRequests && (!sp.refused || q.at.Before(sp.start)) {
+		if sp.n++; learned && (q.status == http.StatusTooManyRequests || sp.n == learnedAfter) && (!sp.refused || q.at.Before(sp.start)) {
 			sp.start, sp.refused = q.at, true
 		}
 	}
