@@ -35,6 +35,16 @@ func TestSteadyWindow(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, tenantWindow{from: 1500 * time.Millisecond, to: 3 * time.Second, ok: 3}, w)
 
+	// Without a 429, a tenant's limit counts as learned at its sixth
+	// request.
+	var paced []tappedRequest
+	for i := range 8 {
+		paced = append(paced, tappedRequest{tenant: "c", at: at(200 * i), status: http.StatusOK})
+	}
+	w, ok = steadyWindow(append(paced, tappedRequest{tenant: "d", at: at(0), status: http.StatusOK}, tappedRequest{tenant: "d", at: at(1600), status: http.StatusOK}), true)
+	require.True(t, ok)
+	require.Equal(t, tenantWindow{from: time.Second, to: 1400 * time.Millisecond, ok: 3}, w)
+
 	// b starts after a ended: no window where both send.
 	_, ok = steadyWindow([]tappedRequest{{tenant: "a", at: at(0), status: 200}, {tenant: "b", at: at(10), status: 200}}, false)
 	require.False(t, ok)
