@@ -79,11 +79,17 @@ func (r *runner) tenantTwoDaemons(ctx context.Context) (Row, error) {
 	// The first daemon up took every lane before the second said it runs;
 	// its lane jobs go back to River at their run limit, and from then on
 	// the lanes spread over both: the row measures that steady state.
-	r.progressf("   %s: both daemons up; the backlog in %s, past the lanes' first run limit (%s)", label, twoSettle, exporter.MaxRunDefault)
+	settle := twoSettle
+	if r.cfg.Size == SizeTiny && r.cfg.TenantScale <= 0 {
+		// The tiny run (CI's) says the row works, in seconds: its
+		// shares are those of the daemons' start.
+		settle = 0
+	}
+	r.progressf("   %s: both daemons up; the backlog in %s, past the lanes' first run limit (%s)", label, settle, exporter.MaxRunDefault)
 	select {
 	case <-ctx.Done():
 		return Row{}, ctx.Err()
-	case <-time.After(twoSettle):
+	case <-time.After(settle):
 	}
 	r.progressf("   %s: lanes running at the backlog, by River client: %s", label, s.lanesByClient(ctx))
 	if err := s.preloadTenants(ctx, "t", sz.limitTenants, sz.limitRows); err != nil {
@@ -121,7 +127,7 @@ func (r *runner) tenantTwoDaemons(ctx context.Context) (Row, error) {
 	return Row{
 		Scenario: "tenants: two daemons",
 		Measured: fmt.Sprintf("A sent %d requests (%.0f%%), B %d (%.0f%%): %d tenants × %d rows, rate_limit: 5, drained in %.1fs (%s req/s); the backlog written %s after both were up",
-			by[0], 100*shareA, by[1], 100*shareB, sz.limitTenants, sz.limitRows, took.Seconds(), count(float64(all)/took.Seconds()), twoSettle),
+			by[0], 100*shareA, by[1], 100*shareB, sz.limitTenants, sz.limitRows, took.Seconds(), count(float64(all)/took.Seconds()), settle),
 		Baseline: "an even share, 50% each",
 		Figure:   fmt.Sprintf("%.0f%% least", 100*least),
 		Target:   ">= 30% each",
