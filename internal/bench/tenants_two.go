@@ -34,24 +34,29 @@ func (r *runner) tenantTwoDaemons(ctx context.Context) (Row, error) {
 		return Row{}, err
 	}
 	defer os.RemoveAll(dir)
+	// One configuration each, the same but for the door.
 	var paths [2]string
-	var s *scratch
-	for n := range 2 {
-		ts := tenantSetup{url: urls[n] + "/t/{tenant}", destYAML: "    rate_limit: 5\n", tenantCol: true, batch: 10}
+	setup := func(n int) (tenantSetup, string, error) {
 		sub := filepath.Join(dir, fmt.Sprint(n))
-		if err := os.Mkdir(sub, 0o700); err != nil {
-			return Row{}, err
-		}
-		if n == 0 {
-			s, paths[n], err = r.tenantScratch(ctx, label, sub, ts)
-		} else {
-			paths[n], err = writeTenantConfig(sub, ts)
-		}
-		if err != nil {
-			return Row{}, err
-		}
+		ts := tenantSetup{url: urls[n] + "/t/{tenant}", destYAML: "    rate_limit: 5\n", tenantCol: true, batch: 10}
+		return ts, sub, os.Mkdir(sub, 0o700)
+	}
+	ts, sub, err := setup(0)
+	if err != nil {
+		return Row{}, err
+	}
+	s, path, err := r.tenantScratch(ctx, label, sub, ts)
+	if err != nil {
+		return Row{}, err
 	}
 	defer s.drop(ctx)
+	paths[0] = path
+	if ts, sub, err = setup(1); err != nil {
+		return Row{}, err
+	}
+	if paths[1], err = writeTenantConfig(sub, ts); err != nil {
+		return Row{}, err
+	}
 	r.progressf("   %s: two daemons, %d tenants × %d rows, rate_limit: 5 and 5 requests/s each account", label, sz.limitTenants, sz.limitRows)
 	var ds [2]*daemon
 	started := make(chan error, 2)
