@@ -13,8 +13,9 @@ import (
 // fake is the third party, served by this process on a loopback port.
 type fake struct {
 	*fakethirdparty.Server
-	url string
-	srv *http.Server
+	url   string
+	srv   *http.Server
+	doors []*http.Server // more ports onto the same fake (startTappedFake)
 }
 
 // startFake starts a well-behaved fake third party sized for items items
@@ -27,20 +28,32 @@ func startFake(items int) (*fake, error) {
 
 // startFakeWith starts a fake third party with the knobs of cfg.
 func startFakeWith(cfg fakethirdparty.Config) (*fake, error) {
+	f := &fake{Server: fakethirdparty.New(cfg)}
+	var err error
+	if f.srv, f.url, err = serveOn(f.Server); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// serveOn serves h on a loopback port of its own and returns its URL.
+func serveOn(h http.Handler) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("bench: listen for the fake third party: %w", err)
+		return nil, "", fmt.Errorf("bench: listen for the fake third party: %w", err)
 	}
-	f := &fake{Server: fakethirdparty.New(cfg)}
-	f.srv = &http.Server{Handler: f.Server, ReadHeaderTimeout: 5 * time.Second}
-	f.url = "http://" + ln.Addr().String()
-	go func() { _ = f.srv.Serve(ln) }()
-	return f, nil
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, "http://" + ln.Addr().String(), nil
 }
 
 func (f *fake) close() {
 	f.Server.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = f.srv.Shutdown(ctx)
+	for _, srv := range append([]*http.Server{f.srv}, f.doors...) {
+		if srv != nil {
+			_ = srv.Shutdown(ctx)
+		}
+	}
 }
