@@ -238,11 +238,6 @@ func (d *Daemon) build(ctx context.Context) error {
 // what is missing.
 const warmTimeout = 5 * time.Second
 
-// historyCloseTimeout bounds the last write of the rows' story at
-// shutdown: what is still queued past it is lost to the story (never to
-// the export).
-const historyCloseTimeout = 5 * time.Second
-
 // riverStartWait is how long the start tries River's first connection
 // again: a daemon started while PostgreSQL restarts meets it there.
 const riverStartWait = 30 * time.Second
@@ -329,13 +324,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 		cancel()
 	}
 	d.riverRunning.Store(false)
-	// The jobs have stopped: the rows' story still queued is written, for
-	// a bounded time (history.Writer).
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyCloseTimeout)
-	if err := d.exp.Close(hctx); err != nil {
-		logger.WarnContext(ctx, "daemon: the rows' story still queued was not all written in time", slog.String("error", err.Error()))
-	}
-	cancel()
 	stopAux()
 	wg.Wait()
 	d.locker.Close()

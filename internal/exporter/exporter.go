@@ -37,7 +37,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/feed"
-	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
 )
@@ -148,11 +147,8 @@ type Config struct {
 	Sources []Source
 	// NoHistory stops writing the rows' story (internal/history): for a
 	// benchmark's baseline. Defaults to false: every batch's entries are
-	// handed to the history's writer once its marks commit.
+	// written with its marks.
 	NoHistory bool
-	// History configures the writer of the rows' story; its Logger and
-	// Metrics are the exporter's. Defaults to history.WriterConfig's.
-	History history.WriterConfig
 }
 
 // Exporter pushes rows under the export lock.
@@ -162,9 +158,6 @@ type Exporter struct {
 	cfg     Config
 	logger  *slog.Logger
 	metrics *metrics.Metrics
-	// history writes the rows' story off the marker transactions; nil
-	// with NoHistory. Close stops it.
-	history *history.Writer
 	// holds counts the export locks the process's jobs hold, by source:
 	// more than one for a moment when a job whose lock was lost has not
 	// released it yet and another took it anew.
@@ -287,26 +280,8 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 	if e.srcs, err = e.family(c.Sources); err != nil {
 		return nil, err
 	}
-	if !c.NoHistory {
-		hc := c.History
-		hc.Logger, hc.Metrics = c.Logger, c.Metrics
-		if e.history, err = history.NewWriter(pool, &hc); err != nil {
-			return nil, fmt.Errorf("exporter: %w", err)
-		}
-	}
 	e.announce(e.srcs)
 	return e, nil
-}
-
-// Close writes the rows' story still queued and stops its writer, waiting
-// until ctx ends. Call it once the jobs have stopped (after Shutdown and
-// River's stop): a batch marked after Close has its story written at once,
-// on the marker's path.
-func (e *Exporter) Close(ctx context.Context) error {
-	if e.history == nil {
-		return nil
-	}
-	return e.history.Close(ctx)
 }
 
 // announce makes the lock series of the sources exported here, at their

@@ -219,6 +219,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		}
 		for _, b := range r.marks {
 			p.queueDigests(qb, b)
+			p.queueHistory(qb, b)
 		}
 		for _, name := range order {
 			g := byName[name]
@@ -294,11 +295,6 @@ func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) ma
 	}
 	res.seqs = *res.seqsOut
 	p.applyHolds(ctx, res.held)
-	// The marks committed: their batches' story goes to the writer, off
-	// the marker transactions (history.go).
-	for _, b := range res.marks {
-		p.addHistory(ctx, b)
-	}
 	for _, r := range res.rejected {
 		// Which source and which key: what a person searches for next
 		// (syncer status, retry-failed --key). One key, the first: a

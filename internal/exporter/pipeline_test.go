@@ -126,7 +126,6 @@ func setupPipeline(t *testing.T, cfg Config, inFlight ...int) *pipelineBundle {
 	cfg.Sources = []Source{Resources(p)}
 	e, err := New(pool, locker, &cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	lk, err := locker.TryAcquire(ctx, e.LockKey(jobs.Resources))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lk.Release(context.Background()) })

@@ -49,7 +49,6 @@ func TestStopAbandonsAJobThatIgnoresItsContext(t *testing.T) {
 	e, err := New(pool, locker, &Config{Schema: ts.Name, Installation: inst, AbandonAfter: bound, Metrics: m,
 		HotLinger: 50 * time.Millisecond, ColdLinger: 100 * time.Millisecond, Sources: []Source{Resources(stuck)}})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	_, err = pool.Exec(ctx, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, 5) g`)
 	require.NoError(t, err)
 

@@ -181,7 +181,6 @@ func (b *tenantBundle) daemon(t *testing.T, dests *tenantDests, maxRun time.Dura
 		exp.Shutdown()
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = rc.Stop(sctx)
-		_ = exp.Close(sctx)
 		scancel()
 		cancel()
 		wg.Wait()

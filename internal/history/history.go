@@ -5,24 +5,15 @@
 // (accepted, failed, deferred, skipped as unchanged), for a retention.
 //
 // Guarantees:
-//   - A batch's entries are handed to the daemon's Writer once the
-//     transaction that marks the batch and forgets its record has
-//     committed, never for marks that rolled back. The Writer writes
-//     many batches' entries in one statement, on a connection of its own,
-//     within its FlushInterval (200 ms): off the marker transaction, which
-//     is the export's serial stage. So the story of a marked batch is
-//     written a moment after its marks, not with them: a crash of the
-//     daemon between the two (or a shutdown whose last write outlasts its
-//     bound) loses those entries, and a write that fails loses its own
-//     (logged, counted in syncer_history_write_errors_total); the export
-//     never fails on the story and waits for it only while the Writer's
-//     bounded queue is full (Add waits for room; a caller whose wait ends
-//     first loses that batch's entries, logged and counted). Attempts that end a push with a
-//     wait (a 429's pause, transient failures past the retry bound) are
-//     handed when they happen: the batch goes again later, and its
-//     retries add entries of their own. Entries are only ever added,
-//     never updated: a failure retried stays in the story with the retry
-//     after it. The table is unlogged: a crash of PostgreSQL empties it.
+//   - A batch's entries are written in the transaction that marks the
+//     batch and forgets its record (Queue, called by the exporter's
+//     marker), in one statement: the story of a marked batch is never
+//     lost while the marks stand, and never written for marks that rolled
+//     back. Attempts that end a push with a wait (a 429's pause,
+//     transient failures past the retry bound) are written when they
+//     happen (Write): the batch goes again later, and its retries add
+//     entries of their own. Entries are only ever added, never updated:
+//     a failure retried stays in the story with the retry after it.
 //   - A version superseded by a newer one before it was settled is not
 //     written as such: Lookup reads it from the newer version's entries.
 //   - Reasons are cut to ReasonMax bytes and were SafeText'd by whoever
@@ -101,6 +92,117 @@ type Batch struct {
 	Failed   []Failure
 }
 
+// rows is a Batch as the columns of its entries.
+type rows struct {
+	keys     []string
+	versions []int64
+	deleted  []bool
+	attempt  []int32 // 1-based index into the attempts' arrays; 0: none
+	outcome  []string
+	reason   []string
+
+	aKeys    []string
+	aAt      []time.Time
+	aStatus  []int16
+	aLatency []int32
+}
+
+func (r *rows) add(it feed.Item, attempt int32, outcome, reason string) {
+	r.keys = append(r.keys, it.ID)
+	r.versions = append(r.versions, it.Version)
+	r.deleted = append(r.deleted, it.Deleted)
+	r.attempt = append(r.attempt, attempt)
+	r.outcome = append(r.outcome, outcome)
+	r.reason = append(r.reason, cut(reason))
+}
+
+type settlement struct{ outcome, reason string }
+
+// build lays b out as rows: one per item per attempt that carried it, the
+// last of them with the item's settlement, and one per item settled
+// without a request.
+func (b *Batch) build() *rows {
+	n := len(b.Accepted) + len(b.Rejected) + len(b.Deferred) + len(b.Skipped) + len(b.Failed)
+	r := &rows{}
+	r.keys = make([]string, 0, n)
+	r.versions = make([]int64, 0, n)
+	r.deleted = make([]bool, 0, n)
+	r.attempt = make([]int32, 0, n)
+	r.outcome = make([]string, 0, n)
+	r.reason = make([]string, 0, n)
+	for _, a := range b.Attempts {
+		r.aKeys = append(r.aKeys, a.Key)
+		r.aAt = append(r.aAt, a.At)
+		r.aStatus = append(r.aStatus, int16(a.Status))
+		r.aLatency = append(r.aLatency, int32(a.Latency/time.Millisecond))
+	}
+	settled := make(map[string]settlement, n)
+	for _, it := range b.Accepted {
+		settled[it.ID] = settlement{outcome: Accepted}
+	}
+	for _, rj := range b.Rejected {
+		settled[rj.Item.ID] = settlement{outcome: Failed, reason: rj.Error}
+	}
+	for _, d := range b.Deferred {
+		settled[d.Item.ID] = settlement{outcome: Deferred, reason: d.Reason}
+	}
+	// The last attempt that carried an item settles it; the common batch
+	// has one attempt, which carried every item.
+	var last map[string]int
+	if len(b.Attempts) > 1 {
+		last = make(map[string]int, n)
+		for i, a := range b.Attempts {
+			for _, it := range a.Items {
+				last[it.ID] = i
+			}
+		}
+	}
+	attempted := 0
+	for i, a := range b.Attempts {
+		for _, it := range a.Items {
+			s, ok := settled[it.ID]
+			if ok && (last == nil || last[it.ID] == i) {
+				r.add(it, int32(i+1), s.outcome, s.reason)
+				attempted++
+				continue
+			}
+			r.add(it, int32(i+1), unsettled(a, len(a.Items)), a.Reason)
+		}
+	}
+	if attempted < len(settled) {
+		// Settled without an attempt of this batch's (none carried them
+		// here: a batch resent with no attempt kept, say).
+		seen := make(map[string]bool, len(r.keys))
+		for i, k := range r.keys {
+			if r.outcome[i] == Accepted || r.outcome[i] == Failed || r.outcome[i] == Deferred {
+				seen[k] = true
+			}
+		}
+		for _, it := range b.Accepted {
+			if !seen[it.ID] {
+				r.add(it, 0, Accepted, "")
+			}
+		}
+		for _, rj := range b.Rejected {
+			if !seen[rj.Item.ID] {
+				r.add(rj.Item, 0, Failed, rj.Error)
+			}
+		}
+		for _, d := range b.Deferred {
+			if !seen[d.Item.ID] {
+				r.add(d.Item, 0, Deferred, d.Reason)
+			}
+		}
+	}
+	for _, it := range b.Skipped {
+		r.add(it, 0, Skipped, "")
+	}
+	for _, f := range b.Failed {
+		r.add(f.Item, 0, Failed, f.Reason)
+	}
+	return r
+}
+
 // unsettled names an attempt that did not settle its item by its answer.
 func unsettled(a delivery.Attempt, items int) string {
 	switch {
@@ -125,14 +227,53 @@ func cut(s string) string {
 	return s
 }
 
-// Queue adds to qb the statement that writes b's entries, in the
-// transaction qb runs in. The exporter hands its batches to a Writer
-// instead; Queue is for whoever needs the entries written with other
-// statements.
+const insertSQL = `INSERT INTO syncer_history
+	(feed, key, version, deleted, at, batched_at, batch_key, destination, tenant, status, latency_ms, outcome, reason)
+	SELECT $1, i.k, i.v, NULLIF(i.d, false), coalesce(a.t, now()), $2, a.bk, $3, NULLIF($4, ''), a.s, a.l, i.o, NULLIF(i.r, '')
+	FROM unnest($5::text[], $6::bigint[], $7::boolean[], $8::int[], $9::text[], $10::text[]) AS i (k, v, d, n, o, r)
+	LEFT JOIN unnest($11::text[], $12::timestamptz[], $13::smallint[], $14::int[]) WITH ORDINALITY AS a (bk, t, s, l, n)
+		ON a.n = i.n`
+
+// acceptedSQL is insertSQL for the common batch: one request, which
+// carried every item, all accepted.
+const acceptedSQL = `INSERT INTO syncer_history
+	(feed, key, version, deleted, at, batched_at, batch_key, destination, tenant, status, latency_ms, outcome)
+	SELECT $1, i.k, i.v, NULLIF(i.d, false), $5, $2, $6, $3, NULLIF($4, ''), $7, $8, 'accepted'
+	FROM unnest($9::text[], $10::bigint[], $11::boolean[]) AS i (k, v, d)`
+
+// allAccepted reports whether b is the common batch acceptedSQL writes.
+func (b *Batch) allAccepted() bool {
+	return len(b.Attempts) == 1 && len(b.Rejected)+len(b.Deferred)+len(b.Skipped)+len(b.Failed) == 0 &&
+		len(b.Accepted) == len(b.Attempts[0].Items) && len(b.Accepted) > 0
+}
+
+func (b *Batch) args() (string, []any, bool) {
+	var batched any
+	if !b.BatchedAt.IsZero() {
+		batched = b.BatchedAt
+	}
+	if b.allAccepted() {
+		a := b.Attempts[0]
+		keys, versions, deleted := make([]string, len(b.Accepted)), make([]int64, len(b.Accepted)), make([]bool, len(b.Accepted))
+		for i, it := range b.Accepted {
+			keys[i], versions[i], deleted[i] = it.ID, it.Version, it.Deleted
+		}
+		return acceptedSQL, []any{b.Feed, batched, b.Destination, b.Tenant, a.At, a.Key, int16(a.Status), int32(a.Latency / time.Millisecond),
+			keys, versions, deleted}, true
+	}
+	r := b.build()
+	if len(r.keys) == 0 {
+		return "", nil, false
+	}
+	return insertSQL, []any{b.Feed, batched, b.Destination, b.Tenant,
+		r.keys, r.versions, r.deleted, r.attempt, r.outcome, r.reason,
+		r.aKeys, r.aAt, r.aStatus, r.aLatency}, true
+}
+
+// Queue adds to qb the statement that writes b's entries: one statement
+// for the whole batch. Queue it in the transaction that marks the batch.
 func Queue(qb *pgx.Batch, b *Batch) {
-	r := newRows()
-	r.addBatch(b)
-	sql, args, ok := r.statement()
+	sql, args, ok := b.args()
 	if !ok {
 		return
 	}
@@ -144,21 +285,15 @@ func Queue(qb *pgx.Batch, b *Batch) {
 	}
 }
 
-// Write writes b's entries on their own, now.
+// Write writes b's entries on their own: the attempts of a push that
+// ended in a wait.
 func Write(ctx context.Context, q database.Querier, b *Batch) error {
-	r := newRows()
-	r.addBatch(b)
-	return write(ctx, q, r)
-}
-
-// write writes r's entries in one statement.
-func write(ctx context.Context, q database.Querier, r *rows) error {
-	sql, args, ok := r.statement()
+	sql, args, ok := b.args()
 	if !ok {
 		return nil
 	}
 	if _, err := q.Exec(ctx, sql, args...); err != nil {
-		return fmt.Errorf("history: write %d entries: %w", r.len(), err)
+		return fmt.Errorf("history: write %s: %w", b.Feed, err)
 	}
 	return nil
 }

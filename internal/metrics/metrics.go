@@ -96,8 +96,6 @@ type Metrics struct {
 	Verify Verify
 	// Tenants is the tenants' block.
 	Tenants Tenants
-	// History is the rows' story's block (history.go).
-	History History
 }
 
 // New creates the collectors and registers them on reg.
@@ -173,7 +171,6 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.Console = newConsole(reg)
 	m.Verify = newVerify(reg)
 	m.Tenants = newTenants(reg)
-	m.History = newHistory(reg)
 	return m
 }
 
