@@ -52,6 +52,11 @@ const (
 	// probeMaxDoublings bounds the probe's pace at probeShare × 2^6: 128%
 	// of the rate a second, about slow start's.
 	probeMaxDoublings = 6
+	// probeHoldRequests is how many requests the rate holds near the
+	// ceiling before it probes past it: 25 keeps a steady limit's 429s
+	// under one in 25 requests (issue 43: at most 5% of a 5/s account's
+	// requests), 5 s at 5/s and 0.125 s at 200/s.
+	probeHoldRequests = 25
 	// usedShare: a rate is raised only while the requests of the last
 	// second used this share of it; a quiet exporter proves nothing.
 	usedShare = 0.8
@@ -224,7 +229,15 @@ func (e *estimator) accepted(now, sentAt time.Time) rateStep {
 			e.probeFrom = now
 		}
 	default:
-		doublings := min(int(now.Sub(e.probeFrom)/probeDoubling), probeMaxDoublings)
+		// Near the ceiling, hold for probeHoldRequests before probing
+		// past it: at a low rate the probe's 429 otherwise comes every
+		// dozen requests.
+		hold := time.Duration(float64(probeHoldRequests) / e.learned * float64(time.Second))
+		since := now.Sub(e.probeFrom) - hold
+		if since < 0 {
+			return rateStep{}
+		}
+		doublings := min(int(since/probeDoubling), probeMaxDoublings)
 		slope := min(max(probeMin, probeShare*e.learned)*math.Ldexp(1, doublings), e.learned)
 		next = e.learned + slope*dt
 	}
