@@ -243,6 +243,12 @@ func AskProbe(ctx context.Context, pool *pgxpool.Pool, dest, by string) (p break
 	if err != nil {
 		return p, false, err
 	}
+	return askProbe(ctx, st, by)
+}
+
+// askProbe asks for a probe in st's namespace (a destination's or a
+// tenant's) when a refusal of its credentials or URL holds it.
+func askProbe(ctx context.Context, st *breakerstore.Store, by string) (p breakerstore.Probe, held bool, err error) {
 	facts, err := st.Load(ctx)
 	if err != nil {
 		return p, false, err

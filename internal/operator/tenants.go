@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -58,15 +57,7 @@ func ProbeTenant(ctx context.Context, pool *pgxpool.Pool, dest, tenant, by strin
 	if err != nil {
 		return p, false, err
 	}
-	facts, err := st.Load(ctx)
-	if err != nil {
-		return p, false, err
-	}
-	if !facts.Credentials.Refused && !facts.Configuration.Refused {
-		return p, false, nil
-	}
-	p = breakerstore.Probe{At: time.Now().UTC(), By: by}
-	return p, true, st.SetProbe(ctx, p)
+	return askProbe(ctx, st, by)
 }
 
 // WaitTenantProbeAnswer waits for the answer to ProbeTenant's probe p,

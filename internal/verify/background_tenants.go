@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/syncer-dev/syncer/internal/database"
 )
@@ -48,20 +47,7 @@ func (b *Background) runTenants(ctx context.Context, j *Job, c *Config) (res *Re
 		return nil, err
 	}
 	res = &Result{Source: name, Examples: []Example{}}
-	defer func() {
-		state := StateFinished
-		switch {
-		case errors.Is(err, ErrInterrupted):
-			state = StateInterrupted
-		case err != nil:
-			state = StateFailed
-		}
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if rerr := ended(wctx, b.db, name, state, res, err); rerr != nil && err == nil {
-			err = rerr
-		}
-	}()
+	defer func() { recordEnd(ctx, b.db, name, res, &err) }()
 	after := ""
 	for {
 		ts, err := j.Tenants.Page(ctx, b.db, after, TenantsPageSize)

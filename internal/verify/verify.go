@@ -241,22 +241,28 @@ func Run(ctx context.Context, db database.DB, src Source, rd Reader, cfg *Config
 	if err := started(ctx, db, key, c.By); err != nil {
 		return nil, err
 	}
-	defer func() {
-		state := StateFinished
-		switch {
-		case errors.Is(err, ErrInterrupted):
-			state = StateInterrupted
-		case err != nil:
-			state = StateFailed
-		}
-		// Recorded even when ctx ended the run: status says it stopped.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if rerr := ended(wctx, db, key, state, res, err); rerr != nil && err == nil {
-			err = rerr
-		}
-	}()
+	defer func() { recordEnd(ctx, db, key, res, &err) }()
 	return run(ctx, db, src, rd, &c)
+}
+
+// recordEnd records the end of the run under key, as its error *errp
+// says (finished, interrupted or failed), even when ctx ended the run:
+// status says it stopped. A failure to record it becomes *errp when the
+// run had none.
+func recordEnd(ctx context.Context, db database.Querier, key string, res *Result, errp *error) {
+	err := *errp
+	state := StateFinished
+	switch {
+	case errors.Is(err, ErrInterrupted):
+		state = StateInterrupted
+	case err != nil:
+		state = StateFailed
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if rerr := ended(wctx, db, key, state, res, err); rerr != nil && err == nil {
+		*errp = rerr
+	}
 }
 
 func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config) (*Result, error) {
