@@ -141,14 +141,12 @@ func TestTenantAsideWhileItsAccountFails(t *testing.T) {
 	b.exec(t, `INSERT INTO contacts SELECT i, 'acme', 'a' FROM generate_series(21, 40) i`)
 	require.Eventually(t, func() bool { return len(b.recordedKeys(t, "acme")) > 0 }, 30*time.Second, 20*time.Millisecond,
 		"acme's batch is kept recorded")
-	require.Eventually(t, func() bool { return len(b.latest("globex")) == 20 && b.pending(t, "globex") == 0 },
-		30*time.Second, 20*time.Millisecond, "globex's rows written before")
+	b.waitDelivered(t, "globex", 20, "globex's rows written before")
 
 	// While acme's account keeps failing, globex's new rows go.
 	b.exec(t, `INSERT INTO contacts SELECT i, 'globex', 'g' FROM generate_series(41, 60) i`)
 	b.exec(t, `INSERT INTO contacts SELECT i, 'acme', 'a' FROM generate_series(61, 70) i`)
-	require.Eventually(t, func() bool { return len(b.latest("globex")) == 40 && b.pending(t, "globex") == 0 },
-		30*time.Second, 20*time.Millisecond, "globex's rows written while acme fails")
+	b.waitDelivered(t, "globex", 40, "globex's rows written while acme fails")
 	require.Equal(t, 30, b.pending(t, "acme"), "acme's rows wait")
 	recorded := b.recordedKeys(t, "acme")
 	require.NotEmpty(t, recorded, "acme's batch is still recorded")
@@ -157,8 +155,7 @@ func TestTenantAsideWhileItsAccountFails(t *testing.T) {
 	}
 
 	b.faults.setDown("acme", false)
-	require.Eventually(t, func() bool { return b.pending(t, "acme") == 0 && len(b.latest("acme")) == 30 },
-		30*time.Second, 20*time.Millisecond, "acme's rows go once its account heals")
+	b.waitDelivered(t, "acme", 30, "acme's rows go once its account heals")
 	require.Equal(t, recorded[0], firstAfterHeal(b.faults.sent("acme")), "its recorded batch first, under its key")
 	require.Empty(t, b.recordedKeys(t, "acme"))
 	require.ElementsMatch(t, append(ids(21, 40), ids(61, 70)...), keysOf(b.latest("acme")))
@@ -188,8 +185,7 @@ func TestTenantAsideRefusedThenNewToken(t *testing.T) {
 	b.faults.setDown("acme", false)
 	b.exec(t, `INSERT INTO contacts SELECT i, 'globex', 'g' FROM generate_series(11, 30) i`)
 	b.exec(t, `INSERT INTO contacts SELECT i, 'acme', 'a' FROM generate_series(31, 35) i`)
-	require.Eventually(t, func() bool { return len(b.latest("globex")) == 20 && b.pending(t, "globex") == 0 },
-		30*time.Second, 20*time.Millisecond, "globex goes while acme is refused")
+	b.waitDelivered(t, "globex", 20, "globex goes while acme is refused")
 	require.Equal(t, 15, b.pending(t, "acme"))
 	recorded := b.recordedKeys(t, "acme")
 	require.NotEmpty(t, recorded)
@@ -198,8 +194,7 @@ func TestTenantAsideRefusedThenNewToken(t *testing.T) {
 	require.Zero(t, failed, "pending, never failed")
 
 	b.fake.RestoreTenant("acme", "")
-	require.Eventually(t, func() bool { return b.pending(t, "acme") == 0 && len(b.latest("acme")) == 15 },
-		30*time.Second, 20*time.Millisecond, "a new token sends acme's rows")
+	b.waitDelivered(t, "acme", 15, "a new token sends acme's rows")
 	require.Empty(t, b.recordedKeys(t, "acme"))
 	for _, s := range b.faults.sent("acme") {
 		if !s.down {
@@ -225,8 +220,7 @@ func TestTenantAsideAcrossTakeovers(t *testing.T) {
 	for round := range 4 {
 		from := 100 + round*10
 		b.exec(t, `INSERT INTO contacts SELECT i, 'globex', 'g' FROM generate_series($1::int, $1::int + 9) i`, from)
-		require.Eventually(t, func() bool { return len(b.latest("globex")) == 10*(round+1) && b.pending(t, "globex") == 0 },
-			30*time.Second, 20*time.Millisecond, "globex goes while acme fails, whoever holds the lane")
+		b.waitDelivered(t, "globex", 10*(round+1), "globex goes while acme fails, whoever holds the lane")
 		time.Sleep(700 * time.Millisecond) // the lane changes hands meanwhile
 	}
 	recorded := b.recordedKeys(t, "acme")
@@ -234,8 +228,7 @@ func TestTenantAsideAcrossTakeovers(t *testing.T) {
 	require.Equal(t, 10, b.pending(t, "acme"))
 
 	b.faults.setDown("acme", false)
-	require.Eventually(t, func() bool { return b.pending(t, "acme") == 0 && len(b.latest("acme")) == 10 },
-		30*time.Second, 20*time.Millisecond)
+	b.waitDelivered(t, "acme", 10, "")
 	require.Equal(t, recorded[0], firstAfterHeal(b.faults.sent("acme")))
 	b.requireOneKeyEach(t)
 }
@@ -252,13 +245,11 @@ func TestTenantAsideAfterAHangingPush(t *testing.T) {
 	b.exec(t, `INSERT INTO contacts SELECT i, 'acme', 'a' FROM generate_series(1, 10) i`)
 	require.Eventually(t, func() bool { return len(b.faults.sent("acme")) > 0 }, 30*time.Second, 20*time.Millisecond)
 	b.exec(t, `INSERT INTO contacts SELECT i, 'globex', 'g' FROM generate_series(11, 20) i`)
-	require.Eventually(t, func() bool { return len(b.latest("globex")) == 10 && b.pending(t, "globex") == 0 },
-		30*time.Second, 20*time.Millisecond, "globex goes while acme's push hangs")
+	b.waitDelivered(t, "globex", 10, "globex goes while acme's push hangs")
 	// Past the push limit, and after it.
 	time.Sleep(exporter.TenantPushLimit)
 	b.exec(t, `INSERT INTO contacts SELECT i, 'globex', 'g' FROM generate_series(21, 30) i`)
-	require.Eventually(t, func() bool { return len(b.latest("globex")) == 20 && b.pending(t, "globex") == 0 },
-		30*time.Second, 20*time.Millisecond, "globex goes after acme's push was cut short")
+	b.waitDelivered(t, "globex", 20, "globex goes after acme's push was cut short")
 	recorded := b.recordedKeys(t, "acme")
 	require.NotEmpty(t, recorded, "acme's batch is kept recorded")
 	require.Equal(t, 10, b.pending(t, "acme"))
@@ -268,4 +259,12 @@ func TestTenantAsideAfterAHangingPush(t *testing.T) {
 		60*time.Second, 20*time.Millisecond)
 	require.Equal(t, recorded[0], firstAfterHeal(b.faults.sent("acme")))
 	b.requireOneKeyEach(t)
+}
+
+// waitDelivered waits until tenant has nothing pending and the fake holds
+// n of its keys.
+func (b *tenantBundle) waitDelivered(t *testing.T, tenant string, n int, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.pending(t, tenant) == 0 && len(b.latest(tenant)) == n },
+		30*time.Second, 20*time.Millisecond, msg)
 }
