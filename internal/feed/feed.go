@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Item is one exported item at one version: a row of resources or a
@@ -34,6 +35,11 @@ type Item struct {
 	// (internal/unchanged), read with the item when its feed was asked
 	// for it (Page.Kept); nil when none is kept.
 	Kept []byte
+	// Captured is when the version was captured: the start of the
+	// transaction that wrote it (resources.changed_at, the changed_at of
+	// a source's newest change of the key), for its story
+	// (internal/history); zero when the read does not say.
+	Captured time.Time
 }
 
 // Defaults for Limits.
