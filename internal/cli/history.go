@@ -89,6 +89,9 @@ func writeStory(w io.Writer, st history.Story) {
 		if v.Deleted {
 			what = " (delete)"
 		}
+		if v.Captured != nil {
+			what += ", captured " + v.Captured.UTC().Format(time.RFC3339Nano)
+		}
 		fmt.Fprintf(tw, "version %d%s: %s\n", v.Version, what, v.Settled)
 		for _, e := range v.Entries {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339Nano), e.Outcome,

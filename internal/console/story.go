@@ -30,6 +30,7 @@ type storyVersion struct {
 	Version            int64
 	Deleted            bool
 	Settled, BatchedAt string
+	Captured           string
 	Entries            []storyEntry
 }
 
@@ -42,6 +43,9 @@ func storyVersions(st *rowhistory.Story) []storyVersion {
 	out := make([]storyVersion, 0, len(st.Versions))
 	for _, v := range st.Versions {
 		sv := storyVersion{Version: v.Version, Deleted: v.Deleted, Settled: v.Settled}
+		if v.Captured != nil {
+			sv.Captured = v.Captured.UTC().Format("2006-01-02 15:04:05.000")
+		}
 		for _, e := range v.Entries {
 			if sv.BatchedAt == "" && e.BatchedAt != nil {
 				sv.BatchedAt = e.BatchedAt.UTC().Format("2006-01-02 15:04:05")

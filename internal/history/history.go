@@ -2,7 +2,16 @@
 // version of a key, each request that carried it (when, to which
 // destination, under which Idempotency-Key, the answer's status, its
 // latency, the third party's reason) and how the version was settled
-// (accepted, failed, deferred, skipped as unchanged), for a retention.
+// (accepted, failed, deferred, skipped as unchanged), with the time the
+// version was captured, for a retention.
+//
+// Where: the common batch (one request that carried every item, all
+// accepted: most of the story) is one row of syncer_history_requests, its
+// items as arrays, found by a GIN index of its keys; every other entry is
+// a row of syncer_history, an entry an item, found by a btree of (feed,
+// key). An entry a key costs PostgreSQL a seventh of what the drain spends
+// on the item; a row a request, a hundredth (migration 029). Lookup reads
+// both.
 //
 // Guarantees:
 //   - A batch's entries are written in the transaction that marks the
@@ -21,8 +30,12 @@
 //   - Pruning (Pruner) deletes small chunks of the oldest entries, by age
 //     (Config.Retention) and by count (Config.MaxEntries), each chunk its
 //     own short statement: it never holds a lock the export waits for.
+//     It also moves the GIN index's pending list into its tree when the
+//     export is quiet (or every Config.TidyRequests requests), where an
+//     insert would otherwise pay for it.
 //
-// The package owns syncer_history (migration 023).
+// The package owns syncer_history and syncer_history_requests
+// (migrations 023, 029).
 package history
 
 import (
@@ -32,6 +45,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
@@ -100,6 +114,7 @@ type rows struct {
 	attempt  []int32 // 1-based index into the attempts' arrays; 0: none
 	outcome  []string
 	reason   []string
+	captured []pgtype.Timestamptz
 
 	aKeys    []string
 	aAt      []time.Time
@@ -114,6 +129,7 @@ func (r *rows) add(it feed.Item, attempt int32, outcome, reason string) {
 	r.attempt = append(r.attempt, attempt)
 	r.outcome = append(r.outcome, outcome)
 	r.reason = append(r.reason, cut(reason))
+	r.captured = append(r.captured, capturedOf(it))
 }
 
 type settlement struct{ outcome, reason string }
@@ -130,6 +146,7 @@ func (b *Batch) build() *rows {
 	r.attempt = make([]int32, 0, n)
 	r.outcome = make([]string, 0, n)
 	r.reason = make([]string, 0, n)
+	r.captured = make([]pgtype.Timestamptz, 0, n)
 	for _, a := range b.Attempts {
 		r.aKeys = append(r.aKeys, a.Key)
 		r.aAt = append(r.aAt, a.At)
@@ -228,23 +245,31 @@ func cut(s string) string {
 }
 
 const insertSQL = `INSERT INTO syncer_history
-	(feed, key, version, deleted, at, batched_at, batch_key, destination, tenant, status, latency_ms, outcome, reason)
-	SELECT $1, i.k, i.v, NULLIF(i.d, false), coalesce(a.t, now()), $2, a.bk, $3, NULLIF($4, ''), a.s, a.l, i.o, NULLIF(i.r, '')
-	FROM unnest($5::text[], $6::bigint[], $7::boolean[], $8::int[], $9::text[], $10::text[]) AS i (k, v, d, n, o, r)
-	LEFT JOIN unnest($11::text[], $12::timestamptz[], $13::smallint[], $14::int[]) WITH ORDINALITY AS a (bk, t, s, l, n)
+	(feed, key, version, deleted, at, batched_at, batch_key, destination, tenant, status, latency_ms, outcome, reason, captured_at)
+	SELECT $1, i.k, i.v, NULLIF(i.d, false), coalesce(a.t, now()), $2, a.bk, $3, NULLIF($4, ''), a.s, a.l, i.o, NULLIF(i.r, ''), i.c
+	FROM unnest($5::text[], $6::bigint[], $7::boolean[], $8::int[], $9::text[], $10::text[], $11::timestamptz[]) AS i (k, v, d, n, o, r, c)
+	LEFT JOIN unnest($12::text[], $13::timestamptz[], $14::smallint[], $15::int[]) WITH ORDINALITY AS a (bk, t, s, l, n)
 		ON a.n = i.n`
 
 // acceptedSQL is insertSQL for the common batch: one request, which
 // carried every item, all accepted.
-const acceptedSQL = `INSERT INTO syncer_history
-	(feed, key, version, deleted, at, batched_at, batch_key, destination, tenant, status, latency_ms, outcome)
-	SELECT $1, i.k, i.v, NULLIF(i.d, false), $5, $2, $6, $3, NULLIF($4, ''), $7, $8, 'accepted'
-	FROM unnest($9::text[], $10::bigint[], $11::boolean[]) AS i (k, v, d)`
+// requestSQL writes the common batch (allAccepted) as one row of
+// syncer_history_requests: one request, which carried every item, all
+// accepted (migration 029 says why).
+const requestSQL = `INSERT INTO syncer_history_requests
+	(feed, at, batched_at, batch_key, destination, tenant, status, latency_ms, keys, versions, deleted, captured, items)
+	VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $11, $12, $13)`
 
-// allAccepted reports whether b is the common batch acceptedSQL writes.
+// allAccepted reports whether b is the common batch requestSQL writes.
 func (b *Batch) allAccepted() bool {
 	return len(b.Attempts) == 1 && len(b.Rejected)+len(b.Deferred)+len(b.Skipped)+len(b.Failed) == 0 &&
 		len(b.Accepted) == len(b.Attempts[0].Items) && len(b.Accepted) > 0
+}
+
+// capturedOf is it's capture time as a column's element: NULL when
+// zero.
+func capturedOf(it feed.Item) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: it.Captured, Valid: !it.Captured.IsZero()}
 }
 
 func (b *Batch) args() (string, []any, bool) {
@@ -254,19 +279,39 @@ func (b *Batch) args() (string, []any, bool) {
 	}
 	if b.allAccepted() {
 		a := b.Attempts[0]
-		keys, versions, deleted := make([]string, len(b.Accepted)), make([]int64, len(b.Accepted)), make([]bool, len(b.Accepted))
+		n := len(b.Accepted)
+		keys, versions := make([]string, n), make([]int64, n)
+		// NULL arrays for none deleted and none captured: the common
+		// drain of new rows, whose rows then carry two arrays, not four.
+		var deleted []bool
+		var captured []pgtype.Timestamptz
 		for i, it := range b.Accepted {
-			keys[i], versions[i], deleted[i] = it.ID, it.Version, it.Deleted
+			keys[i], versions[i] = it.ID, it.Version
+			if it.Deleted && deleted == nil {
+				deleted = make([]bool, n) // the items before it were not
+			}
+			if deleted != nil {
+				deleted[i] = it.Deleted
+			}
+			if !it.Captured.IsZero() && captured == nil {
+				captured = make([]pgtype.Timestamptz, n)
+				for j := range i {
+					captured[j] = capturedOf(b.Accepted[j])
+				}
+			}
+			if captured != nil {
+				captured[i] = capturedOf(it)
+			}
 		}
-		return acceptedSQL, []any{b.Feed, batched, b.Destination, b.Tenant, a.At, a.Key, int16(a.Status), int32(a.Latency / time.Millisecond),
-			keys, versions, deleted}, true
+		return requestSQL, []any{b.Feed, a.At, batched, a.Key, b.Destination, b.Tenant, int16(a.Status), int32(a.Latency / time.Millisecond),
+			keys, versions, deleted, captured, int32(n)}, true
 	}
 	r := b.build()
 	if len(r.keys) == 0 {
 		return "", nil, false
 	}
 	return insertSQL, []any{b.Feed, batched, b.Destination, b.Tenant,
-		r.keys, r.versions, r.deleted, r.attempt, r.outcome, r.reason,
+		r.keys, r.versions, r.deleted, r.attempt, r.outcome, r.reason, r.captured,
 		r.aKeys, r.aAt, r.aStatus, r.aLatency}, true
 }
 

@@ -1,13 +1,17 @@
 package history_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/dbtest"
@@ -105,6 +109,12 @@ func TestPruneUnderLoad(t *testing.T) {
 		SELECT 'orders', (g % 1000)::text, g, $1::timestamptz + g * interval '1 millisecond', 'accepted'
 		FROM generate_series(1, 20000) g`, now.Add(-10*24*time.Hour))
 	require.NoError(t, err)
+	// and 5 000 in 50 old requests.
+	_, err = pool.Exec(ctx, `INSERT INTO syncer_history_requests (feed, at, batch_key, status, latency_ms, keys, versions, items)
+		SELECT 'orders', $1::timestamptz + r * interval '1 second', 'k-' || r, 200, 5,
+			array_agg(((r * 100 + g) % 1000)::text), array_agg(r * 100 + g), 100
+		FROM generate_series(1, 50) r, generate_series(1, 100) g GROUP BY r`, now.Add(-9*24*time.Hour))
+	require.NoError(t, err)
 
 	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -129,17 +139,15 @@ func TestPruneUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	stop()
 	wg.Wait()
-	require.EqualValues(t, 20000, n, "every old entry, and only those")
-	var left int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM syncer_history`).Scan(&left))
-	require.Equal(t, written, left)
+	require.EqualValues(t, 20000+5000, n, "every old entry, and only those")
+	require.Equal(t, written, entriesLeft(t, pool))
 
 	// The size bound: the oldest go first, whatever their age.
-	_, err = pool.Exec(ctx, `ANALYZE syncer_history`)
+	_, err = pool.Exec(ctx, `ANALYZE syncer_history; ANALYZE syncer_history_requests`)
 	require.NoError(t, err)
 	var live int64
 	require.Eventually(t, func() bool {
-		return pool.QueryRow(ctx, `SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = 'syncer_history'::regclass`).Scan(&live) == nil && live == int64(written)
+		return pool.QueryRow(ctx, `SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = 'syncer_history_requests'::regclass`).Scan(&live) == nil && live == int64(written/50)
 	}, 10*time.Second, 50*time.Millisecond)
 	p, err = history.NewPruner(pool, &history.Config{Chunk: 300, Pause: time.Millisecond, MaxEntries: 1000})
 	require.NoError(t, err)
@@ -147,6 +155,103 @@ func TestPruneUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, written-1000, n, "as many as the bound is exceeded by")
 	var oldest int64
-	require.NoError(t, pool.QueryRow(ctx, `SELECT min(version) FROM syncer_history`).Scan(&oldest))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT min(v) FROM syncer_history_requests, unnest(versions) v`).Scan(&oldest))
 	require.EqualValues(t, written-1000, oldest, "the newest 1000 are kept")
+	require.Equal(t, 1000, entriesLeft(t, pool))
+}
+
+// entriesLeft counts the entries of both tables.
+func entriesLeft(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM syncer_history)
+		+ (SELECT coalesce(sum(items), 0) FROM syncer_history_requests)`).Scan(&n))
+	return n
+}
+
+// A version's capture time is read back from either table: the common
+// batch's request and an entry of its own.
+func TestCapturedTime(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.NewMigrated(t).Pool
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	x, y := item("x", 1), item("y", 1)
+	x.Captured = at.Add(-time.Minute)
+	qb := &pgx.Batch{}
+	history.Queue(qb, &history.Batch{Feed: "orders", Destination: "crm", BatchedAt: at,
+		Attempts: []delivery.Attempt{{Key: "k-1", At: at, Status: 200, Items: []feed.Item{x, y}}}, Accepted: []feed.Item{x, y}})
+	z := item("x", 2)
+	z.Captured = at.Add(-time.Second)
+	history.Queue(qb, &history.Batch{Feed: "orders", Destination: "crm", BatchedAt: at,
+		Attempts: []delivery.Attempt{{Key: "k-2", At: at.Add(time.Second), Status: 422, Items: []feed.Item{z}}},
+		Rejected: []delivery.Rejection{{Item: z, Error: "422 no"}}})
+	require.NoError(t, pool.SendBatch(ctx, qb).Close())
+
+	st, err := history.Lookup(ctx, pool, "orders", "x", 0)
+	require.NoError(t, err)
+	require.Len(t, st.Versions, 2)
+	require.True(t, st.Versions[0].Captured.Equal(x.Captured), "from the request's row")
+	require.Equal(t, history.Accepted, st.Versions[0].Settled)
+	require.Equal(t, "k-1", st.Versions[0].Entries[0].BatchKey)
+	require.True(t, st.Versions[1].Captured.Equal(z.Captured), "from an entry of its own")
+	require.Equal(t, history.Failed, st.Versions[1].Settled)
+	st, err = history.Lookup(ctx, pool, "orders", "y", 0)
+	require.NoError(t, err)
+	require.Len(t, st.Versions, 1)
+	require.Nil(t, st.Versions[0].Captured, "a read that did not say")
+}
+
+// The Pruner moves the requests' pending keys into the index's tree once
+// no request came for TidyQuiet; lookups find keys before and after.
+func TestTidyWhenQuiet(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.NewMigrated(t).Pool
+	for i := range 20 {
+		its := make([]feed.Item, 100)
+		for j := range its {
+			its[j] = item(fmt.Sprint(i*100+j), 1)
+		}
+		require.NoError(t, history.Write(ctx, pool, &history.Batch{Feed: "orders",
+			Attempts: []delivery.Attempt{{Key: fmt.Sprint("k-", i), At: time.Now(), Status: 200, Items: its}}, Accepted: its}))
+	}
+	st, err := history.Lookup(ctx, pool, "orders", "1234", 0)
+	require.NoError(t, err)
+	require.Len(t, st.Versions, 1, "found in the pending list")
+
+	var logs syncBuffer
+	p, err := history.NewPruner(pool, &history.Config{Every: time.Hour, TidyQuiet: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(rctx) }()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "tidied") }, 20*time.Second, 50*time.Millisecond)
+	stop()
+	<-done
+	pages, err := p.Tidy(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pages, "nothing left pending")
+	st, err = history.Lookup(ctx, pool, "orders", "1234", 0)
+	require.NoError(t, err)
+	require.Len(t, st.Versions, 1, "found in the tree")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
