@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -29,25 +28,6 @@ import (
 	"github.com/syncer-dev/syncer/migrations"
 )
 
-// syncBuffer is a bytes.Buffer a running command may write while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type result struct {
 	code           int
 	stdout, stderr string
@@ -56,7 +36,7 @@ type result struct {
 // run runs the command line in this process. Settings go as flags: the
 // environment is the process's, shared by parallel tests.
 func run(ctx context.Context, args ...string) result {
-	var stdout, stderr syncBuffer
+	var stdout, stderr dbtest.Buffer
 	code := cli.Main(ctx, args, &stdout, &stderr)
 	return result{code, stdout.String(), stderr.String()}
 }
@@ -333,7 +313,7 @@ func TestReplayWaitSaysWhenNoDaemonPicksItUp(t *testing.T) {
 	b.fill(t, 3)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr dbtest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Main(ctx, []string{"replay", "--from-id", "1", "--wait", "--poll", "20ms", "--stall", "200ms", "--database-url", b.dsn}, &stdout, &stderr)

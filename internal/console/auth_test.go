@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -63,28 +62,10 @@ type authSetup struct {
 	url     string
 	console *Console
 	reg     *prometheus.Registry
-	logs    *syncBuffer
+	logs    *dbtest.Buffer
 
 	mu  sync.Mutex
 	now time.Time
-}
-
-// syncBuffer is a log that requests of several connections write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // setupAuth serves a console with cfg (its token set here) through wrap,
@@ -97,7 +78,7 @@ func setupAuth(t *testing.T, cfg Config, wrap func(http.Handler) http.Handler) *
 	pool, err := pgxpool.New(ctx, dbtest.URL())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	s := &authSetup{reg: prometheus.NewRegistry(), logs: &syncBuffer{}, now: time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)}
+	s := &authSetup{reg: prometheus.NewRegistry(), logs: &dbtest.Buffer{}, now: time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)}
 	cfg.Token = consoleToken
 	cfg.Logger = slog.New(slog.NewTextHandler(s.logs, nil))
 	s.console, err = New(ctx, pool, metrics.New(s.reg), &cfg)

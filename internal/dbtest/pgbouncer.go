@@ -1,7 +1,6 @@
 package dbtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +23,7 @@ import (
 type PgBouncer struct {
 	// Addr is where it listens, 127.0.0.1:port.
 	Addr string
-	log  *syncBuffer
+	log  *Buffer
 }
 
 // Log returns what PgBouncer logged so far.
@@ -155,7 +153,7 @@ server_reset_query = DISCARD ALL
 		// PgBouncer refuses to run as root; it reads its files first.
 		args = []string{"-u", "postgres", iniPath}
 	}
-	log := &syncBuffer{}
+	log := &Buffer{}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
@@ -252,23 +250,4 @@ func freeLoopbackPort(tb testing.TB) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and a test's
-// reads at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,7 +1,6 @@
 package history_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -220,7 +219,7 @@ func TestTidyWhenQuiet(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, st.Versions, 1, "found in the pending list")
 
-	var logs syncBuffer
+	var logs dbtest.Buffer
 	p, err := history.NewPruner(pool, &history.Config{Every: time.Hour, TidyQuiet: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	require.NoError(t, err)
@@ -236,22 +235,4 @@ func TestTidyWhenQuiet(t *testing.T) {
 	st, err = history.Lookup(ctx, pool, "orders", "1234", 0)
 	require.NoError(t, err)
 	require.Len(t, st.Versions, 1, "found in the tree")
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

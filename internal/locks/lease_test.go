@@ -44,14 +44,14 @@ func (b *testBundle) leasedLocker(t *testing.T, ttl time.Duration) *locks.Locker
 // startHolder runs the hold helper in a child process connected with dsn:
 // it takes b.key under a lease of ttl and prints "held", then each check.
 // It returns the child with its stdout and stderr; the cleanup kills it.
-func (b *testBundle) startHolder(t *testing.T, dsn string, ttl time.Duration) (*exec.Cmd, io.Reader, *syncBuffer) {
+func (b *testBundle) startHolder(t *testing.T, dsn string, ttl time.Duration) (*exec.Cmd, io.Reader, *dbtest.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envHelper+"=hold", envDSN+"="+dsn,
 		envKey+"="+strconv.FormatInt(b.key, 10), envLeaseTTL+"="+ttl.String())
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	errOut := &syncBuffer{}
+	errOut := &dbtest.Buffer{}
 	cmd.Stderr = errOut
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
@@ -234,7 +234,7 @@ func TestLeaseTakeoverNeedsTheHoldersRole(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, live)
 
-	logs := &syncBuffer{}
+	logs := &dbtest.Buffer{}
 	other, err := locks.New(as(otherRole), &locks.Config{Lease: true, LeaseTTL: ttl, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, err)
 	defer other.Close()

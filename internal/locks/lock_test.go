@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
@@ -166,7 +167,7 @@ func TestLossByVanishedLock(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var logs syncBuffer
+			var logs dbtest.Buffer
 			b := setup(t, &locks.Config{
 				CheckInterval: tt.checkInterval,
 				Logger:        slog.New(slog.NewTextHandler(&logs, nil)),

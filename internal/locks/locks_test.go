@@ -1,12 +1,10 @@
 package locks_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -235,24 +233,6 @@ func TestSessionSettings(t *testing.T) {
 	}, got)
 }
 
-// syncBuffer is a log destination safe for the self-check goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 func TestNoOverlapAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -266,7 +246,7 @@ func TestNoOverlapAcrossProcesses(t *testing.T) {
 
 	const children, rounds = 4, 10
 	cmds := make([]*exec.Cmd, children)
-	outs := make([]*syncBuffer, children)
+	outs := make([]*dbtest.Buffer, children)
 	for i := range cmds {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(),
@@ -275,7 +255,7 @@ func TestNoOverlapAcrossProcesses(t *testing.T) {
 			envKey+"="+strconv.FormatInt(b.key, 10),
 			envRounds+"="+strconv.Itoa(rounds),
 		)
-		outs[i] = &syncBuffer{}
+		outs[i] = &dbtest.Buffer{}
 		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
 		require.NoError(t, cmd.Start())
 		cmds[i] = cmd
