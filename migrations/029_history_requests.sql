@@ -12,7 +12,7 @@
 -- its pending list on: an insert appends the row's keys to the list
 -- (0.27 µs an item) rather than placing each in the index's tree, and a
 -- lookup reads the list whole beside the tree. internal/history's Pruner
--- moves the list into the tree (gin_clean_pending_list) once the export
+-- moves the list into the tree (syncer_history_tidy) once the export
 -- is quiet, or when enough requests came since; gin_pending_list_limit
 -- (32 MB, about a million keys) bounds it if the Pruner runs nowhere, by
 -- flushing it in the insert that passes it.
@@ -55,6 +55,16 @@ ALTER TABLE {{schema}}.syncer_history_requests
 CREATE INDEX IF NOT EXISTS syncer_history_requests_keys_idx ON {{schema}}.syncer_history_requests
     USING gin (keys) WITH (fastupdate = on, gin_pending_list_limit = 32768);
 CREATE INDEX IF NOT EXISTS syncer_history_requests_at_idx ON {{schema}}.syncer_history_requests USING brin (at);
+
+-- The Pruner's tidy, as the schema's owner: gin_clean_pending_list is
+-- the index owner's (or a superuser's), and the daemon runs as a role
+-- that owns nothing (docs/operations.md, "Roles and privileges").
+-- Executable by anyone, as functions are by default: all it does is what
+-- autovacuum would do later.
+CREATE OR REPLACE FUNCTION {{schema}}.syncer_history_tidy() RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.gin_clean_pending_list(({{schema_literal}} || '.syncer_history_requests_keys_idx')::pg_catalog.regclass)
+$$;
 
 -- The capture time of an entry (feed.Item.Captured).
 ALTER TABLE {{schema}}.syncer_history ADD COLUMN IF NOT EXISTS captured_at timestamptz;

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/sources"
@@ -220,6 +221,16 @@ func TestRolesLeastPrivilege(t *testing.T) {
 		"4": json.RawMessage(`{"id": 4, "status": "new", "t": null}`),
 	}, live, "orders")
 	require.Equal(t, map[string]int{"2": 1}, tombs)
+
+	// The story's upkeep as the daemon's role: the requests' key index is
+	// the owner's, tidied through the owner's function.
+	pruner, err := history.NewPruner(b.pool, nil)
+	require.NoError(t, err)
+	_, err = pruner.Tidy(ctx)
+	require.NoError(t, err, "the daemon's role tidies the story's key index")
+	st, err := history.Lookup(ctx, b.pool, "orders", "1", 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, st.Versions, "and reads a key's story")
 	t.Logf("as the daemon's role: resources %d deliveries (%d tombstone); orders %d live rows, tombstones %v",
 		len(fake.Deliveries()), tombstones, len(live), tombs)
 }

@@ -29,9 +29,10 @@ const tidyEvery = time.Second
 const insertedSQL = `SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables
 	WHERE relid = to_regclass('syncer_history_requests')), 0)`
 
-// tidySQL moves the pending list into the index's tree. A cleanup another
-// session runs is waited for, then finds little left.
-const tidySQL = `SELECT gin_clean_pending_list(to_regclass('syncer_history_requests_keys_idx'))`
+// tidySQL moves the pending list into the index's tree
+// (gin_clean_pending_list, as the schema's owner: migration 029). A
+// cleanup another session runs is waited for, then finds little left.
+const tidySQL = `SELECT syncer_history_tidy()`
 
 // tidyState is what the Pruner knows of the pending list between two
 // reads.
@@ -71,8 +72,8 @@ func (p *Pruner) tidyIfDue(ctx context.Context) {
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
-			// Not the index's owner: autovacuum (and the pending list's
-			// own bound) do it.
+			// EXECUTE revoked from this role: autovacuum (and the
+			// pending list's own bound) do it.
 			st.disabled = true
 		}
 		if ctx.Err() == nil {
