@@ -266,7 +266,7 @@ func (b *Batch) allAccepted() bool {
 		len(b.Accepted) == len(b.Attempts[0].Items) && len(b.Accepted) > 0
 }
 
-// capturedOf is it's capture time as a column's element: NULL when
+// capturedOf is an item's capture time as an array's element: NULL when
 // zero.
 func capturedOf(it feed.Item) pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: it.Captured, Valid: !it.Captured.IsZero()}
@@ -294,10 +294,7 @@ func (b *Batch) args() (string, []any, bool) {
 				deleted[i] = it.Deleted
 			}
 			if !it.Captured.IsZero() && captured == nil {
-				captured = make([]pgtype.Timestamptz, n)
-				for j := range i {
-					captured[j] = capturedOf(b.Accepted[j])
-				}
+				captured = make([]pgtype.Timestamptz, n) // NULL before it
 			}
 			if captured != nil {
 				captured[i] = capturedOf(it)
