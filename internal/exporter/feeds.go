@@ -124,7 +124,7 @@ func (c *rowsCursor) Next(ctx context.Context) (feed.Page, error) {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: id, Version: r.Version, Bytes: r.Oversize})
 			continue
 		}
-		p.Items = append(p.Items, feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept})
+		p.Items = append(p.Items, feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept, Captured: r.Captured})
 	}
 	c.after = rows[len(rows)-1].ID
 	p.Position = c.after
@@ -246,7 +246,7 @@ func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
 			continue
 		}
-		p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept})
+		p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept, Captured: r.Captured})
 	}
 	last := rows[len(rows)-1].Key
 	c.after = &last

@@ -324,7 +324,7 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 				p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
 				continue
 			}
-			p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Tenant: t, Kept: r.Kept})
+			p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Tenant: t, Kept: r.Kept, Captured: r.Captured})
 		}
 		c.f.read(t)
 		return p, nil

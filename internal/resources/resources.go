@@ -46,6 +46,11 @@ type Row struct {
 	// Kept is the digest internal/unchanged keeps for the row's id, when
 	// the read was PendingKept; nil when none is kept.
 	Kept []byte
+	// Captured is when the version was written: the row's changed_at (the
+	// start of the transaction that inserted it or changed its payload),
+	// or a tombstone's deleted_at. Read with the rest, for the version's
+	// story (feed.Item.Captured).
+	Captured time.Time
 }
 
 // batchArgs are a batch's byte bound and item bound as the statements take
@@ -70,14 +75,16 @@ func batchArgs(l feed.Limits) (bytes, maxItem int64) {
 // $1 cursor, $2 rows, $3 bytes, $4 max item bytes; %[1]s the rows'
 // condition, %[2]s the tombstones', %[3]s extra output columns. cands,
 // how many candidates there were, tells the reader whether it saw the end.
+// captured is the version's capture time, from the heap tuple each
+// candidate is read from anyway.
 const batchSQL = `SELECT id, version, deleted, size,
-	CASE WHEN NOT deleted AND size <= $4 THEN payload END, cands%[3]s
+	CASE WHEN NOT deleted AND size <= $4 THEN payload END, cands, captured%[3]s
 FROM (
 	SELECT c.*,
 		sum(CASE WHEN size <= $4 THEN size ELSE 0 END) OVER w AS upto,
 		row_number() OVER w AS n
 	FROM (
-		SELECT b.id, b.version, b.deleted, b.payload, b.cands,
+		SELECT b.id, b.version, b.deleted, b.payload, b.cands, b.captured,
 			CASE WHEN b.deleted THEN 0
 			     WHEN pg_column_compression(b.payload) IS NULL THEN b.lower
 			     ELSE octet_length(b.payload::text) END AS size
@@ -85,10 +92,10 @@ FROM (
 			SELECT a.*, sum(a.lower) OVER (ORDER BY a.id ROWS UNBOUNDED PRECEDING) - a.lower AS before,
 				count(*) OVER () AS cands
 			FROM (
-				(SELECT id, version, false AS deleted, payload, pg_column_size(payload) AS lower
+				(SELECT id, version, false AS deleted, payload, pg_column_size(payload) AS lower, changed_at AS captured
 				   FROM resources WHERE %[1]s ORDER BY id LIMIT $2)
 				UNION ALL
-				(SELECT id, version, true, NULL::jsonb, 0
+				(SELECT id, version, true, NULL::jsonb, 0, deleted_at
 				   FROM syncer_tombstones WHERE %[2]s ORDER BY id LIMIT $2)
 				ORDER BY id LIMIT $2
 			) a
@@ -245,8 +252,8 @@ func Matching(ctx context.Context, q database.Querier, f Filter, afterID int64, 
 	return out, err
 }
 
-// collect reads rows of (id, version, deleted, size, payload, cands[,
-// extra]), and reports whether they were every candidate, all read: the
+// collect reads rows of (id, version, deleted, size, payload, cands,
+// captured[, extra][, kept]), and reports whether they were every candidate, all read: the
 // end of what the statement's condition selects.
 // Payloads are copied raw into one buffer per batch: they are passed
 // through to the third party as they are, so decoding or even validating
@@ -260,7 +267,7 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64, kept bool)
 	var size int64
 	var cands int64
 	cut := false // a row was left for the next read
-	dest := make([]any, 6, 8)
+	dest := make([]any, 7, 9)
 	if extra != nil {
 		dest = append(dest, extra)
 	}
@@ -281,7 +288,7 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64, kept bool)
 	var stored int64
 	for rows.Next() {
 		var r Row
-		dest[0], dest[1], dest[2], dest[3], dest[4], dest[5] = &r.ID, &r.Version, &r.Deleted, &stored, nil, &cands
+		dest[0], dest[1], dest[2], dest[3], dest[4], dest[5], dest[6] = &r.ID, &r.Version, &r.Deleted, &stored, nil, &cands, &r.Captured
 		if kept {
 			dest[len(dest)-1] = &r.Kept
 		}

@@ -112,8 +112,11 @@ func TestPendingPassesPayloadsThroughAndMarksExactVersions(t *testing.T) {
 		require.False(t, p.End, "limits %+v", l)
 	}
 
+	b.captured(t, rows)
+
 	// Row 1 changes while "in flight": its mark must not apply.
-	b.exec(t, `UPDATE resources SET payload = '{"a": 2}' WHERE id = $1`, rows[0].ID)
+	var updated time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, `UPDATE resources SET payload = '{"a": 2}' WHERE id = $1 RETURNING now()`, rows[0].ID).Scan(&updated))
 	n, err := resources.MarkSynced(ctx, b.pool, versions(rows...))
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n)
@@ -121,6 +124,7 @@ func TestPendingPassesPayloadsThroughAndMarksExactVersions(t *testing.T) {
 	require.Len(t, left, 1)
 	require.Equal(t, rows[0].ID, left[0].ID)
 	require.Equal(t, int64(2), left[0].Version)
+	require.True(t, updated.Equal(left[0].Captured), "captured when the update's transaction began: %v, not %v", updated, left[0].Captured)
 }
 
 func TestEveryBigintIDIsExported(t *testing.T) {
@@ -238,7 +242,8 @@ func TestTombstones(t *testing.T) {
 	// 2: deleted after export. 3: updated twice, then deleted before the
 	// new versions went out: only the tombstone goes. 4: deleted in a
 	// transaction that rolls back. 5: deleted, then brought back.
-	b.exec(t, `DELETE FROM resources WHERE id = 2`)
+	var deleted time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, `DELETE FROM resources WHERE id = 2 RETURNING now()`).Scan(&deleted))
 	b.exec(t, `UPDATE resources SET payload = '{"v": 2}' WHERE id = 3`)
 	b.exec(t, `UPDATE resources SET payload = '{"v": 3}' WHERE id = 3`)
 	b.exec(t, `DELETE FROM resources WHERE id = 3`)
@@ -251,17 +256,18 @@ func TestTombstones(t *testing.T) {
 	b.exec(t, `INSERT INTO resources (id, payload) VALUES (7, '{}')`)
 
 	got := b.pending(t, lim)
+	require.True(t, deleted.Equal(got[0].Captured), "a tombstone captured when the delete's transaction began: %v, not %v", deleted, got[0].Captured)
 	require.Equal(t, []resources.Row{
 		{ID: 2, Version: 2, Deleted: true},
 		{ID: 3, Version: 4, Deleted: true},
 		{ID: 5, Version: 2, Deleted: true},
 		{ID: 7, Version: 1, Payload: []byte(`{}`)},
-	}, got)
+	}, b.captured(t, got))
 
 	// Back again before its tombstone went: the tombstone goes, the row
 	// continues above it.
 	b.exec(t, `INSERT INTO resources (id, payload) VALUES (5, '{"back": 1}')`)
-	got = b.pending(t, lim)
+	got = b.captured(t, b.pending(t, lim))
 	require.Len(t, got, 4)
 	require.Equal(t, resources.Row{ID: 5, Version: 3, Payload: []byte(`{"back": 1}`)}, got[2])
 	require.Zero(t, b.count(t, `SELECT count(*) FROM syncer_tombstones WHERE id = 5`))
@@ -291,7 +297,7 @@ func TestTombstones(t *testing.T) {
 	// A failed tombstone is replayed by --failed and retried.
 	rows, err := resources.Matching(ctx, b.pool, resources.Filter{FailedOnly: true}, resources.Start, lim, nil)
 	require.NoError(t, err)
-	require.Equal(t, []resources.Row{{ID: 3, Version: 4, Deleted: true}}, rows)
+	require.Equal(t, []resources.Row{{ID: 3, Version: 4, Deleted: true}}, b.captured(t, rows), "a replay's rows come with their capture time too")
 	cnt, err := resources.Count(ctx, b.pool, resources.Filter{FromID: 1, ToID: 3})
 	require.NoError(t, err)
 	require.Equal(t, int64(3), cnt, "row 1 and the tombstones of 2 and 3")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -34,6 +35,13 @@ type Row struct {
 	// Kept is the digest internal/unchanged keeps for the key, when the
 	// read was PendingKept; nil when none is kept.
 	Kept []byte
+	// Captured is when the version was captured: the latest changed_at
+	// (the start of the writing transaction) of the key's pending
+	// changes, taken in the aggregate that finds Version. It is the
+	// newest change's own unless an older transaction wrote the key after
+	// a younger one committed, and then later than it by less than that
+	// transaction lasted.
+	Captured time.Time
 }
 
 // ErrSchemaChanged is matched (errors.Is) by every *SchemaError.
@@ -156,7 +164,8 @@ func (s *Source) nums(keys []string) ([]int64, error) {
 	return out, nil
 }
 
-// collect reads (key, version, deleted, payload, size) rows, and reports
+// collect reads (key, version, deleted, payload, size, captured[, kept])
+// rows, and reports
 // whether they reached the end of the pending keys. Payloads are
 // copied raw into one buffer per batch: they go to the third party as they
 // are.
@@ -172,7 +181,7 @@ func collect(rows pgx.Rows, lim feed.Limits, kept bool) ([]Row, bool, error) {
 		read++
 		var r Row
 		var stored int64
-		dest := []any{&r.Key, &r.Version, &r.Deleted, nil, &stored}
+		dest := []any{&r.Key, &r.Version, &r.Deleted, nil, &stored, &r.Captured}
 		if kept {
 			dest = append(dest, &r.Kept)
 		}

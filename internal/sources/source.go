@@ -278,8 +278,8 @@ func (s *Source) pendingSQL(after, tenant, kept bool) string {
 	// never the payload's nullness: a row that exists is never a tombstone,
 	// whatever its columns hold.
 	return `SELECT k.key, k.version, r.found IS NULL,
-			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0)` + digest + `
-		FROM (SELECT c.num, c.key` + keyJSON + `, max(c.seq) AS version FROM syncer_changes c
+			CASE WHEN pg_column_size(r.payload) <= $3 THEN r.payload END, coalesce(pg_column_size(r.payload), 0), k.captured` + digest + `
+		FROM (SELECT c.num, c.key` + keyJSON + `, max(c.seq) AS version, max(c.changed_at) AS captured FROM syncer_changes c
 			WHERE c.source = $1` + cond + `
 			GROUP BY c.num, c.key ORDER BY c.num, c.key LIMIT $2) k
 		LEFT JOIN LATERAL (SELECT true AS found, ` + payload + ` AS payload FROM ` + s.table() + ` t WHERE ` + match + rowCond + ` LIMIT 1) r ON true

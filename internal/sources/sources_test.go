@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -121,6 +122,23 @@ func keys(rows []sources.Row) []string {
 	return out
 }
 
+// write runs a statement that writes a source's table, in a transaction of
+// its own, and returns when that transaction began: the capture time of
+// the versions it writes (syncer_changes.changed_at).
+func (b *bundle) write(t *testing.T, sql string, args ...any) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	var at time.Time
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT now()`).Scan(&at)
+	}), sql)
+	require.False(t, at.IsZero())
+	return at
+}
+
 func (b *bundle) markSynced(t *testing.T, src *sources.Source, rows []sources.Row) {
 	t.Helper()
 	var ks []string
@@ -142,11 +160,12 @@ func TestBigintKeysColumnListAndVersions(t *testing.T) {
 	src := srcs["orders"]
 	require.Equal(t, sources.KeyInteger, src.Kind)
 
-	b.exec(t, `INSERT INTO orders VALUES (10, 'new', 1.5, 'x'), (2, 'new', 2, 'x'), (-5, 'new', 3, 'x'), (100, 'paid', 4, 'x'), (1, 'new', 5, 'x')`)
+	inserted := b.write(t, `INSERT INTO orders VALUES (10, 'new', 1.5, 'x'), (2, 'new', 2, 'x'), (-5, 'new', 3, 'x'), (100, 'paid', 4, 'x'), (1, 'new', 5, 'x')`)
 	rows := b.pending(t, src)
 	require.Equal(t, []string{"-5", "1", "2", "10", "100"}, keys(rows), "integer keys in numeric order")
 	for _, r := range rows {
 		require.False(t, r.Deleted)
+		require.True(t, inserted.Equal(r.Captured), "captured when the insert's transaction began: %v, not %v", inserted, r.Captured)
 		var p map[string]any
 		require.NoError(t, json.Unmarshal(r.Payload, &p))
 		require.Len(t, p, 2, "only the configured columns: %s", r.Payload)
@@ -161,12 +180,13 @@ func TestBigintKeysColumnListAndVersions(t *testing.T) {
 	last := rows[3].Version // key 10
 	step := func(sql string, deleted bool) {
 		t.Helper()
-		b.exec(t, sql)
+		at := b.write(t, sql)
 		got := b.pending(t, src)
 		require.Len(t, got, 1, sql)
 		require.Equal(t, "10", got[0].Key)
 		require.Greater(t, got[0].Version, last, sql)
 		require.Equal(t, deleted, got[0].Deleted, sql)
+		require.True(t, at.Equal(got[0].Captured), "%s: captured %v, not %v", sql, at, got[0].Captured)
 		if deleted {
 			require.Nil(t, got[0].Payload)
 		} else {
@@ -185,9 +205,17 @@ func TestBigintKeysColumnListAndVersions(t *testing.T) {
 	require.Empty(t, b.pending(t, src))
 	step(`UPDATE orders SET total = 1.0 WHERE id = 10`, false)
 
+	// Two changes of a key read as one version: captured at the newer.
+	b.write(t, `UPDATE orders SET status = 'x' WHERE id = 10`)
+	newer := b.write(t, `UPDATE orders SET status = 'y' WHERE id = 10`)
+	got := b.pending(t, src)
+	require.Len(t, got, 1)
+	require.True(t, newer.Equal(got[0].Captured), "captured %v, not %v", newer, got[0].Captured)
+	b.markSynced(t, src, got)
+
 	// A key changed by an UPDATE: the old key is gone, the new one new.
 	b.exec(t, `UPDATE orders SET id = 11 WHERE id = 100`)
-	got := b.pending(t, src)
+	got = b.pending(t, src)
 	require.Equal(t, []string{"11", "100"}, keys(got))
 	require.False(t, got[0].Deleted)
 	require.True(t, got[1].Deleted)

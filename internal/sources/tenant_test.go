@@ -57,26 +57,32 @@ func TestTenantCaptureAndMove(t *testing.T) {
 		require.Equal(t, "account", src.Tenant)
 		require.Equal(t, 4, src.Lanes)
 
-		b.exec(t, `INSERT INTO contacts VALUES (1, 'acme', 'a'), (2, 'acme', 'b'), (150, 'globex', 'c')`)
+		inserted := b.write(t, `INSERT INTO contacts VALUES (1, 'acme', 'a'), (2, 'acme', 'b'), (150, 'globex', 'c')`)
 		for _, tenant := range []string{"acme", "globex"} {
 			require.Equal(t, 0, b.count(t, `SELECT count(*) FROM syncer_changes WHERE source = 'contacts' AND tenant = $1 AND lane <> $2`,
 				tenant, sources.Lane(tenant, 4)), "the lane in SQL is Lane's")
 		}
 		acme := b.tenantPending(t, src, "acme")
 		require.Equal(t, []string{"1", "2"}, keys(acme))
+		for _, r := range acme {
+			require.True(t, inserted.Equal(r.Captured), "captured when the insert's transaction began: %v, not %v", inserted, r.Captured)
+		}
 		require.Equal(t, []string{"150"}, keys(b.tenantPending(t, src, "globex")))
 		b.markTenant(t, src, "acme", acme)
 		b.markTenant(t, src, "globex", b.tenantPending(t, src, "globex"))
 
 		// Moved, its exported columns unchanged: a tombstone at acme,
 		// the row at globex.
-		b.exec(t, `UPDATE contacts SET account = 'globex' WHERE id = 2`)
+		at := b.write(t, `UPDATE contacts SET account = 'globex' WHERE id = 2`)
 		old := b.tenantPending(t, src, "acme")
 		require.Equal(t, []string{"2"}, keys(old))
 		require.True(t, old[0].Deleted, "gone from the old tenant")
 		moved := b.tenantPending(t, src, "globex")
 		require.Equal(t, []string{"2"}, keys(moved))
 		require.False(t, moved[0].Deleted)
+		for _, r := range []sources.Row{old[0], moved[0]} {
+			require.True(t, at.Equal(r.Captured), "both captured by the move: %v, not %v", at, r.Captured)
+		}
 		require.JSONEq(t, `{"name": "b"}`, string(moved[0].Payload))
 		// Marking one tenant's leaves the other's pending.
 		b.markTenant(t, src, "globex", moved)
