@@ -89,10 +89,11 @@ func writeStory(w io.Writer, st history.Story) {
 		if v.Deleted {
 			what = " (delete)"
 		}
+		captured := ""
 		if v.Captured != nil {
-			what += ", captured " + v.Captured.UTC().Format(time.RFC3339Nano)
+			captured = ", captured " + v.Captured.UTC().Format(time.RFC3339Nano)
 		}
-		fmt.Fprintf(tw, "version %d%s: %s\n", v.Version, what, v.Settled)
+		fmt.Fprintf(tw, "version %d%s: %s%s\n", v.Version, what, v.Settled, captured)
 		for _, e := range v.Entries {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339Nano), e.Outcome,
 				dash(e.Destination), statusText(e), latencyText(e), dash(e.BatchKey))

@@ -103,8 +103,8 @@ func TestHistoryOfARow(t *testing.T) {
 
 	text := b.syncer(t, "history", "--key", key)
 	require.Contains(t, text, "resources key "+key+": 4 versions")
-	require.Contains(t, text, "version 3: accepted")
-	require.Contains(t, text, "version 4 (delete): accepted")
+	require.Contains(t, text, "version 3: accepted, captured 20", "with the time it was captured")
+	require.Contains(t, text, "version 4 (delete): accepted, captured 20")
 	require.Contains(t, text, "rate-limited")
 	require.Contains(t, text, "HTTP 429")
 	require.Contains(t, text, "reason: field bad is not allowed")
@@ -114,4 +114,8 @@ func TestHistoryOfARow(t *testing.T) {
 	require.Equal(t, "resources", got.Feed)
 	require.Len(t, got.Versions, 4)
 	require.Equal(t, history.Failed, got.Versions[2].Entries[0].Outcome)
+	for _, v := range got.Versions {
+		require.NotNil(t, v.Captured, "version %d's capture time", v.Version)
+		require.False(t, v.Captured.After(v.Entries[0].At), "version %d captured before it went", v.Version)
+	}
 }
