@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/migrations"
 )
