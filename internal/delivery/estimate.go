@@ -231,12 +231,18 @@ func (e *estimator) accepted(now, sentAt time.Time) rateStep {
 	if e.phase == phaseUnlimited || e.learned >= e.max {
 		return rateStep{}
 	}
-	dt := min(now.Sub(e.lastIncrease), time.Second).Seconds()
+	gap := now.Sub(e.lastIncrease)
+	dt := min(gap, time.Second).Seconds()
 	if dt <= 0 {
 		return rateStep{}
 	}
 	e.lastIncrease = now
 	if float64(e.sentWin.count(now, time.Second)) < usedShare*e.learned {
+		// The hold and the probe count time in use: a tenant that waited
+		// its turn (a loaded daemon) did not probe, and would otherwise
+		// come back probing at a pace doubled meanwhile, into a bucket
+		// refilled meanwhile.
+		e.probeFrom = e.probeFrom.Add(gap)
 		return rateStep{}
 	}
 	var next float64
