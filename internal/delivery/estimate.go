@@ -75,8 +75,11 @@ const (
 	holdRefusals = 3
 	// idleGap: while nothing is learnt, a gap this long between two
 	// requests starts the measure afresh: an exporter that was idle did
-	// not learn how much the third party takes.
-	idleGap = 250 * time.Millisecond
+	// not learn how much the third party takes. A tenant taking turns in
+	// a busy lane sends every 0.2 to 0.4 s without being idle: at 250 ms
+	// its first 429 came "too early to measure", and slow start doubled
+	// it past its limit, late in a drain (issue 43).
+	idleGap = time.Second
 )
 
 // ratePhase is where the estimator stands.
