@@ -93,10 +93,11 @@ type Daemon struct {
 
 	// gaugesMu, a one-slot semaphore (a ctx can end the wait), lets one
 	// refresh of the gauges run at a time: the tick's or a scrape's
-	// (gauges.go). It guards gaugesAt and warned.
+	// (gauges.go). It guards gaugesAt, tenantGaugesAt and warned.
 	gaugesMu chan struct{}
-	// gaugesAt is when the last successful refresh started.
-	gaugesAt time.Time
+	// gaugesAt is when the last successful refresh started;
+	// tenantGaugesAt the last that read the tenants' counts.
+	gaugesAt, tenantGaugesAt time.Time
 	// warned is the warning last logged per source, so a warning is
 	// logged once, not at every refresh.
 	warned map[string]string

@@ -8,7 +8,7 @@ import (
 )
 
 // RefreshGauges runs one refresh of the gauges.
-func (d *Daemon) RefreshGauges(ctx context.Context) error { return d.refreshGauges(ctx) }
+func (d *Daemon) RefreshGauges(ctx context.Context) error { return d.refreshGauges(ctx, true) }
 
 // Metrics returns the daemon's collectors.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }

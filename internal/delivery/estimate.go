@@ -34,6 +34,15 @@ const (
 	// client comes when a burst of 2 was accepted in 5 ms.
 	measureSpan = 2 * time.Second
 	minSpan     = time.Second
+	// probeSpan is how far back the accepted rate is measured when a probe
+	// past the ceiling is refused: long enough that the burst the probe
+	// drained weighs little, and that a probe which found more than the
+	// ceiling shows it.
+	probeSpan = 8 * time.Second
+	// burstHiding: a burst that holds this long at the limit's rate hides
+	// a probe's overshoot for seconds (a bucket of 5 at 5/s: 11 s at 0.45
+	// request/s over it).
+	burstHiding = 500 * time.Millisecond
 	// approachShare: after a decrease the rate climbs back quickly to
 	// this share of the ceiling (the rate at which the 429s began), then
 	// probes past it.
@@ -66,8 +75,11 @@ const (
 	holdRefusals = 3
 	// idleGap: while nothing is learnt, a gap this long between two
 	// requests starts the measure afresh: an exporter that was idle did
-	// not learn how much the third party takes.
-	idleGap = 250 * time.Millisecond
+	// not learn how much the third party takes. A tenant taking turns in
+	// a busy lane sends every 0.2 to 0.4 s without being idle: at 250 ms
+	// its first 429 came "too early to measure", and slow start doubled
+	// it past its limit, late in a drain (issue 43).
+	idleGap = time.Second
 )
 
 // ratePhase is where the estimator stands.
@@ -117,11 +129,20 @@ func (p ratePhase) String() string {
 //     429; a window without one (the 429 was a stray: requests bunched on
 //     their way) lets slow start go on doubling. What was accepted before
 //     the hold measures the client's own pace, not the third party's.
-//   - With a ceiling, a 429 sets it to the rate it came at and lowers the
-//     rate multiplicatively (to what was accepted, when that is lower);
-//     accepted requests raise it back quickly to approachShare of the
-//     ceiling, then probe past it, the probe's pace doubling every
-//     probeDoubling without a 429.
+//   - With a ceiling, a 429 sets it to the rate it came at, or to what was
+//     accepted over the last measureSpan when that is lower, and lowers
+//     the rate multiplicatively from there; accepted requests raise it
+//     back quickly to approachShare of the ceiling, hold it there
+//     probeHoldRequests, then probe past it, the probe's pace doubling
+//     every probeDoubling without a 429.
+//   - Unless the third party's burst is small (burstHides), what was
+//     accepted over the last measureSpan overstates its rate: a probe past
+//     the ceiling drains the burst before its first 429 (a bucket of 5 at
+//     5/s lets a probe reach 7 to 10/s first). A probe refused then keeps
+//     the ceiling it had, raised only by what was accepted since the last
+//     429 (the bucket empty at both ends: at most its rate) or over the
+//     last probeSpan less the burst; a 429 below the ceiling lowers it to
+//     what was accepted since the last 429, by decreaseFactor at most.
 type estimator struct {
 	max float64 // Config.RateLimit; +Inf when none
 
@@ -145,6 +166,17 @@ type estimator struct {
 	lastIncrease time.Time
 	sentWin      window
 	acceptedWin  window
+	// accepted counts every accepted request; refusedAt is the last 429
+	// and acceptedAt the count then. A 429 says the third party's bucket
+	// was empty, so what was accepted between two 429s is at most its
+	// rate over that span, whatever its burst.
+	acceptedN, acceptedAt int
+	refusedAt             time.Time
+	// firstAccepted were accepted over firstSpan before a fresh client's
+	// first 429 (none: firstSpan zero): they tell the third party's burst
+	// once its rate is known.
+	firstAccepted int
+	firstSpan     time.Duration
 }
 
 func newEstimator(limit float64) *estimator {
@@ -195,18 +227,25 @@ func (e *estimator) measured(now time.Time) (float64, bool) {
 // learnt rate while it is in use.
 func (e *estimator) accepted(now, sentAt time.Time) rateStep {
 	e.acceptedWin.add(now)
+	e.acceptedN++
 	if !e.heldAt.IsZero() && !sentAt.Before(e.heldAt) {
 		e.heldOK++
 	}
 	if e.phase == phaseUnlimited || e.learned >= e.max {
 		return rateStep{}
 	}
-	dt := min(now.Sub(e.lastIncrease), time.Second).Seconds()
+	gap := now.Sub(e.lastIncrease)
+	dt := min(gap, time.Second).Seconds()
 	if dt <= 0 {
 		return rateStep{}
 	}
 	e.lastIncrease = now
 	if float64(e.sentWin.count(now, time.Second)) < usedShare*e.learned {
+		// The hold and the probe count time in use: a tenant that waited
+		// its turn (a loaded daemon) did not probe, and would otherwise
+		// come back probing at a pace doubled meanwhile, into a bucket
+		// refilled meanwhile.
+		e.probeFrom = e.probeFrom.Add(gap)
 		return rateStep{}
 	}
 	var next float64
@@ -247,6 +286,8 @@ func (e *estimator) accepted(now, sentAt time.Time) rateStep {
 // refused notes a bare 429 for a request sent at sentAt, and lowers the
 // learnt rate.
 func (e *estimator) refused(now, sentAt time.Time) rateStep {
+	between, betweenOK := e.betweenRefusals(now)
+	e.refusedAt, e.acceptedAt = now, e.acceptedN
 	if sentAt.Before(e.lastDecrease) || now.Sub(e.lastDecrease) < decreaseSpacing {
 		return rateStep{} // part of an overshoot already answered
 	}
@@ -260,6 +301,9 @@ func (e *estimator) refused(now, sentAt time.Time) rateStep {
 		if e.phase == phaseUnlimited {
 			next = max(float64(e.acceptedWin.count(now, time.Second)), startMin)
 			cause += ", too early to measure: slow start"
+			// What a fresh client got through before its first 429 is
+			// the third party's burst and its rate over that span.
+			e.firstAccepted, e.firstSpan = e.acceptedWin.count(now, time.Second), now.Sub(e.since)
 		} else {
 			next = e.learned / 2
 			cause += ", early in slow start: halved"
@@ -292,6 +336,7 @@ func (e *estimator) refused(now, sentAt time.Time) rateStep {
 	default:
 		// Remember where the 429s began, to come back near it quickly and
 		// past it only slowly.
+		old := e.ceiling
 		e.ceiling = e.learned
 		if meaningful && est > 0 {
 			// What got through is where the limit lies: the rate the
@@ -299,12 +344,70 @@ func (e *estimator) refused(now, sentAt time.Time) rateStep {
 			// be refused again before the probe began.
 			e.ceiling = min(e.ceiling, est)
 		}
+		switch {
+		case !betweenOK || !e.burstHides(old):
+			// A burst that hides nothing: what got through over the
+			// last measureSpan is the limit.
+		case e.learned > old:
+			// The probe past the ceiling was refused: the limit is
+			// where it was, or higher by what got through since the
+			// last 429 or over the last probeSpan. Over the last
+			// measureSpan a burst the probe drained counts as rate (a
+			// bucket of 5 at 5/s: up to 7.5/s over 2 s); since the
+			// last 429 it does not.
+			e.ceiling = min(e.ceiling, max(old, between, e.probed(now, old)))
+		default:
+			// Refused below the ceiling: the limit came down, or the
+			// ceiling was set past it; at most by decreaseFactor a 429
+			// from what got through since the last one.
+			e.ceiling = min(e.ceiling, max(between, decreaseFactor*old, rateFloor))
+		}
 		next = e.ceiling * decreaseFactor
 	}
 	e.lastDecrease, e.lastIncrease = now, now
 	st := e.set(min(max(next, rateFloor), e.max), cause)
 	st.found = found
 	return st
+}
+
+// burst is the third party's burst as a fresh client's first 429 told
+// it, at a limit of ceiling; false when none told it.
+func (e *estimator) burst(ceiling float64) (float64, bool) {
+	if e.firstSpan <= 0 {
+		return 0, false
+	}
+	return max(float64(e.firstAccepted)-ceiling*e.firstSpan.Seconds(), 0), true
+}
+
+// burstHides says whether the third party's burst, at a limit of
+// ceiling, can hide a probe's overshoot for a while: it is unknown, or
+// holds burstHiding of the rate. A small one (a burst of 1 or 2 at 5 or
+// 20/s) hides nothing: the rate a probe is refused at is the limit.
+func (e *estimator) burstHides(ceiling float64) bool {
+	b, ok := e.burst(ceiling)
+	return !ok || b >= burstHiding.Seconds()*ceiling
+}
+
+// probed is the accepted rate over the last probeSpan (or since the
+// measure began, when that is shorter), less the burst a probe drained:
+// 0 when the burst is unknown.
+func (e *estimator) probed(now time.Time, ceiling float64) float64 {
+	span := min(probeSpan, now.Sub(e.since))
+	b, ok := e.burst(ceiling)
+	if span < minSpan || !ok {
+		return 0
+	}
+	return (float64(e.acceptedWin.count(now, span)) - b) / span.Seconds()
+}
+
+// betweenRefusals is the accepted rate since the last 429, and whether
+// that span (measureSpan at least) means something.
+func (e *estimator) betweenRefusals(now time.Time) (float64, bool) {
+	span := now.Sub(e.refusedAt)
+	if e.refusedAt.IsZero() || span < measureSpan {
+		return 0, false
+	}
+	return float64(e.acceptedN-e.acceptedAt) / span.Seconds(), true
 }
 
 // adopt takes a rate learnt by another daemon, when this one has learnt
@@ -330,9 +433,9 @@ func (e *estimator) set(next float64, cause string) rateStep {
 	return st
 }
 
-// window counts events of the last two seconds in 100 ms buckets.
+// window counts events of the last probeSpan in 100 ms buckets.
 type window struct {
-	buckets [20]struct {
+	buckets [probeSpan / windowBucket]struct {
 		slot int64
 		n    int
 	}
@@ -349,8 +452,8 @@ func (w *window) add(now time.Time) {
 	b.n++
 }
 
-// count counts the events of the last span (at most the window's two
-// seconds), in whole buckets.
+// count counts the events of the last span (at most the window's
+// probeSpan), in whole buckets.
 func (w *window) count(now time.Time, span time.Duration) int {
 	slot := now.UnixNano() / int64(windowBucket)
 	last := min(int64(span/windowBucket), int64(len(w.buckets)))

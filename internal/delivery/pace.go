@@ -37,10 +37,16 @@ type pacer struct {
 	logged      float64   // the learnt rate last logged
 	storedAt    time.Time
 	stored      float64
+	// lowered is closed, and replaced, when the learnt rate goes down: a
+	// request that waits for a token given at the rate before takes one
+	// at the new rate instead. Otherwise the requests already waiting go
+	// at the rate a 429 just refused, into a bucket it said was empty
+	// (issue 43: two or three 429s a probe at a 5/s account).
+	lowered chan struct{}
 }
 
 func newPacer(limit float64, burst int, now func() time.Time) *pacer {
-	p := &pacer{max: math.Inf(1), logged: math.Inf(1), stored: math.Inf(1), now: now, est: newEstimator(limit)}
+	p := &pacer{max: math.Inf(1), logged: math.Inf(1), stored: math.Inf(1), now: now, est: newEstimator(limit), lowered: make(chan struct{})}
 	if limit > 0 {
 		p.max = limit
 	}
@@ -92,18 +98,41 @@ func (p *pacer) applyLocked(now time.Time) float64 {
 
 // wait blocks until the limiter lets a request go.
 func (p *pacer) wait(ctx context.Context) error {
-	if p.open.Load() {
-		return ctx.Err()
+	for {
+		if p.open.Load() {
+			return ctx.Err()
+		}
+		now := p.now()
+		p.mu.Lock()
+		r := p.applyLocked(now)
+		lowered := p.lowered
+		p.mu.Unlock()
+		if math.IsInf(r, 1) {
+			// No rate applies: the limiter would let the request go at
+			// once, after its lock and a look at the clock.
+			return ctx.Err()
+		}
+		res := p.limiter.ReserveN(now, 1)
+		if !res.OK() {
+			return p.limiter.Wait(ctx) // its error: the burst is 0
+		}
+		delay := res.DelayFrom(now)
+		if delay <= 0 {
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			res.Cancel()
+			return ctx.Err()
+		case <-lowered:
+			t.Stop()
+			res.Cancel()
+		}
 	}
-	p.mu.Lock()
-	r := p.applyLocked(p.now())
-	p.mu.Unlock()
-	if math.IsInf(r, 1) {
-		// No rate applies: the limiter would let the request go at once,
-		// after its lock and a look at the clock.
-		return ctx.Err()
-	}
-	return p.limiter.Wait(ctx)
 }
 
 // sent records a request going out and returns its time.
@@ -217,6 +246,10 @@ func (p *pacer) setLocked(now time.Time, st rateStep) rateChange {
 		return rateChange{}
 	}
 	next := p.est.learned
+	if next < st.from {
+		close(p.lowered)
+		p.lowered = make(chan struct{})
+	}
 	ch := rateChange{changed: true, from: st.from, learned: next, ceiling: p.est.ceiling, phase: p.est.phase, found: st.found, cause: st.cause}
 	ch.limit = finite(p.applyLocked(now))
 	if math.IsInf(p.logged, 1) || math.Abs(next-p.logged) > p.logged/2 {
