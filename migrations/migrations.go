@@ -211,9 +211,6 @@ func upTo(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, then The
 
 	replacer := strings.NewReplacer(
 		"{{schema}}", qschema,
-		// The quoted schema as a string literal, for a name read at run
-		// time ({{schema_literal}} || '.table').
-		"{{schema_literal}}", quoteLiteral(qschema),
 		"{{channel}}", quoteLiteral(Channel(schema)),
 		"{{gate_open}}", GateOpen(schema),
 		"{{payload_changed}}", quoteLiteral(payloadChanged(schema)),

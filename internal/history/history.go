@@ -7,7 +7,8 @@
 //
 // Where: the common batch (one request that carried every item, all
 // accepted: most of the story) is one row of syncer_history_requests, its
-// items as arrays, found by a GIN index of its keys; every other entry is
+// items as arrays, found by a GIN index of its keys (once the Pruner has
+// indexed them: tidy.go); every other entry is
 // a row of syncer_history, an entry an item, found by a btree of (feed,
 // key). An entry a key costs PostgreSQL a seventh of what the drain spends
 // on the item; a row a request, a hundredth (migration 029). Lookup reads
@@ -30,9 +31,9 @@
 //   - Pruning (Pruner) deletes small chunks of the oldest entries, by age
 //     (Config.Retention) and by count (Config.MaxEntries), each chunk its
 //     own short statement: it never holds a lock the export waits for.
-//     It also moves the GIN index's pending list into its tree when the
-//     export is quiet (or every Config.TidyRequests requests), where an
-//     insert would otherwise pay for it.
+//     It also indexes the keys of the requests written since it last did
+//     when the export is quiet (or every Config.TidyRequests requests),
+//     which the marking transactions would otherwise pay for.
 //
 // The package owns syncer_history and syncer_history_requests
 // (migrations 023, 029).

@@ -201,8 +201,8 @@ func TestCapturedTime(t *testing.T) {
 	require.Nil(t, st.Versions[0].Captured, "a read that did not say")
 }
 
-// The Pruner moves the requests' pending keys into the index's tree once
-// no request came for TidyQuiet; lookups find keys before and after.
+// The Pruner indexes the requests' keys once no request came for
+// TidyQuiet; lookups find keys before and after.
 func TestTidyWhenQuiet(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -217,7 +217,7 @@ func TestTidyWhenQuiet(t *testing.T) {
 	}
 	st, err := history.Lookup(ctx, pool, "orders", "1234", 0)
 	require.NoError(t, err)
-	require.Len(t, st.Versions, 1, "found in the pending list")
+	require.Len(t, st.Versions, 1, "found among the requests not indexed yet")
 
 	var logs dbtest.Buffer
 	p, err := history.NewPruner(pool, &history.Config{Every: time.Hour, TidyQuiet: 200 * time.Millisecond,
@@ -229,9 +229,9 @@ func TestTidyWhenQuiet(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "tidied") }, 20*time.Second, 50*time.Millisecond)
 	stop()
 	<-done
-	pages, err := p.Tidy(ctx)
+	marked, err := p.Tidy(ctx)
 	require.NoError(t, err)
-	require.Zero(t, pages, "nothing left pending")
+	require.Zero(t, marked, "nothing left to index")
 	st, err = history.Lookup(ctx, pool, "orders", "1234", 0)
 	require.NoError(t, err)
 	require.Len(t, st.Versions, 1, "found in the tree")
