@@ -222,7 +222,12 @@ type laneCursor struct {
 	// rather than ending the pass, so a tenant at its limit sends at its
 	// limit, not once a pass (the job's next poll).
 	waiting map[string]time.Time
-	end     bool
+	// again are the tenants of this turn whose page was full (they have
+	// more), served again at the next turn if it comes within
+	// tenantTurnReuse of turnAt, the last look-up of the lane's tenants.
+	again  []string
+	turnAt time.Time
+	end    bool
 }
 
 // tenantWaitInPass is the longest wait of a tenant's destination that
@@ -251,14 +256,52 @@ func (c *laneCursor) soonest(now time.Time) time.Duration {
 // pass's turns.
 const tenantRecheck = 100 * time.Millisecond
 
+// tenantTurnReuse is how long after the lane's tenants were last looked
+// up a turn may serve again the tenants of the last one that had more
+// rows, without looking: a tenant whose first change comes meanwhile
+// waits that much longer for its turn. Looking up, at each page, cost a
+// one-tenant lane about a tenth of its drain (the tenant column row of
+// syncer-lab bench: 0.82x, the look stepping over the index entries of
+// the changes marked since the last vacuum).
+const tenantTurnReuse = 100 * time.Millisecond
+
+// enqueue queues the tenants of ts ready to be read, and leaves the others
+// out of the pass or waiting.
+func (c *laneCursor) enqueue(ctx context.Context, now time.Time, ts []string) {
+	for _, t := range ts {
+		switch ok, wait := c.f.ready(ctx, t); {
+		case ok:
+			c.queue = append(c.queue, t)
+		case wait > 0 && wait <= tenantWaitInPass:
+			c.out[t] = now.Add(wait)
+			if c.waiting == nil {
+				c.waiting = map[string]time.Time{}
+			}
+			c.waiting[t] = now.Add(wait)
+		default:
+			c.out[t] = time.Time{}
+		}
+	}
+}
+
 func (c *laneCursor) Ended() bool { return c.end }
 
 func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 	for !c.end {
 		if len(c.queue) == 0 {
+			now := c.f.now()
+			if len(c.again) > 0 && now.Sub(c.turnAt) < tenantTurnReuse {
+				// The last turn's tenants that had more: the same turn
+				// again, without asking the change log which tenants
+				// have changes (its index holds the rows marked since,
+				// dead until vacuumed, which that look steps over).
+				ts := c.again
+				c.again = nil
+				c.enqueue(ctx, now, ts)
+				continue
+			}
 			// The next turn: tenants after the one served last, less those
 			// done this pass (so the pass ends once every one is).
-			now := c.f.now()
 			skip := make([]string, 0, len(c.out))
 			for t, until := range c.out {
 				if until.IsZero() || now.Before(until) {
@@ -270,6 +313,7 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 			if err != nil {
 				return feed.Page{}, err
 			}
+			c.turnAt, c.again = now, nil
 			if len(ts) == 0 {
 				if wait := c.soonest(now); wait > 0 {
 					select {
@@ -282,20 +326,7 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 				c.end = true
 				break
 			}
-			for _, t := range ts {
-				switch ok, wait := c.f.ready(ctx, t); {
-				case ok:
-					c.queue = append(c.queue, t)
-				case wait > 0 && wait <= tenantWaitInPass:
-					c.out[t] = now.Add(wait)
-					if c.waiting == nil {
-						c.waiting = map[string]time.Time{}
-					}
-					c.waiting[t] = now.Add(wait)
-				default:
-					c.out[t] = time.Time{}
-				}
-			}
+			c.enqueue(ctx, now, ts)
 			continue
 		}
 		t := c.queue[0]
@@ -313,6 +344,8 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 		}
 		if sp.End || len(sp.Rows) == 0 {
 			c.out[t] = c.f.now().Add(tenantRecheck)
+		} else {
+			c.again = append(c.again, t)
 		}
 		if len(sp.Rows) == 0 {
 			continue
