@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/status"
 )
@@ -144,7 +145,7 @@ func secretFile(t *testing.T, dir, name, value string) string {
 // ordersSource makes a table orders and its source to the destination
 // whose YAML is dest (indented under "  d:"), and starts a daemon
 // exporting it, logging to log.
-func (b *bundle) ordersSource(t *testing.T, dest string, log *logBuffer, batch ...int) *runningDaemon {
+func (b *bundle) ordersSource(t *testing.T, dest string, log *dbtest.Buffer, batch ...int) *runningDaemon {
 	t.Helper()
 	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, total int NOT NULL)`)
 	extra := ""
@@ -156,7 +157,7 @@ func (b *bundle) ordersSource(t *testing.T, dest string, log *logBuffer, batch .
 	return b.startDaemon(t, func(c *daemon.Config) {
 		c.ThirdParty.URL = ""
 		c.Sources = cfg
-		c.Logger = log.logger()
+		c.Logger = debugLogger(log)
 	})
 }
 
@@ -167,7 +168,7 @@ func (b *bundle) insertOrders(t *testing.T, from, n int) {
 
 // requireNoSecret looks for each secret in the daemon's log, status (text
 // fields, as JSON) and metrics.
-func (b *bundle) requireNoSecret(t *testing.T, d *runningDaemon, log *logBuffer, secrets ...string) {
+func (b *bundle) requireNoSecret(t *testing.T, d *runningDaemon, log *dbtest.Buffer, secrets ...string) {
 	t.Helper()
 	rep, err := status.Gather(context.Background(), b.pool, nil)
 	require.NoError(t, err)
@@ -193,7 +194,7 @@ func TestOAuth2TokenPerExpiry(t *testing.T) {
 	dir := t.TempDir()
 	ep := newTokenEndpoint(t, "syncer-client", "s3cr3t-client-secret", 2*time.Second)
 	api := newGuardedAPI(t, func(r *http.Request) bool { return ep.valid(r.Header.Get("Authorization")) }, nil)
-	log := &logBuffer{}
+	log := &dbtest.Buffer{}
 	d := b.ordersSource(t, fmt.Sprintf(`    url: %s
     max_in_flight: 4
     auth:
@@ -231,7 +232,7 @@ func TestOAuth2RevokedTokenRefreshedOnce(t *testing.T) {
 	dir := t.TempDir()
 	ep := newTokenEndpoint(t, "id", "another-client-secret", time.Hour)
 	api := newGuardedAPI(t, func(r *http.Request) bool { return ep.valid(r.Header.Get("Authorization")) }, nil)
-	log := &logBuffer{}
+	log := &dbtest.Buffer{}
 	b.ordersSource(t, fmt.Sprintf(`    url: %s
     auth:
       type: oauth2_client_credentials
@@ -262,7 +263,7 @@ func TestOAuth2RefusedClientHoldsThenMends(t *testing.T) {
 	dir := t.TempDir()
 	ep := newTokenEndpoint(t, "id", "the-right-secret", time.Hour)
 	api := newGuardedAPI(t, func(r *http.Request) bool { return ep.valid(r.Header.Get("Authorization")) }, nil)
-	log := &logBuffer{}
+	log := &dbtest.Buffer{}
 	secretPath := secretFile(t, dir, "secret", "a-wrong-secret")
 	d := b.ordersSource(t, fmt.Sprintf(`    url: %s
     auth:
@@ -322,7 +323,7 @@ func TestBasicAuthPasswordFileRotates(t *testing.T) {
 		defer mu.Unlock()
 		return ok && u == "syncer" && p == password
 	}, nil)
-	log := &logBuffer{}
+	log := &dbtest.Buffer{}
 	pwPath := secretFile(t, dir, "password", "first-password")
 	d := b.ordersSource(t, fmt.Sprintf(`    url: %s
     auth: {type: basic, username_file: %s, password_file: %s}
@@ -408,7 +409,7 @@ func TestMutualTLSPrivateCA(t *testing.T) {
 
 	t.Run("without a client certificate", func(t *testing.T) {
 		b := setup(t, fakethirdparty.Config{})
-		b.ordersSource(t, fmt.Sprintf("    url: %s\n    tls: {ca_file: %s, system_roots: false}\n", api.url, caFile), &logBuffer{})
+		b.ordersSource(t, fmt.Sprintf("    url: %s\n    tls: {ca_file: %s, system_roots: false}\n", api.url, caFile), &dbtest.Buffer{})
 		b.insertOrders(t, 1, 20)
 		time.Sleep(3 * time.Second)
 		require.Zero(t, api.fake.Stats().DistinctPairs, "refused at the handshake")
@@ -416,7 +417,7 @@ func TestMutualTLSPrivateCA(t *testing.T) {
 	t.Run("with one", func(t *testing.T) {
 		b := setup(t, fakethirdparty.Config{})
 		d := b.ordersSource(t, fmt.Sprintf("    url: %s\n    tls: {ca_file: %s, cert_file: %s, key_file: %s, min_version: \"1.2\"}\n",
-			api.url, caFile, certFile, keyFile), &logBuffer{})
+			api.url, caFile, certFile, keyFile), &dbtest.Buffer{})
 		b.insertOrders(t, 1, 20)
 		waitFor(t, 30*time.Second, "every row over mutual TLS", func() bool { return api.fake.Stats().DistinctPairs >= 20 })
 		waitFor(t, 30*time.Second, "the certificate's expiry as a metric", func() bool {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/jobs"
 )
@@ -298,7 +299,7 @@ sources:
   - {table: tags, key: id, destination: one}
 `, dest.url), nil)
 	b.installSources(t, cfg)
-	logs := &logBuffer{}
+	logs := &dbtest.Buffer{}
 	d := b.startDaemon(t, func(c *daemon.Config) {
 		c.Sources = cfg
 		// Not shorter: each refresh must finish within it, on a busy

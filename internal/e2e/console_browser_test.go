@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/console"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -80,7 +81,7 @@ func textOf(t *testing.T, ctx context.Context, sel string) string {
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
-	s := &consoleSetup{bundle: b, dest: newDestination(t, fakethirdparty.Config{RejectField: "body"}), logs: &lockedBuffer{}}
+	s := &consoleSetup{bundle: b, dest: newDestination(t, fakethirdparty.Config{RejectField: "body"}), logs: &dbtest.Buffer{}}
 	hooks := newDestination(t, fakethirdparty.Config{Token: "the-right-token"})
 	b.exec(t, `CREATE TABLE notes (id bigint PRIMARY KEY, body text)`)
 	b.exec(t, `CREATE TABLE events (id bigint PRIMARY KEY, kind text)`)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/console"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/replays"
 )
@@ -22,7 +23,7 @@ import (
 func TestConsoleRetriesAndReplaysResourcesInBrowser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{RejectField: "bad"})
-	s := &consoleSetup{bundle: b, dest: newDestination(t, fakethirdparty.Config{}), logs: &lockedBuffer{}}
+	s := &consoleSetup{bundle: b, dest: newDestination(t, fakethirdparty.Config{}), logs: &dbtest.Buffer{}}
 	cfg := b.installNotesToCRM(t, s.dest.url)
 	s.base = s.startDaemon(t, cfg, consoleToken, func(c *console.Config) { c.Refresh = time.Hour })
 	b.exec(t, `INSERT INTO resources (id, payload) VALUES (1, '{"bad": true}')`)

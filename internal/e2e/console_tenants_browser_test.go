@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/console"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -30,7 +31,7 @@ func TestConsoleTenantsInBrowser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{})
 	dest := newDestination(t, fakethirdparty.Config{Format: fakethirdparty.FormatCustom, Tenants: fakethirdparty.TenantConfig{TokenPrefix: "sk_live_tok_"}})
-	s := &consoleSetup{bundle: b, dest: dest, logs: &lockedBuffer{}}
+	s := &consoleSetup{bundle: b, dest: dest, logs: &dbtest.Buffer{}}
 	b.exec(t, `CREATE TABLE crm_connections (account_id text PRIMARY KEY, token text NOT NULL, password text, refresh_token text);
 		INSERT INTO crm_connections VALUES ('acme', 'sk_live_tok_acme', 'pw-hunter2-secret', 'rt-refresh-secret-77'),
 			('globex', 'sk_wrong_globex', 'pw-hunter2-secret', 'rt-refresh-secret-77')`)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,6 +17,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/console"
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/metrics"
 )
@@ -27,24 +26,6 @@ import (
 // nowhere.
 const consoleToken = "console-secret-9f8e7d6c5b4a"
 
-// lockedBuffer is a log sink for several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // consoleSetup is a daemon exporting source notes to destination crm (the
 // fake behind dest), serving the console; logs holds every line it
 // logged, at debug.
@@ -52,13 +33,13 @@ type consoleSetup struct {
 	*bundle
 	dest *destination
 	base string
-	logs *lockedBuffer
+	logs *dbtest.Buffer
 }
 
 func startConsole(t *testing.T, destCfg fakethirdparty.Config, token string, mutate func(*console.Config)) *consoleSetup {
 	t.Helper()
 	b := setup(t, fakethirdparty.Config{})
-	s := &consoleSetup{bundle: b, dest: newDestination(t, destCfg), logs: &lockedBuffer{}}
+	s := &consoleSetup{bundle: b, dest: newDestination(t, destCfg), logs: &dbtest.Buffer{}}
 	b.exec(t, `CREATE TABLE notes (id bigint PRIMARY KEY, body text)`)
 	cfg := sourcesConfig(t, fmt.Sprintf(`destinations:
   crm:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/cli"
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -35,7 +36,7 @@ func TestSourceFailuresShownAndRetriedByKey(t *testing.T) {
 	b := setup(t, fakethirdparty.Config{})
 	dest := newDestination(t, fakethirdparty.Config{RejectField: "body"})
 	cfg := b.installNotesToCRM(t, dest.url)
-	logs := &lockedBuffer{}
+	logs := &dbtest.Buffer{}
 	b.startDaemon(t, func(c *daemon.Config) {
 		c.Sources = cfg
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))

@@ -45,7 +45,7 @@ func testLogger(t *testing.T) *slog.Logger {
 	}
 	// Kept, and shown when the test fails: a failure seen once in a
 	// full run is read from its own logs, not guessed at.
-	buf := &lockedBuffer{}
+	buf := &dbtest.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 )
 
 // installNotesToCRM makes the table notes (id, body), installs it as a
@@ -74,7 +75,7 @@ func (r *rowIDs) has(id string) bool {
 // startHolderThenSecond starts a first syncer run at runURL with args,
 // waits until holder says it holds the export lock, then starts a second:
 // the freeze tests' two daemons, the first of which is the one to freeze.
-func (b *bundle) startHolderThenSecond(t *testing.T, runURL string, holder func() (int, bool), args ...string) (first *exec.Cmd, firstErr *syncBuf, second *exec.Cmd, secondErr *syncBuf) {
+func (b *bundle) startHolderThenSecond(t *testing.T, runURL string, holder func() (int, bool), args ...string) (first *exec.Cmd, firstErr *dbtest.Buffer, second *exec.Cmd, secondErr *dbtest.Buffer) {
 	t.Helper()
 	first, firstErr = b.startRun(t, runURL, args...)
 	waitFor(t, time.Minute, "the first daemon takes the lock", func() bool {

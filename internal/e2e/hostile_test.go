@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -26,25 +25,8 @@ import (
 // delivered and that nothing was marked synced that the third party did not
 // store.
 
-// logBuffer collects a daemon's log lines; safe for concurrent writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
+// debugLogger logs at debug into l.
+func debugLogger(l *dbtest.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
@@ -62,11 +44,11 @@ func TestHostileRedirectMarksNothing(t *testing.T) {
 			t.Parallel()
 			b := setup(t, fakethirdparty.Config{Redirect: code})
 			b.insert(t, 100, 4)
-			logs := &logBuffer{}
+			logs := &dbtest.Buffer{}
 			b.startDaemon(t, func(c *daemon.Config) {
 				c.Exporter.BatchSize = 10
 				c.Delivery.AuthProbeInterval = 300 * time.Millisecond
-				c.Logger = logs.logger()
+				c.Logger = debugLogger(logs)
 			})
 			// The refusal is stored first and logged after: the store can
 			// be read before the line is written, so wait for both.
@@ -124,11 +106,11 @@ func TestHostileRetryAfterIsCapped(t *testing.T) {
 			const maxWait = 2 * time.Second
 			b := setup(t, fakethirdparty.Config{RateLimit: 1, RateBurst: 1, RetryAfterRaw: raw})
 			b.insert(t, 30, 2)
-			logs := &logBuffer{}
+			logs := &dbtest.Buffer{}
 			b.startDaemon(t, func(c *daemon.Config) {
 				c.Exporter.BatchSize = 10
 				c.Delivery.MaxRetryAfter = maxWait
-				c.Logger = logs.logger()
+				c.Logger = debugLogger(logs)
 			})
 			b.waitDrained(t, time.Minute)
 			require.Len(t, b.fake.Latest(), 30, "resumed after the cap, not after the third party's wait")
@@ -183,13 +165,13 @@ func TestHostileSecretsStaySecret(t *testing.T) {
 		require.NoError(t, ln.Close())
 		b := setup(t, fakethirdparty.Config{})
 		b.insert(t, 5, 1)
-		logs := &logBuffer{}
+		logs := &dbtest.Buffer{}
 		b.startDaemon(t, func(c *daemon.Config) {
 			c.ThirdParty.URL = "http://user:" + apiKey + "@" + dead + "/?api_key=" + apiKey
 			c.ThirdParty.Token = token
 			c.Delivery.BackoffInitial = 10 * time.Millisecond
 			c.Delivery.BackoffMax = 50 * time.Millisecond
-			c.Logger = logs.logger()
+			c.Logger = debugLogger(logs)
 		})
 		waitFor(t, 30*time.Second, "a transport error logged", func() bool {
 			return strings.Contains(logs.String(), "connect")
@@ -233,11 +215,11 @@ func TestHostileSecretsStaySecret(t *testing.T) {
 		t.Cleanup(srv.Close)
 		b := setup(t, fakethirdparty.Config{})
 		b.insert(t, 5, 1)
-		logs := &logBuffer{}
+		logs := &dbtest.Buffer{}
 		b.startDaemon(t, func(c *daemon.Config) {
 			c.ThirdParty.URL = srv.URL
 			c.ThirdParty.Token = token
-			c.Logger = logs.logger()
+			c.Logger = debugLogger(logs)
 		})
 		waitFor(t, 30*time.Second, "rejections recorded", func() bool { return b.count(t, "failed_at IS NOT NULL") == 5 })
 		var longest int

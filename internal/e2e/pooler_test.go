@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,12 +70,12 @@ func syncerCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 // startRun starts `syncer run` on dbURL and returns it with its stderr.
-func (b *bundle) startRun(t *testing.T, dbURL string, extra ...string) (*exec.Cmd, *syncBuf) {
+func (b *bundle) startRun(t *testing.T, dbURL string, extra ...string) (*exec.Cmd, *dbtest.Buffer) {
 	t.Helper()
 	args := append([]string{"run", "--database-url", dbURL, "--thirdparty-url", b.fakeURL,
 		"--http-addr", freePort(t), "--batch-size", "200", "--log-level", "warn"}, extra...)
 	cmd := exec.Command(syncerBinary(t), args...)
-	errOut := &syncBuf{}
+	errOut := &dbtest.Buffer{}
 	cmd.Stderr = errOut
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
@@ -190,22 +189,4 @@ func TestPgBouncerTransactionPoolingRefused(t *testing.T) {
 			require.Zero(t, b.fake.Stats().Requests)
 		})
 	}
-}
-
-// syncBuf collects a process's output while the test reads it.
-type syncBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

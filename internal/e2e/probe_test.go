@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/cli"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/status"
 )
@@ -25,7 +26,7 @@ func TestProbeWaitsForTheAnswer(t *testing.T) {
 	api := newDestination(t, fakethirdparty.Config{Token: "the-right-token"})
 	dir := t.TempDir()
 	tokenPath := secretFile(t, dir, "token", "a-wrong-token")
-	log := &logBuffer{}
+	log := &dbtest.Buffer{}
 	b.ordersSource(t, fmt.Sprintf("    url: %s\n    token_file: %s\n", api.url, tokenPath), log)
 	b.insertOrders(t, 1, 10)
 	waitFor(t, 30*time.Second, "the refusal in status", func() bool {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -107,7 +108,7 @@ func testReloadKeepsOthersExporting(t *testing.T, held func(ok, silent string) s
 	require.NoError(t, os.WriteFile(path, []byte(before), 0o600))
 	b.installSources(t, sourcesConfig(t, before, nil))
 
-	logs := &lockedBuffer{}
+	logs := &dbtest.Buffer{}
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logs, logSink(t)), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	const shutdownTimeout = 10 * time.Second
 	pool, err := pgxpool.New(context.Background(), b.dsn)
@@ -196,7 +197,7 @@ func testReloadKeepsOthersExporting(t *testing.T, held func(ok, silent string) s
 
 // logSink is where testLogger's logs go: kept and shown on failure.
 func logSink(t *testing.T) io.Writer {
-	buf := &lockedBuffer{}
+	buf := &dbtest.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -117,7 +118,7 @@ sources:
   - {table: leads, key: id, destination: crm}
 `, down.URL, crm.url), map[string]string{"CRM_TOKEN": "wr0ng-crm-t0ken"})
 	b.installSources(t, cfg)
-	var logs logBuffer
+	var logs dbtest.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(logs.String())

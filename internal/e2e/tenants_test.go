@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -59,11 +60,11 @@ sources:
 }
 
 // run starts `syncer run` with cfgPath; it is killed when the test ends.
-func (w *tenantWorld) run(t *testing.T, dbURL, cfgPath string) (*exec.Cmd, *syncBuf) {
+func (w *tenantWorld) run(t *testing.T, dbURL, cfgPath string) (*exec.Cmd, *dbtest.Buffer) {
 	t.Helper()
 	cmd := exec.Command(w.bin, "run", "--database-url", dbURL, "--config", cfgPath,
 		"--thirdparty-url", w.fakeURL, "--http-addr", freePort(t), "--log-level", "warn")
-	errOut := &syncBuf{}
+	errOut := &dbtest.Buffer{}
 	cmd.Stdout, cmd.Stderr = io.Discard, errOut
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

@@ -1,14 +1,12 @@
 package tenants_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,30 +30,12 @@ type clock struct{ now atomic.Int64 }
 func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()) }
 func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
 
-// logs captures every log line, at debug, for the secret grep.
-type logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 type bundle struct {
 	fake  *fakethirdparty.Server
 	url   string
 	pool  *pgxpool.Pool
 	clock *clock
-	logs  *logs
+	logs  *dbtest.Buffer // every log line, at debug, for the secret grep
 }
 
 // setup starts the fake with cfg and a migrated schema holding the
@@ -72,7 +52,7 @@ func setup(t testing.TB, cfg fakethirdparty.Config) *bundle {
 	require.NoError(t, err)
 	c := &clock{}
 	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return &bundle{fake: fake, url: srv.URL, pool: schema.Pool, clock: c, logs: &logs{}}
+	return &bundle{fake: fake, url: srv.URL, pool: schema.Pool, clock: c, logs: &dbtest.Buffer{}}
 }
 
 func (b *bundle) exec(t *testing.T, sql string, args ...any) {
