@@ -253,8 +253,8 @@ func Matching(ctx context.Context, q database.Querier, f Filter, afterID int64, 
 }
 
 // collect reads rows of (id, version, deleted, size, payload, cands,
-// captured[, extra][, kept]), and reports whether they were every candidate, all read: the
-// end of what the statement's condition selects.
+// captured[, extra][, kept]), and reports whether they were every
+// candidate, all read: the end of what the statement's condition selects.
 // Payloads are copied raw into one buffer per batch: they are passed
 // through to the third party as they are, so decoding or even validating
 // them (what scanning into json.RawMessage does) would be wasted work, and
