@@ -165,9 +165,9 @@ func (s *Source) nums(keys []string) ([]int64, error) {
 }
 
 // collect reads (key, version, deleted, payload, size, captured[, kept])
-// rows, and reports whether they reached the end of the pending keys. Payloads are
-// copied raw into one buffer per batch: they go to the third party as they
-// are.
+// rows, and reports whether they reached the end of the pending keys.
+// Payloads are copied raw into one buffer per batch: they go to the third
+// party as they are.
 func collect(rows pgx.Rows, lim feed.Limits, kept bool) ([]Row, bool, error) {
 	defer rows.Close()
 	var out []Row
