@@ -195,12 +195,6 @@ type Exporter struct {
 	// own (held.go).
 	held heldKeys
 
-	// laneRuns counts the lane jobs running here, by lane, so that lane
-	// jobs fetched at once take this daemon's share and no more
-	// (claimLane).
-	laneMu   sync.Mutex
-	laneRuns map[string]int
-
 	// lastKey is the key of the last batch pushed, for the run's summary
 	// line: a third party's support ticket names a key.
 	lastKey atomic.Pointer[string]

@@ -305,54 +305,34 @@ const (
 	LaneShareWait = 5 * time.Second
 )
 
-// claimLane decides whether name's job runs here and, when it does,
-// counts it running until release. It is left to another daemon (over)
-// when name is a lane's, Config.Peers says other daemons run, this one
-// runs as many lanes of the source as its share (lanes / daemons,
-// rounded up) already, and the job is younger than LaneShareWait. The
-// count and the claim are one step under laneMu: River hands a daemon
-// the lane jobs it fetches at once, and counting the lanes running when
-// each began (rather than those claimed) let one daemon take all 16 of a
-// backlog while the other took none (the two daemons row of syncer-lab
-// bench, in two of four runs).
-func (e *Exporter) claimLane(ctx context.Context, name string, created time.Time) (release func(), over bool) {
+// overShare reports whether name is a lane's job that this daemon should
+// leave to another: Config.Peers says other daemons run, this one runs
+// as many lanes of the source as its share (lanes / daemons, rounded up)
+// already, and the job is younger than LaneShareWait.
+func (e *Exporter) overShare(ctx context.Context, name string, created time.Time) bool {
 	src, _, ok := jobs.LaneOf(name)
+	if !ok || e.cfg.Peers == nil || time.Since(created) > LaneShareWait {
+		return false
+	}
+	s, ok := e.sourcesNow()[name]
 	if !ok {
-		return func() {}, false
+		return false
 	}
-	peers := 1
-	if s, ok := e.sourcesNow()[name]; ok && e.cfg.Peers != nil && time.Since(created) <= LaneShareWait {
-		if n, err := e.cfg.Peers(ctx, s.base().DestinationName); err == nil {
-			peers = n
-		}
+	peers, err := e.cfg.Peers(ctx, s.base().DestinationName)
+	if err != nil || peers <= 1 {
+		return false
 	}
-	e.laneMu.Lock()
-	defer e.laneMu.Unlock()
-	if peers > 1 {
-		lanes, running := 0, 0
-		for n := range e.sourcesNow() {
-			if ls, _, ok := jobs.LaneOf(n); ok && ls == src {
-				lanes++
-				if e.laneRuns[n] > 0 {
-					running++
-				}
+	lanes, active := 0, 0
+	for n := range e.sourcesNow() {
+		if ls, _, ok := jobs.LaneOf(n); ok && ls == src {
+			lanes++
+			if e.Active(n) {
+				active++
 			}
 		}
-		if running >= (lanes+peers-1)/peers {
-			return nil, true
-		}
 	}
-	if e.laneRuns == nil {
-		e.laneRuns = map[string]int{}
-	}
-	e.laneRuns[name]++
-	return func() {
-		e.laneMu.Lock()
-		defer e.laneMu.Unlock()
-		if e.laneRuns[name]--; e.laneRuns[name] <= 0 {
-			delete(e.laneRuns, name)
-		}
-	}, false
+	share := (lanes + peers - 1) / peers
+	return active >= share
 }
 
 // LanesWithWork returns the lanes exported here of the tenant source src

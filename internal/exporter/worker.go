@@ -36,11 +36,9 @@ func (w *Worker) Timeout(*river.Job[jobs.ExportArgs]) time.Duration { return -1 
 
 // Work exports the job's source: see work, run as reload.go says.
 func (w *Worker) Work(ctx context.Context, job *river.Job[jobs.ExportArgs]) error {
-	release, over := w.e.claimLane(ctx, job.Args.Source, job.CreatedAt)
-	if over {
+	if w.e.overShare(ctx, job.Args.Source, job.CreatedAt) {
 		return river.JobSnooze(LaneShareSnooze)
 	}
-	defer release()
 	return w.e.supervised(ctx, job.Args.Source)
 }
 
