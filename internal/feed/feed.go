@@ -36,8 +36,9 @@ type Item struct {
 	// for it (Page.Kept); nil when none is kept.
 	Kept []byte
 	// Captured is when the version was captured: the start of the
-	// transaction that wrote it (resources.changed_at, the changed_at of
-	// a source's newest change of the key), for its story
+	// transaction that wrote it (resources.changed_at, or the latest
+	// changed_at among a source key's pending changes:
+	// sources.Row.Captured says when that differs), for its story
 	// (internal/history); zero when the read does not say.
 	Captured time.Time
 }
