@@ -195,6 +195,10 @@ type Exporter struct {
 	// own (held.go).
 	held heldKeys
 
+	// laneMu makes a lane job's count of the lanes running here and its
+	// start one step (awakenWithin).
+	laneMu sync.Mutex
+
 	// lastKey is the key of the last batch pushed, for the run's summary
 	// line: a third party's support ticket names a key.
 	lastKey atomic.Pointer[string]

@@ -46,7 +46,10 @@ type job struct {
 	source  string
 	dest    string
 	started time.Time
-	cancel  context.CancelCauseFunc
+	// share bounds the lanes of its source the daemon runs as it starts
+	// (laneShare); 0 for none.
+	share  int
+	cancel context.CancelCauseFunc
 	// done is closed when the job's work returned; gone when it was
 	// abandoned.
 	done     chan struct{}
@@ -68,6 +71,15 @@ type jobKey struct{}
 func jobOf(ctx context.Context) *job {
 	j, _ := ctx.Value(jobKey{}).(*job)
 	return j
+}
+
+// laneShare is the job's bound on its daemon's lanes (job.share), 0
+// outside a job.
+func (j *job) laneShare() int {
+	if j == nil {
+		return 0
+	}
+	return j.share
 }
 
 // hold notes a lock the job took; dest marks its destination's.
@@ -204,10 +216,10 @@ func (e *Exporter) Stop(ctx context.Context, names []string, bound time.Duration
 // so that a reload can stop it, and given up on AbandonAfter after it was
 // asked to stop (by a reload, or by River's cancellation at the end of the
 // shutdown timeout).
-func (e *Exporter) supervised(ctx context.Context, name string) error {
+func (e *Exporter) supervised(ctx context.Context, name string, share int) error {
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(context.Canceled)
-	j := &job{source: name, started: time.Now(), cancel: cancel,
+	j := &job{source: name, started: time.Now(), share: share, cancel: cancel,
 		done: make(chan struct{}), gone: make(chan struct{}), locks: map[*locks.Lock]bool{}}
 	if s, ok := e.sourcesNow()[name]; ok {
 		j.dest = s.base().DestinationName

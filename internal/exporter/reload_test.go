@@ -53,7 +53,7 @@ func TestStopAbandonsAJobThatIgnoresItsContext(t *testing.T) {
 	require.NoError(t, err)
 
 	done := make(chan error, 1)
-	go func() { done <- e.supervised(ctx, jobs.Resources) }()
+	go func() { done <- e.supervised(ctx, jobs.Resources, 0) }()
 	<-entered
 
 	// The reload: a new destination, and the job of its source stopped.
@@ -75,7 +75,7 @@ func TestStopAbandonsAJobThatIgnoresItsContext(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(m.Config.JobsAbandoned), "the abandoned job is counted")
 
 	// The job's next run takes the lock at once and resends the batch.
-	err = e.supervised(ctx, jobs.Resources)
+	err = e.supervised(ctx, jobs.Resources, 0)
 	if err != nil {
 		var snooze *river.JobSnoozeError
 		require.ErrorAs(t, err, &snooze)

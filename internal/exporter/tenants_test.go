@@ -1,6 +1,7 @@
 package exporter_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,6 +108,8 @@ type tenantBundle struct {
 	src    *sources.Source
 	// bodyTag is the source's BodyTag: "" skips nothing.
 	bodyTag string
+	// workers is each daemon's River MaxWorkers: 0 for 8.
+	workers int
 }
 
 // tenantSetup makes a table contacts with a tenant column account, its
@@ -166,7 +169,7 @@ func (b *tenantBundle) daemon(t *testing.T, dests *tenantDests, maxRun time.Dura
 	workers := river.NewWorkers()
 	river.AddWorker(workers, exp.Worker())
 	rc, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		Schema: b.schema, Queues: map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: 8}}, Workers: workers,
+		Schema: b.schema, Queues: map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: cmp.Or(b.workers, 8)}}, Workers: workers,
 		FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond, MaxAttempts: jobs.MaxAttempts,
 	})
 	require.NoError(t, err)
@@ -390,6 +393,37 @@ func TestTenantLanesSharedByTwoDaemons(t *testing.T) {
 	total := float64(one.pushes.Load() + two.pushes.Load())
 	require.Greater(t, float64(one.pushes.Load())/total, 0.2, "the first daemon took its share of lanes")
 	require.Greater(t, float64(two.pushes.Load())/total, 0.2, "the second daemon took its share of lanes")
+	st := b.fake.TenantStats().Total
+	require.Zero(t, st.KeyConflicts)
+	require.Zero(t, st.OutOfOrder)
+}
+
+// A backlog written at once while two daemons run: the River of one
+// fetches every lane's job in one go, as `syncer run` (100 workers) does,
+// and takes its share of them, not all: the others snooze to the other
+// daemon. Counting only the lanes already running let the first daemon
+// take all 16 (the two daemons row of syncer-lab bench).
+func TestTenantLanesBacklogSharedByTwoDaemons(t *testing.T) {
+	t.Parallel()
+	b := tenantSetup(t, 16, nil)
+	b.workers = 64
+	one, two := &tenantDests{url: b.url}, &tenantDests{url: b.url}
+	// A run limit longer than the test: a lane stays where it started.
+	b.daemon(t, one, time.Minute, 2)
+	b.daemon(t, two, time.Minute, 2)
+	time.Sleep(500 * time.Millisecond) // both Rivers fetching
+	b.exec(t, `INSERT INTO contacts SELECT i, 'c' || (i % 160), 'x' FROM generate_series(1, 4800) i`)
+	require.Eventually(t, func() bool {
+		n := 0
+		for i := range 160 {
+			n += len(b.latest(fmt.Sprintf("c%d", i)))
+		}
+		return n == 4800
+	}, 60*time.Second, 50*time.Millisecond)
+	t.Logf("batches pushed: first daemon %d, second %d", one.pushes.Load(), two.pushes.Load())
+	total := float64(one.pushes.Load() + two.pushes.Load())
+	require.Greater(t, float64(one.pushes.Load())/total, 0.3, "the first daemon took its share of lanes")
+	require.Greater(t, float64(two.pushes.Load())/total, 0.3, "the second daemon took its share of lanes")
 	st := b.fake.TenantStats().Total
 	require.Zero(t, st.KeyConflicts)
 	require.Zero(t, st.OutOfOrder)

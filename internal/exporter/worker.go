@@ -36,10 +36,7 @@ func (w *Worker) Timeout(*river.Job[jobs.ExportArgs]) time.Duration { return -1 
 
 // Work exports the job's source: see work, run as reload.go says.
 func (w *Worker) Work(ctx context.Context, job *river.Job[jobs.ExportArgs]) error {
-	if w.e.overShare(ctx, job.Args.Source, job.CreatedAt) {
-		return river.JobSnooze(LaneShareSnooze)
-	}
-	return w.e.supervised(ctx, job.Args.Source)
+	return w.e.supervised(ctx, job.Args.Source, w.e.laneShare(ctx, job.Args.Source, job.CreatedAt))
 }
 
 // PreviousWorker works the jobs the previous release enqueued for
@@ -67,7 +64,7 @@ func (w *PreviousWorker[T]) Timeout(*river.Job[T]) time.Duration { return -1 }
 
 // Work exports resources.
 func (w *PreviousWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
-	return w.e.supervised(ctx, jobs.Resources)
+	return w.e.supervised(ctx, jobs.Resources, 0)
 }
 
 // run is one execution of a source's job under its lock.
@@ -121,8 +118,13 @@ func (e *Exporter) work(ctx context.Context, name string) error {
 		e.logger.DebugContext(ctx, "exporter: source not exported by this daemon", slog.String("source", name))
 		return nil
 	}
-	// Notifications from now on go to this job, not into more jobs.
-	a := e.awaken(name)
+	// Notifications from now on go to this job, not into more jobs. A
+	// lane's job that finds its daemon running its share of the lanes
+	// leaves the lane to another daemon's River.
+	a, over := e.awakenWithin(name, jobOf(ctx).laneShare())
+	if over {
+		return river.JobSnooze(LaneShareSnooze)
+	}
 	defer a.end()
 	// A table dropped or renamed, or its triggers gone, sends no change:
 	// only looking finds it.
