@@ -63,3 +63,32 @@ func TestLateShare(t *testing.T) {
 	require.InDelta(t, 0.25, lateShare(reqs, 15*time.Second), 1e-9)
 	require.Equal(t, -1.0, lateShare(reqs, time.Minute))
 }
+
+// The join row's figure: the first second from which the second daemon
+// sends 30% three seconds in a row; a tail of one daemon's does not count.
+func TestJoinShares(t *testing.T) {
+	at := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	var reqs []tappedRequest
+	add := func(second, first, other int) {
+		for i := range first {
+			reqs = append(reqs, tappedRequest{at: at.Add(time.Duration(second)*time.Second + time.Duration(i)*time.Millisecond), door: 0})
+		}
+		for i := range other {
+			reqs = append(reqs, tappedRequest{at: at.Add(time.Duration(second)*time.Second + time.Duration(i)*time.Millisecond), door: 1})
+		}
+	}
+	reqs = append(reqs, tappedRequest{at: at.Add(-time.Second), door: 0}) // before the join
+	add(0, 100, 0)
+	add(1, 80, 20)
+	add(2, 60, 40) // 40%, but the next is not
+	add(3, 80, 20)
+	add(4, 50, 50)
+	add(5, 55, 45)
+	add(6, 50, 50)
+	add(7, 10, 0) // the tail
+	j := joinShares(reqs, at)
+	require.Equal(t, 4*time.Second, j.took)
+	require.InDelta(t, 145.0/310, j.after, 1e-9)
+
+	require.Equal(t, time.Duration(-1), joinShares(reqs[:101], at).took, "never")
+}

@@ -24,39 +24,12 @@ import (
 func (r *runner) tenantTwoDaemons(ctx context.Context) (Row, error) {
 	sz := r.tenantSizes()
 	const label = "tenants-two"
-	f, tap, urls, err := startTappedFake(fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{RateLimit: 5}}, 2)
+	two, err := r.twoDaemonSetup(ctx, label)
 	if err != nil {
 		return Row{}, err
 	}
-	defer f.close()
-	dir, err := os.MkdirTemp("", "syncer-bench-")
-	if err != nil {
-		return Row{}, err
-	}
-	defer os.RemoveAll(dir)
-	// One configuration each, the same but for the door.
-	var paths [2]string
-	setup := func(n int) (tenantSetup, string, error) {
-		sub := filepath.Join(dir, fmt.Sprint(n))
-		ts := tenantSetup{url: urls[n] + "/t/{tenant}", destYAML: "    rate_limit: 5\n", tenantCol: true, batch: 10}
-		return ts, sub, os.Mkdir(sub, 0o700)
-	}
-	ts, sub, err := setup(0)
-	if err != nil {
-		return Row{}, err
-	}
-	s, path, err := r.tenantScratch(ctx, label, sub, ts)
-	if err != nil {
-		return Row{}, err
-	}
-	defer s.drop(ctx)
-	paths[0] = path
-	if ts, sub, err = setup(1); err != nil {
-		return Row{}, err
-	}
-	if paths[1], err = writeTenantConfig(sub, ts); err != nil {
-		return Row{}, err
-	}
+	defer two.close(ctx)
+	f, tap, s, paths := two.f, two.tap, two.s, two.paths
 	r.progressf("   %s: two daemons, %d tenants × %d rows, rate_limit: 5 and 5 requests/s each account", label, sz.limitTenants, sz.limitRows)
 	var ds [2]*daemon
 	started := make(chan error, 2)
@@ -82,8 +55,10 @@ func (r *runner) tenantTwoDaemons(ctx context.Context) (Row, error) {
 		return Row{}, err
 	}
 	// The first daemon up took every lane before the second said it runs;
-	// its lane jobs go back to River at their run limit, and from then on
-	// the lanes spread over both: the row measures that steady state.
+	// it gives lanes up as their jobs find it over its share, or at their
+	// run limit when idle, and from then on the lanes spread over both:
+	// the row measures that steady state (the join row, a daemon that
+	// starts during a drain).
 	settle := twoSettle
 	if r.cfg.Size == SizeTiny && r.cfg.TenantScale <= 0 {
 		// The tiny run (CI's) says the row works, in seconds: its
@@ -139,6 +114,62 @@ func (r *runner) tenantTwoDaemons(ctx context.Context) (Row, error) {
 		Pass:     least >= 0.3,
 		Values:   map[string]float64{"share_a": shareA, "share_b": shareB, "requests_a": float64(by[0]), "requests_b": float64(by[1]), "took_s": took.Seconds()},
 	}, nil
+}
+
+// twoSetup is what the rows of two daemons run: a fake with two doors
+// (tenantTap), a scratch database and one configuration a daemon, the
+// same but for the door, so each one's requests are counted where they
+// arrive.
+type twoSetup struct {
+	f     *fake
+	tap   *tenantTap
+	s     *scratch
+	paths [2]string
+	dir   string
+}
+
+func (r *runner) twoDaemonSetup(ctx context.Context, label string) (_ *twoSetup, err error) {
+	two := &twoSetup{}
+	defer func() {
+		if err != nil {
+			two.close(ctx)
+		}
+	}()
+	var urls []string
+	if two.f, two.tap, urls, err = startTappedFake(fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{RateLimit: 5}}, 2); err != nil {
+		return nil, err
+	}
+	if two.dir, err = os.MkdirTemp("", "syncer-bench-"); err != nil {
+		return nil, err
+	}
+	for n := range 2 {
+		sub := filepath.Join(two.dir, fmt.Sprint(n))
+		if err := os.Mkdir(sub, 0o700); err != nil {
+			return nil, err
+		}
+		ts := tenantSetup{url: urls[n] + "/t/{tenant}", destYAML: "    rate_limit: 5\n", tenantCol: true, batch: 10}
+		if n == 0 {
+			two.s, two.paths[0], err = r.tenantScratch(ctx, label, sub, ts)
+		} else {
+			two.paths[1], err = writeTenantConfig(sub, ts)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return two, nil
+}
+
+func (two *twoSetup) close(ctx context.Context) {
+	if two.s != nil {
+		two.s.drop(ctx)
+	}
+	if two.dir != "" {
+		os.RemoveAll(two.dir)
+	}
+	if two.f != nil {
+		two.f.close()
+	}
 }
 
 // twoSettle is how long the two daemons run before the backlog comes.

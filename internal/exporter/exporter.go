@@ -196,8 +196,11 @@ type Exporter struct {
 	held heldKeys
 
 	// laneMu makes a lane job's count of the lanes running here and its
-	// start one step (awakenWithin).
-	laneMu sync.Mutex
+	// start one step (awakenWithin), and guards laneLeft, the lanes given
+	// up for the share and when, and peersSeen (share.go).
+	laneMu    sync.Mutex
+	laneLeft  map[string]time.Time
+	peersSeen map[string]peersSeen
 
 	// lastKey is the key of the last batch pushed, for the run's summary
 	// line: a third party's support ticket names a key.

@@ -196,8 +196,15 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 				// A lane ends after its run limit, so that its job goes
 				// back to River and any daemon may take it: lanes spread
 				// over the running daemons rather than stay with the
-				// first that took them.
-				return e.since(r.started) > e.cfg.MaxRun, nil
+				// first that took them. A daemon over its share gives
+				// lanes up sooner (share.go).
+				if e.since(r.started) > e.cfg.MaxRun {
+					return true, nil
+				}
+				if e.leaveForShare(ctx, b.Name(), r.started) {
+					return true, errShare
+				}
+				return false, nil
 			}
 			// Seen at yieldChecks checks in a row, about a second: a job
 			// of it that is only being fetched lingers here by then.
@@ -268,6 +275,8 @@ func (e *Exporter) jobResult(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, errShare):
+		return river.JobSnooze(LaneShareSnooze)
 	case errors.Is(err, errMore), errors.Is(err, errStopping):
 		return river.JobSnooze(0)
 	case errors.Is(err, locks.ErrLockBusy):

@@ -1,0 +1,142 @@
+package exporter_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A backlog written at once while two daemons run: the River of one
+// fetches every lane's job in one go, as `syncer run` (100 workers) does,
+// and takes its share of them, not all: the others snooze to the other
+// daemon. Counting only the lanes already running let the first daemon
+// take all 16 (the two daemons row of syncer-lab bench).
+func TestTenantLanesBacklogSharedByTwoDaemons(t *testing.T) {
+	t.Parallel()
+	b := tenantSetup(t, 16, nil)
+	b.workers = 64
+	one, two := &tenantDests{url: b.url}, &tenantDests{url: b.url}
+	// A run limit longer than the test: a lane stays where it started.
+	b.daemon(t, one, time.Minute, 2)
+	b.daemon(t, two, time.Minute, 2)
+	time.Sleep(500 * time.Millisecond) // both Rivers fetching
+	b.exec(t, `INSERT INTO contacts SELECT i, 'c' || (i % 160), 'x' FROM generate_series(1, 4800) i`)
+	require.Eventually(t, func() bool {
+		n := 0
+		for i := range 160 {
+			n += len(b.latest(fmt.Sprintf("c%d", i)))
+		}
+		return n == 4800
+	}, 60*time.Second, 50*time.Millisecond)
+	t.Logf("batches pushed: first daemon %d, second %d", one.pushes.Load(), two.pushes.Load())
+	total := float64(one.pushes.Load() + two.pushes.Load())
+	require.Greater(t, float64(one.pushes.Load())/total, 0.3, "the first daemon took its share of lanes")
+	require.Greater(t, float64(two.pushes.Load())/total, 0.3, "the second daemon took its share of lanes")
+	st := b.fake.TenantStats().Total
+	require.Zero(t, st.KeyConflicts)
+	require.Zero(t, st.OutOfOrder)
+}
+
+// A daemon starts while another runs every lane of a busy source: it
+// takes its share within seconds, long before the lanes' run limit (a
+// minute here), as the first gives lanes up one at a time; nothing is
+// sent twice or out of order on the way. The source is busy with a
+// trickle (its lanes poll, hot) or with a backlog (they drain pass after
+// pass).
+func TestTenantLanesTakenBySecondDaemon(t *testing.T) {
+	t.Parallel()
+	for _, backlog := range []bool{false, true} {
+		t.Run(map[bool]string{false: "trickle", true: "backlog"}[backlog], func(t *testing.T) {
+			t.Parallel()
+			testSecondDaemon(t, backlog)
+		})
+	}
+}
+
+func testSecondDaemon(t *testing.T, backlog bool) {
+	const tenants = 80
+	var slow map[string]time.Duration
+	if backlog {
+		// 800 rows a tenant in batches of 10, each answered in 250 ms:
+		// a drain of 20 s or more, the shares measured in its middle.
+		slow = map[string]time.Duration{}
+		for i := range tenants {
+			slow[fmt.Sprintf("c%d", i)] = 250 * time.Millisecond
+		}
+	}
+	b := tenantSetup(t, 16, slow)
+	// As `syncer run` does: every lane's job lingers, so a lane changes
+	// daemon only when its job ends.
+	b.workers, b.lingering = 64, 63
+	if backlog {
+		b.batch = 10
+	}
+	one, two := &tenantDests{url: b.url}, &tenantDests{url: b.url}
+	peers := &atomic.Int64{}
+	peers.Store(1)
+	b.daemonPeers(t, one, time.Minute, peers)
+
+	ctx, stop := context.WithCancel(context.Background())
+	written := make(chan int, 1)
+	if backlog {
+		b.exec(t, `INSERT INTO contacts SELECT i, 'c' || (i % $1::int), 'x' FROM generate_series(1, $1::int * 800) i`, tenants)
+		written <- tenants * 800
+	} else {
+		// A writer: a row to each tenant every 50 ms.
+		go func() {
+			next := 0
+			for ctx.Err() == nil {
+				_, err := b.pool.Exec(ctx, `INSERT INTO contacts SELECT i, 'c' || (i % $2::int), 'x' FROM generate_series($1::int, $1::int + $2::int - 1) i`, next, tenants)
+				if err != nil {
+					break
+				}
+				next += tenants
+				time.Sleep(50 * time.Millisecond)
+			}
+			written <- next
+		}()
+	}
+	t.Cleanup(stop)
+	require.Eventually(t, func() bool { return one.pushes.Load() >= 100 }, 30*time.Second, 20*time.Millisecond)
+
+	b.daemonPeers(t, two, time.Minute, peers)
+	peers.Store(2)
+	joined := time.Now()
+	require.Eventually(t, func() bool { return two.pushes.Load() >= 50 }, 20*time.Second, 20*time.Millisecond,
+		"the second daemon sends within seconds of its start")
+	t.Logf("the second daemon sent 50 batches %s after it started", time.Since(joined).Round(100*time.Millisecond))
+	time.Sleep(time.Second)
+	a0, b0 := one.pushes.Load(), two.pushes.Load()
+	time.Sleep(2 * time.Second)
+	a1, b1 := one.pushes.Load(), two.pushes.Load()
+	t.Logf("batches pushed over 2 s, %s after the second daemon started: first %d, second %d", time.Since(joined).Round(time.Second), a1-a0, b1-b0)
+	// Each daemon runs half the lanes; the lanes' tenants (80 hashed to
+	// 16) are uneven, and so are their batches: a fifth each says the
+	// lanes are shared, where the second daemon sent none before the
+	// share (until the lanes' run limit, a minute here).
+	total := float64(a1 - a0 + b1 - b0)
+	require.Greater(t, float64(a1-a0)/total, 0.2, "the first daemon kept its share")
+	require.Greater(t, float64(b1-b0)/total, 0.2, "the second daemon took its share")
+
+	stop()
+	<-written
+	// The table's count, not the writer's: an insert whose context was
+	// cancelled as it committed counts there.
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM contacts`).Scan(&n))
+	require.Eventually(t, func() bool {
+		got := 0
+		for i := range tenants {
+			got += len(b.latest(fmt.Sprintf("c%d", i)))
+		}
+		return got == n
+	}, 60*time.Second, 50*time.Millisecond)
+	st := b.fake.TenantStats().Total
+	require.Zero(t, st.KeyConflicts)
+	require.Zero(t, st.OutOfOrder)
+	require.Equal(t, int64(n), st.DistinctPairs, "each row sent once")
+}
