@@ -10,6 +10,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// Two daemons' exporters share a source's lanes: each takes about its
+// share (Config.Peers), and every tenant's rows arrive once each.
+func TestTenantLanesSharedByTwoDaemons(t *testing.T) {
+	t.Parallel()
+	b := tenantSetup(t, 8, nil)
+	one, two := &tenantDests{url: b.url}, &tenantDests{url: b.url}
+	b.daemon(t, one, time.Second, 2)
+	b.daemon(t, two, time.Second, 2)
+	for round := range 6 {
+		from := round * 400
+		b.exec(t, `INSERT INTO contacts SELECT i, 'c' || (i % 40), 'x' FROM generate_series($1::int + 1, $1::int + 400) i`, from)
+		time.Sleep(300 * time.Millisecond)
+	}
+	b.requireDelivered(t, 40, 2400)
+	requireShares(t, one.pushes.Load(), two.pushes.Load(), 0.2)
+}
+
 // A backlog written at once while two daemons run: the River of one
 // fetches every lane's job in one go, as `syncer run` (100 workers) does,
 // and takes its share of them, not all: the others snooze to the other
@@ -25,20 +42,35 @@ func TestTenantLanesBacklogSharedByTwoDaemons(t *testing.T) {
 	b.daemon(t, two, time.Minute, 2)
 	time.Sleep(500 * time.Millisecond) // both Rivers fetching
 	b.exec(t, `INSERT INTO contacts SELECT i, 'c' || (i % 160), 'x' FROM generate_series(1, 4800) i`)
+	b.requireDelivered(t, 160, 4800)
+	requireShares(t, one.pushes.Load(), two.pushes.Load(), 0.3)
+}
+
+// requireDelivered waits until the accounts of tenants c0… hold n rows,
+// each once and in order.
+func (b *tenantBundle) requireDelivered(t *testing.T, tenants, n int) {
+	t.Helper()
 	require.Eventually(t, func() bool {
-		n := 0
-		for i := range 160 {
-			n += len(b.latest(fmt.Sprintf("c%d", i)))
+		got := 0
+		for i := range tenants {
+			got += len(b.latest(fmt.Sprintf("c%d", i)))
 		}
-		return n == 4800
+		return got == n
 	}, 60*time.Second, 50*time.Millisecond)
-	t.Logf("batches pushed: first daemon %d, second %d", one.pushes.Load(), two.pushes.Load())
-	total := float64(one.pushes.Load() + two.pushes.Load())
-	require.Greater(t, float64(one.pushes.Load())/total, 0.3, "the first daemon took its share of lanes")
-	require.Greater(t, float64(two.pushes.Load())/total, 0.3, "the second daemon took its share of lanes")
 	st := b.fake.TenantStats().Total
 	require.Zero(t, st.KeyConflicts)
 	require.Zero(t, st.OutOfOrder)
+	require.Equal(t, int64(n), st.DistinctPairs, "each row sent once")
+}
+
+// requireShares checks that each of two daemons pushed more than least
+// of the batches.
+func requireShares(t *testing.T, one, two int64, least float64) {
+	t.Helper()
+	t.Logf("batches pushed: first daemon %d, second %d", one, two)
+	total := float64(one + two)
+	require.Greater(t, float64(one)/total, least, "the first daemon took its share of lanes")
+	require.Greater(t, float64(two)/total, least, "the second daemon took its share of lanes")
 }
 
 // A daemon starts while another runs every lane of a busy source: it
@@ -113,14 +145,12 @@ func testSecondDaemon(t *testing.T, backlog bool) {
 	a0, b0 := one.pushes.Load(), two.pushes.Load()
 	time.Sleep(2 * time.Second)
 	a1, b1 := one.pushes.Load(), two.pushes.Load()
-	t.Logf("batches pushed over 2 s, %s after the second daemon started: first %d, second %d", time.Since(joined).Round(time.Second), a1-a0, b1-b0)
+	t.Logf("over 2 s, %s after the second daemon started:", time.Since(joined).Round(time.Second))
 	// Each daemon runs half the lanes; the lanes' tenants (80 hashed to
 	// 16) are uneven, and so are their batches: a fifth each says the
 	// lanes are shared, where the second daemon sent none before the
 	// share (until the lanes' run limit, a minute here).
-	total := float64(a1 - a0 + b1 - b0)
-	require.Greater(t, float64(a1-a0)/total, 0.2, "the first daemon kept its share")
-	require.Greater(t, float64(b1-b0)/total, 0.2, "the second daemon took its share")
+	requireShares(t, a1-a0, b1-b0, 0.2)
 
 	stop()
 	<-written
@@ -128,15 +158,5 @@ func testSecondDaemon(t *testing.T, backlog bool) {
 	// cancelled as it committed counts there.
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM contacts`).Scan(&n))
-	require.Eventually(t, func() bool {
-		got := 0
-		for i := range tenants {
-			got += len(b.latest(fmt.Sprintf("c%d", i)))
-		}
-		return got == n
-	}, 60*time.Second, 50*time.Millisecond)
-	st := b.fake.TenantStats().Total
-	require.Zero(t, st.KeyConflicts)
-	require.Zero(t, st.OutOfOrder)
-	require.Equal(t, int64(n), st.DistinctPairs, "each row sent once")
+	b.requireDelivered(t, tenants, n)
 }

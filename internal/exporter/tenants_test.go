@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -380,35 +379,6 @@ func TestTenantBacklogDoesNotHoldAnother(t *testing.T) {
 	left := b.pending(t, "big")
 	t.Logf("one-row tenant's worst commit-to-receipt: %s; the backlog still pending: %d of 20000", worst, left)
 	require.Greater(t, left, 10_000, "the one-row tenant's rows did not wait for the backlog")
-}
-
-// Two daemons' exporters share a source's lanes: each takes about its
-// share (Config.Peers), and every tenant's rows arrive once each.
-func TestTenantLanesSharedByTwoDaemons(t *testing.T) {
-	t.Parallel()
-	b := tenantSetup(t, 8, nil)
-	one, two := &tenantDests{url: b.url}, &tenantDests{url: b.url}
-	b.daemon(t, one, time.Second, 2)
-	b.daemon(t, two, time.Second, 2)
-	for round := range 6 {
-		from := round * 400
-		b.exec(t, `INSERT INTO contacts SELECT i, 'c' || (i % 40), 'x' FROM generate_series($1::int + 1, $1::int + 400) i`, from)
-		time.Sleep(300 * time.Millisecond)
-	}
-	require.Eventually(t, func() bool {
-		n := 0
-		for i := range 40 {
-			n += len(b.latest(fmt.Sprintf("c%d", i)))
-		}
-		return n == 2400
-	}, 60*time.Second, 50*time.Millisecond)
-	t.Logf("batches pushed: first daemon %d, second %d", one.pushes.Load(), two.pushes.Load())
-	total := float64(one.pushes.Load() + two.pushes.Load())
-	require.Greater(t, float64(one.pushes.Load())/total, 0.2, "the first daemon took its share of lanes")
-	require.Greater(t, float64(two.pushes.Load())/total, 0.2, "the second daemon took its share of lanes")
-	st := b.fake.TenantStats().Total
-	require.Zero(t, st.KeyConflicts)
-	require.Zero(t, st.OutOfOrder)
 }
 
 // unused is the source's Destination: it names the destination, and a
