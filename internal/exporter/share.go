@@ -10,16 +10,26 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
 )
 
 const (
-	// LaneShareSnooze is how long a lane's job waits when the daemon that
-	// fetched it holds its share of the source's lanes already: another
-	// daemon's River fetches it meanwhile.
-	LaneShareSnooze = time.Second
+	// LaneShareSnooze is the least a lane's job waits when the daemon
+	// that fetched it holds its share of the source's lanes already:
+	// another daemon's River fetches it meanwhile. Up to laneShareJitter
+	// more is added at random, job by job (shareSnooze). The wait is
+	// short and random because the Rivers race for the job: a snooze of a
+	// second ended about when the River that snoozed it polled again (its
+	// fifth poll at the daemon's 200-220 ms interval, counted from the
+	// fetch), and that River took the whole lot again, round after round,
+	// before the other's poll came (the two daemons row, 100%/0% in one
+	// run of three). Due again within 100-250 ms, a job left over is
+	// waiting at about half the other daemon's polls.
+	LaneShareSnooze = 100 * time.Millisecond
+	laneShareJitter = 150 * time.Millisecond
 	// LaneShareWait bounds how long after its insert, or after its
 	// daemon gave it up for the share, a lane's job is left to another
 	// daemon: past it, the daemon that fetches it runs it whatever it
@@ -39,8 +49,11 @@ const (
 	peersFresh = time.Second
 )
 
+// shareSnooze is how long a lane's job left to another daemon waits.
+func shareSnooze() time.Duration { return LaneShareSnooze + rand.N(laneShareJitter) }
+
 // errShare ends a lane's job given up for the share: its job snoozes
-// LaneShareSnooze, for another daemon to fetch. It is errMore for the
+// (shareSnooze) for another daemon to fetch. It is errMore for the
 // rest (the lane has work; its source's error is cleared as after a run
 // limit).
 var errShare = fmt.Errorf("%w: a lane given up to another daemon", errMore)

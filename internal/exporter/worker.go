@@ -123,7 +123,7 @@ func (e *Exporter) work(ctx context.Context, name string) error {
 	// leaves the lane to another daemon's River.
 	a, over := e.awakenWithin(name, jobOf(ctx).laneShare())
 	if over {
-		return river.JobSnooze(LaneShareSnooze)
+		return river.JobSnooze(shareSnooze())
 	}
 	defer a.end()
 	// A table dropped or renamed, or its triggers gone, sends no change:
@@ -276,7 +276,7 @@ func (e *Exporter) jobResult(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, errShare):
-		return river.JobSnooze(LaneShareSnooze)
+		return river.JobSnooze(shareSnooze())
 	case errors.Is(err, errMore), errors.Is(err, errStopping):
 		return river.JobSnooze(0)
 	case errors.Is(err, locks.ErrLockBusy):
