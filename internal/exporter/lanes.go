@@ -295,16 +295,22 @@ func lanesWithWork(ctx context.Context, q database.Querier, names []string) ([]s
 // LanesWithWork returns the lanes exported here of the tenant source src
 // that have work: the relay wakes those, not every lane, on src's events.
 func (e *Exporter) LanesWithWork(ctx context.Context, q database.Querier, src string) ([]string, error) {
+	lanes := e.lanesOf(src)
+	if len(lanes) == 0 {
+		return nil, nil
+	}
+	return lanesWithWork(ctx, q, lanes)
+}
+
+// lanesOf returns the names of the lanes of source src exported here.
+func (e *Exporter) lanesOf(src string) []string {
 	var lanes []string
 	for n := range e.sourcesNow() {
 		if s, _, ok := jobs.LaneOf(n); ok && s == src {
 			lanes = append(lanes, n)
 		}
 	}
-	if len(lanes) == 0 {
-		return nil, nil
-	}
-	return lanesWithWork(ctx, q, lanes)
+	return lanes
 }
 
 var (

@@ -85,12 +85,7 @@ func (e *Exporter) shareOf(ctx context.Context, name string) int {
 	if err != nil || peers <= 1 {
 		return 0
 	}
-	src, lanes := e.sourceOf(name), 0
-	for n := range e.sourcesNow() {
-		if ls, _, ok := jobs.LaneOf(n); ok && ls == src {
-			lanes++
-		}
-	}
+	lanes := len(e.lanesOf(e.sourceOf(name)))
 	return (lanes + peers - 1) / peers
 }
 
@@ -172,14 +167,10 @@ func (e *Exporter) leaveForShare(ctx context.Context, name string, started time.
 // those leaving. laneMu is held.
 func (e *Exporter) runningLanes(src string) int {
 	n := 0
-	for name := range e.sourcesNow() {
-		if ls, _, ok := jobs.LaneOf(name); !ok || ls != src || !e.Active(name) {
-			continue
+	for _, name := range e.lanesOf(src) {
+		if left, ok := e.laneLeft[name]; e.Active(name) && (!ok || e.since(left) >= laneLeaving) {
+			n++
 		}
-		if left, ok := e.laneLeft[name]; ok && e.since(left) < laneLeaving {
-			continue
-		}
-		n++
 	}
 	return n
 }
