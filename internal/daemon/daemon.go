@@ -182,8 +182,11 @@ func (d *Daemon) build(ctx context.Context) error {
 	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
 	ecfg.Sources = srcs
 	if ecfg.Peers == nil {
-		// A tenant source's lanes are shared among the daemons alive.
-		ecfg.Peers = func(ctx context.Context, dest string) (int, error) { return presence.Alive(ctx, d.pool, dest) }
+		// A tenant source's lanes are shared among the daemons alive
+		// that export it.
+		ecfg.Peers = func(ctx context.Context, source string) (int, error) {
+			return presence.Alive(ctx, d.pool, presence.SourceKey(source))
+		}
 	}
 	// A lingering job holds a worker slot: one slot stays for the jobs
 	// that come and go (the sources that find none).

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/presence"
 )
 
@@ -59,6 +60,13 @@ func (d *Daemon) sayHolds(ctx context.Context) error {
 			return err
 		}
 		held[name] = dest.deliverer.AdoptHold(ctx, h)
+	}
+	// The tenant sources exported here, by their lanes: the lanes' share
+	// counts the daemons that say them (presence.SourceKey).
+	for _, n := range d.exp.Exported() {
+		if src, _, ok := jobs.LaneOf(n); ok {
+			held[presence.SourceKey(src)] = 0
+		}
 	}
 	return presence.Say(ctx, d.pool, d.id, held)
 }

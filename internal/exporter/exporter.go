@@ -126,12 +126,12 @@ type Config struct {
 	// Installation is the installation's identity
 	// (checkpoint.Installation), part of every Idempotency-Key. Required.
 	Installation string
-	// Peers says how many daemons are running and export to the named
-	// destination (internal/presence: presence.Alive), this one included:
-	// a daemon that holds its share of a tenant source's lanes leaves the
-	// next lane's job to another for a while (LaneShareWait). Nil: no
-	// share is kept, and lanes go to whichever daemon fetches them.
-	Peers func(ctx context.Context, destination string) (int, error)
+	// Peers says how many daemons are running and export the named
+	// tenant source (internal/presence: presence.Alive of its
+	// presence.SourceKey), this one included: a daemon keeps to its share
+	// of the source's lanes (share.go). Nil: no share is kept, and lanes
+	// go to whichever daemon fetches them.
+	Peers func(ctx context.Context, source string) (int, error)
 	// Now is the clock of the run limit (MaxRun), lingering and a pass's
 	// length: tests stub it to run those rules
 	// without sleeping. Timers still wait in real time. Defaults to

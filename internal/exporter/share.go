@@ -1,7 +1,7 @@
 package exporter
 
 // The share: a tenant source's lanes are spread over the daemons that
-// export to its destination (Config.Peers). A daemon runs at most its
+// export it (Config.Peers). A daemon runs at most its
 // share of them (the lanes / daemons, rounded up) as it takes them, and a
 // daemon that runs more than its share because another started since
 // gives lanes up, one at a time, rather than keep them until their run
@@ -77,27 +77,27 @@ func (e *Exporter) laneShare(ctx context.Context, name string, created time.Time
 // shareOf returns this daemon's share of the lanes of name's source, 0
 // when it runs alone (or cannot tell).
 func (e *Exporter) shareOf(ctx context.Context, name string) int {
-	s, ok := e.sourcesNow()[name]
-	if !ok || e.cfg.Peers == nil {
+	if _, ok := e.sourcesNow()[name]; !ok || e.cfg.Peers == nil {
 		return 0
 	}
-	peers, err := e.peers(ctx, s.base().DestinationName)
+	src := e.sourceOf(name)
+	peers, err := e.peers(ctx, src)
 	if err != nil || peers <= 1 {
 		return 0
 	}
-	lanes := len(e.lanesOf(e.sourceOf(name)))
+	lanes := len(e.lanesOf(src))
 	return (lanes + peers - 1) / peers
 }
 
-// peers is Config.Peers, asked at most every peersFresh a destination.
-func (e *Exporter) peers(ctx context.Context, dest string) (int, error) {
+// peers is Config.Peers, asked at most every peersFresh a source.
+func (e *Exporter) peers(ctx context.Context, src string) (int, error) {
 	e.laneMu.Lock()
-	c, ok := e.peersSeen[dest]
+	c, ok := e.peersSeen[src]
 	e.laneMu.Unlock()
 	if ok && e.since(c.at) < peersFresh {
 		return c.n, nil
 	}
-	n, err := e.cfg.Peers(ctx, dest)
+	n, err := e.cfg.Peers(ctx, src)
 	if err != nil {
 		return 0, err
 	}
@@ -106,7 +106,7 @@ func (e *Exporter) peers(ctx context.Context, dest string) (int, error) {
 	if e.peersSeen == nil {
 		e.peersSeen = map[string]peersSeen{}
 	}
-	e.peersSeen[dest] = peersSeen{n: n, at: e.now()}
+	e.peersSeen[src] = peersSeen{n: n, at: e.now()}
 	return n, nil
 }
 
