@@ -173,6 +173,28 @@ type TokenError struct {
 	Status int
 	// Text says what failed.
 	Text string
+	// Refused names what a refusal (TokenRefused) refused, as status and
+	// logs say it: RefusedClient or RefusedRefreshToken. Defaults to
+	// RefusedClient.
+	Refused string
+}
+
+// What a token endpoint refused (TokenError.Refused).
+const (
+	// RefusedClient is the client id and secret (invalid_client).
+	RefusedClient = "the client credentials"
+	// RefusedRefreshToken is a refresh_token grant's token
+	// (invalid_grant): spent, expired or revoked.
+	RefusedRefreshToken = "the refresh token"
+)
+
+// RefusedCredential names what the endpoint refused: RefusedClient or
+// RefusedRefreshToken.
+func (e *TokenError) RefusedCredential() string {
+	if e.Refused == "" {
+		return RefusedClient
+	}
+	return e.Refused
 }
 
 func (e *TokenError) Error() string { return "token endpoint " + e.Endpoint + ": " + e.Text }
@@ -195,9 +217,10 @@ func endpointText(raw string) string {
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 }
 
-// TokenRefused reports an endpoint that refused the client (400, 401 or
-// 403: invalid_client, unauthorized_client, invalid_scope): the
-// destination's credentials are wrong, and retrying will not mend them.
+// TokenRefused reports an endpoint that refused the client or its grant
+// (400, 401 or 403: invalid_client, unauthorized_client, invalid_scope,
+// invalid_grant): the credentials are wrong, and retrying will not mend
+// them; RefusedCredential says which.
 // Anything else (5xx, no answer) is transient.
 func (e *TokenError) TokenRefused() bool {
 	return e.Status == http.StatusBadRequest || e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
