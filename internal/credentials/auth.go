@@ -104,6 +104,14 @@ func (o *OAuth2) Fetches() int64 { return o.fetches.Load() }
 // token lasting under 10 s at every request).
 func renewMargin(life time.Duration) time.Duration { return min(10*time.Second, life/5) }
 
+// TokenFresh reports whether tok, fetched at fetched, may still be sent at
+// now: it has no expiry, or its expiry is further than renewMargin. It is
+// the one rule of every OAuth2 access token cache (this package's client
+// credentials, a tenant's refresh grant).
+func TokenFresh(tok *oauth2.Token, fetched, now time.Time) bool {
+	return tok != nil && (tok.Expiry.IsZero() || now.Before(tok.Expiry.Add(-renewMargin(tok.Expiry.Sub(fetched)))))
+}
+
 // Authorization returns "Bearer <token>", fetching a token first when
 // there is none or it is about to expire. Concurrent requests wait for one
 // fetch.
@@ -111,7 +119,7 @@ func (o *OAuth2) Authorization(ctx context.Context) (string, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := time.Now()
-	if o.tok != nil && (o.tok.Expiry.IsZero() || now.Before(o.tok.Expiry.Add(-renewMargin(o.tok.Expiry.Sub(o.fetched))))) {
+	if TokenFresh(o.tok, o.fetched, now) {
 		return "Bearer " + o.tok.AccessToken, nil
 	}
 	cc := clientcredentials.Config{

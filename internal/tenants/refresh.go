@@ -161,17 +161,14 @@ func (m *tokenMemory) warnOnce() bool {
 	return first
 }
 
-// renewMargin is how long before its expiry a token is replaced, as
-// credentials.OAuth2 does: a fifth of its life, at most 10 s.
-func renewMargin(life time.Duration) time.Duration { return min(10*time.Second, life/5) }
-
 // Authorization returns "Bearer <token>", asking the endpoint first when
-// there is no token or it is about to expire.
+// there is no token or it is about to expire (credentials.TokenFresh, the
+// rule credentials.OAuth2 follows too).
 func (g *refreshGrant) Authorization(ctx context.Context) (string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	if g.tok != nil && (g.tok.Expiry.IsZero() || now.Before(g.tok.Expiry.Add(-renewMargin(g.tok.Expiry.Sub(g.fetched))))) {
+	if credentials.TokenFresh(g.tok, g.fetched, now) {
 		return "Bearer " + g.tok.AccessToken, nil
 	}
 	tok, err := g.grant(ctx)
