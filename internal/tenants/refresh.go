@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/oauth2"
 
 	"github.com/syncer-dev/syncer/internal/credentials"
@@ -39,9 +40,10 @@ type refreshGrant struct {
 	client   *http.Client
 	endpoint string // the token URL without secrets, for errors
 	tenant   string
-	db       interface {
-		Begin(ctx context.Context) (pgx.Tx, error)
-	}
+	// given is the refresh token of the row the grant was built from,
+	// scrubbed like the others.
+	given   string
+	pool    *pgxpool.Pool
 	lockKey int32
 	// stored reads the tenant's refresh token as stored now: "" when the
 	// row is gone or gives none.
@@ -191,6 +193,13 @@ var errNoRefreshToken = errors.New("tenants: the tenant's connection row no long
 // at that moment, if another was stored meanwhile (by a process outside
 // the lock: the application, an older syncer).
 func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
+	// A connection is the caller's to wait for; the transaction, once
+	// begun, outlives the caller (grantTimeout).
+	conn, err := g.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tenants: a connection for the tenant's refresh grant: %w", err)
+	}
+	defer conn.Release()
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grantTimeout)
 	defer cancel()
 	var (
@@ -200,7 +209,7 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 		storedByTx   bool
 		askedAtLeast bool
 	)
-	err := pgx.BeginFunc(txCtx, g.db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(txCtx, conn, func(tx pgx.Tx) error {
 		// The wait is the caller's to cancel: nothing is spent yet.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, refreshLockClass, g.lockKey); err != nil {
 			return fmt.Errorf("tenants: take the tenant's refresh lock: %w", err)
@@ -231,13 +240,13 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 	case !askedAtLeast || (askErr == nil && tok == nil):
 		return nil, err
 	case askErr != nil:
-		return nil, g.tokenError(askErr)
+		return nil, g.tokenError(askErr, used)
 	}
 	if err != nil && next != used {
 		// The endpoint rotated the token and the commit that stored it
 		// failed: this process alone has it now.
 		g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and storing it failed; it is kept in memory only, and the tenant's connection must be renewed if this process stops",
-			slog.String("error", g.scrub(err.Error())))
+			slog.String("error", g.scrub(err.Error(), used, next)))
 		storedByTx = false
 	}
 	g.mem.granted(used, next, next == used || storedByTx)
@@ -276,7 +285,9 @@ func (g *refreshGrant) store(ctx context.Context, tx pgx.Tx, refresh string) boo
 	}
 	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(sctx, tx, func(sp pgx.Tx) error {
+	// The savepoint's own statements run under the grant's context: a
+	// rollback to it must still go after on_refresh ran out of time.
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 		_, err := sp.Exec(sctx, g.onRefresh, g.tenant, refresh)
 		return err
 	})
@@ -308,7 +319,7 @@ func (g *refreshGrant) Refresh(header string) {
 
 // Secrets are the values to scrub from whatever the third party echoes.
 func (g *refreshGrant) Secrets() []string {
-	out := append(g.mem.tokens(), g.conf.ClientSecret)
+	out := append(g.mem.tokens(), g.given, g.conf.ClientSecret)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.tok != nil {
@@ -317,9 +328,10 @@ func (g *refreshGrant) Secrets() []string {
 	return out
 }
 
-// scrub removes every refresh token known and the client secret from s.
-func (g *refreshGrant) scrub(s string) string {
-	for _, secret := range append(g.mem.tokens(), g.conf.ClientSecret) {
+// scrub removes every refresh token known, those in also, and the client
+// secret from s.
+func (g *refreshGrant) scrub(s string, also ...string) string {
+	for _, secret := range append(append(g.mem.tokens(), g.given, g.conf.ClientSecret), also...) {
 		if len(secret) >= 4 {
 			s = strings.ReplaceAll(s, secret, "[redacted]")
 		}
@@ -331,7 +343,7 @@ func (g *refreshGrant) scrub(s string) string {
 // scrubbed: a refusal (400, 401, 403) refuses the tenant's credentials,
 // named for what was refused (the refresh token, or the client that
 // presented it); anything else is transient.
-func (g *refreshGrant) tokenError(err error) error {
+func (g *refreshGrant) tokenError(err error, used string) error {
 	te := &credentials.TokenError{Endpoint: g.endpoint, Refused: credentials.RefusedRefreshToken}
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) {
@@ -352,7 +364,7 @@ func (g *refreshGrant) tokenError(err error) error {
 	} else {
 		te.Text = strings.ReplaceAll(err.Error(), g.conf.Endpoint.TokenURL, g.endpoint)
 	}
-	te.Text = g.scrub(te.Text)
+	te.Text = g.scrub(te.Text, used)
 	if len(te.Text) > 512 {
 		te.Text = te.Text[:512] + "…"
 	}

@@ -177,3 +177,23 @@ func TestDaemonReaderSharesTheDeliverersGrant(t *testing.T) {
 	require.Equal(t, 1, strings.Count(b.logs.String(), "has no tenants.on_refresh"))
 	require.Equal(t, "rt-secret-acme", b.storedRefresh(t, "acme"), "nothing stores it")
 }
+
+// A token endpoint that quotes the refresh token it refused has it
+// scrubbed, at the tenant's first grant too.
+func TestRefusedRefreshTokenEchoedIsScrubbed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, rotating(false, time.Hour))
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme-echoed')`)
+	token := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"error":"invalid_grant","error_description":"no such token: ` + r.PostForm.Get("refresh_token") + `"}`))
+	}))
+	t.Cleanup(token.Close)
+	r := b.registry(t, refreshConfig(b, token.URL, true))
+	_, err := deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrCredentials)
+	require.Contains(t, err.Error(), "no such token: [redacted]")
+	b.requireNoSecret(t, "rt-secret-")
+}

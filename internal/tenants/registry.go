@@ -444,7 +444,7 @@ func (r *Registry) credentials(tenant string, conn *connection, mem *tokenMemory
 		query := r.cfg.Settings.Query
 		g := &refreshGrant{
 			conf: oauth2Config(id, secret, tokenURL, r.cfg.Scopes), client: r.tokenClient(), endpoint: endpointText(tokenURL),
-			tenant: tenant, db: r.cfg.Pool, lockKey: refreshLockKey(r.cfg.Destination, tenant),
+			tenant: tenant, given: conn.refreshToken, pool: r.cfg.Pool, lockKey: refreshLockKey(r.cfg.Destination, tenant),
 			stored: func(ctx context.Context, q database.Querier) (string, error) {
 				c, err := readConnection(ctx, q, query, tenant)
 				if err != nil || c == nil {
