@@ -62,6 +62,15 @@ func TestRefreshGrantReadsTheStoredTokenBeforeEachGrant(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "rt-secret-acme.2", b.storedRefresh(t, "acme"), "the reader spent the stored token")
 
+	// A new refresh token alone in the row is no new connection: the
+	// daemon's deliverer (and what it learnt) stays.
+	before, err := daemon.For(t.Context(), "acme")
+	require.NoError(t, err)
+	b.clock.Advance(tenants.RefreshEveryDefault)
+	after, err := daemon.For(t.Context(), "acme")
+	require.NoError(t, err)
+	require.Same(t, before, after)
+
 	// The daemon's access token expires (1 s): it renews with the token
 	// stored now, not rt-secret-acme.1, which it last held.
 	time.Sleep(1100 * time.Millisecond)
