@@ -323,5 +323,8 @@ func tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Se
 	if errors.Is(err, tenants.ErrUnconnected) {
 		return nil, nil, usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)
 	}
+	if errors.Is(err, tenants.ErrRefreshNotShared) {
+		return nil, nil, usagef("%v", err)
+	}
 	return client, columns, err
 }

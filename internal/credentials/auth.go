@@ -104,6 +104,14 @@ func (o *OAuth2) Fetches() int64 { return o.fetches.Load() }
 // token lasting under 10 s at every request).
 func renewMargin(life time.Duration) time.Duration { return min(10*time.Second, life/5) }
 
+// TokenFresh reports whether tok, fetched at fetched, may still be sent at
+// now: it has no expiry, or its expiry is further than renewMargin. It is
+// the one rule of every OAuth2 access token cache (this package's client
+// credentials, a tenant's refresh grant).
+func TokenFresh(tok *oauth2.Token, fetched, now time.Time) bool {
+	return tok != nil && (tok.Expiry.IsZero() || now.Before(tok.Expiry.Add(-renewMargin(tok.Expiry.Sub(fetched)))))
+}
+
 // Authorization returns "Bearer <token>", fetching a token first when
 // there is none or it is about to expire. Concurrent requests wait for one
 // fetch.
@@ -111,7 +119,7 @@ func (o *OAuth2) Authorization(ctx context.Context) (string, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := time.Now()
-	if o.tok != nil && (o.tok.Expiry.IsZero() || now.Before(o.tok.Expiry.Add(-renewMargin(o.tok.Expiry.Sub(o.fetched))))) {
+	if TokenFresh(o.tok, o.fetched, now) {
 		return "Bearer " + o.tok.AccessToken, nil
 	}
 	cc := clientcredentials.Config{
@@ -173,6 +181,28 @@ type TokenError struct {
 	Status int
 	// Text says what failed.
 	Text string
+	// Refused names what a refusal (TokenRefused) refused, as status and
+	// logs say it: RefusedClient or RefusedRefreshToken. Defaults to
+	// RefusedClient.
+	Refused string
+}
+
+// What a token endpoint refused (TokenError.Refused).
+const (
+	// RefusedClient is the client id and secret (invalid_client).
+	RefusedClient = "the client credentials"
+	// RefusedRefreshToken is a refresh_token grant's token
+	// (invalid_grant): spent, expired or revoked.
+	RefusedRefreshToken = "the refresh token"
+)
+
+// RefusedCredential names what the endpoint refused: RefusedClient or
+// RefusedRefreshToken.
+func (e *TokenError) RefusedCredential() string {
+	if e.Refused == "" {
+		return RefusedClient
+	}
+	return e.Refused
 }
 
 func (e *TokenError) Error() string { return "token endpoint " + e.Endpoint + ": " + e.Text }
@@ -195,9 +225,10 @@ func endpointText(raw string) string {
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 }
 
-// TokenRefused reports an endpoint that refused the client (400, 401 or
-// 403: invalid_client, unauthorized_client, invalid_scope): the
-// destination's credentials are wrong, and retrying will not mend them.
+// TokenRefused reports an endpoint that refused the client or its grant
+// (400, 401 or 403: invalid_client, unauthorized_client, invalid_scope,
+// invalid_grant): the credentials are wrong, and retrying will not mend
+// them; RefusedCredential says which.
 // Anything else (5xx, no answer) is transient.
 func (e *TokenError) TokenRefused() bool {
 	return e.Status == http.StatusBadRequest || e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden

@@ -38,7 +38,9 @@ func (t tenantDestinations) For(ctx context.Context, tenant string) (exporter.De
 // the destination's URL with its credentials, each with its own state.
 // tcfg and dcfg are the destination's client and deliverer settings as
 // newDestination made them. Nothing is read before a tenant is asked for.
-func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Config, dcfg *delivery.Config, installation string) (*tenants.Registry, error) {
+// reader is a command's registry (tenants.Config.Reader), not the
+// daemon's.
+func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Config, dcfg *delivery.Config, installation string, reader bool) (*tenants.Registry, error) {
 	cfg := tenants.Config{
 		Destination: dest.Name,
 		Settings:    dest.Tenants,
@@ -47,6 +49,7 @@ func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Confi
 		Delivery:    *dcfg,
 		Wrap:        func(c delivery.Client) delivery.Client { return guarded{c} },
 		Logger:      d.logger.With(slog.String("destination", dest.Name)),
+		Reader:      reader,
 	}
 	cfg.Delivery.Logger, cfg.Delivery.Installation = cfg.Logger, installation
 	if a := dest.Auth; a != nil && a.Type == config.AuthTenants {

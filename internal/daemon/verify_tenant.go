@@ -22,10 +22,12 @@ import (
 // TenantRegistry is dest's tenants as a daemon builds them, for a reader
 // of one tenant's account (`syncer verify --tenant`, through
 // Registry.Client): tcfg is the destination's client settings
-// (ThirdPartyConfig). No deliverer is built; close it when done.
+// (ThirdPartyConfig). No deliverer is built; close it when done. It is a
+// reader's (tenants.Config.Reader): without on_refresh it spends no
+// refresh token, which the exporting daemon may hold rotated.
 func TenantRegistry(pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config) (*tenants.Registry, error) {
 	d := &Daemon{pool: pool, creds: creds, logger: logger}
-	return d.tenantRegistry(dest, tcfg, &delivery.Config{}, "")
+	return d.tenantRegistry(dest, tcfg, &delivery.Config{}, "", true)
 }
 
 // tenantVerify is a background verify of a tenant source whose

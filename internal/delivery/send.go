@@ -49,7 +49,7 @@ func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request,
 		case thirdparty.ClassAuth:
 			if tpErr.TokenEndpoint != "" {
 				return nil, d.refused(ctx, &d.creds, tpErr,
-					"delivery: the token endpoint refused the client credentials, no request was sent; nothing is sent until a probe succeeds (check "+d.cfg.CredentialsSetting+")")
+					"delivery: the token endpoint refused "+tpErr.RefusedCredential()+", no request was sent; nothing is sent until a probe succeeds (check "+d.cfg.CredentialsSetting+")")
 			}
 			return nil, d.refused(ctx, &d.creds, tpErr,
 				"delivery: the third party refused the credentials; nothing is sent until a probe succeeds (check "+d.cfg.CredentialsSetting+")")

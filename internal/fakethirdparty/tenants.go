@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // TenantPrefix starts the path of a request to one tenant's account:
@@ -48,6 +50,33 @@ type TenantConfig struct {
 	// third party that rotates refresh tokens does. Defaults to "": no
 	// token endpoint.
 	RefreshPrefix string
+	// RefreshFamily, with RefreshPrefix, revokes a tenant's whole family
+	// of refresh tokens when one it already rotated away from is used
+	// again (reuse detection, as Auth0 and Okta do): that grant and every
+	// later one of the tenant, the newest token's included, is 400
+	// invalid_grant "family revoked" until the tenant is restored (POST
+	// /v1/admin/tenants/{tenant}/restore), which starts a new family at
+	// the first token, RefreshPrefix+tenant. A token never given (another
+	// tenant's, a typo) is refused alone. Defaults to false: a spent token
+	// is refused alone, the family stays.
+	RefreshFamily bool
+	// TokenLife is the life of the access tokens the token endpoint gives
+	// (its expires_in, in whole seconds, at least 1). Defaults to an hour.
+	TokenLife time.Duration
+}
+
+// TokenStats is what a tenant's token endpoint answered (RefreshPrefix).
+type TokenStats struct {
+	// Grants are the refresh_token grants answered 200.
+	Grants int64 `json:"grants"`
+	// Refused are those answered 400 invalid_grant.
+	Refused int64 `json:"refused"`
+	// Reuses are grants with a refresh token the endpoint had already
+	// rotated away from: what revokes the family under RefreshFamily.
+	Reuses int64 `json:"reuses"`
+	// FamilyRevoked says the tenant's family is revoked (RefreshFamily),
+	// until a restore.
+	FamilyRevoked bool `json:"family_revoked"`
 }
 
 // TenantToken is the bearer token tenant accepts under cfg, "" for none.
@@ -68,10 +97,11 @@ type tenants struct {
 	tokens   map[string]string // tokens set by the admin route, over TenantToken
 	revoked  map[string]bool
 	refresh  map[string]int // rotations of each tenant's refresh token
+	grants   map[string]*TokenStats
 }
 
 func newTenants(base Config) *tenants {
-	return &tenants{base: base, accounts: map[string]*Server{}, tokens: map[string]string{}, revoked: map[string]bool{}, refresh: map[string]int{}}
+	return &tenants{base: base, accounts: map[string]*Server{}, tokens: map[string]string{}, revoked: map[string]bool{}, refresh: map[string]int{}, grants: map[string]*TokenStats{}}
 }
 
 // configLocked is the Config of tenant's account.
@@ -149,6 +179,12 @@ func (ts *tenants) setAccess(tenant string, revoke bool, token string) {
 		ts.revoked[tenant] = true
 	} else {
 		delete(ts.revoked, tenant)
+		if st := ts.grants[tenant]; st != nil && st.FamilyRevoked {
+			// A new family, as a person connecting the account again
+			// gets.
+			st.FamilyRevoked = false
+			ts.refresh[tenant] = 0
+		}
 		if token != "" {
 			ts.tokens[tenant] = token
 		}
@@ -209,6 +245,9 @@ type TenantStats struct {
 	// account, its times the earliest and latest.
 	Total   Stats            `json:"total"`
 	Tenants map[string]Stats `json:"tenants"`
+	// Tokens is what each tenant's token endpoint answered
+	// (TenantConfig.RefreshPrefix), by tenant.
+	Tokens map[string]TokenStats `json:"tokens,omitempty"`
 }
 
 // TenantStats returns what each tenant's account received, and the sum.
@@ -223,7 +262,7 @@ func (s *Server) TenantStats() TenantStats {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	out := TenantStats{Tenants: by}
+	out := TenantStats{Tenants: by, Tokens: s.tenants.tokenStats()}
 	out.Total.RequestsByStatus = map[string]int64{}
 	for _, name := range names {
 		out.Total.add(by[name])
@@ -313,6 +352,10 @@ func (cfg TenantConfig) Validate() error {
 		return fmt.Errorf("--tenant-rate-burst must not be negative, got %d", cfg.Burst)
 	case strings.ContainsAny(cfg.TokenPrefix, "\r\n\x00"):
 		return fmt.Errorf("--tenant-token-prefix must be one line")
+	case cfg.RefreshFamily && cfg.RefreshPrefix == "":
+		return fmt.Errorf("--tenant-refresh-family needs --tenant-refresh-prefix")
+	case cfg.TokenLife < 0:
+		return fmt.Errorf("--tenant-token-life must not be negative, got %s", cfg.TokenLife)
 	}
 	return nil
 }
@@ -332,28 +375,86 @@ func (ts *tenants) refreshTokenLocked(tenant string, n int) string {
 }
 
 // serveToken answers a refresh_token grant for tenant, rotating its refresh
-// token. A revoked tenant's grant is refused, as a revoked connection's is.
+// token. A revoked tenant's grant is refused, as a revoked connection's is;
+// under RefreshFamily a spent token used again revokes the tenant's family.
 func (ts *tenants) serveToken(w http.ResponseWriter, r *http.Request, tenant string) {
 	if err := r.ParseForm(); err != nil || r.PostForm.Get("grant_type") != "refresh_token" {
 		writeJSON(w, http.StatusBadRequest, []byte(`{"error":"unsupported_grant_type"}`))
 		return
 	}
+	given := r.PostForm.Get("refresh_token")
 	ts.mu.Lock()
+	st := ts.grants[tenant]
+	if st == nil {
+		st = &TokenStats{}
+		ts.grants[tenant] = st
+	}
 	n := ts.refresh[tenant]
-	if ts.revoked[tenant] || r.PostForm.Get("refresh_token") != ts.refreshTokenLocked(tenant, n) {
+	refuse := func(description string) {
+		st.Refused++
 		ts.mu.Unlock()
-		writeJSON(w, http.StatusBadRequest, []byte(`{"error":"invalid_grant"}`))
+		b, _ := json.Marshal(map[string]string{"error": "invalid_grant", "error_description": description})
+		writeJSON(w, http.StatusBadRequest, b)
+	}
+	switch {
+	case ts.revoked[tenant]:
+		refuse("the connection is revoked")
+		return
+	case given != ts.refreshTokenLocked(tenant, n):
+		if k, ok := ts.generationLocked(tenant, given); ok && k < n {
+			st.Reuses++
+			if ts.base.Tenants.RefreshFamily {
+				st.FamilyRevoked = true
+			}
+			refuse("refresh token reused")
+			return
+		}
+		refuse("unknown refresh token")
+		return
+	case st.FamilyRevoked:
+		refuse("family revoked")
 		return
 	}
 	ts.refresh[tenant] = n + 1
+	st.Grants++
 	next := ts.refreshTokenLocked(tenant, n+1)
 	access := ts.configLocked(tenant).Token
+	life := ts.base.Tenants.TokenLife
 	ts.mu.Unlock()
+	if life <= 0 {
+		life = time.Hour
+	}
 	b, _ := json.Marshal(struct {
 		AccessToken  string `json:"access_token"`
 		TokenType    string `json:"token_type"`
 		ExpiresIn    int    `json:"expires_in"`
 		RefreshToken string `json:"refresh_token"`
-	}{access, "Bearer", 3600, next})
+	}{access, "Bearer", max(1, int(life/time.Second)), next})
 	writeJSON(w, http.StatusOK, b)
+}
+
+// generationLocked is which of tenant's refresh tokens refresh is (0 the
+// first), if it is one.
+func (ts *tenants) generationLocked(tenant, refresh string) (int, bool) {
+	first := ts.base.Tenants.RefreshPrefix + tenant
+	if refresh == first {
+		return 0, true
+	}
+	rest, ok := strings.CutPrefix(refresh, first+".")
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.Atoi(rest)
+	return k, err == nil && k > 0
+}
+
+// tokenStats returns each tenant's TokenStats.
+func (ts *tenants) tokenStats() map[string]TokenStats {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	out := make(map[string]TokenStats, len(ts.grants))
+	for name, st := range ts.grants {
+		out[name] = *st
+	}
+	return out
 }

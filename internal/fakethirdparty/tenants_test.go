@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -190,4 +191,44 @@ func TestTenantTokenEndpointRotatesRefreshToken(t *testing.T) {
 	// Another tenant's refresh token is its own.
 	code, _, _ = b.post(t, http.MethodPost, "/t/globex/oauth/token", form, "grant_type=refresh_token&refresh_token=rt-acme.2")
 	require.Equal(t, http.StatusBadRequest, code)
+}
+
+// RefreshFamily: a spent refresh token used again revokes the tenant's
+// whole family, the newest token included, until a restore starts a new
+// one; an unknown token is refused alone.
+func TestTenantTokenEndpointRevokesTheFamilyOnReuse(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-", RefreshPrefix: "rt-", RefreshFamily: true, TokenLife: 2 * time.Second}}, nil)
+	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	grant := func(refresh string) (int, map[string]any) {
+		code, _, body := b.post(t, http.MethodPost, "/t/acme/oauth/token", form, "grant_type=refresh_token&refresh_token="+refresh)
+		var out map[string]any
+		require.NoError(t, json.Unmarshal([]byte(body), &out))
+		return code, out
+	}
+	code, out := grant("rt-acme")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "rt-acme.1", out["refresh_token"])
+	require.EqualValues(t, 2, out["expires_in"])
+	code, out = grant("rt-nobody")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, "unknown refresh token", out["error_description"])
+	code, out = grant("rt-acme.1")
+	require.Equal(t, http.StatusOK, code, "an unknown token revokes nothing")
+	require.Equal(t, "rt-acme.2", out["refresh_token"])
+
+	code, out = grant("rt-acme.1")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, "invalid_grant", out["error"])
+	require.Equal(t, "refresh token reused", out["error_description"])
+	code, out = grant("rt-acme.2")
+	require.Equal(t, http.StatusBadRequest, code, "the newest token went with its family")
+	require.Equal(t, "family revoked", out["error_description"])
+	st := b.fake.TenantStats().Tokens["acme"]
+	require.Equal(t, fakethirdparty.TokenStats{Grants: 2, Refused: 3, Reuses: 1, FamilyRevoked: true}, st)
+
+	b.fake.RestoreTenant("acme", "")
+	code, out = grant("rt-acme")
+	require.Equal(t, http.StatusOK, code, "a restore starts a new family")
+	require.Equal(t, "rt-acme.1", out["refresh_token"])
 }

@@ -54,6 +54,8 @@ type FakeThirdpartyCmd struct {
 	TenantAnnounced    bool          `name:"tenant-announced" env:"FAKE_TENANT_ANNOUNCED" help:"Answer --tenant-rate-limit's 429s with Retry-After."`
 	TenantTokenPrefix  string        `name:"tenant-token-prefix" env:"FAKE_TENANT_TOKEN_PREFIX" help:"Each tenant accepts only the bearer token PREFIX+tenant (401 otherwise). Default: --token."`
 	TenantRefresh      string        `name:"tenant-refresh-prefix" env:"FAKE_TENANT_REFRESH_PREFIX" help:"Serve POST /t/{tenant}/oauth/token (refresh_token grant, first token PREFIX+tenant), rotating the refresh token at each grant."`
+	TenantFamily       bool          `name:"tenant-refresh-family" env:"FAKE_TENANT_REFRESH_FAMILY" help:"With --tenant-refresh-prefix: a refresh token already rotated away from, used again, revokes the tenant's whole family (Auth0's and Okta's reuse detection): every later grant, the newest token's included, is 400 invalid_grant until POST /v1/admin/tenants/{tenant}/restore starts a new family at the first token. GET /v1/tenants/stats counts grants, refusals and reuses under \"tokens\"."`
+	TenantTokenLife    time.Duration `name:"tenant-token-life" env:"FAKE_TENANT_TOKEN_LIFE" default:"1h" help:"Life (expires_in) of the access tokens --tenant-refresh-prefix's endpoint gives: short, the daemon renews often."`
 	AnswerLoad         int64         `name:"answer-load" env:"FAKE_ANSWER_LOAD" default:"0" help:"Add \"n\": N to every custom answer, a count a response program may iterate over (range(.body.n)): a third party making a response program slow."`
 	Lookup             bool          `name:"lookup" env:"FAKE_LOOKUP" help:"Keep the latest item of every id, so POST /v1/lookup answers what the fake holds (syncer verify) and POST /v1/admin/drift loses, edits and re-creates items."`
 }
@@ -112,7 +114,8 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 }
 
 func (c *FakeThirdpartyCmd) tenants() fakethirdparty.TenantConfig {
-	return fakethirdparty.TenantConfig{RateLimit: c.TenantRateLimit, Burst: c.TenantRateBurst, Announced: c.TenantAnnounced, TokenPrefix: c.TenantTokenPrefix, RefreshPrefix: c.TenantRefresh}
+	return fakethirdparty.TenantConfig{RateLimit: c.TenantRateLimit, Burst: c.TenantRateBurst, Announced: c.TenantAnnounced, TokenPrefix: c.TenantTokenPrefix, RefreshPrefix: c.TenantRefresh,
+		RefreshFamily: c.TenantFamily, TokenLife: c.TenantTokenLife}
 }
 
 // Run serves until SIGTERM or SIGINT.

@@ -25,4 +25,12 @@
 //     program holds the row's other columns only, never its credentials).
 //     A rotated refresh token goes to on_refresh, the application's own
 //     statement, and nowhere else.
+//   - A refresh token is spent once (refresh.go): every refresh_token
+//     grant, by any syncer process, runs in a transaction holding the
+//     tenant's advisory lock, spends the token stored then (the query run
+//     again), and stores a rotated one with on_refresh before the lock
+//     goes; after invalid_grant it asks once more if another token was
+//     stored meanwhile. A process never spends a token it already spent.
+//     A reader outside the daemon (Config.Reader) spends none without
+//     on_refresh (ErrRefreshNotShared).
 package tenants

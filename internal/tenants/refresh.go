@@ -4,40 +4,61 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/oauth2"
 
 	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // refreshGrant is a tenant's OAuth2 refresh_token grant (RFC 6749 section
 // 6): an access token asked of the token endpoint with the tenant's
 // refresh token, shared by the tenant's requests, asked again shortly
-// before it expires and after a 401 (Refresh). A token endpoint that
-// rotates the refresh token gives a new one with the access token: it is
-// used from then on, and handed to store (on_refresh); the old one no
-// longer works at the endpoint.
+// before it expires and after a 401 (Refresh).
+//
+// A token endpoint may rotate the refresh token at each grant, and some
+// (Auth0, Okta) revoke the whole family when a rotated-away token is used
+// again. So each grant is made inside a transaction that holds the
+// tenant's refresh lock (refreshLockKey): it reads the token stored then
+// (the tenants query, run again), spends it, and stores the rotated one
+// with on_refresh before the lock goes, in the same transaction. Every
+// syncer process (the exporting daemons, verify, probes) takes the same
+// lock, so none spends a token another already rotated away from.
 type refreshGrant struct {
 	conf     oauth2.Config
 	client   *http.Client
 	endpoint string // the token URL without secrets, for errors
-	// store keeps a rotated refresh token (on_refresh); nil keeps it in
-	// memory only.
-	store  func(ctx context.Context, refresh string) error
-	logger *slog.Logger
+	tenant   string
+	// given is the refresh token of the row the grant was built from,
+	// scrubbed like the others.
+	given   string
+	pool    *pgxpool.Pool
+	lockKey int32
+	// stored reads the tenant's refresh token as stored now: "" when the
+	// row is gone or gives none.
+	stored func(ctx context.Context, q database.Querier) (string, error)
+	// onRefresh stores a rotated refresh token ($1 tenant, $2 token); ""
+	// keeps it in memory only.
+	onRefresh string
+	logger    *slog.Logger
+	// mem is what this process knows of the tenant's refresh tokens,
+	// shared by every grant of the tenant in a registry.
+	mem *tokenMemory
 
-	mu       sync.Mutex
-	refresh  string // the refresh token in use
-	previous string // the one it replaced: a row still giving it is not a change
-	tok      *oauth2.Token
-	fetched  time.Time
+	mu      sync.Mutex
+	tok     *oauth2.Token
+	fetched time.Time
 }
 
 var (
@@ -45,47 +66,246 @@ var (
 	_ thirdparty.Refresher  = (*refreshGrant)(nil)
 )
 
-// renewMargin is how long before its expiry a token is replaced, as
-// credentials.OAuth2 does: a fifth of its life, at most 10 s.
-func renewMargin(life time.Duration) time.Duration { return min(10*time.Second, life/5) }
+// refreshLockClass is the first key of every tenant's refresh lock
+// (pg_advisory_xact_lock(int, int)). PostgreSQL keeps the two-int keys
+// apart from the bigint keys of syncer's other locks, so a grant never
+// waits on those, nor they on it.
+const refreshLockClass int32 = 0x73796e72 // "synr"
+
+// refreshLockKey is the second key of tenant's refresh lock at
+// destination. Two tenants whose keys collide only take turns at their
+// grants.
+func refreshLockKey(destination, tenant string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(destination))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(tenant))
+	return int32(h.Sum32())
+}
+
+// grantTimeout bounds one grant's transaction once the token endpoint is
+// asked: the lock's wait is the caller's, but a grant started is finished
+// (and its rotated token stored) even when the request that asked is
+// cancelled, since the endpoint no longer takes the old token.
+const grantTimeout = credentials.TokenTimeoutDefault + storeTimeout
+
+// storeTimeout bounds one run of on_refresh.
+const storeTimeout = 10 * time.Second
+
+// spentKept is how many refresh tokens a process remembers having spent.
+const spentKept = 8
+
+// tokenMemory is what one process knows of a tenant's refresh tokens
+// beyond its row: the token it holds and those it spent. A row that still
+// gives a spent one (no on_refresh, or it failed) is answered with the
+// token held, never spent again.
+type tokenMemory struct {
+	mu       sync.Mutex
+	refresh  string   // the newest token this process holds
+	spent    []string // tokens it spent, newest last
+	unstored bool     // refresh was rotated to and not stored: only this process has it
+	warned   bool     // the missing on_refresh was logged
+}
+
+// choose is the token to spend when stored is the one stored now.
+func (m *tokenMemory) choose(stored string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.refresh != "" && slices.Contains(m.spent, stored) {
+		return m.refresh
+	}
+	return stored
+}
+
+// granted records that used was spent for next (next == used: not
+// rotated); stored says next is in the row.
+func (m *tokenMemory) granted(used, next string, stored bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if next != used && !slices.Contains(m.spent, used) {
+		m.spent = append(m.spent, used)
+		if len(m.spent) > spentKept {
+			m.spent = m.spent[len(m.spent)-spentKept:]
+		}
+	}
+	m.refresh, m.unstored = next, !stored
+}
+
+// knows reports whether refresh is the token held or one spent: a row
+// that gives either has not changed its connection.
+func (m *tokenMemory) knows(refresh string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return refresh == m.refresh || slices.Contains(m.spent, refresh)
+}
+
+// held reports whether only this process holds the tenant's newest
+// token: forgetting it would cut the tenant off.
+func (m *tokenMemory) held() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.unstored
+}
+
+// tokens are every refresh token known, for scrubbing.
+func (m *tokenMemory) tokens() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string{m.refresh}, m.spent...)
+}
+
+// warnOnce reports whether the missing on_refresh is yet to be logged.
+func (m *tokenMemory) warnOnce() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	first := !m.warned
+	m.warned = true
+	return first
+}
 
 // Authorization returns "Bearer <token>", asking the endpoint first when
-// there is no token or it is about to expire.
+// there is no token or it is about to expire (credentials.TokenFresh, the
+// rule credentials.OAuth2 follows too).
 func (g *refreshGrant) Authorization(ctx context.Context) (string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	if g.tok != nil && (g.tok.Expiry.IsZero() || now.Before(g.tok.Expiry.Add(-renewMargin(g.tok.Expiry.Sub(g.fetched))))) {
+	if credentials.TokenFresh(g.tok, g.fetched, now) {
 		return "Bearer " + g.tok.AccessToken, nil
 	}
-	used := g.refresh
-	tok, err := g.conf.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, g.client), &oauth2.Token{RefreshToken: used}).Token()
+	tok, err := g.grant(ctx)
 	if err != nil {
 		g.tok = nil
-		return "", g.tokenError(err)
+		return "", err
 	}
 	g.tok, g.fetched = tok, now
-	if tok.RefreshToken != "" && tok.RefreshToken != used {
-		g.previous, g.refresh = used, tok.RefreshToken
-		if g.store != nil {
-			// The endpoint no longer takes the old token: the new one is
-			// stored even when the request that asked is cancelled.
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-			err := g.store(sctx, tok.RefreshToken)
-			cancel()
-			if err != nil {
-				g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and on_refresh failed to store it; it is kept in memory only, and the tenant's connection must be renewed if this process stops",
-					slog.String("error", err.Error()))
-			} else {
-				g.logger.DebugContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token; on_refresh stored it")
-			}
-		}
-	}
 	return "Bearer " + tok.AccessToken, nil
 }
 
-// storeTimeout bounds one run of on_refresh.
-const storeTimeout = 10 * time.Second
+// errNoRefreshToken is a grant's answer when the row is gone or no longer
+// gives a refresh token: the registry's next read of it tells the tenant's
+// state.
+var errNoRefreshToken = errors.New("tenants: the tenant's connection row no longer gives a refresh token")
+
+// grant asks the endpoint for an access token under the tenant's refresh
+// lock, with the token stored then, and stores a rotated one before the
+// lock goes. After invalid_grant it asks once more with the token stored
+// at that moment, if another was stored meanwhile (by a process outside
+// the lock: the application, an older syncer).
+func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
+	// A connection is the caller's to wait for; the transaction, once
+	// begun, outlives the caller (grantTimeout).
+	conn, err := g.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tenants: a connection for the tenant's refresh grant: %w", err)
+	}
+	defer conn.Release()
+	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grantTimeout)
+	defer cancel()
+	var (
+		tok          *oauth2.Token
+		askErr       error
+		used, next   string
+		storedByTx   bool
+		askedAtLeast bool
+	)
+	err = pgx.BeginFunc(txCtx, conn, func(tx pgx.Tx) error {
+		// The wait is the caller's to cancel: nothing is spent yet.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, refreshLockClass, g.lockKey); err != nil {
+			return fmt.Errorf("tenants: take the tenant's refresh lock: %w", err)
+		}
+		var err error
+		if used, err = g.current(ctx, tx); err != nil {
+			return err
+		}
+		askedAtLeast = true
+		tok, askErr = g.ask(txCtx, used)
+		if invalidGrant(askErr) {
+			if again, err := g.current(txCtx, tx); err == nil && again != used {
+				used = again
+				tok, askErr = g.ask(txCtx, used)
+			}
+		}
+		if askErr != nil {
+			return nil // nothing to store; the commit frees the lock
+		}
+		next = used
+		if tok.RefreshToken != "" && tok.RefreshToken != used {
+			next = tok.RefreshToken
+			storedByTx = g.store(txCtx, tx, next)
+		}
+		return nil
+	})
+	switch {
+	case !askedAtLeast || (askErr == nil && tok == nil):
+		return nil, err
+	case askErr != nil:
+		return nil, g.tokenError(askErr, used)
+	}
+	if err != nil && next != used {
+		// The endpoint rotated the token and the commit that stored it
+		// failed: this process alone has it now.
+		g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and storing it failed; it is kept in memory only, and the tenant's connection must be renewed if this process stops",
+			slog.String("error", g.scrub(err.Error(), used, next)))
+		storedByTx = false
+	}
+	g.mem.granted(used, next, next == used || storedByTx)
+	return tok, nil
+}
+
+// current is the refresh token to spend: the one stored now, unless this
+// process already spent that one and holds the token it was rotated to.
+func (g *refreshGrant) current(ctx context.Context, q database.Querier) (string, error) {
+	stored, err := g.stored(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	if stored == "" {
+		return "", errNoRefreshToken
+	}
+	return g.mem.choose(stored), nil
+}
+
+// ask is one grant at the endpoint with refresh.
+func (g *refreshGrant) ask(ctx context.Context, refresh string) (*oauth2.Token, error) {
+	return g.conf.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, g.client), &oauth2.Token{RefreshToken: refresh}).Token()
+}
+
+// store runs on_refresh with the rotated token in a savepoint of the
+// grant's transaction, so that its failure keeps the lock and the grant;
+// it reports whether the token is stored. Without on_refresh the token
+// stays in this process's memory: logged at error once, since a restart or
+// another process would spend the old one.
+func (g *refreshGrant) store(ctx context.Context, tx pgx.Tx, refresh string) bool {
+	if g.onRefresh == "" {
+		if g.mem.warnOnce() {
+			g.logger.ErrorContext(ctx, "tenants: the token endpoint rotates the tenant's refresh token and the destination has no tenants.on_refresh: the new token is held in this process's memory only; a restart or another daemon would spend the old one, which such an endpoint refuses (and may revoke the tenant's every token for); set tenants.on_refresh")
+		}
+		return false
+	}
+	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	// The savepoint's own statements run under the grant's context: a
+	// rollback to it must still go after on_refresh ran out of time.
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		_, err := sp.Exec(sctx, g.onRefresh, g.tenant, refresh)
+		return err
+	})
+	if err != nil {
+		text := strings.ReplaceAll(pgText(err, 0).Error(), refresh, "[redacted]")
+		g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and on_refresh failed to store it; it is kept in memory only, and the tenant's connection must be renewed if this process stops",
+			slog.String("error", "tenants.on_refresh: "+g.scrub(text)))
+		return false
+	}
+	g.logger.DebugContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token; on_refresh stored it")
+	return true
+}
+
+// invalidGrant reports the endpoint's refusal of a refresh token.
+func invalidGrant(err error) bool {
+	var re *oauth2.RetrieveError
+	return errors.As(err, &re) && re.ErrorCode == "invalid_grant"
+}
 
 // Refresh drops the token header carried after a 401: the next request
 // asks the endpoint again.
@@ -99,32 +319,39 @@ func (g *refreshGrant) Refresh(header string) {
 
 // Secrets are the values to scrub from whatever the third party echoes.
 func (g *refreshGrant) Secrets() []string {
+	out := append(g.mem.tokens(), g.given, g.conf.ClientSecret)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := []string{g.refresh, g.previous, g.conf.ClientSecret}
 	if g.tok != nil {
 		out = append(out, g.tok.AccessToken)
 	}
 	return out
 }
 
-// knows reports whether refresh is the token in use or the one it
-// replaced: a row that gives either has not changed its connection.
-func (g *refreshGrant) knows(refresh string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return refresh == g.refresh || (g.previous != "" && refresh == g.previous)
+// scrub removes every refresh token known, those in also, and the client
+// secret from s.
+func (g *refreshGrant) scrub(s string, also ...string) string {
+	for _, secret := range append(append(g.mem.tokens(), g.given, g.conf.ClientSecret), also...) {
+		if len(secret) >= 4 {
+			s = strings.ReplaceAll(s, secret, "[redacted]")
+		}
+	}
+	return s
 }
 
 // tokenError is the endpoint's failure in its own words, secrets
-// scrubbed: a refusal (400 invalid_grant, 401, 403) refuses the tenant's
-// credentials; anything else is transient.
-func (g *refreshGrant) tokenError(err error) error {
-	te := &credentials.TokenError{Endpoint: g.endpoint}
+// scrubbed: a refusal (400, 401, 403) refuses the tenant's credentials,
+// named for what was refused (the refresh token, or the client that
+// presented it); anything else is transient.
+func (g *refreshGrant) tokenError(err error, used string) error {
+	te := &credentials.TokenError{Endpoint: g.endpoint, Refused: credentials.RefusedRefreshToken}
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) {
 		if re.Response != nil {
 			te.Status = re.Response.StatusCode
+		}
+		if re.ErrorCode == "invalid_client" || re.ErrorCode == "unauthorized_client" || (re.ErrorCode == "" && te.Status == http.StatusUnauthorized) {
+			te.Refused = credentials.RefusedClient
 		}
 		parts := []string{fmt.Sprintf("answered %d", te.Status)}
 		if re.ErrorCode != "" {
@@ -137,11 +364,7 @@ func (g *refreshGrant) tokenError(err error) error {
 	} else {
 		te.Text = strings.ReplaceAll(err.Error(), g.conf.Endpoint.TokenURL, g.endpoint)
 	}
-	for _, s := range []string{g.refresh, g.previous, g.conf.ClientSecret} {
-		if len(s) >= 4 {
-			te.Text = strings.ReplaceAll(te.Text, s, "[redacted]")
-		}
-	}
+	te.Text = g.scrub(te.Text, used)
 	if len(te.Text) > 512 {
 		te.Text = te.Text[:512] + "…"
 	}

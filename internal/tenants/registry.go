@@ -13,11 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
@@ -95,6 +95,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// Reader says the registry serves a reader in a process of its own
+	// (`syncer verify --tenant`): without Settings.OnRefresh it never
+	// spends a tenant's refresh token, since an exporting daemon may hold
+	// the token the endpoint rotated it to (docs/design.md, "A refresh
+	// token spent once"). Defaults to false.
+	Reader bool
 }
 
 // Registry is one destination's tenants: a deliverer per tenant, built on
@@ -126,6 +132,10 @@ type entry struct {
 	err    error       // the tenant's state error, when it has no deliverer
 	d      *delivery.Deliverer
 	grant  *refreshGrant // the deliverer's refresh grant, if it has one
+	// tokens is what this process knows of the tenant's refresh tokens,
+	// shared by every grant of the tenant (a rebuilt deliverer's, a
+	// reader's).
+	tokens *tokenMemory
 	// recorded is the connection fact last written for the tenant
 	// (record): "" when none yet by this process.
 	recorded string
@@ -216,14 +226,16 @@ func (r *Registry) entry(tenant string, now time.Time) *entry {
 		r.swept = now
 		cutoff := now.Add(-r.cfg.IdleAfter).UnixNano()
 		for name, e := range r.entries {
-			if e.usedAt.Load() < cutoff {
+			// A tenant whose newest refresh token only this process
+			// holds is kept: forgetting it would cut the tenant off.
+			if e.usedAt.Load() < cutoff && !e.tokens.held() {
 				delete(r.entries, name)
 			}
 		}
 	}
 	e, ok := r.entries[tenant]
 	if !ok {
-		e = &entry{tenant: tenant}
+		e = &entry{tenant: tenant, tokens: &tokenMemory{}}
 		r.entries[tenant] = e
 	}
 	e.usedAt.Store(now.UnixNano())
@@ -275,9 +287,11 @@ func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
 		return nil
 	}
 	if e.d != nil && conn != nil && e.conn != nil && conn.sum == e.conn.sum &&
-		(conn.refreshToken == e.conn.refreshToken || (e.grant != nil && e.grant.knows(conn.refreshToken))) {
-		// Unchanged (a refresh token this process rotated is no
-		// change): the deliverer keeps what it learnt.
+		(conn.refreshToken == e.conn.refreshToken || e.tokens.knows(conn.refreshToken) || (e.grant != nil && !refused(e.d, now))) {
+		// Unchanged. A new refresh token alone is no change either
+		// (rotated by this process or another, stored by on_refresh):
+		// the grant reads the stored token before each grant. Only a
+		// refused tenant is built anew at once with it.
 		return nil
 	}
 	d, grant, err := r.build(e, conn)
@@ -336,7 +350,7 @@ func (r *Registry) record(ctx context.Context, e *entry) {
 // row (nil without a query).
 func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refreshGrant, error) {
 	tenant := e.tenant
-	tcfg, grant, err := r.clientConfig(tenant, conn)
+	tcfg, grant, err := r.clientConfig(tenant, conn, e.tokens)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -376,7 +390,8 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 // clientConfig is tenant's client settings: the destination's, with the
 // URL, headers and credentials of its connection row (nil without a
 // query), and the refresh grant when the row gives a refresh token.
-func (r *Registry) clientConfig(tenant string, conn *connection) (*thirdparty.Config, *refreshGrant, error) {
+// mem is the tenant's refresh tokens known to this process.
+func (r *Registry) clientConfig(tenant string, conn *connection, mem *tokenMemory) (*thirdparty.Config, *refreshGrant, error) {
 	tcfg := r.cfg.ThirdParty
 	tcfg.HTTPClient = r.http
 	tcfg.URL = strings.ReplaceAll(tcfg.URL, "{tenant}", url.PathEscape(tenant))
@@ -398,7 +413,7 @@ func (r *Registry) clientConfig(tenant string, conn *connection) (*thirdparty.Co
 			}
 			tcfg.Headers = h
 		}
-		auth, g, err := r.credentials(tenant, conn)
+		auth, g, err := r.credentials(tenant, conn, mem)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -412,7 +427,7 @@ func (r *Registry) clientConfig(tenant string, conn *connection) (*thirdparty.Co
 // credentials are the row's: a refresh token, a client id and secret (at
 // the token endpoint), a bearer token, or basic auth; nil when the row
 // gives none (the destination's stand).
-func (r *Registry) credentials(tenant string, conn *connection) (thirdparty.Authorizer, *refreshGrant, error) {
+func (r *Registry) credentials(tenant string, conn *connection, mem *tokenMemory) (thirdparty.Authorizer, *refreshGrant, error) {
 	name := func(field string) string {
 		return "destination " + r.cfg.Destination + ": tenant " + tenant + ": " + field
 	}
@@ -426,20 +441,18 @@ func (r *Registry) credentials(tenant string, conn *connection) (thirdparty.Auth
 		if id == "" && secret == "" {
 			id, secret = r.cfg.ClientID.Value(), r.cfg.ClientSecret.Value()
 		}
+		query := r.cfg.Settings.Query
 		g := &refreshGrant{
 			conf: oauth2Config(id, secret, tokenURL, r.cfg.Scopes), client: r.tokenClient(), endpoint: endpointText(tokenURL),
-			refresh: conn.refreshToken, logger: r.logger.With(slog.String("tenant", tenant)),
-		}
-		if s := r.cfg.Settings; s != nil && s.OnRefresh != "" {
-			g.store = func(ctx context.Context, refresh string) error {
-				return pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, s.OnRefresh, tenant, refresh); err != nil {
-						text := strings.ReplaceAll(pgText(err, 0).Error(), refresh, "[redacted]")
-						return errors.New("tenants.on_refresh: " + text)
-					}
-					return nil
-				})
-			}
+			tenant: tenant, given: conn.refreshToken, pool: r.cfg.Pool, lockKey: refreshLockKey(r.cfg.Destination, tenant),
+			stored: func(ctx context.Context, q database.Querier) (string, error) {
+				c, err := readConnection(ctx, q, query, tenant)
+				if err != nil || c == nil {
+					return "", err
+				}
+				return c.refreshToken, nil
+			},
+			onRefresh: r.cfg.Settings.OnRefresh, logger: r.logger.With(slog.String("tenant", tenant)), mem: mem,
 		}
 		return g, g, nil
 	case conn.clientID != "":

@@ -48,6 +48,10 @@ type Error struct {
 	// StatusCode is then the endpoint's status (0 when it did not
 	// answer), not the destination's, and Err its failure.
 	TokenEndpoint string
+	// TokenRefused names what the token endpoint refused, when it did:
+	// "the client credentials" (the default) or "the refresh token" of a
+	// tenant's refresh_token grant.
+	TokenRefused string
 
 	errText string // Err's text as SafeText, token removed
 	// verdict is a format's reading of the answer that overrides its
@@ -60,6 +64,15 @@ const (
 	verdictTransient   = "transient"
 )
 
+// RefusedCredential names what the token endpoint refused: TokenRefused,
+// or "the client credentials" when it is not set.
+func (e *Error) RefusedCredential() string {
+	if e.TokenRefused == "" {
+		return "the client credentials"
+	}
+	return e.TokenRefused
+}
+
 func (e *Error) Error() string {
 	var b strings.Builder
 	if e.TokenEndpoint != "" {
@@ -68,7 +81,7 @@ func (e *Error) Error() string {
 		// invalid_client: ...".
 		b.WriteString("thirdparty: no request sent")
 		if e.verdict == verdictCredentials {
-			b.WriteString(", the client credentials refused")
+			b.WriteString(", " + e.RefusedCredential() + " refused")
 		}
 		b.WriteString(": " + e.transportText())
 		return b.String()

@@ -171,6 +171,10 @@ func (c *Client) authError(ctx context.Context, err error) error {
 			Timeout: isTimeout(ctx, err), errText: c.safe(err.Error()), verdict: verdictTransient, why: "token endpoint"}
 		if refused {
 			e.verdict = verdictCredentials
+			var rc interface{ RefusedCredential() string }
+			if errors.As(err, &rc) {
+				e.TokenRefused = rc.RefusedCredential()
+			}
 		}
 		return e
 	}
