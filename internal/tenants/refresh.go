@@ -14,6 +14,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/redact"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -97,11 +98,13 @@ func (g *refreshGrant) Refresh(header string) {
 	}
 }
 
-// Secrets are the values to scrub from whatever the third party echoes.
+// Secrets are the values to scrub from whatever the third party echoes:
+// the refresh tokens, the client secret and the base64 of the Basic header
+// it goes to the token endpoint in (redact.Basic), the access token.
 func (g *refreshGrant) Secrets() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := []string{g.refresh, g.previous, g.conf.ClientSecret}
+	out := append([]string{g.refresh, g.previous, g.conf.ClientSecret}, redact.Basic(g.conf.ClientID, g.conf.ClientSecret)...)
 	if g.tok != nil {
 		out = append(out, g.tok.AccessToken)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/redact"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -434,7 +435,7 @@ func (r *Registry) credentials(tenant string, conn *connection) (thirdparty.Auth
 			g.store = func(ctx context.Context, refresh string) error {
 				return pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, s.OnRefresh, tenant, refresh); err != nil {
-						text := strings.ReplaceAll(pgText(err, 0).Error(), refresh, "[redacted]")
+						text := redact.Scrub(pgText(err, 0).Error(), refresh)
 						return errors.New("tenants.on_refresh: " + text)
 					}
 					return nil
