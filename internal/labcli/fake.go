@@ -55,6 +55,7 @@ type FakeThirdpartyCmd struct {
 	TenantTokenPrefix  string        `name:"tenant-token-prefix" env:"FAKE_TENANT_TOKEN_PREFIX" help:"Each tenant accepts only the bearer token PREFIX+tenant (401 otherwise). Default: --token."`
 	TenantRefresh      string        `name:"tenant-refresh-prefix" env:"FAKE_TENANT_REFRESH_PREFIX" help:"Serve POST /t/{tenant}/oauth/token (refresh_token grant, first token PREFIX+tenant), rotating the refresh token at each grant."`
 	AnswerLoad         int64         `name:"answer-load" env:"FAKE_ANSWER_LOAD" default:"0" help:"Add \"n\": N to every custom answer, a count a response program may iterate over (range(.body.n)): a third party making a response program slow."`
+	EchoAuthorization  bool          `name:"echo-authorization" env:"FAKE_ECHO_AUTHORIZATION" help:"Quote the Authorization header back: POST /oauth/token refuses every grant (401 invalid_client) quoting the header and the form, and lookups add it to every payload as seen_authorization."`
 	Lookup             bool          `name:"lookup" env:"FAKE_LOOKUP" help:"Keep the latest item of every id, so POST /v1/lookup answers what the fake holds (syncer verify) and POST /v1/admin/drift loses, edits and re-creates items."`
 }
 
@@ -106,7 +107,7 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 		UnannouncedLimit: c.UnannouncedLimit, Quota: c.Quota, QuotaWindow: c.QuotaWindow, QuotaXHeaders: c.QuotaXHeaders,
 		UnannouncedBurst: c.UnannouncedBurst,
 		Format:           c.Format, SigningSecret: c.SigningSecret, ItemTooManyRate: c.ItemTooManyRate,
-		ItemFailShare: c.ItemFailShare, ItemFailStatus: c.ItemFailStatus, AnswerLoad: c.AnswerLoad, Lookup: c.Lookup,
+		ItemFailShare: c.ItemFailShare, ItemFailStatus: c.ItemFailStatus, AnswerLoad: c.AnswerLoad, Lookup: c.Lookup, EchoAuthorization: c.EchoAuthorization,
 		Tenants: c.tenants(),
 	}
 }
