@@ -1,15 +1,19 @@
 package thirdparty_test
 
 import (
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -57,4 +61,40 @@ func TestTokenEndpointRefusalIsTheEndpoints(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, thirdparty.ClassTransient, thirdparty.Classify(err))
 	require.Contains(t, e.Error(), "thirdparty: no request sent: token endpoint "+token.URL+"/oauth/token: answered 503")
+}
+
+// Issue 54 point 2: a token endpoint that quotes the request's
+// Authorization and form in its refusal (the project's fake, with
+// EchoAuthorization) has the client's secret in none of its forms in the
+// push error, nor in the token endpoint's error that errors.As finds: the
+// Basic header's base64 of the URL-encoded id and secret, as OAuth2
+// clients send it, included.
+func TestTokenEndpointEchoScrubbed(t *testing.T) {
+	t.Parallel()
+	fake := httptest.NewServer(fakethirdparty.New(fakethirdparty.Config{EchoAuthorization: true}))
+	t.Cleanup(fake.Close)
+	const id, secret = "the id/é", "se/cr+et=&?x"
+	oauth, err := credentials.NewOAuth2(credentials.OAuth2Config{TokenURL: fake.URL + "/oauth/token",
+		ClientID: credentials.Literal("id", id), ClientSecret: credentials.Literal("secret", secret)})
+	require.NoError(t, err)
+	c, err := thirdparty.New(&thirdparty.Config{URL: fake.URL, Auth: oauth})
+	require.NoError(t, err)
+
+	_, err = c.Push(t.Context(), "k1", []thirdparty.Item{{ID: "1", Version: 1}})
+	var e *thirdparty.Error
+	require.ErrorAs(t, err, &e)
+	require.True(t, e.AuthRefused())
+	var te *credentials.TokenError
+	require.ErrorAs(t, err, &te)
+	sent := base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(id) + ":" + url.QueryEscape(secret)))
+	forms := []string{secret, url.QueryEscape(secret), sent, strings.TrimRight(sent, "="),
+		base64.StdEncoding.EncodeToString([]byte(id + ":" + secret)),
+		base64.URLEncoding.EncodeToString([]byte(url.QueryEscape(id) + ":" + url.QueryEscape(secret)))}
+	for _, text := range []string{e.Error(), te.Error(), c.Scrub("stored: Basic " + sent)} {
+		for _, f := range forms {
+			require.NotContains(t, text, f)
+		}
+	}
+	require.Contains(t, e.Error(), "invalid_client: you sent Authorization: Basic [redacted]")
+	require.Equal(t, "stored: Basic [redacted]", c.Scrub("stored: Basic "+sent))
 }
