@@ -12,9 +12,12 @@ import (
 	"cmp"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Mark is what stands where a secret was.
@@ -50,10 +53,11 @@ func Basic(id, secret string) []string {
 // Forms returns every form of secrets a third party may echo back: each
 // secret as is and as the base64 of it alone (standard and URL alphabets,
 // padded or not), each of those as is, query-escaped and path-escaped,
-// and each of those as is and escaped inside a JSON string (with "/" as
-// `\/` too, as some encoders write it). The result has no duplicates and
-// no empty form, longest first: the order Scrub needs. Empty secrets are
-// skipped.
+// and each of those as is and escaped inside a JSON string (as Go writes
+// it, with or without its HTML escapes, with every rune past ASCII as
+// \uXXXX, and with "/" as `\/` too, as Python and PHP encoders write
+// it). The result has no duplicates and no empty form, longest first:
+// the order Scrub needs. Empty secrets are skipped.
 func Forms(secrets ...string) []string {
 	var out []string
 	for _, s := range secrets {
@@ -66,7 +70,7 @@ func Forms(secrets ...string) []string {
 		}
 		for _, e := range encoded {
 			for _, esc := range []string{e, url.QueryEscape(e), url.PathEscape(e)} {
-				for _, f := range []string{esc, jsonEscape(esc, true), jsonEscape(esc, false)} {
+				for _, f := range []string{esc, jsonEscape(esc, true), jsonEscape(esc, false), asciiJSON(jsonEscape(esc, false))} {
 					if f != s && len(f) < derivedMin {
 						continue
 					}
@@ -166,6 +170,25 @@ func jsonEscape(s string, html bool) string {
 	}
 	out := strings.TrimSuffix(b.String(), "\n")
 	return out[1 : len(out)-1]
+}
+
+// asciiJSON is a JSON string's inside with every rune past ASCII written
+// \uXXXX (a surrogate pair past the BMP), as Python's json.dumps and PHP's
+// json_encode write it.
+func asciiJSON(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r < utf8.RuneSelf:
+			b.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+	}
+	return b.String()
 }
 
 func appendNew(out []string, s string) []string {

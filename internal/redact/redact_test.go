@@ -31,6 +31,7 @@ func every(id, secret string) map[string]string {
 	b, _ := json.Marshal(secret)
 	out["inside a JSON string"] = string(b[1 : len(b)-1])
 	out["base64 with escaped slashes"] = strings.ReplaceAll(std, "/", `\/`)
+	out["JSON past ASCII escaped (Python, PHP)"] = strings.NewReplacer("é", `\u00e9`, "𝄞", `\ud834\udd1e`, `"`, `\"`, `\`, `\\`, "/", `\/`).Replace(secret)
 	return out
 }
 
@@ -39,6 +40,7 @@ func TestScrubEveryForm(t *testing.T) {
 	for _, tt := range []struct{ name, id, secret string }{
 		{"plain", "ccid", "SECRET-0123456789"},
 		{"url and base64 specials", "client id/é", `s3cr3t/+=&?"é~ x\>`},
+		{"past the BMP", "id", "clef𝄞/é-secret"},
 		{"a secret whose base64 has slashes and pluses", "id", "??>>~~??>>"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package thirdparty_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -97,4 +98,51 @@ func TestTokenEndpointEchoScrubbed(t *testing.T) {
 	}
 	require.Contains(t, e.Error(), "invalid_client: you sent Authorization: Basic [redacted]")
 	require.Equal(t, "stored: Basic [redacted]", c.Scrub("stored: Basic "+sent))
+}
+
+// A third party that quotes the request's Authorization in a rejection
+// of a 2xx answer, or in a refusal: the Basic header of credentials.Basic
+// and of a URL's user and password are scrubbed, not only a bearer token.
+func TestBasicHeaderEchoedIsRedacted(t *testing.T) {
+	t.Parallel()
+	const user, password = "user", "pa/ss+wd=&é"
+	echo := func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refuse/v1/batches" {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = io.WriteString(w, "you sent "+r.Header.Get("Authorization"))
+			return
+		}
+		b, _ := json.Marshal(map[string]any{"results": []map[string]string{{"id": "1", "status": "rejected", "error": "you sent " + r.Header.Get("Authorization")}}})
+		_, _ = w.Write(b)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(echo))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	withUser := *u
+	withUser.User = url.UserPassword(user, password)
+	basic := &credentials.Basic{Username: credentials.Literal("username", user), Password: credentials.Literal("password", password)}
+	for name, cfg := range map[string]*thirdparty.Config{
+		"credentials.Basic":     {URL: srv.URL, Auth: basic},
+		"a URL's user":          {URL: withUser.String()},
+		"refused, Basic":        {URL: srv.URL + "/refuse", Auth: basic},
+		"refused, a URL's user": {URL: withUser.String() + "/refuse"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c, err := thirdparty.New(cfg)
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			res, err := c.Push(t.Context(), "k", []thirdparty.Item{{ID: "1", Version: 1}})
+			var text string
+			if err != nil {
+				text = err.Error()
+			} else {
+				require.Len(t, res.Rejected, 1)
+				text = res.Rejected[0].Error
+			}
+			require.Contains(t, text, "you sent Basic [redacted]")
+			require.NotContains(t, text, base64.StdEncoding.EncodeToString([]byte(user+":"+password)))
+		})
+	}
 }
