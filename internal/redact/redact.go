@@ -56,27 +56,38 @@ func Basic(id, secret string) []string {
 // and each of those as is and escaped inside a JSON string (as Go writes
 // it, with or without its HTML escapes, with every rune past ASCII as
 // \uXXXX, and with "/" as `\/` too, as Python and PHP encoders write
-// it). The result has no duplicates and no empty form, longest first:
-// the order Scrub needs. Empty secrets are skipped.
+// it). A secret that is itself a Basic header's text (Basic) is not
+// encoded again. The result has no duplicates and no empty form, longest
+// first: the order Scrub needs. Empty secrets are skipped.
 func Forms(secrets ...string) []string {
+	seen := map[string]bool{}
 	var out []string
+	add := func(f string) {
+		if f != "" && !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
 	for _, s := range secrets {
-		if s == "" {
+		if s == "" || seen[s] {
 			continue
 		}
 		encoded := []string{s}
-		for _, enc := range encodings {
-			encoded = append(encoded, enc.EncodeToString([]byte(s)))
+		if !isBasicText(s) {
+			for _, enc := range encodings {
+				encoded = append(encoded, enc.EncodeToString([]byte(s)))
+			}
 		}
 		for _, e := range encoded {
 			for _, esc := range []string{e, url.QueryEscape(e), url.PathEscape(e)} {
-				for _, f := range []string{esc, jsonEscape(esc, true), jsonEscape(esc, false), asciiJSON(jsonEscape(esc, false))} {
+				goJSON := jsonEscape(esc, false)
+				for _, f := range []string{esc, jsonEscape(esc, true), goJSON, asciiJSON(goJSON)} {
 					if f != s && len(f) < derivedMin {
 						continue
 					}
-					out = appendNew(out, f)
+					add(f)
 					if strings.Contains(f, "/") {
-						out = appendNew(out, strings.ReplaceAll(f, "/", `\/`))
+						add(strings.ReplaceAll(f, "/", `\/`))
 					}
 				}
 			}
@@ -84,6 +95,17 @@ func Forms(secrets ...string) []string {
 	}
 	sortLongestFirst(out)
 	return out
+}
+
+// isBasicText reports whether s is the base64 of "id:secret", as Basic
+// gives it: its base64 would be noise, never echoed.
+func isBasicText(s string) bool {
+	for _, enc := range encodings {
+		if b, err := enc.DecodeString(s); err == nil {
+			return strings.Contains(string(b), ":")
+		}
+	}
+	return false
 }
 
 // Scrub returns text with every form of secrets (Forms) replaced by Mark.
@@ -162,6 +184,9 @@ func scrubValue(v any, scrub func(string) string) any {
 // jsonEscape is s as it stands between the quotes of a JSON string:
 // html also escapes <, > and & as \u003c (Go's default).
 func jsonEscape(s string, html bool) string {
+	if !needsJSONEscape(s, html) {
+		return s
+	}
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(html)
@@ -172,10 +197,31 @@ func jsonEscape(s string, html bool) string {
 	return out[1 : len(out)-1]
 }
 
+// needsJSONEscape reports whether a JSON encoder changes s.
+func needsJSONEscape(s string, html bool) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c < 0x20, c == '"', c == '\\', c >= utf8.RuneSelf:
+			return true
+		case html && (c == '<' || c == '>' || c == '&'):
+			return true
+		}
+	}
+	return false
+}
+
 // asciiJSON is a JSON string's inside with every rune past ASCII written
 // \uXXXX (a surrogate pair past the BMP), as Python's json.dumps and PHP's
 // json_encode write it.
 func asciiJSON(s string) string {
+	ascii := true
+	for i := 0; i < len(s) && ascii; i++ {
+		ascii = s[i] < utf8.RuneSelf
+	}
+	if ascii {
+		return s
+	}
 	var b strings.Builder
 	for _, r := range s {
 		switch {

@@ -82,6 +82,10 @@ func TestScrubLeavesOtherTextAlone(t *testing.T) {
 	// "YWI", which ordinary text holds.
 	require.NotContains(t, redact.Forms("ab"), "YWI")
 	require.Empty(t, redact.Basic("id", ""))
+	// A Basic header's text is not encoded again: its base64 is noise.
+	header := redact.Basic("id", "secret")[0]
+	require.NotContains(t, redact.Forms(header), base64.StdEncoding.EncodeToString([]byte(header)))
+	require.Contains(t, redact.Forms("secret"), base64.StdEncoding.EncodeToString([]byte("secret")))
 }
 
 func TestJSON(t *testing.T) {
