@@ -58,9 +58,10 @@ func (s echoedSecret) forms() map[string]string {
 // sends to a plain destination with oauth2_client_credentials and to a
 // tenant destination whose rows give client credentials, a refresh token
 // (with the application's client) and basic auth; then every log line,
-// `status` and `status --json`, the console's pages, `probe`'s output,
-// `verify --tenant`'s examples (text and --json) and every row of
-// syncer's own tables are searched for every secret in every form.
+// `status` and `status --json`, the console's pages, the metrics,
+// `probe`'s output, `verify --tenant`'s examples (text and --json) and
+// every row of syncer's own tables are searched for every secret in every
+// form.
 func TestSecretsInEveryFormNeverShown(t *testing.T) {
 	t.Parallel()
 	b := setup(t, fakethirdparty.Config{EchoAuthorization: true, Lookup: true})
@@ -155,6 +156,12 @@ sources:
 		require.Equal(t, http.StatusOK, resp.StatusCode, "console page %s", page)
 		shown["console "+page] = string(body)
 	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	metricsText, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	shown["metrics"] = string(metricsText)
 	shown["syncer's tables"] = tablesText(t, b)
 	shown["the daemon's log"] = daemonLog.String()
 
