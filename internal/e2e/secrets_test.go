@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/status"
 )
 
 // echoedSecret is a secret and the id it goes with in a Basic header
@@ -116,9 +118,20 @@ sources:
 	b.exec(t, `INSERT INTO contacts (id, account) SELECT g, (ARRAY['cc', 'rt', 'ba'])[(g - 1) % 3 + 1] FROM generate_series(1, 9) g`)
 	// The three grants refused, each quoting what it was sent, and the
 	// tenant with basic auth delivered.
-	waitFor(t, 90*time.Second, "three refusals quoting the Authorization, and ba's rows", func() bool {
-		return len(b.fake.TenantDeliveries("ba")) == 3 &&
-			strings.Count(tablesText(t, b), "you sent Authorization") >= 3
+	waitFor(t, 90*time.Second, "three refusals quoting the Authorization in status, and ba's rows", func() bool {
+		if len(b.fake.TenantDeliveries("ba")) != 3 || !strings.Contains(tablesText(t, b), "you sent Authorization") {
+			return false
+		}
+		rep, err := status.Gather(context.Background(), b.pool, nil)
+		require.NoError(t, err)
+		st, err := json.Marshal(rep)
+		require.NoError(t, err)
+		for _, endpoint := range []string{"/oauth/token", "/t/cc/oauth/token", "/t/rt/oauth/token"} {
+			if !strings.Contains(string(st), "token endpoint "+b.fakeURL+endpoint+": answered 401: invalid_client: you sent Authorization") {
+				return false
+			}
+		}
+		return true
 	})
 
 	// syncer's own commands, as a person runs them.
