@@ -29,7 +29,7 @@ const maxResultBody = 16 << 20
 // the body may carry results and that an item missing from them is
 // accepted, and many APIs answer a plain `{}` or `{"ok":true}`. What cannot
 // be mistaken for it is a body that is not a JSON object.
-func decodeResult(raw []byte, ids []string, forms []string) (res *Result, bad string) {
+func decodeResult(raw []byte, ids []string, safe func(string) string) (res *Result, bad string) {
 	res = &Result{}
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 {
@@ -43,7 +43,7 @@ func decodeResult(raw []byte, ids []string, forms []string) (res *Result, bad st
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &top); err != nil {
-		return nil, "answer is not valid JSON: " + safeText(err.Error(), forms)
+		return nil, "answer is not valid JSON: " + safe(err.Error())
 	}
 	rawResults, ok := top["results"]
 	if !ok || string(rawResults) == "null" {
@@ -75,26 +75,26 @@ func decodeResult(raw []byte, ids []string, forms []string) (res *Result, bad st
 		}
 		id, ok := resultID(entry.ID)
 		if !ok {
-			return nil, fmt.Sprintf("result %d: id %s is neither a string nor an integer", i, safeText(string(entry.ID), forms))
+			return nil, fmt.Sprintf("result %d: id %s is neither a string nor an integer", i, safe(string(entry.ID)))
 		}
 		named, inBatch := seen[id]
 		switch {
 		case !inBatch:
-			return nil, fmt.Sprintf("result %d: id %s is not in the batch", i, safeText(strconv.Quote(id), forms))
+			return nil, fmt.Sprintf("result %d: id %s is not in the batch", i, safe(strconv.Quote(id)))
 		case named:
-			return nil, fmt.Sprintf("result %d: id %s is named twice", i, safeText(strconv.Quote(id), forms))
+			return nil, fmt.Sprintf("result %d: id %s is named twice", i, safe(strconv.Quote(id)))
 		}
 		seen[id] = true
 		var status string
 		if json.Unmarshal(entry.Status, &status) != nil {
-			return nil, fmt.Sprintf("result %d: status %s is not a string", i, safeText(string(entry.Status), forms))
+			return nil, fmt.Sprintf("result %d: status %s is not a string", i, safe(string(entry.Status)))
 		}
 		switch status {
 		case "accepted":
 		case "rejected":
-			res.Rejected = append(res.Rejected, Rejection{ID: id, Error: rejectionText(entry.Error, forms)})
+			res.Rejected = append(res.Rejected, Rejection{ID: id, Error: rejectionText(entry.Error, safe)})
 		default:
-			return nil, fmt.Sprintf(`result %d: status "%s" is neither accepted nor rejected`, i, safeText(status, forms))
+			return nil, fmt.Sprintf(`result %d: status "%s" is neither accepted nor rejected`, i, safe(status))
 		}
 	}
 	return res, ""
@@ -124,13 +124,13 @@ func resultID(raw json.RawMessage) (string, bool) {
 
 // rejectionText is a rejection's reason as safe text: a string as is, any
 // other JSON value (an object with a code, say) as its JSON text.
-func rejectionText(raw json.RawMessage, forms []string) string {
+func rejectionText(raw json.RawMessage, safe func(string) string) string {
 	if len(raw) == 0 || string(raw) == "null" {
 		return ""
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return safeText(s, forms)
+		return safe(s)
 	}
-	return safeText(string(raw), forms)
+	return safe(string(raw))
 }

@@ -120,8 +120,9 @@ func (a *Answer) Transient(why string) error {
 // with the token removed).
 func (a *Answer) Safe(s string) string { return safeText(s, a.secretForms()) }
 
-// secretForms expands the secrets once for the answer's texts: a batch
-// may have hundreds of rejections.
+// secretForms expands the secrets once for the answer's texts (a batch
+// may have hundreds of rejections), and only for an answer that has a
+// text to make safe.
 func (a *Answer) secretForms() []string {
 	if a.forms == nil && len(a.secrets) > 0 {
 		a.forms = redact.Forms(a.secrets...)
@@ -136,7 +137,7 @@ func (a *Answer) Results(ids []string) (*Result, error) {
 	if e := a.refused(); e != nil {
 		return nil, e
 	}
-	res, why := decodeResult(a.Body, ids, a.secretForms())
+	res, why := decodeResult(a.Body, ids, a.Safe)
 	if why != "" {
 		return nil, &Error{StatusCode: a.StatusCode, BadAnswer: a.Safe(why), Body: a.Safe(string(a.Body)), Quota: a.Quota}
 	}

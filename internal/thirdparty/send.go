@@ -206,15 +206,15 @@ func (c *Client) answer(ctx context.Context, resp *http.Response) (*Answer, erro
 		a.Body = raw
 		e := &Error{
 			StatusCode: resp.StatusCode,
-			Body:       c.safe(string(raw)),
+			Body:       a.Safe(string(raw)),
 			Quota:      a.Quota,
 		}
 		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
 			e.RetryAfter = parseRetryAfter(v[0], now)
-			e.RetryAfterRaw = c.safe(v[0])
+			e.RetryAfterRaw = a.Safe(v[0])
 		}
 		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
-			e.Location = c.safe(RedactURL(loc))
+			e.Location = a.Safe(RedactURL(loc))
 		}
 		a.refusal = e
 		return a, nil
