@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/syncer-dev/syncer/internal/redact"
 )
 
 // Bearer sends "Authorization: Bearer <token>", the token read again when
@@ -37,10 +39,12 @@ func (b *Basic) Authorization(context.Context) (string, error) {
 }
 
 // Secrets are the values to scrub from whatever the third party echoes:
-// the password, and the header's base64 of user and password, which a
-// third party that quotes the request's headers echoes as it was sent.
+// the password, and the header's base64 of user and password
+// (redact.Basic), which a third party that quotes the request's headers
+// echoes as it was sent.
 func (b *Basic) Secrets() []string {
-	return []string{b.Password.Value(), base64.StdEncoding.EncodeToString([]byte(b.Username.Value() + ":" + b.Password.Value()))}
+	pw := b.Password.Value()
+	return append([]string{pw}, redact.Basic(b.Username.Value(), pw)...)
 }
 
 // OAuth2Config is an OAuth2 client-credentials grant (RFC 6749 section 4.4).
@@ -139,7 +143,7 @@ func (o *OAuth2) Authorization(ctx context.Context) (string, error) {
 	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, o.client))
 	if err != nil {
 		o.tok = nil
-		o.lastErr = o.tokenError(err, cc.ClientID, cc.ClientSecret)
+		o.lastErr = o.tokenError(err, append([]string{cc.ClientSecret}, redact.Basic(cc.ClientID, cc.ClientSecret)...)...)
 		return "", o.lastErr
 	}
 	o.tok, o.fetched, o.lastErr = tok, now, nil
@@ -158,9 +162,12 @@ func (o *OAuth2) Refresh(header string) {
 }
 
 // Secrets are the values to scrub from whatever the third party echoes:
-// the client secret and the token in use.
+// the client secret, the base64 of the Basic header it goes to the token
+// endpoint in (a token endpoint or a proxy may quote it), and the token in
+// use.
 func (o *OAuth2) Secrets() []string {
-	out := []string{o.cfg.ClientSecret.Value()}
+	secret := o.cfg.ClientSecret.Value()
+	out := append([]string{secret}, redact.Basic(o.cfg.ClientID.Value(), secret)...)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.tok != nil {
@@ -206,6 +213,11 @@ func (e *TokenError) RefusedCredential() string {
 }
 
 func (e *TokenError) Error() string { return "token endpoint " + e.Endpoint + ": " + e.Text }
+
+// ScrubText rewrites the endpoint's words with scrub: a client that knows
+// more secrets than the grant (its headers') removes them from the error
+// itself, which callers reach with errors.As.
+func (e *TokenError) ScrubText(scrub func(string) string) { e.Text = scrub(e.Text) }
 
 // EndpointStatus is the token endpoint's HTTP status; 0 when it did not
 // answer.
@@ -258,11 +270,9 @@ func (o *OAuth2) tokenError(err error, secrets ...string) *TokenError {
 	}
 	// A transport error quotes the URL whole, query included.
 	te.Text = strings.ReplaceAll(te.Text, o.cfg.TokenURL, te.Endpoint)
-	for _, s := range secrets {
-		if len(s) >= 4 {
-			te.Text = strings.ReplaceAll(te.Text, s, "[redacted]")
-		}
-	}
+	// The endpoint may quote the request: its Basic header, its form (the
+	// secret URL-encoded), in JSON.
+	te.Text = redact.Scrub(te.Text, secrets...)
 	if len(te.Text) > 512 {
 		te.Text = te.Text[:512] + "…"
 	}

@@ -49,6 +49,11 @@
 //     and POST /v1/admin/drift lose, edit and re-create items and make ids
 //     unknown, as a third party's own users and imports would. Reads pass
 //     the outage, token and rate limit batches pass, under one limiter.
+//   - With Config.EchoAuthorization it quotes the Authorization it was
+//     sent (echo.go): POST /oauth/token (a tenant's too) refuses every
+//     grant quoting the header and the form, and lookups add the header to
+//     every payload, as careless identity providers and APIs do, for tests
+//     that look for a secret in every form (issue 54).
 //   - It is many accounts at once: every route again under /t/{tenant}/ is
 //     that tenant's own account (tenants.go), with its own records and
 //     checks, its own limiter (Config.Tenants.RateLimit, unannounced unless

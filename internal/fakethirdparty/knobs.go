@@ -142,6 +142,15 @@ type Config struct {
 	// from 98,000 to 109,000 a second (medians of 8) once sized. Defaults
 	// to 0: records grow as items come.
 	ExpectedItems int
+	// EchoAuthorization makes the fake quote the Authorization header it
+	// was sent, as a careless third party or identity provider does: POST
+	// /oauth/token (and /t/{tenant}/oauth/token without
+	// TenantConfig.RefreshPrefix) refuses every grant with 401
+	// invalid_client and an error_description quoting the header and the
+	// form, and every payload a lookup answers (POST /v1/lookup) gains
+	// "seen_authorization", the lookup's header (verify reads it stale).
+	// Defaults to false.
+	EchoAuthorization bool
 	// Format is the format the fake speaks (Formats), fixed at New:
 	// besides POST /v1/batches, requests to any other path are read in it.
 	// Defaults to "" (syncer's own only).

@@ -161,7 +161,7 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 		case h.deleted:
 			items = append(items, lookupItem{ID: id, Version: h.version, Deleted: true})
 		default:
-			items = append(items, lookupItem{ID: id, Version: h.version, Payload: h.payload})
+			items = append(items, lookupItem{ID: id, Version: h.version, Payload: s.echoedLocked(h.payload, r)})
 		}
 	}
 	s.mu.Unlock()

@@ -75,6 +75,7 @@ func newServer(cfg Config, root bool) *Server {
 	s.mux.HandleFunc("POST /v1/admin/outage", s.handleOutage)
 	s.mux.HandleFunc("POST /v1/admin/reset", s.handleReset)
 	s.mux.HandleFunc("POST /v1/lookup", s.handleLookup)
+	s.mux.HandleFunc("POST /oauth/token", s.handleEchoToken)
 	s.mux.HandleFunc("POST /v1/admin/drift", s.handleDrift)
 	s.mux.HandleFunc("POST /{index}/_mget", s.handleMget)
 	if root {

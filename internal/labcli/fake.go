@@ -57,6 +57,7 @@ type FakeThirdpartyCmd struct {
 	TenantFamily       bool          `name:"tenant-refresh-family" env:"FAKE_TENANT_REFRESH_FAMILY" help:"With --tenant-refresh-prefix: a refresh token already rotated away from, used again, revokes the tenant's whole family (Auth0's and Okta's reuse detection): every later grant, the newest token's included, is 400 invalid_grant until POST /v1/admin/tenants/{tenant}/restore starts a new family at the first token. GET /v1/tenants/stats counts grants, refusals and reuses under \"tokens\"."`
 	TenantTokenLife    time.Duration `name:"tenant-token-life" env:"FAKE_TENANT_TOKEN_LIFE" default:"1h" help:"Life (expires_in) of the access tokens --tenant-refresh-prefix's endpoint gives: short, the daemon renews often."`
 	AnswerLoad         int64         `name:"answer-load" env:"FAKE_ANSWER_LOAD" default:"0" help:"Add \"n\": N to every custom answer, a count a response program may iterate over (range(.body.n)): a third party making a response program slow."`
+	EchoAuthorization  bool          `name:"echo-authorization" env:"FAKE_ECHO_AUTHORIZATION" help:"Quote the Authorization header back: POST /oauth/token refuses every grant (401 invalid_client) quoting the header and the form, and lookups add it to every payload as seen_authorization."`
 	Lookup             bool          `name:"lookup" env:"FAKE_LOOKUP" help:"Keep the latest item of every id, so POST /v1/lookup answers what the fake holds (syncer verify) and POST /v1/admin/drift loses, edits and re-creates items."`
 }
 
@@ -108,7 +109,7 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 		UnannouncedLimit: c.UnannouncedLimit, Quota: c.Quota, QuotaWindow: c.QuotaWindow, QuotaXHeaders: c.QuotaXHeaders,
 		UnannouncedBurst: c.UnannouncedBurst,
 		Format:           c.Format, SigningSecret: c.SigningSecret, ItemTooManyRate: c.ItemTooManyRate,
-		ItemFailShare: c.ItemFailShare, ItemFailStatus: c.ItemFailStatus, AnswerLoad: c.AnswerLoad, Lookup: c.Lookup,
+		ItemFailShare: c.ItemFailShare, ItemFailStatus: c.ItemFailStatus, AnswerLoad: c.AnswerLoad, Lookup: c.Lookup, EchoAuthorization: c.EchoAuthorization,
 		Tenants: c.tenants(),
 	}
 }

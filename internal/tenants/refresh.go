@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/redact"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -292,7 +293,7 @@ func (g *refreshGrant) store(ctx context.Context, tx pgx.Tx, refresh string) boo
 		return err
 	})
 	if err != nil {
-		text := strings.ReplaceAll(pgText(err, 0).Error(), refresh, "[redacted]")
+		text := redact.Scrub(pgText(err, 0).Error(), refresh)
 		g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and on_refresh failed to store it; it is kept in memory only, and the tenant's connection must be renewed if this process stops",
 			slog.String("error", "tenants.on_refresh: "+g.scrub(text)))
 		return false
@@ -317,9 +318,12 @@ func (g *refreshGrant) Refresh(header string) {
 	}
 }
 
-// Secrets are the values to scrub from whatever the third party echoes.
+// Secrets are the values to scrub from whatever the third party echoes:
+// the refresh tokens, the client secret and the base64 of the Basic header
+// it goes to the token endpoint in (redact.Basic), the access token.
 func (g *refreshGrant) Secrets() []string {
 	out := append(g.mem.tokens(), g.given, g.conf.ClientSecret)
+	out = append(out, redact.Basic(g.conf.ClientID, g.conf.ClientSecret)...)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.tok != nil {

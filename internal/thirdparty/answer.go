@@ -29,7 +29,7 @@ const maxResultBody = 16 << 20
 // the body may carry results and that an item missing from them is
 // accepted, and many APIs answer a plain `{}` or `{"ok":true}`. What cannot
 // be mistaken for it is a body that is not a JSON object.
-func decodeResult(raw []byte, ids []string, token string) (res *Result, bad string) {
+func decodeResult(raw []byte, ids []string, safe func(string) string) (res *Result, bad string) {
 	res = &Result{}
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 {
@@ -43,7 +43,7 @@ func decodeResult(raw []byte, ids []string, token string) (res *Result, bad stri
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &top); err != nil {
-		return nil, "answer is not valid JSON: " + SafeText(err.Error(), token)
+		return nil, "answer is not valid JSON: " + safe(err.Error())
 	}
 	rawResults, ok := top["results"]
 	if !ok || string(rawResults) == "null" {
@@ -75,26 +75,26 @@ func decodeResult(raw []byte, ids []string, token string) (res *Result, bad stri
 		}
 		id, ok := resultID(entry.ID)
 		if !ok {
-			return nil, fmt.Sprintf("result %d: id %s is neither a string nor an integer", i, SafeText(string(entry.ID), token))
+			return nil, fmt.Sprintf("result %d: id %s is neither a string nor an integer", i, safe(string(entry.ID)))
 		}
 		named, inBatch := seen[id]
 		switch {
 		case !inBatch:
-			return nil, fmt.Sprintf("result %d: id %s is not in the batch", i, SafeText(strconv.Quote(id), token))
+			return nil, fmt.Sprintf("result %d: id %s is not in the batch", i, safe(strconv.Quote(id)))
 		case named:
-			return nil, fmt.Sprintf("result %d: id %s is named twice", i, SafeText(strconv.Quote(id), token))
+			return nil, fmt.Sprintf("result %d: id %s is named twice", i, safe(strconv.Quote(id)))
 		}
 		seen[id] = true
 		var status string
 		if json.Unmarshal(entry.Status, &status) != nil {
-			return nil, fmt.Sprintf("result %d: status %s is not a string", i, SafeText(string(entry.Status), token))
+			return nil, fmt.Sprintf("result %d: status %s is not a string", i, safe(string(entry.Status)))
 		}
 		switch status {
 		case "accepted":
 		case "rejected":
-			res.Rejected = append(res.Rejected, Rejection{ID: id, Error: rejectionText(entry.Error, token)})
+			res.Rejected = append(res.Rejected, Rejection{ID: id, Error: rejectionText(entry.Error, safe)})
 		default:
-			return nil, fmt.Sprintf(`result %d: status "%s" is neither accepted nor rejected`, i, SafeText(status, token))
+			return nil, fmt.Sprintf(`result %d: status "%s" is neither accepted nor rejected`, i, safe(status))
 		}
 	}
 	return res, ""
@@ -124,13 +124,13 @@ func resultID(raw json.RawMessage) (string, bool) {
 
 // rejectionText is a rejection's reason as safe text: a string as is, any
 // other JSON value (an object with a code, say) as its JSON text.
-func rejectionText(raw json.RawMessage, token string) string {
+func rejectionText(raw json.RawMessage, safe func(string) string) string {
 	if len(raw) == 0 || string(raw) == "null" {
 		return ""
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return SafeText(s, token)
+		return safe(s)
 	}
-	return SafeText(string(raw), token)
+	return safe(string(raw))
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/redact"
 )
 
 // BatchPath is appended to Config.URL to form the endpoint.
@@ -77,6 +78,11 @@ func New(cfg *Config) (*Client, error) {
 	}
 	if cfg.Token != "" {
 		c.secrets = append(c.secrets, cfg.Token)
+	}
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		// A URL's user and password go as a Basic header (do), which a
+		// third party may quote back.
+		c.secrets = append(append(c.secrets, pw), redact.Basic(u.User.Username(), pw)...)
 	}
 	for _, vs := range cfg.Headers {
 		for _, v := range vs {

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/syncer-dev/syncer/internal/redact"
 )
 
 // Request is one HTTP request a destination format made of items: what
@@ -51,8 +53,10 @@ type Answer struct {
 	// Quota is what the rate-limit headers said.
 	Quota Quota
 
-	token   string
-	secrets []string // the token and configured header values
+	// secrets are the client's: its credentials', token and configured
+	// header values.
+	secrets []string
+	forms   []string // every form of secrets (redact.Forms), made at first use
 	refusal *Error   // set by a Client for a status other than 2xx
 }
 
@@ -114,7 +118,17 @@ func (a *Answer) Transient(why string) error {
 
 // Safe makes third-party text safe to log, store and show ([SafeText],
 // with the token removed).
-func (a *Answer) Safe(s string) string { return SafeText(s, a.secrets...) }
+func (a *Answer) Safe(s string) string { return safeText(s, a.secretForms()) }
+
+// secretForms expands the secrets once for the answer's texts (a batch
+// may have hundreds of rejections), and only for an answer that has a
+// text to make safe.
+func (a *Answer) secretForms() []string {
+	if a.forms == nil && len(a.secrets) > 0 {
+		a.forms = redact.Forms(a.secrets...)
+	}
+	return a.forms
+}
 
 // Results reads the answer as the syncer format does (docs/protocol.md section
 // 2): a status other than 2xx by the common rules; a 2xx body empty, an
@@ -123,7 +137,7 @@ func (a *Answer) Results(ids []string) (*Result, error) {
 	if e := a.refused(); e != nil {
 		return nil, e
 	}
-	res, why := decodeResult(a.Body, ids, a.token)
+	res, why := decodeResult(a.Body, ids, a.Safe)
 	if why != "" {
 		return nil, &Error{StatusCode: a.StatusCode, BadAnswer: a.Safe(why), Body: a.Safe(string(a.Body)), Quota: a.Quota}
 	}

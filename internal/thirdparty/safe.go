@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/syncer-dev/syncer/internal/redact"
 )
 
 // SafeTextMax bounds the text SafeText returns, in bytes: enough to read a
@@ -15,11 +17,13 @@ const SafeTextMax = 2 << 10
 // safeTextCut marks text SafeText shortened.
 const safeTextCut = "...[cut]"
 
-const redacted = "[redacted]"
+const redacted = redact.Mark
 
 // SafeText makes text that came from outside (a response body, a rejection
 // reason, a header), trimmed of the white space around it, fit to be logged, stored or printed: invalid UTF-8 is
-// replaced, every secret (and its URL-escaped forms) becomes [redacted],
+// replaced, every secret in every form a third party may echo it
+// (redact.Forms: as is, URL-escaped, base64, inside a JSON string; pass
+// the base64 of a Basic header as redact.Basic gives it) becomes [redacted],
 // control characters, terminal escapes and Unicode line or direction
 // controls are written as visible escapes (\n, \x1b, \u2028), so the text
 // cannot forge a log line or drive a terminal, and the result is at most
@@ -31,18 +35,14 @@ const redacted = "[redacted]"
 func SafeText(s string, secrets ...string) string {
 	// An answer's text ends in a newline more often than not (http.Error,
 	// most frameworks): trimmed, a reason never ends in a literal \n.
+	return safeText(s, redact.Forms(secrets...))
+}
+
+// safeText is SafeText with the secrets' forms already expanded
+// (redact.Forms), for a caller that makes many texts safe.
+func safeText(s string, forms []string) string {
 	s = strings.TrimSpace(strings.ToValidUTF8(s, "\uFFFD"))
-	for _, secret := range secrets {
-		if secret == "" {
-			continue
-		}
-		s = strings.ReplaceAll(s, secret, redacted)
-		for _, esc := range []string{url.QueryEscape(secret), url.PathEscape(secret)} {
-			if esc != secret {
-				s = strings.ReplaceAll(s, esc, redacted)
-			}
-		}
-	}
+	s = redact.ScrubForms(s, forms)
 	var b strings.Builder
 	b.Grow(min(len(s), SafeTextMax))
 	cutAt := -1 // where the text ends if the marker must follow

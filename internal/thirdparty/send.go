@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/syncer-dev/syncer/internal/redact"
 )
 
 // Send sends one request under key (its Idempotency-Key) and hands the
@@ -166,6 +168,11 @@ func (c *Client) authError(ctx context.Context, err error) error {
 		TokenEndpoint() string
 		EndpointStatus() int
 	}
+	// The endpoint's own words may quote the request it refused (its
+	// Basic header, its form): scrubbed of every form of the secrets where
+	// the error is made, and in the error itself, which callers reach with
+	// errors.As.
+	scrubChain(err, c.scrub)
 	if errors.As(err, &te) {
 		e := &Error{StatusCode: te.EndpointStatus(), TokenEndpoint: c.safe(te.TokenEndpoint()), Err: err,
 			Timeout: isTimeout(ctx, err), errText: c.safe(err.Error()), verdict: verdictTransient, why: "token endpoint"}
@@ -189,27 +196,29 @@ func (c *Client) authError(ctx context.Context, err error) error {
 // of it.
 func (c *Client) answer(ctx context.Context, resp *http.Response) (*Answer, error) {
 	now := c.now()
-	a := &Answer{StatusCode: resp.StatusCode, Header: resp.Header, Quota: parseQuota(resp.Header, now), token: c.token, secrets: c.secrets}
-	if c.authz != nil {
-		a.secrets = append(c.authz.Secrets(), c.secrets...)
-	}
+	a := &Answer{StatusCode: resp.StatusCode, Header: resp.Header, Quota: parseQuota(resp.Header, now), secrets: c.secretsNow()}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		// Read past SafeTextMax by a few token lengths, so a token that
-		// starts inside the excerpt is read whole and redacted, never cut
-		// into a prefix that would survive.
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, int64(SafeTextMax+3*len(c.token)+16)))
+		// Read past SafeTextMax by a few secret lengths, so a secret that
+		// starts inside the excerpt is read whole in its longest form (a
+		// JSON escape of its query escape) and redacted, never cut into a
+		// prefix that would survive.
+		longest := 0
+		for _, s := range a.secrets {
+			longest = max(longest, len(s))
+		}
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, int64(SafeTextMax+8*longest+16)))
 		a.Body = raw
 		e := &Error{
 			StatusCode: resp.StatusCode,
-			Body:       c.safe(string(raw)),
+			Body:       a.Safe(string(raw)),
 			Quota:      a.Quota,
 		}
 		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
 			e.RetryAfter = parseRetryAfter(v[0], now)
-			e.RetryAfterRaw = c.safe(v[0])
+			e.RetryAfterRaw = a.Safe(v[0])
 		}
 		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
-			e.Location = c.safe(RedactURL(loc))
+			e.Location = a.Safe(RedactURL(loc))
 		}
 		a.refusal = e
 		return a, nil
@@ -240,9 +249,37 @@ func (c *Client) transportError(parent context.Context, err error) error {
 }
 
 // safe makes third-party text safe to log, store and show.
-func (c *Client) safe(s string) string {
+func (c *Client) safe(s string) string { return SafeText(s, c.secretsNow()...) }
+
+// secretsNow are the secrets the client sends with: the credentials' of
+// the moment (a renewed token, a rotated file's), the token and the
+// configured header values.
+func (c *Client) secretsNow() []string {
 	if c.authz != nil {
-		return SafeText(s, append(c.authz.Secrets(), c.secrets...)...)
+		return append(c.authz.Secrets(), c.secrets...)
 	}
-	return SafeText(s, c.secrets...)
+	return c.secrets
+}
+
+// Scrub returns s, text a third party holds or sent (a payload it gives
+// back), with every form of the client's secrets replaced by [redacted]
+// (redact.Scrub) and nothing else changed: no escape, no cut.
+func (c *Client) Scrub(s string) string { return redact.Scrub(s, c.secretsNow()...) }
+
+func (c *Client) scrub(s string) string { return c.Scrub(s) }
+
+// textScrubber is an error whose text may quote a third party (a token
+// endpoint's refusal): ScrubText rewrites it with scrub.
+type textScrubber interface {
+	ScrubText(scrub func(string) string)
+}
+
+// scrubChain scrubs every error of err's chain that can be (textScrubber),
+// so errors.As finds no secret either.
+func scrubChain(err error, scrub func(string) string) {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if ts, ok := e.(textScrubber); ok {
+			ts.ScrubText(scrub)
+		}
+	}
 }

@@ -411,7 +411,7 @@ func checkPage(ctx context.Context, db database.Querier, src Source, rd Reader, 
 		res.add(k, 1)
 		if k != OK && k != Pending {
 			t, ok := there[h.ID]
-			res.example(Example{ID: h.ID, Kind: k, Here: side(h.Payload, h.Gone), There: thereSide(t, ok)})
+			res.example(Example{ID: h.ID, Kind: k, Here: side(h.Payload, h.Gone), There: scrubbed(rd, thereSide(t, ok))})
 		}
 		if k.drift() {
 			drifted = append(drifted, h.ID)
