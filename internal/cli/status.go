@@ -60,6 +60,9 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 			for _, t := range src.Tenants.Top {
 				fmt.Fprintf(w, "  tenant %s\t%s\n", t.Tenant, tenantLine(t))
 			}
+			if p := src.Tenants.Paused; len(p) > 0 {
+				fmt.Fprintf(w, "  paused tenants\t%s (syncer resume --destination %s --tenant T)\n", strings.Join(p, ", "), src.Destination)
+			}
 		}
 	}
 	for _, d := range r.Destinations {
@@ -114,6 +117,9 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		what := "rows"
 		if rp.Source != "" {
 			what = "keys of source " + rp.Source
+		}
+		if rp.Tenant != "" {
+			what += " tenant " + rp.Tenant
 		}
 		fmt.Fprintf(w, "replay %d\t%s, %d of %d %s (%.1f%%), created %s\n",
 			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, what, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
