@@ -66,7 +66,7 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		}
 	}
 	for _, d := range r.Destinations {
-		fmt.Fprintf(w, "destination %s\t%s\n", d.Name, destinationLine(d))
+		fmt.Fprintf(w, "destination %s\t%s\n", d.Name, destinationLine(d, tenantsRefused(r, d.Name)))
 	}
 	for _, src := range r.Sources {
 		if src.Verify != nil {
@@ -206,8 +206,30 @@ func sourceLine(src status.Source) string {
 	return line
 }
 
-// destinationLine is a destination's shared facts in one line.
-func destinationLine(d status.Destination) string {
+// refusedTenants is how many tenants of a destination have their
+// credentials refused, and the source whose tenants line names them.
+type refusedTenants struct {
+	n      int
+	source string
+}
+
+// tenantsRefused counts the refused tenants of destination dest, from
+// its tenant sources' counts (each counts every tenant with facts at the
+// destination, so the largest count is the destination's).
+func tenantsRefused(r *status.Report, dest string) refusedTenants {
+	var out refusedTenants
+	for _, src := range r.Sources {
+		if src.Destination == dest && src.Tenants != nil && src.Tenants.Counts[breakerstore.TenantRefused] > out.n {
+			out = refusedTenants{n: src.Tenants.Counts[breakerstore.TenantRefused], source: src.Name}
+		}
+	}
+	return out
+}
+
+// destinationLine is a destination's shared facts in one line; refused
+// are its tenants whose credentials are refused, which its own
+// "credentials ok" must not hide.
+func destinationLine(d status.Destination, refused refusedTenants) string {
 	parts := []string{"breaker " + d.Breaker.State}
 	if !d.Breaker.Until.IsZero() {
 		parts[0] += " until " + d.Breaker.Until.Format(time.RFC3339)
@@ -217,6 +239,9 @@ func destinationLine(d status.Destination) string {
 		parts = append(parts, fmt.Sprintf("credentials REFUSED by the token endpoint %s since %s: %s", d.Credentials.TokenEndpoint, d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
 	case d.Credentials.Refused:
 		parts = append(parts, fmt.Sprintf("credentials REFUSED since %s: %s", d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
+	case refused.n > 0:
+		parts = append(parts, fmt.Sprintf("credentials of %s REFUSED (see tenants of %s), the others ok",
+			count(int64(refused.n), "tenant", "tenants"), refused.source))
 	default:
 		parts = append(parts, "credentials ok")
 	}

@@ -228,3 +228,16 @@ func TestReplayOfOneTenantCountsItsOwnKeys(t *testing.T) {
 	require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
 	require.Regexp(t, `replay \d+ done: 1 keys sent\n$`, r.stdout)
 }
+
+// Issue 54 point 17: the destination's status line says that one of its
+// tenants' credentials are refused, not "credentials ok". On a77f328 it
+// said "credentials ok" while globex was refused.
+func TestDestinationLineSaysATenantIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTenants(t) // globex refused
+	r := run(ctx, "status", "--database-url", b.dsn)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `destination crm +breaker closed, credentials of 1 tenant REFUSED \(see tenants of contacts\), the others ok, `, r.stdout)
+	require.NotContains(t, r.stdout, "credentials ok")
+}
