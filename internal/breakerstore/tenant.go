@@ -181,3 +181,19 @@ func (f *TenantFacts) decode(key string, v []byte) {
 		decode(v, &f.Rate)
 	}
 }
+
+// TenantKnown reports whether syncer keeps any fact of tenant at
+// destination name (a connection fact, a hold, a refusal...), read by the
+// facts' whole keys.
+func TenantKnown(ctx context.Context, q database.Querier, name, tenant string) (bool, error) {
+	prefix := keyPrefix(TenantNamespace(name, tenant))
+	keys := make([]string, len(tenantKeys))
+	for i, k := range tenantKeys {
+		keys[i] = prefix + k
+	}
+	var found bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_state WHERE key = ANY($1))`, keys).Scan(&found); err != nil {
+		return false, fmt.Errorf("breakerstore: tenant %s of %s: %w", tenant, name, err)
+	}
+	return found, nil
+}

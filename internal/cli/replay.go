@@ -165,6 +165,11 @@ func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) er
 			return usagef("--since and --until with --source select rows by the time of their last change: name that column as changed_at of source %s in --config (SYNCER_CONFIG)", c.Source)
 		}
 	}
+	if c.Tenant != "" {
+		if err := checkSourceTenant(ctx, pool, &c.ConfigFile, c.Source, c.Tenant); err != nil {
+			return c.planError(ctx, pool, err)
+		}
+	}
 	plan, err := operator.PlanReplay(ctx, pool, req)
 	if err != nil {
 		return c.planError(ctx, pool, err)
@@ -195,6 +200,10 @@ func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) er
 // planError says why the replay's plan was refused: an unknown source or
 // a range the source cannot take is the flags' fault (exit 2).
 func (c *ReplayCmd) planError(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	var unknown *operator.UnknownTenantError
+	if errors.As(err, &unknown) {
+		return usagef("--tenant: %v", err)
+	}
 	var none *operator.NoSourceError
 	if !errors.As(err, &none) && !errors.Is(err, sources.ErrBadKey) && !errors.Is(err, replays.ErrBadRange) {
 		return err
@@ -402,6 +411,10 @@ func (w *stallWatch) stalled(state replays.State, progress int64) bool {
 // made it.
 func describeSourceRange(src string, r replays.SourceRange) string {
 	parts := []string{"source " + src}
+	if r.Tenant != "" {
+		parts = append(parts, "tenant "+r.Tenant)
+	}
+	bounds := len(parts)
 	switch {
 	case r.FromKey != "" && r.ToKey != "":
 		parts = append(parts, fmt.Sprintf("keys %s to %s", r.FromKey, r.ToKey))
@@ -416,7 +429,11 @@ func describeSourceRange(src string, r replays.SourceRange) string {
 	if !r.Until.IsZero() {
 		parts = append(parts, "changed until "+r.Until.UTC().Format(time.RFC3339))
 	}
-	if len(parts) == 1 {
+	switch {
+	case len(parts) > bounds:
+	case r.Tenant != "":
+		parts = append(parts, "all its rows")
+	default:
 		parts = append(parts, "all rows")
 	}
 	return strings.Join(parts, ", ")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -17,6 +18,9 @@ import (
 // RetryFailedCmd is `syncer retry-failed`.
 type RetryFailedCmd struct {
 	DB
+	// ConfigFile, with --tenant, gives the destination's tenants query
+	// (checkSourceTenant).
+	ConfigFile
 	ID     []int64 `name:"id" help:"Only these rows (repeatable); all failed rows when absent."`
 	Source string  `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
 	// sep:"none": a composite key is a JSON array, whose commas kong
@@ -51,6 +55,14 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	if c.Tenant != "" {
+		if err := checkSourceTenant(ctx, pool, &c.ConfigFile, c.Source, c.Tenant); err != nil {
+			var unknown *operator.UnknownTenantError
+			var none *operator.NoSourceError
+			if errors.As(err, &unknown) || errors.As(err, &none) {
+				return usagef("--tenant: %v", err)
+			}
+			return fmt.Errorf("retry failed keys: %w", err)
+		}
 		n, err := operator.RetryTenant(ctx, pool, c.Source, c.Tenant)
 		if err != nil {
 			return fmt.Errorf("retry failed keys: %w", err)

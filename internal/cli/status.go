@@ -60,10 +60,13 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 			for _, t := range src.Tenants.Top {
 				fmt.Fprintf(w, "  tenant %s\t%s\n", t.Tenant, tenantLine(t))
 			}
+			if p := src.Tenants.Paused; len(p) > 0 {
+				fmt.Fprintf(w, "  paused tenants\t%s (syncer resume --destination %s --tenant T)\n", strings.Join(p, ", "), src.Destination)
+			}
 		}
 	}
 	for _, d := range r.Destinations {
-		fmt.Fprintf(w, "destination %s\t%s\n", d.Name, destinationLine(d))
+		fmt.Fprintf(w, "destination %s\t%s\n", d.Name, destinationLine(d, tenantsRefused(r, d.Name)))
 	}
 	for _, src := range r.Sources {
 		if src.Verify != nil {
@@ -114,6 +117,9 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		what := "rows"
 		if rp.Source != "" {
 			what = "keys of source " + rp.Source
+		}
+		if rp.Tenant != "" {
+			what += " tenant " + rp.Tenant
 		}
 		fmt.Fprintf(w, "replay %d\t%s, %d of %d %s (%.1f%%), created %s\n",
 			rp.ID, rp.State, rp.RowsDone, rp.TotalRows, what, rp.Percent, rp.CreatedAt.Format(time.RFC3339))
@@ -200,8 +206,30 @@ func sourceLine(src status.Source) string {
 	return line
 }
 
-// destinationLine is a destination's shared facts in one line.
-func destinationLine(d status.Destination) string {
+// refusedTenants is how many tenants of a destination have their
+// credentials refused, and the source whose tenants line names them.
+type refusedTenants struct {
+	n      int
+	source string
+}
+
+// tenantsRefused counts the refused tenants of destination dest, from
+// its tenant sources' counts (each counts every tenant with facts at the
+// destination, so the largest count is the destination's).
+func tenantsRefused(r *status.Report, dest string) refusedTenants {
+	var out refusedTenants
+	for _, src := range r.Sources {
+		if src.Destination == dest && src.Tenants != nil && src.Tenants.Counts[breakerstore.TenantRefused] > out.n {
+			out = refusedTenants{n: src.Tenants.Counts[breakerstore.TenantRefused], source: src.Name}
+		}
+	}
+	return out
+}
+
+// destinationLine is a destination's shared facts in one line; refused
+// are its tenants whose credentials are refused, which its own
+// "credentials ok" must not hide.
+func destinationLine(d status.Destination, refused refusedTenants) string {
 	parts := []string{"breaker " + d.Breaker.State}
 	if !d.Breaker.Until.IsZero() {
 		parts[0] += " until " + d.Breaker.Until.Format(time.RFC3339)
@@ -211,6 +239,9 @@ func destinationLine(d status.Destination) string {
 		parts = append(parts, fmt.Sprintf("credentials REFUSED by the token endpoint %s since %s: %s", d.Credentials.TokenEndpoint, d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
 	case d.Credentials.Refused:
 		parts = append(parts, fmt.Sprintf("credentials REFUSED since %s: %s", d.Credentials.Since.Format(time.RFC3339), d.Credentials.Message))
+	case refused.n > 0:
+		parts = append(parts, fmt.Sprintf("credentials of %s REFUSED (see tenants of %s), the others ok",
+			count(int64(refused.n), "tenant", "tenants"), refused.source))
 	default:
 		parts = append(parts, "credentials ok")
 	}

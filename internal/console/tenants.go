@@ -128,11 +128,11 @@ func (c *Console) tenantAction(w http.ResponseWriter, r *http.Request, cl caller
 	var msg string
 	switch action {
 	case "pause":
-		err, msg = operator.PauseTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole), "tenant %s of destination %s paused: its rows wait, every other tenant's go"
+		err, msg = operator.PauseTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole, operator.TenantCheck{}), "tenant %s of destination %s paused: its rows wait, every other tenant's go"
 	case "resume":
-		err, msg = operator.ResumeTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole), "tenant %s of destination %s resumed"
+		err, msg = operator.ResumeTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole, operator.TenantCheck{}), "tenant %s of destination %s resumed"
 	case "probe":
-		_, _, err = operator.ProbeTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole)
+		_, _, err = operator.ProbeTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole, operator.TenantCheck{})
 		msg = "tenant %s of destination %s: a probe was asked for; the daemons send it within seconds if it is held"
 	default:
 		http.NotFound(w, r)

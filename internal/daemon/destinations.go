@@ -208,6 +208,11 @@ func (d *Daemon) newDestination(dest *config.Destination, names destinationNames
 	}
 	built.conf, built.certs = dest, certs
 	if dest.Name != metrics.DefaultDestination {
+		// The tenants' deliverers count in the destination's series
+		// (the registry gives each the shared view): dcfg, built
+		// before the destination's own deliverer, has none yet, and a
+		// tenant's requests, 429s and latencies went uncounted.
+		dcfg.Metrics = built.state.metrics
 		if built.tenants, err = d.tenantRegistry(dest, &tcfg, &dcfg, installation, false); err != nil {
 			built.client.Close()
 			return nil, err

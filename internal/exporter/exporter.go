@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -202,14 +201,26 @@ type Exporter struct {
 	laneLeft  map[string]time.Time
 	peersSeen map[string]peersSeen
 
-	// lastKey is the key of the last batch pushed, for the run's summary
-	// line: a third party's support ticket names a key.
-	lastKey atomic.Pointer[string]
+	// lastKeys is the key of the last batch pushed under each export
+	// lock held here, one per run (a lane's or a source's job), for the
+	// run's summary line: a third party's support ticket names a key,
+	// and a lane's line must name its own tenant's, not the last key any
+	// lane pushed. A run takes its entry out when it ends (runKey).
+	lastKeys sync.Map // *locks.Lock -> string
 }
 
-func (e *Exporter) lastPushedKey() string {
-	if k := e.lastKey.Load(); k != nil {
-		return *k
+// pushed records key as the last batch pushed under lk.
+func (e *Exporter) pushed(lk *locks.Lock, key string) {
+	if lk != nil {
+		e.lastKeys.Store(lk, key)
+	}
+}
+
+// runKey returns the key of the last batch pushed under lk, "" when none,
+// and forgets it: the run that held lk ends.
+func (e *Exporter) runKey(lk *locks.Lock) string {
+	if k, ok := e.lastKeys.LoadAndDelete(lk); ok {
+		return k.(string)
 	}
 	return ""
 }

@@ -156,6 +156,16 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 		return err
 	}
 	defer e.release(ctx, lk, b.Name())
+	started, total := e.now(), 0
+	defer func() {
+		// The key of this run's own last batch: other lanes of the
+		// source (other tenants) push meanwhile under their own locks.
+		key := e.runKey(lk)
+		if total > 0 {
+			e.logger.InfoContext(ctx, "exporter: source run", slog.String("source", b.Name()), slog.Int("rows", total),
+				slog.Duration("took", e.since(started)), slog.String("last_idempotency_key", key))
+		}
+	}()
 	lctx, cancel := lk.Context(ctx)
 	defer cancel()
 	// The destination's limits are kept by this process's deliverer: while
@@ -175,13 +185,6 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 	if err := e.resume(dctx, lk, s.live(), s.owns); err != nil {
 		return lockCause(lk, t.cause(err))
 	}
-	total := 0
-	defer func() {
-		if total > 0 {
-			e.logger.InfoContext(ctx, "exporter: source run", slog.String("source", b.Name()), slog.Int("rows", total),
-				slog.Duration("took", e.since(r.started)), slog.String("last_idempotency_key", e.lastPushedKey()))
-		}
-	}()
 	drain, poll := s.drain(e, r)
 	seen := 0
 	total, err = e.linger(lctx, &lingerFeed{

@@ -187,23 +187,28 @@ func (t replayTable) CountReplay(ctx context.Context, q database.Querier, r *rep
 }
 
 // ReplaysUnsent counts, for each source replay of logged, the keys its
-// source still has pending from changes up to the replay's last one:
+// source (its tenant's, for a replay of one tenant) still has pending
+// from changes up to the replay's last one:
 // queued by it (or by a write meanwhile) and not yet accepted or
 // rejected. It is the replays.Unsent of the replay model: syncer_changes
 // is this package's table, the replay's last_seq replays'.
 func ReplaysUnsent(ctx context.Context, q database.Querier, logged []replays.SourceProgress) (map[int64]int64, error) {
 	out := make(map[int64]int64, len(logged))
 	var ids, lastSeqs []int64
-	var srcs []string
+	var srcs, tenants []string
 	for _, p := range logged {
 		ids, srcs, lastSeqs = append(ids, p.ID), append(srcs, p.Source), append(lastSeqs, p.LastSeq)
+		tenants = append(tenants, p.Range.Tenant)
 	}
 	if len(ids) == 0 {
 		return out, nil
 	}
+	// A replay of one tenant's rows counts that tenant's keys only: the
+	// other tenants' pending keys (a paused or unconnected tenant's wait
+	// for long) are none of its progress.
 	rows, err := q.Query(ctx, `SELECT r.id, (SELECT count(*) FROM (SELECT DISTINCT c.num, c.key FROM syncer_changes c
-				WHERE c.source = r.source AND c.seq <= r.last_seq) k)
-		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS r (id, source, last_seq)`, ids, srcs, lastSeqs)
+				WHERE c.source = r.source AND c.seq <= r.last_seq AND (r.tenant = '' OR c.tenant = r.tenant)) k)
+		FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[]) AS r (id, source, last_seq, tenant)`, ids, srcs, lastSeqs, tenants)
 	if err != nil {
 		return nil, fmt.Errorf("sources: replays unsent: %w", err)
 	}

@@ -179,3 +179,24 @@ func RetryFailedTenant(ctx context.Context, e database.Querier, src, tenant stri
 	}
 	return tag.RowsAffected(), nil
 }
+
+// HasTenant reports whether tenant has anything in src, a source with a
+// tenant column: a change pending or a failure for it (indexed reads
+// first), else a row of the table whose tenant column is tenant. A command
+// that names a tenant (pause, replay, retry-failed...) asks it, so that a
+// typo is refused rather than acted on (docs/protocol.md section 10.1,
+// "Commands name real tenants"). The table's read is one EXISTS, stopped
+// at its first row.
+func HasTenant(ctx context.Context, q database.Querier, src *Source, tenant string) (bool, error) {
+	if err := src.checkTenant(tenant); err != nil {
+		return false, err
+	}
+	var found bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_changes WHERE source = $1 AND tenant = $2)
+		OR EXISTS (SELECT 1 FROM syncer_source_failures WHERE source = $1 AND tenant = $2)
+		OR EXISTS (SELECT 1 FROM `+src.table()+` t WHERE `+src.tenantText("t")+` = $2)`, src.Name, tenant).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("sources: source %s: tenant %s: %w", src.Name, tenant, err)
+	}
+	return found, nil
+}

@@ -230,7 +230,10 @@ type Replay struct {
 	ID int64 `json:"id"`
 	// Source names the configured source of a source's replay, whose
 	// progress counts keys; empty for a replay of resources.
-	Source    string        `json:"source,omitempty"`
+	Source string `json:"source,omitempty"`
+	// Tenant names the tenant of a replay of one tenant's rows
+	// (replay --source S --tenant T), whose progress counts its keys.
+	Tenant    string        `json:"tenant,omitempty"`
 	State     replays.State `json:"state"`
 	TotalRows int64         `json:"total_rows"`
 	RowsDone  int64         `json:"rows_done"`

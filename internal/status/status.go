@@ -165,7 +165,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		return nil, err
 	}
 	for _, p := range progress {
-		r.Replays = append(r.Replays, Replay{ID: p.ID, Source: p.Source, State: p.State, TotalRows: p.TotalRows,
+		r.Replays = append(r.Replays, Replay{ID: p.ID, Source: p.Source, Tenant: p.Range.Tenant, State: p.State, TotalRows: p.TotalRows,
 			RowsDone: p.Sent, Percent: p.Percent(), CreatedAt: p.CreatedAt})
 	}
 

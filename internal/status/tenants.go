@@ -31,6 +31,10 @@ type Tenants struct {
 	UnconnectedPending int `json:"unconnected_pending"`
 	// Top are the tenants with the most pending rows, most first.
 	Top []Tenant `json:"top"`
+	// Paused names every tenant a person paused (syncer pause --tenant,
+	// the console), with rows pending or none, sorted: Top lists tenants
+	// with rows only, and a paused tenant must be found to be resumed.
+	Paused []string `json:"paused"`
 }
 
 // Tenant is one tenant of a source.
@@ -78,7 +82,7 @@ func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, to
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	t := &Tenants{Counts: map[string]int{}, Top: []Tenant{}}
+	t := &Tenants{Counts: map[string]int{}, Top: []Tenant{}, Paused: PausedTenants(facts)}
 	for _, s := range breakerstore.TenantStates {
 		t.Counts[s] = 0
 	}
@@ -161,4 +165,17 @@ func (r *Report) readTenants(ctx context.Context, q database.Querier) error {
 		}
 	}
 	return nil
+}
+
+// PausedTenants names the tenants of facts (breakerstore.ReadTenants) a
+// person paused, sorted.
+func PausedTenants(facts map[string]*breakerstore.TenantFacts) []string {
+	out := []string{}
+	for name, f := range facts {
+		if f.Hold.Paused {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

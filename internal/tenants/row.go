@@ -166,3 +166,19 @@ func (c *connection) readHeaders(v any) error {
 	}
 	return nil
 }
+
+// HasRow reports whether the tenants query of s gives tenant a row, usable
+// or not; nothing of the row is kept or returned. A command that names a
+// tenant asks it (docs/protocol.md section 10.1, "Commands name real
+// tenants").
+func HasRow(ctx context.Context, q database.Querier, s *Settings, tenant string) (bool, error) {
+	c, err := readConnection(ctx, q, s.Query, tenant)
+	var re *rowError
+	switch {
+	case errors.As(err, &re):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return c != nil, nil
+}
