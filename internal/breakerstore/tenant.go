@@ -35,8 +35,13 @@ const KeyConnection = "connection"
 // the last daemon to ask found it. A tenant with none is unconnected: its
 // rows wait. Error is the registry's text for it (never a secret: it names
 // the destination, the tenant and what is wrong, not the row's values).
+// Kind tells an unconnected tenant's state apart: "" (no usable row),
+// TenantError (the query failed for it) or TenantInvalid (its value is
+// never sent); a syncer that predates Kind reads them all as unconnected,
+// which they also are: their rows wait.
 type Connection struct {
 	Unconnected bool      `json:"unconnected"`
+	Kind        string    `json:"kind,omitempty"`
 	Error       string    `json:"error,omitempty"`
 	Since       time.Time `json:"since,omitzero"`
 }
@@ -67,11 +72,18 @@ const (
 	TenantRefused     = "refused"
 	TenantPaused      = "paused"
 	TenantLimited     = "limited"
+	// TenantError is a tenant whose tenants query failed (its error's
+	// SQLSTATE and condition name, never PostgreSQL's message): its rows
+	// wait.
+	TenantError = "error"
+	// TenantInvalid is a tenant whose value can never be sent (empty, "."
+	// or "..", or holding a control character): its rows wait.
+	TenantInvalid = "invalid"
 )
 
 // TenantStates are the states a tenant can be in, in the order status
 // lists them.
-var TenantStates = []string{TenantOK, TenantUnconnected, TenantRefused, TenantPaused, TenantLimited}
+var TenantStates = []string{TenantOK, TenantUnconnected, TenantRefused, TenantPaused, TenantLimited, TenantError, TenantInvalid}
 
 // TenantFacts is one tenant's facts: State and its Connection.
 type TenantFacts struct {
@@ -91,6 +103,8 @@ func (f TenantFacts) StateAt(now time.Time) (state, text string) {
 		return TenantRefused, f.Credentials.Message
 	case f.Configuration.Refused:
 		return TenantRefused, f.Configuration.Message
+	case f.Connection.Unconnected && (f.Connection.Kind == TenantError || f.Connection.Kind == TenantInvalid):
+		return f.Connection.Kind, f.Connection.Error
 	case f.Connection.Unconnected:
 		return TenantUnconnected, f.Connection.Error
 	case f.Pause.Active(now):

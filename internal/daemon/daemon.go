@@ -44,6 +44,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/presence"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 	"github.com/syncer-dev/syncer/migrations"
@@ -102,6 +103,11 @@ type Daemon struct {
 	// logged once, not at every refresh.
 	warned map[string]string
 
+	// queries bounds the tenants queries of every destination's
+	// registry together: at most tenants.QueryConnsDefault connections of
+	// the pool, whatever the lanes (docs/protocol.md section 10.1).
+	queries *tenants.QueryGate
+
 	// verify is background verification's sources (verify.go); verifier
 	// its loop.
 	verify   verifyJobs
@@ -115,7 +121,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, gaugesMu: make(chan struct{}, 1), creds: credentials.NewSet(c.Logger), id: presence.NewID()}
+	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, gaugesMu: make(chan struct{}, 1), creds: credentials.NewSet(c.Logger), id: presence.NewID(),
+		queries: tenants.NewQueryGate(tenants.QueryConnsDefault)}
 
 	all, err := migrations.All()
 	if err != nil {

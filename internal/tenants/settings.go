@@ -1,11 +1,13 @@
 package tenants
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,6 +26,10 @@ type Settings struct {
 	// transaction, when the token endpoint rotates a tenant's refresh
 	// token. Defaults to "": a rotated token is kept in memory only.
 	OnRefresh string
+	// Timeout bounds one run of Query, a wait for a lock included
+	// (statement_timeout and lock_timeout, set for its transaction only).
+	// Defaults to QueryTimeoutDefault (5 s).
+	Timeout time.Duration
 }
 
 // The columns of a connection row that say how to reach and authenticate
@@ -87,6 +93,12 @@ func Check(ctx context.Context, db database.DB, s *Settings, spec CheckSpec) err
 	var cols []string
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET TRANSACTION READ ONLY"); err != nil {
+			return err
+		}
+		// As the daemon runs it: a connections table locked by a
+		// migration fails the check in tenants.timeout, not never.
+		ms := fmt.Sprintf("%dms", max(cmp.Or(s.Timeout, QueryTimeoutDefault).Milliseconds(), 1))
+		if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`, ms); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, wrapPrefix+trimStatement(s.Query)+"\n) AS tenant_connection WHERE false", nil)
