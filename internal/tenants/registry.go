@@ -124,6 +124,16 @@ type Registry struct {
 	// warnedAt is when a failing query was last logged at WARN (Unix
 	// nanoseconds): once a minute, not once per tenant.
 	warnedAt atomic.Int64
+
+	// downMu guards downUntil and downErr: until then, the query could
+	// not run a moment ago (downErr says why), and tenants without a
+	// deliverer read their rows behind rather than wait for it.
+	downMu    sync.Mutex
+	downUntil time.Time
+	downErr   error
+	// probing is set while the one read that runs while the query is
+	// down runs (refreshBehind).
+	probing atomic.Bool
 }
 
 // entry is one tenant. Its mu orders the reads of its row; the
@@ -247,6 +257,16 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 		r.refreshBehind(e, now)
 		return e.d, nil
 	}
+	if down := r.down(now); down != nil {
+		// The query could not run a moment ago: the tenant's lane does
+		// not wait for it again (tenants.timeout a tenant), its row is
+		// read behind, and its rows wait until then.
+		r.refreshBehind(e, now)
+		if e.d != nil {
+			return e.d, nil
+		}
+		return nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, down)
+	}
 	if err := r.refresh(ctx, e, now); err != nil {
 		if e.d != nil {
 			// The database failed, not the tenant: it goes on with the
@@ -311,7 +331,20 @@ func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
 // gate's slots in all; none within QueryRetry of a read that could not
 // run. The caller holds e.mu.
 func (r *Registry) refreshBehind(e *entry, now time.Time) {
-	if e.reading || (!e.failedAt.IsZero() && now.Sub(e.failedAt) < QueryRetry) || !r.cfg.Queries.try() {
+	if e.reading || (!e.failedAt.IsZero() && now.Sub(e.failedAt) < QueryRetry) {
+		return
+	}
+	// While the query cannot run, one read at a time tells when it can
+	// again: the others would each hold a connection in the lock's
+	// queue for tenants.timeout and tell nothing more.
+	probe := r.down(now) != nil
+	if probe && !r.probing.CompareAndSwap(false, true) {
+		return
+	}
+	if !r.cfg.Queries.try() {
+		if probe {
+			r.probing.Store(false)
+		}
 		return
 	}
 	e.reading = true
@@ -322,6 +355,9 @@ func (r *Registry) refreshBehind(e *entry, now time.Time) {
 		ctx := r.behindCtx
 		conn, err := r.read(ctx, e.tenant)
 		r.cfg.Queries.release()
+		if probe {
+			r.probing.Store(false)
+		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.reading = false
@@ -352,6 +388,9 @@ func (r *Registry) apply(ctx context.Context, e *entry, now time.Time, conn *con
 		// away): a tenant with a deliverer goes on with it, read again
 		// after QueryRetry; one without waits and says why.
 		e.failedAt = now
+		if qe != nil {
+			r.setDown(now, qe)
+		}
 		err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
 		r.queryWarn(ctx, e, err)
 		if e.d == nil && qe != nil {
@@ -363,6 +402,9 @@ func (r *Registry) apply(ctx context.Context, e *entry, now time.Time, conn *con
 	e.reads++
 	e.failedAt = time.Time{}
 	e.readAt = now
+	if r.cfg.Settings != nil {
+		r.setDown(time.Time{}, nil) // it ran
+	}
 	e.stale.Store(false)
 	if conn == nil && r.cfg.Settings != nil {
 		level := slog.LevelDebug
@@ -394,6 +436,25 @@ func (r *Registry) apply(ctx context.Context, e *entry, now time.Time, conn *con
 	e.d, e.grant, e.conn, e.err = d, grant, conn, nil
 	r.record(ctx, e)
 	return nil
+}
+
+// down is why the query could not run, within QueryRetry of it; nil
+// otherwise.
+func (r *Registry) down(now time.Time) error {
+	r.downMu.Lock()
+	defer r.downMu.Unlock()
+	if r.downErr != nil && now.Before(r.downUntil) {
+		return r.downErr
+	}
+	return nil
+}
+
+// setDown records that the query could not run at now (err), or, with a
+// nil err, that it ran.
+func (r *Registry) setDown(now time.Time, err error) {
+	r.downMu.Lock()
+	defer r.downMu.Unlock()
+	r.downErr, r.downUntil = err, now.Add(QueryRetry)
 }
 
 // queryWarn logs a query that could not run: at WARN once a minute for
