@@ -103,6 +103,11 @@ func Check(ctx context.Context, db database.DB, s *Settings, spec CheckSpec) err
 		}
 		rows, err := tx.Query(ctx, wrapPrefix+trimStatement(s.Query)+"\n) AS tenant_connection WHERE false", nil)
 		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && (pe.Code == "57014" || pe.Code == "55P03") {
+				return &FieldError{Field: "tenants.query", Err: fmt.Errorf("%w: it ran past tenants.timeout (%s): a table it reads is locked, or the query is slow",
+					pgText(err, len(wrapPrefix)), cmp.Or(s.Timeout, QueryTimeoutDefault))}
+			}
 			return &FieldError{Field: "tenants.query", Err: pgText(err, len(wrapPrefix))}
 		}
 		for _, f := range rows.FieldDescriptions() {
