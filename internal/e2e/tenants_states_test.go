@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,8 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/console"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/status"
 )
 
@@ -75,7 +78,18 @@ sources:
 		c.Sources = cfg
 		c.TenantTidyEvery = 200 * time.Millisecond
 		c.TenantForgetAfter = 2 * time.Second
+		c.Console = func(ctx context.Context, m *metrics.Metrics) (http.Handler, error) {
+			return console.New(ctx, b.pool, m, &console.Config{Token: consoleToken, Formats: map[string]string{"crm": "syncer"}})
+		}
 	})
+	// The console's tenants page: a state's count by its id.
+	consoleCount := func(state string) string {
+		code, body := get(t, http.DefaultClient, "http://"+d.addr+"/console/sources/contacts/tenants", http.Header{"Authorization": {"Bearer " + consoleToken}})
+		require.Equal(t, http.StatusOK, code)
+		m := regexp.MustCompile(`<td id="count-` + state + `"[^>]*>(\d+)</td>`).FindStringSubmatch(body)
+		require.NotNil(t, m, "count of %s on the console's tenants page", state)
+		return m[1]
+	}
 	b.exec(t, `INSERT INTO contacts SELECT g, 'g' || g FROM generate_series(1, 30) g;
 		INSERT INTO contacts VALUES (101, 'zero'), (102, 'zero'), (103, '..')`)
 	waitFor(t, time.Minute, "the connected tenants' rows, one error and one invalid tenant", func() bool {
@@ -102,6 +116,8 @@ sources:
 	require.Zero(t, dest.fake.TenantStats().Tenants[".."].Requests)
 	require.Equal(t, 1, tenantGauge(t, d.addr, "error"))
 	require.Equal(t, 1, tenantGauge(t, d.addr, "invalid"))
+	require.Equal(t, "1", consoleCount("error"))
+	require.Equal(t, "1", consoleCount("invalid"))
 
 	// Gone: rows deleted (their tombstones go), then connection rows.
 	// g1 is paused by a person first: it stays.
@@ -131,6 +147,8 @@ sources:
 	require.Equal(t, 1, c["invalid"], "%v", c)
 	require.Zero(t, tenantGauge(t, d.addr, "ok"))
 	require.Equal(t, 1, tenantGauge(t, d.addr, "paused"))
+	require.Equal(t, "0", consoleCount("ok"))
+	require.Equal(t, "1", consoleCount("paused"))
 	f, err := breakerstore.ReadTenant(t.Context(), b.pool, "crm", "g1")
 	require.NoError(t, err)
 	require.True(t, f.Hold.Paused, "a person's pause is kept")
