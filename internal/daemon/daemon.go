@@ -153,6 +153,10 @@ func (d *Daemon) closeClients() {
 	defer d.mu.Unlock()
 	for _, dest := range d.dests {
 		dest.client.Close()
+		if dest.tenants != nil {
+			// Its rows' reads behind the batches end with it.
+			dest.tenants.Close()
+		}
 	}
 }
 
