@@ -14,22 +14,27 @@ import (
 // refreshBehind reads e's row again without holding its batches: in a
 // goroutine of its own when a slot of the gate is free now, the result
 // applied when it comes. At most one read per tenant, and no more than the
-// gate's slots in all; none within QueryRetry of a read that could not
-// run. The caller holds e.mu.
+// gate's slots in all; none within QueryRetry of a read of it that could
+// not run. While the query is down, only the registry's probe runs: one
+// read at a time, at most one every QueryRetry, whichever tenant asks.
+// The caller holds e.mu.
 func (r *Registry) refreshBehind(e *entry, now time.Time) {
-	if e.reading || (!e.failedAt.IsZero() && now.Sub(e.failedAt) < QueryRetry) {
+	if e.reading {
 		return
 	}
 	// While the query cannot run, one read at a time tells when it can
 	// again: the others would each hold a connection in the lock's
 	// queue for tenants.timeout and tell nothing more.
 	probe := r.down(now) != nil
-	if probe && !r.probing.CompareAndSwap(false, true) {
+	switch {
+	case probe && !r.startProbe(now):
+		return
+	case !probe && !e.failedAt.IsZero() && now.Sub(e.failedAt) < QueryRetry:
 		return
 	}
 	if !r.cfg.Queries.try() {
 		if probe {
-			r.probing.Store(false)
+			r.endProbe()
 		}
 		return
 	}
@@ -42,7 +47,7 @@ func (r *Registry) refreshBehind(e *entry, now time.Time) {
 		conn, err := r.read(ctx, e.tenant)
 		r.cfg.Queries.release()
 		if probe {
-			r.probing.Store(false)
+			r.endProbe()
 		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -54,23 +59,38 @@ func (r *Registry) refreshBehind(e *entry, now time.Time) {
 	}()
 }
 
-// down is why the query could not run, within QueryRetry of it; nil
-// otherwise.
-func (r *Registry) down(now time.Time) error {
+// down is why the query could not run, from its last failure to run
+// until a read succeeds; nil otherwise.
+func (r *Registry) down(time.Time) error {
 	r.downMu.Lock()
 	defer r.downMu.Unlock()
-	if r.downErr != nil && now.Before(r.downUntil) {
-		return r.downErr
-	}
-	return nil
+	return r.downErr
 }
 
-// setDown records that the query could not run at now (err), or, with a
-// nil err, that it ran.
-func (r *Registry) setDown(now time.Time, err error) {
+// setDown records that the query could not run (err), or, with a nil
+// err, that it ran.
+func (r *Registry) setDown(err error) {
 	r.downMu.Lock()
 	defer r.downMu.Unlock()
-	r.downErr, r.downUntil = err, now.Add(QueryRetry)
+	r.downErr = err
+}
+
+// startProbe takes the registry's one probe while the query is down: none
+// running, and the last started QueryRetry ago or more.
+func (r *Registry) startProbe(now time.Time) bool {
+	r.downMu.Lock()
+	defer r.downMu.Unlock()
+	if r.probing || (!r.probeAt.IsZero() && now.Sub(r.probeAt) < QueryRetry) {
+		return false
+	}
+	r.probing, r.probeAt = true, now
+	return true
+}
+
+func (r *Registry) endProbe() {
+	r.downMu.Lock()
+	defer r.downMu.Unlock()
+	r.probing = false
 }
 
 // queryWarn logs a query that could not run: at WARN once a minute for

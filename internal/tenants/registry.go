@@ -125,15 +125,15 @@ type Registry struct {
 	// nanoseconds): once a minute, not once per tenant.
 	warnedAt atomic.Int64
 
-	// downMu guards downUntil and downErr: until then, the query could
-	// not run a moment ago (downErr says why), and tenants without a
-	// deliverer read their rows behind rather than wait for it.
-	downMu    sync.Mutex
-	downUntil time.Time
-	downErr   error
-	// probing is set while the one read that runs while the query is
-	// down runs (refreshBehind).
-	probing atomic.Bool
+	// downMu guards downErr, probing and probeAt. downErr is why the
+	// query could not run, until a read succeeds: meanwhile tenants
+	// without a deliverer do not wait for it, and one read at a time (the
+	// probe, started at probeAt, running while probing) tells when it
+	// runs again.
+	downMu  sync.Mutex
+	downErr error
+	probing bool
+	probeAt time.Time
 }
 
 // entry is one tenant. Its mu orders the reads of its row; the
@@ -258,14 +258,19 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 		return e.d, nil
 	}
 	if down := r.down(now); down != nil {
-		// The query could not run a moment ago: the tenant's lane does
-		// not wait for it again (tenants.timeout a tenant), its row is
-		// read behind, and its rows wait until then.
+		// The query could not run: the tenant's lane does not wait for
+		// it again (tenants.timeout a tenant), the registry's probe reads
+		// behind, and its rows wait until a read succeeds.
 		r.refreshBehind(e, now)
 		if e.d != nil {
 			return e.d, nil
 		}
-		return nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, down)
+		if e.err == nil || !errors.Is(e.err, down) {
+			// Its state says why its rows wait (written once, not per ask).
+			e.err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, down)
+			r.record(ctx, e)
+		}
+		return nil, e.err
 	}
 	if err := r.refresh(ctx, e, now); err != nil {
 		if e.d != nil {
@@ -346,7 +351,7 @@ func (r *Registry) apply(ctx context.Context, e *entry, now time.Time, conn *con
 		// after QueryRetry; one without waits and says why.
 		e.failedAt = now
 		if qe != nil {
-			r.setDown(now, qe)
+			r.setDown(qe)
 		}
 		err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
 		r.queryWarn(ctx, e, err)
@@ -360,7 +365,7 @@ func (r *Registry) apply(ctx context.Context, e *entry, now time.Time, conn *con
 	e.failedAt = time.Time{}
 	e.readAt = now
 	if r.cfg.Settings != nil {
-		r.setDown(time.Time{}, nil) // it ran
+		r.setDown(nil) // it ran
 	}
 	e.stale.Store(false)
 	if conn == nil && r.cfg.Settings != nil {
