@@ -35,8 +35,13 @@ const KeyConnection = "connection"
 // the last daemon to ask found it. A tenant with none is unconnected: its
 // rows wait. Error is the registry's text for it (never a secret: it names
 // the destination, the tenant and what is wrong, not the row's values).
+// Kind tells an unconnected tenant's state apart: "" (no usable row),
+// TenantError (the query failed for it) or TenantInvalid (its value is
+// never sent); a syncer that predates Kind reads them all as unconnected,
+// which they also are: their rows wait.
 type Connection struct {
 	Unconnected bool      `json:"unconnected"`
+	Kind        string    `json:"kind,omitempty"`
 	Error       string    `json:"error,omitempty"`
 	Since       time.Time `json:"since,omitzero"`
 }
@@ -67,11 +72,18 @@ const (
 	TenantRefused     = "refused"
 	TenantPaused      = "paused"
 	TenantLimited     = "limited"
+	// TenantError is a tenant whose tenants query failed (its error's
+	// SQLSTATE and condition name, never PostgreSQL's message): its rows
+	// wait.
+	TenantError = "error"
+	// TenantInvalid is a tenant whose value can never be sent (empty, "."
+	// or "..", or holding a control character): its rows wait.
+	TenantInvalid = "invalid"
 )
 
 // TenantStates are the states a tenant can be in, in the order status
 // lists them.
-var TenantStates = []string{TenantOK, TenantUnconnected, TenantRefused, TenantPaused, TenantLimited}
+var TenantStates = []string{TenantOK, TenantUnconnected, TenantRefused, TenantPaused, TenantLimited, TenantError, TenantInvalid}
 
 // TenantFacts is one tenant's facts: State and its Connection.
 type TenantFacts struct {
@@ -91,6 +103,8 @@ func (f TenantFacts) StateAt(now time.Time) (state, text string) {
 		return TenantRefused, f.Credentials.Message
 	case f.Configuration.Refused:
 		return TenantRefused, f.Configuration.Message
+	case f.Connection.Unconnected && (f.Connection.Kind == TenantError || f.Connection.Kind == TenantInvalid):
+		return f.Connection.Kind, f.Connection.Error
 	case f.Connection.Unconnected:
 		return TenantUnconnected, f.Connection.Error
 	case f.Pause.Active(now):
@@ -197,3 +211,75 @@ func TenantKnown(ctx context.Context, q database.Querier, name, tenant string) (
 	}
 	return found, nil
 }
+
+// TidyTenants deletes what is kept of the tenants of destination name
+// that are gone (docs/design.md, "Tenants that come and go"): every key
+// of a tenant none of whose facts was written since before, that has no
+// person's pause, and that busy does not name (the caller's tenants with
+// rows pending or failed). A key written after before is never deleted,
+// so a tenant that comes back while the tidy runs keeps what it wrote.
+// It returns how many tenants it deleted.
+func TidyTenants(ctx context.Context, q database.Querier, name string, before time.Time, busy func(tenant string) bool) (int, error) {
+	prefix := TenantNamespace(name, "")
+	rows, err := q.Query(ctx, `SELECT substr(key, $2), value, updated_at FROM syncer_state WHERE starts_with(key, $1)`, prefix, len(prefix)+1)
+	if err != nil {
+		return 0, fmt.Errorf("breakerstore: tidy tenants of %s: %w", name, err)
+	}
+	type kept struct {
+		keys   []string
+		newest time.Time
+		held   bool
+	}
+	byTenant := map[string]*kept{}
+	var rest string
+	var value []byte
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&rest, &value, &at}, func() error {
+		for _, k := range tidyKeys {
+			tenant, ok := strings.CutSuffix(rest, ":"+k)
+			if !ok {
+				continue
+			}
+			t := byTenant[tenant]
+			if t == nil {
+				t = &kept{}
+				byTenant[tenant] = t
+			}
+			t.keys = append(t.keys, prefix+rest)
+			if at.After(t.newest) {
+				t.newest = at
+			}
+			if k == KeyHold {
+				var h Hold
+				decode(value, &h)
+				t.held = h.Paused
+			}
+			return nil
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("breakerstore: tidy tenants of %s: %w", name, err)
+	}
+	var keys []string
+	n := 0
+	for tenant, t := range byTenant {
+		if t.held || !t.newest.Before(before) || busy(tenant) {
+			continue
+		}
+		keys = append(keys, t.keys...)
+		n++
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	if _, err := q.Exec(ctx, `DELETE FROM syncer_state WHERE key = ANY($1) AND updated_at < $2`, keys, before); err != nil {
+		return 0, fmt.Errorf("breakerstore: tidy tenants of %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// tidyKeys are every key a tenant's namespace may hold: TidyTenants
+// deletes them all. A suffix of one is never another's whole suffix
+// after a ':' ("probe" and "probe_answer" end differently).
+var tidyKeys = append(append([]string{}, allKeys...), KeyConnection)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -49,4 +50,39 @@ func TestConfigCheckTenants(t *testing.T) {
 	var token string
 	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT token FROM crm_connections`).Scan(&token))
 	require.Equal(t, "tok-secret-1", token)
+}
+
+// Issue 54 point 3: config check runs the query with tenants.timeout, as
+// the daemon does: a connections table locked by a migration is named
+// within it rather than holding the check; a timeout that is not a
+// duration from 100ms to 1m is named.
+func TestConfigCheckTenantsTimeout(t *testing.T) {
+	t.Parallel()
+	s := newCheckSetup(t, true)
+	ctx := context.Background()
+	_, err := s.pool.Exec(ctx, `CREATE TABLE crm_connections (account_id bigint PRIMARY KEY, token text);
+		ALTER TABLE orders ADD COLUMN account_id bigint NOT NULL DEFAULT 1`)
+	require.NoError(t, err)
+	dest := func(timeout string) string {
+		return fmt.Sprintf("  crm:\n    url: %s/t/{tenant}\n    tenants:\n      query: SELECT token FROM crm_connections WHERE account_id = $1\n      timeout: %s\n", s.fakeURL, timeout)
+	}
+	r := s.check(s.file(t, "bad.yaml", dest("5"), tenantOrders))
+	require.Equal(t, 1, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "destination crm: tenants.timeout: must be a duration from 100ms to 1m")
+
+	lock, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lock.Rollback(ctx) })
+	_, err = lock.Exec(ctx, `LOCK TABLE crm_connections IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	done := make(chan result, 1)
+	go func() { done <- s.check(s.file(t, "locked.yaml", dest("300ms"), tenantOrders)) }()
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("config check waits for the locked table (the lock is held until the test ends)")
+	}
+	require.Equal(t, 1, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "destination crm: tenants.query: canceling statement due to")
+	require.Contains(t, r.stdout, "it ran past tenants.timeout (300ms): a table it reads is locked, or the query is slow")
 }

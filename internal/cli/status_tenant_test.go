@@ -55,7 +55,7 @@ func TestStatusTenants(t *testing.T) {
 	require.Len(t, rep.Sources, 1)
 	ts := rep.Sources[0].Tenants
 	require.NotNil(t, ts)
-	require.Equal(t, map[string]int{"ok": 1, "refused": 1, "unconnected": 1, "paused": 1, "limited": 0}, ts.Counts)
+	require.Equal(t, map[string]int{"ok": 1, "refused": 1, "unconnected": 1, "paused": 1, "limited": 0, "error": 0, "invalid": 0}, ts.Counts)
 	require.Equal(t, 1, ts.UnconnectedPending)
 	require.Len(t, ts.Top, 3)
 	require.Equal(t, "acme", ts.Top[0].Tenant)
@@ -72,7 +72,7 @@ func TestStatusTenants(t *testing.T) {
 	r = run(ctx, "status", "--database-url", b.dsn)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.NotContains(t, r.stdout, tenantSecret)
-	require.Contains(t, r.stdout, "1 ok, 1 unconnected, 1 refused, 1 paused, 0 limited; 1 unconnected with rows waiting")
+	require.Contains(t, r.stdout, "1 ok, 1 unconnected, 1 refused, 1 paused, 0 limited, 0 error, 0 invalid; 1 unconnected with rows waiting")
 	require.Regexp(t, `tenant acme +OK: 3 pending, 0 failed`, r.stdout)
 	require.Regexp(t, `tenant globex +REFUSED: 1 pending, 0 failed, oldest pending [^:]+: 401 Unauthorized`, r.stdout)
 

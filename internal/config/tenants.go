@@ -2,13 +2,22 @@ package config
 
 import (
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/syncer-dev/syncer/internal/tenants"
 )
 
-var tenantsFields = []string{"query", "on_refresh"}
+var tenantsFields = []string{"query", "on_refresh", "timeout"}
+
+// Bounds of tenants.timeout: a run shorter than MinTenantsTimeout fails on
+// a busy database, and one longer than MaxTenantsTimeout holds a lane's
+// tenant without a row that long.
+const (
+	MinTenantsTimeout = 100 * time.Millisecond
+	MaxTenantsTimeout = time.Minute
+)
 
 // tenants reads a destination's tenants block (docs/protocol.md section
 // 10) into the settings of internal/tenants. The statements are compiled
@@ -42,6 +51,19 @@ func (p *parser) tenants(f map[string]*yaml.Node, path string) (*tenants.Setting
 	}
 	if _, given := tf["on_refresh"]; given && !strings.Contains(s.OnRefresh, "$2") {
 		return nil, &Error{Path: join(path, "on_refresh"), Line: line(tf, "on_refresh", n), Msg: "must store $2, the new refresh token, for the tenant $1"}
+	}
+	s.Timeout = tenants.QueryTimeoutDefault
+	if v, ok := tf["timeout"]; ok && !isNull(v) {
+		var text string
+		d, err := time.Duration(0), error(nil)
+		if v.Kind == yaml.ScalarNode && v.Decode(&text) == nil {
+			d, err = time.ParseDuration(text)
+		}
+		if v.Kind != yaml.ScalarNode || err != nil || d < MinTenantsTimeout || d > MaxTenantsTimeout {
+			return nil, &Error{Path: join(path, "timeout"), Line: v.Line,
+				Msg: "must be a duration from 100ms to 1m, such as 5s (the longest one run of the query may take, a wait for a lock included; default 5s)"}
+		}
+		s.Timeout = d
 	}
 	return s, nil
 }

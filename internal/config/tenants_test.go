@@ -3,6 +3,7 @@ package config_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,7 +41,13 @@ func TestParseTenants(t *testing.T) {
 	require.Equal(t, &tenants.Settings{
 		Query:     "SELECT api_base AS url, refresh_token, portal_id\nFROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL\n",
 		OnRefresh: "UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1",
+		Timeout:   5 * time.Second, // tenants.timeout's default
 	}, crm.Tenants)
+
+	file := strings.Replace(tenantsFile, "      on_refresh:", "      timeout: 1500ms\n      on_refresh:", 1)
+	cfg, err = config.Parse([]byte(file), env(map[string]string{"CRM_APP_ID": "app", "CRM_APP_SECRET": "app-secret"}))
+	require.NoError(t, err)
+	require.Equal(t, 1500*time.Millisecond, cfg.Destination("crm").Tenants.Timeout)
 	require.Equal(t, config.AuthTenants, crm.Auth.Type)
 	require.Equal(t, "https://auth.example.com/oauth/token", crm.Auth.TokenURL)
 	require.Equal(t, "CRM_APP_ID", crm.Auth.ClientID.Env)
@@ -53,6 +60,8 @@ func TestParseTenantsRefused(t *testing.T) {
 	}{
 		{"no $1", "account_id = $1 AND", "account_id = 'x' AND", "destinations.crm.tenants.query: must use $1"},
 		{"no $2", "refresh_token = $2", "refresh_token = NULL", "destinations.crm.tenants.on_refresh: must store $2"},
+		{"timeout not a duration", "      on_refresh:", "      timeout: 5\n      on_refresh:", "destinations.crm.tenants.timeout: must be a duration from 100ms to 1m"},
+		{"timeout too long", "      on_refresh:", "      timeout: 2m\n      on_refresh:", "destinations.crm.tenants.timeout: must be a duration from 100ms to 1m"},
 		{"unknown field", "      on_refresh:", "      each: 1\n      on_refresh:", `destinations.crm.tenants: unknown field "each"`},
 		{"auth without type and tenants", "    tenants:\n      query: |\n        SELECT api_base AS url, refresh_token, portal_id\n        FROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL\n      on_refresh: \"UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1\"\n", "    url: https://x.example.com\n", "destinations.crm.auth.type: required"},
 		{"no url without tenants", "    tenants:\n      query: |\n        SELECT api_base AS url, refresh_token, portal_id\n        FROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL\n      on_refresh: \"UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1\"\n", "", "destinations.crm.url: required"},

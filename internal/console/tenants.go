@@ -87,7 +87,7 @@ func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, cl caller)
 	}
 	d := tenantsData{Source: name, Destination: dest, Search: q.Get("tenant"), UnconnectedPending: ts.UnconnectedPending}
 	for _, s := range breakerstore.TenantStates {
-		d.States = append(d.States, stateCount{Name: s, Count: ts.Counts[s], Bad: s == breakerstore.TenantRefused || s == breakerstore.TenantUnconnected})
+		d.States = append(d.States, stateCount{Name: s, Count: ts.Counts[s], Bad: s == breakerstore.TenantRefused || s == breakerstore.TenantUnconnected || s == breakerstore.TenantError || s == breakerstore.TenantInvalid})
 	}
 	list := ts.Top
 	switch {

@@ -102,6 +102,13 @@ type Config struct {
 	// VerifyTick is how often the daemon looks for verify runs due (a
 	// period's, or "Verify now"). Defaults to verify.TickDefault.
 	VerifyTick time.Duration
+	// TenantTidyEvery is how often the daemon deletes what syncer kept of
+	// tenants that are gone (tidy.go). Defaults to TenantTidyEveryDefault.
+	TenantTidyEvery time.Duration
+	// TenantForgetAfter is how long a tenant with nothing pending, failed
+	// or paused keeps its facts since the last was written. Defaults to
+	// TenantForgetAfterDefault.
+	TenantForgetAfter time.Duration
 	// Console, when set, builds the web console served at /console on
 	// HTTPAddr. Defaults to nil: /console answers 404.
 	Console ConsoleFunc
@@ -124,6 +131,8 @@ func (c *Config) withDefaults() Config {
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
 	out.Workers = cmp.Or(out.Workers, WorkersDefault)
 	out.GaugeInterval = cmp.Or(out.GaugeInterval, GaugeIntervalDefault)
+	out.TenantTidyEvery = cmp.Or(out.TenantTidyEvery, TenantTidyEveryDefault)
+	out.TenantForgetAfter = cmp.Or(out.TenantForgetAfter, TenantForgetAfterDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -144,6 +153,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("daemon: config: PollInterval must not be negative, got %s", c.PollInterval)
 	case c.GaugeInterval < 0:
 		return fmt.Errorf("daemon: config: GaugeInterval must not be negative, got %s", c.GaugeInterval)
+	case c.TenantTidyEvery < 0 || c.TenantForgetAfter < 0:
+		return errors.New("daemon: config: TenantTidyEvery and TenantForgetAfter must not be negative")
 	case c.VerifyEvery < 0:
 		return fmt.Errorf("daemon: config: VerifyEvery must not be negative, got %s", c.VerifyEvery)
 	case c.VerifyHeal && c.VerifyEvery == 0:

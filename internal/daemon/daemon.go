@@ -44,6 +44,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/presence"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 	"github.com/syncer-dev/syncer/migrations"
@@ -102,6 +103,11 @@ type Daemon struct {
 	// logged once, not at every refresh.
 	warned map[string]string
 
+	// queries bounds the tenants queries of every destination's
+	// registry together: at most tenants.QueryConnsDefault connections of
+	// the pool, whatever the lanes (docs/protocol.md section 10.1).
+	queries *tenants.QueryGate
+
 	// verify is background verification's sources (verify.go); verifier
 	// its loop.
 	verify   verifyJobs
@@ -115,7 +121,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, gaugesMu: make(chan struct{}, 1), creds: credentials.NewSet(c.Logger), id: presence.NewID()}
+	d := &Daemon{cfg: c, pool: pool, logger: c.Logger, warned: map[string]string{}, gaugesMu: make(chan struct{}, 1), creds: credentials.NewSet(c.Logger), id: presence.NewID(),
+		queries: tenants.NewQueryGate(tenants.QueryConnsDefault)}
 
 	all, err := migrations.All()
 	if err != nil {
@@ -146,6 +153,10 @@ func (d *Daemon) closeClients() {
 	defer d.mu.Unlock()
 	for _, dest := range d.dests {
 		dest.client.Close()
+		if dest.tenants != nil {
+			// Its rows' reads behind the batches end with it.
+			dest.tenants.Close()
+		}
 	}
 }
 
@@ -305,6 +316,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { d.pruner.Run(runCtx) })
 	wg.Go(func() { d.presence(runCtx) })
 	wg.Go(func() { d.verifier.Run(runCtx) })
+	wg.Go(func() { d.tidyTenants(runCtx) })
 	if err := d.relay.Kick(ctx); err != nil {
 		logger.WarnContext(ctx, "daemon: initial sync kick failed; the relay's poll will retry", slog.String("error", err.Error()))
 	}

@@ -48,6 +48,7 @@ func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Confi
 		ThirdParty:  *tcfg,
 		Delivery:    *dcfg,
 		Wrap:        func(c delivery.Client) delivery.Client { return guarded{c} },
+		Queries:     d.queries, // nil (verify's own registry): one of its own
 		Logger:      d.logger.With(slog.String("destination", dest.Name)),
 		Reader:      reader,
 	}

@@ -9,7 +9,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // Tenants holds the tenants' series.
 type Tenants struct {
 	// ByState counts a source's tenants by state (ok, unconnected,
-	// refused, paused, limited), as syncer status counts them.
+	// refused, paused, limited, error, invalid), as syncer status counts
+	// them.
 	ByState *prometheus.GaugeVec
 	// UnconnectedPending counts a source's unconnected tenants with rows
 	// pending: rows that wait for a connection row.
@@ -19,7 +20,7 @@ type Tenants struct {
 func newTenants(reg prometheus.Registerer) Tenants {
 	t := Tenants{
 		ByState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "syncer_tenants", Help: "Tenants of a source with a tenant column, by state (ok, unconnected, refused, paused, limited), as syncer status counts them: those with rows pending or failed, or with facts of their own.",
+			Name: "syncer_tenants", Help: "Tenants of a source with a tenant column, by state (ok, unconnected, refused, paused, limited, error, invalid), as syncer status counts them: those with rows pending or failed, and those a person paused.",
 		}, []string{"destination", "source", "state"}),
 		UnconnectedPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "syncer_tenants_unconnected_pending", Help: "Unconnected tenants of a source (no connection row, or one that cannot be used) with rows pending: those rows wait.",

@@ -18,10 +18,9 @@ const TopTenantsDefault = 10
 // Tenants is what status says of a source with a tenant column
 // (docs/protocol.md section 10, "Seen and acted on"): its tenants counted
 // by state and the ones with the most pending rows. The tenants counted
-// are those with rows pending or failed, or with facts of their own (a
-// pause, a refusal, a missing connection row): a connected tenant with
-// nothing to send and nothing learnt is nowhere to count from, and the
-// connections table is not read (it holds credentials).
+// are those with rows pending or failed, or paused by a person: a tenant
+// with nothing to send is not counted, whatever syncer learnt of it, and
+// the connections table is not read (it holds credentials).
 type Tenants struct {
 	// Counts are the tenants by state: every state of
 	// breakerstore.TenantStates, 0 when none.
@@ -98,7 +97,7 @@ func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, to
 		}
 	}
 	for name, f := range facts {
-		if _, ok := backlog.Rows[name]; !ok {
+		if _, ok := backlog.Rows[name]; !ok && counted(f) {
 			state, _ := f.StateAt(now)
 			t.Counts[state]++
 		}
@@ -117,7 +116,7 @@ func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, to
 	// value, after those with rows.
 	var idle []string
 	for name, f := range facts {
-		if s, _ := f.StateAt(now); s == state && backlog.Rows[name] == nil {
+		if s, _ := f.StateAt(now); s == state && backlog.Rows[name] == nil && counted(f) {
 			idle = append(idle, name)
 		}
 	}
@@ -127,6 +126,14 @@ func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, to
 	}
 	return t, nil
 }
+
+// counted reports whether a tenant without rows pending or failed is
+// counted: only while a person's pause holds it (docs/protocol.md
+// section 10.1, "Tenants come and go"). What else syncer kept of it (a
+// learnt rate, a refusal, a missing connection row) waits for nothing:
+// a tenant whose rows and connection were deleted is gone, and
+// breakerstore.TidyTenants deletes its facts.
+func counted(f *breakerstore.TenantFacts) bool { return f.Hold.Paused }
 
 // ReadTenant reads one tenant of source src (sending to dest), whether or
 // not it has rows.

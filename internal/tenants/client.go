@@ -33,7 +33,14 @@ func (r *Registry) Account(ctx context.Context, tenant string) (*thirdparty.Clie
 	}
 	var conn *connection
 	if s := r.cfg.Settings; s != nil {
-		c, err := readConnection(ctx, r.cfg.Pool, s.Query, tenant)
+		if reason := Invalid(tenant); reason != "" {
+			return nil, nil, fmt.Errorf("destination %s: tenant %q: %w: %s", r.cfg.Destination, tenant, ErrInvalid, reason)
+		}
+		if err := r.cfg.Queries.wait(ctx, r.timeout()); err != nil {
+			return nil, nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, err)
+		}
+		c, err := r.read(ctx, tenant)
+		r.cfg.Queries.release()
 		if err != nil {
 			return nil, nil, fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, tenant, err)
 		}

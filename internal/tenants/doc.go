@@ -20,6 +20,17 @@
 //     probe interval. A tenant without a row is unconnected
 //     (ErrUnconnected): its rows wait, and go once a row appears, within
 //     UnconnectedEvery (10 s), without a restart.
+//   - The query never holds the export (docs/protocol.md section 10.1):
+//     each run has Settings.Timeout as its statement and lock timeout, set
+//     for its own transaction; every registry of a daemon shares one
+//     QueryGate, so at most QueryConnsDefault (2) runs hold a connection
+//     at once. A tenant with a deliverer has its row read again behind its
+//     batches (in a goroutine only while a slot is free) and goes on with
+//     the row it has while the query cannot run.
+//   - A tenant is never sent when its value is empty, "." or "..", or
+//     holds a control character (Invalid, ErrInvalid), and a query that
+//     fails for it is its state (*QueryError: the SQLSTATE and condition
+//     name, never PostgreSQL's message).
 //   - What the query returns is never written anywhere: not to a log, an
 //     error, syncer's tables or the format's recorded bodies ($tenant in a
 //     program holds the row's other columns only, never its credentials).

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,11 @@ type Config struct {
 	// IdleAfter is how long a tenant not asked for is kept. Defaults to
 	// IdleAfterDefault.
 	IdleAfter time.Duration
+	// Queries bounds the tenants queries running at once. The daemon gives
+	// every destination's registry the same gate, so that they hold at
+	// most QueryConnsDefault of its connections together. Defaults to a
+	// gate of QueryConnsDefault slots of the registry's own.
+	Queries *QueryGate
 	// Logger defaults to Delivery.Logger, else discarding.
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -115,6 +121,25 @@ type Registry struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	swept   time.Time
+
+	// behind is the reads of connected tenants' rows running behind their
+	// batches (refreshBehind); Close cancels and waits for them.
+	behind     sync.WaitGroup
+	stopBehind context.CancelFunc
+	behindCtx  context.Context
+	// warnedAt is when a failing query was last logged at WARN (Unix
+	// nanoseconds): once a minute, not once per tenant.
+	warnedAt atomic.Int64
+
+	// downMu guards downErr, probing and probeAt. downErr is why the
+	// query could not run, until a read succeeds: meanwhile tenants
+	// without a deliverer do not wait for it, and one read at a time (the
+	// probe, started at probeAt, running while probing) tells when it
+	// runs again.
+	downMu  sync.Mutex
+	downErr error
+	probing bool
+	probeAt time.Time
 }
 
 // entry is one tenant. Its mu orders the reads of its row; the
@@ -128,10 +153,16 @@ type entry struct {
 
 	mu     sync.Mutex
 	readAt time.Time
-	conn   *connection // nil: unconnected (or never read)
-	err    error       // the tenant's state error, when it has no deliverer
-	d      *delivery.Deliverer
-	grant  *refreshGrant // the deliverer's refresh grant, if it has one
+	// reads counts the reads applied; reading is set while one runs
+	// behind the tenant's batches; failedAt is when the query last could
+	// not run for a tenant that went on with its row (QueryRetry).
+	reads    int
+	reading  bool
+	failedAt time.Time
+	conn     *connection // nil: unconnected (or never read)
+	err      error       // the tenant's state error, when it has no deliverer
+	d        *delivery.Deliverer
+	grant    *refreshGrant // the deliverer's refresh grant, if it has one
 	// tokens is what this process knows of the tenant's refresh tokens,
 	// shared by every grant of the tenant (a rebuilt deliverer's, a
 	// reader's).
@@ -176,11 +207,20 @@ func New(cfg Config) (*Registry, error) {
 		}
 		hc = &http.Client{Transport: t}
 	}
-	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}}, nil
+	if cfg.Queries == nil {
+		cfg.Queries = NewQueryGate(QueryConnsDefault)
+	}
+	bctx, stop := context.WithCancel(context.Background())
+	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop}, nil
 }
 
-// Close closes the idle connections of every tenant's requests.
-func (r *Registry) Close() { r.http.CloseIdleConnections() }
+// Close ends the reads running behind tenants' batches and closes the idle
+// connections of every tenant's requests.
+func (r *Registry) Close() {
+	r.stopBehind()
+	r.behind.Wait()
+	r.http.CloseIdleConnections()
+}
 
 // For returns tenant's deliverer, building it on first use and again when
 // its connection row changed. The error is the tenant's state (its rows
@@ -191,6 +231,19 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 	e := r.entry(tenant, now)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if reason := Invalid(tenant); reason != "" {
+		// Never sent anywhere, nor given to the query: a value that is
+		// not a path segment of its own (".", "..", "") would reach
+		// another tenant's URL, or none.
+		if !errors.Is(e.err, ErrInvalid) {
+			// Quoted: the value may hold a control character.
+			e.err = fmt.Errorf("destination %s: tenant %q: %w: %s; its rows wait", r.cfg.Destination, tenant, ErrInvalid, reason)
+			r.logger.WarnContext(ctx, "tenants: a tenant's value is never sent; its rows wait", slog.String("tenant", strconv.Quote(tenant)), slog.String("error", e.err.Error()))
+			e.d, e.grant, e.conn = nil, nil, nil
+			r.record(ctx, e)
+		}
+		return nil, e.err
+	}
 	if e.d != nil && r.cfg.Settings == nil {
 		return e.d, nil
 	}
@@ -205,6 +258,29 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 	}
 	if !e.readAt.IsZero() && now.Sub(e.readAt) < every && !e.stale.Load() {
 		return e.d, e.err
+	}
+	if e.d != nil && r.cfg.Settings != nil && !e.stale.Load() && !refused(e.d, now) {
+		// Its credentials are held: its batches go on with them while its
+		// row is read again behind them, and while the query cannot run
+		// (a table locked by a migration, a slow query) they go on past
+		// RefreshEvery rather than wait for it.
+		r.refreshBehind(e, now)
+		return e.d, nil
+	}
+	if down := r.down(now); down != nil {
+		// The query could not run: the tenant's lane does not wait for
+		// it again (tenants.timeout a tenant), the registry's probe reads
+		// behind, and its rows wait until a read succeeds.
+		r.refreshBehind(e, now)
+		if e.d != nil {
+			return e.d, nil
+		}
+		if e.err == nil || !errors.Is(e.err, down) {
+			// Its state says why its rows wait (written once, not per ask).
+			e.err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, down)
+			r.record(ctx, e)
+		}
+		return nil, e.err
 	}
 	if err := r.refresh(ctx, e, now); err != nil {
 		if e.d != nil {
@@ -250,28 +326,59 @@ func (r *Registry) Len() int {
 	return len(r.entries)
 }
 
-// refresh reads e's row (when there is a query) and builds its deliverer
-// when it has none or the row changed. A failure to read is returned and
-// keeps what e had (a built deliverer goes on with the row it was built
-// from); the next For reads again.
+// refresh reads e's row (when there is a query), waiting at most
+// QueryWait for a slot of the gate, and applies it. A failure to read is
+// returned and keeps what e had (a built deliverer goes on with the row
+// it was built from); the next For reads again.
 func (r *Registry) refresh(ctx context.Context, e *entry, now time.Time) error {
-	var conn *connection
-	if s := r.cfg.Settings; s != nil {
-		c, err := readConnection(ctx, r.cfg.Pool, s.Query, e.tenant)
-		var re *rowError
-		if errors.As(err, &re) {
-			e.readAt = now
-			e.stale.Store(false)
-			r.unusable(ctx, e, nil, err)
-			return nil
-		}
-		if err != nil {
-			r.logger.WarnContext(ctx, "tenants: read a tenant's connection row", slog.String("tenant", e.tenant), slog.String("error", err.Error()))
-			return fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
-		}
-		conn = c
+	if r.cfg.Settings == nil {
+		return r.apply(ctx, e, now, nil, nil)
 	}
+	if err := r.cfg.Queries.wait(ctx, QueryWait); err != nil {
+		return fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
+	}
+	conn, err := r.read(ctx, e.tenant)
+	r.cfg.Queries.release()
+	return r.apply(ctx, e, now, conn, err)
+}
+
+// apply makes what a read of e's row gave (conn, or err; both nil without
+// a query) e's state: its deliverer built or kept, or why its rows wait.
+// A failure of the database rather than of the tenant's answer is
+// returned and keeps what e had.
+func (r *Registry) apply(ctx context.Context, e *entry, now time.Time, conn *connection, err error) error {
+	var re *rowError
+	var qe *QueryError
+	switch {
+	case errors.As(err, &re), errors.As(err, &qe) && !qe.Transient():
+		// The tenant's own answer: its rows wait, whatever it had.
+		e.readAt, e.failedAt = now, time.Time{}
+		e.reads++
+		e.stale.Store(false)
+		r.unusable(ctx, e, nil, err)
+		return nil
+	case err != nil:
+		// The query could not run (a timeout, a lock, the database
+		// away): a tenant with a deliverer goes on with it, read again
+		// after QueryRetry; one without waits and says why.
+		e.failedAt = now
+		if qe != nil {
+			r.setDown(qe)
+		}
+		err = fmt.Errorf("destination %s: tenant %s: %w", r.cfg.Destination, e.tenant, err)
+		r.queryWarn(ctx, e, err)
+		if e.d == nil && qe != nil {
+			e.err = err
+			r.record(ctx, e)
+		}
+		return err
+	}
+	e.reads++
+	e.failedAt = time.Time{}
 	e.readAt = now
+	if r.cfg.Settings != nil {
+		r.setDown(nil) // it ran
+	}
 	e.stale.Store(false)
 	if conn == nil && r.cfg.Settings != nil {
 		level := slog.LevelDebug
@@ -328,9 +435,16 @@ func (r *Registry) record(ctx context.Context, e *entry) {
 	if e.err != nil {
 		c.Error = e.err.Error()
 	}
+	var qe *QueryError
+	switch {
+	case errors.Is(e.err, ErrInvalid):
+		c.Kind = breakerstore.TenantInvalid
+	case errors.As(e.err, &qe):
+		c.Kind = breakerstore.TenantError
+	}
 	mark := "connected"
 	if c.Unconnected {
-		mark = "unconnected: " + c.Error
+		mark = c.Kind + " unconnected: " + c.Error
 	}
 	if mark == e.recorded {
 		return
@@ -392,6 +506,9 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 // query), and the refresh grant when the row gives a refresh token.
 // mem is the tenant's refresh tokens known to this process.
 func (r *Registry) clientConfig(tenant string, conn *connection, mem *tokenMemory) (*thirdparty.Config, *refreshGrant, error) {
+	if reason := Invalid(tenant); reason != "" {
+		return nil, nil, fmt.Errorf("%w: %s", ErrInvalid, reason)
+	}
 	tcfg := r.cfg.ThirdParty
 	tcfg.HTTPClient = r.http
 	tcfg.URL = strings.ReplaceAll(tcfg.URL, "{tenant}", url.PathEscape(tenant))

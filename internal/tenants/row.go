@@ -33,25 +33,26 @@ type connection struct {
 func (c *connection) String() string   { return "[tenant connection: redacted]" }
 func (c *connection) GoString() string { return c.String() }
 
-// readConnection runs the query for tenant: nil without a row. PostgreSQL
+// readConnection runs the query for tenant: nil without a row; a failure
+// of the run is returned as the database gave it. PostgreSQL
 // makes the row a JSON object (to_jsonb), so that any column type reads
 // as $tenant sees it.
 func readConnection(ctx context.Context, q database.Querier, query, tenant string) (*connection, error) {
 	rows, err := q.Query(ctx, "SELECT to_jsonb(tenant_connection) FROM ("+trimStatement(query)+"\n) AS tenant_connection LIMIT 2", tenant)
 	if err != nil {
-		return nil, fmt.Errorf("tenants.query: %w", pgText(err, 0))
+		return nil, err // Registry.read says what failed
 	}
 	var raw [][]byte
 	for rows.Next() {
 		var b []byte
 		if err := rows.Scan(&b); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("tenants.query: %w", pgText(err, 0))
+			return nil, err // Registry.read says what failed
 		}
 		raw = append(raw, b)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tenants.query: %w", pgText(err, 0))
+		return nil, err // Registry.read says what failed
 	}
 	switch len(raw) {
 	case 0:

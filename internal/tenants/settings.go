@@ -1,11 +1,13 @@
 package tenants
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,6 +26,10 @@ type Settings struct {
 	// transaction, when the token endpoint rotates a tenant's refresh
 	// token. Defaults to "": a rotated token is kept in memory only.
 	OnRefresh string
+	// Timeout bounds one run of Query, a wait for a lock included
+	// (statement_timeout and lock_timeout, set for its transaction only).
+	// Defaults to QueryTimeoutDefault (5 s).
+	Timeout time.Duration
 }
 
 // The columns of a connection row that say how to reach and authenticate
@@ -89,8 +95,19 @@ func Check(ctx context.Context, db database.DB, s *Settings, spec CheckSpec) err
 		if _, err := tx.Exec(ctx, "SET TRANSACTION READ ONLY"); err != nil {
 			return err
 		}
+		// As the daemon runs it: a connections table locked by a
+		// migration fails the check in tenants.timeout, not never.
+		ms := fmt.Sprintf("%dms", max(cmp.Or(s.Timeout, QueryTimeoutDefault).Milliseconds(), 1))
+		if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`, ms); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, wrapPrefix+trimStatement(s.Query)+"\n) AS tenant_connection WHERE false", nil)
 		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && (pe.Code == "57014" || pe.Code == "55P03") {
+				return &FieldError{Field: "tenants.query", Err: fmt.Errorf("%w: it ran past tenants.timeout (%s): a table it reads is locked, or the query is slow",
+					pgText(err, len(wrapPrefix)), cmp.Or(s.Timeout, QueryTimeoutDefault))}
+			}
 			return &FieldError{Field: "tenants.query", Err: pgText(err, len(wrapPrefix))}
 		}
 		for _, f := range rows.FieldDescriptions() {
