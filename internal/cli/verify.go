@@ -249,8 +249,8 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 	if res.Resumed {
 		fmt.Fprintf(w, "%s: resumed the interrupted verify\n", runName(res))
 	}
-	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d unknown, %d pending\n",
-		runName(res), res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Unknown, res.Pending)
+	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
+		runName(res), res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Failed, res.Unknown, res.Pending)
 	for _, ex := range res.Examples {
 		fmt.Fprintf(w, "  %s %s: here %s, there %s\n", ex.Kind, ex.ID, ex.Here, ex.There)
 	}
@@ -266,7 +266,23 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 		}
 		fmt.Fprintf(w, "%d keys drifted: syncer verify --source %s%s --heal makes them pending again\n", res.Drifted(), res.Source, tenant)
 	}
+	if res.Failed > 0 {
+		fmt.Fprintf(w, "%d keys failed (the third party rejected their latest version): --heal leaves them, since they would be rejected again; fix the cause, then %s\n",
+			res.Failed, retryFailedCommand(res))
+	}
 	return nil
+}
+
+// retryFailedCommand is the command that sends res's failed keys again.
+func retryFailedCommand(res *verify.Result) string {
+	if res.Source == jobs.Resources {
+		return "syncer retry-failed"
+	}
+	cmd := "syncer retry-failed --source " + res.Source
+	if res.Tenant != "" {
+		cmd += " --tenant " + res.Tenant
+	}
+	return cmd
 }
 
 // configuredSource returns the installed configured source as a

@@ -89,7 +89,7 @@ func TestVerifyTenant(t *testing.T) {
 	// globex is not touched by acme's drift.
 	r = verifyCmd("--tenant", "globex")
 	require.Equal(t, 0, r.code, r.stdout+r.stderr)
-	require.Contains(t, r.stdout, "source orders tenant globex: 10 keys checked: 10 ok, 0 missing, 0 stale, 0 zombie, 0 unknown, 0 pending\nnothing drifted\n")
+	require.Contains(t, r.stdout, "source orders tenant globex: 10 keys checked: 10 ok, 0 missing, 0 stale, 0 zombie, 0 failed, 0 unknown, 0 pending\nnothing drifted\n")
 
 	// Heal: acme's two keys are pending again for acme, sent to acme's
 	// account by the daemon, and acme verifies clean.

@@ -23,7 +23,7 @@ func verifiedText(l *verify.Last) (text string, drift bool) {
 		if l.FinishedAt != nil {
 			when = l.FinishedAt.UTC().Format(time.DateTime)
 		}
-		text = fmt.Sprintf("%s: %d checked, %d missing, %d stale, %d zombie, %d unknown", when, c.Checked, c.Missing, c.Stale, c.Zombie, c.Unknown)
+		text = fmt.Sprintf("%s: %d checked, %d missing, %d stale, %d zombie, %d failed, %d unknown", when, c.Checked, c.Missing, c.Stale, c.Zombie, c.Failed, c.Unknown)
 		drift = c.Drifted() > 0
 	}
 	switch {

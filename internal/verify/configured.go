@@ -53,7 +53,7 @@ func (c *Configured) Page(ctx context.Context, q database.Querier, after string,
 	}
 	out := make([]Here, len(held))
 	for i, h := range held {
-		out[i] = Here{ID: h.Key, Payload: h.Payload, Gone: !h.Kept, Pending: h.Pending}
+		out[i] = Here{ID: h.Key, Payload: h.Payload, Gone: !h.Kept, Pending: h.Pending, Failed: h.Failed}
 	}
 	return out, nil
 }

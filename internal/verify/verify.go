@@ -25,6 +25,11 @@ const (
 	Missing Kind = "missing"
 	Stale   Kind = "stale"
 	Zombie  Kind = "zombie"
+	// Failed is a key whose latest version the third party rejected: it is
+	// not expected to hold it, and sending it again unchanged would be
+	// rejected again, so it is not drift and --heal leaves it alone
+	// (`syncer retry-failed` sends it again once the cause is fixed).
+	Failed  Kind = "failed"
 	Unknown Kind = "unknown"
 	Pending Kind = "pending"
 )
@@ -49,6 +54,9 @@ type Here struct {
 	// Pending is set while the key's latest change is still to be
 	// exported.
 	Pending bool
+	// Failed is set when the key's latest version was rejected by the
+	// third party.
+	Failed bool
 }
 
 // There is what the destination holds for one id.
@@ -177,6 +185,7 @@ type Result struct {
 	Missing  int64     `json:"missing"`
 	Stale    int64     `json:"stale"`
 	Zombie   int64     `json:"zombie"`
+	Failed   int64     `json:"failed"`
 	Unknown  int64     `json:"unknown"`
 	Pending  int64     `json:"pending"`
 	Examples []Example `json:"examples"`
@@ -201,6 +210,8 @@ func (r *Result) add(k Kind, n int64) {
 		r.Stale += n
 	case Zombie:
 		r.Zombie += n
+	case Failed:
+		r.Failed += n
 	case Unknown:
 		r.Unknown += n
 	case Pending:
@@ -284,7 +295,7 @@ func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config)
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
-		keys, err := src.Page(ctx, db, p.After, c.LookupSize)
+		keys, after, done, err := nextPage(ctx, db, src, p.After, c.LookupSize)
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
@@ -299,10 +310,6 @@ func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config)
 				return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
 			}
 			return res, err
-		}
-		after, done := p.After, len(keys) < c.LookupSize
-		if len(keys) > 0 {
-			after = keys[len(keys)-1].ID
 		}
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			next.Healed = res.Healed

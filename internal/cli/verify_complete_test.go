@@ -1,0 +1,153 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+)
+
+// Issue 54 point 15 (CONTRACT 11.1): a configured source forgets a key
+// hard-deleted here once its tombstone was accepted, so verify, reading
+// the table, never saw it again (0 zombie) when the third party held it
+// once more. The row's story still names it: verify reads it back, finds
+// it a zombie, and --heal sends its tombstone again.
+func TestVerifyZombieOfAHardDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, false)
+	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`)
+	require.NoError(t, err)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`destinations:
+  crm:
+    url: %s
+sources:
+  - {table: orders, key: id, destination: crm, columns: [id, status]}
+`, srv.URL)), 0o600))
+	db := []string{"--database-url", b.dsn, "--log-level", "error", "--config", cfg}
+	r := run(ctx, append([]string{"migrate"}, db...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 12) g`)
+	require.NoError(t, err)
+	startDaemon(t, ctx, db...)
+	require.Eventually(t, func() bool { return len(fake.Deliveries()) == 12 }, 30*time.Second, 50*time.Millisecond)
+
+	// 5 and 11 deleted here: their tombstones are accepted, and the table
+	// no longer holds them.
+	_, err = b.pool.Exec(ctx, `DELETE FROM orders WHERE id IN (5, 11)`)
+	require.NoError(t, err)
+	tombstones := func() int {
+		n := 0
+		for _, d := range fake.Deliveries() {
+			if d.Deleted && (d.ID == 5 || d.ID == 11) {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return tombstones() == 2 }, 30*time.Second, 50*time.Millisecond)
+	verifyCmd := func(args ...string) result {
+		return run(ctx, append(append([]string{"verify", "--source", "orders", "--lookup-size", "5"}, args...), db...)...)
+	}
+	require.Eventually(t, func() bool {
+		r = verifyCmd("--json")
+		return r.code == 0 && verifyJSON(t, r).Pending == 0
+	}, 10*time.Second, 50*time.Millisecond, "%v", &r)
+	v := verifyJSON(t, r)
+	require.Equal(t, [3]int64{12, 12, 0}, [3]int64{v.Checked, v.OK, v.Zombie}, "the two graves are read back, deleted there")
+
+	// A person re-creates 5 there: a zombie, read back from the story.
+	fake.ApplyDrift(fakethirdparty.Drift{Recreate: map[string]json.RawMessage{"5": json.RawMessage(`{"id": 5, "status": "new"}`)}})
+	r = verifyCmd("--json")
+	require.Equal(t, 3, r.code, r.stdout+r.stderr)
+	v = verifyJSON(t, r)
+	require.Equal(t, [4]int64{12, 11, 1, 0}, [4]int64{v.Checked, v.OK, v.Zombie, v.Missing}, r.stdout)
+	require.Len(t, v.Examples, 1)
+	require.Equal(t, "5", v.Examples[0].ID)
+	require.Equal(t, "zombie", v.Examples[0].Kind)
+	require.JSONEq(t, `{"deleted": true}`, string(v.Examples[0].Here))
+
+	// --heal sends its tombstone again, through the daemon.
+	r = verifyCmd("--heal")
+	require.Equal(t, 3, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "1 drifted keys are pending again")
+	require.Eventually(t, func() bool { return tombstones() == 3 }, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		r = verifyCmd("--json")
+		return r.code == 0 && verifyJSON(t, r).OK == 12
+	}, 30*time.Second, 100*time.Millisecond, "%v", &r)
+
+	// A range bounds the graves too.
+	r = verifyCmd("--json", "--from-key", "6", "--to-key", "12")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Equal(t, int64(7), verifyJSON(t, r).Checked, "6..12 less 11 deleted, and 11 from the story")
+}
+
+// Issue 54 point 15 (CONTRACT 11.1): a key whose latest version the
+// third party rejected was counted missing (or stale, when an earlier
+// version was accepted), so drift never cleared and --heal only got it
+// rejected again. It is failed: a count and a kind of its own, not drift,
+// left alone by --heal.
+func TestVerifyFailedIsItsOwnKind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, true)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true, RejectField: "bad"})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	db := []string{"--database-url", b.dsn, "--log-level", "error", "--thirdparty-url", srv.URL}
+	b.fill(t, 6)
+	// 3 is rejected from the start; 4 is accepted, then rejected.
+	_, err := b.pool.Exec(ctx, `UPDATE resources SET payload = '{"bad": 3}' WHERE id = 3`)
+	require.NoError(t, err)
+	startDaemon(t, ctx, db...)
+	settled := func(n int) func() bool {
+		return func() bool {
+			var left int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM resources WHERE synced_at IS NULL AND failed_at IS NULL`).Scan(&left))
+			var failed int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM resources WHERE failed_at IS NOT NULL`).Scan(&failed))
+			return left == 0 && failed == n
+		}
+	}
+	require.Eventually(t, settled(1), 30*time.Second, 50*time.Millisecond)
+	_, err = b.pool.Exec(ctx, `UPDATE resources SET payload = '{"bad": 4}' WHERE id = 4`)
+	require.NoError(t, err)
+	require.Eventually(t, settled(2), 30*time.Second, 50*time.Millisecond)
+
+	verifyCmd := func(args ...string) result {
+		return run(ctx, append(append([]string{"verify", "--source", "resources"}, args...), db...)...)
+	}
+	r := verifyCmd("--json")
+	require.Equal(t, 0, r.code, "failed is not drift: "+r.stdout+r.stderr)
+	v := verifyJSON(t, r)
+	require.Equal(t, [5]int64{6, 4, 0, 0, 2}, [5]int64{v.Checked, v.OK, v.Missing, v.Stale, v.Failed}, r.stdout)
+	kinds := map[string]string{}
+	for _, ex := range v.Examples {
+		kinds[ex.ID] = ex.Kind
+	}
+	require.Equal(t, map[string]string{"3": "failed", "4": "failed"}, kinds)
+
+	var versions [2]int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT version FROM resources WHERE id = 3), (SELECT version FROM resources WHERE id = 4)`).Scan(&versions[0], &versions[1]))
+	r = verifyCmd("--heal")
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "6 keys checked: 4 ok, 0 missing, 0 stale, 0 zombie, 2 failed, 0 unknown, 0 pending\n")
+	require.Contains(t, r.stdout, "2 keys failed (the third party rejected their latest version): --heal leaves them")
+	require.Contains(t, r.stdout, "syncer retry-failed\n")
+	var after [2]int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT version FROM resources WHERE id = 3), (SELECT version FROM resources WHERE id = 4)`).Scan(&after[0], &after[1]))
+	require.Equal(t, versions, after, "--heal does not send a failed key to be rejected again")
+}
