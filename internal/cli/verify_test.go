@@ -22,16 +22,16 @@ import (
 
 // verifyResult is the JSON of syncer verify --json.
 type verifyResult struct {
-	Source   string `json:"source"`
-	Checked  int64  `json:"checked"`
-	OK       int64  `json:"ok"`
-	Missing  int64  `json:"missing"`
-	Stale    int64  `json:"stale"`
-	Zombie   int64  `json:"zombie"`
-	Failed   int64  `json:"failed"`
-	Unknown  int64  `json:"unknown"`
-	Pending  int64  `json:"pending"`
-	Tenants  []struct {
+	Source  string `json:"source"`
+	Checked int64  `json:"checked"`
+	OK      int64  `json:"ok"`
+	Missing int64  `json:"missing"`
+	Stale   int64  `json:"stale"`
+	Zombie  int64  `json:"zombie"`
+	Failed  int64  `json:"failed"`
+	Unknown int64  `json:"unknown"`
+	Pending int64  `json:"pending"`
+	Tenants []struct {
 		Tenant  string `json:"tenant"`
 		Checked int64  `json:"checked"`
 		OK      int64  `json:"ok"`
