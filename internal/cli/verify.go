@@ -90,6 +90,11 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
+	if et, err := c.everyTenantOf(ctx, pool); err != nil {
+		return err
+	} else if et != nil {
+		return c.runEveryTenant(ctx, env, pool, et)
+	}
 	src, rd, limit, burst, dest, err := c.build(ctx, pool, env.Logger)
 	if err != nil {
 		return err
@@ -252,7 +257,11 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
 		runName(res), res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Failed, res.Unknown, res.Pending)
 	for _, ex := range res.Examples {
-		fmt.Fprintf(w, "  %s %s: here %s, there %s\n", ex.Kind, ex.ID, ex.Here, ex.There)
+		tenant := ""
+		if ex.Tenant != "" && res.Tenant == "" {
+			tenant = " (tenant " + ex.Tenant + ")"
+		}
+		fmt.Fprintf(w, "  %s %s%s: here %s, there %s\n", ex.Kind, ex.ID, tenant, ex.Here, ex.There)
 	}
 	switch {
 	case res.Drifted() == 0:
@@ -337,7 +346,7 @@ func tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Se
 	}
 	client, columns, err := reg.Account(ctx, tenant)
 	if errors.Is(err, tenants.ErrUnconnected) {
-		return nil, nil, usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)
+		return nil, nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)}
 	}
 	return client, columns, err
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,4 +153,90 @@ func TestVerifyFailedIsItsOwnKind(t *testing.T) {
 	var after [2]int64
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT version FROM resources WHERE id = 3), (SELECT version FROM resources WHERE id = 4)`).Scan(&after[0], &after[1]))
 	require.Equal(t, versions, after, "--heal does not send a failed key to be rejected again")
+}
+
+// Issue 54 point 15 (CONTRACT 11.1): `verify --source S` of a source whose
+// destination has tenants exited 2 asking for --tenant, one at a time. It
+// verifies every tenant with rows, one after another, each with its own
+// account; --json gives each tenant's counts under "tenants" and their sums
+// at the top; a tenant with rows but no connection row is said to be
+// skipped; status shows each tenant's last verify.
+func TestVerifyEveryTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true, Tenants: fakethirdparty.TenantConfig{TokenPrefix: tenantToken}})
+	var mu sync.Mutex
+	var lookups []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/lookup") {
+			mu.Lock()
+			lookups = append(lookups, r.URL.Path+" "+r.Header.Get("Authorization"))
+			mu.Unlock()
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	tt := startTwoTenants(t, ctx, fake, srv.URL, "")
+	verifyCmd := func(more ...string) result {
+		return run(ctx, append(append([]string{"verify", "--source", "orders", "--lookup-size", "3"}, more...), tt.args...)...)
+	}
+	var r result
+	require.Eventually(t, func() bool {
+		r = verifyCmd("--json")
+		return r.code == 0 && verifyJSON(t, r).OK == 20
+	}, 10*time.Second, 50*time.Millisecond, "%v", &r)
+	v := verifyJSON(t, r)
+	require.Equal(t, [3]int64{20, 20, 0}, [3]int64{v.Checked, v.OK, v.Pending})
+	require.Len(t, v.Tenants, 2, r.stdout)
+	for i, tenant := range []string{"acme", "globex"} {
+		require.Equal(t, tenant, v.Tenants[i].Tenant)
+		require.Equal(t, [2]int64{10, 10}, [2]int64{v.Tenants[i].Checked, v.Tenants[i].OK})
+	}
+	// Each tenant was read from its own account only.
+	mu.Lock()
+	for _, l := range lookups {
+		require.Regexp(t, `^/t/(acme/v1/lookup Bearer `+tenantToken+`acme|globex/v1/lookup Bearer `+tenantToken+`globex)$`, l)
+	}
+	mu.Unlock()
+
+	// acme drifts; a third tenant has a row and no account.
+	resp, err := http.Post(srv.URL+"/t/acme/v1/admin/drift", "application/json", strings.NewReader(`{"lose": ["1"]}`))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	_, err = tt.b.pool.Exec(ctx, `INSERT INTO orders VALUES (21, 'initech', 'new')`)
+	require.NoError(t, err)
+	r = verifyCmd()
+	require.Equal(t, 3, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stdout, "source orders tenant acme: 10 keys checked: 9 ok, 1 missing, 0 stale, 0 zombie, 0 failed, 0 unknown, 0 pending\n")
+	require.Contains(t, r.stdout, "source orders tenant globex: 10 keys checked: 10 ok, 0 missing")
+	require.Contains(t, r.stdout, "source orders: 20 keys checked: 19 ok, 1 missing")
+	require.Contains(t, r.stdout, "  missing 1 (tenant acme): here")
+	require.Contains(t, r.stdout, "syncer verify --source orders --heal makes them pending again")
+	require.Contains(t, r.stderr, "source orders tenant initech: not verified: destination crm: tenant initech has no connection row")
+
+	r = run(ctx, "status", "--database-url", tt.b.dsn)
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	require.Regexp(t, `verify orders\s+last finished \S+: 20 checked, 19 ok, 1 missing`, r.stdout)
+	require.Regexp(t, `verify orders tenant acme\s+last finished \S+: 10 checked, 9 ok, 1 missing, .*: DRIFT \(command\)`, r.stdout)
+	require.Regexp(t, `verify orders tenant globex\s+last finished \S+: 10 checked, 10 ok, 0 missing`, r.stdout)
+	r = run(ctx, "status", "--json", "--database-url", tt.b.dsn)
+	require.Equal(t, 0, r.code, r.stdout+r.stderr)
+	var st struct {
+		Sources []struct {
+			Name          string `json:"name"`
+			VerifyTenants []struct {
+				Tenant string           `json:"tenant"`
+				State  string           `json:"state"`
+				Counts map[string]int64 `json:"counts"`
+			} `json:"verify_tenants"`
+		} `json:"sources"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Len(t, st.Sources, 1)
+	require.Len(t, st.Sources[0].VerifyTenants, 2)
+	require.Equal(t, "acme", st.Sources[0].VerifyTenants[0].Tenant)
+	require.Equal(t, int64(1), st.Sources[0].VerifyTenants[0].Counts["missing"])
+	require.NotContains(t, r.stdout, tenantToken)
 }

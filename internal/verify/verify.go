@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -169,10 +170,12 @@ func (c *Config) validate() error {
 
 // Example is one key of a kind, with the two sides.
 type Example struct {
-	ID    string          `json:"id"`
-	Kind  Kind            `json:"kind"`
-	Here  json.RawMessage `json:"here"`
-	There json.RawMessage `json:"there"`
+	// Tenant is the key's tenant in a run of every tenant (RunTenants).
+	Tenant string          `json:"tenant,omitempty"`
+	ID     string          `json:"id"`
+	Kind   Kind            `json:"kind"`
+	Here   json.RawMessage `json:"here"`
+	There  json.RawMessage `json:"there"`
 }
 
 // Result is a run's outcome, in the JSON shape of `syncer verify --json`.
@@ -189,6 +192,10 @@ type Result struct {
 	Unknown  int64     `json:"unknown"`
 	Pending  int64     `json:"pending"`
 	Examples []Example `json:"examples"`
+	// Tenants are each tenant's counts when the run verified every tenant
+	// of a source whose destination has a tenants block (RunTenants); the
+	// counts above are their sums. Absent otherwise.
+	Tenants []TenantCounts `json:"tenants,omitempty"`
 	// Healed counts keys made pending again by --heal; not in the JSON of
 	// section 11, printed by the text output.
 	Healed int64 `json:"-"`
@@ -347,6 +354,13 @@ type tenanted interface{ Tenant() string }
 // unit separator that no configured source name holds, so it cannot be
 // mistaken for a source, and every tenant has its cursor and last run.
 func TenantRunKey(source, tenant string) string { return source + "\x1ftenant\x1f" + tenant }
+
+// SplitRunKey returns the source and tenant of a name TenantRunKey made;
+// ok is false for a source's own name.
+func SplitRunKey(key string) (source, tenant string, ok bool) {
+	source, tenant, ok = strings.Cut(key, "\x1ftenant\x1f")
+	return source, tenant, ok
+}
 
 // RunKey is the name src's runs are kept under: the source's, or
 // TenantRunKey for one tenant's rows.
