@@ -112,12 +112,17 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		// apart from the other tenants' (section 10).
 		ns = breakerstore.TenantNamespace(dest, c.Tenant)
 	}
+	pace, err := sharedPace(pool, limit, burst, ns)
+	if err != nil {
+		return err
+	}
+	defer releasePace(ctx, pace, env.Logger)
 	res, err := verify.Run(ctx, pool, src, rd, &verify.Config{
 		Range:      verify.Range{FromKey: c.FromKey, ToKey: c.ToKey},
 		LookupSize: c.LookupSize,
 		Sample:     c.Sample,
 		Heal:       c.Heal,
-		Pace:       verify.NewPace(limit, burst).Shared(ns),
+		Pace:       pace,
 		Logger:     env.Logger,
 	})
 	if err != nil {

@@ -240,3 +240,64 @@ func TestVerifyEveryTenant(t *testing.T) {
 	require.Equal(t, int64(1), st.Sources[0].VerifyTenants[0].Counts["missing"])
 	require.NotContains(t, r.stdout, tenantToken)
 }
+
+// Issue 54 point 15 (CONTRACT 11.1): `syncer verify` from the command line
+// paced itself apart from the daemons, at a quarter of rate_limit while
+// rows were pending, on top of the export's whole rate limit (19-20
+// requests in 2 s against rate_limit 8). It shares the destination's rate
+// with the export: while a daemon drains a backlog at rate_limit 8 and the
+// verify reads, every request the fake third party received between the
+// verify's first lookup and its last (batches and lookups together) stays
+// within 8 a second (plus the burst of 1 and one in flight), and the
+// lookups within a quarter of it.
+func TestVerifyFromTheCommandLineSharesTheRateLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupSynced(t, 16)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
+	var mu sync.Mutex
+	var batches, lookups []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
+		mu.Lock()
+		if strings.HasSuffix(r.URL.Path, "/v1/lookup") {
+			lookups = append(lookups, at)
+		} else {
+			batches = append(batches, at)
+		}
+		mu.Unlock()
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	limits := []string{"--rate-limit", "8", "--rate-burst", "1"}
+	db := []string{"--database-url", b.dsn, "--log-level", "error", "--thirdparty-url", srv.URL}
+	// A backlog the export drains a row a request for 50 s at most.
+	_, err := b.pool.Exec(ctx, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(17, 416) g`)
+	require.NoError(t, err)
+	startDaemon(t, ctx, append(append(db, limits...), "--batch-size", "1")...)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(batches) >= 8
+	}, 30*time.Second, 50*time.Millisecond, "the export drains the backlog")
+
+	r := run(ctx, append(append([]string{"verify", "--source", "resources", "--lookup-size", "1", "--to-key", "16", "--json"}, db...), limits...)...)
+	require.Equal(t, 3, r.code, r.stdout+r.stderr)
+	v := verifyJSON(t, r)
+	require.Equal(t, int64(16), v.Missing, "the 16 rows marked synced were never sent")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 16, len(lookups))
+	first, last := lookups[0], lookups[len(lookups)-1]
+	in := 0
+	for _, at := range append(append([]time.Time{}, batches...), lookups...) {
+		if !at.Before(first) && !at.After(last) {
+			in++
+		}
+	}
+	span := last.Sub(first).Seconds()
+	t.Logf("%d requests (%d lookups) in %.1f s: %.2f/s", in, len(lookups), span, float64(in)/span)
+	require.LessOrEqual(t, float64(in), 8*span+3, "export and verify together within rate_limit 8 (burst 1, one in flight, one at each end)")
+	require.LessOrEqual(t, float64(len(lookups)-1), 8*0.25*span+1, "the lookups within a quarter of it while rows are pending")
+}

@@ -133,12 +133,17 @@ func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.
 	tcfg.Timeout = verify.LookupTimeoutDefault
 	limit, burst := c.destLimits(et.dest)
 	var skipped []string
+	var pace *verify.Pace
+	defer func() { releasePace(ctx, pace, env.Logger) }()
 	res, err := verify.RunTenants(ctx, pool, et.src.Name, &verify.TenantsRun{
 		Tenants: &cliTenants{c: c, pool: pool, creds: creds, logger: env.Logger, dest: et.dest, tcfg: tcfg, src: et.src},
 		PaceOf: func(tenant string) *verify.Pace {
 			// Each account has its own rate limit, learned and held apart
-			// from the other tenants' (section 10).
-			return verify.NewPace(limit, burst).Shared(breakerstore.TenantNamespace(et.dest.Name, tenant))
+			// from the other tenants' (section 10); the tenant before
+			// gives its share back.
+			releasePace(ctx, pace, env.Logger)
+			pace, _ = sharedPace(pool, limit, burst, breakerstore.TenantNamespace(et.dest.Name, tenant))
+			return pace
 		},
 		Skipped: func(tenant string, err error) {
 			skipped = append(skipped, tenant)
@@ -182,4 +187,24 @@ func (c *VerifyCmd) printTenants(w io.Writer, res *verify.Result) error {
 	// The resumed line is each tenant's, printed above.
 	sums.Resumed = false
 	return c.print(w, &sums)
+}
+
+// sharedPace is the pace of a run from the command line of the
+// destination (or tenant) whose facts are in namespace ns: at the
+// destination's rate limit, and at a share of it the daemons' deliverers
+// leave to it (verify.Pace.Yield), so that the export and the verify
+// together stay within the limit.
+func sharedPace(pool *pgxpool.Pool, limit float64, burst int, ns string) (*verify.Pace, error) {
+	store, err := breakerstore.New(pool, &breakerstore.Config{Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	return verify.NewPace(limit, burst).Shared(ns).Yield(store), nil
+}
+
+// releasePace gives the run's share of the rate back to the export.
+func releasePace(ctx context.Context, p *verify.Pace, logger *slog.Logger) {
+	if err := p.Release(ctx); err != nil {
+		logger.WarnContext(ctx, "verify: give the share of the rate back (it ends with its lease)", slog.String("error", err.Error()))
+	}
 }
