@@ -39,6 +39,43 @@ const graveMark = "\x1fgraves\x1f"
 
 func graveCursor(after string) (string, bool) { return strings.CutPrefix(after, graveMark) }
 
+// graveChunk is how many graves one read of the story returns: each read
+// goes through every request that carried a tombstone of the feed, so the
+// graves are read in chunks and served a page at a time.
+const graveChunk = 20_000
+
+// graveBuffer serves the graves read in a chunk a page at a time.
+type graveBuffer struct {
+	// at is the cursor the buffer serves from; stones the graves after
+	// it; last and done the chunk's (history.Tombstones).
+	at     string
+	stones []history.Tombstone
+	filled bool
+	last   string
+	done   bool
+}
+
+// page returns up to limit graves after the cursor after, the next cursor
+// and whether they are the last.
+func (b *graveBuffer) page(ctx context.Context, q database.Querier, feed, tenant, after string, limit int) ([]history.Tombstone, string, bool, error) {
+	if !b.filled || after != b.at {
+		stones, last, done, err := history.Tombstones(ctx, q, feed, tenant, after, graveChunk)
+		if err != nil {
+			return nil, "", false, err
+		}
+		*b = graveBuffer{at: after, stones: stones, filled: true, last: last, done: done}
+	}
+	n := min(limit, len(b.stones))
+	out := b.stones[:n]
+	b.stones = b.stones[n:]
+	if len(b.stones) > 0 {
+		b.at = out[n-1].Key
+		return out, b.at, false, nil
+	}
+	b.filled = false
+	return out, b.last, b.done, nil
+}
+
 func heresOf(stones []history.Tombstone) []Here {
 	out := make([]Here, len(stones))
 	for i, s := range stones {
@@ -53,7 +90,7 @@ func heresOf(stones []history.Tombstone) []Here {
 // Graves reads the resources' graves: ids deleted, their tombstones
 // purged since.
 func (s *Resources) Graves(ctx context.Context, q database.Querier, after string, limit int) ([]Here, string, bool, error) {
-	stones, last, done, err := history.Tombstones(ctx, q, jobs.Resources, "", after, limit)
+	stones, last, done, err := s.buf.page(ctx, q, jobs.Resources, "", after, limit)
 	if err != nil {
 		return nil, "", false, err
 	}
@@ -93,7 +130,7 @@ func (s *Resources) Graves(ctx context.Context, q database.Querier, after string
 // Graves reads the source's graves: keys deleted (for the tenant, when
 // set) and gone from the table.
 func (c *Configured) Graves(ctx context.Context, q database.Querier, after string, limit int) ([]Here, string, bool, error) {
-	stones, last, done, err := history.Tombstones(ctx, q, c.src.Name, c.tenant, after, limit)
+	stones, last, done, err := c.buf.page(ctx, q, c.src.Name, c.tenant, after, limit)
 	if err != nil {
 		return nil, "", false, err
 	}

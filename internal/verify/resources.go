@@ -21,6 +21,7 @@ type Resources struct {
 	// graves are the versions of the tombstones of the graves read
 	// (Graves), by id, for Heal to write the next.
 	graves map[int64]int64
+	buf    graveBuffer
 }
 
 var _ Source = (*Resources)(nil)
