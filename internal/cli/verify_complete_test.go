@@ -67,7 +67,7 @@ sources:
 	require.Eventually(t, func() bool {
 		r = verifyCmd("--json")
 		return r.code == 0 && verifyJSON(t, r).Pending == 0
-	}, 10*time.Second, 50*time.Millisecond, "%v", &r)
+	}, 30*time.Second, 100*time.Millisecond, "%v", &r)
 	v := verifyJSON(t, r)
 	require.Equal(t, [3]int64{12, 12, 0}, [3]int64{v.Checked, v.OK, v.Zombie}, "the two graves are read back, deleted there")
 
@@ -185,7 +185,7 @@ func TestVerifyEveryTenant(t *testing.T) {
 	require.Eventually(t, func() bool {
 		r = verifyCmd("--json")
 		return r.code == 0 && verifyJSON(t, r).OK == 20
-	}, 10*time.Second, 50*time.Millisecond, "%v", &r)
+	}, 30*time.Second, 100*time.Millisecond, "%v", &r)
 	v := verifyJSON(t, r)
 	require.Equal(t, [3]int64{20, 20, 0}, [3]int64{v.Checked, v.OK, v.Pending})
 	require.Len(t, v.Tenants, 2, r.stdout)
