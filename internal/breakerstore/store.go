@@ -63,7 +63,7 @@ const (
 	KeyLastError = "last_error"
 )
 
-var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError, KeyHold, KeyProbe, KeyCertificates, KeyProbeAnswer}
+var allKeys = []string{KeyBreaker, KeyCredentials, KeyConfiguration, KeyPause, KeyRate, KeyLastError, KeyHold, KeyProbe, KeyCertificates, KeyProbeAnswer, KeyVerifyShare}
 
 // Breaker is the circuit breaker's state as stored: gobreaker's SharedState
 // without the counts, which only the process that counts needs.
@@ -164,6 +164,7 @@ type State struct {
 	Certificates  Certificates
 	Probe         Probe
 	ProbeAnswer   ProbeAnswer
+	VerifyShare   VerifyShare
 }
 
 // Stops reports whether the facts stop every batch to the destination at
@@ -207,6 +208,7 @@ func ReadStateOf(ctx context.Context, q database.Querier, namespace string) (Sta
 		KeyCertificates:  func(v []byte) { decode(v, &st.Certificates) },
 		KeyProbe:         func(v []byte) { decode(v, &st.Probe) },
 		KeyProbeAnswer:   func(v []byte) { decode(v, &st.ProbeAnswer) },
+		KeyVerifyShare:   func(v []byte) { decode(v, &st.VerifyShare) },
 	}
 	var key string
 	var value []byte

@@ -72,6 +72,13 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 		if src.Verify != nil {
 			fmt.Fprintf(w, "verify %s\t%s\n", src.Name, src.Verify.Text())
 		}
+		for i, t := range src.VerifyTenants {
+			if i == verifyTenantsShown {
+				fmt.Fprintf(w, "  … and %d more tenants' verifies (status --json lists them all)\n", len(src.VerifyTenants)-i)
+				break
+			}
+			fmt.Fprintf(w, "  verify %s tenant %s\t%s\n", src.Name, t.Tenant, t.Text())
+		}
 	}
 	if r.ResourcesExported {
 		fmt.Fprintf(w, "rows\t%d total, %d synced, %d unsynced (%d pending, %d failed)\n", r.Total, r.Synced, r.Unsynced, r.Pending, r.Failed)
@@ -299,3 +306,7 @@ func lockLine(l status.Lock) string {
 		return fmt.Sprintf("held by backend pid %d (application_name %q, client %s)", l.PID, l.ApplicationName, l.ClientAddr)
 	}
 }
+
+// verifyTenantsShown is how many tenants' last verifies status prints
+// under their source's.
+const verifyTenantsShown = 20

@@ -90,6 +90,11 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
+	if et, err := c.everyTenantOf(ctx, pool); err != nil {
+		return err
+	} else if et != nil {
+		return c.runEveryTenant(ctx, env, pool, et)
+	}
 	src, rd, limit, burst, dest, err := c.build(ctx, pool, env.Logger)
 	if err != nil {
 		return err
@@ -107,12 +112,17 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		// apart from the other tenants' (section 10).
 		ns = breakerstore.TenantNamespace(dest, c.Tenant)
 	}
+	pace, err := sharedPace(pool, limit, burst, ns)
+	if err != nil {
+		return err
+	}
+	defer releasePace(ctx, pace, env.Logger)
 	res, err := verify.Run(ctx, pool, src, rd, &verify.Config{
 		Range:      verify.Range{FromKey: c.FromKey, ToKey: c.ToKey},
 		LookupSize: c.LookupSize,
 		Sample:     c.Sample,
 		Heal:       c.Heal,
-		Pace:       verify.NewPace(limit, burst).Shared(ns),
+		Pace:       pace,
 		Logger:     env.Logger,
 	})
 	if err != nil {
@@ -249,10 +259,14 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 	if res.Resumed {
 		fmt.Fprintf(w, "%s: resumed the interrupted verify\n", runName(res))
 	}
-	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d unknown, %d pending\n",
-		runName(res), res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Unknown, res.Pending)
+	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
+		runName(res), res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Failed, res.Unknown, res.Pending)
 	for _, ex := range res.Examples {
-		fmt.Fprintf(w, "  %s %s: here %s, there %s\n", ex.Kind, ex.ID, ex.Here, ex.There)
+		tenant := ""
+		if ex.Tenant != "" && res.Tenant == "" {
+			tenant = " (tenant " + ex.Tenant + ")"
+		}
+		fmt.Fprintf(w, "  %s %s%s: here %s, there %s\n", ex.Kind, ex.ID, tenant, ex.Here, ex.There)
 	}
 	switch {
 	case res.Drifted() == 0:
@@ -266,7 +280,23 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 		}
 		fmt.Fprintf(w, "%d keys drifted: syncer verify --source %s%s --heal makes them pending again\n", res.Drifted(), res.Source, tenant)
 	}
+	if res.Failed > 0 {
+		fmt.Fprintf(w, "%d keys failed (the third party rejected their latest version): --heal leaves them, since they would be rejected again; fix the cause, then %s\n",
+			res.Failed, retryFailedCommand(res))
+	}
 	return nil
+}
+
+// retryFailedCommand is the command that sends res's failed keys again.
+func retryFailedCommand(res *verify.Result) string {
+	if res.Source == jobs.Resources {
+		return "syncer retry-failed"
+	}
+	cmd := "syncer retry-failed --source " + res.Source
+	if res.Tenant != "" {
+		cmd += " --tenant " + res.Tenant
+	}
+	return cmd
 }
 
 // configuredSource returns the installed configured source as a
@@ -321,7 +351,7 @@ func tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Se
 	}
 	client, columns, err := reg.Account(ctx, tenant)
 	if errors.Is(err, tenants.ErrUnconnected) {
-		return nil, nil, usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)
+		return nil, nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)}
 	}
 	if errors.Is(err, tenants.ErrRefreshNotShared) {
 		return nil, nil, usagef("%v", err)

@@ -22,14 +22,26 @@ import (
 
 // verifyResult is the JSON of syncer verify --json.
 type verifyResult struct {
-	Source   string `json:"source"`
-	Checked  int64  `json:"checked"`
-	OK       int64  `json:"ok"`
-	Missing  int64  `json:"missing"`
-	Stale    int64  `json:"stale"`
-	Zombie   int64  `json:"zombie"`
-	Unknown  int64  `json:"unknown"`
-	Pending  int64  `json:"pending"`
+	Source  string `json:"source"`
+	Checked int64  `json:"checked"`
+	OK      int64  `json:"ok"`
+	Missing int64  `json:"missing"`
+	Stale   int64  `json:"stale"`
+	Zombie  int64  `json:"zombie"`
+	Failed  int64  `json:"failed"`
+	Unknown int64  `json:"unknown"`
+	Pending int64  `json:"pending"`
+	Tenants []struct {
+		Tenant  string `json:"tenant"`
+		Checked int64  `json:"checked"`
+		OK      int64  `json:"ok"`
+		Missing int64  `json:"missing"`
+		Stale   int64  `json:"stale"`
+		Zombie  int64  `json:"zombie"`
+		Failed  int64  `json:"failed"`
+		Unknown int64  `json:"unknown"`
+		Pending int64  `json:"pending"`
+	} `json:"tenants"`
 	Examples []struct {
 		ID    string          `json:"id"`
 		Kind  string          `json:"kind"`
@@ -84,7 +96,7 @@ func TestVerifyAndHeal(t *testing.T) {
 
 	r = verifyCmd()
 	require.Equal(t, 0, r.code, r.stdout+r.stderr)
-	require.Contains(t, r.stdout, "source resources: 30 keys checked: 30 ok, 0 missing, 0 stale, 0 zombie, 0 unknown, 0 pending\nnothing drifted\n")
+	require.Contains(t, r.stdout, "source resources: 30 keys checked: 30 ok, 0 missing, 0 stale, 0 zombie, 0 failed, 0 unknown, 0 pending\nnothing drifted\n")
 
 	// The third party drifts: 1 and 2 lost, 3 edited (5 edited to the
 	// same value in another spelling: no drift), 29 re-created, 10 not
@@ -330,7 +342,7 @@ func TestStatusShowsTheLastVerify(t *testing.T) {
 
 	r = run(ctx, "status", "--database-url", b.dsn)
 	require.Equal(t, 0, r.code, r.stdout+r.stderr)
-	require.Regexp(t, `verify resources\s+last finished \S+: 4 checked, 0 ok, 4 missing, 0 stale, 0 zombie, 0 unknown, 0 pending: DRIFT \(command\)`, r.stdout)
+	require.Regexp(t, `verify resources\s+last finished \S+: 4 checked, 0 ok, 4 missing, 0 stale, 0 zombie, 0 failed, 0 unknown, 0 pending: DRIFT \(command\)`, r.stdout)
 
 	r = run(ctx, "status", "--json", "--database-url", b.dsn)
 	require.Equal(t, 0, r.code, r.stdout+r.stderr)

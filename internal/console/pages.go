@@ -192,6 +192,9 @@ type sourceData struct {
 	Proof     string
 	// Tenants are a source with a tenant column's, for its summary line.
 	Tenants *status.Tenants
+	// Verified are its tenants' last verifies (verify.go).
+	Verified      []tenantVerified
+	VerifiedOther int
 }
 
 func (c *Console) sourcePage(w http.ResponseWriter, r *http.Request, cl caller) {
@@ -211,6 +214,7 @@ func (c *Console) sourcePage(w http.ResponseWriter, r *http.Request, cl caller) 
 	// (operator, replays).
 	d.Source, d.Retryable = sourceRowOf(rep.Sources[i]), true
 	d.Tenants = rep.Sources[i].Tenants
+	d.Verified, d.VerifiedOther = tenantsVerified(rep.Sources[i].VerifyTenants)
 	for _, f := range rep.RecentFailures {
 		if f.Source == name {
 			d.Failures = append(d.Failures, f)

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/operator"
+	"github.com/syncer-dev/syncer/internal/status"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -23,7 +25,7 @@ func verifiedText(l *verify.Last) (text string, drift bool) {
 		if l.FinishedAt != nil {
 			when = l.FinishedAt.UTC().Format(time.DateTime)
 		}
-		text = fmt.Sprintf("%s: %d checked, %d missing, %d stale, %d zombie, %d unknown", when, c.Checked, c.Missing, c.Stale, c.Zombie, c.Unknown)
+		text = fmt.Sprintf("%s: %d checked, %d missing, %d stale, %d zombie, %d failed, %d unknown", when, c.Checked, c.Missing, c.Stale, c.Zombie, c.Failed, c.Unknown)
 		drift = c.Drifted() > 0
 	}
 	switch {
@@ -37,6 +39,36 @@ func verifiedText(l *verify.Last) (text string, drift bool) {
 		text += " (asked for; a daemon starts it within seconds)"
 	}
 	return text, drift
+}
+
+// tenantVerified is a tenant's last verify as the source page lists it.
+type tenantVerified struct {
+	Tenant, Verified string
+	Drift            bool
+}
+
+// tenantsVerified lists the tenants' last verifies, those that drifted
+// first, at most tenantsShown; other is how many more there are (status
+// --json lists them all).
+func tenantsVerified(all []status.TenantVerify) (shown []tenantVerified, other int) {
+	out := make([]tenantVerified, len(all))
+	for i, t := range all {
+		out[i].Tenant = t.Tenant
+		out[i].Verified, out[i].Drift = verifiedText(t.Last)
+	}
+	slices.SortStableFunc(out, func(a, b tenantVerified) int {
+		switch {
+		case a.Drift && !b.Drift:
+			return -1
+		case b.Drift && !a.Drift:
+			return 1
+		}
+		return 0
+	})
+	if len(out) > tenantsShown {
+		return out[:tenantsShown], len(out) - tenantsShown
+	}
+	return out, 0
 }
 
 // verifyNow asks the daemons to verify the source now.

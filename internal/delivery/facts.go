@@ -70,6 +70,11 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 		}
 		d.mu.Unlock()
 	}
+	if d.pacer.yield(st.VerifyShare.Active(now)) {
+		d.logger.InfoContext(ctx, "delivery: the share of the request rate a syncer verify from the command line takes changed; this process sends at the rest",
+			slog.Float64("share", st.VerifyShare.Active(now)), slog.Float64("requests_per_second", d.pacer.limit()))
+		d.metrics.SetRateLimit(d.pacer.limit())
+	}
 	if first && st.Rate.Limit > 0 {
 		if d.pacer.adopt(st.Rate.Limit, st.Rate.Ceiling) {
 			d.logger.InfoContext(ctx, "delivery: request rate taken over from the shared state",

@@ -37,6 +37,10 @@ type pacer struct {
 	logged      float64   // the learnt rate last logged
 	storedAt    time.Time
 	stored      float64
+	// yielded is the share of the rate a `syncer verify` from the command
+	// line takes now (breakerstore.VerifyShare): this pacer sends at the
+	// rest, so the two together stay within the limit.
+	yielded float64
 	// lowered is closed, and replaced, when the learnt rate goes down: a
 	// request that waits for a token given at the rate before takes one
 	// at the new rate instead. Otherwise the requests already waiting go
@@ -86,6 +90,9 @@ func (p *pacer) limit() float64 {
 // applyLocked sets the limiter to the lowest of the three rates.
 func (p *pacer) applyLocked(now time.Time) float64 {
 	r := min(p.max, p.est.learned)
+	if p.yielded > 0 && !math.IsInf(r, 1) {
+		r *= 1 - p.yielded
+	}
 	if left := p.quotaUntil.Sub(now); left > 0 && p.quotaBudget > 0 {
 		r = min(r, float64(p.quotaBudget)/left.Seconds())
 	}
@@ -94,6 +101,26 @@ func (p *pacer) applyLocked(now time.Time) float64 {
 	}
 	p.open.Store(math.IsInf(r, 1) && !p.quotaUntil.After(now))
 	return r
+}
+
+// yield sets the share of the rate a command line verify takes (0: none),
+// and reports whether it changed.
+func (p *pacer) yield(share float64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if share == p.yielded {
+		return false
+	}
+	more := share > p.yielded
+	p.yielded = share
+	p.applyLocked(p.now())
+	if more {
+		// As for a lower learnt rate: the requests already waiting take
+		// their tokens at the rate left to the export.
+		close(p.lowered)
+		p.lowered = make(chan struct{})
+	}
+	return true
 }
 
 // wait blocks until the limiter lets a request go.

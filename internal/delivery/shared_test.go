@@ -424,3 +424,26 @@ func TestFactsPerDestination(t *testing.T) {
 	require.Equal(t, 503, crm.LastError.Status)
 	require.Equal(t, breakerstore.State{}, none, "nothing under the resources' own keys")
 }
+
+// Issue 54 point 15: a `syncer verify` from the command line records its
+// share of the destination's rate in the shared facts; the deliverer sends
+// at the rest while the share's lease holds, and at the whole rate again
+// once it is given back.
+func TestYieldsTheVerifysShare(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{}, "")
+	db := newDatabase(t)
+	s, err := breakerstore.New(db.newPool(t), &breakerstore.Config{Namespace: "destination:crm"})
+	require.NoError(t, err)
+	require.NoError(t, s.SetVerifyShare(t.Context(), breakerstore.VerifyShare{Share: 0.25, Until: time.Now().Add(time.Minute)}))
+	m := metrics.New(prometheus.NewRegistry())
+	d := b.deliverer(t, breakerstore.NewShared(s, 0), &delivery.Config{RateLimit: 40, Metrics: m.Destination("crm")})
+	limit := func() float64 {
+		_, err := d.Deliver(t.Context(), batch("", items(1, 1, nil)))
+		require.NoError(t, err)
+		return testutil.ToFloat64(m.RateLimitCurrent.WithLabelValues("crm"))
+	}
+	require.Equal(t, 30.0, limit(), "three quarters of 40 while the verify takes a quarter")
+	require.NoError(t, s.SetVerifyShare(t.Context(), breakerstore.VerifyShare{}))
+	require.Eventually(t, func() bool { return limit() == 40 }, 10*time.Second, 100*time.Millisecond, "the whole rate once given back")
+}

@@ -20,12 +20,12 @@ type Verify struct {
 }
 
 // The kinds DriftedKeys has a series for.
-var verifyKinds = []string{"missing", "stale", "zombie", "unknown"}
+var verifyKinds = []string{"missing", "stale", "zombie", "failed", "unknown"}
 
 func newVerify(reg prometheus.Registerer) Verify {
 	v := Verify{
 		DriftedKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "syncer_verify_drifted_keys", Help: "Keys of a source the last finished verify found drifted at its destination, by kind (missing, stale, zombie; unknown: the third party did not say).",
+			Name: "syncer_verify_drifted_keys", Help: "Keys of a source the last finished verify found drifted at its destination, by kind (missing, stale, zombie; failed: its latest version was rejected; unknown: the third party did not say).",
 		}, []string{"source", "destination", "kind"}),
 		LastFinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "syncer_verify_last_finished_timestamp_seconds", Help: "Unix time the last verify of a source finished.",

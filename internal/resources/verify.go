@@ -28,15 +28,18 @@ type Held struct {
 	// Synced is set when this version was accepted, so the third party
 	// holds at least it.
 	Synced bool
+	// Failed is set when this version was rejected (failed_at): the third
+	// party is not expected to hold it.
+	Failed bool
 }
 
 // heldSQL reads rows and tombstones with from <= id <= to, merged in id
 // order, limit of them. Each side is an index range scan on its primary
 // key, so a page costs its own rows, never a scan of the table.
-const heldSQL = `(SELECT id, version, payload, false, synced_at IS NULL AND failed_at IS NULL, synced_at IS NOT NULL
+const heldSQL = `(SELECT id, version, payload, false, synced_at IS NULL AND failed_at IS NULL, synced_at IS NOT NULL, failed_at IS NOT NULL
 		FROM resources WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3)
 	UNION ALL
-	(SELECT id, version, NULL::jsonb, true, synced_at IS NULL AND failed_at IS NULL, synced_at IS NOT NULL
+	(SELECT id, version, NULL::jsonb, true, synced_at IS NULL AND failed_at IS NULL, synced_at IS NOT NULL, failed_at IS NOT NULL
 		FROM syncer_tombstones WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3)
 	ORDER BY 1 LIMIT $3`
 
@@ -51,7 +54,7 @@ func HeldPage(ctx context.Context, q database.Querier, from, to int64, limit int
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Held, error) {
 		var h Held
 		var payload []byte
-		err := r.Scan(&h.ID, &h.Version, &payload, &h.Deleted, &h.Pending, &h.Synced)
+		err := r.Scan(&h.ID, &h.Version, &payload, &h.Deleted, &h.Pending, &h.Synced, &h.Failed)
 		if payload != nil {
 			h.Payload = payload
 		}

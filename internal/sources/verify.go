@@ -24,6 +24,11 @@ type Held struct {
 	Kept bool
 	// Pending is set while the key has changes still to export.
 	Pending bool
+	// Failed is set when the key's latest version was rejected (a row of
+	// syncer_source_failures, for the tenant when one is asked): the
+	// third party is not expected to hold it, and sending it again as it
+	// is would be rejected again.
+	Failed bool
 }
 
 // heldSQL reads the next rows of r after the cursor ($4, when after) in
@@ -42,11 +47,12 @@ func (s *Source) heldSQL(r ReplayRange, after bool, tenant string) (string, []an
 		cond += " AND " + rowSQL(s.keyColumns("t")) + " > " + rowSQL(s.keyValuesSQL("$"+strconv.Itoa(next+len(args))+"::text"))
 		next++
 	}
-	ofTenant := ""
+	ofTenant, failedOf := "", ""
 	if tenant != "" {
 		p := "$" + strconv.Itoa(next+len(args)) + "::text"
 		cond += " AND " + s.tenantText("t") + " = " + p
 		ofTenant = " AND (c.tenant = " + p + " OR c.tenant IS NULL)"
+		failedOf = " AND f.tenant = " + p
 	}
 	cols := s.keyColumns("t")
 	kept := "true"
@@ -54,7 +60,8 @@ func (s *Source) heldSQL(r ReplayRange, after bool, tenant string) (string, []an
 		kept = "coalesce((" + s.Where + "), false)"
 	}
 	return `SELECT k.key, k.payload, k.kept,
-			EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = $1 AND c.num = k.num AND c.key = k.key` + ofTenant + `)
+			EXISTS (SELECT 1 FROM syncer_changes c WHERE c.source = $1 AND c.num = k.num AND c.key = k.key` + ofTenant + `),
+			EXISTS (SELECT 1 FROM syncer_source_failures f WHERE f.source = $1 AND f.key = k.key COLLATE "C"` + failedOf + `)
 		FROM (SELECT ` + s.keyTextSQL(cols) + ` AS key, ` + s.numSQL(cols) + ` AS num, ` + s.payloadSQL("$3") + ` AS payload, ` + kept + ` AS kept
 			FROM ` + s.table() + ` t WHERE ` + cond + ` ORDER BY ` + strings.Join(cols, ", ") + ` LIMIT $2) k`, args
 }
@@ -88,7 +95,7 @@ func heldPage(ctx context.Context, q database.Querier, src *Source, r ReplayRang
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Held, error) {
 		var h Held
 		var payload []byte
-		err := row.Scan(&h.Key, &payload, &h.Kept, &h.Pending)
+		err := row.Scan(&h.Key, &payload, &h.Kept, &h.Pending, &h.Failed)
 		h.Payload = payload
 		return h, err
 	})

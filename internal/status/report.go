@@ -113,8 +113,18 @@ type Source struct {
 	// Verify is its last verify (`syncer verify`, background or "Verify
 	// now"): state, time and counts by kind; absent before the first.
 	Verify *verify.Last `json:"verify,omitempty"`
+	// VerifyTenants are its tenants' last verifies (a source whose
+	// destination reads each tenant from its own account: `syncer verify
+	// --source` of every tenant, --tenant, or background), by tenant.
+	VerifyTenants []TenantVerify `json:"verify_tenants,omitempty"`
 	// Tenants are its tenants, for a source with a tenant column.
 	Tenants *Tenants `json:"tenants,omitempty"`
+}
+
+// TenantVerify is one tenant's last verify.
+type TenantVerify struct {
+	Tenant string `json:"tenant"`
+	*verify.Last
 }
 
 // Destination is a configured destination's state: the facts its daemons

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -125,6 +126,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	}
 	for i := range r.Sources {
 		r.Sources[i].Verify = last[r.Sources[i].Name]
+		r.Sources[i].VerifyTenants = tenantVerifies(last, r.Sources[i].Name)
 	}
 	if err := r.readTenants(ctx, pool); err != nil {
 		return nil, err
@@ -297,4 +299,17 @@ func recentFailures(ctx context.Context, pool *pgxpool.Pool, limit int, ofResour
 	}
 	slices.SortStableFunc(out, func(a, b Failure) int { return b.FailedAt.Compare(a.FailedAt) })
 	return out[:min(len(out), limit)], nil
+}
+
+// tenantVerifies are source's tenants' last verifies, in the tenants'
+// order.
+func tenantVerifies(last map[string]*verify.Last, source string) []TenantVerify {
+	var out []TenantVerify
+	for key, l := range last {
+		if s, t, ok := verify.SplitRunKey(key); ok && s == source {
+			out = append(out, TenantVerify{Tenant: t, Last: l})
+		}
+	}
+	slices.SortFunc(out, func(a, b TenantVerify) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out
 }

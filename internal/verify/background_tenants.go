@@ -41,34 +41,74 @@ var ErrNoTenantReader = errors.New("tenant has no account to read")
 
 // runTenants is Run for j.Tenants: each tenant in turn, their counts
 // summed into the source's last run.
-func (b *Background) runTenants(ctx context.Context, j *Job, c *Config) (res *Result, err error) {
-	name := j.Source.Name()
-	if err := started(ctx, b.db, name, c.By); err != nil {
+func (b *Background) runTenants(ctx context.Context, j *Job, c *Config) (*Result, error) {
+	return RunTenants(ctx, b.db, j.Source.Name(), &TenantsRun{
+		Tenants: j.Tenants,
+		Skipped: func(tenant string, err error) {
+			b.cfg.Logger.WarnContext(ctx, "verify: background: tenant not verified", slog.String("source", j.Source.Name()),
+				slog.String("tenant", tenant), slog.String("error", err.Error()))
+		},
+	}, c)
+}
+
+// TenantsRun is what RunTenants needs besides the run's Config.
+type TenantsRun struct {
+	// Tenants are the source's tenants and their accounts. Required.
+	Tenants Tenants
+	// PaceOf, when set, is the pace of one tenant's lookups (its
+	// account's limits); otherwise every tenant takes Config.Pace.
+	PaceOf func(tenant string) *Pace
+	// Skipped is told of a tenant with rows and no account to read
+	// (ErrNoTenantReader); nil says nothing.
+	Skipped func(tenant string, err error)
+}
+
+// RunTenants verifies source, whose destination reads each tenant's rows
+// from the tenant's own account, a tenant after another (those with rows,
+// in byte order), each a Run of its own (its cursor and last run under
+// TenantRunKey). The result holds their sums and, in Tenants, each
+// tenant's counts; the source's last run records the sums. An error
+// stops it at the tenant it happened in: the tenants before it are done,
+// and the next run resumes that tenant.
+func RunTenants(ctx context.Context, db database.DB, source string, tr *TenantsRun, cfg *Config) (res *Result, err error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	res = &Result{Source: name, Examples: []Example{}}
-	defer func() { recordEnd(ctx, b.db, name, res, &err) }()
+	if err := started(ctx, db, source, c.By); err != nil {
+		return nil, err
+	}
+	res = &Result{Source: source, Examples: []Example{}, Tenants: []TenantCounts{}}
+	defer func() { recordEnd(ctx, db, source, res, &err) }()
 	after := ""
 	for {
-		ts, err := j.Tenants.Page(ctx, b.db, after, TenantsPageSize)
+		ts, err := tr.Tenants.Page(ctx, db, after, TenantsPageSize)
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
 			}
-			return res, fmt.Errorf("verify: tenants of %s: %w", name, err)
+			return res, fmt.Errorf("verify: tenants of %s: %w", source, err)
 		}
 		for _, t := range ts {
-			src, rd, err := j.Tenants.Tenant(ctx, t)
+			src, rd, err := tr.Tenants.Tenant(ctx, t)
 			if errors.Is(err, ErrNoTenantReader) {
-				b.cfg.Logger.WarnContext(ctx, "verify: background: tenant not verified", slog.String("source", name),
-					slog.String("tenant", t), slog.String("error", err.Error()))
+				if tr.Skipped != nil {
+					tr.Skipped(t, err)
+				}
 				continue
 			}
 			if err != nil {
-				return res, fmt.Errorf("verify: source %s: tenant %s: %w", name, t, err)
+				return res, fmt.Errorf("verify: source %s: tenant %s: %w", source, t, err)
 			}
-			r, err := Run(ctx, b.db, src, rd, c)
+			tc := c
+			if tr.PaceOf != nil {
+				tc.Pace = tr.PaceOf(t)
+			}
+			r, err := Run(ctx, db, src, rd, &tc)
 			sum(res, r)
+			if r != nil {
+				res.Tenants = append(res.Tenants, countsOfTenant(t, r))
+			}
 			if err != nil {
 				return res, err
 			}
@@ -78,6 +118,30 @@ func (b *Background) runTenants(ctx context.Context, j *Job, c *Config) (res *Re
 		}
 		after = ts[len(ts)-1]
 	}
+}
+
+// TenantCounts are one tenant's counts in a run of every tenant.
+type TenantCounts struct {
+	Tenant  string `json:"tenant"`
+	Checked int64  `json:"checked"`
+	OK      int64  `json:"ok"`
+	Missing int64  `json:"missing"`
+	Stale   int64  `json:"stale"`
+	Zombie  int64  `json:"zombie"`
+	Failed  int64  `json:"failed"`
+	Unknown int64  `json:"unknown"`
+	Pending int64  `json:"pending"`
+	// Healed, Resumed: as Result's, for the text output.
+	Healed  int64 `json:"-"`
+	Resumed bool  `json:"-"`
+}
+
+// Drifted is how many of the tenant's keys drifted.
+func (t *TenantCounts) Drifted() int64 { return t.Missing + t.Stale + t.Zombie }
+
+func countsOfTenant(tenant string, r *Result) TenantCounts {
+	return TenantCounts{Tenant: tenant, Checked: r.Checked, OK: r.OK, Missing: r.Missing, Stale: r.Stale,
+		Zombie: r.Zombie, Failed: r.Failed, Unknown: r.Unknown, Pending: r.Pending, Healed: r.Healed, Resumed: r.Resumed}
 }
 
 // sum adds r's counts and examples to into.
@@ -90,11 +154,15 @@ func sum(into, r *Result) {
 	into.Missing += r.Missing
 	into.Stale += r.Stale
 	into.Zombie += r.Zombie
+	into.Failed += r.Failed
 	into.Unknown += r.Unknown
 	into.Pending += r.Pending
 	into.Healed += r.Healed
 	into.Resumed = into.Resumed || r.Resumed
 	for _, ex := range r.Examples {
+		if ex.Tenant == "" {
+			ex.Tenant = r.Tenant
+		}
 		into.example(ex)
 	}
 }

@@ -10,6 +10,11 @@ import (
 // holds for it (ok: the answer named it).
 func classify(h *Here, t There, ok bool) Kind {
 	switch {
+	case h.Failed:
+		// Whatever the third party holds, it refused what is here: the
+		// key is failed, not missing or stale, until the row changes or
+		// someone retries it.
+		return Failed
 	case ok && t.Unknown:
 		return Unknown
 	case h.Gone:

@@ -14,14 +14,17 @@ import (
 
 // Configured is a configured source (an application's table) as a
 // Source, through the sources package. Its keys are the table's rows as
-// they are now: a key deleted here is forgotten once its tombstone was
-// exported, so only rows the filter leaves out can be zombies, and the
-// version last accepted is not known (payloads alone are compared).
+// they are now, then its graves (graves.go): a key deleted here is
+// forgotten by the table once its tombstone was exported, and read back
+// from the row's story. The version last accepted is not known (payloads
+// alone are compared).
 type Configured struct {
 	src *sources.Source
 	r   sources.ReplayRange
 	// tenant, when set, narrows every call to the tenant's rows.
 	tenant string
+	// buf serves the graves (graves.go).
+	buf graveBuffer
 }
 
 var _ Source = (*Configured)(nil)
@@ -53,7 +56,7 @@ func (c *Configured) Page(ctx context.Context, q database.Querier, after string,
 	}
 	out := make([]Here, len(held))
 	for i, h := range held {
-		out[i] = Here{ID: h.Key, Payload: h.Payload, Gone: !h.Kept, Pending: h.Pending}
+		out[i] = Here{ID: h.Key, Payload: h.Payload, Gone: !h.Kept, Pending: h.Pending, Failed: h.Failed}
 	}
 	return out, nil
 }

@@ -5,11 +5,14 @@
 //   - Every key of the range is sorted into exactly one kind: ok, missing
 //     (live here, absent there), stale (there, but not the payload here, or
 //     below the version last accepted), zombie (deleted or filtered out
-//     here, present there), unknown (the answer did not say) or pending (its
+//     here, present there), failed (its latest version was rejected: not
+//     drift, never healed), unknown (the answer did not say) or pending (its
 //     latest change is still to be exported: never drift, and never asked
 //     for, since the third party cannot be expected to hold it yet).
 //   - Keys are read from the source's owner package in key order, in pages,
-//     the table as it is now; the destination is asked in batches of at
+//     the table as it is now, then the graves: keys deleted here whose
+//     tombstones the row's story (internal/history) holds, so a hard
+//     delete is still checked (graves.go); the destination is asked in batches of at
 //     most Config.LookupSize ids. Payloads are compared as JSON values, so
 //     key order and spacing never make drift.
 //   - A run is resumable: after each page its cursor and counts are saved
@@ -25,7 +28,9 @@
 //   - Reads are paced by a rate limiter at the destination's rate, and take
 //     a quarter of it while the source has rows pending, so a verify never
 //     takes more than a quarter of the destination's requests from the
-//     export that is catching up.
+//     export that is catching up. A run from the command line records its
+//     share in the destination's facts and the daemons' deliverers send at
+//     the rest (share.go), so the two stay within the rate together.
 //   - Examples (up to 20 a kind) show the two payloads, never a credential.
 //   - Every run's start and end are kept as the source's last verify
 //     (syncer_verify_last, owned here): status, the console and the
@@ -39,5 +44,7 @@
 //   - One tenant of a source with a tenant column (NewConfiguredTenant,
 //     `syncer verify --tenant`) is a run of its own: its rows only, read
 //     from its account, healed for it, its cursor and last run kept under
-//     TenantRunKey so that each tenant resumes on its own.
+//     TenantRunKey so that each tenant resumes on its own. RunTenants runs
+//     every tenant with rows in turn (the background's and `syncer verify
+//     --source` of a destination with a tenants block).
 package verify

@@ -35,6 +35,7 @@ type Counts struct {
 	Missing int64 `json:"missing"`
 	Stale   int64 `json:"stale"`
 	Zombie  int64 `json:"zombie"`
+	Failed  int64 `json:"failed"`
 	Unknown int64 `json:"unknown"`
 	Pending int64 `json:"pending"`
 	Healed  int64 `json:"healed"`
@@ -45,11 +46,11 @@ func (c *Counts) Drifted() int64 { return c.Missing + c.Stale + c.Zombie }
 
 // ByKind returns the drift kinds' counts, for the metrics.
 func (c *Counts) ByKind() map[Kind]int64 {
-	return map[Kind]int64{Missing: c.Missing, Stale: c.Stale, Zombie: c.Zombie, Unknown: c.Unknown}
+	return map[Kind]int64{Missing: c.Missing, Stale: c.Stale, Zombie: c.Zombie, Failed: c.Failed, Unknown: c.Unknown}
 }
 
 func countsOf(r *Result) Counts {
-	return Counts{Checked: r.Checked, OK: r.OK, Missing: r.Missing, Stale: r.Stale, Zombie: r.Zombie,
+	return Counts{Checked: r.Checked, OK: r.OK, Missing: r.Missing, Stale: r.Stale, Zombie: r.Zombie, Failed: r.Failed,
 		Unknown: r.Unknown, Pending: r.Pending, Healed: r.Healed}
 }
 
@@ -164,8 +165,8 @@ func (l *Last) Text() string {
 	}
 	counts := "no run finished yet"
 	if c := l.Counts; c != nil {
-		counts = fmt.Sprintf("last finished %s: %d checked, %d ok, %d missing, %d stale, %d zombie, %d unknown, %d pending",
-			at(l.FinishedAt), c.Checked, c.OK, c.Missing, c.Stale, c.Zombie, c.Unknown, c.Pending)
+		counts = fmt.Sprintf("last finished %s: %d checked, %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending",
+			at(l.FinishedAt), c.Checked, c.OK, c.Missing, c.Stale, c.Zombie, c.Failed, c.Unknown, c.Pending)
 		if c.Healed > 0 {
 			counts += fmt.Sprintf(", %d healed", c.Healed)
 		}

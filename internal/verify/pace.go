@@ -20,12 +20,12 @@ const PendingShare = 0.25
 
 // Pace paces a run's lookups at a destination's rate limit. A run from the
 // command line is a process of its own, not a daemon, so it cannot share
-// the daemon's limiter: it gets its own at the destination's configured
-// rate, and while rows are pending it takes PendingShare of it, so that
-// verify and export together stay within the limit plus a quarter at most
-// (docs/operations.md says to keep --rate-limit at the third party's limit
-// less a quarter where that matters). Without a rate limit, the run holds
-// one request at a time, a quarter of the default max_in_flight of 4.
+// the daemon's limiter: it gets its own, at a share of the destination's
+// rate that it tells the daemons (Yield, share.go), which send at the rest
+// (PendingShare while rows are pending, IdleShare otherwise). Without
+// Yield it takes PendingShare of the rate while rows are pending and the
+// whole rate otherwise. Without a rate limit, the run holds one request at
+// a time, a quarter of the default max_in_flight of 4.
 //
 // The daemons' shared facts of the destination (breakerstore) stop it as
 // they stop the export: while the breaker is open or the third party asked
@@ -46,6 +46,9 @@ type Pace struct {
 	// turn, when set, takes a request of the daemon's deliverer of the
 	// destination, so that verify and export share its rate limit.
 	turn func(context.Context) error
+	// share, when set, is the run's share of the destination's rate,
+	// told to the daemons (share.go, Yield).
+	share *share
 }
 
 // NewPace returns a Pace at limit requests a second with burst; limit 0
@@ -160,7 +163,19 @@ func (p *Pace) waitOwn(ctx context.Context, q database.Querier, src Source, lear
 	if learnt > 0 && learnt < limit {
 		limit = learnt
 	}
-	if pending {
+	switch {
+	case p.share != nil:
+		want := IdleShare
+		if pending {
+			want = PendingShare
+		}
+		got, err := p.shareOf(ctx, want, pending)
+		if err != nil {
+			return err
+		}
+		// One request at a time: the export keeps the burst.
+		limit, burst = limit*got, 1
+	case pending:
 		limit, burst = limit*PendingShare, max(1, int(math.Floor(float64(p.burst)*PendingShare)))
 	}
 	if p.limiter.Limit() != rate.Limit(limit) {

@@ -18,6 +18,10 @@ import (
 // by id, through the resources package.
 type Resources struct {
 	from, to int64
+	// graves are the versions of the tombstones of the graves read
+	// (Graves), by id, for Heal to write the next.
+	graves map[int64]int64
+	buf    graveBuffer
 }
 
 var _ Source = (*Resources)(nil)
@@ -65,7 +69,7 @@ func (s *Resources) Page(ctx context.Context, q database.Querier, after string, 
 	}
 	out := make([]Here, len(held))
 	for i, h := range held {
-		out[i] = Here{ID: strconv.FormatInt(h.ID, 10), Payload: h.Payload, Gone: h.Deleted, Pending: h.Pending}
+		out[i] = Here{ID: strconv.FormatInt(h.ID, 10), Payload: h.Payload, Gone: h.Deleted, Pending: h.Pending, Failed: h.Failed}
 		if h.Synced {
 			out[i].Accepted = h.Version
 		}
@@ -109,8 +113,23 @@ func (s *Resources) Heal(ctx context.Context, tx pgx.Tx, ids []string) (int64, e
 		return 0, fmt.Errorf("heal: %w", err)
 	}
 	n, err := resources.Resend(ctx, tx, nums)
-	if err != nil || n == 0 {
+	if err != nil {
 		return n, err
+	}
+	// A zombie whose tombstone was purged is buried again: a new
+	// tombstone above the one the third party accepted.
+	var gone, versions []int64
+	for _, id := range nums {
+		if v, ok := s.graves[id]; ok {
+			gone, versions = append(gone, id), append(versions, v)
+		}
+	}
+	buried, err := resources.Rebury(ctx, tx, gone, versions)
+	if err != nil {
+		return n, err
+	}
+	if n += buried; n == 0 {
+		return 0, nil
 	}
 	// The versions changed but no payload did: no trigger woke anyone.
 	return n, outbox.Wake(ctx, tx, jobs.Resources)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,11 @@ const (
 	Missing Kind = "missing"
 	Stale   Kind = "stale"
 	Zombie  Kind = "zombie"
+	// Failed is a key whose latest version the third party rejected: it is
+	// not expected to hold it, and sending it again unchanged would be
+	// rejected again, so it is not drift and --heal leaves it alone
+	// (`syncer retry-failed` sends it again once the cause is fixed).
+	Failed  Kind = "failed"
 	Unknown Kind = "unknown"
 	Pending Kind = "pending"
 )
@@ -49,6 +55,9 @@ type Here struct {
 	// Pending is set while the key's latest change is still to be
 	// exported.
 	Pending bool
+	// Failed is set when the key's latest version was rejected by the
+	// third party.
+	Failed bool
 }
 
 // There is what the destination holds for one id.
@@ -161,10 +170,12 @@ func (c *Config) validate() error {
 
 // Example is one key of a kind, with the two sides.
 type Example struct {
-	ID    string          `json:"id"`
-	Kind  Kind            `json:"kind"`
-	Here  json.RawMessage `json:"here"`
-	There json.RawMessage `json:"there"`
+	// Tenant is the key's tenant in a run of every tenant (RunTenants).
+	Tenant string          `json:"tenant,omitempty"`
+	ID     string          `json:"id"`
+	Kind   Kind            `json:"kind"`
+	Here   json.RawMessage `json:"here"`
+	There  json.RawMessage `json:"there"`
 }
 
 // Result is a run's outcome, in the JSON shape of `syncer verify --json`.
@@ -177,9 +188,14 @@ type Result struct {
 	Missing  int64     `json:"missing"`
 	Stale    int64     `json:"stale"`
 	Zombie   int64     `json:"zombie"`
+	Failed   int64     `json:"failed"`
 	Unknown  int64     `json:"unknown"`
 	Pending  int64     `json:"pending"`
 	Examples []Example `json:"examples"`
+	// Tenants are each tenant's counts when the run verified every tenant
+	// of a source whose destination has a tenants block (RunTenants); the
+	// counts above are their sums. Absent otherwise.
+	Tenants []TenantCounts `json:"tenants,omitempty"`
 	// Healed counts keys made pending again by --heal; not in the JSON of
 	// section 11, printed by the text output.
 	Healed int64 `json:"-"`
@@ -201,6 +217,8 @@ func (r *Result) add(k Kind, n int64) {
 		r.Stale += n
 	case Zombie:
 		r.Zombie += n
+	case Failed:
+		r.Failed += n
 	case Unknown:
 		r.Unknown += n
 	case Pending:
@@ -284,7 +302,7 @@ func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config)
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
-		keys, err := src.Page(ctx, db, p.After, c.LookupSize)
+		keys, after, done, err := nextPage(ctx, db, src, p.After, c.LookupSize)
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
@@ -299,10 +317,6 @@ func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config)
 				return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
 			}
 			return res, err
-		}
-		after, done := p.After, len(keys) < c.LookupSize
-		if len(keys) > 0 {
-			after = keys[len(keys)-1].ID
 		}
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			next.Healed = res.Healed
@@ -340,6 +354,13 @@ type tenanted interface{ Tenant() string }
 // unit separator that no configured source name holds, so it cannot be
 // mistaken for a source, and every tenant has its cursor and last run.
 func TenantRunKey(source, tenant string) string { return source + "\x1ftenant\x1f" + tenant }
+
+// SplitRunKey returns the source and tenant of a name TenantRunKey made;
+// ok is false for a source's own name.
+func SplitRunKey(key string) (source, tenant string, ok bool) {
+	source, tenant, ok = strings.Cut(key, "\x1ftenant\x1f")
+	return source, tenant, ok
+}
 
 // RunKey is the name src's runs are kept under: the source's, or
 // TenantRunKey for one tenant's rows.

@@ -1,0 +1,210 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/credentials"
+	"github.com/syncer-dev/syncer/internal/daemon"
+	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
+	"github.com/syncer-dev/syncer/internal/verify"
+)
+
+// `syncer verify --source S` of a source whose destination has a tenants
+// block (CONTRACT 11.1): each tenant's rows are in the tenant's own
+// account, so no one client reads them all; every tenant with rows is
+// verified in turn, each read with its own account and paced by its own
+// limits, each a run of its own (its cursor and last run, as --tenant
+// keeps them), and the source's last run holds the sums.
+
+// everyTenant is what verifying every tenant of the source needs: nil
+// when the source is not one whose destination has a tenants block, or
+// --tenant names one.
+type everyTenant struct {
+	dest *config.Destination
+	src  *sources.Source
+}
+
+// everyTenantOf returns the source's every-tenant setup, or nil.
+func (c *VerifyCmd) everyTenantOf(ctx context.Context, pool *pgxpool.Pool) (*everyTenant, error) {
+	if c.Tenant != "" || c.Source == jobs.Resources {
+		return nil, nil
+	}
+	cfg, err := c.ConfigFile.Load(true)
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	dest, err := destinationOf(cfg, c.Source)
+	if err != nil || dest.Tenants == nil {
+		return nil, err
+	}
+	src, err := installedSource(ctx, pool, c.Source)
+	if err != nil || src.Tenant == "" {
+		// build says what is wrong with it.
+		return nil, nil
+	}
+	return &everyTenant{dest: dest, src: src}, nil
+}
+
+// cliTenants are the source's tenants as verify.RunTenants takes them:
+// those with rows, each read with the account its connection row gives.
+type cliTenants struct {
+	c      *VerifyCmd
+	pool   *pgxpool.Pool
+	creds  *credentials.Set
+	logger *slog.Logger
+	dest   *config.Destination
+	tcfg   *thirdparty.Config
+	src    *sources.Source
+}
+
+func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
+	return sources.TableTenants(ctx, q, t.src, after, n)
+}
+
+func (t *cliTenants) Tenant(ctx context.Context, tenant string) (verify.Source, verify.Reader, error) {
+	// tenantClient builds the account as --tenant does.
+	client, columns, err := tenantClient(ctx, t.pool, t.creds, t.logger, t.dest, t.tcfg, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err := verify.NewConfiguredTenant(t.src, tenant, verify.Range{FromKey: t.c.FromKey, ToKey: t.c.ToKey})
+	if err != nil {
+		return nil, nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", t.src.Name, t.src.KeyType, err)
+	}
+	rd, err := reader(t.dest.Format.Name, t.dest.Verify, client, t.dest.Name, t.c.Source)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cr, ok := rd.(*verify.CustomReader); ok {
+		// The block's programs see the tenant as its deliverer's do.
+		cr.Verify = cr.Verify.ForTenant(tenant, columns)
+	}
+	return src, rd, nil
+}
+
+// noAccount is tenantClient's error for a tenant without a connection
+// row: a usage error when --tenant asks for it, a tenant skipped (and
+// said so) when every tenant is verified.
+type noAccount struct{ error }
+
+func (e noAccount) Unwrap() []error { return []error{e.error, verify.ErrNoTenantReader} }
+
+// destLimits are dest's rate limit and burst, the flags' when it sets
+// none.
+func (c *VerifyCmd) destLimits(dest *config.Destination) (float64, int) {
+	limit, burst := c.RateLimit, c.RateBurst
+	if dest.RateLimit != nil {
+		limit = *dest.RateLimit
+	}
+	if dest.RateBurst > 0 {
+		burst = dest.RateBurst
+	}
+	return limit, burst
+}
+
+// runEveryTenant verifies every tenant of et.src with rows, prints the
+// result and returns an exitStatus of 3 when something drifted.
+func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.Pool, et *everyTenant) error {
+	if _, err := verify.NewConfigured(et.src, verify.Range{FromKey: c.FromKey, ToKey: c.ToKey}); err != nil {
+		return usagef("--from-key/--to-key of source %s (its key is %s): %v", et.src.Name, et.src.KeyType, err)
+	}
+	schema, err := database.CurrentSchema(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if err := verify.CheckIdle(ctx, pool, schema, et.src.Name); err != nil {
+		return err
+	}
+	creds := credentials.NewSet(env.Logger)
+	tcfg, err := daemon.ThirdPartyConfig(pool, creds, env.Logger, et.dest)
+	if err != nil {
+		return fmt.Errorf("destination %s: %w", et.dest.Name, err)
+	}
+	tcfg.Timeout = verify.LookupTimeoutDefault
+	limit, burst := c.destLimits(et.dest)
+	var skipped []string
+	var pace *verify.Pace
+	defer func() { releasePace(ctx, pace, env.Logger) }()
+	res, err := verify.RunTenants(ctx, pool, et.src.Name, &verify.TenantsRun{
+		Tenants: &cliTenants{c: c, pool: pool, creds: creds, logger: env.Logger, dest: et.dest, tcfg: tcfg, src: et.src},
+		PaceOf: func(tenant string) *verify.Pace {
+			// Each account has its own rate limit, learned and held apart
+			// from the other tenants' (section 10); the tenant before
+			// gives its share back.
+			releasePace(ctx, pace, env.Logger)
+			pace, _ = sharedPace(pool, limit, burst, breakerstore.TenantNamespace(et.dest.Name, tenant))
+			return pace
+		},
+		Skipped: func(tenant string, err error) {
+			skipped = append(skipped, tenant)
+			fmt.Fprintf(env.Stderr, "source %s tenant %s: not verified: %v\n", et.src.Name, tenant, err)
+		},
+	}, &verify.Config{
+		LookupSize: c.LookupSize,
+		Sample:     c.Sample,
+		Heal:       c.Heal,
+		Logger:     env.Logger,
+	})
+	if err != nil {
+		if res != nil && res.Checked > 0 && !c.JSON {
+			fmt.Fprintf(env.Stdout, "%s: %d keys checked before it stopped; run the same command again to go on from there\n", runName(res), res.Checked)
+		}
+		return err
+	}
+	if err := c.printTenants(env.Stdout, res); err != nil {
+		return err
+	}
+	if res.Drifted() > 0 {
+		return &exitStatus{code: exitDrift}
+	}
+	return nil
+}
+
+// printTenants writes each tenant's counts, then the sums and examples as
+// print does.
+func (c *VerifyCmd) printTenants(w io.Writer, res *verify.Result) error {
+	if !c.JSON {
+		for _, t := range res.Tenants {
+			if t.Resumed {
+				fmt.Fprintf(w, "source %s tenant %s: resumed the interrupted verify\n", res.Source, t.Tenant)
+			}
+			fmt.Fprintf(w, "source %s tenant %s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
+				res.Source, t.Tenant, t.Checked, t.OK, t.Missing, t.Stale, t.Zombie, t.Failed, t.Unknown, t.Pending)
+		}
+		fmt.Fprintf(w, "source %s: %d tenants verified, each with its own account\n", res.Source, len(res.Tenants))
+	}
+	sums := *res
+	// The resumed line is each tenant's, printed above.
+	sums.Resumed = false
+	return c.print(w, &sums)
+}
+
+// sharedPace is the pace of a run from the command line of the
+// destination (or tenant) whose facts are in namespace ns: at the
+// destination's rate limit, and at a share of it the daemons' deliverers
+// leave to it (verify.Pace.Yield), so that the export and the verify
+// together stay within the limit.
+func sharedPace(pool *pgxpool.Pool, limit float64, burst int, ns string) (*verify.Pace, error) {
+	store, err := breakerstore.New(pool, &breakerstore.Config{Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	return verify.NewPace(limit, burst).Shared(ns).Yield(store), nil
+}
+
+// releasePace gives the run's share of the rate back to the export.
+func releasePace(ctx context.Context, p *verify.Pace, logger *slog.Logger) {
+	if err := p.Release(ctx); err != nil {
+		logger.WarnContext(ctx, "verify: give the share of the rate back (it ends with its lease)", slog.String("error", err.Error()))
+	}
+}
