@@ -355,6 +355,11 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 	dcfg.Logger = r.logger.With(slog.String("tenant", tenant))
 	dcfg.CredentialsSetting = "the credentials of tenant " + tenant + " (destination " + r.cfg.Destination + ", tenants.query)"
 	dcfg.URLSetting = "the url of tenant " + tenant + " (destination " + r.cfg.Destination + ")"
+	if conn != nil {
+		// Its own limits, from its row (contract section 10.1): a
+		// change in the row is a new deliverer at the next read.
+		conn.limits.apply(&dcfg)
+	}
 	if b, ok := dcfg.Format.(Binder); ok {
 		var extra map[string]any
 		if conn != nil {

@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/delivery"
 )
 
 // connection is one tenant's connection row, decoded. It holds secrets:
@@ -23,6 +26,8 @@ type connection struct {
 	clientID, clientSecret string
 	refreshToken           string
 	headers                map[string]string
+	// limits are the row's rate_limit, rate_burst and max_in_flight.
+	limits limits
 	// extra are the row's other columns: $tenant.<column>.
 	extra map[string]any
 	// sum is a digest of the row as read without its refresh token (a
@@ -107,6 +112,9 @@ func decodeConnection(raw []byte) (*connection, error) {
 	if err := c.readHeaders(row[ColumnHeaders]); err != nil {
 		return nil, err
 	}
+	if err := c.limits.read(row); err != nil {
+		return nil, err
+	}
 	for col, v := range row {
 		if !slices.Contains(Columns, col) && col != reservedColumn {
 			c.extra[col] = v
@@ -165,4 +173,69 @@ func (c *connection) readHeaders(v any) error {
 		c.headers[k] = s
 	}
 	return nil
+}
+
+// limits are a tenant's own limits from its row: 0 where the row gives
+// none (NULL or no such column), the destination's.
+type limits struct {
+	rateLimit   float64
+	rateBurst   int
+	maxInFlight int
+}
+
+// read reads the limits' columns: positive numbers, whole for rate_burst
+// and max_in_flight. Text holding a number is taken too (a column of a
+// text type). Errors name the column, never its value.
+func (l *limits) read(row map[string]any) error {
+	num := func(col string) (float64, bool, error) {
+		var text string
+		switch v := row[col].(type) {
+		case nil:
+			return 0, false, nil
+		case json.Number:
+			text = v.String()
+		case string:
+			text = strings.TrimSpace(v)
+		default:
+			return 0, false, fmt.Errorf("tenants.query: column %s must be a number", col)
+		}
+		f, err := strconv.ParseFloat(text, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
+			return 0, false, fmt.Errorf("tenants.query: column %s must be a positive number (NULL: the destination's)", col)
+		}
+		return f, true, nil
+	}
+	whole := func(col string) (int, error) {
+		f, ok, err := num(col)
+		if err != nil || !ok {
+			return 0, err
+		}
+		if f != math.Trunc(f) || f > math.MaxInt32 {
+			return 0, fmt.Errorf("tenants.query: column %s must be a whole number", col)
+		}
+		return int(f), nil
+	}
+	var err error
+	if l.rateLimit, _, err = num(ColumnRateLimit); err != nil {
+		return err
+	}
+	if l.rateBurst, err = whole(ColumnRateBurst); err != nil {
+		return err
+	}
+	l.maxInFlight, err = whole(ColumnMaxInFlight)
+	return err
+}
+
+// apply sets l's limits on a tenant's deliverer settings, each where the
+// row gives one.
+func (l limits) apply(c *delivery.Config) {
+	if l.rateLimit > 0 {
+		c.RateLimit = l.rateLimit
+	}
+	if l.rateBurst > 0 {
+		c.RateBurst = l.rateBurst
+	}
+	if l.maxInFlight > 0 {
+		c.MaxInFlight = l.maxInFlight
+	}
 }

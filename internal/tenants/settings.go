@@ -38,10 +38,16 @@ const (
 	ColumnClientSecret = "client_secret"
 	ColumnRefreshToken = "refresh_token"
 	ColumnHeaders      = "headers"
+	// The tenant's own limits (contract section 10.1): numbers; NULL or
+	// absent, the destination's.
+	ColumnRateLimit   = "rate_limit"
+	ColumnRateBurst   = "rate_burst"
+	ColumnMaxInFlight = "max_in_flight"
 )
 
 // Columns are the connection row's known columns.
-var Columns = []string{ColumnURL, ColumnToken, ColumnUsername, ColumnPassword, ColumnClientID, ColumnClientSecret, ColumnRefreshToken, ColumnHeaders}
+var Columns = []string{ColumnURL, ColumnToken, ColumnUsername, ColumnPassword, ColumnClientID, ColumnClientSecret, ColumnRefreshToken, ColumnHeaders,
+	ColumnRateLimit, ColumnRateBurst, ColumnMaxInFlight}
 
 // reservedColumn is $tenant.id, the tenant's value: no column may take it.
 const reservedColumn = "id"
