@@ -8,7 +8,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/tenants"
 )
 
-var tenantsFields = []string{"query", "on_refresh"}
+var tenantsFields = []string{"query", "on_refresh", "replay_on_change"}
 
 // tenants reads a destination's tenants block (docs/protocol.md section
 // 10) into the settings of internal/tenants. The statements are compiled
@@ -42,6 +42,13 @@ func (p *parser) tenants(f map[string]*yaml.Node, path string) (*tenants.Setting
 	}
 	if _, given := tf["on_refresh"]; given && !strings.Contains(s.OnRefresh, "$2") {
 		return nil, &Error{Path: join(path, "on_refresh"), Line: line(tf, "on_refresh", n), Msg: "must store $2, the new refresh token, for the tenant $1"}
+	}
+	if v, given := tf["replay_on_change"]; given && !isNull(v) {
+		var on bool
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&on) != nil {
+			return nil, &Error{Path: join(path, "replay_on_change"), Line: v.Line, Msg: "must be true or false"}
+		}
+		s.NoReplayOnChange = !on
 	}
 	return s, nil
 }

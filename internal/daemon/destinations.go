@@ -208,7 +208,7 @@ func (d *Daemon) newDestination(dest *config.Destination, names destinationNames
 	}
 	built.conf, built.certs = dest, certs
 	if dest.Name != metrics.DefaultDestination {
-		if built.tenants, err = d.tenantRegistry(dest, &tcfg, &dcfg, installation); err != nil {
+		if built.tenants, err = d.tenantRegistry(dest, &tcfg, &dcfg, installation, true); err != nil {
 			built.client.Close()
 			return nil, err
 		}

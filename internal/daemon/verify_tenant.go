@@ -25,7 +25,7 @@ import (
 // (ThirdPartyConfig). No deliverer is built; close it when done.
 func TenantRegistry(pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config) (*tenants.Registry, error) {
 	d := &Daemon{pool: pool, creds: creds, logger: logger}
-	return d.tenantRegistry(dest, tcfg, &delivery.Config{}, "")
+	return d.tenantRegistry(dest, tcfg, &delivery.Config{}, "", false)
 }
 
 // tenantVerify is a background verify of a tenant source whose

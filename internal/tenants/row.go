@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,9 @@ type connection struct {
 	// sum is a digest of the row as read without its refresh token (a
 	// rotation changes that, and is ours), to tell a changed row.
 	sum [sha256.Size]byte
+	// account is a digest of the account the row sends the tenant to:
+	// its url and its account column, never a secret (accountOf).
+	account string
 }
 
 func (c *connection) String() string   { return "[tenant connection: redacted]" }
@@ -116,7 +120,9 @@ func decodeConnection(raw []byte) (*connection, error) {
 		return nil, err
 	}
 	for col, v := range row {
-		if !slices.Contains(Columns, col) && col != reservedColumn {
+		// account is known (it names the account) and $tenant.account
+		// too, as it was before it was known.
+		if (!slices.Contains(Columns, col) || col == ColumnAccount) && col != reservedColumn {
 			c.extra[col] = v
 		}
 	}
@@ -141,10 +147,23 @@ func decodeConnection(raw []byte) (*connection, error) {
 	case c.refreshToken == "" && (c.clientID == "") != (c.clientSecret == ""):
 		return nil, errors.New("tenants.query: columns client_id and client_secret go together")
 	}
+	c.account = accountOf(c.url, row[ColumnAccount])
 	delete(row, ColumnRefreshToken)
 	canon, _ := json.Marshal(row) // sorted keys: the same row, the same digest
 	c.sum = sha256.Sum256(canon)
 	return c, nil
+}
+
+// accountOf is the fingerprint of the account a row sends its tenant to:
+// a digest of its url and its account column (as JSON, any type), hex.
+// It is kept in syncer_state, so it holds no secret and cannot give one
+// back.
+func accountOf(url string, account any) string {
+	acc, _ := json.Marshal(account) // a value decoded from JSON encodes
+	h := sha256.New()
+	h.Write([]byte("url\x00" + url + "\x00account\x00"))
+	h.Write(acc)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // readHeaders reads the headers column: a JSON object of strings, or text
