@@ -95,7 +95,7 @@ var rowNames = map[string][]string{
 	ScenarioRestart:            {"restart"},
 	ScenarioHandover:           {"handover"},
 	ScenarioReceipt:            receiptRows(),
-	ScenarioTenants:            {"tenants: unannounced limits", "tenants: unannounced sustained", "tenants: rate_limit 5", "tenants: two daemons", "tenants: a daemon joins", "tenants: fairness", "tenants: idle", "tenants: column cost"},
+	ScenarioTenants:            {"tenants: unannounced limits", "tenants: unannounced sustained", "tenants: rate_limit 5", "tenants: two daemons", "tenants: a daemon joins", "tenants: fairness", "tenants: idle", "tenants: column cost", "tenants: own limits sharing lanes", "tenants: own limits from the query"},
 	ScenarioVerify:             verifyRows,
 	ScenarioHistory:            {"history drain", "history lookup"},
 }

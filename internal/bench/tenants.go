@@ -97,6 +97,11 @@ type tenantSetup struct {
 	tenantCol bool   // the source has tenant: account
 	batch     int
 	query     bool // a tenants block reading connections
+	// tenantsYAML is a tenants block of its own (indented by 4), in
+	// place of query's.
+	tenantsYAML string
+	// sourceYAML is more fields of the source, indented by 4.
+	sourceYAML string
 }
 
 // writeTenantConfig writes the configuration of ts's one source,
@@ -104,13 +109,16 @@ type tenantSetup struct {
 func writeTenantConfig(dir string, ts tenantSetup) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "destinations:\n  crm:\n    url: %s\n%s", ts.url, ts.destYAML)
-	if ts.query {
+	if ts.tenantsYAML != "" {
+		b.WriteString(ts.tenantsYAML)
+	} else if ts.query {
 		b.WriteString("    tenants:\n      query: SELECT account_id FROM connections WHERE account_id = $1\n")
 	}
 	fmt.Fprintf(&b, "sources:\n  - table: contacts\n    key: id\n    destination: crm\n    batch_size: %d\n    snapshot: false\n", ts.batch)
 	if ts.tenantCol {
 		b.WriteString("    tenant: account\n")
 	}
+	b.WriteString(ts.sourceYAML)
 	path := filepath.Join(dir, "syncer-tenants.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return "", fmt.Errorf("bench: write the configuration: %w", err)

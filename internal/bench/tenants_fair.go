@@ -249,7 +249,7 @@ func (r *runner) tenantsScenario(ctx context.Context) ([]Row, error) {
 			return []Row{row}, nil
 		}
 	}
-	for _, fn := range []func(context.Context) ([]Row, error){r.tenantLimits, one(r.tenantTwoDaemons), one(r.tenantJoin), one(r.tenantFairness), one(r.tenantIdle), one(r.tenantColumnCost)} {
+	for _, fn := range []func(context.Context) ([]Row, error){r.tenantLimits, one(r.tenantTwoDaemons), one(r.tenantJoin), one(r.tenantFairness), one(r.tenantIdle), one(r.tenantColumnCost), r.tenantOwnLimits} {
 		if err := ctx.Err(); err != nil {
 			return rows, err
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/tenants"
 )
 
-var tenantsFields = []string{"query", "on_refresh", "timeout"}
+var tenantsFields = []string{"query", "on_refresh", "timeout", "replay_on_change"}
 
 // Bounds of tenants.timeout: a run shorter than MinTenantsTimeout fails on
 // a busy database, and one longer than MaxTenantsTimeout holds a lane's
@@ -64,6 +64,13 @@ func (p *parser) tenants(f map[string]*yaml.Node, path string) (*tenants.Setting
 				Msg: "must be a duration from 100ms to 1m, such as 5s (the longest one run of the query may take, a wait for a lock included; default 5s)"}
 		}
 		s.Timeout = d
+	}
+	if v, given := tf["replay_on_change"]; given && !isNull(v) {
+		var on bool
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&on) != nil {
+			return nil, &Error{Path: join(path, "replay_on_change"), Line: v.Line, Msg: "must be true or false"}
+		}
+		s.NoReplayOnChange = !on
 	}
 	return s, nil
 }

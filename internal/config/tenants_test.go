@@ -63,6 +63,7 @@ func TestParseTenantsRefused(t *testing.T) {
 		{"timeout not a duration", "      on_refresh:", "      timeout: 5\n      on_refresh:", "destinations.crm.tenants.timeout: must be a duration from 100ms to 1m"},
 		{"timeout too long", "      on_refresh:", "      timeout: 2m\n      on_refresh:", "destinations.crm.tenants.timeout: must be a duration from 100ms to 1m"},
 		{"unknown field", "      on_refresh:", "      each: 1\n      on_refresh:", `destinations.crm.tenants: unknown field "each"`},
+		{"replay_on_change not a bool", "      on_refresh:", "      replay_on_change: sometimes\n      on_refresh:", "destinations.crm.tenants.replay_on_change: must be true or false"},
 		{"auth without type and tenants", "    tenants:\n      query: |\n        SELECT api_base AS url, refresh_token, portal_id\n        FROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL\n      on_refresh: \"UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1\"\n", "    url: https://x.example.com\n", "destinations.crm.auth.type: required"},
 		{"no url without tenants", "    tenants:\n      query: |\n        SELECT api_base AS url, refresh_token, portal_id\n        FROM crm_connections WHERE account_id = $1 AND revoked_at IS NULL\n      on_refresh: \"UPDATE crm_connections SET refresh_token = $2 WHERE account_id = $1\"\n", "", "destinations.crm.url: required"},
 	} {
@@ -74,4 +75,18 @@ func TestParseTenantsRefused(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
+}
+
+// tenants.replay_on_change (issue 54 point 16): true by default, false
+// turns the replay of a tenant's new account off.
+func TestParseTenantsReplayOnChange(t *testing.T) {
+	t.Parallel()
+	vars := env(map[string]string{"CRM_APP_ID": "app", "CRM_APP_SECRET": "app-secret"})
+	cfg, err := config.Parse([]byte(tenantsFile), vars)
+	require.NoError(t, err)
+	require.False(t, cfg.Destination("crm").Tenants.NoReplayOnChange, "on by default")
+	off := strings.Replace(tenantsFile, "      on_refresh:", "      replay_on_change: false\n      on_refresh:", 1)
+	cfg, err = config.Parse([]byte(off), vars)
+	require.NoError(t, err)
+	require.True(t, cfg.Destination("crm").Tenants.NoReplayOnChange)
 }

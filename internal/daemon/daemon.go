@@ -317,6 +317,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { d.presence(runCtx) })
 	wg.Go(func() { d.verifier.Run(runCtx) })
 	wg.Go(func() { d.tidyTenants(runCtx) })
+	wg.Go(func() { d.rereadTenants(runCtx) })
 	if err := d.relay.Kick(ctx); err != nil {
 		logger.WarnContext(ctx, "daemon: initial sync kick failed; the relay's poll will retry", slog.String("error", err.Error()))
 	}

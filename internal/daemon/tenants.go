@@ -2,12 +2,18 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
+	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
@@ -39,7 +45,8 @@ func (t tenantDestinations) For(ctx context.Context, tenant string) (exporter.De
 // tcfg and dcfg are the destination's client and deliverer settings as
 // newDestination made them. Nothing is read before a tenant is asked for.
 // reader is a command's registry (tenants.Config.Reader), not the
-// daemon's.
+// daemon's: it only reads. The daemon's replays a tenant's live rows when
+// its account changes (unless tenants.replay_on_change is false).
 func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Config, dcfg *delivery.Config, installation string, reader bool) (*tenants.Registry, error) {
 	cfg := tenants.Config{
 		Destination: dest.Name,
@@ -53,6 +60,12 @@ func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Confi
 		Reader:      reader,
 	}
 	cfg.Delivery.Logger, cfg.Delivery.Installation = cfg.Logger, installation
+	if !reader && dest.Tenants != nil && !dest.Tenants.NoReplayOnChange {
+		name := dest.Name
+		cfg.Replay = func(ctx context.Context, tx pgx.Tx, tenant string) ([]int64, error) {
+			return replayTenant(ctx, tx, name, tenant)
+		}
+	}
 	if a := dest.Auth; a != nil && a.Type == config.AuthTenants {
 		cfg.TokenURL, cfg.Scopes, cfg.Params = a.TokenURL, a.Scopes, a.Params
 		var err error
@@ -70,4 +83,63 @@ func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Confi
 		}
 	}
 	return tenants.New(cfg)
+}
+
+// replayTenant queues, in tx, a replay of tenant's live rows of each
+// source with a tenant column that sends to destination dest, through the
+// replay model `syncer replay --source S --tenant T` uses (recorded with
+// its tenant, the source's job woken): a tenant whose account changed
+// gets everything at the new one (contract section 10.1). A source with
+// no live row of the tenant gets none.
+func replayTenant(ctx context.Context, tx pgx.Tx, dest, tenant string) ([]int64, error) {
+	all, err := sources.Load(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for _, s := range all {
+		if s.Destination != dest || s.Tenant == "" {
+			continue
+		}
+		plan, err := replays.PlanReplay(ctx, tx, sources.ReplayTable(s), replays.Request{Range: replays.SourceRange{Tenant: tenant}})
+		if err != nil {
+			return nil, fmt.Errorf("replay tenant %s of source %s: %w", tenant, s.Name, err)
+		}
+		if plan.Count == 0 {
+			continue
+		}
+		id, err := plan.Start(ctx, tx)
+		if err != nil {
+			return nil, fmt.Errorf("replay tenant %s of source %s: %w", tenant, s.Name, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// rereadTenants reads again, every half tenants.RefreshEveryDefault, the
+// rows of the tenants each registry holds that were not read within
+// RefreshEvery (tenants.Registry.Reread), so an idle tenant's new account
+// gets its replay within 45 s, without waiting for its next change.
+func (d *Daemon) rereadTenants(ctx context.Context) {
+	t := time.NewTicker(tenants.RefreshEveryDefault / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		var regs []*tenants.Registry
+		for _, dest := range d.dests {
+			if dest.tenants != nil {
+				regs = append(regs, dest.tenants)
+			}
+		}
+		d.mu.Unlock()
+		for _, r := range regs {
+			r.Reread(ctx)
+		}
+	}
 }

@@ -82,3 +82,7 @@ func (d *Deliverer) Ready(now time.Time) (time.Duration, error) {
 // each request handed to Deliver, and a caller reading ahead of Ready
 // should hand its request over before asking again.
 func (d *Deliverer) Paced() bool { return !d.pacer.open.Load() }
+
+// Rate is the rate its requests go at now, in requests/s (the lowest of
+// the configured, learnt and quota's rates): 0 when none applies.
+func (d *Deliverer) Rate() float64 { return d.pacer.limit() }

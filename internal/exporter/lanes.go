@@ -50,13 +50,18 @@ const (
 	// For is asked again.
 	TenantRetryDefault = 3 * time.Second
 	// LaneInFlightDefault is how many batches a lane's pipeline has
-	// pushed and unanswered at once, over all its tenants; each tenant's
-	// own destination keeps its own bound (MaxInFlight) below that. A
-	// tenant at its rate limit holds up to three (two batches waiting for
-	// their tokens, one read ahead), so 32 keeps ten such tenants of a
-	// lane sending at their limits; 16 left a lane's tenants waiting for
-	// a place with their tokens unused (docs/benchmarks.md "Tenants").
+	// pushed and unanswered at once, over all its tenants, at the least;
+	// each tenant's own destination keeps its own bound (MaxInFlight)
+	// below that. A tenant at its rate limit holds a few (batches
+	// waiting for their tokens, one read ahead): the lane's places grow
+	// with the paced tenants it serves (laneFeed.places), up to
+	// LaneInFlightMax. 16 left a lane's tenants waiting for a place with
+	// their tokens unused (docs/benchmarks.md "Tenants"); so did a fixed
+	// 32 for 16 tenants at 4 requests/s in a lane (issue 54: 3.37/s).
 	LaneInFlightDefault = 32
+	// LaneInFlightMax bounds a lane's places, and so the batches it
+	// holds read and unanswered.
+	LaneInFlightMax = 256
 	// TenantPushLimit bounds one batch's push to its tenant: past it, the
 	// batch is left unanswered (its rows pending, sent again under the
 	// same key if unchanged) and the lane goes on.

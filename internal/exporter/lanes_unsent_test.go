@@ -70,3 +70,44 @@ func TestTenantUnsentPageHoldsPacedRead(t *testing.T) {
 	ok, _ = u.ready(ctx, "acme")
 	require.True(t, ok, "an unpaced tenant reads ahead")
 }
+
+// ratedDest is a paced destination at rate requests/s whose next token
+// is wait away.
+type ratedDest struct {
+	pacedDest
+	rate float64
+	wait time.Duration
+}
+
+func (d ratedDest) Rate() float64                          { return d.rate }
+func (d ratedDest) Ready(time.Time) (time.Duration, error) { return d.wait, nil }
+
+// Issue 54: a paced tenant's unsent pages count at its rate, so a
+// tenant at 10 requests/s is read again while a page or two wait for
+// the record's transaction, up to tenantReadAhead of its requests; it is
+// asked again as that comes within tenantReadAhead; and the lane's
+// places grow with what its paced tenants need.
+func TestTenantUnsentPagesCountAtItsRate(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	f := &laneFeed{src: &sources.Source{Name: "contacts"}, tenants: oneDest{ratedDest{pacedDest: pacedDest{paced: true}, rate: 10}},
+		now: func() time.Time { return now }, logger: slog.New(slog.DiscardHandler)}
+	for range 5 {
+		ok, _ := f.ready(ctx, "acme")
+		require.True(t, ok, "up to 450 ms of its requests read ahead")
+		f.read("acme")
+	}
+	ok, wait := f.ready(ctx, "acme")
+	require.False(t, ok)
+	require.Equal(t, 50*time.Millisecond, wait, "asked again as its 5th page comes within the read-ahead")
+	require.Equal(t, LaneInFlightDefault, f.places(LaneInFlightDefault), "one tenant needs fewer than the least")
+
+	slow := &laneFeed{src: &sources.Source{Name: "contacts"}, tenants: oneDest{ratedDest{pacedDest: pacedDest{paced: true}, rate: 4, wait: time.Second}},
+		now: func() time.Time { return now }, logger: slog.New(slog.DiscardHandler)}
+	for i := range 40 {
+		ok, wait := slow.ready(ctx, string(rune('a'+i%26))+string(rune('a'+i/26)))
+		require.False(t, ok)
+		require.Equal(t, time.Second-tenantReadAhead, wait, "asked again once its token is within the read-ahead, not once it is due")
+	}
+	require.Equal(t, 40*(2+2), slow.places(LaneInFlightDefault), "40 tenants at 4/s: 4 places each")
+}

@@ -127,6 +127,12 @@ func (c *pushedCounts) add(b *batch) {
 // behind the same session.
 const markerDepth = 2
 
+// placer is a feed whose batches may take more places than its
+// destination's MaxInFlight: a lane's (laneFeed.places).
+type placer interface {
+	places(base int) int
+}
+
 // readAhead is how many batches are read and recorded beyond those in
 // flight, so a pusher that is answered finds the next batch ready.
 const readAhead = 2
@@ -139,6 +145,13 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 	limit := max(p.dest.MaxInFlight(), 1)
 	if p.serial {
 		limit = 1
+	}
+	// A lane's places grow with the paced tenants it serves (laneFeed's
+	// places): each holds a few batches waiting for its own tokens.
+	base, results := limit, make(chan pushed, limit)
+	pl, _ := p.feed.(placer)
+	if pl != nil && !p.serial {
+		results = make(chan pushed, max(LaneInFlightMax, limit))
 	}
 	var (
 		queue      = initial // read, not yet sent; in order
@@ -155,7 +168,6 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 		b.inherited = true
 	}
 	p.carried = nil
-	results := make(chan pushed, limit)
 	ctxDone := ctx.Done()
 	// The marker keeps up to markerDepth transactions in flight (see
 	// marker): handed ones wait in reqs, reported ones in marks, and
@@ -198,6 +210,9 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 	carryOut := func() bool { return p.carry && inherited == 0 && len(answered) > 0 && finished() }
 
 	for {
+		if pl != nil && !p.serial {
+			limit = pl.places(base)
+		}
 		if halt == nil && stop != nil && stop() {
 			setHalt(errStopping)
 		}

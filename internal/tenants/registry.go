@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
@@ -86,6 +87,14 @@ type Config struct {
 	// Wrap wraps each tenant's client (the daemon's lock check). Defaults
 	// to nil: none.
 	Wrap func(delivery.Client) delivery.Client
+	// Replay queues in tx a replay of tenant's live rows of every source
+	// that sends to the destination, as `syncer replay --source S
+	// --tenant T` does, and returns the replays' ids: called when the
+	// account the tenant's row sends it to (its url, its account column)
+	// changed (contract section 10.1, "A new account gets everything").
+	// Defaults to nil: nothing is replayed and no account is kept (a
+	// registry of verify's, tenants.replay_on_change: false).
+	Replay func(ctx context.Context, tx pgx.Tx, tenant string) ([]int64, error)
 	// RefreshEvery is how long a connection row is trusted. Defaults to
 	// RefreshEveryDefault.
 	RefreshEvery time.Duration
@@ -170,6 +179,9 @@ type entry struct {
 	// recorded is the connection fact last written for the tenant
 	// (record): "" when none yet by this process.
 	recorded string
+	// account is the account fingerprint this process last found
+	// recorded for the tenant (noteAccount): "" when none yet.
+	account string
 }
 
 // New returns the registry of cfg's destination; nothing is read before
@@ -393,6 +405,9 @@ func (r *Registry) apply(ctx context.Context, e *entry, now time.Time, conn *con
 		r.record(ctx, e)
 		return nil
 	}
+	if conn != nil && r.cfg.Replay != nil && conn.account != e.account {
+		r.noteAccount(ctx, e)
+	}
 	if e.d != nil && conn != nil && e.conn != nil && conn.sum == e.conn.sum &&
 		(conn.refreshToken == e.conn.refreshToken || e.tokens.knows(conn.refreshToken) || (e.grant != nil && !refused(e.d, now))) {
 		// Unchanged. A new refresh token alone is no change either
@@ -483,6 +498,11 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 	dcfg.Logger = r.logger.With(slog.String("tenant", tenant))
 	dcfg.CredentialsSetting = "the credentials of tenant " + tenant + " (destination " + r.cfg.Destination + ", tenants.query)"
 	dcfg.URLSetting = "the url of tenant " + tenant + " (destination " + r.cfg.Destination + ")"
+	if conn != nil {
+		// Its own limits, from its row (contract section 10.1): a
+		// change in the row is a new deliverer at the next read.
+		conn.limits.apply(&dcfg)
+	}
 	if b, ok := dcfg.Format.(Binder); ok {
 		var extra map[string]any
 		if conn != nil {
@@ -625,4 +645,92 @@ func (w watched) Send(ctx context.Context, key string, req *thirdparty.Request, 
 func refused(d *delivery.Deliverer, now time.Time) bool {
 	_, err := d.Ready(now)
 	return errors.Is(err, delivery.ErrCredentials)
+}
+
+// noteAccount compares the account e's row sends it to with the one
+// recorded for the tenant in syncer_state and, when it changed, records
+// the new one and queues the replay of the tenant's live rows
+// (Config.Replay), in one transaction: a daemon that stops after the
+// change was seen has either queued the replay or recorded nothing, and
+// the next read finds the change again. The row is read again under the
+// record's lock, so two daemons never both queue one, nor does one that
+// read the row before the change undo it. A tenant seen for the first
+// time gets no replay: its rows go to its account as they are exported.
+// A failure is logged; the next read of the row tries again.
+func (r *Registry) noteAccount(ctx context.Context, e *entry) {
+	ns := breakerstore.TenantNamespace(r.cfg.Destination, e.tenant)
+	var (
+		seen    string
+		replays []int64
+		changed bool
+	)
+	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		was, known, err := breakerstore.LockAccount(ctx, tx, ns)
+		if err != nil {
+			return err
+		}
+		conn, err := readConnection(ctx, tx, r.cfg.Settings.Query, e.tenant)
+		if re := (*rowError)(nil); errors.As(err, &re) || (err == nil && conn == nil) {
+			return nil // an unusable or missing row: nothing to compare
+		}
+		if err != nil {
+			return err
+		}
+		seen = conn.account
+		if known && was.Fingerprint == seen {
+			return nil
+		}
+		if err := breakerstore.SetAccount(ctx, tx, ns, breakerstore.Account{Fingerprint: seen}); err != nil {
+			return err
+		}
+		if !known {
+			return nil
+		}
+		changed = true
+		replays, err = r.cfg.Replay(ctx, tx, e.tenant)
+		return err
+	})
+	if err != nil {
+		r.logger.WarnContext(ctx, "tenants: compare the tenant's account with the one recorded; tried again at the next read of its row",
+			slog.String("tenant", e.tenant), slog.String("error", err.Error()))
+		return
+	}
+	e.account = seen
+	if changed {
+		r.logger.InfoContext(ctx, "tenants: the tenant's account changed (its url or account column): its live rows are replayed to the new one",
+			slog.String("tenant", e.tenant), slog.Any("replays", replays))
+	}
+}
+
+// Reread reads again the rows of the tenants the registry holds that
+// were not read within RefreshEvery: a tenant with nothing to send is
+// asked for by no batch, and its row would be read only at its next
+// change, so its new account (a url or account column that changed)
+// would get its live rows only then. Run every half RefreshEvery, it
+// gives an idle tenant's account change its replay within 1.5 times
+// RefreshEvery, for as long
+// as the registry holds the tenant (IdleAfter); a tenant it forgot is
+// compared at its next read. It reads nothing without Settings or
+// Replay, and never keeps a tenant longer.
+func (r *Registry) Reread(ctx context.Context) {
+	if r.cfg.Settings == nil || r.cfg.Replay == nil {
+		return
+	}
+	r.mu.Lock()
+	held := make([]*entry, 0, len(r.entries))
+	for _, e := range r.entries {
+		held = append(held, e)
+	}
+	r.mu.Unlock()
+	for _, e := range held {
+		if ctx.Err() != nil {
+			return
+		}
+		now := r.cfg.Now()
+		e.mu.Lock()
+		if !e.readAt.IsZero() && now.Sub(e.readAt) >= r.cfg.RefreshEvery {
+			_ = r.refresh(ctx, e, now) // logged there; the next read tries again
+		}
+		e.mu.Unlock()
+	}
 }

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/delivery"
 )
 
 // connection is one tenant's connection row, decoded. It holds secrets:
@@ -23,11 +27,16 @@ type connection struct {
 	clientID, clientSecret string
 	refreshToken           string
 	headers                map[string]string
+	// limits are the row's rate_limit, rate_burst and max_in_flight.
+	limits limits
 	// extra are the row's other columns: $tenant.<column>.
 	extra map[string]any
 	// sum is a digest of the row as read without its refresh token (a
 	// rotation changes that, and is ours), to tell a changed row.
 	sum [sha256.Size]byte
+	// account is a digest of the account the row sends the tenant to:
+	// its url and its account column, never a secret (accountOf).
+	account string
 }
 
 func (c *connection) String() string   { return "[tenant connection: redacted]" }
@@ -108,8 +117,13 @@ func decodeConnection(raw []byte) (*connection, error) {
 	if err := c.readHeaders(row[ColumnHeaders]); err != nil {
 		return nil, err
 	}
+	if err := c.limits.read(row); err != nil {
+		return nil, err
+	}
 	for col, v := range row {
-		if !slices.Contains(Columns, col) && col != reservedColumn {
+		// account is known (it names the account) and $tenant.account
+		// too, as it was before it was known.
+		if (!slices.Contains(Columns, col) || col == ColumnAccount) && col != reservedColumn {
 			c.extra[col] = v
 		}
 	}
@@ -134,10 +148,23 @@ func decodeConnection(raw []byte) (*connection, error) {
 	case c.refreshToken == "" && (c.clientID == "") != (c.clientSecret == ""):
 		return nil, errors.New("tenants.query: columns client_id and client_secret go together")
 	}
+	c.account = accountOf(c.url, row[ColumnAccount])
 	delete(row, ColumnRefreshToken)
 	canon, _ := json.Marshal(row) // sorted keys: the same row, the same digest
 	c.sum = sha256.Sum256(canon)
 	return c, nil
+}
+
+// accountOf is the fingerprint of the account a row sends its tenant to:
+// a digest of its url and its account column (as JSON, any type), hex.
+// It is kept in syncer_state, so it holds no secret and cannot give one
+// back.
+func accountOf(url string, account any) string {
+	acc, _ := json.Marshal(account) // a value decoded from JSON encodes
+	h := sha256.New()
+	h.Write([]byte("url\x00" + url + "\x00account\x00"))
+	h.Write(acc)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // readHeaders reads the headers column: a JSON object of strings, or text
@@ -182,4 +209,69 @@ func HasRow(ctx context.Context, q database.Querier, s *Settings, tenant string)
 		return false, err
 	}
 	return c != nil, nil
+}
+
+// limits are a tenant's own limits from its row: 0 where the row gives
+// none (NULL or no such column), the destination's.
+type limits struct {
+	rateLimit   float64
+	rateBurst   int
+	maxInFlight int
+}
+
+// read reads the limits' columns: positive numbers, whole for rate_burst
+// and max_in_flight. Text holding a number is taken too (a column of a
+// text type). Errors name the column, never its value.
+func (l *limits) read(row map[string]any) error {
+	num := func(col string) (float64, bool, error) {
+		var text string
+		switch v := row[col].(type) {
+		case nil:
+			return 0, false, nil
+		case json.Number:
+			text = v.String()
+		case string:
+			text = strings.TrimSpace(v)
+		default:
+			return 0, false, fmt.Errorf("tenants.query: column %s must be a number", col)
+		}
+		f, err := strconv.ParseFloat(text, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
+			return 0, false, fmt.Errorf("tenants.query: column %s must be a positive number (NULL: the destination's)", col)
+		}
+		return f, true, nil
+	}
+	whole := func(col string) (int, error) {
+		f, ok, err := num(col)
+		if err != nil || !ok {
+			return 0, err
+		}
+		if f != math.Trunc(f) || f > math.MaxInt32 {
+			return 0, fmt.Errorf("tenants.query: column %s must be a whole number", col)
+		}
+		return int(f), nil
+	}
+	var err error
+	if l.rateLimit, _, err = num(ColumnRateLimit); err != nil {
+		return err
+	}
+	if l.rateBurst, err = whole(ColumnRateBurst); err != nil {
+		return err
+	}
+	l.maxInFlight, err = whole(ColumnMaxInFlight)
+	return err
+}
+
+// apply sets l's limits on a tenant's deliverer settings, each where the
+// row gives one.
+func (l limits) apply(c *delivery.Config) {
+	if l.rateLimit > 0 {
+		c.RateLimit = l.rateLimit
+	}
+	if l.rateBurst > 0 {
+		c.RateBurst = l.rateBurst
+	}
+	if l.maxInFlight > 0 {
+		c.MaxInFlight = l.maxInFlight
+	}
 }

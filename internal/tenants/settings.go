@@ -30,6 +30,10 @@ type Settings struct {
 	// (statement_timeout and lock_timeout, set for its transaction only).
 	// Defaults to QueryTimeoutDefault (5 s).
 	Timeout time.Duration
+	// NoReplayOnChange is tenants.replay_on_change: false: a tenant whose
+	// account changes (its url, its account column) gets no replay of
+	// its live rows. Defaults to false: it gets one.
+	NoReplayOnChange bool
 }
 
 // The columns of a connection row that say how to reach and authenticate
@@ -44,10 +48,21 @@ const (
 	ColumnClientSecret = "client_secret"
 	ColumnRefreshToken = "refresh_token"
 	ColumnHeaders      = "headers"
+	// The tenant's own limits (contract section 10.1): numbers; NULL or
+	// absent, the destination's.
+	ColumnRateLimit   = "rate_limit"
+	ColumnRateBurst   = "rate_burst"
+	ColumnMaxInFlight = "max_in_flight"
+	// ColumnAccount names the account the row sends the tenant to, where
+	// its url does not (one API host for every account): a change of it,
+	// or of url, replays the tenant's live rows to the new account. It is
+	// also $tenant.account of the custom format.
+	ColumnAccount = "account"
 )
 
 // Columns are the connection row's known columns.
-var Columns = []string{ColumnURL, ColumnToken, ColumnUsername, ColumnPassword, ColumnClientID, ColumnClientSecret, ColumnRefreshToken, ColumnHeaders}
+var Columns = []string{ColumnURL, ColumnToken, ColumnUsername, ColumnPassword, ColumnClientID, ColumnClientSecret, ColumnRefreshToken, ColumnHeaders,
+	ColumnRateLimit, ColumnRateBurst, ColumnMaxInFlight, ColumnAccount}
 
 // reservedColumn is $tenant.id, the tenant's value: no column may take it.
 const reservedColumn = "id"
