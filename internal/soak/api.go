@@ -40,8 +40,8 @@ type api struct {
 	mu       sync.Mutex
 	active   []activeFault // the faults under way, the latest last
 	rng      *rand.Rand
-	bodies   map[string][sha256.Size]byte // Idempotency-Key → the body it first came with
-	conflict []string                     // keys that came with a second body
+	bodies   map[string]keptBody // Idempotency-Key → the body it first came with
+	conflict []keyConflict       // keys that came with a second body
 	payloads map[string]map[int64]json.RawMessage
 	injected map[string]int64 // requests answered by a fault, by kind
 }
@@ -56,7 +56,7 @@ func newAPI(seed uint64, format string) *api {
 		format:   format,
 		cfg:      cfg,
 		rng:      rand.New(rand.NewPCG(seed, seed^0x5eed)),
-		bodies:   map[string][sha256.Size]byte{},
+		bodies:   map[string]keptBody{},
 		payloads: map[string]map[int64]json.RawMessage{},
 		injected: map[string]int64{},
 	}
@@ -129,7 +129,7 @@ func (a *api) serve(w http.ResponseWriter, r *http.Request) {
 		a.injected[slowResponse]++
 	}
 	a.mu.Unlock()
-	a.record(r.Header.Get("Idempotency-Key"), r.URL.Path, body)
+	a.record(r.Header.Get("Idempotency-Key"), r.URL.Path, body, time.Now())
 
 	switch fault {
 	case api5xx, apiOutage:
@@ -192,18 +192,18 @@ func (a *api) intn(n int) int {
 	return a.rng.IntN(n)
 }
 
-// record keeps the body's hash under its key and every item's payload
-// under its (id, version).
-func (a *api) record(key, path string, body []byte) {
+// record keeps the body under its key (keyconflict.go) and every item's
+// payload under its (id, version).
+func (a *api) record(key, path string, body []byte, at time.Time) {
 	items := sentItems(a.format, path, body)
 	sum := sha256.Sum256(body)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if key != "" {
 		if first, ok := a.bodies[key]; !ok {
-			a.bodies[key] = sum
-		} else if first != sum {
-			a.conflict = append(a.conflict, key)
+			a.bodies[key] = keepBody(sum, path, body, at)
+		} else if first.sum != sum {
+			a.conflict = append(a.conflict, keyConflict{key: key, first: first, second: keepBody(sum, path, body, at)})
 		}
 	}
 	for _, it := range items {
@@ -268,10 +268,10 @@ func (a *api) accepted() map[string]map[int64]bool {
 	return out
 }
 
-func (a *api) conflicts() []string {
+func (a *api) conflicts() []keyConflict {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]string(nil), a.conflict...)
+	return append([]keyConflict(nil), a.conflict...)
 }
 
 func (a *api) injectedCounts() map[string]int64 {

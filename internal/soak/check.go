@@ -40,6 +40,7 @@ func (r *run) pending(ctx context.Context) (int64, error) {
 func (r *run) watch(ctx context.Context) {
 	seen := map[string]int64{}
 	bodyConflicts := map[*api]int{}
+	nConflicts := 0
 	var lastAccepted int64
 	stallSince := time.Time{}
 	lw := &lockWatch{}
@@ -65,6 +66,9 @@ func (r *run) watch(ctx context.Context) {
 				"requests reusing a key for other pairs":                st.KeyConflicts,
 				"versions accepted below one already accepted":          st.OutOfOrder,
 				"ids sent while an unanswered request held the same id": st.OverlappingIDs,
+				// The fake's own count, in its formats' modes: a
+				// webhook-id is a key the front does not read.
+				"keys (Idempotency-Key, webhook-id) that came with two bodies": st.KeyBodyConflicts,
 			} {
 				k := name + ": " + what
 				if n > seen[k] {
@@ -72,10 +76,12 @@ func (r *run) watch(ctx context.Context) {
 					seen[k] = n
 				}
 			}
-			if c := a.conflicts(); len(c) > bodyConflicts[a] {
-				r.rep.violate(r.since(), fmt.Sprintf("%s: Idempotency-Key %q came with a second body", name, c[len(c)-1]))
-				bodyConflicts[a] = len(c)
+			c := a.conflicts()
+			for _, kc := range c[bodyConflicts[a]:] {
+				nConflicts++
+				r.rep.violate(r.since(), name+": "+kc.describe(a.format, r.start, r.dir, nConflicts))
 			}
+			bodyConflicts[a] = len(c)
 		}
 		// The tenants' accounts (tenants.go), as one third party.
 		ts := r.tenantStats()
