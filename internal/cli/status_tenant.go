@@ -65,7 +65,10 @@ func tenantsLine(t *status.Tenants) string {
 	if t.UnconnectedPending > 0 {
 		line += fmt.Sprintf("; %d unconnected with rows waiting", t.UnconnectedPending)
 	}
-	return line
+	// Said every time: a SaaS team whose five workspaces are all synced
+	// reads "0 ok" otherwise as five workspaces lost (docs/protocol.md
+	// section 10.1, "Tenants come and go").
+	return line + " (of the tenants with rows pending or failed, or paused)"
 }
 
 // tenantLine is one tenant in one line.
