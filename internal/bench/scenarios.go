@@ -182,6 +182,9 @@ func (r *runner) drain(ctx context.Context) ([]Row, error) {
 	}
 	var res drainResult
 	dbRate, rate, err := r.alternate(func(i int) (float64, error) {
+		if r.cfg.DaemonOnly {
+			return 0, nil
+		}
 		r.progressf("   database bound %d/%d: %s rows, plpgsql loop", i+1, r.sizes.DrainRepeats, count(float64(n)))
 		return r.dbDrainRate(ctx, n)
 	}, func(i int) (float64, error) {
@@ -199,7 +202,10 @@ func (r *runner) drain(ctx context.Context) ([]Row, error) {
 	r.syncerDrainRate = res.rate
 	r.note("drain (first run): the daemon used %.1f s of CPU in %.1f s (%.0f%% of one core); its pushes to the fake took %.1f s (%.0f%% of the drain)",
 		res.cpu, res.took.Seconds(), 100*res.cpu/res.took.Seconds(), res.push, 100*res.push/res.took.Seconds())
-	ratio := res.rate / dbRate
+	var ratio float64
+	if dbRate > 0 {
+		ratio = res.rate / dbRate
+	}
 	return []Row{{
 		Scenario: "drain",
 		Measured: fmt.Sprintf("%s rows/s (%s rows, median of %d)", count(res.rate), count(float64(n)), r.sizes.DrainRepeats),
