@@ -112,6 +112,8 @@ var compareFigures = map[string][]figureSpec{
 		{"rows_per_s", "rows/s", "", true},
 		{"cpu_us_per_row", "daemon CPU µs/row", "", false},
 		{"peak_rss_bytes", "peak RSS", "MiB", false},
+		{"alloc_bytes_per_row", "allocated B/row", "", false},
+		{"gc_cycles", "GC cycles", "", false},
 	},
 	"latency": {
 		{"p50_ms", "p50 ms", "", false},

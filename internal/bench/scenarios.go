@@ -73,6 +73,10 @@ type drainResult struct {
 	// cpu is the daemon's CPU time; push the time its pushes took (HTTP
 	// round trips to the fake, which decodes and records each batch).
 	cpu, push float64
+	// alloc is what the daemon allocated from its start (Go's own count,
+	// not sampled), gcs its collections: the collector's work follows
+	// them, and neither moves with the machine's load as time does.
+	alloc, gcs float64
 }
 
 // syncerDrain pre-inserts n rows with no daemon running, starts the daemon
@@ -111,8 +115,19 @@ func (r *runner) syncerDrainIn(ctx context.Context, label string, n int, profile
 	}
 	defer d.stop()
 	profErr := make(chan error, 1)
+	heapErr := make(chan error, 1)
 	if profile != "" {
 		go func() { profErr <- d.profile(ctx, 10, profile) }()
+		// What the daemon holds in the middle of its drain: the live
+		// heap that the collector's target multiplies into its peak.
+		go func() {
+			select {
+			case <-time.After(4 * time.Second):
+				heapErr <- d.savePprof(ctx, "heap", filepath.Join(filepath.Dir(profile), "drain.heap.pprof"))
+			case <-ctx.Done():
+				heapErr <- ctx.Err()
+			}
+		}()
 	}
 	end, err := s.waitDrained(ctx, f.Server, int64(n), drainLimit(n))
 	if err != nil {
@@ -132,6 +147,15 @@ func (r *runner) syncerDrainIn(ctx context.Context, label string, n int, profile
 		} else {
 			r.note("cpu profile of the daemon's drain (10 s from its start): %s; read it with `go tool pprof -top %s`", profile, profile)
 		}
+		if err := <-heapErr; err != nil {
+			r.note("heap profile not saved: %v", err)
+		}
+		// What the drain allocated (sampled from the start), for the
+		// collector's share of the profile.
+		allocs := filepath.Join(filepath.Dir(profile), "drain.allocs.pprof")
+		if err := d.savePprof(ctx, "allocs", allocs); err != nil {
+			r.note("allocation profile not saved: %v", err)
+		}
 	}
 	if res.peakRSS, err = d.peakRSS(); err != nil {
 		return res, err
@@ -140,6 +164,12 @@ func (r *runner) syncerDrainIn(ctx context.Context, label string, n int, profile
 		return res, err
 	}
 	if res.push, err = d.metric(ctx, "syncer_push_duration_seconds_sum"); err != nil {
+		return res, err
+	}
+	if res.alloc, err = d.metric(ctx, "go_memstats_alloc_bytes_total"); err != nil {
+		return res, err
+	}
+	if res.gcs, err = d.metric(ctx, "go_gc_duration_seconds_count"); err != nil {
 		return res, err
 	}
 	if dup := f.Stats().DuplicatePairs; dup > 0 {
@@ -213,7 +243,8 @@ func (r *runner) drain(ctx context.Context) ([]Row, error) {
 		Figure:   fmt.Sprintf("%.2fx", ratio),
 		Target:   ">= 0.60x",
 		Pass:     ratio >= 0.6,
-		Values:   map[string]float64{"rows": float64(n), "rows_per_s": res.rate, "db_rows_per_s": dbRate, "ratio": ratio, "peak_rss_bytes": float64(res.peakRSS), "daemon_cpu_s": res.cpu, "push_s": res.push},
+		Values: map[string]float64{"rows": float64(n), "rows_per_s": res.rate, "db_rows_per_s": dbRate, "ratio": ratio, "peak_rss_bytes": float64(res.peakRSS), "daemon_cpu_s": res.cpu, "push_s": res.push,
+			"alloc_bytes_per_row": res.alloc / float64(n), "gc_cycles": res.gcs},
 	}}, nil
 }
 
