@@ -205,12 +205,6 @@ func (d *Deliverer) deliverRequest(ctx context.Context, j *job, r *thirdparty.Re
 // deferred (left pending, with the answer's reason when it gave one).
 func apply(res *thirdparty.Result, items []thirdparty.Item, out *Outcome) {
 	if res == nil || (len(res.Rejected) == 0 && len(res.Pending) == 0) {
-		if len(out.Accepted) == 0 {
-			// The batch's one request, most often: its items as they
-			// are, not a copy (a full cap, so a later append copies).
-			out.Accepted = items[:len(items):len(items)]
-			return
-		}
 		out.Accepted = append(out.Accepted, items...)
 		return
 	}
