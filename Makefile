@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build test test-short bench bench-tiny demo vet soak
+.PHONY: build test test-short bench bench-tiny bench-against demo vet soak
 
 # The version and commit syncer reports (`syncer version`, syncer_build_info),
 # from git; a tree without git falls back to what Go records.
@@ -47,6 +47,20 @@ bench: build
 bench-tiny: build
 	./scripts/ensure-postgres.sh
 	./bin/syncer-lab bench --size tiny
+
+# This build against the daemon at REF (default: the last tag, else where
+# this branch left main), built as `build` builds it and kept in bin/refs/:
+# each row runs for both, alternated ROUNDS times, and the table names every
+# figure more than 10% worse (docs/tests.md, "Speed against the release").
+# ONLY picks scenarios (default: drain, latency, memory, slow-api, sources,
+# tenants); SIZE=tiny checks the machinery in a few minutes.
+REF ?= auto
+ROUNDS ?= 3
+ONLY ?=
+SIZE ?= default
+bench-against: build
+	./scripts/ensure-postgres.sh
+	./bin/syncer-lab bench --against $(REF) --rounds $(ROUNDS) --size $(SIZE) $(if $(ONLY),--only $(ONLY)) --json bench-against.json
 
 # The seeded chaos soak (docs/tests.md): SOAK_DURATION (default 10m) of
 # faults and writes against a PostgreSQL server the soak runs for itself,

@@ -184,6 +184,15 @@ type Config struct {
 	// CPU profile of its drain there as drain.cpu.pprof. Defaults to "", no
 	// profile.
 	ProfileDir string
+	// MigrateWithBinary has Binary migrate each scratch schema (`syncer
+	// migrate`, with --config where a scenario installs sources) instead
+	// of the lab's own migrations: a binary built at another commit runs
+	// on the schema it makes for itself. Defaults to false.
+	MigrateWithBinary bool
+	// DaemonOnly skips the baselines a comparison of two daemons does not
+	// read (the drain's database bound) and runs the drain once: the
+	// comparison's alternations are its repeats. Defaults to false.
+	DaemonOnly bool
 	// TenantScale scales the tenants scenario's sizes (tenants, rows,
 	// durations; 1 is the targets' sizes) for a quick run. Defaults to 0:
 	// 1, or 0.05 at SizeTiny.
@@ -248,6 +257,30 @@ func (r *Report) Failed() bool {
 // Run runs the scenarios and returns the report. A scenario that fails is
 // reported in its rows; Run returns an error only when it cannot start.
 func Run(ctx context.Context, cfg *Config) (*Report, error) {
+	r, err := newRunner(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rep := r.report
+	for _, name := range Scenarios {
+		if !slices.Contains(r.cfg.Only, name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		rep.Rows = append(rep.Rows, r.runScenario(ctx, name)...)
+	}
+	if r.cfg.Size == SizeTiny {
+		rep.Notes = append(rep.Notes, "size tiny: every scenario ran at 1-2% of its size; the figures say the code works, not how fast it is")
+	}
+	rep.Took = time.Since(rep.StartedAt).Round(time.Second).String()
+	return rep, nil
+}
+
+// newRunner checks cfg, applies its defaults and returns a runner with an
+// empty report.
+func newRunner(ctx context.Context, cfg *Config) (*runner, error) {
 	c := *cfg
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -258,6 +291,10 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 	sizes, err := SizesFor(c.Size)
 	if err != nil {
 		return nil, err
+	}
+	if c.DaemonOnly {
+		// The alternations of a comparison are its repeats.
+		sizes.DrainRepeats = 1
 	}
 	if len(c.Only) == 0 {
 		c.Only = Scenarios
@@ -283,68 +320,56 @@ func Run(ctx context.Context, cfg *Config) (*Report, error) {
 		return nil, err
 	}
 	r.report = rep
-	type step struct {
-		name string
-		fn   func(context.Context) ([]Row, error)
+	return r, nil
+}
+
+// runScenario runs one scenario and returns its rows. A scenario that
+// fails keeps what it measured; its other rows carry the error, so the
+// table still has every row.
+func (r *runner) runScenario(ctx context.Context, name string) []Row {
+	steps := map[string]func(context.Context) ([]Row, error){
+		ScenarioDrain:              r.drain,
+		ScenarioLatency:            r.latency,
+		ScenarioWriterOverhead:     r.writerOverhead,
+		ScenarioMemory:             r.memory,
+		ScenarioMemoryLimit:        r.memoryLimit,
+		ScenarioJobEconomy:         r.jobEconomy,
+		ScenarioRecipe:             r.recipe,
+		ScenarioDeletes:            r.deletes,
+		ScenarioSlowAPI:            r.slowAPI,
+		ScenarioUnknownLimit:       r.unknownLimit,
+		ScenarioQuota:              r.advertisedQuota,
+		ScenarioSources:            r.sourcesScenario,
+		ScenarioColdStart:          r.coldStart,
+		ScenarioFastLimit:          r.fastLimit,
+		ScenarioRestart:            r.restart,
+		ScenarioHandover:           r.handover,
+		ScenarioCloudEventsDrain:   r.cloudEventsDrain,
+		ScenarioElasticsearchDrain: r.elasticsearchDrain,
+		ScenarioCustomDrain:        r.customDrain,
+		ScenarioWebhooks:           r.webhooks,
+		ScenarioConsole:            r.consoleScenario,
+		ScenarioShapes:             r.shapesScenario,
+		ScenarioReceipt:            r.receipt,
+		ScenarioTenants:            r.tenantsScenario,
+		ScenarioVerify:             r.verifyScenario,
+		ScenarioHistory:            r.historyScenario,
 	}
-	steps := []step{
-		{ScenarioDrain, r.drain},
-		{ScenarioLatency, r.latency},
-		{ScenarioWriterOverhead, r.writerOverhead},
-		{ScenarioMemory, r.memory},
-		{ScenarioMemoryLimit, r.memoryLimit},
-		{ScenarioJobEconomy, r.jobEconomy},
-		{ScenarioRecipe, r.recipe},
-		{ScenarioDeletes, r.deletes},
-		{ScenarioSlowAPI, r.slowAPI},
-		{ScenarioUnknownLimit, r.unknownLimit},
-		{ScenarioQuota, r.advertisedQuota},
-		{ScenarioSources, r.sourcesScenario},
-		{ScenarioColdStart, r.coldStart},
-		{ScenarioFastLimit, r.fastLimit},
-		{ScenarioRestart, r.restart},
-		{ScenarioHandover, r.handover},
-		{ScenarioCloudEventsDrain, r.cloudEventsDrain},
-		{ScenarioElasticsearchDrain, r.elasticsearchDrain},
-		{ScenarioCustomDrain, r.customDrain},
-		{ScenarioWebhooks, r.webhooks},
-		{ScenarioConsole, r.consoleScenario},
-		{ScenarioShapes, r.shapesScenario},
-		{ScenarioReceipt, r.receipt},
-		{ScenarioTenants, r.tenantsScenario},
-		{ScenarioVerify, r.verifyScenario},
-		{ScenarioHistory, r.historyScenario},
-	}
-	for _, s := range steps {
-		if !slices.Contains(c.Only, s.name) {
-			continue
+	r.progressf("== %s", name)
+	rows, err := steps[name](ctx)
+	if err != nil {
+		have := map[string]bool{}
+		for _, row := range rows {
+			have[row.Scenario] = true
 		}
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		r.progressf("== %s", s.name)
-		rows, err := s.fn(ctx)
-		if err != nil {
-			// Keep what was measured and mark the rest as errors, so the
-			// table still has every row.
-			have := map[string]bool{}
-			for _, row := range rows {
-				have[row.Scenario] = true
+		for _, row := range rowNames[name] {
+			if !have[row] {
+				rows = append(rows, Row{Scenario: row, Measured: "-", Baseline: "-", Figure: "-", Target: "-", Error: err.Error()})
 			}
-			for _, name := range rowNames[s.name] {
-				if !have[name] {
-					rows = append(rows, Row{Scenario: name, Measured: "-", Baseline: "-", Figure: "-", Target: "-", Error: err.Error()})
-				}
-			}
-			r.progressf("   %s failed: %v", s.name, err)
 		}
-		rep.Rows = append(rep.Rows, rows...)
+		r.progressf("   %s failed: %v", name, err)
 	}
-	if c.Size == SizeTiny {
-		rep.Notes = append(rep.Notes, "size tiny: every scenario ran at 1-2% of its size; the figures say the code works, not how fast it is")
-	}
-	rep.Took = time.Since(rep.StartedAt).Round(time.Second).String()
-	return rep, nil
+	return rows
 }
 
 // machine describes the machine and the database.

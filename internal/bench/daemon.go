@@ -181,15 +181,20 @@ func (d *daemon) stop() error {
 
 // profile saves a CPU profile of the daemon over seconds to path.
 func (d *daemon) profile(ctx context.Context, seconds int, path string) error {
+	return d.savePprof(ctx, fmt.Sprintf("profile?seconds=%d", seconds), path)
+}
+
+// savePprof saves the daemon's /debug/pprof/<what> to path.
+func (d *daemon) savePprof(ctx context.Context, what, path string) error {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.addr, seconds), nil)
+		fmt.Sprintf("http://%s/debug/pprof/%s", d.addr, what), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("bench: cpu profile: %w", err)
+		return fmt.Errorf("bench: %s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("bench: cpu profile: status %d", resp.StatusCode)
+		return fmt.Errorf("bench: %s: status %d", what, resp.StatusCode)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -200,7 +205,7 @@ func (d *daemon) profile(ctx context.Context, seconds int, path string) error {
 	}
 	if _, err := io.Copy(out, resp.Body); err != nil {
 		out.Close()
-		return fmt.Errorf("bench: cpu profile: %w", err)
+		return fmt.Errorf("bench: %s: %w", what, err)
 	}
 	return out.Close()
 }

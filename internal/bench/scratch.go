@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/migrations"
 )
 
@@ -52,9 +55,9 @@ func (r *runner) newScratch(ctx context.Context, label string, plain bool) (*scr
 		s.drop(ctx)
 		return nil, err
 	}
-	if _, err := migrations.Up(ctx, s.pool, nil); err != nil {
+	if err := s.migrate(ctx, ""); err != nil {
 		s.drop(ctx)
-		return nil, fmt.Errorf("bench: migrate %s: %w", name, err)
+		return nil, err
 	}
 	if plain {
 		if _, err := s.pool.Exec(ctx, "ALTER TABLE resources DISABLE TRIGGER USER"); err != nil {
@@ -63,6 +66,42 @@ func (r *runner) newScratch(ctx context.Context, label string, plain bool) (*scr
 		}
 	}
 	return s, nil
+}
+
+// migrate applies the migrations to the schema, and installs the sources
+// of the configuration file at config when it is set: the lab's own, or,
+// with Config.MigrateWithBinary, those of the daemon's binary, run as
+// `syncer migrate` (a daemon built at another commit runs on the schema it
+// makes for itself).
+func (s *scratch) migrate(ctx context.Context, configPath string) error {
+	if s.r.cfg.MigrateWithBinary {
+		args := []string{"migrate", "--database-url", s.dsn, "--log-level", "warn"}
+		if configPath != "" {
+			args = append(args, "--config", configPath)
+		}
+		out, err := exec.CommandContext(ctx, s.r.cfg.Binary, args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("bench: %s migrate %s: %w: %s", s.r.cfg.Binary, s.name, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if configPath == "" {
+		if _, err := migrations.Up(ctx, s.pool, nil); err != nil {
+			return fmt.Errorf("bench: migrate %s: %w", s.name, err)
+		}
+		return nil
+	}
+	cfg, err := config.Load(configPath, nil)
+	if err != nil {
+		return fmt.Errorf("bench: read the configuration: %w", err)
+	}
+	if _, err := migrations.UpThen(ctx, s.pool, nil, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := sources.Install(ctx, conn, cfg.SourceSpecs())
+		return err
+	}); err != nil {
+		return fmt.Errorf("bench: install the sources: %w", err)
+	}
+	return nil
 }
 
 // drop ends the schema's sessions and drops it, even after cancellation.

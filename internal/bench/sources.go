@@ -13,10 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
-	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/migrations"
 )
 
 // The sources scenario (issue 11): the application's own tables, exported
@@ -117,17 +114,7 @@ func (s *scratch) installShaped(ctx context.Context, path string, shape tableSha
 			return fmt.Errorf("bench: create %s: %w", t, err)
 		}
 	}
-	cfg, err := config.Load(path, nil)
-	if err != nil {
-		return fmt.Errorf("bench: read the configuration: %w", err)
-	}
-	if _, err := migrations.UpThen(ctx, s.pool, nil, func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := sources.Install(ctx, conn, cfg.SourceSpecs())
-		return err
-	}); err != nil {
-		return fmt.Errorf("bench: install the sources: %w", err)
-	}
-	return nil
+	return s.migrate(ctx, path)
 }
 
 // preloadOrders inserts n rows into table in one statement (the triggers

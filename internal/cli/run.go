@@ -231,6 +231,7 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	setMemoryLimit(env.Logger)
 	env.Logger.Info("run: collector target", slog.String("source", gcSource), slog.Int("gc_percent", gcPct))
 	adaptProcs(ctx, env.Logger, os.LookupEnv)
+	go releaseStartupPages(ctx, env.Logger, releasePagesAfter)
 	reload := make(chan struct{}, 1)
 	go func() {
 		for {

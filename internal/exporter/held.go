@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/holds"
 )
 
@@ -122,11 +123,13 @@ type heldChange struct {
 // once, so its deferred rows are handed to the live export instead
 // (pending again there, held there if they are deferred again), and the
 // replay still delivers every row of its range.
-func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Deferral, tenants []string, answered []holds.ID) (heldChange, error) {
+func (p *pipeline) queueHolds(b *pgx.Batch, name string, deferred []delivery.Deferral, tenants []string, acc, rej []feed.Item) (heldChange, error) {
 	ch := heldChange{name: name}
 	prior := p.e.heldOf(name)
 	if len(prior) > 0 {
-		for _, id := range answered {
+		// The answered keys only when a key is held: a drain holds none,
+		// and listing its every key was 2% of what it allocated.
+		for _, id := range answeredKeys(acc, rej) {
 			if _, ok := prior[id]; ok {
 				ch.released = append(ch.released, id)
 			}

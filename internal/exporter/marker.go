@@ -168,8 +168,14 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			byName[b.name] = g
 			order = append(order, b.name)
 		}
-		g.acc = append(g.acc, b.out.Accepted...)
-		g.acc = append(g.acc, b.unchanged...)
+		if g.acc == nil && len(b.unchanged) == 0 {
+			// One batch of the name, most often: its accepted items as
+			// they are, not a copy (a full cap, so an append copies).
+			g.acc = b.out.Accepted[:len(b.out.Accepted):len(b.out.Accepted)]
+		} else {
+			g.acc = append(g.acc, b.out.Accepted...)
+			g.acc = append(g.acc, b.unchanged...)
+		}
 		g.skipped = append(g.skipped, b.unchanged...)
 		for _, r := range b.out.Rejected {
 			g.rej = append(g.rej, r.Item)
@@ -230,7 +236,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 			// Deferred items are held, in the transaction that marks
 			// their neighbours and forgets their batch's record: the
 			// batch is settled, never resent whole (held.go).
-			ch, err := p.queueHolds(qb, name, g.def, g.defTen, answeredKeys(g.acc, g.rej))
+			ch, err := p.queueHolds(qb, name, g.def, g.defTen, g.acc, g.rej)
 			if err != nil {
 				return err
 			}

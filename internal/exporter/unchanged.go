@@ -76,8 +76,13 @@ func (p *pipeline) leaveUnchanged(_ context.Context, page *feed.Page) error {
 		return nil
 	}
 	var kept []feed.Item
+	var dg unchanged.Digester
+	var sum []byte
 	for i, it := range page.Items {
-		same := it.Kept != nil && bytes.Equal(it.Kept, unchanged.Digest(b.tag, it))
+		if it.Kept != nil {
+			sum = dg.Append(sum[:0], b.tag, it)
+		}
+		same := it.Kept != nil && bytes.Equal(it.Kept, sum)
 		if same {
 			_, unsettled := p.unsettled[it.ID]
 			same = !unsettled
@@ -121,7 +126,7 @@ func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
 	if p.bodies == nil || b.out == nil {
 		return
 	}
-	var keep, fresh map[string][]byte
+	var keep, fresh *unchanged.Digests
 	var drop []string
 	for _, it := range b.out.Accepted {
 		switch {
@@ -131,19 +136,19 @@ func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
 			// Read with the kept digests (a live target's read), and
 			// none was kept: most likely none is now either.
 			if fresh == nil {
-				fresh = make(map[string][]byte, len(b.out.Accepted))
+				fresh = unchanged.NewDigests(len(b.out.Accepted))
 			}
-			fresh[it.ID] = unchanged.Digest(p.bodies.tag, it)
+			fresh.Add(p.bodies.tag, it)
 		default:
 			if keep == nil {
-				keep = make(map[string][]byte, len(b.out.Accepted))
+				keep = unchanged.NewDigests(len(b.out.Accepted))
 			}
-			keep[it.ID] = unchanged.Digest(p.bodies.tag, it)
+			keep.Add(p.bodies.tag, it)
 		}
 	}
 	for _, d := range b.out.Deferred {
 		drop = append(drop, d.Item.ID)
 	}
 	tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's; "" outside lanes
-	unchanged.QueueSettled(qb, p.bodies.feed, tenant, keep, fresh, drop)
+	unchanged.QueueSettledDigests(qb, p.bodies.feed, tenant, keep, fresh, drop)
 }
