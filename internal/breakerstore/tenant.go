@@ -282,4 +282,4 @@ func TidyTenants(ctx context.Context, q database.Querier, name string, before ti
 // tidyKeys are every key a tenant's namespace may hold: TidyTenants
 // deletes them all. A suffix of one is never another's whole suffix
 // after a ':' ("probe" and "probe_answer" end differently).
-var tidyKeys = append(append([]string{}, allKeys...), KeyConnection)
+var tidyKeys = append(append([]string{}, allKeys...), KeyConnection, KeyAccount)
