@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/feed"
 )
 
@@ -71,7 +72,7 @@ func (p *pipeline) lookOnce(ctx context.Context, page feed.Page) error {
 		c.inherited = true
 	}
 	pipe := p.lk.NewPipe()
-	m := p.send(ctx, pipe, markReq{marks: inherited, records: []*batch{b}})
+	m := p.send(ctx, pipe, new(checkpoint.Packer), markReq{marks: inherited, records: []*batch{b}})
 	if m.err == nil {
 		m = p.receive(ctx, pipe, m)
 	}

@@ -34,6 +34,9 @@ type markReq struct {
 func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- marked) {
 	pipe := p.lk.NewPipe()
 	defer pipe.Close()
+	// The record's buffers, kept from one transaction to the next: the
+	// pipe has encoded a transaction's arguments when send returns.
+	var pk checkpoint.Packer
 	var sent []marked
 	// The marker waits for the next transaction's content for up to three
 	// quarters of the shortest of the last transactions' times, before it
@@ -70,7 +73,7 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 			return
 		}
 		// A transaction that could not be sent is reported in its turn.
-		sent = append(sent, p.send(ctx, pipe, r))
+		sent = append(sent, p.send(ctx, pipe, &pk, r))
 	}
 	for {
 		if len(sent) == 0 {
@@ -145,8 +148,9 @@ func takeWithin(reqs <-chan markReq, wait time.Duration) (markReq, takeState) {
 // send queues one marker transaction on pipe: the outcomes of answered
 // batches, the forgetting of their records, and the records of batches
 // about to be sent. The statements and their callbacks are built here; the
-// callbacks run in receive.
-func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked {
+// callbacks run in receive. The record is packed into pk's buffers, which
+// the next send on pk may reuse: pipe has encoded it by then.
+func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, pk *checkpoint.Packer, r markReq) marked {
 	res := marked{marks: r.marks, records: r.records}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
 	defer cancel()
@@ -256,7 +260,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, r markReq) marked
 		for i, b := range r.records {
 			recs[i] = b.record()
 		}
-		checkpoint.QueueRecord(qb, recName, r.records[len(r.records)-1].position, recs, seqs, recProgress)
+		pk.QueueRecord(qb, recName, r.records[len(r.records)-1].position, recs, seqs, recProgress)
 		return nil
 	})
 	if err != nil {
