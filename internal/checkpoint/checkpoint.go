@@ -192,6 +192,8 @@ func (pk *Packer) QueueRecord(b *pgx.Batch, name string, lastID int64, bs []Batc
 	if len(bs) == 0 {
 		return
 	}
+	clear(pk.keys[:cap(pk.keys)]) // the last record's strings are not kept alive
+	clear(pk.salts[:cap(pk.salts)])
 	pk.keys, pk.salts, pk.items = pk.keys[:0], pk.salts[:0], pk.items[:0]
 	pk.bodies, pk.times, pk.packed = pk.bodies[:0], pk.times[:0], pk.packed[:0]
 	// Bodies are packed into the scratch, and their packed bytes (several
