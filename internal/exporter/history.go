@@ -29,8 +29,10 @@ func (p *pipeline) historyOf(b *batch, attempts []delivery.Attempt) *history.Bat
 	return h
 }
 
-// queueHistory adds to qb the entries of b, answered and being marked.
-func (p *pipeline) queueHistory(qb *pgx.Batch, b *batch) {
+// queueHistory adds to qb the entries of b, answered and being marked,
+// in arrays (nil: new ones) the marker reuses from one transaction to the
+// next.
+func (p *pipeline) queueHistory(qb *pgx.Batch, b *batch, arrays *history.Arrays) {
 	if p.e.cfg.NoHistory || b.out == nil {
 		return
 	}
@@ -39,7 +41,7 @@ func (p *pipeline) queueHistory(qb *pgx.Batch, b *batch) {
 	for _, o := range b.oversize {
 		h.Failed = append(h.Failed, history.Failure{Item: feed.Item{ID: o.ID, Version: o.Version}, Reason: oversizeError(o, p.feed.Limits())})
 	}
-	history.Queue(qb, h)
+	history.QueueIn(qb, h, arrays)
 }
 
 // writeWaited writes the requests of b's push that ended in err, a wait:

@@ -71,7 +71,7 @@ func (p *pipeline) lookOnce(ctx context.Context, page feed.Page) error {
 		c.inherited = true
 	}
 	pipe := p.lk.NewPipe()
-	m := p.send(ctx, pipe, markReq{marks: inherited, records: []*batch{b}})
+	m := p.send(ctx, pipe, nil, markReq{marks: inherited, records: []*batch{b}})
 	if m.err == nil {
 		m = p.receive(ctx, pipe, m)
 	}

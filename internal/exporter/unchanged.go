@@ -122,7 +122,7 @@ func (p *pipeline) queueSkipped(qb *pgx.Batch, items []feed.Item) {
 // renderings) and items deferred after a transient answer of their own.
 // The digests of keys that had none when read are written as new ones
 // (unchanged.QueueSettled's fresh).
-func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
+func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch, bufs *digestBufs) {
 	if p.bodies == nil || b.out == nil {
 		return
 	}
@@ -136,12 +136,12 @@ func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
 			// Read with the kept digests (a live target's read), and
 			// none was kept: most likely none is now either.
 			if fresh == nil {
-				fresh = unchanged.NewDigests(len(b.out.Accepted))
+				fresh = bufs.take(len(b.out.Accepted))
 			}
 			fresh.Add(p.bodies.tag, it)
 		default:
 			if keep == nil {
-				keep = unchanged.NewDigests(len(b.out.Accepted))
+				keep = bufs.take(len(b.out.Accepted))
 			}
 			keep.Add(p.bodies.tag, it)
 		}
@@ -151,4 +151,35 @@ func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch) {
 	}
 	tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's; "" outside lanes
 	unchanged.QueueSettledDigests(qb, p.bodies.feed, tenant, keep, fresh, drop)
+}
+
+// digestBufs are the Digests a marker's transactions queue, kept from one
+// transaction to the next: a drain's marker queued two arrays and a
+// buffer of digests a batch (about 70 bytes a row), and its pipe has
+// encoded a transaction's arguments before the next is built. The nil
+// digestBufs makes new ones.
+type digestBufs struct {
+	ds   []*unchanged.Digests
+	used int
+}
+
+// reset makes every Digests free again, at a transaction's start.
+func (d *digestBufs) reset() {
+	if d != nil {
+		d.used = 0
+	}
+}
+
+// take returns empty Digests with room for n keys.
+func (d *digestBufs) take(n int) *unchanged.Digests {
+	if d == nil {
+		return unchanged.NewDigests(n)
+	}
+	if d.used == len(d.ds) {
+		d.ds = append(d.ds, unchanged.NewDigests(n))
+	}
+	ds := d.ds[d.used]
+	d.used++
+	ds.Reset(n)
+	return ds
 }

@@ -273,7 +273,44 @@ func capturedOf(it feed.Item) pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: it.Captured, Valid: !it.Captured.IsZero()}
 }
 
-func (b *Batch) args() (string, []any, bool) {
+// Arrays are the key and version arrays of the common batch's statement,
+// kept by a caller that queues batch after batch (the exporter's marker:
+// two arrays a batch were about 24 bytes of a drained row, issue 55). Reset
+// them at each transaction's start, once the last one's arguments were
+// encoded (locks.Pipe's Send and pgx's SendBatch encode before they
+// return). The nil *Arrays makes new arrays each time.
+type Arrays struct {
+	keys     [][]string
+	versions [][]int64
+	used     int
+}
+
+// Reset makes every array free again.
+func (a *Arrays) Reset() {
+	if a != nil {
+		a.used = 0
+	}
+}
+
+// take returns a key and a version array of length n.
+func (a *Arrays) take(n int) ([]string, []int64) {
+	if a == nil {
+		return make([]string, n), make([]int64, n)
+	}
+	if a.used == len(a.keys) {
+		a.keys, a.versions = append(a.keys, nil), append(a.versions, nil)
+	}
+	i := a.used
+	a.used++
+	if cap(a.keys[i]) < n {
+		a.keys[i], a.versions[i] = make([]string, n), make([]int64, n)
+	} else {
+		clear(a.keys[i][:cap(a.keys[i])]) // the last batch's keys are not kept alive
+	}
+	return a.keys[i][:n], a.versions[i][:n]
+}
+
+func (b *Batch) args(arrays *Arrays) (string, []any, bool) {
 	var batched any
 	if !b.BatchedAt.IsZero() {
 		batched = b.BatchedAt
@@ -281,7 +318,7 @@ func (b *Batch) args() (string, []any, bool) {
 	if b.allAccepted() {
 		a := b.Attempts[0]
 		n := len(b.Accepted)
-		keys, versions := make([]string, n), make([]int64, n)
+		keys, versions := arrays.take(n)
 		// NULL arrays for none deleted and none captured: the common
 		// drain of new rows, whose rows then carry two arrays, not four.
 		var deleted []bool
@@ -316,7 +353,12 @@ func (b *Batch) args() (string, []any, bool) {
 // Queue adds to qb the statement that writes b's entries: one statement
 // for the whole batch. Queue it in the transaction that marks the batch.
 func Queue(qb *pgx.Batch, b *Batch) {
-	sql, args, ok := b.args()
+	QueueIn(qb, b, nil)
+}
+
+// QueueIn is Queue with the common batch's arrays taken from arrays.
+func QueueIn(qb *pgx.Batch, b *Batch, arrays *Arrays) {
+	sql, args, ok := b.args(arrays)
 	if !ok {
 		return
 	}
@@ -331,7 +373,7 @@ func Queue(qb *pgx.Batch, b *Batch) {
 // Write writes b's entries on their own: the attempts of a push that
 // ended in a wait.
 func Write(ctx context.Context, q database.Querier, b *Batch) error {
-	sql, args, ok := b.args()
+	sql, args, ok := b.args(nil)
 	if !ok {
 		return nil
 	}

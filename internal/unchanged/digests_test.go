@@ -69,3 +69,44 @@ func TestDigestsAllocateLittle(t *testing.T) {
 	})
 	require.LessOrEqual(t, allocs, 10.0)
 }
+
+// TestDigestsResetAreReusedWhole: Digests reset for a batch no larger
+// than they held allocate nothing (issue 55: the marker reuses a
+// transaction's in the next), and hold exactly the new batch's digests,
+// none of the last one's; reset for a larger batch they grow.
+func TestDigestsResetAreReusedWhole(t *testing.T) {
+	batch := func(from, n int) []feed.Item {
+		items := make([]feed.Item, n)
+		for i := range items {
+			items[i] = feed.Item{ID: strconv.Itoa(from + i), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, from+i))}
+		}
+		return items
+	}
+	ds := unchanged.NewDigests(500)
+	for _, it := range batch(0, 500) {
+		ds.Add("tag", it)
+	}
+	next := batch(1000, 300)
+	allocs := testing.AllocsPerRun(20, func() {
+		ds.Reset(len(next))
+		for _, it := range next {
+			ds.Add("tag", it)
+		}
+	})
+	require.Zero(t, allocs)
+	require.Equal(t, len(next), ds.Len())
+	for i, it := range next {
+		require.Equal(t, it.ID, ds.Keys[i])
+		require.Equal(t, unchanged.Digest("tag", it), ds.Sums[i], "item %d", i)
+	}
+	larger := batch(5000, 800)
+	ds.Reset(len(larger))
+	for _, it := range larger {
+		ds.Add("tag", it)
+	}
+	require.Equal(t, len(larger), ds.Len())
+	for i, it := range larger {
+		require.Equal(t, it.ID, ds.Keys[i])
+		require.Equal(t, unchanged.Digest("tag", it), ds.Sums[i], "item %d", i)
+	}
+}

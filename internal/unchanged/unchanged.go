@@ -97,6 +97,18 @@ func NewDigests(n int) *Digests {
 	return &Digests{Keys: make([]string, 0, n), Sums: make([][]byte, 0, n), buf: make([]byte, 0, n*sha256.Size)}
 }
 
+// Reset empties ds for n keys, keeping its arrays when they have room: a
+// marker reuses a transaction's Digests in the next, once the
+// transaction's arguments were encoded (issue 55).
+func (ds *Digests) Reset(n int) {
+	if cap(ds.Keys) < n {
+		ds.Keys, ds.Sums, ds.buf = make([]string, 0, n), make([][]byte, 0, n), make([]byte, 0, n*sha256.Size)
+		return
+	}
+	clear(ds.Keys[:cap(ds.Keys)]) // the keys of the last batch are not kept alive
+	ds.Keys, ds.Sums, ds.buf = ds.Keys[:0], ds.Sums[:0], ds.buf[:0]
+}
+
 // Add adds the digest of it's body, as tag renders it, under it.ID.
 func (ds *Digests) Add(tag string, it feed.Item) {
 	at := len(ds.buf)
