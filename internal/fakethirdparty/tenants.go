@@ -277,24 +277,6 @@ func (s *Server) RevokeTenant(tenant string) {
 	}
 }
 
-// RevokeFamily revokes tenant's family of refresh tokens (RefreshFamily),
-// as the provider does on a reuse it detected, without counting a reuse:
-// every grant is refused until RestoreTenant starts a new family. The
-// soak uses it to tell its own revocations from syncer's reuses.
-func (s *Server) RevokeFamily(tenant string) {
-	if s.tenants == nil {
-		return
-	}
-	s.tenants.mu.Lock()
-	defer s.tenants.mu.Unlock()
-	st := s.tenants.grants[tenant]
-	if st == nil {
-		st = &TokenStats{}
-		s.tenants.grants[tenant] = st
-	}
-	st.FamilyRevoked = true
-}
-
 // RestoreTenant ends RevokeTenant: tenant accepts token again, or its own
 // token (TenantConfig.TenantToken, or the last given here) when token is "".
 func (s *Server) RestoreTenant(tenant, token string) {

@@ -232,30 +232,3 @@ func TestTenantTokenEndpointRevokesTheFamilyOnReuse(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "a restore starts a new family")
 	require.Equal(t, "rt-acme.1", out["refresh_token"])
 }
-
-// RevokeFamily revokes a tenant's family as a reuse would, without
-// counting one (the soak tells its own revocations from syncer's reuses
-// by it), until a restore starts a new family.
-func TestTenantRevokeFamilyCountsNoReuse(t *testing.T) {
-	t.Parallel()
-	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-", RefreshPrefix: "rt-", RefreshFamily: true}}, nil)
-	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
-	grant := func(refresh string) (int, map[string]any) {
-		code, _, body := b.post(t, http.MethodPost, "/t/acme/oauth/token", form, "grant_type=refresh_token&refresh_token="+refresh)
-		var out map[string]any
-		require.NoError(t, json.Unmarshal([]byte(body), &out))
-		return code, out
-	}
-	code, _ := grant("rt-acme")
-	require.Equal(t, http.StatusOK, code)
-	b.fake.RevokeFamily("acme")
-	code, out := grant("rt-acme.1")
-	require.Equal(t, http.StatusBadRequest, code, "the newest token went with its family")
-	require.Equal(t, "family revoked", out["error_description"])
-	require.Equal(t, fakethirdparty.TokenStats{Grants: 1, Refused: 1, FamilyRevoked: true}, b.fake.TenantStats().Tokens["acme"])
-
-	b.fake.RestoreTenant("acme", "")
-	code, out = grant("rt-acme")
-	require.Equal(t, http.StatusOK, code, "a restore starts a new family")
-	require.Equal(t, "rt-acme.1", out["refresh_token"])
-}

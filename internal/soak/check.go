@@ -97,7 +97,6 @@ func (r *run) watch(ctx context.Context) {
 				seen[k] = n
 			}
 		}
-		r.checkTokens(seen)
 		r.rep.Accepted = accepted
 		if i%5 == 0 {
 			r.checkMarks(ctx)

@@ -28,7 +28,6 @@ type report struct {
 	Answered     map[string]int64 // requests answered by each API fault
 	Writes       int64
 	WritesFailed int64
-	Verifies     map[int]int // syncer verify --tenant runs beside the export, by exit status
 	Accepted     int64
 	Requests     int64
 	Pairs        int64
@@ -123,9 +122,6 @@ func (r *report) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "faults:     %d: %s\n", total, strings.Join(parts, ", "))
 	fmt.Fprintf(w, "writes:     %d statements (%d broken by faults)\n", r.Writes, r.WritesFailed)
-	if len(r.Verifies) > 0 {
-		fmt.Fprintf(w, "verifies:   %v by exit status (tickets, one tenant each, beside the export)\n", r.Verifies)
-	}
 	fmt.Fprintf(w, "delivered:  %d requests, %d items accepted, %d distinct (id, version), %d tombstones, %d answered from the key cache\n",
 		r.Requests, r.Accepted, r.Pairs, r.Tombstones, r.KeyReplays)
 	fmt.Fprintf(w, "drained:    %s after the last fault and write\n", r.Drained)

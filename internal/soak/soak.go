@@ -232,7 +232,6 @@ func (r *run) exercise(ctx context.Context) {
 	defer wcancel()
 	wg.Go(func() { w.run(wctx, 4) })
 	wg.Go(func() { r.tenantWrites(wctx, r.cfg.Duration/2) })
-	wg.Go(func() { r.tenantVerifies(wctx) })
 	mctx, mcancel := context.WithCancel(ctx)
 	var mwg sync.WaitGroup
 	mwg.Go(func() { r.watch(mctx) })

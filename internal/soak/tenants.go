@@ -2,13 +2,10 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os/exec"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
@@ -33,13 +30,6 @@ const (
 	// ticketTokenPrefix is what crm's tenant accounts take as a token:
 	// tok-<tenant>, or the new token the revoke gave them.
 	ticketTokenPrefix = "tok-"
-	// ticketRefreshPrefix is the first refresh token of a tenant's family
-	// at crm's rotating token endpoint: rt-<tenant>, then rt-<tenant>.N.
-	ticketRefreshPrefix = "rt-"
-	// ticketTokenLife is the life of the endpoint's access tokens: short,
-	// so the daemons rotate each tenant's refresh token every few seconds,
-	// under the faults.
-	ticketTokenLife = 8 * time.Second
 	// ticketDeleted is the tenant deleted two thirds into the run (issue
 	// 54): its rows, then its connection row.
 	ticketDeleted = 3
@@ -47,8 +37,8 @@ const (
 
 const ticketsSQL = `
 CREATE TABLE IF NOT EXISTS tickets (id text PRIMARY KEY, tenant text NOT NULL, n int NOT NULL);
-CREATE TABLE IF NOT EXISTS ticket_connections (tenant text PRIMARY KEY, refresh_token text NOT NULL);
-INSERT INTO ticket_connections SELECT 'k' || i, 'rt-k' || i FROM generate_series(0, 3) i ON CONFLICT DO NOTHING;`
+CREATE TABLE IF NOT EXISTS ticket_connections (tenant text PRIMARY KEY, token text NOT NULL);
+INSERT INTO ticket_connections SELECT 'k' || i, 'tok-k' || i FROM generate_series(0, 3) i ON CONFLICT DO NOTHING;`
 
 // ticketsYAML adds the desk destination and the tickets source to a
 // configuration's text (its "sources:" line).
@@ -56,24 +46,15 @@ func ticketsYAML(crmURL string) (dest, source string) {
 	return fmt.Sprintf(`  desk:
     url: %s/t/{tenant}
     max_in_flight: 2
-    auth:
-      token_url: %s/t/{tenant}/oauth/token
     tenants:
-      query: SELECT refresh_token FROM ticket_connections WHERE tenant = $1
-      on_refresh: UPDATE ticket_connections SET refresh_token = $2 WHERE tenant = $1
-`, crmURL, crmURL), fmt.Sprintf("  - {table: %s, key: id, tenant: tenant, lanes: 4, destination: desk, batch_size: 20}\n", sourceTickets)
+      query: SELECT token FROM ticket_connections WHERE tenant = $1
+`, crmURL), fmt.Sprintf("  - {table: %s, key: id, tenant: tenant, lanes: 4, destination: desk, batch_size: 20}\n", sourceTickets)
 }
 
-// setupTenants makes crm's tenant accounts take their own tokens, which
-// a rotating token endpoint gives, that revokes a tenant's whole family of
-// refresh tokens when one is used twice, and answer lookups (verify).
+// setupTenants makes crm's tenant accounts take their own tokens.
 func (r *run) setupTenants() {
 	r.crm.mu.Lock()
 	r.crm.cfg.Tenants.TokenPrefix = ticketTokenPrefix
-	r.crm.cfg.Tenants.RefreshPrefix = ticketRefreshPrefix
-	r.crm.cfg.Tenants.RefreshFamily = true
-	r.crm.cfg.Tenants.TokenLife = ticketTokenLife
-	r.crm.cfg.Lookup = true // for syncer verify
 	cfg := r.crm.cfg
 	r.crm.mu.Unlock()
 	r.crm.fake.SetConfig(cfg)
@@ -107,7 +88,7 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-connect:
-			r.tenantMust(ctx, `INSERT INTO ticket_connections VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenantName(ticketTenants-1), ticketRefreshPrefix+tenantName(ticketTenants-1))
+			r.tenantMust(ctx, `INSERT INTO ticket_connections VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenantName(ticketTenants-1), ticketTokenPrefix+tenantName(ticketTenants-1))
 		case <-remove:
 			// A customer leaves: its rows deleted, then, once their
 			// tombstones went, its connection row.
@@ -117,18 +98,14 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 			go r.disconnectWhenSent(context.WithoutCancel(ctx), gone)
 		case <-revoke.C:
 			tenant := pick(ticketTenants - 1)
-			// The provider revokes the tenant's connection: its access
-			// token and its family of refresh tokens.
 			r.crm.fake.RevokeTenant(tenant)
-			r.crm.fake.RevokeFamily(tenant)
 			renewed++
 			token := fmt.Sprintf("%s%s-%d", ticketTokenPrefix, tenant, renewed)
 			go func() {
 				sleep(ctx, 5*time.Second)
-				// The customer connects again: a new family, whose first
-				// refresh token the application stores.
+				// The application stores the new token it was given.
 				r.crm.fake.RestoreTenant(tenant, token)
-				r.tenantMust(context.WithoutCancel(ctx), `UPDATE ticket_connections SET refresh_token = $2 WHERE tenant = $1`, tenant, ticketRefreshPrefix+tenant)
+				r.tenantMust(context.WithoutCancel(ctx), `UPDATE ticket_connections SET token = $2 WHERE tenant = $1`, tenant, token)
 			}()
 		case <-tick.C:
 			id := "tk-" + strconv.FormatInt(rng.Int64N(keys), 10)
@@ -143,55 +120,6 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 			}
 		}
 	}
-}
-
-// tenantVerifies runs `syncer verify --source tickets --tenant T` every
-// 7 s, a tenant after another, beside the daemons' export: it reads the
-// tenant's account with the tenant's credentials, so it takes the
-// per-tenant lock of their grants too. Drift (exit 3) is fine while rows
-// move; what it must never do is spend a refresh token a daemon still
-// holds, which checkTokens sees as a reuse.
-func (r *run) tenantVerifies(ctx context.Context) {
-	codes := map[int]int{}
-	defer func() {
-		r.rep.mu.Lock()
-		r.rep.Verifies = codes
-		r.rep.mu.Unlock()
-	}()
-	env := daemonEnv(r.dbURL, r.live.url(), r.configPath, "127.0.0.1:0")
-	for i := 0; ; i++ {
-		if sleep(ctx, 7*time.Second); ctx.Err() != nil {
-			return
-		}
-		vctx, cancel := context.WithTimeout(ctx, time.Minute)
-		cmd := exec.CommandContext(vctx, r.cfg.Binary, "verify", "--source", sourceTickets, "--tenant", tenantName(i%ticketTenants))
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		cancel()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			code = -1
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		codes[code]++
-		if code != 0 && code != 3 && codes[code] <= 3 {
-			r.cfg.Logger.WarnContext(ctx, "soak: verify exited", slog.Int("status", code), slog.String("output", lastLine(out)))
-		}
-	}
-}
-
-// lastLine is the last line of a command's output, for a log.
-func lastLine(out []byte) string {
-	s := strings.TrimSpace(string(out))
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	return s
 }
 
 func tenantName(i int) string { return "k" + strconv.Itoa(i) }
@@ -240,20 +168,6 @@ func (r *run) tenantMust(ctx context.Context, sql string, args ...any) {
 		sleep(ctx, 500*time.Millisecond)
 	}
 	r.cfg.Logger.WarnContext(ctx, "soak: a tenant's write did not commit within a minute", slog.String("sql", sql))
-}
-
-// checkTokens is the check of contract 10.1's "a refresh token is spent
-// once": the soak never uses a refresh token itself (its revocations
-// revoke a family without a reuse), so a reuse at the token endpoint,
-// which revoked the tenant's family and refused it, is syncer's doing.
-func (r *run) checkTokens(seen map[string]int64) {
-	for tenant, st := range r.crm.fake.TenantStats().Tokens {
-		k := "tenant " + tenant + ": refresh tokens used again after their rotation (the family revoked)"
-		if st.Reuses > seen[k] {
-			r.rep.violate(r.since(), fmt.Sprintf("%s: %d (was %d)", k, st.Reuses, seen[k]))
-			seen[k] = st.Reuses
-		}
-	}
 }
 
 // tenantStats is the sum over crm's tenant accounts.
