@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
@@ -89,7 +91,29 @@ func (r *run) injectHeld(ctx context.Context, f fault) error {
 		}
 		sleep(ctx, f.For)
 		return r.reconfigure(func(s *configState) { s.hubBroken = false })
+	case connectionsLocked:
+		// No hold: tickets is outside the stall check (its rows wait,
+		// by contract, while their tenant's token cannot be read), and
+		// every other source must not notice. A restart of the server
+		// meanwhile ends the lock early, as it would an application's.
+		return r.lockConnections(ctx, f.For)
 	}
+	return nil
+}
+
+// lockConnections holds ticket_connections ACCESS EXCLUSIVE for d, in a
+// transaction of the soak's own (its session is spared by pgTerminate).
+func (r *run) lockConnections(ctx context.Context, d time.Duration) error {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("soak: lock connections: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	lock := "LOCK TABLE " + pgx.Identifier{"ticket_connections"}.Sanitize() + " IN ACCESS EXCLUSIVE MODE"
+	if _, err := tx.Exec(ctx, lock); err != nil {
+		return fmt.Errorf("soak: lock connections: %w", err)
+	}
+	sleep(ctx, d)
 	return nil
 }
 

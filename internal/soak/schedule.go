@@ -25,7 +25,14 @@ const (
 	slowResponse  = "slow-response"  // hub's answers make its response program run for a minute a request
 	configReload  = "reload"         // the configuration file changed and SIGHUP to every daemon, under load
 	brokenProgram = "broken-program" // hub's request program edited to fail on every row, mended by a later reload
+	// connectionsLocked is issue 54's: a session of the soak's holds the
+	// tenants' connections table ACCESS EXCLUSIVE, so every tenants query
+	// waits on it, while every other source must keep moving.
+	connectionsLocked = "connections-lock"
 )
+
+// connectionsLockFor is how long connectionsLocked holds the table.
+const connectionsLockFor = 40 * time.Second
 
 // The loads of hub's answers during slowResponse: last(range(n)) takes
 // about 0.1 us a step, so a minute and more a request, unbounded.
@@ -89,7 +96,8 @@ func schedule(seed uint64, d time.Duration, daemons int, lease time.Duration) []
 // transient of two to three minutes (two thirds of a short run's stretch)
 // in each stretch of four minutes, never two at once; a reload every 40 s
 // or so; a slow response program of 15 to 40 s every 80 s; one broken
-// request program of 20 to 45 s, which a reload of its own mends.
+// request program of 20 to 45 s, which a reload of its own mends; the
+// tenants' connections table locked for 40 s, once.
 func heldFaults(seed uint64, active time.Duration) []fault {
 	rng := rand.New(rand.NewPCG(seed, 0x42))
 	between := func(lo, hi time.Duration) time.Duration {
@@ -116,5 +124,7 @@ func heldFaults(seed uint64, active time.Duration) []fault {
 	}
 	d := min(between(20*time.Second, 45*time.Second), active/3)
 	out = append(out, fault{At: between(2*time.Second, active-d-time.Second), Kind: brokenProgram, For: d})
+	// Drawn last, so the faults above stay what a seed drew before it.
+	out = append(out, fault{At: between(2*time.Second, active-connectionsLockFor-time.Second), Kind: connectionsLocked, For: connectionsLockFor})
 	return out
 }

@@ -31,6 +31,7 @@ func TestScheduleIsTheSeeds(t *testing.T) {
 	for _, k := range []string{itemTransient, slowResponse, configReload, brokenProgram} {
 		require.NotZero(t, kinds[k], k)
 	}
+	require.Equal(t, 1, kinds[connectionsLocked], "the connections table is locked once")
 	long := schedule(7, 10*time.Minute, 3, LeaseDefault)
 	for _, f := range long {
 		if f.Kind == apiOutage {
@@ -45,7 +46,7 @@ func TestScheduleIsTheSeeds(t *testing.T) {
 // long run.
 func TestHeldFaultsLeaveTheScheduleAlone(t *testing.T) {
 	t.Parallel()
-	held := map[string]bool{itemTransient: true, slowResponse: true, configReload: true, brokenProgram: true}
+	held := map[string]bool{itemTransient: true, slowResponse: true, configReload: true, brokenProgram: true, connectionsLocked: true}
 	var others []fault
 	for _, f := range schedule(1125, 10*time.Minute, 3, LeaseDefault) {
 		if !held[f.Kind] {

@@ -295,7 +295,7 @@ func (r *run) inject(ctx context.Context, f fault) {
 		r.rep.outage(r.since(), f.For)
 		r.hold(hold{from: r.since(), to: r.since() + f.For})
 		r.apiFault(ctx, f)
-	case itemTransient, slowResponse, configReload, brokenProgram:
+	case itemTransient, slowResponse, configReload, brokenProgram, connectionsLocked:
 		err = r.injectHeld(ctx, f)
 	default:
 		if failing[f.Kind] {

@@ -16,8 +16,9 @@ import (
 // token its connection row holds. Beside the schedule's faults (which hit
 // the tenants' requests as crm's), the tenants' writer moves rows between
 // tenants, revokes a tenant's token now and then (the application then
-// stores a new one), and connects the last tenant only halfway through:
-// its rows wait until then. The checks: every tenant account's counters
+// stores a new one), connects the last tenant only halfway through (its
+// rows wait until then), and deletes a tenant two thirds through (its
+// rows, then its connection row). The checks: every tenant account's counters
 // of broken promises, and at the end each row live at its current
 // tenant's account only (a tombstone last wherever it was before).
 
@@ -29,6 +30,9 @@ const (
 	// ticketTokenPrefix is what crm's tenant accounts take as a token:
 	// tok-<tenant>, or the new token the revoke gave them.
 	ticketTokenPrefix = "tok-"
+	// ticketDeleted is the tenant deleted two thirds into the run (issue
+	// 54): its rows, then its connection row.
+	ticketDeleted = 3
 )
 
 const ticketsSQL = `
@@ -65,17 +69,35 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	connect := time.After(half)
+	remove := time.After(half + half/3)
 	revoke := time.NewTicker(15 * time.Second)
 	defer revoke.Stop()
 	renewed := 0
+	gone := "" // the tenant deleted, once it is
+	// pick draws one of the first n tenants still there, from the seed's
+	// stream, so a seed's writes replay.
+	pick := func(n int) string {
+		t := tenantName(rng.IntN(n))
+		if t == gone {
+			t = tenantName((rng.IntN(n-1) + ticketDeleted + 1) % n)
+		}
+		return t
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-connect:
 			r.tenantMust(ctx, `INSERT INTO ticket_connections VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenantName(ticketTenants-1), ticketTokenPrefix+tenantName(ticketTenants-1))
+		case <-remove:
+			// A customer leaves: its rows deleted, then, once their
+			// tombstones went, its connection row.
+			gone = tenantName(ticketDeleted)
+			r.tenantMust(ctx, `DELETE FROM tickets WHERE tenant = $1`, gone)
+			fmt.Fprintf(r.cfg.Progress, "soak: %7s tenant %s deleted\n", r.since(), gone)
+			go r.disconnectWhenSent(context.WithoutCancel(ctx), gone)
 		case <-revoke.C:
-			tenant := tenantName(rng.IntN(ticketTenants - 1))
+			tenant := pick(ticketTenants - 1)
 			r.crm.fake.RevokeTenant(tenant)
 			renewed++
 			token := fmt.Sprintf("%s%s-%d", ticketTokenPrefix, tenant, renewed)
@@ -87,7 +109,7 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 			}()
 		case <-tick.C:
 			id := "tk-" + strconv.FormatInt(rng.Int64N(keys), 10)
-			tenant := tenantName(rng.IntN(ticketTenants))
+			tenant := pick(ticketTenants)
 			switch op := rng.IntN(100); {
 			case op < 50:
 				r.tenantExec(ctx, `INSERT INTO tickets (id, tenant, n) VALUES ($1, $2, 0) ON CONFLICT (id) DO UPDATE SET n = tickets.n + 1`, id, tenant)
@@ -101,6 +123,25 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 }
 
 func tenantName(i int) string { return "k" + strconv.Itoa(i) }
+
+// disconnectWhenSent deletes a tenant's connection row once none of its
+// changes is pending, as an application does once the customer's data is
+// gone at the third party: deleted earlier, its tombstones would wait for
+// a connection for good (the contract's unconnected tenant).
+func (r *run) disconnectWhenSent(ctx context.Context, tenant string) {
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); sleep(ctx, time.Second) {
+		var n int64
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := r.pool.QueryRow(qctx, `SELECT count(*) FROM syncer_changes WHERE source = $1 AND tenant = $2`, sourceTickets, tenant).Scan(&n)
+		cancel()
+		if err == nil && n == 0 {
+			r.tenantMust(ctx, `DELETE FROM ticket_connections WHERE tenant = $1`, tenant)
+			fmt.Fprintf(r.cfg.Progress, "soak: %7s tenant %s's connection row deleted, its tombstones sent\n", r.since(), tenant)
+			return
+		}
+	}
+	r.cfg.Logger.WarnContext(ctx, "soak: a deleted tenant's tombstones were pending for 5 minutes", slog.String("tenant", tenant))
+}
 
 // tenantExec runs a write as the application does: a failure (a fault
 // ended its session) is dropped.
