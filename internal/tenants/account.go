@@ -1,0 +1,99 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/breakerstore"
+)
+
+// noteAccount compares the account e's row sends it to with the one
+// recorded for the tenant in syncer_state and, when it changed, records
+// the new one and queues the replay of the tenant's live rows
+// (Config.Replay), in one transaction: a daemon that stops after the
+// change was seen has either queued the replay or recorded nothing, and
+// the next read finds the change again. The row is read again under the
+// record's lock, so two daemons never both queue one, nor does one that
+// read the row before the change undo it. A tenant seen for the first
+// time gets no replay: its rows go to its account as they are exported.
+// A failure is logged; the next read of the row tries again.
+func (r *Registry) noteAccount(ctx context.Context, e *entry) {
+	ns := breakerstore.TenantNamespace(r.cfg.Destination, e.tenant)
+	var (
+		seen    string
+		replays []int64
+		changed bool
+	)
+	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		was, known, err := breakerstore.LockAccount(ctx, tx, ns)
+		if err != nil {
+			return err
+		}
+		conn, err := readConnection(ctx, tx, r.cfg.Settings.Query, e.tenant)
+		if re := (*rowError)(nil); errors.As(err, &re) || (err == nil && conn == nil) {
+			return nil // an unusable or missing row: nothing to compare
+		}
+		if err != nil {
+			return err
+		}
+		seen = conn.account
+		if known && was.Fingerprint == seen {
+			return nil
+		}
+		if err := breakerstore.SetAccount(ctx, tx, ns, breakerstore.Account{Fingerprint: seen}); err != nil {
+			return err
+		}
+		if !known {
+			return nil
+		}
+		changed = true
+		replays, err = r.cfg.Replay(ctx, tx, e.tenant)
+		return err
+	})
+	if err != nil {
+		r.logger.WarnContext(ctx, "tenants: compare the tenant's account with the one recorded; tried again at the next read of its row",
+			slog.String("tenant", e.tenant), slog.String("error", err.Error()))
+		return
+	}
+	e.account = seen
+	if changed {
+		r.logger.InfoContext(ctx, "tenants: the tenant's account changed (its url or account column): its live rows are replayed to the new one",
+			slog.String("tenant", e.tenant), slog.Any("replays", replays))
+	}
+}
+
+// Reread reads again the rows of the tenants the registry holds that
+// were not read within RefreshEvery: a tenant with nothing to send is
+// asked for by no batch, and its row would be read only at its next
+// change, so its new account (a url or account column that changed)
+// would get its live rows only then. Run every half RefreshEvery, it
+// gives an idle tenant's account change its replay within 1.5 times
+// RefreshEvery, for as long
+// as the registry holds the tenant (IdleAfter); a tenant it forgot is
+// compared at its next read. It reads nothing without Settings or
+// Replay, and never keeps a tenant longer.
+func (r *Registry) Reread(ctx context.Context) {
+	if r.cfg.Settings == nil || r.cfg.Replay == nil {
+		return
+	}
+	r.mu.Lock()
+	held := make([]*entry, 0, len(r.entries))
+	for _, e := range r.entries {
+		held = append(held, e)
+	}
+	r.mu.Unlock()
+	for _, e := range held {
+		if ctx.Err() != nil {
+			return
+		}
+		now := r.cfg.Now()
+		e.mu.Lock()
+		if !e.readAt.IsZero() && now.Sub(e.readAt) >= r.cfg.RefreshEvery {
+			_ = r.refresh(ctx, e, now) // logged there; the next read tries again
+		}
+		e.mu.Unlock()
+	}
+}
