@@ -104,10 +104,12 @@ step ./bin/syncer verify --source contacts --tenant hooli
 step ./bin/syncer verify --source contacts
 
 echo; echo "# a workspace disconnected"
-# The row is read again at most every 30 s: a row written within that time
-# still goes with the credentials the daemon holds; one written after waits.
+# A held tenant's row is read again 30 to 45 s after its last read (and
+# behind its batches, never before them, so that a locked connections
+# table holds no batch): a row written sooner after the revoke still goes
+# with the credentials the daemon holds; one written after waits.
 psql "$DATABASE_URL" -qc "UPDATE crm_connections SET revoked_at = now() WHERE account_id = 'umbrella'"
-sleep 32
+sleep 50
 psql "$DATABASE_URL" -qc "INSERT INTO contacts VALUES ('umbrella', 'after@umbrella.example', 'After')"
 sleep 8
 step ./bin/syncer status
