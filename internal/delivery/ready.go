@@ -64,12 +64,10 @@ func (d *Deliverer) Ready(now time.Time) (time.Duration, error) {
 	if !d.pacer.open.Load() {
 		// Reserve and cancel at once: the limiter's own answer, with its
 		// token given back.
-		r := d.pacer.limiter.ReserveN(now, 1)
-		if !r.OK() {
+		wait, ok := d.pacer.peek(now)
+		if !ok {
 			return time.Second, ErrRateLimited
 		}
-		wait := r.DelayFrom(now)
-		r.CancelAt(now)
 		if wait > 0 {
 			return wait, ErrRateLimited
 		}

@@ -16,7 +16,10 @@ import (
 // least 0.9 of its limit. Counted over a window, never timed. 8 tenants
 // in 2 lanes is the contract's case; 24 in one lane is a lane whose
 // tenants' batches waiting for their tokens outnumbered its 32 places
-// (2.7 to 3.5/s each before the places grew with its paced tenants).
+// (2.7 to 3.5/s each before the places grew with its paced tenants;
+// at 2/s they do not outnumber them). The two run one after the
+// other: together they are 128 requests/s under -race, and measured the
+// spare CPU of CI's busy machine more than the lanes.
 func TestTenantsSharingLanesReachTheirOwnLimits(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -27,7 +30,6 @@ func TestTenantsSharingLanesReachTheirOwnLimits(t *testing.T) {
 		{"24 tenants in one lane", 24, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			sharedLaneRates(t, tt.tenants, tt.lanes)
 		})
 	}
