@@ -15,7 +15,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -58,13 +57,10 @@ func (c *VerifyCmd) everyTenantOf(ctx context.Context, pool *pgxpool.Pool) (*eve
 // cliTenants are the source's tenants as verify.RunTenants takes them:
 // those with rows, each read with the account its connection row gives.
 type cliTenants struct {
-	c      *VerifyCmd
-	pool   *pgxpool.Pool
-	creds  *credentials.Set
-	logger *slog.Logger
-	dest   *config.Destination
-	tcfg   *thirdparty.Config
-	src    *sources.Source
+	c    *VerifyCmd
+	acc  *daemon.VerifyAccounts
+	dest *config.Destination
+	src  *sources.Source
 }
 
 func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
@@ -72,8 +68,8 @@ func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string,
 }
 
 func (t *cliTenants) Tenant(ctx context.Context, tenant string) (verify.Source, verify.Reader, error) {
-	// tenantClient builds the account as --tenant does.
-	client, columns, err := tenantClient(ctx, t.pool, t.creds, t.logger, t.dest, t.tcfg, tenant)
+	// The account is read as --tenant reads it.
+	rd, err := tenantReader(ctx, t.acc, t.dest, t.c.Source, tenant)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -81,18 +77,10 @@ func (t *cliTenants) Tenant(ctx context.Context, tenant string) (verify.Source, 
 	if err != nil {
 		return nil, nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", t.src.Name, t.src.KeyType, err)
 	}
-	rd, err := reader(t.dest.Format.Name, t.dest.Verify, client, t.dest.Name, t.c.Source)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cr, ok := rd.(*verify.CustomReader); ok {
-		// The block's programs see the tenant as its deliverer's do.
-		cr.Verify = cr.Verify.ForTenant(tenant, columns)
-	}
 	return src, rd, nil
 }
 
-// noAccount is tenantClient's error for a tenant without a connection
+// noAccount is tenantReader's error for a tenant without a connection
 // row: a usage error when --tenant asks for it, a tenant skipped (and
 // said so) when every tenant is verified.
 type noAccount struct{ error }
@@ -125,18 +113,17 @@ func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.
 	if err := verify.CheckIdle(ctx, pool, schema, et.src.Name); err != nil {
 		return err
 	}
-	creds := credentials.NewSet(env.Logger)
-	tcfg, err := daemon.ThirdPartyConfig(pool, creds, env.Logger, et.dest)
+	acc, err := daemon.NewVerifyAccounts(pool, credentials.NewSet(env.Logger), env.Logger, et.dest)
 	if err != nil {
-		return fmt.Errorf("destination %s: %w", et.dest.Name, err)
+		return err
 	}
-	tcfg.Timeout = verify.LookupTimeoutDefault
+	defer acc.Close()
 	limit, burst := c.destLimits(et.dest)
 	var skipped []string
 	var pace *verify.Pace
 	defer func() { releasePace(ctx, pace, env.Logger) }()
 	res, err := verify.RunTenants(ctx, pool, et.src.Name, &verify.TenantsRun{
-		Tenants: &cliTenants{c: c, pool: pool, creds: creds, logger: env.Logger, dest: et.dest, tcfg: tcfg, src: et.src},
+		Tenants: &cliTenants{c: c, acc: acc, dest: et.dest, src: et.src},
 		PaceOf: func(tenant string) *verify.Pace {
 			// Each account has its own rate limit, learned and held apart
 			// from the other tenants' (section 10); the tenant before

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Kind is what a key was found to be.
@@ -60,21 +61,6 @@ type Here struct {
 	Failed bool
 }
 
-// There is what the destination holds for one id.
-type There struct {
-	Version int64
-	Payload json.RawMessage
-	// Deleted is set when the destination says it holds the id deleted.
-	Deleted bool
-	// Unknown is set when the answer named the id but did not say what it
-	// holds (an error for that id).
-	Unknown bool
-	// Compared is set when the reader compared the payload itself (a
-	// verify block's compare program), Agrees with its verdict; otherwise
-	// the payloads are compared as JSON values.
-	Compared, Agrees bool
-}
-
 // Source is the database side of a run, backed by the source's owner
 // package (see Resources and Configured).
 type Source interface {
@@ -92,19 +78,20 @@ type Source interface {
 	PendingOf(ctx context.Context, q database.Querier, ids []string) ([]string, error)
 }
 
-// Reader asks a destination what it holds.
+// Reader asks a destination what it holds: a format's reader, which the
+// formats registry builds (formats.Reader).
 type Reader interface {
 	// Lookup returns what the destination holds for ids; an id left out of
 	// the map is absent there.
 	Lookup(ctx context.Context, ids []string) (map[string]There, error)
 }
 
-// ItemReader is a Reader given the keys as the database holds them: a
-// verify block's request program reads the items as they would be sent,
-// and its compare program compares them with what is held. Run asks it
-// in place of Lookup.
+// ItemReader is a Reader given the keys as items, as they would be sent
+// (Version: the one last accepted, 0 when not known): a verify block's
+// request program reads them, and its compare program compares them with
+// what is held. Run asks it in place of Lookup.
 type ItemReader interface {
-	LookupItems(ctx context.Context, keys []*Here) (map[string]There, error)
+	LookupItems(ctx context.Context, items []thirdparty.Item) (map[string]There, error)
 }
 
 // Range bounds a run by key, inclusive; the zero Range is every key.
@@ -399,7 +386,7 @@ func checkPage(ctx context.Context, db database.Querier, src Source, rd Reader, 
 	var there map[string]There
 	var err error
 	if ir, ok := rd.(ItemReader); ok {
-		there, err = ir.LookupItems(ctx, asked)
+		there, err = ir.LookupItems(ctx, itemsOf(asked))
 	} else {
 		there, err = rd.Lookup(ctx, ask)
 	}
@@ -439,6 +426,15 @@ func checkPage(ctx context.Context, db database.Querier, src Source, rd Reader, 
 		}
 	}
 	return drifted, nil
+}
+
+// itemsOf are keys as the items a verify block's programs read.
+func itemsOf(keys []*Here) []thirdparty.Item {
+	items := make([]thirdparty.Item, len(keys))
+	for i, h := range keys {
+		items[i] = thirdparty.Item{ID: h.ID, Version: h.Accepted, Payload: h.Payload, Deleted: h.Gone}
+	}
+	return items
 }
 
 var (

@@ -1,37 +1,37 @@
-package verify
+package syncer
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
+
+	"github.com/syncer-dev/syncer/internal/formats/readback"
 )
 
-// LookupRetriesDefault is how often a lookup answered 429, 5xx or not at
-// all is tried again before the run gives up (exit 1, resumable).
-const LookupRetriesDefault = 5
+// ReadSettings are the syncer format's verify settings: its read API
+// (/v1/lookup) takes none.
+type ReadSettings struct{}
 
-// SyncerReader reads a destination of the syncer format:
+// Reader returns the reader of a's account.
+func (ReadSettings) Reader(a *readback.Account) (readback.Reader, error) {
+	return &Reader{Client: a.Client}, nil
+}
+
+// Reader reads a destination of the syncer format:
 // POST {URL}/v1/lookup with {"ids": [...]}, answered
 // {"items": [{"id", "version", "payload"} or {"id", "version", "deleted": true}]}.
 // An id left out is absent there; an item with neither payload nor
 // deleted (an "error" for that id) is unknown.
-type SyncerReader struct {
+type Reader struct {
 	// Client sends the requests to the destination's base URL, with its
-	// credentials, headers and TLS (NewClient, or the daemon's settings).
-	// Required.
-	Client Sender
-	// Retries is how often a transient failure is tried again. Defaults to
-	// LookupRetriesDefault.
-	Retries int
-	// Sleep waits between tries. Defaults to a context-aware sleep.
-	Sleep func(ctx context.Context, d time.Duration) error
+	// credentials, headers and TLS. Required.
+	Client readback.Sender
+	// Tries says how a transient failure is tried again.
+	readback.Tries
 }
 
-var _ Reader = (*SyncerReader)(nil)
+var _ readback.Reader = (*Reader)(nil)
 
 type lookupAnswer struct {
 	Items []struct {
@@ -43,8 +43,8 @@ type lookupAnswer struct {
 }
 
 // Lookup asks for ids in one request.
-func (r *SyncerReader) Lookup(ctx context.Context, ids []string) (map[string]There, error) {
-	raw, err := postIDs(ctx, r.Client, "/v1/lookup", cmp.Or(r.Retries, LookupRetriesDefault), r.Sleep, ids)
+func (r *Reader) Lookup(ctx context.Context, ids []string) (map[string]readback.There, error) {
+	raw, err := r.PostIDs(ctx, r.Client, "/v1/lookup", ids)
 	if err != nil {
 		return nil, err
 	}
@@ -52,10 +52,10 @@ func (r *SyncerReader) Lookup(ctx context.Context, ids []string) (map[string]The
 	if err := json.Unmarshal(raw, &ans); err != nil {
 		return nil, fmt.Errorf("lookup answer: %w", err)
 	}
-	out := make(map[string]There, len(ans.Items))
+	out := make(map[string]readback.There, len(ans.Items))
 	for _, it := range ans.Items {
 		id := idText(it.ID)
-		t := There{Version: it.Version, Deleted: it.Deleted}
+		t := readback.There{Version: it.Version, Deleted: it.Deleted}
 		if !it.Deleted {
 			if len(it.Payload) == 0 {
 				t.Unknown = true
@@ -68,6 +68,10 @@ func (r *SyncerReader) Lookup(ctx context.Context, ids []string) (map[string]The
 	return out, nil
 }
 
+// Scrubber removes the destination's secrets from a text (an example of
+// what it holds); nil when its client knows none.
+func (r *Reader) Scrubber() func(string) string { return readback.ScrubberOf(r.Client) }
+
 // idText is an id as a string: a JSON string's text, or a number's digits
 // for a third party that answers ids as numbers.
 func idText(raw json.RawMessage) string {
@@ -77,7 +81,3 @@ func idText(raw json.RawMessage) string {
 	}
 	return string(bytes.TrimSpace(raw))
 }
-
-// ErrNoReadAPI is returned by NewReader for a format the contract gives no
-// read API.
-var ErrNoReadAPI = errors.New("has no read API")
