@@ -19,7 +19,7 @@ import (
 )
 
 // `syncer verify --source S` of a source whose destination has a tenants
-// block (CONTRACT 11.1): each tenant's rows are in the tenant's own
+// block (docs/protocol.md section 10): each tenant's rows are in the tenant's own
 // account, so no one client reads them all; every tenant with rows is
 // verified in turn, each read with its own account and paced by its own
 // limits, each a run of its own (its cursor and last run, as --tenant
