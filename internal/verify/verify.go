@@ -131,9 +131,13 @@ type Config struct {
 	By string
 }
 
+// lookupSize is n, or LookupSizeDefault when 0: the one place the
+// default is applied, for a run's Config and a BackgroundConfig.
+func lookupSize(n int) int { return cmp.Or(n, LookupSizeDefault) }
+
 func (c *Config) withDefaults() Config {
 	out := *c
-	out.LookupSize = cmp.Or(out.LookupSize, LookupSizeDefault)
+	out.LookupSize = lookupSize(out.LookupSize)
 	out.Sample = cmp.Or(out.Sample, 1)
 	out.By = cmp.Or(out.By, ByCommand)
 	if out.Rand == nil {
@@ -169,15 +173,8 @@ type Example struct {
 type Result struct {
 	Source string `json:"source"`
 	// Tenant is the tenant verified (--tenant); absent for a whole source.
-	Tenant   string    `json:"tenant,omitempty"`
-	Checked  int64     `json:"checked"`
-	OK       int64     `json:"ok"`
-	Missing  int64     `json:"missing"`
-	Stale    int64     `json:"stale"`
-	Zombie   int64     `json:"zombie"`
-	Failed   int64     `json:"failed"`
-	Unknown  int64     `json:"unknown"`
-	Pending  int64     `json:"pending"`
+	Tenant string `json:"tenant,omitempty"`
+	KindCounts
 	Examples []Example `json:"examples"`
 	// Tenants are each tenant's counts when the run verified every tenant
 	// of a source whose destination has a tenants block (RunTenants); the
@@ -190,8 +187,33 @@ type Result struct {
 	Resumed bool `json:"-"`
 }
 
+// KindCounts are keys counted by kind: a run's (Result), a tenant's in a
+// run of every tenant (TenantCounts), the last finished run's (Counts).
+type KindCounts struct {
+	Checked int64 `json:"checked"`
+	OK      int64 `json:"ok"`
+	Missing int64 `json:"missing"`
+	Stale   int64 `json:"stale"`
+	Zombie  int64 `json:"zombie"`
+	Failed  int64 `json:"failed"`
+	Unknown int64 `json:"unknown"`
+	Pending int64 `json:"pending"`
+}
+
 // Drifted is how many keys drifted.
-func (r *Result) Drifted() int64 { return r.Missing + r.Stale + r.Zombie }
+func (c *KindCounts) Drifted() int64 { return c.Missing + c.Stale + c.Zombie }
+
+// Add adds o's counts to c's.
+func (c *KindCounts) Add(o KindCounts) {
+	c.Checked += o.Checked
+	c.OK += o.OK
+	c.Missing += o.Missing
+	c.Stale += o.Stale
+	c.Zombie += o.Zombie
+	c.Failed += o.Failed
+	c.Unknown += o.Unknown
+	c.Pending += o.Pending
+}
 
 func (r *Result) add(k Kind, n int64) {
 	r.Checked += n
