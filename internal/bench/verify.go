@@ -132,7 +132,7 @@ func (r *runner) verifyScenario(ctx context.Context) ([]Row, error) {
 	}
 	defer client.Close()
 	db0, start = s.backendsCPU(ctx), time.Now()
-	res, err := verify.Run(ctx, s.pool, src, &syncer.Reader{Client: client}, &verify.Config{LookupSize: verifyLookup})
+	res, err := verify.Run(ctx, s.pool, src, syncer.NewReader(client), &verify.Config{LookupSize: verifyLookup})
 	took := time.Since(start)
 	db1 = s.backendsCPU(ctx)
 	if err != nil {

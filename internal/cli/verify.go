@@ -126,13 +126,20 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		Pace:       pace,
 		Logger:     env.Logger,
 	})
+	return c.report(env.Stdout, res, err, c.print)
+}
+
+// report prints a run's result res with print and returns verify's exit:
+// after a run that failed with err, what it checked before it stopped,
+// and err; an exitStatus of 3 when something drifted.
+func (c *VerifyCmd) report(w io.Writer, res *verify.Result, err error, print func(io.Writer, *verify.Result) error) error {
 	if err != nil {
 		if res != nil && res.Checked > 0 && !c.JSON {
-			fmt.Fprintf(env.Stdout, "%s: %d keys checked before it stopped; run the same command again to go on from there\n", runName(res), res.Checked)
+			fmt.Fprintf(w, "%s: %d keys checked before it stopped; run the same command again to go on from there\n", runName(res.Source, res.Tenant), res.Checked)
 		}
 		return err
 	}
-	if err := c.print(env.Stdout, res); err != nil {
+	if err := print(w, res); err != nil {
 		return err
 	}
 	if res.Drifted() > 0 {
@@ -250,11 +257,7 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	if res.Resumed {
-		fmt.Fprintf(w, "%s: resumed the interrupted verify\n", runName(res))
-	}
-	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
-		runName(res), res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Failed, res.Unknown, res.Pending)
+	printCounts(w, runName(res.Source, res.Tenant), res.Resumed, &res.KindCounts)
 	for _, ex := range res.Examples {
 		tenant := ""
 		if ex.Tenant != "" && res.Tenant == "" {
@@ -326,11 +329,22 @@ func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r 
 
 // runName names what a run verified in its output: "source S", or
 // "source S tenant T".
-func runName(res *verify.Result) string {
-	if res.Tenant != "" {
-		return "source " + res.Source + " tenant " + res.Tenant
+func runName(source, tenant string) string {
+	if tenant != "" {
+		return "source " + source + " tenant " + tenant
 	}
-	return "source " + res.Source
+	return "source " + source
+}
+
+// printCounts writes what a run of name (runName) counted, after a line
+// saying it resumed an interrupted one: a whole run's, or each tenant's
+// of a run of every tenant.
+func printCounts(w io.Writer, name string, resumed bool, k *verify.KindCounts) {
+	if resumed {
+		fmt.Fprintf(w, "%s: resumed the interrupted verify\n", name)
+	}
+	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
+		name, k.Checked, k.OK, k.Missing, k.Stale, k.Zombie, k.Failed, k.Unknown, k.Pending)
 }
 
 // tenantReader is the reader of tenant's account at dest

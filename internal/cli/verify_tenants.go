@@ -142,31 +142,16 @@ func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.
 		Heal:       c.Heal,
 		Logger:     env.Logger,
 	})
-	if err != nil {
-		if res != nil && res.Checked > 0 && !c.JSON {
-			fmt.Fprintf(env.Stdout, "%s: %d keys checked before it stopped; run the same command again to go on from there\n", runName(res), res.Checked)
-		}
-		return err
-	}
-	if err := c.printTenants(env.Stdout, res); err != nil {
-		return err
-	}
-	if res.Drifted() > 0 {
-		return &exitStatus{code: exitDrift}
-	}
-	return nil
+	return c.report(env.Stdout, res, err, c.printTenants)
 }
 
 // printTenants writes each tenant's counts, then the sums and examples as
 // print does.
 func (c *VerifyCmd) printTenants(w io.Writer, res *verify.Result) error {
 	if !c.JSON {
-		for _, t := range res.Tenants {
-			if t.Resumed {
-				fmt.Fprintf(w, "source %s tenant %s: resumed the interrupted verify\n", res.Source, t.Tenant)
-			}
-			fmt.Fprintf(w, "source %s tenant %s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
-				res.Source, t.Tenant, t.Checked, t.OK, t.Missing, t.Stale, t.Zombie, t.Failed, t.Unknown, t.Pending)
+		for i := range res.Tenants {
+			t := &res.Tenants[i]
+			printCounts(w, runName(res.Source, t.Tenant), t.Resumed, &t.KindCounts)
 		}
 		fmt.Fprintf(w, "source %s: %d tenants verified, each with its own account\n", res.Source, len(res.Tenants))
 	}

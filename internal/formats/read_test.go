@@ -8,6 +8,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/formats/elasticsearch"
+	"github.com/syncer-dev/syncer/internal/formats/readback"
 	"github.com/syncer-dev/syncer/internal/formats/syncer"
 )
 
@@ -20,15 +21,16 @@ func TestRegistryReader(t *testing.T) {
 	a := &formats.Account{Source: "contacts"}
 	for _, tt := range []struct {
 		format string
-		want   any
+		path   string
 	}{
-		{"", &syncer.Reader{}},
-		{"syncer", &syncer.Reader{}},
-		{"elasticsearch", &elasticsearch.Reader{}},
+		{"", syncer.ReadBack.Path},
+		{"syncer", "/v1/lookup"},
+		{"elasticsearch", elasticsearch.ReadBack.Path},
 	} {
 		rd, err := formats.Reader(tt.format, nil, a)
 		require.NoError(t, err, tt.format)
-		require.IsType(t, tt.want, rd, tt.format)
+		require.IsType(t, &readback.IDsReader{}, rd, tt.format)
+		require.Equal(t, tt.path, rd.(*readback.IDsReader).Path, tt.format)
 	}
 	for _, name := range []string{"custom", "standard-webhooks", "cloudevents", "nosuch"} {
 		_, err := formats.Reader(name, nil, a)

@@ -144,9 +144,9 @@ func setupLookups(t *testing.T, rng verify.Range, rows string) *lookups {
 }
 
 // syncerReader reads the syncer format at url, with no token.
-func syncerReader(t *testing.T, url string) *syncer.Reader {
+func syncerReader(t *testing.T, url string) verify.Reader {
 	t.Helper()
 	c, err := verify.NewClient(url, "")
 	require.NoError(t, err)
-	return &syncer.Reader{Client: c}
+	return syncer.NewReader(c)
 }

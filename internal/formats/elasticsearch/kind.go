@@ -6,10 +6,10 @@ import (
 )
 
 // Kind registers the elasticsearch format: it takes no field, and is read back
-// through its read API (Reader).
+// through its read API (ReadBack).
 var Kind = setting.Kind{Name: Name, Flags: true,
 	Parse:    func(setting.Fields) (setting.Settings, error) { return Settings{}, nil },
-	ReadBack: ReadSettings{}}
+	ReadBack: ReadBack}
 
 // Settings are the elasticsearch format's: none.
 type Settings struct{}

@@ -2,36 +2,24 @@ package syncer
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 
 	"github.com/syncer-dev/syncer/internal/formats/readback"
 )
 
-// ReadSettings are the syncer format's verify settings: its read API
-// (/v1/lookup) takes none.
-type ReadSettings struct{}
-
-// Reader returns the reader of a's account.
-func (ReadSettings) Reader(a *readback.Account) (readback.Reader, error) {
-	return &Reader{Client: a.Client}, nil
-}
-
-// Reader reads a destination of the syncer format:
+// ReadBack are the syncer format's verify settings: its read API,
 // POST {URL}/v1/lookup with {"ids": [...]}, answered
 // {"items": [{"id", "version", "payload"} or {"id", "version", "deleted": true}]}.
 // An id left out is absent there; an item with neither payload nor
 // deleted (an "error" for that id) is unknown.
-type Reader struct {
-	// Client sends the requests to the destination's base URL, with its
-	// credentials, headers and TLS. Required.
-	Client readback.Sender
-	// Tries says how a transient failure is tried again.
-	readback.Tries
-}
+var ReadBack = readback.IDs{Path: "/v1/lookup", Answer: readLookup}
 
-var _ readback.Reader = (*Reader)(nil)
+// NewReader returns the reader of a destination of the syncer format
+// that client sends to.
+func NewReader(client readback.Sender) *readback.IDsReader {
+	return &readback.IDsReader{Client: client, IDs: ReadBack}
+}
 
 type lookupAnswer struct {
 	Items []struct {
@@ -42,12 +30,8 @@ type lookupAnswer struct {
 	} `json:"items"`
 }
 
-// Lookup asks for ids in one request.
-func (r *Reader) Lookup(ctx context.Context, ids []string) (map[string]readback.There, error) {
-	raw, err := r.PostIDs(ctx, r.Client, "/v1/lookup", ids)
-	if err != nil {
-		return nil, err
-	}
+// readLookup reads a /v1/lookup answer.
+func readLookup(raw []byte) (map[string]readback.There, error) {
 	var ans lookupAnswer
 	if err := json.Unmarshal(raw, &ans); err != nil {
 		return nil, fmt.Errorf("lookup answer: %w", err)
@@ -67,10 +51,6 @@ func (r *Reader) Lookup(ctx context.Context, ids []string) (map[string]readback.
 	}
 	return out, nil
 }
-
-// Scrubber removes the destination's secrets from a text (an example of
-// what it holds); nil when its client knows none.
-func (r *Reader) Scrubber() func(string) string { return readback.ScrubberOf(r.Client) }
 
 // idText is an id as a string: a JSON string's text, or a number's digits
 // for a third party that answers ids as numbers.
