@@ -179,7 +179,7 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 		if err != nil {
 			return nil, readerError(jobs.Resources, err)
 		}
-		return &built{src: src, rd: rd, limit: c.RateLimit, burst: c.RateBurst, dest: metrics.DefaultDestination, close: func() {}}, nil
+		return &built{src: src, rd: rd, limit: c.RateLimit, burst: c.RateBurst, dest: metrics.DefaultDestination, close: client.Close}, nil
 	}
 	cfg, err := c.ConfigFile.Load(true)
 	if err != nil {
