@@ -56,6 +56,11 @@ type VerifyCmd struct {
 	ThirdpartyFormat string  `name:"thirdparty-format" env:"SYNCER_THIRDPARTY_FORMAT" default:"syncer" help:"Format of the resources destination: syncer or elasticsearch have a read API."`
 	RateLimit        float64 `name:"rate-limit" env:"SYNCER_RATE_LIMIT" default:"0" help:"Requests a second to the third party, as the daemons are given it; verify takes a quarter of it while rows are pending. 0 means no limit."`
 	RateBurst        int     `name:"rate-burst" env:"SYNCER_RATE_BURST" default:"${rate_burst}" help:"Burst of the rate limit."`
+
+	// registries are the tenants registries built for the run's accounts:
+	// closed before it returns, so that a rotated refresh token whose
+	// store is being retried gets stored (tenants.StoreGrace).
+	registries []*tenants.Registry
 }
 
 // Validate checks the flags that need no database.
@@ -90,6 +95,7 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
+	defer c.closeRegistries()
 	if et, err := c.everyTenantOf(ctx, pool); err != nil {
 		return err
 	} else if et != nil {
@@ -189,7 +195,7 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 	var client *thirdparty.Client
 	var columns map[string]any
 	if c.Tenant != "" {
-		client, columns, err = tenantClient(ctx, pool, creds, logger, dest, tcfg, c.Tenant)
+		client, columns, err = c.tenantClient(ctx, pool, creds, logger, dest, tcfg, c.Tenant)
 	} else {
 		client, err = thirdparty.New(tcfg)
 	}
@@ -339,16 +345,25 @@ func runName(res *verify.Result) string {
 	return "source " + res.Source
 }
 
+// closeRegistries closes the run's tenants registries.
+func (c *VerifyCmd) closeRegistries() {
+	for _, reg := range c.registries {
+		reg.Close()
+	}
+	c.registries = nil
+}
+
 // tenantClient is a client of tenant's account, and the extra columns of
 // its connection row (for a verify block's $tenant), from its destination's
 // tenants (its connection row's URL and credentials, when the destination
 // has a tenants block; the destination's, with {tenant} in its URL, when
 // not). Its errors name the tenant, never a credential.
-func tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config, tenant string) (*thirdparty.Client, map[string]any, error) {
+func (c *VerifyCmd) tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config, tenant string) (*thirdparty.Client, map[string]any, error) {
 	reg, err := daemon.TenantRegistry(pool, creds, logger, dest, tcfg)
 	if err != nil {
 		return nil, nil, err
 	}
+	c.registries = append(c.registries, reg)
 	client, columns, err := reg.Account(ctx, tenant)
 	if errors.Is(err, tenants.ErrUnconnected) {
 		return nil, nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)}

@@ -73,7 +73,7 @@ func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string,
 
 func (t *cliTenants) Tenant(ctx context.Context, tenant string) (verify.Source, verify.Reader, error) {
 	// tenantClient builds the account as --tenant does.
-	client, columns, err := tenantClient(ctx, t.pool, t.creds, t.logger, t.dest, t.tcfg, tenant)
+	client, columns, err := t.c.tenantClient(ctx, t.pool, t.creds, t.logger, t.dest, t.tcfg, tenant)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -134,6 +134,9 @@ type Registry struct {
 	behind     sync.WaitGroup
 	stopBehind context.CancelFunc
 	behindCtx  context.Context
+	// later is the stores of rotated refresh tokens being retried; Close
+	// gives them StoreGrace.
+	later *laterStores
 	// warnedAt is when a failing query was last logged at WARN (Unix
 	// nanoseconds): once a minute, not once per tenant.
 	warnedAt atomic.Int64
@@ -221,14 +224,17 @@ func New(cfg Config) (*Registry, error) {
 		cfg.Queries = NewQueryGate(QueryConnsDefault)
 	}
 	bctx, stop := context.WithCancel(context.Background())
-	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop}, nil
+	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop, later: newLaterStores()}, nil
 }
 
-// Close ends the reads running behind tenants' batches and closes the idle
+// Close ends the reads running behind tenants' batches, waits up to
+// StoreGrace for the stores of rotated refresh tokens being retried (a
+// token this process alone holds is lost with it), and closes the idle
 // connections of every tenant's requests.
 func (r *Registry) Close() {
 	r.stopBehind()
 	r.behind.Wait()
+	r.later.close(StoreGrace)
 	r.http.CloseIdleConnections()
 }
 
