@@ -75,6 +75,16 @@ var (
 // waits on those, nor they on it.
 const refreshLockClass int32 = 0x73796e72 // "synr"
 
+// RefreshLock is the two keys of tenant's refresh lock at destination, for
+// pg_advisory_xact_lock(int, int): an application that writes a new
+// refresh token to a tenant's row (the customer connected again) may take
+// it around its write, so that no grant of syncer's reads the row before
+// the write and spends the old token after it (docs/design.md, "A refresh
+// token spent once").
+func RefreshLock(destination, tenant string) (int32, int32) {
+	return refreshLockClass, refreshLockKey(destination, tenant)
+}
+
 // refreshLockKey is the second key of tenant's refresh lock at
 // destination. Two tenants whose keys collide only take turns at their
 // grants.
