@@ -38,6 +38,16 @@ const (
 	UnconnectedEvery = 10 * time.Second
 	// IdleAfterDefault is how long an unused tenant is kept.
 	IdleAfterDefault = 10 * time.Minute
+	// ReadFresh is how long a read of a connected tenant's row stands for
+	// the batches after it: while the query runs, the row is read again
+	// right before a batch that comes later (readBefore), so a revoked
+	// connection holds the next batch, at one query a second at most per
+	// tenant sending.
+	ReadFresh = time.Second
+	// ReadBeforeWait bounds a batch's wait for that read: past it the
+	// batch goes with the credentials held (the query never holds the
+	// export), the read applied behind it.
+	ReadBeforeWait = 500 * time.Millisecond
 )
 
 // Binder is the optional capability of a format whose requests depend on
@@ -267,6 +277,11 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 	// again sooner: its rows must go within 30 s of its row appearing,
 	// and the exporter asks again only every few seconds.
 	every := r.cfg.RefreshEvery
+	if e.d != nil && r.cfg.Settings != nil && r.down(now) == nil {
+		// Read right before its batches while the query runs, at most
+		// once every ReadFresh: a revoked connection holds the next one.
+		every = min(every, ReadFresh)
+	}
 	if e.d == nil || refused(e.d, now) {
 		// So is a tenant whose credentials the third party refused: the
 		// application's new token resumes it within UnconnectedEvery.
@@ -279,15 +294,22 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 		// Its credentials are held: its batches go on with them while its
 		// row is read again behind them, and while the query cannot run
 		// (a table locked by a migration, a slow query) they go on past
-		// RefreshEvery rather than wait for it.
-		r.refreshBehind(e, now)
+		// RefreshEvery rather than wait for it. While it runs, the batch
+		// waits for the read up to ReadBeforeWait.
+		if r.down(now) == nil && r.readBefore(ctx, e, now) {
+			if e.d == nil {
+				return nil, e.err
+			}
+			return e.d, nil
+		}
+		r.refreshBehind(e, now, nil)
 		return e.d, nil
 	}
 	if down := r.down(now); down != nil {
 		// The query could not run: the tenant's lane does not wait for
 		// it again (tenants.timeout a tenant), the registry's probe reads
 		// behind, and its rows wait until a read succeeds.
-		r.refreshBehind(e, now)
+		r.refreshBehind(e, now, nil)
 		if e.d != nil {
 			return e.d, nil
 		}
