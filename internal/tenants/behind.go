@@ -11,6 +11,19 @@ import (
 // deliverer reads its row behind its batches, and one read at a time
 // tells when the query runs again.
 
+const (
+	// ReadFresh is how long a read of a connected tenant's row stands for
+	// the batches after it: while the query runs, the row is read again
+	// right before a batch that comes later (readBefore), so a revoked
+	// connection holds the next batch, at one query a second at most per
+	// tenant sending.
+	ReadFresh = time.Second
+	// ReadBeforeWait bounds a batch's wait for that read: past it the
+	// batch goes with the credentials held (the query never holds the
+	// export), the read applied behind it.
+	ReadBeforeWait = 500 * time.Millisecond
+)
+
 // refreshBehind reads e's row again without holding its batches: in a
 // goroutine of its own when a slot of the gate is free now, the result
 // applied when it comes. At most one read per tenant, and no more than the

@@ -38,16 +38,6 @@ const (
 	UnconnectedEvery = 10 * time.Second
 	// IdleAfterDefault is how long an unused tenant is kept.
 	IdleAfterDefault = 10 * time.Minute
-	// ReadFresh is how long a read of a connected tenant's row stands for
-	// the batches after it: while the query runs, the row is read again
-	// right before a batch that comes later (readBefore), so a revoked
-	// connection holds the next batch, at one query a second at most per
-	// tenant sending.
-	ReadFresh = time.Second
-	// ReadBeforeWait bounds a batch's wait for that read: past it the
-	// batch goes with the credentials held (the query never holds the
-	// export), the read applied behind it.
-	ReadBeforeWait = 500 * time.Millisecond
 )
 
 // Binder is the optional capability of a format whose requests depend on
