@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"crypto/rand"
 	"slices"
 	"sync"
 )
@@ -19,6 +20,67 @@ type tokenMemory struct {
 	unstored bool     // refresh was rotated to and not stored: only this process has it
 	storing  bool     // a goroutine retries storing refresh (refreshGrant.keepStoring)
 	warned   bool     // the missing on_refresh was logged
+	// owner names this process's claims of the tenant's grants
+	// (refreshGrant.claim); claimed says one may be in the table, and
+	// granting counts this process's grants between their claim and
+	// their end, while which no claim of it is released by keepStoring.
+	owner    string
+	claimed  bool
+	granting int
+}
+
+// ownerID is this process's name in the tenant's claims, made at first
+// use.
+func (m *tokenMemory) ownerID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owner == "" {
+		m.owner = rand.Text()
+	}
+	return m.owner
+}
+
+// beginGrant counts a grant of this process until endGrant.
+func (m *tokenMemory) beginGrant() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.granting++
+}
+
+// markClaimed records that a claim of this process may be in the table
+// from now on.
+func (m *tokenMemory) markClaimed() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.claimed = true
+}
+
+// endGrant counts the grant's end; released says its claim is gone.
+func (m *tokenMemory) endGrant(released bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.granting--
+	if released && m.granting == 0 {
+		m.claimed = false
+	}
+}
+
+// releasable reports whether this process's claim may be released (no
+// grant of it in flight), and whether one may be in the table.
+func (m *tokenMemory) releasable() (ok, claimed bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.granting == 0, m.claimed
+}
+
+// released records that this process's claim is gone, unless a grant
+// of it began since.
+func (m *tokenMemory) released() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.granting == 0 {
+		m.claimed = false
+	}
 }
 
 // choose is the token to spend when stored is the one stored now, and
@@ -93,12 +155,13 @@ func (m *tokenMemory) startStoring() bool {
 }
 
 // doneStoring reports whether the storing goroutine may end: the token
-// held is stored (or superseded). Checked and cleared under one lock, so
+// held is stored (or superseded), and no claim of this process is left. Checked and cleared under one lock, so
 // that a token rotated to meanwhile is never left without a goroutine.
-func (m *tokenMemory) doneStoring() bool {
+// storable says a token held unstored can be stored (on_refresh is set).
+func (m *tokenMemory) doneStoring(storable bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.unstored {
+	if (m.unstored && storable) || m.claimed {
 		return false
 	}
 	m.storing = false

@@ -58,6 +58,8 @@ type refreshGrant struct {
 	// later retries the stores of rotated tokens that failed
 	// (storeLater); nil stores none later.
 	later *laterStores
+	// claimKey is the syncer_state key of the tenant's claim (claim.go).
+	claimKey string
 
 	mu      sync.Mutex
 	tok     *oauth2.Token
@@ -145,6 +147,19 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 		return nil, fmt.Errorf("tenants: a connection for the tenant's refresh grant: %w", err)
 	}
 	defer conn.Release()
+	// The claim outlives a session the database ends mid-grant (claim.go);
+	// one left behind is released by keepStoring.
+	g.mem.beginGrant()
+	released := false
+	defer func() {
+		g.mem.endGrant(released)
+		if !released {
+			g.storeLater()
+		}
+	}()
+	if err := g.claim(ctx, conn); err != nil {
+		return nil, err
+	}
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grantTimeout)
 	defer cancel()
 	var (
@@ -175,12 +190,12 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 			}
 		}
 		if askErr != nil {
-			return nil // nothing to store; the commit frees the lock
+			return g.unclaim(txCtx, tx) // nothing to store; the commit frees the lock
 		}
 		next = used
 		if tok.RefreshToken == "" || tok.RefreshToken == used {
 			g.mem.kept(used, fromRow)
-			return nil
+			return g.unclaim(txCtx, tx)
 		}
 		// The endpoint rotated the token: the old one is dead whatever
 		// becomes of this transaction. Remembered before the lock goes,
@@ -188,8 +203,9 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 		next = tok.RefreshToken
 		g.mem.rotated(used, next)
 		storedByTx = g.store(txCtx, tx, next)
-		return nil
+		return g.unclaim(txCtx, tx)
 	})
+	released = err == nil
 	switch {
 	case !askedAtLeast || (askErr == nil && tok == nil):
 		return nil, err

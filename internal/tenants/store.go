@@ -136,8 +136,13 @@ func (g *refreshGrant) keepStoring(ctx context.Context) {
 		case foundNewer:
 			g.logger.Info("tenants: the tenant's row gives a refresh token this process never spent (connected again, or its row deleted): the rotated token it held is not stored",
 				slog.Int("tries", tries))
+		case grantBusy:
+			// A grant of this process is on its way; it settles what it
+			// can, this tries again after it.
+			wait = storeRetryFirst
+			continue
 		}
-		if g.mem.doneStoring() {
+		if g.mem.doneStoring(g.onRefresh != "") {
 			return
 		}
 		// Rotated again meanwhile, and that store failed too.
@@ -152,13 +157,21 @@ const (
 	storedHeld storeOutcome = iota // on_refresh stored the held token
 	foundHeld                      // the row gives it already: a commit failed only in its answer
 	foundNewer                     // the row gives a token this process never spent, or none
+	nothingHeld                    // no token to store: only this process's claim, released
+	grantBusy                      // a grant of this process is on its way: nothing done
 )
 
 // storeHeld is one try at storing the token this process holds: on a
 // connection of its own, under the tenant's refresh lock, and only while
 // the row gives a token this process spent (a compare-and-store), since
-// any other token was stored since by someone else and is newer.
+// any other token was stored since by someone else and is newer. It
+// releases this process's claim of the tenant (claim.go) in the same
+// transaction, unless a grant of it is on its way.
 func (g *refreshGrant) storeHeld(ctx context.Context) (storeOutcome, error) {
+	free, claimed := g.mem.releasable()
+	if !free {
+		return grantBusy, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	conn, err := g.pool.Acquire(ctx)
@@ -174,14 +187,26 @@ func (g *refreshGrant) storeHeld(ctx context.Context) (storeOutcome, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, refreshLockClass, g.lockKey); err != nil {
 			return fmt.Errorf("take the tenant's refresh lock: %w", err)
 		}
+		if claimed {
+			if err := g.unclaim(ctx, tx); err != nil {
+				return err
+			}
+		}
+		// Read under the lock: a grant of this process rotates the
+		// token held under it too (tokenMemory.rotated).
+		var (
+			spent    []string
+			unstored bool
+		)
+		held, spent, unstored = g.mem.pending()
+		if !unstored || g.onRefresh == "" {
+			outcome = nothingHeld
+			return nil
+		}
 		stored, err := g.stored(ctx, tx)
 		if err != nil {
 			return err
 		}
-		// Read under the lock: a grant of this process rotates the
-		// token held under it too (tokenMemory.rotated).
-		var spent []string
-		held, spent, _ = g.mem.pending()
 		switch {
 		case stored == held:
 			outcome = foundHeld
@@ -198,7 +223,12 @@ func (g *refreshGrant) storeHeld(ctx context.Context) (storeOutcome, error) {
 	if err != nil {
 		return 0, err
 	}
-	g.mem.stored(held)
+	if claimed {
+		g.mem.released()
+	}
+	if outcome != nothingHeld {
+		g.mem.stored(held)
+	}
 	return outcome, nil
 }
 

@@ -1,13 +1,20 @@
 package tenants_test
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -95,4 +102,68 @@ func TestRetriedStoreKeepsANewerToken(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, "rt-secret-acme-again", b.storedRefresh(t, "acme"))
 	require.Equal(t, fakethirdparty.TokenStats{Grants: 1, Refused: 1}, b.fake.TenantStats().Tokens["acme"])
+}
+
+// The database ends the grant's session while the token endpoint is
+// being asked (pg_terminate_backend; a restart does the same): the
+// session's refresh lock goes with it, but the grant's claim, committed
+// before it asked, stays. Another process's grant that comes meanwhile
+// waits for the claim rather than spend the token still stored, which
+// the endpoint is rotating away from: no reuse, no family revoked.
+func TestGrantWhoseSessionEndsMidAskKeepsItsClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, rotating(true, time.Hour))
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme-midask', 'rt-secret-acme-midask')`)
+	target, err := url.Parse(b.url)
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	cfg := refreshConfig(b, "", true)
+	readerCfg := cfg
+	readerCfg.Reader = true
+	var asked atomic.Int64
+	var terminated int64
+	other := make(chan error, 1)
+	var reader *tenants.Registry
+	token := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1) == 1 {
+			// The daemon's grant: its session ended under it, and
+			// another process's grant started, before its answer.
+			// (A tenant of its own: no other test holds its lock.)
+			class, key := tenants.RefreshLock("crm", "acme-midask")
+			err := b.pool.QueryRow(r.Context(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_locks
+				WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND objsubid = 2 AND granted AND pid <> pg_backend_pid()`,
+				int64(uint32(class)), int64(uint32(key))).Scan(&terminated)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			go func() {
+				client, _, err := reader.Account(context.Background(), "acme-midask")
+				if err == nil {
+					_, err = client.Push(context.Background(), "k-verify", []thirdparty.Item{{ID: "1", Version: 1}})
+				}
+				other <- err
+			}()
+			time.Sleep(500 * time.Millisecond)
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(token.Close)
+	cfg.TokenURL = token.URL + "/t/{tenant}/oauth/token"
+	readerCfg.TokenURL = cfg.TokenURL
+	daemon := b.registry(t, cfg)
+	reader = b.registry(t, readerCfg)
+
+	_, err = deliver(t, daemon, "acme-midask", 1)
+	require.NoError(t, err)
+	select {
+	case err := <-other:
+		require.NoError(t, err, "the other process's grant, after the claim went")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the other process's grant never ended")
+	}
+	require.Equal(t, int64(1), terminated, "the grant's session was ended while it asked")
+	require.Equal(t, fakethirdparty.TokenStats{Grants: 2}, b.fake.TenantStats().Tokens["acme-midask"], "no token spent twice")
+	require.Equal(t, "rt-secret-acme-midask.2", b.storedRefresh(t, "acme-midask"))
+	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
 }
