@@ -154,11 +154,11 @@ func (g *refreshGrant) keepStoring(ctx context.Context) {
 type storeOutcome int
 
 const (
-	storedHeld storeOutcome = iota // on_refresh stored the held token
-	foundHeld                      // the row gives it already: a commit failed only in its answer
-	foundNewer                     // the row gives a token this process never spent, or none
-	nothingHeld                    // no token to store: only this process's claim, released
-	grantBusy                      // a grant of this process is on its way: nothing done
+	storedHeld  storeOutcome = iota // on_refresh stored the held token
+	foundHeld                       // the row gives it already: a commit failed only in its answer
+	foundNewer                      // the row gives a token this process never spent, or none
+	nothingHeld                     // no token to store: only this process's claim, released
+	grantBusy                       // a grant of this process is on its way: nothing done
 )
 
 // storeHeld is one try at storing the token this process holds: on a
