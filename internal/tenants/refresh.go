@@ -34,7 +34,9 @@ import (
 // (the tenants query, run again), spends it, and stores the rotated one
 // with on_refresh before the lock goes, in the same transaction. Every
 // syncer process (the exporting daemons, verify, probes) takes the same
-// lock, so none spends a token another already rotated away from.
+// lock, so none spends a token another already rotated away from; and a
+// claim committed before the ask (claim.go) holds the others off when
+// the database ends the grant's session, and the lock with it, mid-ask.
 type refreshGrant struct {
 	conf     oauth2.Config
 	client   *http.Client
@@ -131,9 +133,9 @@ func (g *refreshGrant) Authorization(ctx context.Context) (string, error) {
 // state.
 var errNoRefreshToken = errors.New("tenants: the tenant's connection row no longer gives a refresh token")
 
-// grant asks the endpoint for an access token under the tenant's refresh
-// lock, with the token stored then, and stores a rotated one before the
-// lock goes. After invalid_grant it asks once more with the token stored
+// grant claims the tenant (claim), then asks the endpoint for an access
+// token under the tenant's refresh lock, with the token stored then, and
+// stores a rotated one, and releases the claim, before the lock goes. After invalid_grant it asks once more with the token stored
 // at that moment, if another was stored meanwhile (by a process outside
 // the lock: the application, an older syncer). When the rotated token
 // could not be stored (on_refresh failed, the connection dropped, the
