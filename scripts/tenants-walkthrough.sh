@@ -104,12 +104,10 @@ step ./bin/syncer verify --source contacts --tenant hooli
 step ./bin/syncer verify --source contacts
 
 echo; echo "# a workspace disconnected"
-# A held tenant's row is read again 30 to 45 s after its last read (and
-# behind its batches, never before them, so that a locked connections
-# table holds no batch): a row written sooner after the revoke still goes
-# with the credentials the daemon holds; one written after waits.
+# A held tenant's row is read again right before its next batch once its
+# last read is a second old: a row written after the revoke waits.
 psql "$DATABASE_URL" -qc "UPDATE crm_connections SET revoked_at = now() WHERE account_id = 'umbrella'"
-sleep 50
+sleep 2
 psql "$DATABASE_URL" -qc "INSERT INTO contacts VALUES ('umbrella', 'after@umbrella.example', 'After')"
 sleep 8
 step ./bin/syncer status

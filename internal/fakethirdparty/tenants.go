@@ -74,6 +74,10 @@ type TokenStats struct {
 	// Reuses are grants with a refresh token the endpoint had already
 	// rotated away from: what revokes the family under RefreshFamily.
 	Reuses int64 `json:"reuses"`
+	// RefusedRevoked are the refusals (counted in Refused too) of grants
+	// while the tenant's connection was revoked (RevokeTenant): the
+	// refusals the fake's user caused, told apart from the client's.
+	RefusedRevoked int64 `json:"refused_revoked,omitempty"`
 	// FamilyRevoked says the tenant's family is revoked (RefreshFamily),
 	// until a restore.
 	FamilyRevoked bool `json:"family_revoked"`
@@ -97,11 +101,12 @@ type tenants struct {
 	tokens   map[string]string // tokens set by the admin route, over TenantToken
 	revoked  map[string]bool
 	refresh  map[string]int // rotations of each tenant's refresh token
+	families map[string]int // each tenant's family of refresh tokens (NewRefreshFamily), 0 the first
 	grants   map[string]*TokenStats
 }
 
 func newTenants(base Config) *tenants {
-	return &tenants{base: base, accounts: map[string]*Server{}, tokens: map[string]string{}, revoked: map[string]bool{}, refresh: map[string]int{}, grants: map[string]*TokenStats{}}
+	return &tenants{base: base, accounts: map[string]*Server{}, tokens: map[string]string{}, revoked: map[string]bool{}, refresh: map[string]int{}, families: map[string]int{}, grants: map[string]*TokenStats{}}
 }
 
 // configLocked is the Config of tenant's account.
@@ -277,6 +282,26 @@ func (s *Server) RevokeTenant(tenant string) {
 	}
 }
 
+// NewRefreshFamily starts a new family of tenant's refresh tokens, as a
+// person connecting the account again gets (RefreshPrefix): the old
+// family's tokens are refused alone from now on (unknown, not reuses),
+// and a revoked family is over. It returns the new family's first token,
+// for the application to store.
+func (s *Server) NewRefreshFamily(tenant string) string {
+	if s.tenants == nil {
+		return ""
+	}
+	ts := s.tenants
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.families[tenant]++
+	ts.refresh[tenant] = 0
+	if st := ts.grants[tenant]; st != nil {
+		st.FamilyRevoked = false
+	}
+	return ts.firstRefreshLocked(tenant)
+}
+
 // RestoreTenant ends RevokeTenant: tenant accepts token again, or its own
 // token (TenantConfig.TenantToken, or the last given here) when token is "".
 func (s *Server) RestoreTenant(tenant, token string) {
@@ -366,12 +391,24 @@ func (ts *tenants) refreshPrefix() string {
 	return ts.base.Tenants.RefreshPrefix
 }
 
-// refreshTokenLocked is the n-th refresh token of tenant.
+// firstRefreshLocked is the first refresh token of tenant's family:
+// RefreshPrefix+tenant, then RefreshPrefix+tenant~F for the F-th family
+// NewRefreshFamily started, so no two families share a token, as no two
+// connections of a real provider do.
+func (ts *tenants) firstRefreshLocked(tenant string) string {
+	first := ts.base.Tenants.RefreshPrefix + tenant
+	if f := ts.families[tenant]; f > 0 {
+		first += "~" + strconv.Itoa(f)
+	}
+	return first
+}
+
+// refreshTokenLocked is the n-th refresh token of tenant's family.
 func (ts *tenants) refreshTokenLocked(tenant string, n int) string {
 	if n == 0 {
-		return ts.base.Tenants.RefreshPrefix + tenant
+		return ts.firstRefreshLocked(tenant)
 	}
-	return fmt.Sprintf("%s%s.%d", ts.base.Tenants.RefreshPrefix, tenant, n)
+	return fmt.Sprintf("%s.%d", ts.firstRefreshLocked(tenant), n)
 }
 
 // serveToken answers a refresh_token grant for tenant, rotating its refresh
@@ -398,6 +435,7 @@ func (ts *tenants) serveToken(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	switch {
 	case ts.revoked[tenant]:
+		st.RefusedRevoked++
 		refuse("the connection is revoked")
 		return
 	case given != ts.refreshTokenLocked(tenant, n):
@@ -434,9 +472,9 @@ func (ts *tenants) serveToken(w http.ResponseWriter, r *http.Request, tenant str
 }
 
 // generationLocked is which of tenant's refresh tokens refresh is (0 the
-// first), if it is one.
+// first), if it is one of its family's.
 func (ts *tenants) generationLocked(tenant, refresh string) (int, bool) {
-	first := ts.base.Tenants.RefreshPrefix + tenant
+	first := ts.firstRefreshLocked(tenant)
 	if refresh == first {
 		return 0, true
 	}

@@ -232,3 +232,38 @@ func TestTenantTokenEndpointRevokesTheFamilyOnReuse(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "a restore starts a new family")
 	require.Equal(t, "rt-acme.1", out["refresh_token"])
 }
+
+// NewRefreshFamily is a person connecting the account again: a family
+// whose tokens no earlier family had, the old ones refused alone (not
+// reuses), a revoked family over; a grant while the connection is revoked
+// is counted apart.
+func TestTenantNewRefreshFamily(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-", RefreshPrefix: "rt-", RefreshFamily: true}}, nil)
+	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	grant := func(refresh string) (int, map[string]any) {
+		code, _, body := b.post(t, http.MethodPost, "/t/acme/oauth/token", form, "grant_type=refresh_token&refresh_token="+refresh)
+		var out map[string]any
+		require.NoError(t, json.Unmarshal([]byte(body), &out))
+		return code, out
+	}
+	code, _ := grant("rt-acme")
+	require.Equal(t, http.StatusOK, code)
+	b.fake.RevokeTenant("acme")
+	code, out := grant("rt-acme.1")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, "the connection is revoked", out["error_description"])
+
+	first := b.fake.NewRefreshFamily("acme")
+	require.Equal(t, "rt-acme~1", first)
+	b.fake.RestoreTenant("acme", "")
+	code, out = grant("rt-acme.1")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, "unknown refresh token", out["error_description"], "the old family's token is refused alone")
+	code, out = grant(first)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "rt-acme~1.1", out["refresh_token"])
+	code, _ = grant("rt-acme")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, fakethirdparty.TokenStats{Grants: 2, Refused: 3, RefusedRevoked: 1}, b.fake.TenantStats().Tokens["acme"])
+}

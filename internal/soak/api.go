@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,7 +123,12 @@ func (a *api) serve(w http.ResponseWriter, r *http.Request) {
 	if a.rng.Float64() >= share {
 		fault = apiNone
 	}
-	after := a.rng.IntN(2) == 0
+	// A token endpoint's answer is never lost after it rotated the
+	// refresh token: nobody would know the new one, the old one is spent,
+	// and an endpoint that revokes the family on reuse without a reuse
+	// interval (as the soak's does) cuts the tenant off whatever the
+	// client does next (docs/design.md, "A refresh token spent once").
+	after := a.rng.IntN(2) == 0 && !strings.HasSuffix(r.URL.Path, "/oauth/token")
 	if fault != apiNone {
 		a.injected[fault]++
 	} else if a.cfg.AnswerLoad > 0 {

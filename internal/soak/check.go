@@ -44,6 +44,7 @@ func (r *run) watch(ctx context.Context) {
 	var lastAccepted int64
 	stallSince := time.Time{}
 	lw := &lockWatch{}
+	refused := map[string]bool{}
 	sw := &stallWatch{}
 	failedSeen := r.failedSeen
 	named := map[string]*api{"resources' third party": r.live, "the sources' third party": r.crm,
@@ -107,6 +108,7 @@ func (r *run) watch(ctx context.Context) {
 		}
 		if i%2 == 0 {
 			r.lookStalls(ctx, sw)
+			r.checkTokens(ctx, seen, refused)
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		pending, err := r.pending(pctx)
@@ -212,6 +214,9 @@ func (r *run) finish(ctx context.Context) {
 	}
 	r.checkFailures(ctx, r.failedSeen)
 	for _, d := range r.daemons {
+		d.mu.Lock()
+		r.rep.Restarts += d.restarts
+		d.mu.Unlock()
 		if ok, why := d.terminate(30 * time.Second); !ok {
 			r.rep.violate(r.since(), fmt.Sprintf("daemon %d on SIGTERM: %s", d.i, why))
 		}
@@ -233,6 +238,7 @@ func (r *run) finish(ctx context.Context) {
 	r.rep.Pairs += ts.DistinctPairs
 	r.rep.Tombstones += ts.Tombstones
 	r.rep.KeyReplays += ts.KeyReplays
+	r.rep.Tokens = r.tokenReport()
 	for _, a := range r.apis() {
 		for k, v := range a.injectedCounts() {
 			r.rep.Answered[k] += v

@@ -27,6 +27,8 @@ type daemon struct {
 	stopped bool // SIGSTOPped
 	down    bool // killed or terminated, not yet restarted
 	exits   []string
+	// restarts counts the starts after an exit at start (startAgain).
+	restarts int
 }
 
 func newDaemon(i int, binary, dir, httpAddr string, env []string) *daemon {
@@ -55,11 +57,54 @@ func (d *daemon) start() error {
 		if err != nil {
 			d.exits = append(d.exits, err.Error())
 		}
+		// Exited by itself, not by the soak's hand: a supervisor
+		// (systemd's Restart=on-failure, a pod's restart policy) starts
+		// a daemon that could not reach the database at its start again;
+		// syncer leaves that to it (a restart of the soak's while the
+		// server restarts, seeds 3, 15, 112, 212).
+		again := err != nil && !d.down && d.cmd == cmd && unreachableAtStart(d.logPath)
 		d.mu.Unlock()
 		close(exited)
+		if again {
+			go d.startAgain(cmd)
+		}
 	}()
 	d.cmd, d.exited, d.down, d.stopped = cmd, exited, false, false
 	return nil
+}
+
+// startAgain starts the daemon again a second after it exited at its
+// start, unless the soak took it down or started it since.
+func (d *daemon) startAgain(exited *exec.Cmd) {
+	time.Sleep(time.Second)
+	d.mu.Lock()
+	if d.down || d.cmd != exited {
+		d.mu.Unlock()
+		return
+	}
+	d.restarts++
+	d.mu.Unlock()
+	_ = d.start()
+}
+
+// unreachableAtStart reports whether the log at path ends with `syncer
+// run`'s exit for a database it could not reach at its start.
+func unreachableAtStart(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	buf := make([]byte, min(st.Size(), 1024))
+	if _, err := f.ReadAt(buf, st.Size()-int64(len(buf))); err != nil {
+		return false
+	}
+	lines := strings.Split(strings.TrimSpace(string(buf)), "\n")
+	return strings.HasPrefix(lines[len(lines)-1], "syncer: run: database: cannot connect")
 }
 
 func (d *daemon) pid() int {

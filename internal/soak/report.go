@@ -28,6 +28,9 @@ type report struct {
 	Answered     map[string]int64 // requests answered by each API fault
 	Writes       int64
 	WritesFailed int64
+	Verifies     map[int]int // syncer verify --tenant runs beside the export, by exit status
+	Tokens       string      // desk's token endpoint (tokens.go)
+	Restarts     int         // daemons started again after an exit at start (daemon.startAgain)
 	Accepted     int64
 	Requests     int64
 	Pairs        int64
@@ -122,9 +125,14 @@ func (r *report) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "faults:     %d: %s\n", total, strings.Join(parts, ", "))
 	fmt.Fprintf(w, "writes:     %d statements (%d broken by faults)\n", r.Writes, r.WritesFailed)
+	fmt.Fprintf(w, "verifies:   %s (tickets, a tenant each, beside the export)\n", verifyReport(r.Verifies))
+	fmt.Fprintf(w, "tokens:     %s (tickets' tenants)\n", r.Tokens)
 	fmt.Fprintf(w, "delivered:  %d requests, %d items accepted, %d distinct (id, version), %d tombstones, %d answered from the key cache\n",
 		r.Requests, r.Accepted, r.Pairs, r.Tombstones, r.KeyReplays)
 	fmt.Fprintf(w, "drained:    %s after the last fault and write\n", r.Drained)
+	if r.Restarts > 0 {
+		fmt.Fprintf(w, "restarts:   %d daemon starts again after an exit at start (the database unreachable), as a supervisor does\n", r.Restarts)
+	}
 	verdict := "within"
 	if r.worstOut > StallTarget {
 		verdict = "PAST"

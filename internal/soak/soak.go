@@ -161,6 +161,8 @@ type run struct {
 	holds   []hold
 
 	failedSeen map[string]bool // sources with a failed key reported, by the watch and then finish
+
+	revs revocations // the soak's revocations of tenants (tokens.go)
 }
 
 func (r *run) since() time.Duration { return time.Since(r.start).Round(100 * time.Millisecond) }
@@ -232,6 +234,7 @@ func (r *run) exercise(ctx context.Context) {
 	defer wcancel()
 	wg.Go(func() { w.run(wctx, 4) })
 	wg.Go(func() { r.tenantWrites(wctx, r.cfg.Duration/2) })
+	wg.Go(func() { r.tenantVerifies(wctx) })
 	mctx, mcancel := context.WithCancel(ctx)
 	var mwg sync.WaitGroup
 	mwg.Go(func() { r.watch(mctx) })

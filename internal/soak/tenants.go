@@ -13,13 +13,19 @@ import (
 
 // The tenant source (issue 43): tickets, whose tenant column sends each
 // row to its tenant's own account at crm's fake (/t/{tenant}/), with the
-// token its connection row holds. Beside the schedule's faults (which hit
-// the tenants' requests as crm's), the tenants' writer moves rows between
-// tenants, revokes a tenant's token now and then (the application then
-// stores a new one), connects the last tenant only halfway through (its
-// rows wait until then), and deletes a tenant two thirds through (its
-// rows, then its connection row). The checks: every tenant account's counters
-// of broken promises, and at the end each row live at its current
+// access token crm's rotating token endpoint gives for the refresh token
+// its connection row holds (issue 54: 8 s access tokens, a new refresh
+// token at each grant, stored by on_refresh, and the whole family revoked
+// when a spent one is used again, as Auth0 and Okta do). Beside the
+// schedule's faults (which hit the tenants' requests as crm's), the
+// tenants' writer moves rows between tenants, revokes a tenant's
+// connection now and then (the customer then connects again: a new
+// family, stored by the application), connects the last tenant only
+// halfway through (its rows wait until then), and deletes a tenant two
+// thirds through (its rows, then its connection row); `syncer verify
+// --tenant` runs beside the export (tokens.go). The checks: every tenant
+// account's counters of broken promises, no tenant refused that the soak
+// did not refuse (tokens.go), and at the end each row live at its current
 // tenant's account only (a tombstone last wherever it was before).
 
 const (
@@ -30,6 +36,16 @@ const (
 	// ticketTokenPrefix is what crm's tenant accounts take as a token:
 	// tok-<tenant>, or the new token the revoke gave them.
 	ticketTokenPrefix = "tok-"
+	// ticketRefreshPrefix is the first refresh token of a tenant at crm's
+	// token endpoint: rt-<tenant>, then rt-<tenant>.N, and rt-<tenant>~F
+	// for the F-th family a reconnection started.
+	ticketRefreshPrefix = "rt-"
+	// ticketTokenLife is the life of the endpoint's access tokens: short,
+	// so that the daemons rotate each tenant's refresh token every few
+	// seconds, under the faults.
+	ticketTokenLife = 8 * time.Second
+	// ticketDestination is the tickets' destination.
+	ticketDestination = "desk"
 	// ticketDeleted is the tenant deleted two thirds into the run (issue
 	// 54): its rows, then its connection row.
 	ticketDeleted = 3
@@ -37,32 +53,41 @@ const (
 
 const ticketsSQL = `
 CREATE TABLE IF NOT EXISTS tickets (id text PRIMARY KEY, tenant text NOT NULL, n int NOT NULL);
-CREATE TABLE IF NOT EXISTS ticket_connections (tenant text PRIMARY KEY, token text NOT NULL);
-INSERT INTO ticket_connections SELECT 'k' || i, 'tok-k' || i FROM generate_series(0, 3) i ON CONFLICT DO NOTHING;`
+CREATE TABLE IF NOT EXISTS ticket_connections (tenant text PRIMARY KEY, refresh_token text NOT NULL);
+INSERT INTO ticket_connections SELECT 'k' || i, 'rt-k' || i FROM generate_series(0, 3) i ON CONFLICT DO NOTHING;`
 
 // ticketsYAML adds the desk destination and the tickets source to a
 // configuration's text (its "sources:" line).
 func ticketsYAML(crmURL string) (dest, source string) {
-	return fmt.Sprintf(`  desk:
+	return fmt.Sprintf(`  %s:
     url: %s/t/{tenant}
     max_in_flight: 2
+    auth:
+      token_url: %s/t/{tenant}/oauth/token
     tenants:
-      query: SELECT token FROM ticket_connections WHERE tenant = $1
-`, crmURL), fmt.Sprintf("  - {table: %s, key: id, tenant: tenant, lanes: 4, destination: desk, batch_size: 20}\n", sourceTickets)
+      query: SELECT refresh_token FROM ticket_connections WHERE tenant = $1
+      on_refresh: UPDATE ticket_connections SET refresh_token = $2 WHERE tenant = $1
+`, ticketDestination, crmURL, crmURL), fmt.Sprintf("  - {table: %s, key: id, tenant: tenant, lanes: 4, destination: desk, batch_size: 20}\n", sourceTickets)
 }
 
-// setupTenants makes crm's tenant accounts take their own tokens.
+// setupTenants makes crm's tenant accounts take their own tokens, which
+// a rotating token endpoint gives that revokes a tenant's whole family of
+// refresh tokens when one is used twice, and answer lookups (verify).
 func (r *run) setupTenants() {
 	r.crm.mu.Lock()
 	r.crm.cfg.Tenants.TokenPrefix = ticketTokenPrefix
+	r.crm.cfg.Tenants.RefreshPrefix = ticketRefreshPrefix
+	r.crm.cfg.Tenants.RefreshFamily = true
+	r.crm.cfg.Tenants.TokenLife = ticketTokenLife
+	r.crm.cfg.Lookup = true
 	cfg := r.crm.cfg
 	r.crm.mu.Unlock()
 	r.crm.fake.SetConfig(cfg)
 }
 
 // tenantWrites writes tickets until ctx ends: inserts, updates, moves and
-// deletes a few a second; a revoke every 15 s, a new token 5 s later;
-// the last tenant connected halfway through.
+// deletes a few a second; a revoke every 15 s, the customer connected
+// again 5 s later; the last tenant connected halfway through.
 func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, 0x7e7a))
 	keys := max(r.cfg.Keys/10, 50)
@@ -88,7 +113,7 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-connect:
-			r.tenantMust(ctx, `INSERT INTO ticket_connections VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenantName(ticketTenants-1), ticketTokenPrefix+tenantName(ticketTenants-1))
+			r.tenantMust(ctx, `INSERT INTO ticket_connections VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenantName(ticketTenants-1), ticketRefreshPrefix+tenantName(ticketTenants-1))
 		case <-remove:
 			// A customer leaves: its rows deleted, then, once their
 			// tombstones went, its connection row.
@@ -98,15 +123,9 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 			go r.disconnectWhenSent(context.WithoutCancel(ctx), gone)
 		case <-revoke.C:
 			tenant := pick(ticketTenants - 1)
-			r.crm.fake.RevokeTenant(tenant)
 			renewed++
 			token := fmt.Sprintf("%s%s-%d", ticketTokenPrefix, tenant, renewed)
-			go func() {
-				sleep(ctx, 5*time.Second)
-				// The application stores the new token it was given.
-				r.crm.fake.RestoreTenant(tenant, token)
-				r.tenantMust(context.WithoutCancel(ctx), `UPDATE ticket_connections SET token = $2 WHERE tenant = $1`, tenant, token)
-			}()
+			go r.revokeTenant(context.WithoutCancel(ctx), tenant, token)
 		case <-tick.C:
 			id := "tk-" + strconv.FormatInt(rng.Int64N(keys), 10)
 			tenant := pick(ticketTenants)

@@ -11,16 +11,31 @@ import (
 // deliverer reads its row behind its batches, and one read at a time
 // tells when the query runs again.
 
+const (
+	// ReadFresh is how long a read of a connected tenant's row stands for
+	// the batches after it: while the query runs, the row is read again
+	// right before a batch that comes later (readBefore), so a revoked
+	// connection holds the next batch, at one query a second at most per
+	// tenant sending.
+	ReadFresh = time.Second
+	// ReadBeforeWait bounds a batch's wait for that read: past it the
+	// batch goes with the credentials held (the query never holds the
+	// export), the read applied behind it.
+	ReadBeforeWait = 500 * time.Millisecond
+)
+
 // refreshBehind reads e's row again without holding its batches: in a
 // goroutine of its own when a slot of the gate is free now, the result
 // applied when it comes. At most one read per tenant, and no more than the
 // gate's slots in all; none within QueryRetry of a read of it that could
 // not run. While the query is down, only the registry's probe runs: one
 // read at a time, at most one every QueryRetry, whichever tenant asks.
-// The caller holds e.mu.
-func (r *Registry) refreshBehind(e *entry, now time.Time) {
+// With before, the result is handed to the For waiting for it
+// (readBefore), if it still waits, rather than applied here. It reports
+// whether a read started. The caller holds e.mu.
+func (r *Registry) refreshBehind(e *entry, now time.Time, before chan<- readResult) bool {
 	if e.reading {
-		return
+		return false
 	}
 	// While the query cannot run, one read at a time tells when it can
 	// again: the others would each hold a connection in the lock's
@@ -28,15 +43,15 @@ func (r *Registry) refreshBehind(e *entry, now time.Time) {
 	probe := r.down(now) != nil
 	switch {
 	case probe && !r.startProbe(now):
-		return
+		return false
 	case !probe && !e.failedAt.IsZero() && now.Sub(e.failedAt) < QueryRetry:
-		return
+		return false
 	}
 	if !r.cfg.Queries.try() {
 		if probe {
 			r.endProbe()
 		}
-		return
+		return false
 	}
 	e.reading = true
 	reads := e.reads
@@ -49,6 +64,13 @@ func (r *Registry) refreshBehind(e *entry, now time.Time) {
 		if probe {
 			r.endProbe()
 		}
+		if before != nil {
+			select {
+			case before <- readResult{conn: conn, err: err, reads: reads}:
+				return // the For that waits applies it
+			default:
+			}
+		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.reading = false
@@ -57,6 +79,51 @@ func (r *Registry) refreshBehind(e *entry, now time.Time) {
 		}
 		_ = r.apply(ctx, e, r.cfg.Now(), conn, err)
 	}()
+	return true
+}
+
+// readResult is a read of a tenant's row handed to the For waiting for
+// it: reads is the entry's count of reads applied when it started.
+type readResult struct {
+	conn  *connection
+	err   error
+	reads int
+}
+
+// readBefore reads e's row right before a batch of a tenant whose
+// credentials are held (docs/destinations.md, "Tenants"): a revoked
+// connection then holds the very next batch rather than one 30 to 45 s
+// later. The read is one refreshBehind starts; the batch waits for it at
+// most ReadBeforeWait, and goes with the credentials held when it does not
+// come by then (a locked table, a slow query: the query never holds the
+// export), the read then applied behind. It reports whether the read's
+// result was applied. The caller holds e.mu; it is let go while waiting.
+func (r *Registry) readBefore(ctx context.Context, e *entry, now time.Time) bool {
+	res := make(chan readResult)
+	if !r.refreshBehind(e, now, res) {
+		return false
+	}
+	e.mu.Unlock()
+	t := time.NewTimer(ReadBeforeWait)
+	var got readResult
+	ok := false
+	select {
+	case got = <-res:
+		ok = true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	e.mu.Lock()
+	if !ok {
+		return false
+	}
+	e.reading = false
+	if e.reads != got.reads {
+		return false // read since, in another For's own time
+	}
+	_ = r.apply(ctx, e, r.cfg.Now(), got.conn, got.err)
+	return true
 }
 
 // down is why the query could not run, from its last failure to run

@@ -132,7 +132,8 @@ func (r *Registry) credentials(tenant string, conn *connection, mem *tokenMemory
 				}
 				return c.refreshToken, nil
 			},
-			onRefresh: r.cfg.Settings.OnRefresh, logger: r.logger.With(slog.String("tenant", tenant)), mem: mem,
+			onRefresh: r.cfg.Settings.OnRefresh, logger: r.logger.With(slog.String("tenant", tenant)), mem: mem, later: r.later,
+			claimKey: breakerstore.TenantNamespace(r.cfg.Destination, tenant) + claimSuffix,
 		}
 		return g, g, nil
 	case conn.clientID != "":

@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,7 +33,9 @@ import (
 // (the tenants query, run again), spends it, and stores the rotated one
 // with on_refresh before the lock goes, in the same transaction. Every
 // syncer process (the exporting daemons, verify, probes) takes the same
-// lock, so none spends a token another already rotated away from.
+// lock, so none spends a token another already rotated away from; and a
+// claim committed before the ask (claim.go) holds the others off when
+// the database ends the grant's session, and the lock with it, mid-ask.
 type refreshGrant struct {
 	conf     oauth2.Config
 	client   *http.Client
@@ -56,6 +56,11 @@ type refreshGrant struct {
 	// mem is what this process knows of the tenant's refresh tokens,
 	// shared by every grant of the tenant in a registry.
 	mem *tokenMemory
+	// later retries the stores of rotated tokens that failed
+	// (storeLater); nil stores none later.
+	later *laterStores
+	// claimKey is the syncer_state key of the tenant's claim (claim.go).
+	claimKey string
 
 	// cache holds the access token, as credentials.OAuth2's does.
 	cache credentials.TokenCache
@@ -71,6 +76,16 @@ var (
 // apart from the bigint keys of syncer's other locks, so a grant never
 // waits on those, nor they on it.
 const refreshLockClass int32 = 0x73796e72 // "synr"
+
+// RefreshLock is the two keys of tenant's refresh lock at destination, for
+// pg_advisory_xact_lock(int, int): an application that writes a new
+// refresh token to a tenant's row (the customer connected again) may take
+// it around its write, so that no grant of syncer's reads the row before
+// the write and spends the old token after it (docs/design.md, "A refresh
+// token spent once").
+func RefreshLock(destination, tenant string) (int32, int32) {
+	return refreshLockClass, refreshLockKey(destination, tenant)
+}
 
 // refreshLockKey is the second key of tenant's refresh lock at
 // destination. Two tenants whose keys collide only take turns at their
@@ -92,77 +107,6 @@ const grantTimeout = credentials.TokenTimeoutDefault + storeTimeout
 // storeTimeout bounds one run of on_refresh.
 const storeTimeout = 10 * time.Second
 
-// spentKept is how many refresh tokens a process remembers having spent.
-const spentKept = 8
-
-// tokenMemory is what one process knows of a tenant's refresh tokens
-// beyond its row: the token it holds and those it spent. A row that still
-// gives a spent one (no on_refresh, or it failed) is answered with the
-// token held, never spent again.
-type tokenMemory struct {
-	mu       sync.Mutex
-	refresh  string   // the newest token this process holds
-	spent    []string // tokens it spent, newest last
-	unstored bool     // refresh was rotated to and not stored: only this process has it
-	warned   bool     // the missing on_refresh was logged
-}
-
-// choose is the token to spend when stored is the one stored now.
-func (m *tokenMemory) choose(stored string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.refresh != "" && slices.Contains(m.spent, stored) {
-		return m.refresh
-	}
-	return stored
-}
-
-// granted records that used was spent for next (next == used: not
-// rotated); stored says next is in the row.
-func (m *tokenMemory) granted(used, next string, stored bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if next != used && !slices.Contains(m.spent, used) {
-		m.spent = append(m.spent, used)
-		if len(m.spent) > spentKept {
-			m.spent = m.spent[len(m.spent)-spentKept:]
-		}
-	}
-	m.refresh, m.unstored = next, !stored
-}
-
-// knows reports whether refresh is the token held or one spent: a row
-// that gives either has not changed its connection.
-func (m *tokenMemory) knows(refresh string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return refresh == m.refresh || slices.Contains(m.spent, refresh)
-}
-
-// held reports whether only this process holds the tenant's newest
-// token: forgetting it would cut the tenant off.
-func (m *tokenMemory) held() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.unstored
-}
-
-// tokens are every refresh token known, for scrubbing.
-func (m *tokenMemory) tokens() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]string{m.refresh}, m.spent...)
-}
-
-// warnOnce reports whether the missing on_refresh is yet to be logged.
-func (m *tokenMemory) warnOnce() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	first := !m.warned
-	m.warned = true
-	return first
-}
-
 // Authorization returns "Bearer <token>", asking the endpoint first when
 // there is no token or it is about to expire (credentials.TokenCache, the
 // cache credentials.OAuth2 holds its token in too).
@@ -175,11 +119,14 @@ func (g *refreshGrant) Authorization(ctx context.Context) (string, error) {
 // state.
 var errNoRefreshToken = errors.New("tenants: the tenant's connection row no longer gives a refresh token")
 
-// grant asks the endpoint for an access token under the tenant's refresh
-// lock, with the token stored then, and stores a rotated one before the
-// lock goes. After invalid_grant it asks once more with the token stored
+// grant claims the tenant (claim), then asks the endpoint for an access
+// token under the tenant's refresh lock, with the token stored then, and
+// stores a rotated one, and releases the claim, before the lock goes. After invalid_grant it asks once more with the token stored
 // at that moment, if another was stored meanwhile (by a process outside
-// the lock: the application, an older syncer).
+// the lock: the application, an older syncer). When the rotated token
+// could not be stored (on_refresh failed, the connection dropped, the
+// commit failed), its store is retried on connections of its own until
+// it succeeds (keepStoring); meanwhile this process sends with it.
 func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 	// A connection is the caller's to wait for; the transaction, once
 	// begun, outlives the caller (grantTimeout).
@@ -188,6 +135,19 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 		return nil, fmt.Errorf("tenants: a connection for the tenant's refresh grant: %w", err)
 	}
 	defer conn.Release()
+	// The claim outlives a session the database ends mid-grant (claim.go);
+	// one left behind is released by keepStoring.
+	g.mem.beginGrant()
+	released := false
+	defer func() {
+		g.mem.endGrant(released)
+		if !released {
+			g.storeLater()
+		}
+	}()
+	if err := g.claim(ctx, conn); err != nil {
+		return nil, err
+	}
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grantTimeout)
 	defer cancel()
 	var (
@@ -202,56 +162,76 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, refreshLockClass, g.lockKey); err != nil {
 			return fmt.Errorf("tenants: take the tenant's refresh lock: %w", err)
 		}
-		var err error
-		if used, err = g.current(ctx, tx); err != nil {
+		var (
+			err     error
+			fromRow bool
+		)
+		if used, fromRow, err = g.current(ctx, tx); err != nil {
 			return err
 		}
 		askedAtLeast = true
 		tok, askErr = g.ask(txCtx, used)
 		if invalidGrant(askErr) {
-			if again, err := g.current(txCtx, tx); err == nil && again != used {
-				used = again
+			if again, againFromRow, err := g.current(txCtx, tx); err == nil && again != used {
+				used, fromRow = again, againFromRow
 				tok, askErr = g.ask(txCtx, used)
 			}
 		}
 		if askErr != nil {
-			return nil // nothing to store; the commit frees the lock
+			return g.unclaim(txCtx, tx) // nothing to store; the commit frees the lock
 		}
 		next = used
-		if tok.RefreshToken != "" && tok.RefreshToken != used {
-			next = tok.RefreshToken
-			storedByTx = g.store(txCtx, tx, next)
+		if tok.RefreshToken == "" || tok.RefreshToken == used {
+			g.mem.kept(used, fromRow)
+			return g.unclaim(txCtx, tx)
 		}
-		return nil
+		// The endpoint rotated the token: the old one is dead whatever
+		// becomes of this transaction. Remembered before the lock goes,
+		// so that no store of this process puts a spent token back.
+		next = tok.RefreshToken
+		g.mem.rotated(used, next)
+		storedByTx = g.store(txCtx, tx, next)
+		return g.unclaim(txCtx, tx)
 	})
+	released = err == nil
 	switch {
 	case !askedAtLeast || (askErr == nil && tok == nil):
 		return nil, err
 	case askErr != nil:
 		return nil, g.tokenError(askErr, used)
 	}
-	if err != nil && next != used {
-		// The endpoint rotated the token and the commit that stored it
-		// failed: this process alone has it now.
-		g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and storing it failed; it is kept in memory only, and the tenant's connection must be renewed if this process stops",
-			slog.String("error", g.scrub(err.Error(), used, next)))
-		storedByTx = false
+	if next == used {
+		return tok, nil
 	}
-	g.mem.granted(used, next, next == used || storedByTx)
+	switch {
+	case err == nil && storedByTx:
+		g.mem.stored(next)
+	case g.onRefresh == "":
+		// Nothing can store it: held in memory (store logged why).
+	default:
+		if err != nil && storedByTx {
+			// on_refresh ran, but the commit that kept it failed.
+			g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and the transaction storing it failed; storing it is retried, and this process sends with it meanwhile",
+				slog.String("error", g.scrub(err.Error(), used, next)))
+		}
+		g.storeLater()
+	}
 	return tok, nil
 }
 
-// current is the refresh token to spend: the one stored now, unless this
-// process already spent that one and holds the token it was rotated to.
-func (g *refreshGrant) current(ctx context.Context, q database.Querier) (string, error) {
+// current is the refresh token to spend, and whether it is the one
+// stored: the one stored now, unless this process already spent that one
+// and holds the token it was rotated to.
+func (g *refreshGrant) current(ctx context.Context, q database.Querier) (string, bool, error) {
 	stored, err := g.stored(ctx, q)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if stored == "" {
-		return "", errNoRefreshToken
+		return "", false, errNoRefreshToken
 	}
-	return g.mem.choose(stored), nil
+	used, fromRow := g.mem.choose(stored)
+	return used, fromRow, nil
 }
 
 // ask is one grant at the endpoint with refresh.
@@ -281,7 +261,7 @@ func (g *refreshGrant) store(ctx context.Context, tx pgx.Tx, refresh string) boo
 	})
 	if err != nil {
 		text := redact.Scrub(pgText(err, 0).Error(), refresh)
-		g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and on_refresh failed to store it; it is kept in memory only, and the tenant's connection must be renewed if this process stops",
+		g.logger.WarnContext(ctx, "tenants: the token endpoint rotated the tenant's refresh token and on_refresh failed to store it; storing it is retried, and this process sends with it meanwhile",
 			slog.String("error", "tenants.on_refresh: "+g.scrub(text)))
 		return false
 	}

@@ -134,6 +134,9 @@ type Registry struct {
 	behind     sync.WaitGroup
 	stopBehind context.CancelFunc
 	behindCtx  context.Context
+	// later is the stores of rotated refresh tokens being retried; Close
+	// gives them StoreGrace.
+	later *laterStores
 	// warnedAt is when a failing query was last logged at WARN (Unix
 	// nanoseconds): once a minute, not once per tenant.
 	warnedAt atomic.Int64
@@ -221,14 +224,17 @@ func New(cfg Config) (*Registry, error) {
 		cfg.Queries = NewQueryGate(QueryConnsDefault)
 	}
 	bctx, stop := context.WithCancel(context.Background())
-	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop}, nil
+	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop, later: newLaterStores()}, nil
 }
 
-// Close ends the reads running behind tenants' batches and closes the idle
+// Close ends the reads running behind tenants' batches, waits up to
+// StoreGrace for the stores of rotated refresh tokens being retried (a
+// token this process alone holds is lost with it), and closes the idle
 // connections of every tenant's requests.
 func (r *Registry) Close() {
 	r.stopBehind()
 	r.behind.Wait()
+	r.later.close(StoreGrace)
 	r.http.CloseIdleConnections()
 }
 
@@ -261,6 +267,11 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 	// again sooner: its rows must go within 30 s of its row appearing,
 	// and the exporter asks again only every few seconds.
 	every := r.cfg.RefreshEvery
+	if e.d != nil && r.cfg.Settings != nil && r.down(now) == nil {
+		// Read right before its batches while the query runs, at most
+		// once every ReadFresh: a revoked connection holds the next one.
+		every = min(every, ReadFresh)
+	}
 	if e.d == nil || refused(e.d, now) {
 		// So is a tenant whose credentials the third party refused: the
 		// application's new token resumes it within UnconnectedEvery.
@@ -273,15 +284,22 @@ func (r *Registry) For(ctx context.Context, tenant string) (*delivery.Deliverer,
 		// Its credentials are held: its batches go on with them while its
 		// row is read again behind them, and while the query cannot run
 		// (a table locked by a migration, a slow query) they go on past
-		// RefreshEvery rather than wait for it.
-		r.refreshBehind(e, now)
+		// RefreshEvery rather than wait for it. While it runs, the batch
+		// waits for the read up to ReadBeforeWait.
+		if r.down(now) == nil && r.readBefore(ctx, e, now) {
+			if e.d == nil {
+				return nil, e.err
+			}
+			return e.d, nil
+		}
+		r.refreshBehind(e, now, nil)
 		return e.d, nil
 	}
 	if down := r.down(now); down != nil {
 		// The query could not run: the tenant's lane does not wait for
 		// it again (tenants.timeout a tenant), the registry's probe reads
 		// behind, and its rows wait until a read succeeds.
-		r.refreshBehind(e, now)
+		r.refreshBehind(e, now, nil)
 		if e.d != nil {
 			return e.d, nil
 		}
