@@ -105,6 +105,8 @@ type sharePhaseResult struct {
 	top  []shareStmt
 	// waits is what the writers' backends were doing, sampled.
 	waits string
+	// notifies counts the pg_notify calls of the phase's statements.
+	notifies int64
 }
 
 // shareStmt is a statement of pg_stat_statements.
@@ -125,7 +127,8 @@ type shareBed struct {
 	config  string
 	writers *pgxpool.Pool
 	watch   *pgx.Conn
-	enabled bool // syncer's triggers on orders
+	sampler *pgx.Conn // the writers' waits' (dbshare_waits.go)
+	enabled bool      // syncer's triggers on orders
 	dir     string
 }
 
@@ -215,9 +218,9 @@ func shareRow(rate int, res map[sharePhase]*sharePhaseResult) Row {
 
 func (p sharePhaseResult) describe() string {
 	n := float64(max(p.rows, 1))
-	return fmt.Sprintf("%s rows at %s/s, database %.0f µs a row (writers %.0f, exporter %.0f, the rest %.0f); writers' backends: %s",
+	return fmt.Sprintf("%s rows at %s/s, database %.0f µs a row (writers %.0f, exporter %.0f, the rest %.0f); %d pg_notify; writers' backends: %s",
 		count(float64(p.rows)), count(p.rate), p.cpu.db()/n*1e6, p.cpu.writers/n*1e6, p.cpu.exporter/n*1e6,
-		(p.cpu.db()-p.cpu.writers-p.cpu.exporter)/n*1e6, p.waits)
+		(p.cpu.db()-p.cpu.writers-p.cpu.exporter)/n*1e6, p.notifies, p.waits)
 }
 
 func formatTop(top []shareStmt) string {
@@ -288,6 +291,9 @@ func (r *runner) newShareBed(ctx context.Context, sz shareSizes) (_ *shareBed, e
 	if b.watch, err = pgx.Connect(ctx, dsn); err != nil {
 		return nil, err
 	}
+	if b.sampler, err = pgx.Connect(ctx, dsn); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -304,8 +310,10 @@ func appNamed(dsn, name string) (string, error) {
 }
 
 func (b *shareBed) close(ctx context.Context) {
-	if b.watch != nil {
-		b.watch.Close(context.WithoutCancel(ctx))
+	for _, c := range []*pgx.Conn{b.watch, b.sampler} {
+		if c != nil {
+			c.Close(context.WithoutCancel(ctx))
+		}
 	}
 	if b.writers != nil {
 		b.writers.Close()
@@ -380,7 +388,7 @@ func (b *shareBed) phase(ctx context.Context, ph sharePhase, rate int, sz shareS
 		return res, err
 	}
 	total := int(float64(rate) * sz.phase.Seconds())
-	ws := sampleWaits(ctx, b.watch)
+	ws := sampleWaits(ctx, b.sampler)
 	w, err := paced(ctx, b.writers, sz.writers, total, time.Second/time.Duration(rate), insertOrder)
 	res.waits = ws.stop()
 	if err != nil {
@@ -403,6 +411,10 @@ func (b *shareBed) phase(ctx context.Context, ph sharePhase, rate int, sz shareS
 		return res, err
 	}
 	if res.top, err = b.topStatements(ctx); err != nil {
+		return res, err
+	}
+	if err := b.watch.QueryRow(ctx, dbshareMark+`SELECT COALESCE(sum(calls), 0) FROM public.pg_stat_statements
+		WHERE query LIKE '%pg_notify%' AND query NOT LIKE '/* dbshare-bench */%'`).Scan(&res.notifies); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -21,8 +21,11 @@ type waitSampler struct {
 	n      int
 }
 
+// conn is a session of the bench's own, kept open between phases (its
+// backend's CPU is the bench's only while it runs), and never cancelled
+// in a query: pgx closes a connection whose query is cancelled.
 func sampleWaits(ctx context.Context, conn *pgx.Conn) *waitSampler {
-	ctx, cancel := context.WithCancel(ctx)
+	stop, cancel := context.WithCancel(ctx)
 	w := &waitSampler{cancel: cancel, done: make(chan struct{}), counts: map[string]int{}}
 	go func() {
 		defer close(w.done)
@@ -42,7 +45,7 @@ func sampleWaits(ctx context.Context, conn *pgx.Conn) *waitSampler {
 				}
 			}
 			select {
-			case <-ctx.Done():
+			case <-stop.Done():
 				return
 			case <-t.C:
 			}
