@@ -107,6 +107,8 @@ type sharePhaseResult struct {
 	waits string
 	// notifies counts the pg_notify calls of the phase's statements.
 	notifies int64
+	// walBytes is the WAL the cluster wrote in the phase.
+	walBytes float64
 }
 
 // shareStmt is a statement of pg_stat_statements.
@@ -218,9 +220,9 @@ func shareRow(rate int, res map[sharePhase]*sharePhaseResult) Row {
 
 func (p sharePhaseResult) describe() string {
 	n := float64(max(p.rows, 1))
-	return fmt.Sprintf("%s rows at %s/s, database %.0f µs a row (writers %.0f, exporter %.0f, the rest %.0f); %d pg_notify; writers' backends: %s",
+	return fmt.Sprintf("%s rows at %s/s, database %.0f µs a row (writers %.0f, exporter %.0f, the rest %.0f); %.0f bytes of WAL a row; %d pg_notify; writers' backends: %s",
 		count(float64(p.rows)), count(p.rate), p.cpu.db()/n*1e6, p.cpu.writers/n*1e6, p.cpu.exporter/n*1e6,
-		(p.cpu.db()-p.cpu.writers-p.cpu.exporter)/n*1e6, p.notifies, p.waits)
+		(p.cpu.db()-p.cpu.writers-p.cpu.exporter)/n*1e6, p.walBytes/n, p.notifies, p.waits)
 }
 
 func formatTop(top []shareStmt) string {
@@ -383,6 +385,10 @@ func (b *shareBed) phase(ctx context.Context, ph sharePhase, rate int, sz shareS
 	if _, err := b.watch.Exec(ctx, dbshareMark+`SELECT public.pg_stat_statements_reset()`); err != nil {
 		return res, err
 	}
+	wal0, err := b.walPosition(ctx)
+	if err != nil {
+		return res, err
+	}
 	cpu0, err := b.c.sampleCPU()
 	if err != nil {
 		return res, err
@@ -406,6 +412,11 @@ func (b *shareBed) phase(ctx context.Context, ph sharePhase, rate int, sz shareS
 	if err != nil {
 		return res, err
 	}
+	wal1, err := b.walPosition(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.walBytes = wal1 - wal0
 	res.rows, res.rate = w.rows, w.rate()
 	if res.cpu, err = b.classify(ctx, cpu0, cpu1); err != nil {
 		return res, err
@@ -418,6 +429,13 @@ func (b *shareBed) phase(ctx context.Context, ph sharePhase, rate int, sz shareS
 		return res, err
 	}
 	return res, nil
+}
+
+// walPosition reads the cluster's WAL position, in bytes.
+func (b *shareBed) walPosition(ctx context.Context) (float64, error) {
+	var wal float64
+	err := b.watch.QueryRow(ctx, dbshareMark+`SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&wal)
+	return wal, err
 }
 
 // startReader creates the slot and starts pg_recvlogical on it, and
