@@ -61,9 +61,21 @@ const (
 	phasePlain  sharePhase = "inserts alone"
 	phaseWAL    sharePhase = "WAL reader"
 	phaseSyncer sharePhase = "syncer"
+	// phaseSyncerAsync is syncer with its own sessions' commits
+	// asynchronous (synchronous_commit off; the writers' are not): a
+	// diagnostic, run when SYNCER_BENCH_DBSHARE_ASYNC is set, of how much
+	// the daemon's WAL flushes slow the writers' commits.
+	phaseSyncerAsync sharePhase = "syncer, its commits asynchronous"
 )
 
-var sharePhases = []sharePhase{phasePlain, phaseWAL, phaseSyncer}
+// sharePhases are the phases of a round, in order.
+func sharePhases() []sharePhase {
+	phases := []sharePhase{phasePlain, phaseWAL, phaseSyncer}
+	if os.Getenv("SYNCER_BENCH_DBSHARE_ASYNC") != "" {
+		phases = append(phases, phaseSyncerAsync)
+	}
+	return phases
+}
 
 // shareSizes are the scenario's amounts.
 type shareSizes struct {
@@ -145,7 +157,7 @@ func (r *runner) dbshare(ctx context.Context) ([]Row, error) {
 	for _, rate := range sz.rates {
 		res := map[sharePhase]*sharePhaseResult{}
 		for round := range sz.rounds {
-			for _, ph := range sharePhases {
+			for _, ph := range sharePhases() {
 				r.progressf("   dbshare: %s at %d/s, round %d of %d, %s", ph, rate, round+1, sz.rounds, sz.phase)
 				pr, err := b.phase(ctx, ph, rate, sz)
 				if err != nil {
@@ -162,7 +174,7 @@ func (r *runner) dbshare(ctx context.Context) ([]Row, error) {
 				acc.top = pr.top // the last round's
 			}
 		}
-		for _, ph := range sharePhases {
+		for _, ph := range sharePhases() {
 			r.note("dbshare %d/s, %s: top statements of the last round (pg_stat_statements, calls, total ms, ms a call):\n%s", rate, ph, formatTop(res[ph].top))
 		}
 		rows = append(rows, shareRow(rate, res))
@@ -354,7 +366,7 @@ func (b *shareBed) triggers(ctx context.Context, on bool) error {
 // sz.phase, until the exporter has every row.
 func (b *shareBed) phase(ctx context.Context, ph sharePhase, rate int, sz shareSizes) (sharePhaseResult, error) {
 	var res sharePhaseResult
-	if err := b.triggers(ctx, ph == phaseSyncer); err != nil {
+	if err := b.triggers(ctx, ph == phaseSyncer || ph == phaseSyncerAsync); err != nil {
 		return res, err
 	}
 	// Every phase starts from a checkpoint: one that fell in a phase
@@ -370,8 +382,21 @@ func (b *shareBed) phase(ctx context.Context, ph sharePhase, rate int, sz shareS
 			return res, err
 		}
 		defer stop()
-	case phaseSyncer:
-		d, err := b.r.startDaemon(ctx, b.s, b.f, false, "--config", b.config, "--thirdparty-url=")
+	case phaseSyncer, phaseSyncerAsync:
+		s := b.s
+		if ph == phaseSyncerAsync {
+			async := *b.s
+			u, err := url.Parse(async.dsn)
+			if err != nil {
+				return res, err
+			}
+			q := u.Query()
+			q.Set("synchronous_commit", "off")
+			u.RawQuery = q.Encode()
+			async.dsn = u.String()
+			s = &async
+		}
+		d, err := b.r.startDaemon(ctx, s, b.f, false, "--config", b.config, "--thirdparty-url=")
 		if err != nil {
 			return res, err
 		}
