@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/resources"
@@ -159,6 +160,25 @@ func (f *rowsFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs
 	}
 	resources.QueueMarks(b, o)
 	return nil
+}
+
+// composeAccepted adds to s the marks of accepted, every one a row's
+// version (composer): their ids and versions go once, as the keys and
+// versions of every piece of s.
+func (f *rowsFeed) composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, ok bool) {
+	var v resources.Versions
+	v.IDs, v.Versions = make([]int64, 0, len(accepted)), make([]int64, 0, len(accepted))
+	for _, it := range accepted {
+		id, err := rowID(it)
+		if err != nil || it.Deleted {
+			return "", "", false // QueueMarks says what is wrong, or marks the tombstone
+		}
+		v.Add(id, it.Version)
+	}
+	ids := s.Arg(v.IDs)
+	versions = s.Arg(v.Versions)
+	resources.ComposeSynced(s, ids, versions)
+	return resources.KeysSQL(ids), versions + `::bigint[]`, true
 }
 
 // QueueLive makes the rows a replay's answer deferred pending again in the

@@ -194,6 +194,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 		defTen   []string // each deferred item's tenant ("" outside a lane)
 		batches  int64
 		seqs     []int64
+		one      *batch // the group's batch, when it has one
 	}
 	byName := map[string]*group{}
 	var order []string
@@ -227,6 +228,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			g.errs = append(g.errs, oversizeError(o, p.feed.Limits()))
 		}
 		g.batches++
+		g.one = b
 		if b.seq != 0 {
 			g.seqs = append(g.seqs, b.seq)
 		}
@@ -260,14 +262,27 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			qb.Queue(lazyCommitSQL)
 		}
 		digests, arrays := bufs.reset()
+		// A checkpoint's one batch, all accepted, is marked with its
+		// story and digests in one statement (composed.go).
+		composed := map[string]bool{}
+		for _, name := range order {
+			if g := byName[name]; g.batches == 1 {
+				composed[name] = p.queueComposed(qb, g.one, digests, arrays)
+			}
+		}
 		for _, b := range r.marks {
+			if composed[b.name] {
+				continue
+			}
 			p.queueDigests(qb, b, digests)
 			p.queueHistory(qb, b, arrays)
 		}
 		for _, name := range order {
 			g := byName[name]
-			if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
-				return err
+			if !composed[name] {
+				if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
+					return err
+				}
 			}
 			p.queueSkipped(qb, g.skipped)
 			// Deferred items are held, in the transaction that marks
