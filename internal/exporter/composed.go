@@ -23,29 +23,37 @@ import (
 // composer is a feed whose accepted items' marks compose with their story
 // and their digests into one statement.
 type composer interface {
-	// composeAccepted adds to s the marks of accepted and returns
-	// expressions of s that are their keys (text[]) and versions
-	// (bigint[]) in accepted's order; false, adding nothing, when it
-	// cannot (a tombstone among them).
-	composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, ok bool)
+	// composeAccepted adds to s the marks of accepted, none a
+	// tombstone, and returns expressions of s that are their keys
+	// (text[]) and versions (bigint[]) in accepted's order.
+	composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, err error)
 }
 
-// queueComposed queues on qb the marks of b, all accepted and the one
-// batch of its checkpoint the transaction marks, with its story and its
-// digests in one statement where they compose (a story of more than one
-// request, digests of fresh and kept keys mixed, go apart as before). It
-// reports false, queueing nothing, when b's marks do not compose: the
-// caller queues all three apart.
-func (p *pipeline) queueComposed(qb *pgx.Batch, b *batch, digests *digestBufs, arrays *history.Arrays) bool {
-	c, ok := p.feed.(composer)
-	if !ok || b.out == nil || b.resent || len(b.out.Accepted) == 0 ||
+// composes reports whether b's marks, story and digests go in one
+// statement: b answered, every item accepted, not resent, by a feed
+// that composes them, and no tombstone among them.
+func (p *pipeline) composes(b *batch) bool {
+	if _, ok := p.feed.(composer); !ok || b.out == nil || b.resent || len(b.out.Accepted) == 0 ||
 		len(b.out.Rejected)+len(b.out.Deferred)+len(b.oversize)+len(b.unchanged) > 0 {
 		return false
 	}
+	for _, it := range b.out.Accepted {
+		if it.Deleted {
+			return false
+		}
+	}
+	return true
+}
+
+// queueComposed queues on qb the marks of b, which composes, with its
+// story and its digests in one statement where they compose (a story of
+// more than one request, digests of fresh and kept keys mixed, are
+// queued apart, as before).
+func (p *pipeline) queueComposed(qb *pgx.Batch, b *batch, digests *digestBufs, arrays *history.Arrays) error {
 	var s compose.Statement
-	keys, versions, ok := c.composeAccepted(&s, b.out.Accepted)
-	if !ok {
-		return false
+	keys, versions, err := p.feed.(composer).composeAccepted(&s, b.out.Accepted)
+	if err != nil {
+		return err
 	}
 	if !p.e.cfg.NoHistory {
 		h := p.historyOf(b, b.out.Attempts)
@@ -58,7 +66,16 @@ func (p *pipeline) queueComposed(qb *pgx.Batch, b *batch, digests *digestBufs, a
 		p.queueDigests(qb, b, digests)
 	}
 	s.Queue(qb, "exporter: mark "+b.name)
-	return true
+	return nil
+}
+
+// composedItems are the accepted items of batches.
+func composedItems(batches []*batch) []feed.Item {
+	var out []feed.Item
+	for _, b := range batches {
+		out = append(out, b.out.Accepted...)
+	}
+	return out
 }
 
 // composeDigests adds to s the digests of b's accepted bodies under keys,

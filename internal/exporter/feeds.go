@@ -163,22 +163,22 @@ func (f *rowsFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs
 }
 
 // composeAccepted adds to s the marks of accepted, every one a row's
-// version (composer): their ids and versions go once, as the keys and
-// versions of every piece of s.
-func (f *rowsFeed) composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, ok bool) {
+// version, none a tombstone (composer): their ids and versions go once,
+// as the keys and versions of every piece of s.
+func (f *rowsFeed) composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, err error) {
 	var v resources.Versions
 	v.IDs, v.Versions = make([]int64, 0, len(accepted)), make([]int64, 0, len(accepted))
 	for _, it := range accepted {
 		id, err := rowID(it)
-		if err != nil || it.Deleted {
-			return "", "", false // QueueMarks says what is wrong, or marks the tombstone
+		if err != nil {
+			return "", "", err
 		}
 		v.Add(id, it.Version)
 	}
 	ids := s.Arg(v.IDs)
 	versions = s.Arg(v.Versions)
 	resources.ComposeSynced(s, ids, versions)
-	return resources.KeysSQL(ids), versions + `::bigint[]`, true
+	return resources.KeysSQL(ids), versions + `::bigint[]`, nil
 }
 
 // QueueLive makes the rows a replay's answer deferred pending again in the

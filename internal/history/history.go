@@ -338,11 +338,14 @@ func (b *Batch) args(arrays *Arrays) (string, []any, bool) {
 
 // acceptedColumns are the common batch's deleted and captured arrays:
 // NULL for none deleted and none captured, the common drain of new rows,
-// whose rows then carry two arrays, not four.
-func (b *Batch) acceptedColumns() ([]bool, []pgtype.Timestamptz) {
+// whose rows then carry two arrays, not four. The captured times are a
+// []time.Time when every item has one (a drain's every row): pgx encodes
+// it directly, where it boxes each element of a []pgtype.Timestamptz
+// (32 bytes an item, issue 55).
+func (b *Batch) acceptedColumns() ([]bool, any) {
 	n := len(b.Accepted)
 	var deleted []bool
-	var captured []pgtype.Timestamptz
+	var nulls bool
 	for i, it := range b.Accepted {
 		if it.Deleted && deleted == nil {
 			deleted = make([]bool, n) // the items before it were not
@@ -350,12 +353,26 @@ func (b *Batch) acceptedColumns() ([]bool, []pgtype.Timestamptz) {
 		if deleted != nil {
 			deleted[i] = it.Deleted
 		}
+		nulls = nulls || it.Captured.IsZero()
+	}
+	if !nulls {
+		captured := make([]time.Time, n)
+		for i, it := range b.Accepted {
+			captured[i] = it.Captured
+		}
+		return deleted, captured
+	}
+	var captured []pgtype.Timestamptz
+	for i, it := range b.Accepted {
 		if !it.Captured.IsZero() && captured == nil {
 			captured = make([]pgtype.Timestamptz, n) // NULL before it
 		}
 		if captured != nil {
 			captured[i] = capturedOf(it)
 		}
+	}
+	if captured == nil {
+		return deleted, nil // a NULL array, not a typed nil in an any
 	}
 	return deleted, captured
 }
