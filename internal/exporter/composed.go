@@ -83,9 +83,9 @@ func composedItems(batches []*batch) []feed.Item {
 // deferred: false, adding nothing, when some are fresh and some not.
 func (p *pipeline) composeDigests(s *compose.Statement, b *batch, keys string, bufs *digestBufs) bool {
 	acc := b.out.Accepted
-	fresh := p.bodies.skip && acc[0].Kept == nil
+	fresh := p.bodies.skip && acc[0].Kept() == nil
 	for _, it := range acc[1:] {
-		if (p.bodies.skip && it.Kept == nil) != fresh {
+		if (p.bodies.skip && it.Kept() == nil) != fresh {
 			return false
 		}
 	}

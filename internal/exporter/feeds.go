@@ -119,13 +119,16 @@ func (c *rowsCursor) Next(ctx context.Context) (feed.Page, error) {
 	}
 	c.end = end
 	p := feed.Page{Salt: salt, Items: make([]feed.Item, 0, len(rows)), Kept: c.f.kept}
+	var metas []feed.Meta
 	for _, r := range rows {
 		id := strconv.FormatInt(r.ID, 10)
 		if r.Oversize > 0 {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: id, Version: r.Version, Bytes: r.Oversize})
 			continue
 		}
-		p.Items = append(p.Items, feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept, Captured: r.Captured})
+		it := feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Meta: feed.MetaOf(&metas, len(rows), "", r.Kept)}
+		it.SetCaptured(r.Captured)
+		p.Items = append(p.Items, it)
 	}
 	c.after = rows[len(rows)-1].ID
 	p.Position = c.after
@@ -261,12 +264,15 @@ func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
 	}
 	c.end = sp.End
 	p := feed.Page{Salt: c.f.Checkpoint(), Items: make([]feed.Item, 0, len(rows)), Kept: c.f.kept}
+	var metas []feed.Meta
 	for _, r := range rows {
 		if r.Oversize > 0 {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
 			continue
 		}
-		p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept, Captured: r.Captured})
+		it := feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Meta: feed.MetaOf(&metas, len(rows), "", r.Kept)}
+		it.SetCaptured(r.Captured)
+		p.Items = append(p.Items, it)
 	}
 	last := rows[len(rows)-1].Key
 	c.after = &last

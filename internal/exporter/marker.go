@@ -237,7 +237,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			g.defTen = append(g.defTen, tenant)
 		}
 		for _, o := range b.oversize {
-			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version, Tenant: tenant})
+			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version, Meta: feed.MetaOf(new([]feed.Meta), 1, tenant, nil)})
 			g.errs = append(g.errs, oversizeError(o, p.feed.Limits()))
 		}
 	}
@@ -336,10 +336,10 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 func answeredKeys(acc, rej []feed.Item) []holds.ID {
 	keys := make([]holds.ID, 0, len(acc)+len(rej))
 	for _, it := range acc {
-		keys = append(keys, holds.ID{Tenant: it.Tenant, Key: it.ID})
+		keys = append(keys, holds.ID{Tenant: it.Tenant(), Key: it.ID})
 	}
 	for _, it := range rej {
-		keys = append(keys, holds.ID{Tenant: it.Tenant, Key: it.ID})
+		keys = append(keys, holds.ID{Tenant: it.Tenant(), Key: it.ID})
 	}
 	return keys
 }

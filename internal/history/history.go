@@ -271,7 +271,7 @@ func (b *Batch) allAccepted() bool {
 // capturedOf is an item's capture time as an array's element: NULL when
 // zero.
 func capturedOf(it feed.Item) pgtype.Timestamptz {
-	return pgtype.Timestamptz{Time: it.Captured, Valid: !it.Captured.IsZero()}
+	return pgtype.Timestamptz{Time: it.Captured(), Valid: it.CapturedAt != 0}
 }
 
 // Arrays are the key and version arrays of the common batch's statement,
@@ -353,18 +353,18 @@ func (b *Batch) acceptedColumns() ([]bool, any) {
 		if deleted != nil {
 			deleted[i] = it.Deleted
 		}
-		nulls = nulls || it.Captured.IsZero()
+		nulls = nulls || it.CapturedAt == 0
 	}
 	if !nulls {
 		captured := make([]time.Time, n)
 		for i, it := range b.Accepted {
-			captured[i] = it.Captured
+			captured[i] = it.Captured()
 		}
 		return deleted, captured
 	}
 	var captured []pgtype.Timestamptz
 	for i, it := range b.Accepted {
-		if !it.Captured.IsZero() && captured == nil {
+		if it.CapturedAt != 0 && captured == nil {
 			captured = make([]pgtype.Timestamptz, n) // NULL before it
 		}
 		if captured != nil {
