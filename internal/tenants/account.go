@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/time/rate"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 )
@@ -74,11 +75,16 @@ func (r *Registry) noteAccount(ctx context.Context, e *entry) {
 // RefreshEvery, for as long
 // as the registry holds the tenant (IdleAfter); a tenant it forgot is
 // compared at its next read. It reads nothing without Settings or
-// Replay, and never keeps a tenant longer.
+// Replay, and never keeps a tenant longer. It reads at most RereadRate
+// rows a second, so a registry holding many idle tenants costs the
+// database and the daemon a bounded share, and takes longer to go
+// round them all.
 func (r *Registry) Reread(ctx context.Context) {
 	if r.cfg.Settings == nil || r.cfg.Replay == nil {
 		return
 	}
+	burst := max(1, int(r.cfg.RereadRate))
+	pace := rate.NewLimiter(rate.Limit(r.cfg.RereadRate), burst)
 	r.mu.Lock()
 	held := make([]*entry, 0, len(r.entries))
 	for _, e := range r.entries {
@@ -89,8 +95,18 @@ func (r *Registry) Reread(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		e.mu.Lock()
+		due := !e.readAt.IsZero() && r.cfg.Now().Sub(e.readAt) >= r.cfg.RefreshEvery
+		e.mu.Unlock()
+		if !due {
+			continue
+		}
+		if pace.Wait(ctx) != nil {
+			return
+		}
 		now := r.cfg.Now()
 		e.mu.Lock()
+		// Read again unless a batch read it while this one waited.
 		if !e.readAt.IsZero() && now.Sub(e.readAt) >= r.cfg.RefreshEvery {
 			_ = r.refresh(ctx, e, now) // logged there; the next read tries again
 		}

@@ -3,8 +3,10 @@ package tenants_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -104,4 +106,37 @@ func TestTenantAccountChangeReplaysOnce(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT value FROM syncer_state WHERE key = 'destination:crm/tenant:acme:account'`).Scan(&fp))
 	require.NotContains(t, string(fp), "tok-", "the fingerprint holds no secret")
 	require.NotContains(t, string(fp), "acme-", "nor the url itself")
+}
+
+// Reread paces itself: 10,000 idle tenants read again all at once were
+// 10,000 queries every 30 s, 5.5 times the CPU of a daemon holding one
+// (syncer-lab bench, tenants idle). At RereadRate rows a second (with as
+// many at once), a pass stopped after a while has read no more than that.
+func TestRereadIsPaced(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	b.exec(t, `CREATE SEQUENCE reads`)
+	b.exec(t, `INSERT INTO connections (account, url, token) SELECT 'w' || i, $1, 'tok' FROM generate_series(1, 40) i`, b.url+"/t/w")
+	// Every read of a row takes a number: the reads are counted.
+	const query = `SELECT url, token FROM connections WHERE account = $1 AND nextval('reads') > 0`
+	r := b.registry(t, tenants.Config{Settings: &tenants.Settings{Query: query}, Replay: (&replayCalls{}).replay, RereadRate: 5})
+	for i := 1; i <= 40; i++ {
+		_, err := r.For(t.Context(), fmt.Sprintf("w%d", i))
+		require.NoError(t, err)
+	}
+	var before int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT last_value FROM reads`).Scan(&before))
+	b.clock.Advance(tenants.RefreshEveryDefault)
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	start := time.Now()
+	r.Reread(ctx)
+	took := time.Since(start)
+	var after int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT last_value FROM reads`).Scan(&after))
+	most := 5 + int64(5*took.Seconds()) + 1
+	t.Logf("%d of 40 rows read again in %s", after-before, took.Round(time.Millisecond))
+	require.Positive(t, after-before, "some were read again")
+	require.LessOrEqual(t, after-before, most, "at most the burst and the rate's share of the time it took")
 }
