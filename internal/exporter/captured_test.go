@@ -88,7 +88,7 @@ func TestFeedsCarryTheCaptureTime(t *testing.T) {
 	items := first(lane)
 	require.Len(t, items, 2)
 	for _, it := range items {
-		require.Equal(t, "acme", it.Tenant)
+		require.Equal(t, "acme", it.Tenant())
 		same(inserted, it)
 	}
 }
