@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/formats/syncer"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -131,7 +132,7 @@ func (r *runner) verifyScenario(ctx context.Context) ([]Row, error) {
 	}
 	defer client.Close()
 	db0, start = s.backendsCPU(ctx), time.Now()
-	res, err := verify.Run(ctx, s.pool, src, &verify.SyncerReader{Client: client}, &verify.Config{LookupSize: verifyLookup})
+	res, err := verify.Run(ctx, s.pool, src, syncer.NewReader(client), &verify.Config{LookupSize: verifyLookup})
 	took := time.Since(start)
 	db1 = s.backendsCPU(ctx)
 	if err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/history"
+	"github.com/syncer-dev/syncer/internal/presence"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
@@ -123,6 +124,7 @@ func vars() kong.Vars {
 		"replay_stall":         durationText(replayStallDefault),
 		"check_timeout":        durationText(checkTimeoutDefault),
 		"lookup_size":          strconv.Itoa(verify.LookupSizeDefault),
+		"presence_within":      durationText(presence.AwaitDefault),
 	}
 }
 

@@ -70,7 +70,7 @@ func (c *DestinationCmd) actionError(what string, err error) error {
 // running daemon to take it.
 type HoldCmd struct {
 	DestinationCmd
-	Within time.Duration `name:"within" default:"10s" placeholder:"DURATION" help:"How long to wait for every running daemon to take it; past it, exit 1 naming those that did not."`
+	Within time.Duration `name:"within" default:"${presence_within}" placeholder:"DURATION" help:"How long to wait for every running daemon to take it; past it, exit 1 naming those that did not."`
 }
 
 // hold runs Pause or Resume with the command's bound.

@@ -15,7 +15,7 @@ import (
 // the one every production container runs, carries none of them.
 const LabBinary = "syncer-lab"
 
-// LabCmd is `syncer fake-thirdparty`: CONTRACT.md section 3 and the README's
+// LabCmd is `syncer fake-thirdparty`: docs/protocol.md section 3 and the README's
 // quick start name it, so it stays a command of syncer, but it runs the
 // lab's fake, replacing this process (execve) so that the fake's flags, its
 // output, its exit status and every signal are the lab's own, as if it had

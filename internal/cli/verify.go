@@ -19,12 +19,11 @@ import (
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
-	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/tenants"
-	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -95,10 +94,12 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 	} else if et != nil {
 		return c.runEveryTenant(ctx, env, pool, et)
 	}
-	src, rd, limit, burst, dest, err := c.build(ctx, pool, env.Logger)
+	b, err := c.build(ctx, pool, env.Logger)
 	if err != nil {
 		return err
 	}
+	defer b.close()
+	src, rd, limit, burst, dest := b.src, b.rd, b.limit, b.burst, b.dest
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {
 		return err
@@ -125,13 +126,20 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		Pace:       pace,
 		Logger:     env.Logger,
 	})
+	return c.report(env.Stdout, res, err, c.print)
+}
+
+// report prints a run's result res with print and returns verify's exit:
+// after a run that failed with err, what it checked before it stopped,
+// and err; an exitStatus of 3 when something drifted.
+func (c *VerifyCmd) report(w io.Writer, res *verify.Result, err error, print func(io.Writer, *verify.Result) error) error {
 	if err != nil {
 		if res != nil && res.Checked > 0 && !c.JSON {
-			fmt.Fprintf(env.Stdout, "%s: %d keys checked before it stopped; run the same command again to go on from there\n", runName(res), res.Checked)
+			fmt.Fprintf(w, "%s: %d keys checked before it stopped; run the same command again to go on from there\n", runName(res.Source, res.Tenant), res.Checked)
 		}
 		return err
 	}
-	if err := c.print(env.Stdout, res); err != nil {
+	if err := print(w, res); err != nil {
 		return err
 	}
 	if res.Drifted() > 0 {
@@ -140,78 +148,71 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 	return nil
 }
 
-// build returns the source, the reader of its destination, the
-// destination's rate limit and burst, and its name.
-func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (verify.Source, verify.Reader, float64, int, string, error) {
+// built is what a run of one source (or one tenant) reads: the source,
+// the reader of its destination, the destination's rate limit and burst,
+// and its name; close frees the reader's accounts.
+type built struct {
+	src   verify.Source
+	rd    verify.Reader
+	limit float64
+	burst int
+	dest  string
+	close func()
+}
+
+// build returns what a run of the source reads.
+func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*built, error) {
 	r := verify.Range{FromKey: c.FromKey, ToKey: c.ToKey}
 	if c.Source == jobs.Resources {
 		src, err := verify.NewResources(r)
 		if err != nil {
-			return nil, nil, 0, 0, "", usagef("--from-key/--to-key: %v", err)
+			return nil, usagef("--from-key/--to-key: %v", err)
 		}
 		if c.ThirdpartyURL == "" {
-			return nil, nil, 0, 0, "", usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required to verify resources")
+			return nil, usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required to verify resources")
 		}
 		client, err := verify.NewClient(c.ThirdpartyURL, c.ThirdpartyToken)
 		if err != nil {
-			return nil, nil, 0, 0, "", usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL): %v", err)
+			return nil, usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL): %v", err)
 		}
-		rd, err := reader(c.ThirdpartyFormat, nil, client, "resources", c.Source)
+		rd, err := formats.Reader(c.ThirdpartyFormat, nil, &formats.Account{Client: client, Source: c.Source})
 		if err != nil {
-			return nil, nil, 0, 0, "", err
+			return nil, readerError(jobs.Resources, err)
 		}
-		return src, rd, c.RateLimit, c.RateBurst, metrics.DefaultDestination, nil
+		return &built{src: src, rd: rd, limit: c.RateLimit, burst: c.RateBurst, dest: metrics.DefaultDestination, close: func() {}}, nil
 	}
 	cfg, err := c.ConfigFile.Load(true)
 	if err != nil {
-		return nil, nil, 0, 0, "", err
+		return nil, err
 	}
 	if cfg == nil {
-		return nil, nil, 0, 0, "", usagef("--source %s: a configured source needs --config (SYNCER_CONFIG)", c.Source)
+		return nil, usagef("--source %s: a configured source needs --config (SYNCER_CONFIG)", c.Source)
 	}
 	dest, err := destinationOf(cfg, c.Source)
 	if err != nil {
-		return nil, nil, 0, 0, "", err
+		return nil, err
 	}
 	src, err := c.configuredSource(ctx, pool, r, dest)
 	if err != nil {
-		return nil, nil, 0, 0, "", err
+		return nil, err
 	}
-	// The destination's own client, as the daemons build it: its token or
-	// auth mapping (bearer, basic, OAuth2 client credentials), its headers
-	// and its TLS.
-	creds := credentials.NewSet(logger)
-	tcfg, err := daemon.ThirdPartyConfig(pool, creds, logger, dest)
+	// The destination's own accounts, as the daemons build them.
+	acc, err := daemon.NewVerifyAccounts(pool, credentials.NewSet(logger), logger, dest)
 	if err != nil {
-		return nil, nil, 0, 0, "", fmt.Errorf("destination %s: %w", dest.Name, err)
+		return nil, err
 	}
-	tcfg.Timeout = verify.LookupTimeoutDefault
-	var client *thirdparty.Client
-	var columns map[string]any
+	var rd verify.Reader
 	if c.Tenant != "" {
-		client, columns, err = tenantClient(ctx, pool, creds, logger, dest, tcfg, c.Tenant)
-	} else {
-		client, err = thirdparty.New(tcfg)
+		rd, err = tenantReader(ctx, acc, dest, c.Source, c.Tenant)
+	} else if rd, err = acc.Reader(c.Source); err != nil {
+		err = readerError(dest.Name, err)
 	}
 	if err != nil {
-		return nil, nil, 0, 0, "", fmt.Errorf("destination %s: %w", dest.Name, err)
+		acc.Close()
+		return nil, err
 	}
-	rd, err := reader(dest.Format.Name, dest.Verify, client, dest.Name, c.Source)
-	if err != nil {
-		return nil, nil, 0, 0, "", err
-	}
-	if cr, ok := rd.(*verify.CustomReader); ok && c.Tenant != "" {
-		// The block's programs see the tenant as its deliverer's do.
-		cr.Verify = cr.Verify.ForTenant(c.Tenant, columns)
-	}
-	limit, burst := c.RateLimit, c.RateBurst
-	if dest.RateLimit != nil {
-		limit = *dest.RateLimit
-	}
-	if dest.RateBurst > 0 {
-		burst = dest.RateBurst
-	}
-	return src, rd, limit, burst, dest.Name, nil
+	limit, burst := c.destLimits(dest)
+	return &built{src: src, rd: rd, limit: limit, burst: burst, dest: dest.Name, close: acc.Close}, nil
 }
 
 // destinationOf returns the destination of the configured source name.
@@ -231,19 +232,19 @@ func destinationOf(cfg *config.Config, name string) (*config.Destination, error)
 	return nil, usagef("--source: no source %s in --config (sources: %s)", name, strings.Join(append(names, jobs.Resources), ", "))
 }
 
-// reader returns verify.NewReader's reader of destination dest, or a
-// usage error naming it.
-func reader(format string, block *custom.VerifyConfig, client verify.Sender, dest, source string) (verify.Reader, error) {
-	rd, err := verify.NewReader(format, block, client, source)
+// readerError is err, building the reader of destination dest, as a
+// usage error when the destination cannot be read back as configured.
+func readerError(dest string, err error) error {
+	var fe *formats.FieldError
 	switch {
-	case errors.Is(err, verify.ErrNoReadAPI):
-		return nil, usagef("destination %s: %v (docs/protocol.md, Verify and heal; recipes in docs/destinations.md)", dest, err)
-	case err != nil:
+	case errors.Is(err, formats.ErrNoReadAPI):
+		return usagef("destination %s: %v (docs/protocol.md, Verify and heal; recipes in docs/destinations.md)", dest, err)
+	case errors.As(err, &fe):
 		// config check refuses a block that cannot work first: the file
 		// changed since.
-		return nil, usagef("destination %s: %v", dest, err)
+		return usagef("destination %s: %v", dest, err)
 	}
-	return rd, nil
+	return err
 }
 
 // print writes the counts and examples, as text or JSON.
@@ -256,11 +257,7 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	if res.Resumed {
-		fmt.Fprintf(w, "%s: resumed the interrupted verify\n", runName(res))
-	}
-	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
-		runName(res), res.Checked, res.OK, res.Missing, res.Stale, res.Zombie, res.Failed, res.Unknown, res.Pending)
+	printCounts(w, runName(res.Source, res.Tenant), res.Resumed, &res.KindCounts)
 	for _, ex := range res.Examples {
 		tenant := ""
 		if ex.Tenant != "" && res.Tenant == "" {
@@ -332,29 +329,36 @@ func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r 
 
 // runName names what a run verified in its output: "source S", or
 // "source S tenant T".
-func runName(res *verify.Result) string {
-	if res.Tenant != "" {
-		return "source " + res.Source + " tenant " + res.Tenant
+func runName(source, tenant string) string {
+	if tenant != "" {
+		return "source " + source + " tenant " + tenant
 	}
-	return "source " + res.Source
+	return "source " + source
 }
 
-// tenantClient is a client of tenant's account, and the extra columns of
-// its connection row (for a verify block's $tenant), from its destination's
-// tenants (its connection row's URL and credentials, when the destination
-// has a tenants block; the destination's, with {tenant} in its URL, when
-// not). Its errors name the tenant, never a credential.
-func tenantClient(ctx context.Context, pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config, tenant string) (*thirdparty.Client, map[string]any, error) {
-	reg, err := daemon.TenantRegistry(pool, creds, logger, dest, tcfg)
-	if err != nil {
-		return nil, nil, err
+// printCounts writes what a run of name (runName) counted, after a line
+// saying it resumed an interrupted one: a whole run's, or each tenant's
+// of a run of every tenant.
+func printCounts(w io.Writer, name string, resumed bool, k *verify.KindCounts) {
+	if resumed {
+		fmt.Fprintf(w, "%s: resumed the interrupted verify\n", name)
 	}
-	client, columns, err := reg.Account(ctx, tenant)
-	if errors.Is(err, tenants.ErrUnconnected) {
-		return nil, nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)}
+	fmt.Fprintf(w, "%s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
+		name, k.Checked, k.OK, k.Missing, k.Stale, k.Zombie, k.Failed, k.Unknown, k.Pending)
+}
+
+// tenantReader is the reader of tenant's account at dest
+// (daemon.VerifyAccounts.TenantReader), its errors as verify says them:
+// they name the tenant, never a credential.
+func tenantReader(ctx context.Context, acc *daemon.VerifyAccounts, dest *config.Destination, source, tenant string) (verify.Reader, error) {
+	rd, err := acc.TenantReader(ctx, source, tenant)
+	switch {
+	case errors.Is(err, tenants.ErrUnconnected):
+		return nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)}
+	case errors.Is(err, tenants.ErrRefreshNotShared):
+		return nil, usagef("%v", err)
+	case err != nil:
+		return nil, readerError(dest.Name, err)
 	}
-	if errors.Is(err, tenants.ErrRefreshNotShared) {
-		return nil, nil, usagef("%v", err)
-	}
-	return client, columns, err
+	return rd, nil
 }

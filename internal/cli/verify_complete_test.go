@@ -18,7 +18,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 )
 
-// Issue 54 point 15 (CONTRACT 11.1): a configured source forgets a key
+// Issue 54 point 15 (docs/protocol.md section 10): a configured source forgets a key
 // hard-deleted here once its tombstone was accepted, so verify, reading
 // the table, never saw it again (0 zombie) when the third party held it
 // once more. The row's story still names it: verify reads it back, finds
@@ -98,7 +98,7 @@ sources:
 	require.Equal(t, int64(7), verifyJSON(t, r).Checked, "6..12 less 11 deleted, and 11 from the story")
 }
 
-// Issue 54 point 15 (CONTRACT 11.1): a key whose latest version the
+// Issue 54 point 15 (docs/protocol.md section 10): a key whose latest version the
 // third party rejected was counted missing (or stale, when an earlier
 // version was accepted), so drift never cleared and --heal only got it
 // rejected again. It is failed: a count and a kind of its own, not drift,
@@ -155,7 +155,7 @@ func TestVerifyFailedIsItsOwnKind(t *testing.T) {
 	require.Equal(t, versions, after, "--heal does not send a failed key to be rejected again")
 }
 
-// Issue 54 point 15 (CONTRACT 11.1): `verify --source S` of a source whose
+// Issue 54 point 15 (docs/protocol.md section 10): `verify --source S` of a source whose
 // destination has tenants exited 2 asking for --tenant, one at a time. It
 // verifies every tenant with rows, one after another, each with its own
 // account; --json gives each tenant's counts under "tenants" and their sums
@@ -241,7 +241,7 @@ func TestVerifyEveryTenant(t *testing.T) {
 	require.NotContains(t, r.stdout, tenantToken)
 }
 
-// Issue 54 point 15 (CONTRACT 11.1): `syncer verify` from the command line
+// Issue 54 point 15 (docs/protocol.md section 10): `syncer verify` from the command line
 // paced itself apart from the daemons, at a quarter of rate_limit while
 // rows were pending, on top of the export's whole rate limit (19-20
 // requests in 2 s against rate_limit 8). It shares the destination's rate

@@ -49,7 +49,7 @@ func TestBackgroundVerifyTenantsHeals(t *testing.T) {
 	clean := last("a clean run of both tenants", func(l *verify.Last) bool {
 		return l.State == verify.StateFinished && l.StartedAt.After(synced) && l.Counts.Pending == 0
 	})
-	require.Equal(t, verify.Counts{Checked: 20, OK: 20}, *clean.Counts)
+	require.Equal(t, verify.Counts{KindCounts: verify.KindCounts{Checked: 20, OK: 20}}, *clean.Counts)
 
 	// acme's account drifts: 1 lost, 3 edited.
 	resp, err := http.Post(srv.URL+"/t/acme/v1/admin/drift", "application/json",

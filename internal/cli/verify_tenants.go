@@ -15,12 +15,11 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
 // `syncer verify --source S` of a source whose destination has a tenants
-// block (CONTRACT 11.1): each tenant's rows are in the tenant's own
+// block (docs/protocol.md section 10): each tenant's rows are in the tenant's own
 // account, so no one client reads them all; every tenant with rows is
 // verified in turn, each read with its own account and paced by its own
 // limits, each a run of its own (its cursor and last run, as --tenant
@@ -58,13 +57,10 @@ func (c *VerifyCmd) everyTenantOf(ctx context.Context, pool *pgxpool.Pool) (*eve
 // cliTenants are the source's tenants as verify.RunTenants takes them:
 // those with rows, each read with the account its connection row gives.
 type cliTenants struct {
-	c      *VerifyCmd
-	pool   *pgxpool.Pool
-	creds  *credentials.Set
-	logger *slog.Logger
-	dest   *config.Destination
-	tcfg   *thirdparty.Config
-	src    *sources.Source
+	c    *VerifyCmd
+	acc  *daemon.VerifyAccounts
+	dest *config.Destination
+	src  *sources.Source
 }
 
 func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
@@ -72,8 +68,8 @@ func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string,
 }
 
 func (t *cliTenants) Tenant(ctx context.Context, tenant string) (verify.Source, verify.Reader, error) {
-	// tenantClient builds the account as --tenant does.
-	client, columns, err := tenantClient(ctx, t.pool, t.creds, t.logger, t.dest, t.tcfg, tenant)
+	// The account is read as --tenant reads it.
+	rd, err := tenantReader(ctx, t.acc, t.dest, t.c.Source, tenant)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -81,18 +77,10 @@ func (t *cliTenants) Tenant(ctx context.Context, tenant string) (verify.Source, 
 	if err != nil {
 		return nil, nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", t.src.Name, t.src.KeyType, err)
 	}
-	rd, err := reader(t.dest.Format.Name, t.dest.Verify, client, t.dest.Name, t.c.Source)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cr, ok := rd.(*verify.CustomReader); ok {
-		// The block's programs see the tenant as its deliverer's do.
-		cr.Verify = cr.Verify.ForTenant(tenant, columns)
-	}
 	return src, rd, nil
 }
 
-// noAccount is tenantClient's error for a tenant without a connection
+// noAccount is tenantReader's error for a tenant without a connection
 // row: a usage error when --tenant asks for it, a tenant skipped (and
 // said so) when every tenant is verified.
 type noAccount struct{ error }
@@ -125,18 +113,17 @@ func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.
 	if err := verify.CheckIdle(ctx, pool, schema, et.src.Name); err != nil {
 		return err
 	}
-	creds := credentials.NewSet(env.Logger)
-	tcfg, err := daemon.ThirdPartyConfig(pool, creds, env.Logger, et.dest)
+	acc, err := daemon.NewVerifyAccounts(pool, credentials.NewSet(env.Logger), env.Logger, et.dest)
 	if err != nil {
-		return fmt.Errorf("destination %s: %w", et.dest.Name, err)
+		return err
 	}
-	tcfg.Timeout = verify.LookupTimeoutDefault
+	defer acc.Close()
 	limit, burst := c.destLimits(et.dest)
 	var skipped []string
 	var pace *verify.Pace
 	defer func() { releasePace(ctx, pace, env.Logger) }()
 	res, err := verify.RunTenants(ctx, pool, et.src.Name, &verify.TenantsRun{
-		Tenants: &cliTenants{c: c, pool: pool, creds: creds, logger: env.Logger, dest: et.dest, tcfg: tcfg, src: et.src},
+		Tenants: &cliTenants{c: c, acc: acc, dest: et.dest, src: et.src},
 		PaceOf: func(tenant string) *verify.Pace {
 			// Each account has its own rate limit, learned and held apart
 			// from the other tenants' (section 10); the tenant before
@@ -155,31 +142,16 @@ func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.
 		Heal:       c.Heal,
 		Logger:     env.Logger,
 	})
-	if err != nil {
-		if res != nil && res.Checked > 0 && !c.JSON {
-			fmt.Fprintf(env.Stdout, "%s: %d keys checked before it stopped; run the same command again to go on from there\n", runName(res), res.Checked)
-		}
-		return err
-	}
-	if err := c.printTenants(env.Stdout, res); err != nil {
-		return err
-	}
-	if res.Drifted() > 0 {
-		return &exitStatus{code: exitDrift}
-	}
-	return nil
+	return c.report(env.Stdout, res, err, c.printTenants)
 }
 
 // printTenants writes each tenant's counts, then the sums and examples as
 // print does.
 func (c *VerifyCmd) printTenants(w io.Writer, res *verify.Result) error {
 	if !c.JSON {
-		for _, t := range res.Tenants {
-			if t.Resumed {
-				fmt.Fprintf(w, "source %s tenant %s: resumed the interrupted verify\n", res.Source, t.Tenant)
-			}
-			fmt.Fprintf(w, "source %s tenant %s: %d keys checked: %d ok, %d missing, %d stale, %d zombie, %d failed, %d unknown, %d pending\n",
-				res.Source, t.Tenant, t.Checked, t.OK, t.Missing, t.Stale, t.Zombie, t.Failed, t.Unknown, t.Pending)
+		for i := range res.Tenants {
+			t := &res.Tenants[i]
+			printCounts(w, runName(res.Source, t.Tenant), t.Resumed, &t.KindCounts)
 		}
 		fmt.Fprintf(w, "source %s: %d tenants verified, each with its own account\n", res.Source, len(res.Tenants))
 	}

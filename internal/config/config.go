@@ -32,7 +32,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/syncer-dev/syncer/internal/formats"
-	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/tenants"
 )
@@ -124,7 +123,7 @@ type Destination struct {
 	// Verify is how `syncer verify` reads the destination back: its verify
 	// block (docs/protocol.md, "Verify and heal"), checked by compiling
 	// it; nil without one: the format's own read API, if it has one.
-	Verify *custom.VerifyConfig
+	Verify formats.ReadSettings
 	// VerifyEvery is how often the daemons verify every source of the
 	// destination in the background (docs/protocol.md, section 11).
 	// Defaults to 0: only `syncer verify` and "Verify now".

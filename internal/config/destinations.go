@@ -7,14 +7,14 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats"
 )
 
 // destinationFields are a destination's fields: its own, then its
 // format's, from the registry.
 func (p *parser) destinationFields() []string {
 	own := []string{"url", "token_env", "token_file", "auth", "tls", "rate_limit", "rate_burst", "max_in_flight", "tenants", "verify_every", "verify_heal"}
-	return append(append(own, formatFields(p.formats)...), custom.VerifyField)
+	return append(append(own, formatFields(p.formats)...), formats.VerifyField)
 }
 
 func (p *parser) destinations(n *yaml.Node) ([]*Destination, error) {
@@ -94,7 +94,7 @@ func (p *parser) destination(name string, n *yaml.Node, path string) (*Destinati
 	}
 	// The verify block is compiled as the custom format compiles its
 	// programs, with the destination's program_timeout when it has one.
-	if d.Verify, err = custom.ParseVerify(&yamlFields{p: p, f: f, path: path, entry: n}, d.Format.Settings); err != nil {
+	if d.Verify, err = formats.ParseVerify(&yamlFields{p: p, f: f, path: path, entry: n}, d.Format.Settings); err != nil {
 		return nil, err
 	}
 	if err := p.auth(d, f, path); err != nil {

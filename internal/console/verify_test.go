@@ -64,7 +64,7 @@ func TestVerifiedText(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	text, drift := verifiedText(&verify.Last{State: verify.StateFinished, FinishedAt: &at, StartedAt: &at,
-		Counts: &verify.Counts{Checked: 10, OK: 7, Missing: 2, Zombie: 1}})
+		Counts: &verify.Counts{KindCounts: verify.KindCounts{Checked: 10, OK: 7, Missing: 2, Zombie: 1}}})
 	require.Equal(t, "2026-11-28 12:00:00: 10 checked, 2 missing, 0 stale, 1 zombie, 0 failed, 0 unknown", text)
 	require.True(t, drift)
 	text, drift = verifiedText(nil)

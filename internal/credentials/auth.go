@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,11 +72,7 @@ type OAuth2 struct {
 	cfg     OAuth2Config
 	client  *http.Client
 	fetches atomic.Int64
-
-	mu      sync.Mutex
-	tok     *oauth2.Token
-	fetched time.Time
-	lastErr error
+	cache   TokenCache
 }
 
 // NewOAuth2 returns the grant of cfg; nothing is fetched before the first
@@ -103,29 +98,15 @@ func NewOAuth2(cfg OAuth2Config) (*OAuth2, error) {
 // Fetches counts the tokens asked of the endpoint.
 func (o *OAuth2) Fetches() int64 { return o.fetches.Load() }
 
-// renewMargin is how long before its expiry a token is replaced: a fifth of
-// its life, at most 10 s (oauth2's own margin, which alone would fetch a
-// token lasting under 10 s at every request).
-func renewMargin(life time.Duration) time.Duration { return min(10*time.Second, life/5) }
-
-// TokenFresh reports whether tok, fetched at fetched, may still be sent at
-// now: it has no expiry, or its expiry is further than renewMargin. It is
-// the one rule of every OAuth2 access token cache (this package's client
-// credentials, a tenant's refresh grant).
-func TokenFresh(tok *oauth2.Token, fetched, now time.Time) bool {
-	return tok != nil && (tok.Expiry.IsZero() || now.Before(tok.Expiry.Add(-renewMargin(tok.Expiry.Sub(fetched)))))
-}
-
 // Authorization returns "Bearer <token>", fetching a token first when
 // there is none or it is about to expire. Concurrent requests wait for one
 // fetch.
 func (o *OAuth2) Authorization(ctx context.Context) (string, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	now := time.Now()
-	if TokenFresh(o.tok, o.fetched, now) {
-		return "Bearer " + o.tok.AccessToken, nil
-	}
+	return o.cache.Authorization(ctx, o.fetch)
+}
+
+// fetch asks the endpoint for a token.
+func (o *OAuth2) fetch(ctx context.Context) (*oauth2.Token, error) {
 	cc := clientcredentials.Config{
 		ClientID:     o.cfg.ClientID.Value(),
 		ClientSecret: o.cfg.ClientSecret.Value(),
@@ -142,24 +123,14 @@ func (o *OAuth2) Authorization(ctx context.Context) (string, error) {
 	o.fetches.Add(1)
 	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, o.client))
 	if err != nil {
-		o.tok = nil
-		o.lastErr = o.tokenError(err, append([]string{cc.ClientSecret}, redact.Basic(cc.ClientID, cc.ClientSecret)...)...)
-		return "", o.lastErr
+		return nil, o.tokenError(err, append([]string{cc.ClientSecret}, redact.Basic(cc.ClientID, cc.ClientSecret)...)...)
 	}
-	o.tok, o.fetched, o.lastErr = tok, now, nil
-	return "Bearer " + tok.AccessToken, nil
+	return tok, nil
 }
 
 // Refresh drops the token header carried, after the third party answered
-// 401 to it: the next request fetches a new one. A header of an older token
-// changes nothing.
-func (o *OAuth2) Refresh(header string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.tok != nil && header == "Bearer "+o.tok.AccessToken {
-		o.tok = nil
-	}
-}
+// 401 to it: the next request fetches a new one.
+func (o *OAuth2) Refresh(header string) { o.cache.Refresh(header) }
 
 // Secrets are the values to scrub from whatever the third party echoes:
 // the client secret, the base64 of the Basic header it goes to the token
@@ -168,10 +139,8 @@ func (o *OAuth2) Refresh(header string) {
 func (o *OAuth2) Secrets() []string {
 	secret := o.cfg.ClientSecret.Value()
 	out := append([]string{secret}, redact.Basic(o.cfg.ClientID.Value(), secret)...)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.tok != nil {
-		out = append(out, o.tok.AccessToken)
+	if tok := o.cache.Token(); tok != "" {
+		out = append(out, tok)
 	}
 	return out
 }

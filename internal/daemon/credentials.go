@@ -21,25 +21,25 @@ func (d *Daemon) Reload() {
 }
 
 // secret builds a credentials.Secret from where the file says it is.
-func (d *Daemon) secret(dest, field string, ref config.SecretRef) (*credentials.Secret, error) {
+func (a *accounts) secret(dest, field string, ref config.SecretRef) (*credentials.Secret, error) {
 	name := fmt.Sprintf("destination %s: %s", dest, field)
 	if ref.File != "" {
-		return d.creds.FromFile(name+"_file", ref.File)
+		return a.creds.FromFile(name+"_file", ref.File)
 	}
-	return d.creds.FromEnv(name+"_env", ref.Env, os.Getenv)
+	return a.creds.FromEnv(name+"_env", ref.Env, os.Getenv)
 }
 
 // destinationCredentials sets a destination's Authorization
 // and TLS on tcfg: auth's type, or a token_file read again when it
 // changes; tls's files, checked now. It returns what the log lines name as
 // the setting to fix, and the certificates of its TLS files (nil without).
-func (d *Daemon) destinationCredentials(dest *config.Destination, names destinationNames, tcfg *thirdparty.Config) (setting string, certs *destinationCertificates, err error) {
+func (a *accounts) destinationCredentials(dest *config.Destination, names destinationNames, tcfg *thirdparty.Config) (setting string, certs *destinationCertificates, err error) {
 	setting = names.credentials
 	if dest.TokenEnv != "" {
 		setting = dest.TokenEnv
 	}
 	if t := dest.TLS; t != nil {
-		tlsCfg, err := d.creds.TLS("destination "+dest.Name+": tls", credentials.TLSFiles{
+		tlsCfg, err := a.creds.TLS("destination "+dest.Name+": tls", credentials.TLSFiles{
 			CAFile: t.CAFile, CAOnly: t.CAOnly, CertFile: t.CertFile, KeyFile: t.KeyFile,
 			ServerName: t.ServerName, MinVersion: t.MinVersion,
 		})
@@ -47,46 +47,46 @@ func (d *Daemon) destinationCredentials(dest *config.Destination, names destinat
 			return "", nil, err
 		}
 		tcfg.TLS = tlsCfg.Config()
-		store, err := breakerstore.New(d.pool, &breakerstore.Config{Namespace: breakerstore.DestinationNamespace(dest.Name)})
+		store, err := breakerstore.New(a.pool, &breakerstore.Config{Namespace: breakerstore.DestinationNamespace(dest.Name)})
 		if err != nil {
 			return "", nil, err
 		}
 		certs = &destinationCertificates{name: dest.Name, tls: tlsCfg, store: store}
 	}
-	a := dest.Auth
+	auth := dest.Auth
 	switch {
-	case a == nil && dest.TokenFile != "":
-		tok, err := d.creds.FromFile(names.tokenFile(dest.TokenFile), dest.TokenFile)
+	case auth == nil && dest.TokenFile != "":
+		tok, err := a.creds.FromFile(names.tokenFile(dest.TokenFile), dest.TokenFile)
 		if err != nil {
 			return "", nil, err
 		}
 		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
 		setting = names.tokenFileSetting(dest.TokenFile)
-	case a == nil:
-	case a.Type == config.AuthBearer:
-		tok, err := d.secret(dest.Name, "auth.token", a.Token)
+	case auth == nil:
+	case auth.Type == config.AuthBearer:
+		tok, err := a.secret(dest.Name, "auth.token", auth.Token)
 		if err != nil {
 			return "", nil, err
 		}
 		tcfg.Token, tcfg.Auth = "", &credentials.Bearer{Token: tok}
 		setting = "auth.token of destination " + dest.Name
-	case a.Type == config.AuthBasic:
-		user, err := d.secret(dest.Name, "auth.username", a.Username)
+	case auth.Type == config.AuthBasic:
+		user, err := a.secret(dest.Name, "auth.username", auth.Username)
 		if err != nil {
 			return "", nil, err
 		}
-		pass, err := d.secret(dest.Name, "auth.password", a.Password)
+		pass, err := a.secret(dest.Name, "auth.password", auth.Password)
 		if err != nil {
 			return "", nil, err
 		}
 		tcfg.Token, tcfg.Auth = "", &credentials.Basic{Username: user, Password: pass}
 		setting = "auth.username and auth.password of destination " + dest.Name
-	case a.Type == config.AuthOAuth2:
-		id, err := d.secret(dest.Name, "auth.client_id", a.ClientID)
+	case auth.Type == config.AuthOAuth2:
+		id, err := a.secret(dest.Name, "auth.client_id", auth.ClientID)
 		if err != nil {
 			return "", nil, err
 		}
-		secret, err := d.secret(dest.Name, "auth.client_secret", a.ClientSecret)
+		secret, err := a.secret(dest.Name, "auth.client_secret", auth.ClientSecret)
 		if err != nil {
 			return "", nil, err
 		}
@@ -97,7 +97,7 @@ func (d *Daemon) destinationCredentials(dest *config.Destination, names destinat
 			tr.TLSClientConfig = tcfg.TLS
 		}
 		o, err := credentials.NewOAuth2(credentials.OAuth2Config{
-			TokenURL: a.TokenURL, ClientID: id, ClientSecret: secret, Scopes: a.Scopes, Params: a.Params,
+			TokenURL: auth.TokenURL, ClientID: id, ClientSecret: secret, Scopes: auth.Scopes, Params: auth.Params,
 			HTTPClient: &http.Client{Transport: tr, Timeout: credentials.TokenTimeoutDefault},
 		})
 		if err != nil {

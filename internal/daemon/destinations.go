@@ -177,7 +177,7 @@ func (d *Daemon) newDestination(dest *config.Destination, names destinationNames
 	tcfg := c.ThirdParty
 	tcfg.URL, tcfg.Token = dest.URL, string(dest.Token)
 	tcfg.Headers = dest.Format.Header()
-	setting, certs, err := d.destinationCredentials(dest, names, &tcfg)
+	setting, certs, err := d.accounts().destinationCredentials(dest, names, &tcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func (d *Daemon) newDestination(dest *config.Destination, names destinationNames
 		// before the destination's own deliverer, has none yet, and a
 		// tenant's requests, 429s and latencies went uncounted.
 		dcfg.Metrics = built.state.metrics
-		if built.tenants, err = d.tenantRegistry(dest, &tcfg, &dcfg, installation, false); err != nil {
+		if built.tenants, err = d.accounts().tenantRegistry(dest, &tcfg, &dcfg, installation, false); err != nil {
 			built.client.Close()
 			return nil, err
 		}

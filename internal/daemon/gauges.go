@@ -12,7 +12,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/internal/status"
 )
 
 // gauges refreshes the database-wide gauges. They come from the database,
@@ -159,11 +158,16 @@ func (d *Daemon) refreshGauges(ctx context.Context, tenants bool) error {
 			if src := srcs.Source(st.Name); src.Tenant != "" && tenants {
 				// Counts only: a label per tenant would be a series per
 				// tenant.
-				ts, err := status.ReadTenants(ctx, d.pool, st.Name, st.Destination, 0)
+				facts, err := breakerstore.ReadTenants(ctx, d.pool, st.Destination)
 				if err != nil {
 					return err
 				}
-				m.SetTenants(st.Destination, st.Name, ts.Counts, ts.UnconnectedPending)
+				backlog, err := sources.TenantsBacklog(ctx, d.pool, st.Name, 0, "", nil)
+				if err != nil {
+					return err
+				}
+				counts, unconnectedPending := breakerstore.CountTenants(facts, backlog.Pending(), time.Now())
+				m.SetTenants(st.Destination, st.Name, counts, unconnectedPending)
 			}
 			if w := st.Warning(); w != d.warned[st.Name] {
 				d.warned[st.Name] = w

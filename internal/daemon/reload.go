@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/config"
-	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/metrics"
 )
 
@@ -64,7 +62,7 @@ func (d *Daemon) reconfigure(ctx context.Context, next *Config) error {
 	addr := d.addr
 	d.mu.Unlock()
 
-	abandoned := d.exp.Stop(ctx, changed, cmp.Or(d.cfg.Exporter.AbandonAfter, exporter.AbandonAfterDefault))
+	abandoned := d.exp.Stop(ctx, changed)
 	var rebuilt []string
 	for name, p := range prev {
 		if dests[name] != p {

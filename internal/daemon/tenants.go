@@ -47,16 +47,16 @@ func (t tenantDestinations) For(ctx context.Context, tenant string) (exporter.De
 // reader is a command's registry (tenants.Config.Reader), not the
 // daemon's: it only reads. The daemon's replays a tenant's live rows when
 // its account changes (unless tenants.replay_on_change is false).
-func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Config, dcfg *delivery.Config, installation string, reader bool) (*tenants.Registry, error) {
+func (a *accounts) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Config, dcfg *delivery.Config, installation string, reader bool) (*tenants.Registry, error) {
 	cfg := tenants.Config{
 		Destination: dest.Name,
 		Settings:    dest.Tenants,
-		Pool:        d.pool,
+		Pool:        a.pool,
 		ThirdParty:  *tcfg,
 		Delivery:    *dcfg,
 		Wrap:        func(c delivery.Client) delivery.Client { return guarded{c} },
-		Queries:     d.queries, // nil (verify's own registry): one of its own
-		Logger:      d.logger.With(slog.String("destination", dest.Name)),
+		Queries:     a.queries, // nil (verify's own registry): one of its own
+		Logger:      a.logger.With(slog.String("destination", dest.Name)),
 		Reader:      reader,
 	}
 	cfg.Delivery.Logger, cfg.Delivery.Installation = cfg.Logger, installation
@@ -66,18 +66,18 @@ func (d *Daemon) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Confi
 			return replayTenant(ctx, tx, name, tenant)
 		}
 	}
-	if a := dest.Auth; a != nil && a.Type == config.AuthTenants {
-		cfg.TokenURL, cfg.Scopes, cfg.Params = a.TokenURL, a.Scopes, a.Params
+	if auth := dest.Auth; auth != nil && auth.Type == config.AuthTenants {
+		cfg.TokenURL, cfg.Scopes, cfg.Params = auth.TokenURL, auth.Scopes, auth.Params
 		var err error
 		for _, s := range []struct {
 			field string
 			ref   config.SecretRef
 			to    **credentials.Secret
-		}{{"auth.client_id", a.ClientID, &cfg.ClientID}, {"auth.client_secret", a.ClientSecret, &cfg.ClientSecret}} {
+		}{{"auth.client_id", auth.ClientID, &cfg.ClientID}, {"auth.client_secret", auth.ClientSecret, &cfg.ClientSecret}} {
 			if !s.ref.Given() {
 				continue
 			}
-			if *s.to, err = d.secret(dest.Name, s.field, s.ref); err != nil {
+			if *s.to, err = a.secret(dest.Name, s.field, s.ref); err != nil {
 				return nil, err
 			}
 		}

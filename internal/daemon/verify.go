@@ -12,7 +12,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/config"
-	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/sources"
@@ -119,18 +119,18 @@ func (d *Daemon) verifyJob(ctx context.Context, src verify.Source, ss *sources.S
 	name := dest.state.name
 	// The destination's own client: its URL, credentials (an auth
 	// mapping's too), headers and TLS, as the export sends with.
-	var block *custom.VerifyConfig
+	var block formats.ReadSettings
 	if conf != nil {
 		block = conf.Verify
 	}
-	rd, rerr := verify.NewReader(format, block, dest.client, src.Name())
+	rd, rerr := formats.Reader(format, block, &formats.Account{Client: dest.client, Source: src.Name()})
 	var tv verify.Tenants
 	if rerr == nil && conf != nil && conf.Tenants != nil {
 		rd = nil
 		if ss == nil || ss.Tenant == "" || dest.tenants == nil {
 			rerr = fmt.Errorf("destination %s has a tenants block and source %s no tenant column: no account to read its rows from", name, src.Name())
 		} else {
-			tv = tenantVerify{src: ss, reg: dest.tenants, format: format, block: block}
+			tv = tenantVerify{src: ss, reg: dest.tenants, dest: conf}
 		}
 	}
 	if rerr != nil {

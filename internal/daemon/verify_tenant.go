@@ -12,32 +12,40 @@ import (
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
-	"github.com/syncer-dev/syncer/internal/formats/custom"
+	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
-// TenantRegistry is dest's tenants as a daemon builds them, for a reader
-// of one tenant's account (`syncer verify --tenant`, through
-// Registry.Client): tcfg is the destination's client settings
-// (ThirdPartyConfig). No deliverer is built; close it when done. It is a
-// reader's (tenants.Config.Reader): without on_refresh it spends no
-// refresh token, which the exporting daemon may hold rotated.
-func TenantRegistry(pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination, tcfg *thirdparty.Config) (*tenants.Registry, error) {
-	d := &Daemon{pool: pool, creds: creds, logger: logger}
-	return d.tenantRegistry(dest, tcfg, &delivery.Config{}, "", true)
+// tenantReader is the reader of tenant's account at dest, from reg (dest's
+// tenants): its connection row's URL and credentials when dest has a
+// tenants block, the destination's with {tenant} in its URL when not. A
+// verify block's programs see the tenant as its deliverer's do. A tenant
+// without a connection row is an error wrapping verify.ErrNoTenantReader
+// and tenants.ErrUnconnected. It is the one builder of a tenant's reader:
+// the daemons' background runs (tenantVerify) and `syncer verify`
+// (VerifyAccounts) both ask it.
+func tenantReader(ctx context.Context, reg *tenants.Registry, dest *config.Destination, source, tenant string) (verify.Reader, error) {
+	client, columns, err := reg.Account(ctx, tenant)
+	if err != nil {
+		if errors.Is(err, tenants.ErrUnconnected) {
+			return nil, fmt.Errorf("%w: %w", verify.ErrNoTenantReader, err)
+		}
+		return nil, err
+	}
+	return formats.Reader(dest.Format.Name, dest.Verify,
+		&formats.Account{Client: client, Source: source, Tenant: tenant, Columns: columns})
 }
 
 // tenantVerify is a background verify of a tenant source whose
 // destination has a tenants block: each tenant read from its own account,
 // through the destination's tenants registry.
 type tenantVerify struct {
-	src    *sources.Source
-	reg    *tenants.Registry
-	format string
-	block  *custom.VerifyConfig
+	src  *sources.Source
+	reg  *tenants.Registry
+	dest *config.Destination
 }
 
 // Page reads the tenants of the source's rows through the sources package.
@@ -47,10 +55,7 @@ func (t tenantVerify) Page(ctx context.Context, q database.Querier, after string
 
 // Tenant is tenant's rows and a reader of its account.
 func (t tenantVerify) Tenant(ctx context.Context, tenant string) (verify.Source, verify.Reader, error) {
-	client, columns, err := t.reg.Account(ctx, tenant)
-	if errors.Is(err, tenants.ErrUnconnected) {
-		return nil, nil, fmt.Errorf("%w: %w", verify.ErrNoTenantReader, err)
-	}
+	rd, err := tenantReader(ctx, t.reg, t.dest, t.src.Name, tenant)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -58,13 +63,64 @@ func (t tenantVerify) Tenant(ctx context.Context, tenant string) (verify.Source,
 	if err != nil {
 		return nil, nil, err
 	}
-	rd, err := verify.NewReader(t.format, t.block, client, t.src.Name)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cr, ok := rd.(*verify.CustomReader); ok {
-		// The block's programs see the tenant as its deliverer's do.
-		cr.Verify = cr.Verify.ForTenant(tenant, columns)
-	}
 	return src, rd, nil
+}
+
+// VerifyAccounts are the accounts `syncer verify` reads a file's
+// destination with, built as the daemons build them: its token or auth
+// mapping (bearer, basic, OAuth2 client credentials), its headers and its
+// TLS; a tenant's from its connection row. Close it when done.
+type VerifyAccounts struct {
+	acc  *accounts
+	dest *config.Destination
+	// tcfg is the destination's client settings, with verify's timeout.
+	tcfg *thirdparty.Config
+	// reg is dest's tenants, built at the first tenant asked for.
+	reg *tenants.Registry
+}
+
+// NewVerifyAccounts returns dest's accounts. Secrets are read through
+// creds; pool holds the destination's shared facts (a TLS destination's
+// certificates) and its tenants' rows.
+func NewVerifyAccounts(pool *pgxpool.Pool, creds *credentials.Set, logger *slog.Logger, dest *config.Destination) (*VerifyAccounts, error) {
+	acc := &accounts{pool: pool, creds: creds, logger: logger}
+	tcfg := &thirdparty.Config{URL: dest.URL, Token: string(dest.Token), Headers: dest.Format.Header()}
+	if _, _, err := acc.destinationCredentials(dest, fileNames(dest.Name), tcfg); err != nil {
+		return nil, fmt.Errorf("destination %s: %w", dest.Name, err)
+	}
+	tcfg.Timeout = verify.LookupTimeoutDefault
+	return &VerifyAccounts{acc: acc, dest: dest, tcfg: tcfg}, nil
+}
+
+// Reader returns the reader of the destination's own account, for
+// source. A format without a read API and no verify block is an error
+// wrapping formats.ErrNoReadAPI.
+func (v *VerifyAccounts) Reader(source string) (verify.Reader, error) {
+	client, err := thirdparty.New(v.tcfg)
+	if err != nil {
+		return nil, fmt.Errorf("destination %s: %w", v.dest.Name, err)
+	}
+	return formats.Reader(v.dest.Format.Name, v.dest.Verify, &formats.Account{Client: client, Source: source})
+}
+
+// TenantReader returns the reader of tenant's account, for source
+// (tenantReader). Its registry is a reader's (tenants.Config.Reader):
+// without on_refresh it spends no refresh token, which the exporting
+// daemon may hold rotated.
+func (v *VerifyAccounts) TenantReader(ctx context.Context, source, tenant string) (verify.Reader, error) {
+	if v.reg == nil {
+		reg, err := v.acc.tenantRegistry(v.dest, v.tcfg, &delivery.Config{}, "", true)
+		if err != nil {
+			return nil, fmt.Errorf("destination %s: %w", v.dest.Name, err)
+		}
+		v.reg = reg
+	}
+	return tenantReader(ctx, v.reg, v.dest, source, tenant)
+}
+
+// Close closes the tenants' registry, if one was built.
+func (v *VerifyAccounts) Close() {
+	if v.reg != nil {
+		v.reg.Close()
+	}
 }

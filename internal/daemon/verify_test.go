@@ -53,7 +53,7 @@ func TestBackgroundVerifyHeals(t *testing.T) {
 	clean := lastVerify(t, b, "a run after the export, clean", func(l *verify.Last) bool {
 		return l.State == verify.StateFinished && l.StartedAt.After(synced) && l.Counts.Pending == 0
 	})
-	require.Equal(t, verify.Counts{Checked: 31, OK: 31}, *clean.Counts)
+	require.Equal(t, verify.Counts{KindCounts: verify.KindCounts{Checked: 31, OK: 31}}, *clean.Counts)
 	require.Equal(t, verify.ByBackground, clean.By)
 
 	fake.ApplyDrift(fakethirdparty.Drift{

@@ -55,12 +55,12 @@ sources:
 	asked := time.Now()
 	require.NoError(t, verify.Request(ctx, b.pool, "orders"))
 	found := runAfter("the run asked for after the drift", asked)
-	require.Equal(t, verify.Counts{Checked: 5, OK: 3, Missing: 1, Stale: 1, Healed: 2}, *found.Counts)
+	require.Equal(t, verify.Counts{KindCounts: verify.KindCounts{Checked: 5, OK: 3, Missing: 1, Stale: 1}, Healed: 2}, *found.Counts)
 	require.Equal(t, verify.ByConsole, found.By)
 
 	b.waitSourcesDrained(t, "orders")
 	asked = time.Now()
 	require.NoError(t, verify.Request(ctx, b.pool, "orders"))
 	clean := runAfter("the run after the heal", asked)
-	require.Equal(t, verify.Counts{Checked: 5, OK: 5}, *clean.Counts)
+	require.Equal(t, verify.Counts{KindCounts: verify.KindCounts{Checked: 5, OK: 5}}, *clean.Counts)
 }

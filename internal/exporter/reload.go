@@ -167,11 +167,12 @@ func sameSource(a, b *Source) bool {
 }
 
 // Stop asks the running jobs of names to stop (their context is cancelled
-// with ErrReconfigured), waits for them until bound has passed, abandons
-// those still running then, and returns the sources it abandoned jobs of.
+// with ErrReconfigured), waits for them until AbandonAfter has passed,
+// abandons those still running then, and returns the sources it abandoned
+// jobs of.
 // Each stopped job snoozes and runs again at once, with the sources as
 // they are now.
-func (e *Exporter) Stop(ctx context.Context, names []string, bound time.Duration) []string {
+func (e *Exporter) Stop(ctx context.Context, names []string) []string {
 	want := make(map[string]bool, len(names))
 	for _, n := range names {
 		want[n] = true
@@ -187,7 +188,7 @@ func (e *Exporter) Stop(ctx context.Context, names []string, bound time.Duration
 	for _, j := range running {
 		j.cancel(ErrReconfigured)
 	}
-	deadline := time.NewTimer(bound)
+	deadline := time.NewTimer(e.cfg.AbandonAfter)
 	defer deadline.Stop()
 	late := false
 	var abandoned []string
@@ -205,7 +206,7 @@ func (e *Exporter) Stop(ctx context.Context, names []string, bound time.Duration
 		select {
 		case <-j.done:
 		default:
-			e.abandon(ctx, j, bound, "a reload changed its source or its destination")
+			e.abandon(ctx, j, e.cfg.AbandonAfter, "a reload changed its source or its destination")
 			abandoned = append(abandoned, j.source)
 		}
 	}

@@ -62,7 +62,7 @@ func TestStopAbandonsAJobThatIgnoresItsContext(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{jobs.Resources}, changed)
 	start := time.Now()
-	require.Equal(t, []string{jobs.Resources}, e.Stop(ctx, changed, bound))
+	require.Equal(t, []string{jobs.Resources}, e.Stop(ctx, changed))
 	require.Less(t, time.Since(start), bound+time.Second, "Stop waits its bound, no more")
 	select {
 	case err := <-done:

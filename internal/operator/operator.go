@@ -8,7 +8,6 @@
 package operator
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -215,7 +214,7 @@ func setHold(ctx context.Context, pool *pgxpool.Pool, dest string, h breakerstor
 	if h, err = st.SetHold(ctx, h); err != nil {
 		return err
 	}
-	within = cmp.Or(within, presence.AwaitDefault)
+	within = presence.Within(within)
 	missing, err := presence.Await(ctx, pool, dest, h.Generation, within)
 	if err != nil {
 		return err

@@ -102,14 +102,21 @@ func Missing(ctx context.Context, q database.Querier, destination string, gen in
 	return out, nil
 }
 
+// Within is the bound Await waits for when asked to wait within:
+// AwaitDefault when 0 or less. It is the one place the default is
+// applied; those that name the bound (an error, a flag) ask it too.
+func Within(within time.Duration) time.Duration {
+	if within <= 0 {
+		return AwaitDefault
+	}
+	return within
+}
+
 // Await waits until every daemon alive that serves destination holds
 // generation gen, for at most within (AwaitDefault when 0), and returns
 // those that still did not, by name: empty when it holds everywhere.
 func Await(ctx context.Context, q database.Querier, destination string, gen int64, within time.Duration) ([]string, error) {
-	if within <= 0 {
-		within = AwaitDefault
-	}
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(Within(within))
 	const every = 50 * time.Millisecond
 	for {
 		missing, err := Missing(ctx, q, destination, gen)

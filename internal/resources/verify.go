@@ -89,19 +89,25 @@ func Resend(ctx context.Context, db database.Querier, ids []int64) (int64, error
 	if n == 0 {
 		return 0, nil
 	}
-	if _, err := db.Exec(ctx, `UPDATE syncer_generation SET live = live + 1`); err != nil {
-		return 0, fmt.Errorf("resources: bump generation: %w", err)
+	if err := requeued(ctx, db, ids); err != nil {
+		return 0, err
 	}
-	// The third party was found not to hold these bodies: their digests
-	// would settle the new versions as skipped, unsent.
+	return n, nil
+}
+
+// requeued bumps the live generation, so that ids' new versions go out
+// under keys the third party has not seen, and forgets their digests:
+// the third party was found not to hold these bodies, and a digest of one
+// it accepted before would settle the new version as skipped, unsent.
+func requeued(ctx context.Context, q database.Querier, ids []int64) error {
+	if _, err := q.Exec(ctx, `UPDATE syncer_generation SET live = live + 1`); err != nil {
+		return fmt.Errorf("resources: bump generation: %w", err)
+	}
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = strconv.FormatInt(id, 10)
 	}
-	if err := unchanged.ForgetKeys(ctx, db, jobs.Resources, keys); err != nil {
-		return 0, err
-	}
-	return n, nil
+	return unchanged.ForgetKeys(ctx, q, jobs.Resources, keys)
 }
 
 // PendingOf returns those of ids whose row or tombstone is pending now:
@@ -109,14 +115,20 @@ func Resend(ctx context.Context, db database.Querier, ids []int64) (int64, error
 // that came between its read and the third party's answer makes a key
 // pending, not drifted.
 func PendingOf(ctx context.Context, q database.Querier, ids []int64) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM resources WHERE id = ANY($1) AND synced_at IS NULL AND failed_at IS NULL
+	return idsOf(ctx, q, "pending of", `SELECT id FROM resources WHERE id = ANY($1) AND synced_at IS NULL AND failed_at IS NULL
 		UNION ALL SELECT id FROM syncer_tombstones WHERE id = ANY($1) AND synced_at IS NULL AND failed_at IS NULL`, ids)
+}
+
+// idsOf returns the ids sql selects of ids (its $1); what names the read
+// in its errors.
+func idsOf(ctx context.Context, q database.Querier, what, sql string, ids []int64) ([]int64, error) {
+	rows, err := q.Query(ctx, sql, ids)
 	if err != nil {
-		return nil, fmt.Errorf("resources: pending of: %w", err)
+		return nil, fmt.Errorf("resources: %s: %w", what, err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return nil, fmt.Errorf("resources: pending of: %w", err)
+		return nil, fmt.Errorf("resources: %s: %w", what, err)
 	}
 	return out, nil
 }

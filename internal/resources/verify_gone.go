@@ -3,13 +3,8 @@ package resources
 import (
 	"context"
 	"fmt"
-	"strconv"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
-	"github.com/syncer-dev/syncer/internal/jobs"
-	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // HeldOf returns those of ids that are a row or a tombstone now: `syncer
@@ -17,16 +12,8 @@ import (
 // ones still here are checked with the table, and the others (their
 // tombstones purged) only through the story.
 func HeldOf(ctx context.Context, q database.Querier, ids []int64) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM resources WHERE id = ANY($1)
+	return idsOf(ctx, q, "held of", `SELECT id FROM resources WHERE id = ANY($1)
 		UNION ALL SELECT id FROM syncer_tombstones WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("resources: held of: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("resources: held of: %w", err)
-	}
-	return out, nil
 }
 
 // Rebury writes a pending tombstone for each of ids that is neither a row
@@ -47,16 +34,7 @@ func Rebury(ctx context.Context, q database.Querier, ids, versions []int64) (int
 		return 0, fmt.Errorf("resources: rebury: %w", err)
 	}
 	if tag.RowsAffected() > 0 {
-		if _, err := q.Exec(ctx, `UPDATE syncer_generation SET live = live + 1`); err != nil {
-			return 0, fmt.Errorf("resources: bump generation: %w", err)
-		}
-		// As Resend: a digest of the tombstone accepted before would
-		// settle the new one as skipped, unsent.
-		keys := make([]string, len(ids))
-		for i, id := range ids {
-			keys[i] = strconv.FormatInt(id, 10)
-		}
-		if err := unchanged.ForgetKeys(ctx, q, jobs.Resources, keys); err != nil {
+		if err := requeued(ctx, q, ids); err != nil {
 			return 0, err
 		}
 	}

@@ -42,6 +42,15 @@ type TenantBacklog struct {
 	Top []*TenantRows
 }
 
+// Pending are the pending keys of every tenant of Rows, by tenant.
+func (b TenantBacklog) Pending() map[string]int64 {
+	out := make(map[string]int64, len(b.Rows))
+	for name, r := range b.Rows {
+		out[name] = r.Pending
+	}
+	return out
+}
+
 // tenantPendingSQL counts each tenant's pending keys through the lane
 // index (source, lane, tenant, num, key, seq): an index-only read of at
 // most $2 changes, grouped; the first seq of each is kept to find its age

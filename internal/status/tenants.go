@@ -81,27 +81,8 @@ func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, to
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	t := &Tenants{Counts: map[string]int{}, Top: []Tenant{}, Paused: PausedTenants(facts)}
-	for _, s := range breakerstore.TenantStates {
-		t.Counts[s] = 0
-	}
-	for name, rows := range backlog.Rows {
-		var f breakerstore.TenantFacts
-		if p := facts[name]; p != nil {
-			f = *p
-		}
-		state, _ := f.StateAt(now)
-		t.Counts[state]++
-		if state == breakerstore.TenantUnconnected && rows.Pending > 0 {
-			t.UnconnectedPending++
-		}
-	}
-	for name, f := range facts {
-		if _, ok := backlog.Rows[name]; !ok && counted(f) {
-			state, _ := f.StateAt(now)
-			t.Counts[state]++
-		}
-	}
+	t := &Tenants{Top: []Tenant{}, Paused: PausedTenants(facts)}
+	t.Counts, t.UnconnectedPending = breakerstore.CountTenants(facts, backlog.Pending(), now)
 	for _, rows := range backlog.Top {
 		var f breakerstore.TenantFacts
 		if p := facts[rows.Tenant]; p != nil {
@@ -116,7 +97,7 @@ func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, to
 	// value, after those with rows.
 	var idle []string
 	for name, f := range facts {
-		if s, _ := f.StateAt(now); s == state && backlog.Rows[name] == nil && counted(f) {
+		if s, _ := f.StateAt(now); s == state && backlog.Rows[name] == nil && f.Counted() {
 			idle = append(idle, name)
 		}
 	}
@@ -126,14 +107,6 @@ func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, to
 	}
 	return t, nil
 }
-
-// counted reports whether a tenant without rows pending or failed is
-// counted: only while a person's pause holds it (docs/protocol.md
-// section 10.1, "Tenants come and go"). What else syncer kept of it (a
-// learnt rate, a refusal, a missing connection row) waits for nothing:
-// a tenant whose rows and connection were deleted is gone, and
-// breakerstore.TidyTenants deletes its facts.
-func counted(f *breakerstore.TenantFacts) bool { return f.Hold.Paused }
 
 // ReadTenant reads one tenant of source src (sending to dest), whether or
 // not it has rows.

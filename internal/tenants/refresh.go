@@ -57,9 +57,8 @@ type refreshGrant struct {
 	// shared by every grant of the tenant in a registry.
 	mem *tokenMemory
 
-	mu      sync.Mutex
-	tok     *oauth2.Token
-	fetched time.Time
+	// cache holds the access token, as credentials.OAuth2's does.
+	cache credentials.TokenCache
 }
 
 var (
@@ -165,22 +164,10 @@ func (m *tokenMemory) warnOnce() bool {
 }
 
 // Authorization returns "Bearer <token>", asking the endpoint first when
-// there is no token or it is about to expire (credentials.TokenFresh, the
-// rule credentials.OAuth2 follows too).
+// there is no token or it is about to expire (credentials.TokenCache, the
+// cache credentials.OAuth2 holds its token in too).
 func (g *refreshGrant) Authorization(ctx context.Context) (string, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := time.Now()
-	if credentials.TokenFresh(g.tok, g.fetched, now) {
-		return "Bearer " + g.tok.AccessToken, nil
-	}
-	tok, err := g.grant(ctx)
-	if err != nil {
-		g.tok = nil
-		return "", err
-	}
-	g.tok, g.fetched = tok, now
-	return "Bearer " + tok.AccessToken, nil
+	return g.cache.Authorization(ctx, g.grant)
 }
 
 // errNoRefreshToken is a grant's answer when the row is gone or no longer
@@ -310,13 +297,7 @@ func invalidGrant(err error) bool {
 
 // Refresh drops the token header carried after a 401: the next request
 // asks the endpoint again.
-func (g *refreshGrant) Refresh(header string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.tok != nil && header == "Bearer "+g.tok.AccessToken {
-		g.tok = nil
-	}
-}
+func (g *refreshGrant) Refresh(header string) { g.cache.Refresh(header) }
 
 // Secrets are the values to scrub from whatever the third party echoes:
 // the refresh tokens, the client secret and the base64 of the Basic header
@@ -324,10 +305,8 @@ func (g *refreshGrant) Refresh(header string) {
 func (g *refreshGrant) Secrets() []string {
 	out := append(g.mem.tokens(), g.given, g.conf.ClientSecret)
 	out = append(out, redact.Basic(g.conf.ClientID, g.conf.ClientSecret)...)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.tok != nil {
-		out = append(out, g.tok.AccessToken)
+	if tok := g.cache.Token(); tok != "" {
+		out = append(out, tok)
 	}
 	return out
 }

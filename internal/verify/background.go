@@ -104,7 +104,7 @@ func NewBackground(db database.DB, locker *locks.Locker, cfg *BackgroundConfig) 
 		return nil, errors.New("verify: BackgroundConfig.Jobs is required")
 	}
 	c.Tick = cmp.Or(c.Tick, TickDefault)
-	c.LookupSize = cmp.Or(c.LookupSize, LookupSizeDefault)
+	c.LookupSize = lookupSize(c.LookupSize)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

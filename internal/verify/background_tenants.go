@@ -122,26 +122,15 @@ func RunTenants(ctx context.Context, db database.DB, source string, tr *TenantsR
 
 // TenantCounts are one tenant's counts in a run of every tenant.
 type TenantCounts struct {
-	Tenant  string `json:"tenant"`
-	Checked int64  `json:"checked"`
-	OK      int64  `json:"ok"`
-	Missing int64  `json:"missing"`
-	Stale   int64  `json:"stale"`
-	Zombie  int64  `json:"zombie"`
-	Failed  int64  `json:"failed"`
-	Unknown int64  `json:"unknown"`
-	Pending int64  `json:"pending"`
+	Tenant string `json:"tenant"`
+	KindCounts
 	// Healed, Resumed: as Result's, for the text output.
 	Healed  int64 `json:"-"`
 	Resumed bool  `json:"-"`
 }
 
-// Drifted is how many of the tenant's keys drifted.
-func (t *TenantCounts) Drifted() int64 { return t.Missing + t.Stale + t.Zombie }
-
 func countsOfTenant(tenant string, r *Result) TenantCounts {
-	return TenantCounts{Tenant: tenant, Checked: r.Checked, OK: r.OK, Missing: r.Missing, Stale: r.Stale,
-		Zombie: r.Zombie, Failed: r.Failed, Unknown: r.Unknown, Pending: r.Pending, Healed: r.Healed, Resumed: r.Resumed}
+	return TenantCounts{Tenant: tenant, KindCounts: r.KindCounts, Healed: r.Healed, Resumed: r.Resumed}
 }
 
 // sum adds r's counts and examples to into.
@@ -149,14 +138,7 @@ func sum(into, r *Result) {
 	if r == nil {
 		return
 	}
-	into.Checked += r.Checked
-	into.OK += r.OK
-	into.Missing += r.Missing
-	into.Stale += r.Stale
-	into.Zombie += r.Zombie
-	into.Failed += r.Failed
-	into.Unknown += r.Unknown
-	into.Pending += r.Pending
+	into.Add(r.KindCounts)
 	into.Healed += r.Healed
 	into.Resumed = into.Resumed || r.Resumed
 	for _, ex := range r.Examples {

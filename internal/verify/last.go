@@ -28,31 +28,19 @@ const (
 // errorTextMax bounds the error kept: a line for status, never a body.
 const errorTextMax = 300
 
-// Counts are a finished run's counts by kind.
+// Counts are a finished run's counts by kind, as syncer_verify_last
+// keeps them.
 type Counts struct {
-	Checked int64 `json:"checked"`
-	OK      int64 `json:"ok"`
-	Missing int64 `json:"missing"`
-	Stale   int64 `json:"stale"`
-	Zombie  int64 `json:"zombie"`
-	Failed  int64 `json:"failed"`
-	Unknown int64 `json:"unknown"`
-	Pending int64 `json:"pending"`
-	Healed  int64 `json:"healed"`
+	KindCounts
+	Healed int64 `json:"healed"`
 }
-
-// Drifted is how many keys drifted.
-func (c *Counts) Drifted() int64 { return c.Missing + c.Stale + c.Zombie }
 
 // ByKind returns the drift kinds' counts, for the metrics.
 func (c *Counts) ByKind() map[Kind]int64 {
 	return map[Kind]int64{Missing: c.Missing, Stale: c.Stale, Zombie: c.Zombie, Failed: c.Failed, Unknown: c.Unknown}
 }
 
-func countsOf(r *Result) Counts {
-	return Counts{Checked: r.Checked, OK: r.OK, Missing: r.Missing, Stale: r.Stale, Zombie: r.Zombie, Failed: r.Failed,
-		Unknown: r.Unknown, Pending: r.Pending, Healed: r.Healed}
-}
+func countsOf(r *Result) Counts { return Counts{KindCounts: r.KindCounts, Healed: r.Healed} }
 
 // Last is a source's last verify, as status and the console show it.
 type Last struct {

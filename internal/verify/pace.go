@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/formats/readback"
 )
 
 // PendingShare is the share of the destination's requests a run may take
@@ -54,7 +55,7 @@ type Pace struct {
 // NewPace returns a Pace at limit requests a second with burst; limit 0
 // means no limit.
 func NewPace(limit float64, burst int) *Pace {
-	p := &Pace{limit: limit, burst: max(burst, 1), now: time.Now, sleep: sleepCtx}
+	p := &Pace{limit: limit, burst: max(burst, 1), now: time.Now, sleep: readback.Sleep}
 	if limit > 0 {
 		p.limiter = rate.NewLimiter(rate.Limit(limit), p.burst)
 	}

@@ -6,9 +6,10 @@ import (
 	"github.com/syncer-dev/syncer/internal/redact"
 )
 
-// scrubber is a Sender that knows its destination's secrets (a
-// *thirdparty.Client): Scrub removes every form of them from a text.
-type scrubber interface{ Scrub(string) string }
+// scrubber is a Reader that knows its destination's secrets (every
+// format's reader, through its client): Scrubber removes every form of
+// them from a text, nil when it knows none.
+type scrubber interface{ Scrubber() func(string) string }
 
 // scrubbed is an example's side as the destination holds it, without the
 // destination's (or the tenant's) secrets in any form: a third party that
@@ -17,18 +18,13 @@ type scrubber interface{ Scrub(string) string }
 // kept in the database. Only the examples pay for it, not every payload
 // read.
 func scrubbed(rd Reader, raw json.RawMessage) json.RawMessage {
-	var c Sender
-	switch r := rd.(type) {
-	case *SyncerReader:
-		c = r.Client
-	case *ElasticsearchReader:
-		c = r.Client
-	case *CustomReader:
-		c = r.Client
-	}
-	s, ok := c.(scrubber)
+	s, ok := rd.(scrubber)
 	if !ok || raw == nil {
 		return raw
 	}
-	return redact.JSON(raw, s.Scrub)
+	scrub := s.Scrubber()
+	if scrub == nil {
+		return raw
+	}
+	return redact.JSON(raw, scrub)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/formats/syncer"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -29,7 +30,7 @@ func TestExampleThereScrubbed(t *testing.T) {
 	_, err = c.Push(t.Context(), "k1", []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{"name":"a"}`)}})
 	require.NoError(t, err)
 
-	rd := &SyncerReader{Client: c}
+	rd := syncer.NewReader(c)
 	there, err := rd.Lookup(t.Context(), []string{"1"})
 	require.NoError(t, err)
 	basic := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // Kind is what a key was found to be.
@@ -60,21 +61,6 @@ type Here struct {
 	Failed bool
 }
 
-// There is what the destination holds for one id.
-type There struct {
-	Version int64
-	Payload json.RawMessage
-	// Deleted is set when the destination says it holds the id deleted.
-	Deleted bool
-	// Unknown is set when the answer named the id but did not say what it
-	// holds (an error for that id).
-	Unknown bool
-	// Compared is set when the reader compared the payload itself (a
-	// verify block's compare program), Agrees with its verdict; otherwise
-	// the payloads are compared as JSON values.
-	Compared, Agrees bool
-}
-
 // Source is the database side of a run, backed by the source's owner
 // package (see Resources and Configured).
 type Source interface {
@@ -92,19 +78,20 @@ type Source interface {
 	PendingOf(ctx context.Context, q database.Querier, ids []string) ([]string, error)
 }
 
-// Reader asks a destination what it holds.
+// Reader asks a destination what it holds: a format's reader, which the
+// formats registry builds (formats.Reader).
 type Reader interface {
 	// Lookup returns what the destination holds for ids; an id left out of
 	// the map is absent there.
 	Lookup(ctx context.Context, ids []string) (map[string]There, error)
 }
 
-// ItemReader is a Reader given the keys as the database holds them: a
-// verify block's request program reads the items as they would be sent,
-// and its compare program compares them with what is held. Run asks it
-// in place of Lookup.
+// ItemReader is a Reader given the keys as items, as they would be sent
+// (Version: the one last accepted, 0 when not known): a verify block's
+// request program reads them, and its compare program compares them with
+// what is held. Run asks it in place of Lookup.
 type ItemReader interface {
-	LookupItems(ctx context.Context, keys []*Here) (map[string]There, error)
+	LookupItems(ctx context.Context, items []thirdparty.Item) (map[string]There, error)
 }
 
 // Range bounds a run by key, inclusive; the zero Range is every key.
@@ -144,9 +131,13 @@ type Config struct {
 	By string
 }
 
+// lookupSize is n, or LookupSizeDefault when 0: the one place the
+// default is applied, for a run's Config and a BackgroundConfig.
+func lookupSize(n int) int { return cmp.Or(n, LookupSizeDefault) }
+
 func (c *Config) withDefaults() Config {
 	out := *c
-	out.LookupSize = cmp.Or(out.LookupSize, LookupSizeDefault)
+	out.LookupSize = lookupSize(out.LookupSize)
 	out.Sample = cmp.Or(out.Sample, 1)
 	out.By = cmp.Or(out.By, ByCommand)
 	if out.Rand == nil {
@@ -182,15 +173,8 @@ type Example struct {
 type Result struct {
 	Source string `json:"source"`
 	// Tenant is the tenant verified (--tenant); absent for a whole source.
-	Tenant   string    `json:"tenant,omitempty"`
-	Checked  int64     `json:"checked"`
-	OK       int64     `json:"ok"`
-	Missing  int64     `json:"missing"`
-	Stale    int64     `json:"stale"`
-	Zombie   int64     `json:"zombie"`
-	Failed   int64     `json:"failed"`
-	Unknown  int64     `json:"unknown"`
-	Pending  int64     `json:"pending"`
+	Tenant string `json:"tenant,omitempty"`
+	KindCounts
 	Examples []Example `json:"examples"`
 	// Tenants are each tenant's counts when the run verified every tenant
 	// of a source whose destination has a tenants block (RunTenants); the
@@ -203,8 +187,33 @@ type Result struct {
 	Resumed bool `json:"-"`
 }
 
+// KindCounts are keys counted by kind: a run's (Result), a tenant's in a
+// run of every tenant (TenantCounts), the last finished run's (Counts).
+type KindCounts struct {
+	Checked int64 `json:"checked"`
+	OK      int64 `json:"ok"`
+	Missing int64 `json:"missing"`
+	Stale   int64 `json:"stale"`
+	Zombie  int64 `json:"zombie"`
+	Failed  int64 `json:"failed"`
+	Unknown int64 `json:"unknown"`
+	Pending int64 `json:"pending"`
+}
+
 // Drifted is how many keys drifted.
-func (r *Result) Drifted() int64 { return r.Missing + r.Stale + r.Zombie }
+func (c *KindCounts) Drifted() int64 { return c.Missing + c.Stale + c.Zombie }
+
+// Add adds o's counts to c's.
+func (c *KindCounts) Add(o KindCounts) {
+	c.Checked += o.Checked
+	c.OK += o.OK
+	c.Missing += o.Missing
+	c.Stale += o.Stale
+	c.Zombie += o.Zombie
+	c.Failed += o.Failed
+	c.Unknown += o.Unknown
+	c.Pending += o.Pending
+}
 
 func (r *Result) add(k Kind, n int64) {
 	r.Checked += n
@@ -399,7 +408,7 @@ func checkPage(ctx context.Context, db database.Querier, src Source, rd Reader, 
 	var there map[string]There
 	var err error
 	if ir, ok := rd.(ItemReader); ok {
-		there, err = ir.LookupItems(ctx, asked)
+		there, err = ir.LookupItems(ctx, itemsOf(asked))
 	} else {
 		there, err = rd.Lookup(ctx, ask)
 	}
@@ -439,6 +448,15 @@ func checkPage(ctx context.Context, db database.Querier, src Source, rd Reader, 
 		}
 	}
 	return drifted, nil
+}
+
+// itemsOf are keys as the items a verify block's programs read.
+func itemsOf(keys []*Here) []thirdparty.Item {
+	items := make([]thirdparty.Item, len(keys))
+	for i, h := range keys {
+		items[i] = thirdparty.Item{ID: h.ID, Version: h.Accepted, Payload: h.Payload, Deleted: h.Gone}
+	}
+	return items
 }
 
 var (

@@ -11,6 +11,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/formats/syncer"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -143,9 +144,9 @@ func setupLookups(t *testing.T, rng verify.Range, rows string) *lookups {
 }
 
 // syncerReader reads the syncer format at url, with no token.
-func syncerReader(t *testing.T, url string) *verify.SyncerReader {
+func syncerReader(t *testing.T, url string) verify.Reader {
 	t.Helper()
 	c, err := verify.NewClient(url, "")
 	require.NoError(t, err)
-	return &verify.SyncerReader{Client: c}
+	return syncer.NewReader(c)
 }

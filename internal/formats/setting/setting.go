@@ -5,7 +5,8 @@
 // file, the command line, `config check` and the daemon all read that
 // list, so a new format is one package and one line, as an Alertmanager
 // integration is one package under notify/ and one entry in its receiver
-// table.
+// table. A format that can be read back declares its reader beside its
+// sender, in the same Kind (ReadBack, package readback).
 //
 // A format reads its fields through Fields, which the configuration
 // implements over its YAML: every error it returns names the field as the
@@ -20,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/formats/readback"
 )
 
 // Kind is one format as the registry lists it.
@@ -36,6 +38,10 @@ type Kind struct {
 	// defaults and refusing what cannot work, with an error from
 	// Fields.Errorf (or any error naming no field, put on `format`).
 	Parse func(f Fields) (Settings, error)
+	// ReadBack are the format's verify settings when it has a read API of
+	// its own (`syncer verify` reads a destination back through them); nil
+	// when it has none: only a verify block reads it back.
+	ReadBack readback.Settings
 }
 
 // Settings are one format's typed settings, as its Parse read them.

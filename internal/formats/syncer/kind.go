@@ -5,9 +5,11 @@ import (
 	"github.com/syncer-dev/syncer/internal/formats/setting"
 )
 
-// Kind registers the syncer format: it takes no field.
+// Kind registers the syncer format: it takes no field, and is read back
+// through its read API (ReadBack).
 var Kind = setting.Kind{Name: Name, Flags: true,
-	Parse: func(setting.Fields) (setting.Settings, error) { return Settings{}, nil }}
+	Parse:    func(setting.Fields) (setting.Settings, error) { return Settings{}, nil },
+	ReadBack: ReadBack}
 
 // Settings are the syncer format's: none.
 type Settings struct{}
