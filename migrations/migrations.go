@@ -69,6 +69,14 @@ func GateOpen(schema string) string {
 	return "(SELECT g.armed AND g.lease_until OPERATOR(pg_catalog.>) pg_catalog.now() FROM " + pgx.Identifier{schema, "syncer_gate"}.Sanitize() + " g)"
 }
 
+// signalled names the transaction-local setting by which resources'
+// triggers note that the transaction appended its outbox event and
+// notified (migration 030): one per schema, as payloadChanged.
+func signalled(schema string) string {
+	sum := sha256.Sum256([]byte(schema))
+	return "syncer.resources_signalled_" + hex.EncodeToString(sum[:8])
+}
+
 // payloadChanged names the transaction-local setting by which the
 // resources' row trigger tells its statement trigger that a statement
 // changed a payload (migration 018): one per schema, so that two
@@ -214,6 +222,7 @@ func upTo(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, then The
 		"{{channel}}", quoteLiteral(Channel(schema)),
 		"{{gate_open}}", GateOpen(schema),
 		"{{payload_changed}}", quoteLiteral(payloadChanged(schema)),
+		"{{signalled}}", quoteLiteral(signalled(schema)),
 	)
 	for _, m := range all {
 		if last > 0 && m.Version > last {

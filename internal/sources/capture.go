@@ -11,12 +11,11 @@ import (
 
 // captureVersion is written into every capture function, so that an
 // installation made by an older syncer is recognised and replaced.
-const captureVersion = "syncer capture v5"
+const captureVersion = "syncer capture v6"
 
 // captureBody is the capture function of a source: one change row per row
-// written, one outbox event and notification per statement (a table) or
-// per transaction (a partitioned table) that wrote any while the gate is
-// open; the event's op and the notification's payload are
+// written, one outbox event and notification per transaction that wrote
+// any while the gate is open; the event's op and the notification's payload are
 // migrations.SourceOp(name), so a relay can tell which source has work. It names
 // every object with its schema, pg_catalog's functions, operators and
 // types too, but for the filter and the partitioned body's row comparison
@@ -34,6 +33,9 @@ func captureBody(schema string, s *Source) string {
 	row := func(alias string) string { return rowSQL(s.keyColumns(alias)) }
 	ins := "INSERT INTO " + changes + " (source, num, key, deleted" + s.tenantColumns() + ")\n        "
 	tv := s.tenantValues
+	// The transaction-local setting that says the source's event and
+	// notification of the transaction are made.
+	flag := quoteLiteral("syncer.signalled_" + objectHash(schema, s.Name))
 	op := "'" + migrations.SourceOpPrefix + "' OPERATOR(pg_catalog.||) syncer_source" // a constant with no quote in it
 	signal := `INSERT INTO ` + outbox + ` (op) VALUES (` + op + `);
         PERFORM pg_catalog.pg_notify(` + quoteLiteral(migrations.Channel(schema)) + `, ` + op + `);`
@@ -94,7 +96,6 @@ BEGIN
 			// Or the row no longer matches: its key reads as gone.
 			oldGone = s.filterOfRecord("OLD") + " AND (" + oldGone + " OR NOT " + s.filterOfRecord("NEW") + ")"
 		}
-		flag := quoteLiteral("syncer.signalled_" + objectHash(schema, s.Name))
 		return head + `    IF TG_OP OPERATOR(pg_catalog.=) 'TRUNCATE' THEN
         -- Before it: every row still there is deleted.
         ` + truncate + `
@@ -150,10 +151,16 @@ END
         ` + truncate + `
     END IF;
     -- The gate of 006_gate_lease.sql, read here rather than through a
-    -- function: a call would cost the writer as much as the read.
+    -- function: a call would cost the writer as much as the read. One
+    -- event and notification a transaction, not one a statement: the
+    -- flag is local to the transaction and undone with a rolled-back
+    -- savepoint, as the event is. It is read after the gate, so that
+    -- a statement under a shut gate (the daemon busy) pays what it did.
     GET DIAGNOSTICS syncer_rows = ROW_COUNT;
-    IF syncer_rows OPERATOR(pg_catalog.>) 0 AND ` + migrations.GateOpen(schema) + ` THEN
+    IF syncer_rows OPERATOR(pg_catalog.>) 0 AND ` + migrations.GateOpen(schema) + `
+            AND NOT COALESCE(pg_catalog.current_setting(` + flag + `, true) OPERATOR(pg_catalog.=) 'on', false) THEN
         ` + signal + `
+        PERFORM pg_catalog.set_config(` + flag + `, 'on', true);
     END IF;
     RETURN NULL;
 END

@@ -125,3 +125,56 @@ func TestOutboxEventsThroughTheGate(t *testing.T) {
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM syncer_outbox`))
 	require.Equal(t, 12, b.count(t, `SELECT count(*) FROM syncer_changes`))
 }
+
+// A transaction of many statements on a table appends one outbox event
+// and sends one notification while the gate is open, not one a statement
+// (issue 57); a statement rolled back with its savepoint takes its event
+// with it, so the next one makes it again; a transaction that began under
+// a shut gate makes it at its first statement after the gate opened.
+func TestOutboxEventOncePerTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `CREATE TABLE orders (id bigint PRIMARY KEY, status text)`)
+	b.install(t, "  - table: orders\n    key: id\n    destination: crm\n    snapshot: false\n")
+	b.exec(t, `DELETE FROM syncer_outbox`)
+	b.exec(t, `UPDATE syncer_gate SET armed = true, lease_until = now() + interval '1 hour'`)
+	events := func() int { return b.count(t, `SELECT count(*) FROM syncer_outbox WHERE op = 'source:orders'`) }
+	run := func(sqls ...string) {
+		t.Helper()
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			for _, sql := range sqls {
+				if _, err := tx.Exec(ctx, sql); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+
+	run(`INSERT INTO orders VALUES (1, 'a')`, `INSERT INTO orders VALUES (2, 'a')`,
+		`UPDATE orders SET status = 'b' WHERE id = 1`, `DELETE FROM orders WHERE id = 2`)
+	require.Equal(t, 1, events(), "one event a transaction")
+	run(`INSERT INTO orders VALUES (3, 'a')`)
+	require.Equal(t, 2, events(), "the next transaction makes its own")
+
+	run(`SAVEPOINT s`, `INSERT INTO orders VALUES (4, 'a')`, `ROLLBACK TO SAVEPOINT s`, `INSERT INTO orders VALUES (5, 'a')`)
+	require.Equal(t, 3, events(), "a rolled-back savepoint takes its event, the next statement makes it again")
+
+	b.exec(t, `UPDATE syncer_gate SET armed = false`)
+	conn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO orders VALUES (6, 'a')`)
+	require.NoError(t, err)
+	b.exec(t, `UPDATE syncer_gate SET armed = true`)
+	// The writer's snapshot is taken at its first statement (read
+	// committed: at each): the gate reads open at the second.
+	_, err = tx.Exec(ctx, `INSERT INTO orders VALUES (7, 'a')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, 4, events(), "the first statement after the gate opened makes the event")
+	require.Equal(t, 1+1+1+1+1+1+1+1, b.count(t, `SELECT count(*) FROM syncer_changes`), "every change logged")
+}
