@@ -41,8 +41,8 @@ func TestFeedsCarryTheCaptureTime(t *testing.T) {
 	}
 	same := func(want time.Time, it feed.Item) {
 		t.Helper()
-		require.False(t, it.Captured.IsZero(), "item %s", it.ID)
-		require.True(t, want.Equal(it.Captured), "item %s: captured %v, not %v", it.ID, want, it.Captured)
+		require.False(t, it.Captured().IsZero(), "item %s", it.ID)
+		require.True(t, want.Equal(it.Captured()), "item %s: captured %v, not %v", it.ID, want, it.Captured())
 	}
 	lim := b.e.limits(0)
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/resources"
@@ -118,13 +119,16 @@ func (c *rowsCursor) Next(ctx context.Context) (feed.Page, error) {
 	}
 	c.end = end
 	p := feed.Page{Salt: salt, Items: make([]feed.Item, 0, len(rows)), Kept: c.f.kept}
+	var metas []feed.Meta
 	for _, r := range rows {
 		id := strconv.FormatInt(r.ID, 10)
 		if r.Oversize > 0 {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: id, Version: r.Version, Bytes: r.Oversize})
 			continue
 		}
-		p.Items = append(p.Items, feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept, Captured: r.Captured})
+		it := feed.Item{ID: id, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Meta: feed.MetaOf(&metas, len(rows), "", r.Kept)}
+		it.SetCaptured(r.Captured)
+		p.Items = append(p.Items, it)
 	}
 	c.after = rows[len(rows)-1].ID
 	p.Position = c.after
@@ -159,6 +163,25 @@ func (f *rowsFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs
 	}
 	resources.QueueMarks(b, o)
 	return nil
+}
+
+// composeAccepted adds to s the marks of accepted, every one a row's
+// version, none a tombstone (composer): their ids and versions go once,
+// as the keys and versions of every piece of s.
+func (f *rowsFeed) composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, err error) {
+	var v resources.Versions
+	v.IDs, v.Versions = make([]int64, 0, len(accepted)), make([]int64, 0, len(accepted))
+	for _, it := range accepted {
+		id, err := rowID(it)
+		if err != nil {
+			return "", "", err
+		}
+		v.Add(id, it.Version)
+	}
+	ids := s.Arg(v.IDs)
+	versions = s.Arg(v.Versions)
+	resources.ComposeSynced(s, ids, versions)
+	return resources.KeysSQL(ids), versions + `::bigint[]`, nil
 }
 
 // QueueLive makes the rows a replay's answer deferred pending again in the
@@ -241,12 +264,15 @@ func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
 	}
 	c.end = sp.End
 	p := feed.Page{Salt: c.f.Checkpoint(), Items: make([]feed.Item, 0, len(rows)), Kept: c.f.kept}
+	var metas []feed.Meta
 	for _, r := range rows {
 		if r.Oversize > 0 {
 			p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
 			continue
 		}
-		p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Kept: r.Kept, Captured: r.Captured})
+		it := feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Meta: feed.MetaOf(&metas, len(rows), "", r.Kept)}
+		it.SetCaptured(r.Captured)
+		p.Items = append(p.Items, it)
 	}
 	last := rows[len(rows)-1].Key
 	c.after = &last

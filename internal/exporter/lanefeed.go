@@ -278,11 +278,11 @@ func (f *laneFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs
 		return m
 	}
 	for _, it := range accepted {
-		m := get(it.Tenant)
+		m := get(it.Tenant())
 		m.acc = append(m.acc, it)
 	}
 	for i, it := range rejected {
-		m := get(it.Tenant)
+		m := get(it.Tenant())
 		m.rej, m.errs = append(m.rej, it), append(m.errs, errs[i])
 	}
 	for _, t := range order {
@@ -445,12 +445,15 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 		}
 		c.after[t] = sp.Rows[len(sp.Rows)-1].Key
 		p := feed.Page{Salt: tenantSalt(c.f.name, t), Tenant: t, Kept: true, Items: make([]feed.Item, 0, len(sp.Rows))}
+		var metas []feed.Meta
 		for _, r := range sp.Rows {
 			if r.Oversize > 0 {
 				p.Oversize = append(p.Oversize, feed.Oversize{ID: r.Key, Version: r.Version, Bytes: r.Oversize})
 				continue
 			}
-			p.Items = append(p.Items, feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Tenant: t, Kept: r.Kept, Captured: r.Captured})
+			it := feed.Item{ID: r.Key, Version: r.Version, Payload: r.Payload, Deleted: r.Deleted, Meta: feed.MetaOf(&metas, len(sp.Rows), t, r.Kept)}
+			it.SetCaptured(r.Captured)
+			p.Items = append(p.Items, it)
 		}
 		c.f.read(t)
 		return p, nil

@@ -194,6 +194,11 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 		defTen   []string // each deferred item's tenant ("" outside a lane)
 		batches  int64
 		seqs     []int64
+		// composed are the group's batches marked with their story and
+		// digests in one statement each (composed.go): their accepted
+		// items are not in acc, and count in rows.
+		composed []*batch
+		rows     int64
 	}
 	byName := map[string]*group{}
 	var order []string
@@ -203,6 +208,15 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			g = &group{}
 			byName[b.name] = g
 			order = append(order, b.name)
+		}
+		g.batches++
+		if b.seq != 0 {
+			g.seqs = append(g.seqs, b.seq)
+		}
+		g.rows += int64(len(b.out.Accepted) + len(b.unchanged))
+		if p.composes(b) {
+			g.composed = append(g.composed, b)
+			continue
 		}
 		if g.acc == nil && len(b.unchanged) == 0 {
 			// One batch of the name, most often: its accepted items as
@@ -223,12 +237,8 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			g.defTen = append(g.defTen, tenant)
 		}
 		for _, o := range b.oversize {
-			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version, Tenant: tenant})
+			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version, Meta: feed.MetaOf(new([]feed.Meta), 1, tenant, nil)})
 			g.errs = append(g.errs, oversizeError(o, p.feed.Limits()))
-		}
-		g.batches++
-		if b.seq != 0 {
-			g.seqs = append(g.seqs, b.seq)
 		}
 	}
 	seqs := new([]int64)
@@ -260,26 +270,44 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			qb.Queue(lazyCommitSQL)
 		}
 		digests, arrays := bufs.reset()
+		for _, name := range order {
+			// A batch all accepted is marked with its story and digests
+			// in one statement (composed.go).
+			for _, b := range byName[name].composed {
+				if err := p.queueComposed(qb, b, digests, arrays); err != nil {
+					return err
+				}
+			}
+		}
 		for _, b := range r.marks {
-			p.queueDigests(qb, b, digests)
-			p.queueHistory(qb, b, arrays)
+			if !p.composes(b) {
+				p.queueDigests(qb, b, digests)
+				p.queueHistory(qb, b, arrays)
+			}
 		}
 		for _, name := range order {
 			g := byName[name]
-			if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
-				return err
+			if len(g.composed) == 0 || len(g.acc)+len(g.rej) > 0 {
+				if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
+					return err
+				}
+			}
+			acc := g.acc
+			if len(g.composed) > 0 && len(p.e.heldOf(name)) > 0 {
+				// The holds of the composed batches' keys end too.
+				acc = append(acc[:len(acc):len(acc)], composedItems(g.composed)...)
 			}
 			p.queueSkipped(qb, g.skipped)
 			// Deferred items are held, in the transaction that marks
 			// their neighbours and forgets their batch's record: the
 			// batch is settled, never resent whole (held.go).
-			ch, err := p.queueHolds(qb, name, g.def, g.defTen, g.acc, g.rej)
+			ch, err := p.queueHolds(qb, name, g.def, g.defTen, acc, g.rej)
 			if err != nil {
 				return err
 			}
 			held = append(held, ch)
 			checkpoint.QueueForget(qb, g.seqs)
-			progress := checkpoint.Progress{Rows: int64(len(g.acc)), Failed: int64(len(g.rej)), Batches: g.batches}
+			progress := checkpoint.Progress{Rows: g.rows, Failed: int64(len(g.rej)), Batches: g.batches}
 			if name == recName {
 				recProgress = progress
 				continue
@@ -308,10 +336,10 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 func answeredKeys(acc, rej []feed.Item) []holds.ID {
 	keys := make([]holds.ID, 0, len(acc)+len(rej))
 	for _, it := range acc {
-		keys = append(keys, holds.ID{Tenant: it.Tenant, Key: it.ID})
+		keys = append(keys, holds.ID{Tenant: it.Tenant(), Key: it.ID})
 	}
 	for _, it := range rej {
-		keys = append(keys, holds.ID{Tenant: it.Tenant, Key: it.ID})
+		keys = append(keys, holds.ID{Tenant: it.Tenant(), Key: it.ID})
 	}
 	return keys
 }

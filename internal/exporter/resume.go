@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
@@ -83,9 +84,11 @@ func recordedBatch(r checkpoint.Batch) (*batch, error) {
 		return nil, fmt.Errorf("exporter: recorded batch %d (%s): %w", r.Seq, r.Key, err)
 	}
 	if t, ok := tenantOfSalt(r.Salt); ok {
-		// A lane's batch: every item is the tenant's.
+		// A lane's batch: every item is the tenant's, one Meta for all
+		// (none has a kept digest).
+		m := &feed.Meta{Tenant: t}
 		for i := range items {
-			items[i].Tenant = t
+			items[i].Meta = m
 		}
 	}
 	return &batch{name: r.Name, items: items, salt: r.Salt, key: r.Key, body: r.Body, seq: r.Seq, resent: true, at: r.Time.UTC()}, nil

@@ -79,10 +79,10 @@ func (p *pipeline) leaveUnchanged(_ context.Context, page *feed.Page) error {
 	var dg unchanged.Digester
 	var sum []byte
 	for i, it := range page.Items {
-		if it.Kept != nil {
+		if it.Kept() != nil {
 			sum = dg.Append(sum[:0], b.tag, it)
 		}
-		same := it.Kept != nil && bytes.Equal(it.Kept, sum)
+		same := it.Kept() != nil && bytes.Equal(it.Kept(), sum)
 		if same {
 			_, unsettled := p.unsettled[it.ID]
 			same = !unsettled
@@ -132,7 +132,7 @@ func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch, bufs *digestBufs) {
 		switch {
 		case b.resent:
 			drop = append(drop, it.ID)
-		case p.bodies.skip && it.Kept == nil:
+		case p.bodies.skip && it.Kept() == nil:
 			// Read with the kept digests (a live target's read), and
 			// none was kept: most likely none is now either.
 			if fresh == nil {

@@ -48,6 +48,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
@@ -270,7 +271,7 @@ func (b *Batch) allAccepted() bool {
 // capturedOf is an item's capture time as an array's element: NULL when
 // zero.
 func capturedOf(it feed.Item) pgtype.Timestamptz {
-	return pgtype.Timestamptz{Time: it.Captured, Valid: !it.Captured.IsZero()}
+	return pgtype.Timestamptz{Time: it.Captured(), Valid: it.CapturedAt != 0}
 }
 
 // Arrays are the key and version arrays of the common batch's statement,
@@ -319,25 +320,10 @@ func (b *Batch) args(arrays *Arrays) (string, []any, bool) {
 		a := b.Attempts[0]
 		n := len(b.Accepted)
 		keys, versions := arrays.take(n)
-		// NULL arrays for none deleted and none captured: the common
-		// drain of new rows, whose rows then carry two arrays, not four.
-		var deleted []bool
-		var captured []pgtype.Timestamptz
 		for i, it := range b.Accepted {
 			keys[i], versions[i] = it.ID, it.Version
-			if it.Deleted && deleted == nil {
-				deleted = make([]bool, n) // the items before it were not
-			}
-			if deleted != nil {
-				deleted[i] = it.Deleted
-			}
-			if !it.Captured.IsZero() && captured == nil {
-				captured = make([]pgtype.Timestamptz, n) // NULL before it
-			}
-			if captured != nil {
-				captured[i] = capturedOf(it)
-			}
 		}
+		deleted, captured := b.acceptedColumns()
 		return requestSQL, []any{b.Feed, a.At, batched, a.Key, b.Destination, b.Tenant, int16(a.Status), int32(a.Latency / time.Millisecond),
 			keys, versions, deleted, captured, int32(n)}, true
 	}
@@ -348,6 +334,73 @@ func (b *Batch) args(arrays *Arrays) (string, []any, bool) {
 	return insertSQL, []any{b.Feed, batched, b.Destination, b.Tenant,
 		r.keys, r.versions, r.deleted, r.attempt, r.outcome, r.reason, r.captured,
 		r.aKeys, r.aAt, r.aStatus, r.aLatency}, true
+}
+
+// acceptedColumns are the common batch's deleted and captured arrays:
+// NULL for none deleted and none captured, the common drain of new rows,
+// whose rows then carry two arrays, not four. The captured times are a
+// []time.Time when every item has one (a drain's every row): pgx encodes
+// it directly, where it boxes each element of a []pgtype.Timestamptz
+// (32 bytes an item, issue 55).
+func (b *Batch) acceptedColumns() ([]bool, any) {
+	n := len(b.Accepted)
+	var deleted []bool
+	var nulls bool
+	for i, it := range b.Accepted {
+		if it.Deleted && deleted == nil {
+			deleted = make([]bool, n) // the items before it were not
+		}
+		if deleted != nil {
+			deleted[i] = it.Deleted
+		}
+		nulls = nulls || it.CapturedAt == 0
+	}
+	if !nulls {
+		captured := make([]time.Time, n)
+		for i, it := range b.Accepted {
+			captured[i] = it.Captured()
+		}
+		return deleted, captured
+	}
+	var captured []pgtype.Timestamptz
+	for i, it := range b.Accepted {
+		if it.CapturedAt != 0 && captured == nil {
+			captured = make([]pgtype.Timestamptz, n) // NULL before it
+		}
+		if captured != nil {
+			captured[i] = capturedOf(it)
+		}
+	}
+	if captured == nil {
+		return deleted, nil // a NULL array, not a typed nil in an any
+	}
+	return deleted, captured
+}
+
+// ComposeRequest adds to s the common batch's row (the one request that
+// carried every item, all accepted), its keys and versions given as
+// expressions of s (text[] and bigint[], in b.Accepted's order) that
+// other pieces of s share with it (issue 55: the marks', sent once). It
+// reports false, adding nothing, when b is not the common batch: Queue
+// it apart. The guarantees are Queue's: compose it into a statement of
+// the transaction that marks the batch.
+func (b *Batch) ComposeRequest(s *compose.Statement, keys, versions string) bool {
+	if !b.allAccepted() {
+		return false
+	}
+	var batched any
+	if !b.BatchedAt.IsZero() {
+		batched = b.BatchedAt
+	}
+	a := b.Attempts[0]
+	deleted, captured := b.acceptedColumns()
+	s.Modify(`INSERT INTO syncer_history_requests
+	(feed, at, batched_at, batch_key, destination, tenant, status, latency_ms, keys, versions, deleted, captured, items)
+	VALUES (` + s.Arg(b.Feed) + `, ` + s.Arg(a.At) + `, ` + s.Arg(batched) + `::timestamptz, ` + s.Arg(a.Key) + `, ` +
+		s.Arg(b.Destination) + `, NULLIF(` + s.Arg(b.Tenant) + `::text, ''), ` + s.Arg(int16(a.Status)) + `::smallint, ` +
+		s.Arg(int32(a.Latency/time.Millisecond)) + `::int, ` + keys + `, ` + versions + `, ` + s.Arg(deleted) + `::boolean[], ` +
+		s.Arg(captured) + `::timestamptz[], ` + s.Arg(int32(len(b.Accepted))) + `::int)`)
+	return true
 }
 
 // Queue adds to qb the statement that writes b's entries: one statement

@@ -176,12 +176,12 @@ func TestCapturedTime(t *testing.T) {
 	pool := dbtest.NewMigrated(t).Pool
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	x, y := item("x", 1), item("y", 1)
-	x.Captured = at.Add(-time.Minute)
+	x.SetCaptured(at.Add(-time.Minute))
 	qb := &pgx.Batch{}
 	history.Queue(qb, &history.Batch{Feed: "orders", Destination: "crm", BatchedAt: at,
 		Attempts: []delivery.Attempt{{Key: "k-1", At: at, Status: 200, Items: []feed.Item{x, y}}}, Accepted: []feed.Item{x, y}})
 	z := item("x", 2)
-	z.Captured = at.Add(-time.Second)
+	z.SetCaptured(at.Add(-time.Second))
 	history.Queue(qb, &history.Batch{Feed: "orders", Destination: "crm", BatchedAt: at,
 		Attempts: []delivery.Attempt{{Key: "k-2", At: at.Add(time.Second), Status: 422, Items: []feed.Item{z}}},
 		Rejected: []delivery.Rejection{{Item: z, Error: "422 no"}}})
@@ -190,10 +190,10 @@ func TestCapturedTime(t *testing.T) {
 	st, err := history.Lookup(ctx, pool, "orders", "x", 0)
 	require.NoError(t, err)
 	require.Len(t, st.Versions, 2)
-	require.True(t, st.Versions[0].Captured.Equal(x.Captured), "from the request's row")
+	require.True(t, st.Versions[0].Captured.Equal(x.Captured()), "from the request's row")
 	require.Equal(t, history.Accepted, st.Versions[0].Settled)
 	require.Equal(t, "k-1", st.Versions[0].Entries[0].BatchKey)
-	require.True(t, st.Versions[1].Captured.Equal(z.Captured), "from an entry of its own")
+	require.True(t, st.Versions[1].Captured.Equal(z.Captured()), "from an entry of its own")
 	require.Equal(t, history.Failed, st.Versions[1].Settled)
 	st, err = history.Lookup(ctx, pool, "orders", "y", 0)
 	require.NoError(t, err)

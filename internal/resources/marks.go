@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/database"
 )
 
@@ -79,6 +80,25 @@ func QueueMarks(b *pgx.Batch, o Outcomes) {
 	queueMark(b, "mark synced", "syncer_tombstones", setSynced, o.SyncedTombstones, nil, nil)
 	queueMark(b, "mark failed", "resources", setFailed, o.Failed, o.Errs, nil)
 	queueMark(b, "mark failed", "syncer_tombstones", setFailed, o.FailedTombstones, o.TombstoneErrs, nil)
+}
+
+// ComposeSynced adds to s the piece that marks rows (not tombstones)
+// accepted at exactly the pairs of ids and versions, placeholders of s's
+// arguments (bigint[] both), as QueueMarks marks Outcomes.Synced: a
+// caller composing the marks with other pieces that share the rows' keys
+// (KeysSQL), one statement instead of one each (issue 55).
+func ComposeSynced(s *compose.Statement, ids, versions string) {
+	s.Modify(`UPDATE resources r SET ` + setSynced + `
+		FROM unnest(` + ids + `::bigint[], ` + versions + `::bigint[]) AS b(id, version)
+		WHERE r.id = ANY(` + ids + `::bigint[]) AND r.id = b.id AND r.version = b.version`)
+}
+
+// KeysSQL is the expression of the rows' keys (text[], a row's id in
+// decimal: the text the wire carries) given ids, a placeholder of their
+// ids (bigint[]): the keys are not sent again for the pieces that want
+// them as text.
+func KeysSQL(ids string) string {
+	return `(` + ids + `::bigint[])::text[]`
 }
 
 // QueueUnsynced adds to b the statements that make exactly the pairs of

@@ -33,6 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/feed"
 )
@@ -117,6 +118,19 @@ func (ds *Digests) Add(tag string, it feed.Item) {
 	ds.Sums = append(ds.Sums, ds.buf[at:len(ds.buf):len(ds.buf)])
 }
 
+// flat is the digests one after the other: Add's buffer, or a copy for
+// Digests built otherwise.
+func (ds *Digests) flat() []byte {
+	if len(ds.buf) == len(ds.Keys)*digestLen {
+		return ds.buf
+	}
+	out := make([]byte, 0, len(ds.Keys)*digestLen)
+	for _, d := range ds.Sums {
+		out = append(out, d[:digestLen]...)
+	}
+	return out
+}
+
 // Len is the number of keys.
 func (ds *Digests) Len() int {
 	if ds == nil {
@@ -166,6 +180,31 @@ func QueueSettledDigests(b *pgx.Batch, name, tenant string, keep, fresh *Digests
 	if len(drop) > 0 {
 		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND tenant = $3 AND key = ANY ($2::text[])`, name, drop, tenant)
 	}
+}
+
+// ComposeSettled adds to s, for feed name and tenant ("" outside
+// tenants), the digests ds of bodies accepted under keys, an expression
+// of s (text[], in ds's order) other pieces of s share (issue 55: the
+// marks' keys, sent once): fresh ones as QueueSettledDigests writes its
+// fresh, others upserted as its keep. The digests go as one bytea, split
+// by the statement, not as an array of one each. The guarantees are
+// QueueSettledDigests': compose it into a statement of the transaction
+// that marks the versions accepted.
+func ComposeSettled(s *compose.Statement, name, tenant, keys string, ds *Digests, fresh bool) {
+	if ds.Len() == 0 {
+		return
+	}
+	flat := s.Arg(ds.flat())
+	sums := `ARRAY(SELECT substring(` + flat + `::bytea FROM i * ` + strconv.Itoa(digestLen) + ` + 1 FOR ` + strconv.Itoa(digestLen) +
+		`) FROM generate_series(0, length(` + flat + `::bytea) / ` + strconv.Itoa(digestLen) + ` - 1) AS i ORDER BY i)`
+	feed, ten := s.Arg(name), s.Arg(tenant)
+	if fresh {
+		s.Call(`SELECT syncer_keep_digests(` + feed + `::text, ` + ten + `::text, ` + keys + `, ` + sums + `)`)
+		return
+	}
+	s.Modify(`INSERT INTO syncer_accepted_bodies (feed, tenant, key, digest)
+		SELECT ` + feed + `::text, ` + ten + `::text, n.key, n.digest FROM unnest(` + keys + `, ` + sums + `) AS n (key, digest)
+		ON CONFLICT (feed, tenant, key) DO UPDATE SET digest = EXCLUDED.digest`)
 }
 
 // fromMap are digests by id as Digests.
