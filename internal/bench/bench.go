@@ -68,6 +68,7 @@ var Scenarios = []string{
 	ScenarioTenants,
 	ScenarioVerify,
 	ScenarioHistory,
+	ScenarioSessions,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -98,6 +99,7 @@ var rowNames = map[string][]string{
 	ScenarioTenants:            {"tenants: unannounced limits", "tenants: unannounced sustained", "tenants: rate_limit 5", "tenants: two daemons", "tenants: a daemon joins", "tenants: fairness", "tenants: idle", "tenants: column cost", "tenants: own limits sharing lanes", "tenants: own limits from the query"},
 	ScenarioVerify:             verifyRows,
 	ScenarioHistory:            {"history drain", "history lookup"},
+	ScenarioSessions:           {sessionsIdleRow, sessionsLoadRow},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -354,6 +356,7 @@ func (r *runner) runScenario(ctx context.Context, name string) []Row {
 		ScenarioTenants:            r.tenantsScenario,
 		ScenarioVerify:             r.verifyScenario,
 		ScenarioHistory:            r.historyScenario,
+		ScenarioSessions:           r.sessionsScenario,
 	}
 	r.progressf("== %s", name)
 	rows, err := steps[name](ctx)
