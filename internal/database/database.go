@@ -83,13 +83,17 @@ func (e *URLError) Unwrap() []error { return []error{ErrBadURL, e.err} }
 // CLI exits 2 on it.
 func (e *URLError) IsUsage() bool { return true }
 
-// ParseURL parses a DATABASE_URL into a pool config. A malformed URL is a
-// *URLError.
+// ParseURL parses a DATABASE_URL into a pool config whose connections send
+// no cancel request (NoCancelRequests). A malformed URL is a *URLError.
 func ParseURL(rawURL string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, &URLError{Redacted: Redact(rawURL), err: scrub(err, rawURL)}
 	}
+	// The pool's connections, River's among them (the listener too: a
+	// pool's connection hijacked); the dedicated sessions of the locks and
+	// the relay copy ConnConfig and open theirs with Connect.
+	NoCancelRequests(cfg)
 	return cfg, nil
 }
 

@@ -403,7 +403,7 @@ func (l *Locker) Close() {
 }
 
 func (l *Locker) connect(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, l.connConfig)
+	conn, err := database.Connect(ctx, l.connConfig)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
