@@ -367,7 +367,6 @@ func TestLockNotGrantedWhileFormerHoldersTransactionRuns(t *testing.T) {
 	require.NoError(t, lk2.Release(ctx))
 }
 
-
 func TestHolderNamesHostAndProcess(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
