@@ -104,7 +104,9 @@ func (r *runner) sessionsScenario(ctx context.Context) ([]Row, error) {
 	if err := s.waitChanges(ctx, drainLimit(sessionsTenants), d); err != nil {
 		return nil, err
 	}
-	time.Sleep(3 * time.Second)
+	// Idle: the start's jobs over, and what the pool opened for them
+	// closed (database.PoolIdleTimeDefault, checked every second).
+	time.Sleep(10 * time.Second)
 
 	r.progressf("   idle for %s", idleFor)
 	idle, err := sampleSessions(ctx, s, pid, dbPort, idleFor, nil)
