@@ -63,13 +63,14 @@ const ConnectTimeoutDefault = 10 * time.Second
 // pool_max_conn_idle_time, pool_health_check_period): a daemon holds at
 // most 4 server connections idle and 8 under load, whatever its sources,
 // lanes and tenants (contract section 12, "Sessions"; docs/design.md).
-// The pool is one of them, River's polls and jobs on it; the locks' holder
-// session, River's listener and the relay's are the rest. pgxpool's own
+// The pool is 5 of them, River's polls and jobs and the locks'
+// transactions on it; the locks' holder session, River's listener and the
+// relay's are the rest. pgxpool's own
 // default grows with the machine's CPUs, and keeps an idle connection
 // half an hour.
 const (
 	// PoolMaxConnsDefault bounds the pool under load.
-	PoolMaxConnsDefault = 4
+	PoolMaxConnsDefault = 5
 	// PoolIdleTimeDefault is how long a pooled connection stays open
 	// unused; the health check, every PoolHealthCheckDefault, closes it
 	// then. An idle daemon keeps the connection its polls use.

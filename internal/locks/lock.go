@@ -160,7 +160,7 @@ func (lk *Lock) Context(parent context.Context) (context.Context, context.Cancel
 // serialized with each other and with Release.
 func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	lk.mu.Lock()
-	defer lk.mu.Unlock()
+	defer lk.unlockMu()
 	if err := lk.Err(); err != nil {
 		return fmt.Errorf("locks: with tx: %w", err)
 	}
@@ -327,11 +327,21 @@ func (lk *Lock) lose(cause error) {
 	}
 	lk.cancel(fmt.Errorf("%w: %w", ErrLockLost, cause))
 	_ = lk.locker.unlock(context.Background(), lk)
-	go func() {
-		lk.mu.Lock()
-		defer lk.mu.Unlock()
+	// Forgotten at once when no transaction of the lock is under way, so
+	// the next try of its key is not busy for it; else by the one under
+	// way as it ends (unlockMu).
+	if lk.mu.TryLock() {
+		lk.unlockMu()
+	}
+}
+
+// unlockMu unlocks mu, and has the Locker forget the lock first if it is
+// lost or released: its transactions are over.
+func (lk *Lock) unlockMu() {
+	if lk.ctx.Err() != nil {
 		lk.locker.forget(lk)
-	}()
+	}
+	lk.mu.Unlock()
 }
 
 // txBeginner hands pgx.BeginFunc transactions that roll back even when

@@ -164,7 +164,7 @@ const IdleSessionsDefault = 2
 
 // TxConnsDefault bounds the pool a Locker opens for its locks'
 // transactions when Config.Pool is nil.
-const TxConnsDefault = 4
+const TxConnsDefault = 8
 
 func (c *Config) validate() error {
 	if c.CheckInterval < 0 {

@@ -94,7 +94,7 @@ func (p *Pipe) sendTx(ctx context.Context, checked bool, queue func(b *pgx.Batch
 		// fence between two is a setting of its session.
 		p.lk.mu.Lock()
 		if err := p.lk.acquire(ctx); err != nil {
-			p.lk.mu.Unlock()
+			p.lk.unlockMu()
 			return err
 		}
 	}
@@ -102,7 +102,7 @@ func (p *Pipe) sendTx(ctx context.Context, checked bool, queue func(b *pgx.Batch
 		if len(p.sent) == 0 {
 			p.pl = nil
 			p.lk.putBack()
-			p.lk.mu.Unlock()
+			p.lk.unlockMu()
 		}
 		return err
 	}
@@ -230,7 +230,7 @@ func (p *Pipe) Receive() error {
 			p.pl = nil
 		}
 		p.lk.putBack()
-		p.lk.mu.Unlock()
+		p.lk.unlockMu()
 	}
 	return tx.err
 }
