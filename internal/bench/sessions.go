@@ -105,8 +105,8 @@ func (r *runner) sessionsScenario(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	// Idle: the start's jobs over, and what the pool opened for them
-	// closed (database.PoolIdleTimeDefault, checked every second).
-	time.Sleep(10 * time.Second)
+	// closed (database.PoolIdleTimeDefault, 30 s, checked every 5 s).
+	time.Sleep(40 * time.Second)
 
 	r.progressf("   idle for %s", idleFor)
 	idle, err := sampleSessions(ctx, s, pid, dbPort, idleFor, nil)

@@ -73,9 +73,12 @@ const (
 	PoolMaxConnsDefault = 5
 	// PoolIdleTimeDefault is how long a pooled connection stays open
 	// unused; the health check, every PoolHealthCheckDefault, closes it
-	// then. An idle daemon keeps the connection its polls use.
-	PoolIdleTimeDefault    = 5 * time.Second
-	PoolHealthCheckDefault = time.Second
+	// then. An idle daemon keeps the connections its polls use. Not
+	// shorter: at 5 s the pool closed and opened connections every few
+	// seconds for the daemon's periodic work (the gauges, the presence,
+	// River's maintenance), each a backend's start on the server.
+	PoolIdleTimeDefault    = 30 * time.Second
+	PoolHealthCheckDefault = 5 * time.Second
 )
 
 // boundPool applies the pool's bounds that rawURL does not set.
