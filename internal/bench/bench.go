@@ -69,7 +69,6 @@ var Scenarios = []string{
 	ScenarioVerify,
 	ScenarioHistory,
 	ScenarioDBShare,
-	ScenarioSessions,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -101,7 +100,6 @@ var rowNames = map[string][]string{
 	ScenarioVerify:             verifyRows,
 	ScenarioHistory:            {"history drain", "history lookup"},
 	ScenarioDBShare:            {dbshareRow500, dbshareRow2000, dbshareRowDrain},
-	ScenarioSessions:           {sessionsIdleRow, sessionsLoadRow},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -359,7 +357,6 @@ func (r *runner) runScenario(ctx context.Context, name string) []Row {
 		ScenarioVerify:             r.verifyScenario,
 		ScenarioHistory:            r.historyScenario,
 		ScenarioDBShare:            r.dbshare,
-		ScenarioSessions:           r.sessionsScenario,
 	}
 	r.progressf("== %s", name)
 	rows, err := steps[name](ctx)
