@@ -19,9 +19,11 @@ import (
 // (2.7 to 3.5/s each before the places grew with its paced tenants;
 // at 2/s they do not outnumber them). The two run one after the
 // other: together they are 128 requests/s under -race, and measured the
-// spare CPU of CI's busy machine more than the lanes.
+// spare CPU of CI's busy machine more than the lanes. Not parallel:
+// it runs while no other test of the package does, as a rate measured
+// beside 20 other daemons measured the package's load (a tenant of CI
+// at 3.59/s, its lane-mates at 3.76 to 3.92/s).
 func TestTenantsSharingLanesReachTheirOwnLimits(t *testing.T) {
-	t.Parallel()
 	for _, tt := range []struct {
 		name           string
 		tenants, lanes int
