@@ -287,6 +287,17 @@ func endLine(p replays.Progress) (end, detail string) {
 	return end, ""
 }
 
+// progressState is the state a progress line names. A replay of a
+// source's keys is done once its keys are queued, while the daemons
+// still send them: until the last is sent (end is then said) the line
+// says "sending", not "done" beside "0 of 40 keys sent".
+func progressState(p replays.Progress, end string) string {
+	if p.State == replays.StateDone && end == "" {
+		return "sending"
+	}
+	return string(p.State)
+}
+
 // follow shows a replay's progress, read by read, until it is finished: a
 // progress bar on a terminal, a plain line every few seconds otherwise.
 // unit names what total counts (rows, keys). When nothing moves for Stall,
@@ -319,7 +330,7 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 		end, detail := endLine(p)
 		if bar != nil {
 			_ = bar.Set64(min(p.Sent, total))
-		} else if time.Since(lastLine) >= 2*time.Second || end != "" || p.State.Finished() {
+		} else if time.Since(lastLine) >= 2*time.Second || end != "" || p.State == replays.StateCancelled {
 			lastLine = time.Now()
 			rate := float64(p.Sent) / max(time.Since(start).Seconds(), 0.001)
 			eta := "?"
@@ -328,7 +339,7 @@ func (c *ReplayCmd) follow(ctx context.Context, env *Env, pool *pgxpool.Pool, id
 			} else if rate > 0 {
 				eta = (time.Duration(float64(total-p.Sent)/rate) * time.Second).Round(time.Second).String()
 			}
-			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d %s sent%s, %.0f %s/s, eta %s\n", id, p.State, p.Sent, total, unit, detail, rate, unit, eta)
+			fmt.Fprintf(env.Stdout, "replay %d: %s, %d of %d %s sent%s, %.0f %s/s, eta %s\n", id, progressState(p, end), p.Sent, total, unit, detail, rate, unit, eta)
 		}
 		switch {
 		case end != "":
