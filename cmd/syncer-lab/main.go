@@ -7,7 +7,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/syncer-dev/syncer/internal/labcli"
+	"github.com/syncer-dev/syncer/internal/lab/labcli"
 )
 
 func main() {

@@ -22,8 +22,8 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/delivery"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	syncerformat "github.com/syncer-dev/syncer/internal/formats/syncer"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/migrations"
 )

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/delivery"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/dbtest"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // held replays every request body the destination received, in order, and

@@ -15,7 +15,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/console"
 	"github.com/syncer-dev/syncer/internal/dbtest"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // updateScreenshots, set to 1, makes the browser test write the console's

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/console"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/history"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // TestConsoleFindsAKeysHistoryInBrowser: in Debian's chromium, a failed

@@ -10,7 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/console"
 	"github.com/syncer-dev/syncer/internal/dbtest"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/replays"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/console"
 	"github.com/syncer-dev/syncer/internal/dbtest"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // Secrets the tenants' rows and connection rows carry (contract section

@@ -14,7 +14,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/cli"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/dbtest"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // syncer runs the command line against the bundle's database and returns

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // Issue 46: the destination the SYNCER_THIRDPARTY_* settings configure is

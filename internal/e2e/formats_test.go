@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/formats/custom"
 	"github.com/syncer-dev/syncer/internal/formats/standardwebhooks"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // webhookSecret signs the standard-webhooks requests of these tests.

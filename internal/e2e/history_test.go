@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/history"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // A row's story through an insert, an update answered 429 then accepted,

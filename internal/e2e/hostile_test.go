@@ -18,7 +18,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/dbtest"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // The third party as it is met in the wild: every test here asserts what was

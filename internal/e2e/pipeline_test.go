@@ -9,8 +9,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 func TestMain(m *testing.M) {

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // Issue 54 point 1 (CONTRACT.md 10.1, "A refresh token is spent once"):

@@ -14,7 +14,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // Issue 29: a source added while the daemons run (`migrate` with a new

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/formats"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // A replay's pass reads each row once, so a row its answer defers (an

@@ -13,7 +13,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/cli"
 	"github.com/syncer-dev/syncer/internal/daemon"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
 // Writes that outpace the third party must not starve a replay: it gets its

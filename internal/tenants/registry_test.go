@@ -17,9 +17,9 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/delivery"
-	"github.com/syncer-dev/syncer/internal/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/formats/custom"
 	syncerformat "github.com/syncer-dev/syncer/internal/formats/syncer"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
