@@ -16,7 +16,7 @@ import (
 // contract where payloads are unusual.
 func TestAcceptsGoldenBodies(t *testing.T) {
 	t.Parallel()
-	paths, err := filepath.Glob("../../testdata/batches/*.body.json")
+	paths, err := filepath.Glob("../../../testdata/batches/*.body.json")
 	require.NoError(t, err)
 	require.NotEmpty(t, paths)
 	b := setup(t, fakethirdparty.Config{}, nil)

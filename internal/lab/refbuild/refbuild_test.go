@@ -19,7 +19,7 @@ import (
 // Makefile and not here (or the other way) fails this test.
 func TestBuildArgsAreTheMakefiles(t *testing.T) {
 	t.Parallel()
-	mk, err := os.ReadFile("../../Makefile")
+	mk, err := os.ReadFile("../../../Makefile")
 	require.NoError(t, err)
 	flags := regexp.MustCompile(`(?m)^BUILDFLAGS := (.*)$`).FindSubmatch(mk)
 	require.NotNil(t, flags, "the Makefile's BUILDFLAGS")
