@@ -16,7 +16,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
-// Issue 54 point 1 (CONTRACT.md 10.1, "A refresh token is spent once"):
+// Issue 54 point 1 (contract 10.1, "A refresh token is spent once"):
 // a token endpoint that rotates refresh tokens and revokes the whole
 // family when a rotated-away one is used again (Auth0, Okta), access
 // tokens of 2 s so that the daemon renews every ~1.6 s, one tenant's row

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The database's share (issue 57; shared/CONTRACT.md section 12, "CPU"):
+// The database's share (issue 57; the contract's section 12, "CPU"):
 // on a scratch cluster of its own (cluster.go), 4 writers insert single
 // rows into an application table at 500 and at 2,000 a second, in three
 // phases alternated in one run:
