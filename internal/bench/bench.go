@@ -186,7 +186,8 @@ type Config struct {
 	// (the plain client and poller its baselines measure). Defaults to
 	// os.Executable(), the lab running the bench.
 	Lab string
-	// ProfileDir, if set, runs the drain's daemon with --pprof and saves a
+	// ProfileDir, if set, runs the drain's daemon (and the tenants' own
+	// limits rows' daemons, tenants-own-*.cpu.pprof) with --pprof and saves a
 	// CPU profile of its drain there as drain.cpu.pprof. Defaults to "", no
 	// profile.
 	ProfileDir string

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -99,13 +100,28 @@ func (r *runner) ownLimitDrain(ctx context.Context, label string, n, lanes int, 
 		}
 	}
 	r.progressf("   %s: %d tenants in %d lanes, %d rows, backlogs of %.0fs at each tenant's limit", label, n, lanes, total, seconds)
-	d, err := r.startDaemon(ctx, s, f, false, "--config", path, "--thirdparty-url=")
+	profile := r.cfg.ProfileDir != ""
+	d, err := r.startDaemon(ctx, s, f, profile, "--config", path, "--thirdparty-url=")
 	if err != nil {
 		return res, err
 	}
 	defer d.stop()
+	// With ProfileDir, a CPU profile of the daemon over most of the
+	// backlogs ("tenants-own-query.cpu.pprof").
+	var profiled chan error
+	if profile {
+		profiled = make(chan error, 1)
+		go func() {
+			profiled <- d.profile(ctx, max(int(seconds*2/3), 1), filepath.Join(r.cfg.ProfileDir, label+".cpu.pprof"))
+		}()
+	}
 	if err := s.waitChanges(ctx, drainLimit(total)+time.Minute, d); err != nil {
 		return res, err
+	}
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			return res, err
+		}
 	}
 	// The window: every tenant has sent (a second more for the lanes'
 	// start), and none has drained yet.
