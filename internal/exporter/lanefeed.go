@@ -332,8 +332,10 @@ type laneCursor struct {
 	again  []string
 	turnAt time.Time
 	// credit is each tenant's pages left of its share of the turns
-	// (grant, readAgain).
+	// (grant, readAgain); read, the pages of a tenant read with its
+	// page of this turn and not yet given (readPage).
 	credit map[string]float64
+	read   map[string][]sources.Page
 	end    bool
 }
 
@@ -375,6 +377,10 @@ const tenantTurnReuse = 100 * time.Millisecond
 // enqueue queues the tenants of ts ready to be read, and leaves the others
 // out of the pass or waiting.
 func (c *laneCursor) enqueue(ctx context.Context, now time.Time, ts []string) {
+	// A turn's pages read ahead are its own: what a tenant was not
+	// given in the last turn is read again (c.after is its last page
+	// given), not sent stale.
+	c.read = nil
 	for _, t := range ts {
 		ok, wait := c.f.ready(ctx, t)
 		if !ok {
@@ -449,8 +455,7 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 			continue
 		}
 		c.f.served(t)
-		after, read := c.after[t]
-		sp, err := sources.TenantPending(ctx, c.f.pool, c.f.src, c.f.lane, t, after, !read, c.f.lim)
+		sp, err := c.readPage(ctx, t)
 		if err != nil {
 			return feed.Page{}, err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -179,4 +180,25 @@ func (b byTenant) For(_ context.Context, tenant string) (Destination, error) {
 		return d, nil
 	}
 	return nil, errors.New("unconnected")
+}
+
+// A paced tenant's pages of a turn read in one statement are cut as one
+// read of a page each would have cut them.
+func TestSplitPagesCutsAsOneReadEach(t *testing.T) {
+	row := func(key string, size int) sources.Row {
+		return sources.Row{Key: key, Payload: make([]byte, size)}
+	}
+	lim := feed.Limits{Items: 2, Bytes: 10, MaxItemBytes: 100}
+	sp := sources.Page{Rows: []sources.Row{row("1", 1), row("2", 1), row("3", 12), row("4", 5), row("5", 6), row("6", 0)}, End: true}
+	var got [][]string
+	var ends []bool
+	for _, p := range splitPages(sp, lim) {
+		var keys []string
+		for _, r := range p.Rows {
+			keys = append(keys, r.Key)
+		}
+		got, ends = append(got, keys), append(ends, p.End)
+	}
+	require.Equal(t, [][]string{{"1", "2"}, {"3"}, {"4"}, {"5", "6"}}, got, "2 rows a page; 10 bytes, a larger row alone")
+	require.Equal(t, []bool{false, false, false, true}, ends)
 }

@@ -29,11 +29,21 @@ package exporter
 // its Ready does not see them, never takes the other tenants' places.
 // An unpaced tenant keeps one page a turn: its deliverer's in-flight
 // slots pace it, and the turns go round as fast as the lane reads.
+//
+// A paced tenant's pages of a turn are read in one statement
+// (readPage): the lane reads its tenants one statement after another,
+// and a statement costs about the same for one page as for five (4 ms
+// each under load in the bench's busiest lane, 21 tenants asking 124
+// requests/s: the lane's reads, not its tenants' tokens, were its
+// limit).
 
 import (
 	"context"
 	"math"
 	"time"
+
+	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/sources"
 )
 
 // turnShare is the pages of a turn a tenant at rate requests/s gets: what
@@ -133,4 +143,53 @@ func (c *laneCursor) readAgain(ctx context.Context, tenant string) bool {
 	}
 	ok, _ := c.f.ready(ctx, tenant)
 	return ok
+}
+
+// turnReadMax bounds the pages of a tenant read in one statement.
+const turnReadMax = 8
+
+// readPage reads tenant's next page: one read with an earlier page of
+// this turn, or from the database. A paced tenant with credit for more
+// than a page has that many read at once (up to turnReadMax), the rest
+// kept for its next pages of the turn.
+func (c *laneCursor) readPage(ctx context.Context, tenant string) (sources.Page, error) {
+	if kept := c.read[tenant]; len(kept) > 0 {
+		c.read[tenant] = kept[1:]
+		return kept[0], nil
+	}
+	n := 1
+	if c.f.pacedRate(tenant) > 0 {
+		n = min(max(int(c.credit[tenant]), 1), turnReadMax)
+	}
+	lim := c.f.lim
+	lim.Items, lim.Bytes = lim.Items*n, lim.Bytes*n
+	after, read := c.after[tenant]
+	sp, err := sources.TenantPending(ctx, c.f.pool, c.f.src, c.f.lane, tenant, after, !read, lim)
+	if err != nil || n == 1 {
+		return sp, err
+	}
+	pages := splitPages(sp, c.f.lim)
+	if len(pages) > 1 {
+		if c.read == nil {
+			c.read = map[string][]sources.Page{}
+		}
+		c.read[tenant] = pages[1:]
+	}
+	return pages[0], nil
+}
+
+// splitPages cuts sp into pages within lim, as one read of lim would
+// have cut its page (lim.Items rows; lim.Bytes of payload, a larger row
+// alone): only the last says sp's End.
+func splitPages(sp sources.Page, lim feed.Limits) []sources.Page {
+	var pages []sources.Page
+	start, size := 0, 0
+	for i, r := range sp.Rows {
+		if n := i - start; n > 0 && (n == lim.Items || size+len(r.Payload) > lim.Bytes) {
+			pages = append(pages, sources.Page{Rows: sp.Rows[start:i:i]})
+			start, size = i, 0
+		}
+		size += len(r.Payload)
+	}
+	return append(pages, sources.Page{Rows: sp.Rows[start:], End: sp.End})
 }
