@@ -3,7 +3,6 @@ package exporter
 import (
 	"context"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -48,11 +47,16 @@ type laneFeed struct {
 	// paced are the tenants found ready under a rate (paced) within
 	// pacedFor, with the places each needs (places).
 	paced map[string]pacedTenant
+	// inLane counts each tenant's batches handed to its destination and
+	// not yet answered (laneturns.go).
+	inLane map[string]int
 }
 
-// pacedTenant is a paced tenant's need of the lane's places, as of at.
+// pacedTenant is a paced tenant's rate and need of the lane's places,
+// as of at.
 type pacedTenant struct {
 	at   time.Time
+	rate float64
 	need int
 }
 
@@ -87,13 +91,13 @@ func (f *laneFeed) places(base int) int {
 // for each batch waiting for its token within tenantReadAhead, one for
 // the request being sent and one for its next page.
 func (f *laneFeed) notePaced(tenant string, rate float64, now time.Time) {
-	need := 2 + int(math.Ceil(rate*tenantReadAhead.Seconds()))
+	need := pacedNeed(rate)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.paced == nil {
 		f.paced = map[string]pacedTenant{}
 	}
-	f.paced[tenant] = pacedTenant{at: now, need: need}
+	f.paced[tenant] = pacedTenant{at: now, rate: rate, need: need}
 }
 
 func (f *laneFeed) Checkpoint() string  { return f.name }
@@ -157,6 +161,12 @@ func (f *laneFeed) destReady(ctx context.Context, tenant string) (ok bool, wait 
 		if r, ok := d.(rated); ok {
 			rate = r.Rate()
 			f.notePaced(tenant, rate, now)
+		}
+		// Its batches in the lane fill the places counted for it: its
+		// requests wait in its deliverer, where its Ready may not see
+		// them (waiting for an in-flight slot).
+		if full, wait := f.heldWait(tenant, rate, unsent, now); full {
+			return false, wait
 		}
 		if left := tenantUnsentFor - now.Sub(unsent.at); unsent.n > 0 && left > 0 {
 			if rate <= 0 {
@@ -297,7 +307,8 @@ func (f *laneFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs
 }
 
 // laneCursor is one pass over a lane: tenants in turn, after the one
-// served last, each giving one page (one batch) per turn, until every
+// served last, each giving its share of pages (batches) per turn (one,
+// or what its rate spends in tenantReadAhead: laneturns.go), until every
 // tenant's keys are read or its destination is not ready.
 type laneCursor struct {
 	f     *laneFeed
@@ -320,6 +331,11 @@ type laneCursor struct {
 	// tenantTurnReuse of turnAt, the last look-up of the lane's tenants.
 	again  []string
 	turnAt time.Time
+	// credit is each tenant's pages left of its share of the turns
+	// (grant, readAgain); read, the pages of a tenant read with its
+	// page of this turn and not yet given (readPage).
+	credit map[string]float64
+	read   map[string][]sources.Page
 	end    bool
 }
 
@@ -361,9 +377,18 @@ const tenantTurnReuse = 100 * time.Millisecond
 // enqueue queues the tenants of ts ready to be read, and leaves the others
 // out of the pass or waiting.
 func (c *laneCursor) enqueue(ctx context.Context, now time.Time, ts []string) {
+	// A turn's pages read ahead are its own: what a tenant was not
+	// given in the last turn is read again (c.after is its last page
+	// given), not sent stale.
+	c.read = nil
 	for _, t := range ts {
-		switch ok, wait := c.f.ready(ctx, t); {
+		ok, wait := c.f.ready(ctx, t)
+		if !ok {
+			delete(c.credit, t) // no turns banked while it waits
+		}
+		switch {
 		case ok:
+			c.grant(t)
 			c.queue = append(c.queue, t)
 		case wait > 0 && wait <= tenantWaitInPass:
 			c.out[t] = now.Add(wait)
@@ -430,18 +455,25 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 			continue
 		}
 		c.f.served(t)
-		after, read := c.after[t]
-		sp, err := sources.TenantPending(ctx, c.f.pool, c.f.src, c.f.lane, t, after, !read, c.f.lim)
+		sp, err := c.readPage(ctx, t)
 		if err != nil {
 			return feed.Page{}, err
 		}
-		if sp.End || len(sp.Rows) == 0 {
-			c.out[t] = c.f.now().Add(tenantRecheck)
-		} else {
-			c.again = append(c.again, t)
-		}
 		if len(sp.Rows) == 0 {
+			c.out[t] = c.f.now().Add(tenantRecheck)
+			delete(c.credit, t)
 			continue
+		}
+		c.f.read(t)
+		switch {
+		case sp.End:
+			c.out[t] = c.f.now().Add(tenantRecheck)
+			delete(c.credit, t)
+		case c.readAgain(ctx, t):
+			// More of its share of this turn: after the others' pages.
+			c.queue = append(c.queue, t)
+		default:
+			c.again = append(c.again, t)
 		}
 		c.after[t] = sp.Rows[len(sp.Rows)-1].Key
 		p := feed.Page{Salt: tenantSalt(c.f.name, t), Tenant: t, Kept: true, Items: make([]feed.Item, 0, len(sp.Rows))}
@@ -455,7 +487,6 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 			it.SetCaptured(r.Captured)
 			p.Items = append(p.Items, it)
 		}
-		c.f.read(t)
 		return p, nil
 	}
 	return feed.Page{}, nil

@@ -191,6 +191,7 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 	f := r.feeds[strings.TrimSuffix(b.Salt, tenantSaltSep+tenant)]
 	if f != nil {
 		f.pushed(tenant)
+		defer f.sending(tenant)()
 		if !f.letThrough(tenant, b.Key) {
 			// Set aside (aside.go): its recorded batches go first, in
 			// their order. One an earlier holder recorded may have

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -110,4 +112,93 @@ func TestTenantUnsentPagesCountAtItsRate(t *testing.T) {
 		require.Equal(t, time.Second-tenantReadAhead, wait, "asked again once its token is within the read-ahead, not once it is due")
 	}
 	require.Equal(t, 40*(2+2), slow.places(LaneInFlightDefault), "40 tenants at 4/s: 4 places each")
+}
+
+// Issue 54: a lane's turn gives a paced tenant the pages its rate spends
+// in the read-ahead (4.5 at 10/s: 4, then 5 with the half carried), one
+// at 2/s, one to an unpaced tenant; a tenant not ready banks nothing; a
+// paced tenant whose batches in the lane fill its places is not read.
+func TestTenantTurnShareFollowsItsRate(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	dests := map[string]Destination{
+		"fast":    ratedDest{pacedDest: pacedDest{paced: true}, rate: 10},
+		"slow":    ratedDest{pacedDest: pacedDest{paced: true}, rate: 2},
+		"unpaced": pacedDest{},
+		"later":   ratedDest{pacedDest: pacedDest{paced: true}, rate: 10, wait: time.Second},
+	}
+	f := &laneFeed{src: &sources.Source{Name: "contacts"}, tenants: byTenant(dests),
+		now: func() time.Time { return now }, logger: slog.New(slog.DiscardHandler)}
+	c := &laneCursor{f: f, after: map[string]string{}, out: map[string]time.Time{}}
+	// turn reads tenant's pages as Next does: the page read, then again
+	// while readAgain says so; each page pushed and answered at once.
+	turn := func(tenant string) int {
+		ok, _ := f.ready(ctx, tenant)
+		require.True(t, ok, tenant)
+		c.grant(tenant)
+		n := 1
+		for {
+			f.read(tenant)
+			f.pushed(tenant)
+			if !c.readAgain(ctx, tenant) {
+				return n
+			}
+			n++
+		}
+	}
+	require.Equal(t, 4, turn("fast"), "4.5 pages at 10/s")
+	require.Equal(t, 5, turn("fast"), "the half page carried")
+	require.Equal(t, 1, turn("slow"))
+	require.Equal(t, 1, turn("slow"))
+	require.Equal(t, 1, turn("unpaced"))
+
+	// Not ready (its token a second away): it banks no credit.
+	c.credit["later"] = 3
+	c.enqueue(ctx, now, []string{"later"})
+	require.NotContains(t, c.credit, "later")
+
+	// Its batches in the lane (pushed, unanswered) fill its places.
+	var answer []func()
+	for range pacedNeed(10) {
+		answer = append(answer, f.sending("fast"))
+	}
+	ok, wait := f.ready(ctx, "fast")
+	require.False(t, ok, "7 batches of a 10/s tenant unanswered")
+	require.Equal(t, 100*time.Millisecond, wait)
+	ok, _ = f.ready(ctx, "slow")
+	require.True(t, ok, "another tenant's places are its own")
+	answer[0]()
+	ok, _ = f.ready(ctx, "fast")
+	require.True(t, ok, "one answered")
+}
+
+// byTenant gives each tenant its destination.
+type byTenant map[string]Destination
+
+func (b byTenant) For(_ context.Context, tenant string) (Destination, error) {
+	if d, ok := b[tenant]; ok {
+		return d, nil
+	}
+	return nil, errors.New("unconnected")
+}
+
+// A paced tenant's pages of a turn read in one statement are cut as one
+// read of a page each would have cut them.
+func TestSplitPagesCutsAsOneReadEach(t *testing.T) {
+	row := func(key string, size int) sources.Row {
+		return sources.Row{Key: key, Payload: make([]byte, size)}
+	}
+	lim := feed.Limits{Items: 2, Bytes: 10, MaxItemBytes: 100}
+	sp := sources.Page{Rows: []sources.Row{row("1", 1), row("2", 1), row("3", 12), row("4", 5), row("5", 6), row("6", 0)}, End: true}
+	var got [][]string
+	var ends []bool
+	for _, p := range splitPages(sp, lim) {
+		var keys []string
+		for _, r := range p.Rows {
+			keys = append(keys, r.Key)
+		}
+		got, ends = append(got, keys), append(ends, p.End)
+	}
+	require.Equal(t, [][]string{{"1", "2"}, {"3"}, {"4"}, {"5", "6"}}, got, "2 rows a page; 10 bytes, a larger row alone")
+	require.Equal(t, []bool{false, false, false, true}, ends)
 }

@@ -32,21 +32,38 @@ func TestTenantsSharingLanesReachTheirOwnLimits(t *testing.T) {
 		{"24 tenants in one lane", 24, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			sharedLaneRates(t, tt.tenants, tt.lanes)
+			limits := make([]float64, tt.tenants)
+			for i := range limits {
+				limits[i] = 4
+			}
+			sharedLaneRates(t, limits, tt.lanes)
 		})
 	}
 }
 
-func sharedLaneRates(t *testing.T, tenants, lanes int) {
+// sharedLaneRates drains tenants r0..r(n-1) of limits (tenant i limited
+// to limits[i] requests/s, with a backlog of 7.5 s at it, batches of 10)
+// in lanes, and requires each to reach 0.9 of its limit while every
+// tenant has rows.
+func sharedLaneRates(t *testing.T, limits []float64, lanes int) {
 	t.Helper()
-	const limit, batches = 4.0, 30
+	const backlog = 7.5 // seconds at its limit
 	b := tenantSetup(t, lanes, nil)
 	b.batch = 10
-	b.exec(t, `INSERT INTO contacts SELECT i, 'r' || (i % $1), 'x' FROM generate_series(1, $2) i`, tenants, tenants*batches*10)
-	b.daemon(t, &tenantDests{url: b.url, rateLimit: limit}, 0, 1)
+	rates := map[string]float64{}
+	var names []string
+	var rows []int
+	for i, l := range limits {
+		name := fmt.Sprintf("r%d", i)
+		rates[name] = l
+		names, rows = append(names, name), append(rows, int(l*backlog)*10)
+	}
+	b.exec(t, `INSERT INTO contacts SELECT row_number() OVER (), t.name, 'x'
+		FROM unnest($1::text[], $2::int[]) AS t(name, rows), generate_series(1, t.rows)`, names, rows)
+	b.daemon(t, &tenantDests{url: b.url, rates: rates}, 0, 1)
 	require.Eventually(t, func() bool {
-		for i := range tenants {
-			if b.pending(t, fmt.Sprintf("r%d", i)) > 0 {
+		for _, name := range names {
+			if b.pending(t, name) > 0 {
 				return false
 			}
 		}
@@ -56,8 +73,7 @@ func sharedLaneRates(t *testing.T, tenants, lanes int) {
 	// Each tenant's requests, by the time its account took them (one
 	// Idempotency-Key a request).
 	sent := map[string][]time.Time{}
-	for i := range tenants {
-		tenant := fmt.Sprintf("r%d", i)
+	for i, tenant := range names {
 		at := map[string]time.Time{}
 		for _, d := range b.fake.TenantDeliveries(tenant) {
 			at[d.Key] = d.At
@@ -66,7 +82,7 @@ func sharedLaneRates(t *testing.T, tenants, lanes int) {
 			sent[tenant] = append(sent[tenant], a)
 		}
 		slices.SortFunc(sent[tenant], time.Time.Compare)
-		require.GreaterOrEqual(t, len(sent[tenant]), batches, tenant)
+		require.GreaterOrEqual(t, len(sent[tenant]), rows[i]/10, tenant)
 	}
 	// The window: from every tenant's first request (a second later: the
 	// lanes' start) to the first tenant's last (its backlog drained).
@@ -81,7 +97,7 @@ func sharedLaneRates(t *testing.T, tenants, lanes int) {
 	}
 	from = from.Add(time.Second)
 	require.Greater(t, to.Sub(from), 2*time.Second, "a window while every tenant has a backlog")
-	var rates []string
+	var got []string
 	low := map[string]float64{}
 	for tenant, ts := range sent {
 		n := 0
@@ -91,12 +107,26 @@ func sharedLaneRates(t *testing.T, tenants, lanes int) {
 			}
 		}
 		rate := float64(n) / to.Sub(from).Seconds()
-		rates = append(rates, fmt.Sprintf("%s %.2f/s", tenant, rate))
-		if rate < 0.9*limit {
+		got = append(got, fmt.Sprintf("%s %.2f/s of %g", tenant, rate, rates[tenant]))
+		if rate < 0.9*rates[tenant] {
 			low[tenant] = rate
 		}
 	}
-	slices.Sort(rates)
-	t.Logf("over %.1fs: %s", to.Sub(from).Seconds(), strings.Join(rates, ", "))
-	require.Empty(t, low, "each tenant reaches 0.9 of its limit of %v/s", limit)
+	slices.Sort(got)
+	t.Logf("over %.1fs: %s", to.Sub(from).Seconds(), strings.Join(got, ", "))
+	require.Empty(t, low, "each tenant reaches 0.9 of its own limit")
+}
+
+// Issue 54: tenants of different limits in one lane each reach their
+// own. The lane gave each tenant one page a turn whatever its rate, so a
+// tenant at 10/s had its turn as rarely as one at 2/s, and sent at the
+// pace of the turns (the bench's 200 tenants at 2, 5 and 10/s: the 10/s
+// ones at a median of 0.37x). Not parallel: its 56 requests/s under
+// -race are the test.
+func TestTenantsOfDifferentLimitsInOneLane(t *testing.T) {
+	limits := []float64{10, 10, 10, 10}
+	for range 8 {
+		limits = append(limits, 2)
+	}
+	sharedLaneRates(t, limits, 1)
 }

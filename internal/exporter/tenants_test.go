@@ -51,8 +51,10 @@ type tenantDests struct {
 	pushes      atomic.Int64 // batches delivered through it
 	// breakerOpen is each deliverer's BreakerOpenTimeout (0: the default).
 	breakerOpen time.Duration
-	// rateLimit is each deliverer's RateLimit (0: none).
+	// rateLimit is each deliverer's RateLimit (0: none); rates, where it
+	// names the tenant, its own.
 	rateLimit float64
+	rates     map[string]float64
 }
 
 func (d *tenantDests) For(_ context.Context, tenant string) (exporter.Destination, error) {
@@ -69,7 +71,7 @@ func (d *tenantDests) For(_ context.Context, tenant string) (exporter.Destinatio
 		return nil, err
 	}
 	dl, err := delivery.New(c, nil, &delivery.Config{Name: "crm", Installation: "test", Format: syncerformat.Format{},
-		MaxInFlight: 2, RateLimit: d.rateLimit, AuthProbeInterval: 300 * time.Millisecond, BreakerOpenTimeout: d.breakerOpen, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+		MaxInFlight: 2, RateLimit: cmp.Or(d.rates[tenant], d.rateLimit), AuthProbeInterval: 300 * time.Millisecond, BreakerOpenTimeout: d.breakerOpen, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -176,13 +176,18 @@ type Config struct {
 	Size string
 	// Only limits the run to these scenarios. Defaults to all of Scenarios.
 	Only []string
+	// Rows limits the run to the rows whose names hold one of these
+	// (case-insensitive): the tenants scenario then runs only the steps
+	// that measure them; other scenarios run whole. Defaults to every row.
+	Rows []string
 	// Binary is the syncer executable run as the daemon. Required.
 	Binary string
 	// Lab is the syncer-lab executable run as the bench's helper processes
 	// (the plain client and poller its baselines measure). Defaults to
 	// os.Executable(), the lab running the bench.
 	Lab string
-	// ProfileDir, if set, runs the drain's daemon with --pprof and saves a
+	// ProfileDir, if set, runs the drain's daemon (and the tenants' own
+	// limits rows' daemons, tenants-own-*.cpu.pprof) with --pprof and saves a
 	// CPU profile of its drain there as drain.cpu.pprof. Defaults to "", no
 	// profile.
 	ProfileDir string
@@ -214,7 +219,25 @@ func (c *Config) validate() error {
 			return fmt.Errorf("bench: Config.Only: unknown scenario %q (want one of %s)", s, strings.Join(Scenarios, ", "))
 		}
 	}
+	only := c.Only
+	if len(only) == 0 {
+		only = Scenarios
+	}
+	for _, want := range c.Rows {
+		if !slices.ContainsFunc(RowNames(only), func(row string) bool { return rowMatches(row, want) }) {
+			return fmt.Errorf("bench: Config.Rows: no row of the scenarios run holds %q", want)
+		}
+	}
 	return nil
+}
+
+// wantsRow reports whether the row named row is to be measured.
+func (c *Config) wantsRow(row string) bool {
+	return len(c.Rows) == 0 || slices.ContainsFunc(c.Rows, func(want string) bool { return rowMatches(row, want) })
+}
+
+func rowMatches(row, want string) bool {
+	return strings.Contains(strings.ToLower(row), strings.ToLower(want))
 }
 
 // Machine describes where the run happened.
@@ -366,7 +389,7 @@ func (r *runner) runScenario(ctx context.Context, name string) []Row {
 			have[row.Scenario] = true
 		}
 		for _, row := range rowNames[name] {
-			if !have[row] {
+			if !have[row] && r.cfg.wantsRow(row) {
 				rows = append(rows, Row{Scenario: row, Measured: "-", Baseline: "-", Figure: "-", Target: "-", Error: err.Error()})
 			}
 		}

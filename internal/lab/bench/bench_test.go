@@ -63,6 +63,7 @@ func TestConfigValidates(t *testing.T) {
 		{"no database", bench.Config{}, "DatabaseURL"},
 		{"unknown scenario", bench.Config{DatabaseURL: dbtest.URL(), Only: []string{"nope"}}, "Only"},
 		{"unknown size", bench.Config{DatabaseURL: dbtest.URL(), Size: "huge"}, "size"},
+		{"a row of no scenario run", bench.Config{DatabaseURL: dbtest.URL(), Only: []string{"drain"}, Rows: []string{"own limits"}}, "Rows"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -236,7 +236,8 @@ func (r *runner) tenantIdle(ctx context.Context) (Row, error) {
 }
 
 // tenantsScenario runs the rows in order, keeping what was measured when
-// one fails.
+// one fails. With Config.Rows, only the steps that measure a row named
+// there run.
 func (r *runner) tenantsScenario(ctx context.Context) ([]Row, error) {
 	var rows []Row
 	var first error
@@ -249,11 +250,27 @@ func (r *runner) tenantsScenario(ctx context.Context) ([]Row, error) {
 			return []Row{row}, nil
 		}
 	}
-	for _, fn := range []func(context.Context) ([]Row, error){r.tenantLimits, one(r.tenantTwoDaemons), one(r.tenantJoin), one(r.tenantFairness), one(r.tenantIdle), one(r.tenantColumnCost), r.tenantOwnLimits} {
+	type step struct {
+		rows []string // the rows it measures
+		fn   func(context.Context) ([]Row, error)
+	}
+	for _, s := range []step{
+		{[]string{"tenants: unannounced limits", "tenants: unannounced sustained", "tenants: rate_limit 5"}, r.tenantLimits},
+		{[]string{"tenants: two daemons"}, one(r.tenantTwoDaemons)},
+		{[]string{"tenants: a daemon joins"}, one(r.tenantJoin)},
+		{[]string{"tenants: fairness"}, one(r.tenantFairness)},
+		{[]string{"tenants: idle"}, one(r.tenantIdle)},
+		{[]string{"tenants: column cost"}, one(r.tenantColumnCost)},
+		{[]string{ownSharedRow}, r.tenantOwnShared},
+		{[]string{ownQueryRow}, r.tenantOwnQuery},
+	} {
+		if !slices.ContainsFunc(s.rows, r.cfg.wantsRow) {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return rows, err
 		}
-		got, err := fn(ctx)
+		got, err := s.fn(ctx)
 		rows = append(rows, got...)
 		if err != nil {
 			r.progressf("   %v", err)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -99,13 +100,28 @@ func (r *runner) ownLimitDrain(ctx context.Context, label string, n, lanes int, 
 		}
 	}
 	r.progressf("   %s: %d tenants in %d lanes, %d rows, backlogs of %.0fs at each tenant's limit", label, n, lanes, total, seconds)
-	d, err := r.startDaemon(ctx, s, f, false, "--config", path, "--thirdparty-url=")
+	profile := r.cfg.ProfileDir != ""
+	d, err := r.startDaemon(ctx, s, f, profile, "--config", path, "--thirdparty-url=")
 	if err != nil {
 		return res, err
 	}
 	defer d.stop()
+	// With ProfileDir, a CPU profile of the daemon over most of the
+	// backlogs ("tenants-own-query.cpu.pprof").
+	var profiled chan error
+	if profile {
+		profiled = make(chan error, 1)
+		go func() {
+			profiled <- d.profile(ctx, max(int(seconds*2/3), 1), filepath.Join(r.cfg.ProfileDir, label+".cpu.pprof"))
+		}()
+	}
 	if err := s.waitChanges(ctx, drainLimit(total)+time.Minute, d); err != nil {
 		return res, err
+	}
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			return res, err
+		}
 	}
 	// The window: every tenant has sent (a second more for the lanes'
 	// start), and none has drained yet.
@@ -178,27 +194,39 @@ func (r *runner) ownLimitDrain(ctx context.Context, label string, n, lanes int, 
 	return res, d.stop()
 }
 
-// tenantOwnLimits: the two rows of each tenant's own limit.
-func (r *runner) tenantOwnLimits(ctx context.Context) ([]Row, error) {
-	var out []Row
-	row := func(name, what string, o ownLimitRun) Row {
-		return Row{
-			Scenario: name,
-			Measured: fmt.Sprintf("the slowest tenant %s at %.2f req/s, %.2fx of its own limit; median %.2fx; %d of %d tenants below 0.9x; %s (%s, %d lanes, batches of 10, over %.1fs while every tenant had a backlog; %d accepted requests, %d other answers)",
-				o.worstTenant, o.worstRate, o.worst, o.median, o.below, o.tenants, o.byLimit, what, o.lanes, o.window.Seconds(), o.requests, o.other),
-			Baseline: "each tenant's own limit",
-			Figure:   fmt.Sprintf("%.2fx", o.worst),
-			Target:   ">= 0.9x for each tenant",
-			Pass:     o.below == 0,
-			Values: map[string]float64{"worst_ratio": o.worst, "median_ratio": o.median, "below": float64(o.below),
-				"tenants": float64(o.tenants), "window_s": o.window.Seconds()},
-		}
+// The rows' names.
+const (
+	ownSharedRow = "tenants: own limits sharing lanes"
+	ownQueryRow  = "tenants: own limits from the query"
+)
+
+// ownRow is the row of a drain of tenants at their own limits.
+func ownRow(name, what string, o ownLimitRun) Row {
+	return Row{
+		Scenario: name,
+		Measured: fmt.Sprintf("the slowest tenant %s at %.2f req/s, %.2fx of its own limit; median %.2fx; %d of %d tenants below 0.9x; %s (%s, %d lanes, batches of 10, over %.1fs while every tenant had a backlog; %d accepted requests, %d other answers)",
+			o.worstTenant, o.worstRate, o.worst, o.median, o.below, o.tenants, o.byLimit, what, o.lanes, o.window.Seconds(), o.requests, o.other),
+		Baseline: "each tenant's own limit",
+		Figure:   fmt.Sprintf("%.2fx", o.worst),
+		Target:   ">= 0.9x for each tenant",
+		Pass:     o.below == 0,
+		Values: map[string]float64{"worst_ratio": o.worst, "median_ratio": o.median, "below": float64(o.below),
+			"tenants": float64(o.tenants), "window_s": o.window.Seconds()},
 	}
+}
+
+// tenantOwnShared: 8 tenants in 2 lanes at the destination's 4/s.
+func (r *runner) tenantOwnShared(ctx context.Context) ([]Row, error) {
 	shared, err := r.ownLimitDrain(ctx, "tenants-own-shared", 8, 2, func(int) float64 { return 4 }, false)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	out = append(out, row("tenants: own limits sharing lanes", "8 tenants, rate_limit: 4 on the destination", shared))
+	return []Row{ownRow(ownSharedRow, "8 tenants, rate_limit: 4 on the destination", shared)}, nil
+}
+
+// tenantOwnQuery: 200 tenants in 16 lanes at 2, 5 and 10/s from the
+// tenants query.
+func (r *runner) tenantOwnQuery(ctx context.Context) ([]Row, error) {
 	n := 200
 	if r.cfg.TenantScale > 0 {
 		n = max(6, int(math.Round(200*r.cfg.TenantScale)))
@@ -208,8 +236,7 @@ func (r *runner) tenantOwnLimits(ctx context.Context) ([]Row, error) {
 	mixed := []float64{2, 5, 10}
 	q, err := r.ownLimitDrain(ctx, "tenants-own-query", n, 16, func(i int) float64 { return mixed[i%3] }, true)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	out = append(out, row("tenants: own limits from the query", fmt.Sprintf("%d tenants, rate_limit 2, 5 and 10 in turn from the tenants query", n), q))
-	return out, nil
+	return []Row{ownRow(ownQueryRow, fmt.Sprintf("%d tenants, rate_limit 2, 5 and 10 in turn from the tenants query", n), q)}, nil
 }

@@ -22,6 +22,7 @@ type BenchCmd struct {
 	Size        string   `name:"size" enum:"default,tiny" default:"default" help:"default: the sizes the targets are set for (about 10 minutes); tiny: 1-2% of them, a few minutes, for CI."`
 	JSON        string   `name:"json" placeholder:"FILE" help:"Also write the report as JSON to FILE."`
 	Only        []string `name:"only" sep:"," placeholder:"SCENARIO,..." help:"Run only these scenarios: drain, latency, writer-overhead, memory, memory-limit, job-economy, recipe, deletes, slow-api, unknown-limit, quota, sources, cold-start, fast-limit, restart, handover, cloudevents-drain, elasticsearch-drain, custom-drain, webhooks, console, shapes, receipt, tenants, verify, history."`
+	Rows        []string `name:"rows" sep:"," placeholder:"ROW,..." help:"Run only the rows whose names hold one of these (case-insensitive), for the tenants scenario, whose steps each measure a few rows: --only tenants --rows 'own limits from the query'. Other scenarios run whole."`
 	TenantScale float64  `name:"tenant-scale" placeholder:"X" help:"Scale the tenants scenario's sizes by X (1: 200 tenants, 100,000 rows, 10,000 idle tenants; 0.1 for a run of a few minutes). Defaults to 1, or 0.05 with --size tiny."`
 	Profile     string   `name:"profile" placeholder:"DIR" help:"Run the drain's daemon with --pprof and save a 10 s CPU profile of its drain in DIR."`
 	Binary      string   `name:"binary" hidden:"" help:"The syncer binary run as the daemon; defaults to syncer beside this executable, then on PATH."`
@@ -73,6 +74,7 @@ func (c *BenchCmd) Run(ctx context.Context, env *cli.Env) error {
 		DatabaseURL: c.DatabaseURL,
 		Size:        c.Size,
 		Only:        c.Only,
+		Rows:        c.Rows,
 		Binary:      binary,
 		ProfileDir:  c.Profile,
 		TenantScale: c.TenantScale,
@@ -154,6 +156,7 @@ func (c *BenchCmd) compare(ctx context.Context, env *cli.Env, binary string) err
 			DatabaseURL: c.DatabaseURL,
 			Size:        c.Size,
 			Only:        only,
+			Rows:        c.Rows,
 			ProfileDir:  c.Profile,
 			TenantScale: c.TenantScale,
 			Progress:    env.Stderr,
