@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -182,7 +183,8 @@ func (r *runner) idleTenants(ctx context.Context, label string, n int) (idleRun,
 		return res, err
 	}
 	r.progressf("   %s: %d connected tenants, each one row, then idle for %s", label, n, sz.idleFor)
-	d, err := r.startDaemon(ctx, s, f, false, "--config", path, "--thirdparty-url=")
+	profile := r.cfg.ProfileDir != ""
+	d, err := r.startDaemon(ctx, s, f, profile, "--config", path, "--thirdparty-url=")
 	if err != nil {
 		return res, err
 	}
@@ -194,6 +196,15 @@ func (r *runner) idleTenants(ctx context.Context, label string, n int) (idleRun,
 	before, err := d.cpuSeconds()
 	if err != nil {
 		return res, err
+	}
+	// With ProfileDir, a CPU profile of the idle daemon over most of the
+	// window: where an idle tenant's cost goes.
+	var profiled chan error
+	if profile {
+		profiled = make(chan error, 1)
+		go func() {
+			profiled <- d.profile(ctx, max(int(sz.idleFor.Seconds()*2/3), 1), filepath.Join(r.cfg.ProfileDir, label+".cpu.pprof"))
+		}()
 	}
 	own := int64(s.pool.Stat().TotalConns())
 	for end := time.Now().Add(sz.idleFor); time.Now().Before(end); time.Sleep(time.Second) {
@@ -208,6 +219,11 @@ func (r *runner) idleTenants(ctx context.Context, label string, n int) (idleRun,
 		return res, err
 	}
 	res.cpu = after - before
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			return res, err
+		}
+	}
 	return res, d.stop()
 }
 
