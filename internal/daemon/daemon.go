@@ -182,11 +182,9 @@ func (d *Daemon) build(ctx context.Context) error {
 		return err
 	}
 	// Leased locks: a frozen holder loses its locks to a waiting daemon
-	// (see internal/locks, "Leases"). Idle sessions for the two locks of
-	// every job that can start at once, so a row that starts one does not
-	// wait for sessions to open.
-	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true,
-		IdleSessions: 2 * max(min(len(srcs), c.Workers), 1)}); err != nil {
+	// (see internal/locks, "Leases"). Every lock on one session; their
+	// transactions on the pool (docs/design.md, "Sessions").
+	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true, Pool: d.pool}); err != nil {
 		return err
 	}
 	ecfg := c.Exporter
