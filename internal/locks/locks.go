@@ -200,6 +200,9 @@ type Locker struct {
 	poolMu  sync.Mutex
 	pool    *pgxpool.Pool
 	ownPool bool
+	// poolClosed is set once closeHolder closed the Locker's own pool:
+	// txPool opens none after it, which nothing would close.
+	poolClosed bool
 	// poolerOnce says once that a pooler stands between the holder
 	// session and PostgreSQL.
 	poolerOnce sync.Once
@@ -348,6 +351,7 @@ func (l *Locker) closeHolder() {
 		if l.pool != nil {
 			l.pool.Close()
 		}
+		l.poolClosed = true
 		l.poolMu.Unlock()
 	}
 }
@@ -359,6 +363,9 @@ func (l *Locker) txPool() (*pgxpool.Pool, error) {
 	defer l.poolMu.Unlock()
 	if l.pool != nil {
 		return l.pool, nil
+	}
+	if l.poolClosed {
+		return nil, errors.New("locks: locker closed")
 	}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
