@@ -114,9 +114,14 @@ func (r *runner) sessionsScenario(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	r.progressf("   under load for %s: 4 writers, every tenant", loadFor)
+	before := poolWaits(ctx, d)
 	load, err := sampleSessions(ctx, s, pid, dbPort, loadFor, func(ctx context.Context) error { return sessionsWriters(ctx, s) })
 	if err != nil {
 		return nil, err
+	}
+	if after := poolWaits(ctx, d); before.ok && after.ok {
+		r.note("sessions: under load the pool's acquires waited for a connection %.0f times of %.0f, %.2f s in all",
+			after.waited-before.waited, after.acquires-before.acquires, after.seconds-before.seconds)
 	}
 	if err := s.waitChanges(ctx, drainLimit(0), d); err != nil {
 		return nil, err
@@ -330,4 +335,22 @@ func hexPort(addr string) int {
 		return 0
 	}
 	return int(p)
+}
+
+// poolCount is the daemon's pool's acquires, those that waited, and their
+// wait; ok is false for a daemon without these series (a release before
+// issue 58's).
+type poolCount struct {
+	acquires, waited, seconds float64
+	ok                        bool
+}
+
+func poolWaits(ctx context.Context, d *daemon) poolCount {
+	var c poolCount
+	var err1, err2, err3 error
+	c.acquires, err1 = d.metric(ctx, "syncer_db_pool_acquires_total")
+	c.waited, err2 = d.metric(ctx, "syncer_db_pool_acquire_waits_total")
+	c.seconds, err3 = d.metric(ctx, "syncer_db_pool_acquire_wait_seconds_total")
+	c.ok = err1 == nil && err2 == nil && err3 == nil
+	return c
 }

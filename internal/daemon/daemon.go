@@ -138,6 +138,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = metrics.New(d.reg)
+	// The pool is bounded (docs/design.md, "Sessions"): its waits say
+	// what the bound costs.
+	metrics.WatchPool(d.reg, func() metrics.PoolStat { return poolStat(pool.Stat()) })
 
 	// Without ThirdParty.URL (a SYNCER_CONFIG alone) resources are not
 	// exported: no client, no live sync.
@@ -484,4 +487,10 @@ func extraLanes(file *config.Config) int {
 		}
 	}
 	return n
+}
+
+// poolStat is what the pool's series show of st.
+func poolStat(st *pgxpool.Stat) metrics.PoolStat {
+	return metrics.PoolStat{Max: st.MaxConns(), InUse: st.AcquiredConns(), Idle: st.IdleConns(),
+		Acquires: st.AcquireCount(), Waited: st.EmptyAcquireCount(), WaitTime: st.EmptyAcquireWaitTime(), Opened: st.NewConnsCount()}
 }
