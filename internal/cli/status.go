@@ -68,6 +68,10 @@ func (c *StatusCmd) Run(ctx context.Context, env *Env) error {
 	for _, d := range r.Destinations {
 		fmt.Fprintf(w, "destination %s\t%s\n", d.Name, destinationLine(d, tenantsRefused(r, d.Name)))
 	}
+	for _, s := range r.Sessions {
+		fmt.Fprintf(w, "sessions of %s on %s, process %d\t%d server sessions (%d active), %d advisory locks\n",
+			s.Role, s.Host, s.Process, s.Sessions, s.Active, s.Locks)
+	}
 	for _, src := range r.Sources {
 		if src.Verify != nil {
 			fmt.Fprintf(w, "verify %s\t%s\n", src.Name, src.Verify.Text())

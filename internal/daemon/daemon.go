@@ -138,6 +138,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Daemon, error) 
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = metrics.New(d.reg)
+	// The pool is bounded (docs/design.md, "Sessions"): its waits say
+	// what the bound costs.
+	metrics.WatchPool(d.reg, func() metrics.PoolStat { return poolStat(pool.Stat()) })
 
 	// Without ThirdParty.URL (a SYNCER_CONFIG alone) resources are not
 	// exported: no client, no live sync.
@@ -182,11 +185,9 @@ func (d *Daemon) build(ctx context.Context) error {
 		return err
 	}
 	// Leased locks: a frozen holder loses its locks to a waiting daemon
-	// (see internal/locks, "Leases"). Idle sessions for the two locks of
-	// every job that can start at once, so a row that starts one does not
-	// wait for sessions to open.
-	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true,
-		IdleSessions: 2 * max(min(len(srcs), c.Workers), 1)}); err != nil {
+	// (see internal/locks, "Leases"). Every lock on one session; their
+	// transactions on the pool (docs/design.md, "Sessions").
+	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true, Pool: d.pool}); err != nil {
 		return err
 	}
 	ecfg := c.Exporter
@@ -486,4 +487,10 @@ func extraLanes(file *config.Config) int {
 		}
 	}
 	return n
+}
+
+// poolStat is what the pool's series show of st.
+func poolStat(st *pgxpool.Stat) metrics.PoolStat {
+	return metrics.PoolStat{Max: st.MaxConns(), InUse: st.AcquiredConns(), Idle: st.IdleConns(),
+		Acquires: st.AcquireCount(), Waited: st.EmptyAcquireCount(), WaitTime: st.EmptyAcquireWaitTime(), Opened: st.NewConnsCount()}
 }

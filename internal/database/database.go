@@ -59,6 +59,41 @@ const IdleInTransactionTimeoutDefault = "10s"
 // connect_timeout.
 const ConnectTimeoutDefault = 10 * time.Second
 
+// The pool's bounds, unless the URL sets them (pool_max_conns,
+// pool_max_conn_idle_time, pool_health_check_period): a daemon holds at
+// most 4 server connections idle and 8 under load, whatever its sources,
+// lanes and tenants (contract section 12, "Sessions"; docs/design.md).
+// The pool is 5 of them, River's polls and jobs and the locks'
+// transactions on it; the locks' holder session, River's listener and the
+// relay's are the rest. pgxpool's own
+// default grows with the machine's CPUs, and keeps an idle connection
+// half an hour.
+const (
+	// PoolMaxConnsDefault bounds the pool under load.
+	PoolMaxConnsDefault = 5
+	// PoolIdleTimeDefault is how long a pooled connection stays open
+	// unused; the health check, every PoolHealthCheckDefault, closes it
+	// then. An idle daemon keeps the connections its polls use. Not
+	// shorter: at 5 s the pool closed and opened connections every few
+	// seconds for the daemon's periodic work (the gauges, the presence,
+	// River's maintenance), each a backend's start on the server.
+	PoolIdleTimeDefault    = 30 * time.Second
+	PoolHealthCheckDefault = 5 * time.Second
+)
+
+// boundPool applies the pool's bounds that rawURL does not set.
+func boundPool(cfg *pgxpool.Config, rawURL string) {
+	if !strings.Contains(rawURL, "pool_max_conns") {
+		cfg.MaxConns = PoolMaxConnsDefault
+	}
+	if !strings.Contains(rawURL, "pool_max_conn_idle_time") {
+		cfg.MaxConnIdleTime = PoolIdleTimeDefault
+	}
+	if !strings.Contains(rawURL, "pool_health_check_period") {
+		cfg.HealthCheckPeriod = PoolHealthCheckDefault
+	}
+}
+
 // appNameMax is PostgreSQL's limit on application_name (NAMEDATALEN - 1):
 // the server truncates longer names, which could cut the pid in half.
 const appNameMax = 63
@@ -83,13 +118,17 @@ func (e *URLError) Unwrap() []error { return []error{ErrBadURL, e.err} }
 // CLI exits 2 on it.
 func (e *URLError) IsUsage() bool { return true }
 
-// ParseURL parses a DATABASE_URL into a pool config. A malformed URL is a
-// *URLError.
+// ParseURL parses a DATABASE_URL into a pool config whose connections send
+// no cancel request (NoCancelRequests). A malformed URL is a *URLError.
 func ParseURL(rawURL string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, &URLError{Redacted: Redact(rawURL), err: scrub(err, rawURL)}
 	}
+	// The pool's connections, River's among them (the listener too: a
+	// pool's connection hijacked); the dedicated sessions of the locks and
+	// the relay copy ConnConfig and open theirs with Connect.
+	NoCancelRequests(cfg)
 	return cfg, nil
 }
 
@@ -162,6 +201,7 @@ func OpenIn(ctx context.Context, rawURL, role, schema string) (*pgxpool.Pool, er
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
+	boundPool(cfg, rawURL)
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok && role != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName(role)
 	}

@@ -99,7 +99,7 @@ func DetectPooling(ctx context.Context, cc *pgx.ConnConfig) (mode Pooling, reaso
 			delete(raw.RuntimeParams, k)
 		}
 	}
-	a, err := pgx.ConnectConfig(ctx, raw)
+	a, err := Connect(ctx, raw)
 	if err != nil {
 		return Direct, "", err
 	}
@@ -111,7 +111,7 @@ func DetectPooling(ctx context.Context, cc *pgx.ConnConfig) (mode Pooling, reaso
 	if p == a.PgConn().PID() {
 		return Direct, "", nil
 	}
-	b, err := pgx.ConnectConfig(ctx, raw)
+	b, err := Connect(ctx, raw)
 	if err != nil {
 		return Direct, "", err
 	}

@@ -118,6 +118,9 @@ func setupPipeline(t *testing.T, cfg Config, inFlight ...int) *pipelineBundle {
 	require.NoError(t, err)
 	locker, err := locks.New(pool.Config().ConnConfig, nil)
 	require.NoError(t, err)
+	// Closed after the lock's release (cleanups run last first): the
+	// Locker's own pool of its transactions' connections goes with it.
+	t.Cleanup(locker.Close)
 	p := &scripted{t: t, pool: pool, busy: map[string]bool{}, sent: map[string][]int64{}, limit: 4}
 	if len(inFlight) > 0 {
 		p.limit = inFlight[0]

@@ -4,47 +4,50 @@
 //
 // # What holding a lock means
 //
-// A *Lock is held by exactly one PostgreSQL session: a connection the Locker
-// opened with pgx.ConnectConfig and uses for its locks alone. It is never
-// taken from or returned to a pool, because a pool would hand the locked
-// session to other code, and because a session advisory lock lives exactly as
-// long as its session: the server frees it when the session ends, however it
-// ends (a crash of the process, pg_terminate_backend, a dead network). The
-// Locker keeps one idle session between tries: a busy try leaves it idle, and
-// Release unlocks and gives it back, so a daemon that tries a busy lock for
-// hours keeps one session instead of opening one a try.
-// The dedicated session sets server-side TCP keepalives
-// (tcp_keepalives_idle=10, tcp_keepalives_interval=5, tcp_keepalives_count=3),
-// with set_config once connected (a pooler refuses them in the startup
-// packet), so the server notices a vanished client machine within about 25
-// seconds and frees the lock for another daemon. Before a lock session is
-// closed it drops every advisory lock it holds, for a pooler that would keep
-// the server session without resetting it.
+// Every lock of a Locker is held by one PostgreSQL session, the holder: a
+// connection the Locker opened with database.Connect and uses for its
+// locks alone, never taken from or returned to a pool. A daemon's sources,
+// lanes and destinations cost it one server connection, not one each
+// (issue 58). A session advisory lock lives exactly as long as its
+// session: the server frees it when the session ends, however it ends (a
+// crash of the process, pg_terminate_backend, a dead network). The holder
+// sets server-side TCP keepalives (tcp_keepalives_idle=10,
+// tcp_keepalives_interval=5, tcp_keepalives_count=3), with set_config once
+// connected (a pooler refuses them in the startup packet), so the server
+// notices a vanished client machine within about 25 seconds. Its
+// statements (a try, an unlock, a renewal, one check of all its locks) run
+// under Config.CheckTimeout, never under a caller's context: one that
+// overruns ends the session, and every lock on it is lost. Before it is
+// closed it drops every advisory lock it holds, for a pooler that would
+// keep the server session without resetting it. Advisory locks are
+// reentrant on one session, so the Locker counts its own: a key one of its
+// locks holds is busy for its next try.
 //
 // # What loss means
 //
-// A lock is lost when its session is gone or the server no longer lists it in
-// pg_locks for that session. The Lock finds out in three ways: a self-check
-// every Config.CheckInterval while nobody uses the connection, a check at the
-// start of every WithTx, and any connection error seen by WithTx. On loss,
-// Done is closed, Err returns an error wrapping ErrLockLost (and the cause),
-// every context from Lock.Context is cancelled, the connection is closed and
-// one warning is logged. Loss is final: take a new lock to continue.
+// A lock is lost when the holder session is gone or the server no longer
+// lists the lock in pg_locks for it. The Lock finds out in three ways: the
+// holder's check of all its locks every Config.CheckInterval, a check in
+// every transaction of the lock, and its lease (below). On loss, Done is
+// closed, Err returns an error wrapping ErrLockLost (and the cause), every
+// context from Lock.Context is cancelled, the lock is unlocked on the
+// holder (which keeps the others) and one warning is logged. Loss is
+// final: take a new lock to continue.
 //
 // Between two checks a process can believe it holds a lock that is already
 // gone; no polling can close that window. That is why writes whose
 // correctness depends on the lock (the sync job's "synced" marks) go through
-// Lock.WithTx: they run in one transaction on the locked session itself, after
-// checking in that transaction that the session holds the lock. A session
-// advisory lock can only disappear when its own session unlocks it or ends,
-// and a session that has ended cannot commit. So a committed WithTx is a
-// transaction that ran while the lock was held, and when the lock is lost
-// WithTx returns an error wrapping ErrLockLost and nothing it wrote is
-// committed. (If the connection dies during COMMIT itself, the outcome of that
-// one commit is unknown, as for any database client, but a commit that took
-// effect was still made by the lock's session.) Work outside the database,
-// such as an HTTP push, should run under Lock.Context so it is abandoned as
-// soon as loss is known.
+// Lock.WithTx or a Pipe: they run on a pooled connection, fenced. Each
+// transaction first takes the lock's fence (a second advisory key,
+// fenceKey) shared, for the transaction, then checks in pg_locks that the
+// holder session holds the lock; a try takes the fence exclusive for an
+// instant after it took the lock, and gives the lock back at once when the
+// fence is busy. So no session is granted the lock while a transaction of
+// its former holder runs: a committed WithTx is a transaction no other
+// holder's overlapped, and when the lock is lost WithTx returns an error
+// wrapping ErrLockLost and nothing it wrote is committed. Work outside the
+// database, such as an HTTP push, should run under Lock.Context so it is
+// abandoned as soon as loss is known.
 //
 // # Leases
 //
@@ -53,10 +56,11 @@
 // as long as it stays frozen. With Config.Lease every lock is leased: the
 // statement that takes the lock writes the holder's row in
 // syncer_lock_leases (key, server pid, expiry by the database's clock,
-// LeaseTTL), and a session of the Locker's own renews it every fifth of
-// LeaseTTL, only while it has not run out and the pid still holds the lock.
-// A try that finds the lock held under a lease that ran out marks the lease
-// run out for good, under its row lock, ends the holder's session with
+// LeaseTTL), and the holder session renews it every fifth of LeaseTTL, only
+// while it has not run out and the pid still holds the lock. A try that
+// finds the lock, or its fence, held under a lease that ran out marks the
+// lease run out for good, under its row lock, ends the holder session and
+// the sessions of the transactions holding the fence with
 // pg_terminate_backend (a role may end its own sessions; another role needs
 // pg_signal_backend) and tries again. HeldLive counts such a holder as none.
 //
@@ -75,8 +79,8 @@
 // transaction mode (PgBouncer with pool_mode=transaction, and similar), each
 // statement may run on a different server connection: the lock is taken on one
 // server session and then "vanishes" while the connection still answers. The
-// self-check detects this, reports the lock lost and logs a warning naming
-// the cause; syncer's commands refuse such a pooler at start
+// holder's check detects this, reports the lock lost and logs a warning
+// naming the cause; syncer's commands refuse such a pooler at start
 // (database.DetectPooling). Connect the Locker directly to PostgreSQL or
 // through a pooler in session mode. A Lock's PID is the server's (a pooler
 // announces a pid of its own), and the Locker says once, when it sees a

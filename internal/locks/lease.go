@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,15 +33,17 @@ var errLeaseExpired = errors.New("lease not renewed in time (the process was fro
 // holder's to renew: it ran out, or the session no longer holds the lock.
 var errLeaseTaken = errors.New("lease ran out or its session no longer holds the lock")
 
-// tryLeaseSQL takes the lock ($1) and, if granted, writes the session's
-// lease for $2 seconds, in one statement.
+// tryLeaseSQL takes the lock ($1) and, if granted and its fence ($3) is
+// free (trySQL), writes the session's lease for $2 seconds, in one
+// statement.
 const tryLeaseSQL = `WITH try AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
+fence AS MATERIALIZED (SELECT CASE WHEN ok THEN pg_try_advisory_xact_lock($3) ELSE false END AS ok FROM try),
 lease AS (
 	INSERT INTO syncer_lock_leases AS le (key, pid, expires_at)
-	SELECT $1, pg_backend_pid(), now() + $2 * interval '1 second' FROM try WHERE ok
+	SELECT $1, pg_backend_pid(), now() + $2 * interval '1 second' FROM fence WHERE ok
 	ON CONFLICT (key) DO UPDATE SET pid = excluded.pid, expires_at = excluded.expires_at
 	RETURNING 1)
-SELECT ok, pg_backend_pid() FROM try, (SELECT count(*) FROM lease) AS written`
+SELECT t.ok, f.ok, pg_backend_pid() FROM try t, fence f, (SELECT count(*) FROM lease) AS written`
 
 // renewSQL extends the lease of key $1 held by server pid $2 by $3 seconds,
 // unless it already ran out (a waiter may be ending the session) or the
@@ -53,33 +54,46 @@ WHERE key = $1 AND pid = $2 AND expires_at > now()
 	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 	AND classid = $4 AND objid = $5 AND objsubid = 1)`
 
-// endStaleSQL ends the session holding key $1 ($2, $3: the pg_locks ids)
-// if its lease ran out by the database's clock, waiting up to $4 ms for it
-// to exit. The lease is first marked run out for good ('-infinity'), under
-// its row lock, so a renewal racing with the taker either commits first (and
-// the taker sees a lease that has not run out) or finds nothing to renew.
-const endStaleSQL = `WITH holder AS (
-	SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+// endStaleSQL ends, if the lease of key $1 ran out by the database's
+// clock, the session holding the lock ($2, $3: the pg_locks ids) and the
+// sessions whose transactions hold its fence ($4, $5), waiting up to $6 ms
+// for each to exit. The lease is first marked run out for good
+// ('-infinity'), under its row lock, so a renewal racing with the taker
+// either commits first (and the taker sees a lease that has not run out)
+// or finds nothing to renew. The ending spares the session running it.
+const endStaleSQL = `WITH ended AS (
+	SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
 	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	  AND classid = $2 AND objid = $3 AND objsubid = 1),
+	  AND ((classid = $2 AND objid = $3) OR (classid = $4 AND objid = $5)) AND objsubid = 1),
 stale AS (
 	UPDATE syncer_lock_leases SET expires_at = '-infinity'
-	WHERE key = $1 AND expires_at < now() AND pid IN (SELECT pid FROM holder)
-	RETURNING pid)
-SELECT pid, pg_terminate_backend(pid, $4) FROM stale`
+	WHERE key = $1 AND expires_at < now() AND EXISTS (SELECT 1 FROM ended)
+	RETURNING 1)
+SELECT e.pid, pg_terminate_backend(e.pid, $6) FROM ended e, stale`
 
-// endStale ends the session holding key if its lease ran out, and reports
-// whether it did. A session it may not end (another role's, without
-// pg_signal_backend) is said once, loudly, and counts as busy.
-func (l *Locker) endStale(ctx context.Context, conn *pgx.Conn, key int64) (bool, error) {
+// endStale ends the sessions holding key or its fence if its lease ran
+// out, and reports whether it did. A session it may not end (another
+// role's, without pg_signal_backend) is said once, loudly, and counts as
+// busy. It runs on a pooled connection: the wait for the ended sessions
+// to exit must not hold up the holder session.
+func (l *Locker) endStale(ctx context.Context, key int64) (bool, error) {
 	classid, objid := pgLocksIDs(key)
-	var pid int32
-	var ended bool
-	err := conn.QueryRow(ctx, endStaleSQL, key, classid, objid, terminateWait.Milliseconds()).Scan(&pid, &ended)
+	fclassid, fobjid := pgLocksIDs(fenceKey(key))
+	pool, err := l.txPool()
+	if err != nil {
+		return false, err
+	}
+	rows, err := pool.Query(ctx, endStaleSQL, key, classid, objid, fclassid, fobjid, terminateWait.Milliseconds())
+	type endedPid struct {
+		Pid   int32
+		Ended bool
+	}
+	var ended []endedPid
+	if err == nil {
+		ended, err = pgx.CollectRows(rows, pgx.RowToStructByPos[endedPid])
+	}
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
 		if _, said := l.refused.LoadOrStore(key, true); !said {
 			l.logger.Error("locks: the lock's holder let its lease run out, but this daemon may not end its session: "+
@@ -89,9 +103,13 @@ func (l *Locker) endStale(ctx context.Context, conn *pgx.Conn, key int64) (bool,
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("end stale holder: %w", err)
+	case len(ended) == 0:
+		return false, nil
 	}
-	l.logger.Warn("locks: the lock's holder stopped renewing its lease (frozen, or cut off from the database): ended its session to take the lock",
-		slog.Int64("key", key), slog.Int("holder_pid", int(pid)), slog.Bool("exited", ended))
+	for _, e := range ended {
+		l.logger.Warn("locks: the lock's holder stopped renewing its lease (frozen, or cut off from the database): ended its session to take the lock",
+			slog.Int64("key", key), slog.Int("holder_pid", int(e.Pid)), slog.Bool("exited", e.Ended))
+	}
 	return true, nil
 }
 
@@ -113,55 +131,28 @@ func HeldLive(ctx context.Context, q database.Querier, key int64) (bool, error) 
 	return held, nil
 }
 
-// leaseConn is the Locker's session for renewals, apart from the lock
-// sessions, which a pipe keeps busy for as long as a drain lasts. It is
-// opened on first use and again after an error.
-type leaseConn struct {
-	mu   sync.Mutex
-	conn *pgx.Conn
-}
-
-// renew renews the lease of key held by server pid and reports whether it
-// was still this session's to renew.
-func (l *Locker) renew(ctx context.Context, key int64, pid int) (bool, error) {
-	lc := &l.lease
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	if lc.conn == nil || lc.conn.IsClosed() {
-		conn, err := l.connect(ctx)
-		if err != nil {
-			return false, err
-		}
-		lc.conn = conn
+// renew renews, on the holder session conn, the lease of key held by
+// server pid and reports whether it was still this session's to renew.
+// A renewal that fails ends the holder session (its locks are lost): one
+// that does not answer in CheckTimeout cannot be trusted.
+func (l *Locker) renew(ctx context.Context, conn *pgx.Conn, key int64, pid int) (bool, error) {
+	h := &l.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != conn || conn.IsClosed() {
+		return false, nil
 	}
+	hctx, cancel := l.holderCtx(ctx)
+	defer cancel()
 	classid, objid := pgLocksIDs(key)
-	tag, err := lc.conn.Exec(ctx, renewSQL, key, pid, l.leaseTTL.Seconds(), classid, objid)
+	tag, err := conn.Exec(hctx, renewSQL, key, pid, l.leaseTTL.Seconds(), classid, objid)
 	if err != nil {
-		// A statement cut short leaves the session in an unknown state.
-		_ = lc.conn.Close(context.WithoutCancel(ctx))
-		lc.conn = nil
+		l.holderGone(conn, fmt.Errorf("renew a lease: %w", err))
+		closeConn(conn)
+		h.conn = nil
 		return false, err
 	}
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
-		// Close already closed this session's place: keep none open.
-		_ = lc.conn.Close(context.WithoutCancel(ctx))
-		lc.conn = nil
-	}
 	return tag.RowsAffected() == 1, nil
-}
-
-func (l *Locker) closeLease() {
-	l.lease.mu.Lock()
-	defer l.lease.mu.Unlock()
-	if l.lease.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		_ = l.lease.conn.Close(ctx)
-		l.lease.conn = nil
-	}
 }
 
 // leaseValidity is how long after the start of a renewal (or of the try
@@ -190,9 +181,7 @@ func (lk *Lock) leaseLoop(ttl time.Duration) {
 			return
 		}
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(lk.ctx, every)
-		ok, err := lk.locker.renew(ctx, lk.key, lk.pid)
-		cancel()
+		ok, err := lk.locker.renew(context.Background(), lk.hconn, lk.key, lk.pid)
 		switch {
 		case err == nil && ok:
 			lk.setDeadline(start.Add(leaseValidity(ttl)))
@@ -205,12 +194,8 @@ func (lk *Lock) leaseLoop(ttl time.Duration) {
 	}
 }
 
-// expire loses the lock for cause, once the session is free.
-func (lk *Lock) expire(cause error) {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	lk.lose(cause)
-}
+// expire loses the lock for cause.
+func (lk *Lock) expire(cause error) { lk.lose(cause) }
 
 func (lk *Lock) setDeadline(t time.Time) {
 	lk.deadlineMu.Lock()

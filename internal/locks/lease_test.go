@@ -269,12 +269,10 @@ func TestLockSessionSettingsWinOverThePools(t *testing.T) {
 	lk, err := locker.TryAcquire(ctx, locks.Key(dsn, t.Name()))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, lk.Release(ctx)) }()
-	var idle, keepalive string
-	require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('tcp_keepalives_idle')`).Scan(&idle, &keepalive)
-	}))
-	require.Equal(t, "0", idle)
-	require.Equal(t, "10", keepalive)
+	got, err := locks.HolderSettings(locker, "idle_in_transaction_session_timeout", "tcp_keepalives_idle")
+	require.NoError(t, err)
+	require.Equal(t, "0", got["idle_in_transaction_session_timeout"])
+	require.Equal(t, "10", got["tcp_keepalives_idle"])
 	require.Empty(t, cc.RuntimeParams["idle_in_transaction_session_timeout"], "nothing a pooler refuses in the startup packet")
 }
 

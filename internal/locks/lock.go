@@ -12,8 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // errVanished is the cause of a loss where the session still answers but no
@@ -23,23 +22,30 @@ var errVanished = errors.New("lock no longer held by its session")
 // errAbandoned is the cause of a loss the holder asked for (Abandon).
 var errAbandoned = errors.New("lock abandoned: its holder did not return in time")
 
-// Lock is a held advisory lock and the dedicated session that holds it. Its
+// Lock is a held advisory lock, held by its Locker's holder session. Its
 // methods are safe for concurrent use.
 type Lock struct {
 	locker *Locker
 	key    int64
 	pid    int
 	logger *slog.Logger
+	// hconn is the holder session the lock was taken on.
+	hconn *pgx.Conn
 
-	// mu serializes every use of conn: WithTx, a Pipe with transactions in
-	// flight, the self-check and Release.
-	mu   sync.Mutex
+	// mu serializes the lock's transactions (WithTx, a Pipe with
+	// transactions in flight), its loss and Release.
+	mu sync.Mutex
+	// conn is the pooled connection of the transaction under way (mu
+	// held), nil between them; pc is its pool's handle.
 	conn *pgx.Conn
-	// prepared are the statements a Pipe prepared on conn, by SQL.
-	prepared map[string]*pgconn.StatementDescription
+	pc   *pgxpool.Conn
+	// prepared are the statements a Pipe prepared, by connection and SQL:
+	// a pooled connection keeps them from one use to the next.
+	prepared map[*pgx.Conn]map[string]*pgconn.StatementDescription
 
 	// ctx is done once the lock is lost or released; its cause is what Err
-	// returns. It is only cancelled with mu held, so the first cause wins.
+	// returns. loseMu orders the losses: the first cause wins.
+	loseMu sync.Mutex
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -52,38 +58,65 @@ type Lock struct {
 	// abandoned is set by Abandon: Check refuses at once, whatever mu.
 	abandoned atomic.Bool
 
-	// wg counts the self-check and lease goroutines.
+	// wg counts the lease goroutine.
 	wg sync.WaitGroup
 }
 
-// newLock wraps a session that was granted key; pid is the session's
-// server pid, and start when the try that took the lock began (its lease's
-// clock starts there).
-func (l *Locker) newLock(conn *pgx.Conn, key int64, pid int, start time.Time) *Lock {
+// newLock wraps key, granted to the holder session conn whose server pid
+// is pid. The lease's clock starts before the try (TryAcquire sets the
+// deadline from there).
+func (l *Locker) newLock(conn *pgx.Conn, key int64, pid int) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	lk := &Lock{
+	return &Lock{
 		locker: l,
 		key:    key,
 		pid:    pid,
 		logger: l.logger,
-		conn:   conn,
+		hconn:  conn,
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	lk.wg.Add(1)
-	go lk.checkLoop(l.checkInterval, l.checkTimeout)
-	if l.leaseTTL > 0 {
-		lk.deadline = start.Add(leaseValidity(l.leaseTTL))
+}
+
+// start starts the lease's renewals, its clock counted from when the try
+// that took the lock began.
+func (lk *Lock) start(begun time.Time) {
+	if ttl := lk.locker.leaseTTL; ttl > 0 {
+		lk.deadline = begun.Add(leaseValidity(ttl))
 		lk.wg.Add(1)
-		go lk.leaseLoop(l.leaseTTL)
+		go lk.leaseLoop(ttl)
 	}
-	return lk
+}
+
+// acquire takes a pooled connection for a transaction; the caller holds
+// mu.
+func (lk *Lock) acquire(ctx context.Context) error {
+	pool, err := lk.locker.txPool()
+	if err != nil {
+		return err
+	}
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("locks: acquire a connection: %w", err)
+	}
+	lk.pc, lk.conn = pc, pc.Conn()
+	return nil
+}
+
+// putBack gives the transaction's connection back to the pool; the
+// caller holds mu.
+func (lk *Lock) putBack() {
+	if lk.pc != nil {
+		lk.pc.Release()
+	}
+	lk.pc, lk.conn = nil, nil
 }
 
 // Key returns the lock's key.
 func (lk *Lock) Key() int64 { return lk.key }
 
-// PID returns the backend pid of the session holding the lock, as shown in
+// PID returns the backend pid of the session holding the lock (the
+// Locker's holder session, which holds all its locks), as shown in
 // pg_locks and pg_stat_activity (the server's, also behind a pooler).
 func (lk *Lock) PID() int { return lk.pid }
 
@@ -113,16 +146,21 @@ func (lk *Lock) Context(parent context.Context) (context.Context, context.Cancel
 	}
 }
 
-// WithTx runs fn in one transaction on the lock's session, after checking in
-// that transaction that the session still holds the lock, and commits if fn
-// returns nil. If the lock is lost, before or during the call, it returns an
-// error wrapping ErrLockLost and nothing fn wrote is committed; fn's own
-// errors are returned as they are. A cancelled ctx rolls back without ending
-// the session, so the lock stays held. Calls are serialized with each other,
-// with the self-check and with Release.
+// WithTx runs fn in one transaction on a pooled connection, fenced by the
+// lock, and commits if fn returns nil. The transaction first takes the
+// lock's fence shared (a transaction-level advisory lock) and checks that
+// the holder session still holds the lock, and checks again after fn. A
+// try takes the fence exclusive before it grants the lock, so no other
+// session is granted the lock while this transaction runs, whatever
+// happens to the holder session meanwhile: a committed WithTx is a
+// transaction no other holder's overlapped. If the lock is lost, before or
+// during the call, it returns an error wrapping ErrLockLost and nothing fn
+// wrote is committed; fn's own errors are returned as they are. A
+// cancelled ctx ends the transaction's connection, not the lock. Calls are
+// serialized with each other and with Release.
 func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	lk.mu.Lock()
-	defer lk.mu.Unlock()
+	defer lk.unlockMu()
 	if err := lk.Err(); err != nil {
 		return fmt.Errorf("locks: with tx: %w", err)
 	}
@@ -130,19 +168,52 @@ func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		lk.lose(errAbandoned)
 		return fmt.Errorf("locks: with tx: %w", lk.Err())
 	}
+	if err := lk.acquire(ctx); err != nil {
+		return err
+	}
+	defer lk.putBack()
 
 	err := pgx.BeginFunc(ctx, txBeginner{lk.conn}, func(tx pgx.Tx) error {
-		held, err := verify(ctx, tx, lk.key)
-		if err != nil {
-			return fmt.Errorf("verify lock: %w", err)
+		if err := lk.fence(ctx, tx); err != nil {
+			return err
 		}
-		if !held {
-			return errVanished
+		if err := fn(tx); err != nil {
+			return err
 		}
-		return fn(tx)
+		// The holder session may have gone while fn ran: its locks are
+		// then free on the server, and although no other session can be
+		// granted this one before the transaction ends, the caller is told
+		// now rather than at its next call.
+		return lk.fence(ctx, tx)
 	})
 	return lk.settle(err, "with tx")
 }
+
+// fence takes the lock's fence shared in tx and checks that the holder
+// session holds the lock.
+func (lk *Lock) fence(ctx context.Context, tx pgx.Tx) error {
+	classid, objid := pgLocksIDs(lk.key)
+	var held bool
+	if err := tx.QueryRow(ctx, fenceSQL, classid, objid, fenceKey(lk.key), lk.pid).Scan(&held); err != nil {
+		return fmt.Errorf("verify lock: %w", err)
+	}
+	if !held {
+		return errVanished
+	}
+	return nil
+}
+
+// fenceSQL takes the fence ($3) shared, for the transaction, and checks
+// that the holder session (server pid $4) holds the lock ($1, $2). The
+// fence first: a try that takes it exclusive after this has the lock
+// already, so the check then fails.
+const fenceSQL = `SELECT CASE WHEN NOT pg_try_advisory_xact_lock_shared($3) THEN false
+	ELSE EXISTS (SELECT 1 FROM pg_locks WHERE ` + holderHeldWhere + `) END`
+
+// holderHeldWhere is the holder session's ($4) granted hold of the
+// advisory lock whose pg_locks ids are $1 and $2.
+const holderHeldWhere = `locktype = 'advisory' AND pid = $4 AND granted
+	AND classid = $1 AND objid = $2 AND objsubid = 1`
 
 const notHeldText = "syncer: this session no longer holds its advisory lock"
 
@@ -154,32 +225,32 @@ func isNotHeld(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, notHeldText)
 }
 
-// settle turns a transaction's error into the lock's state: a lock no
-// longer held, or a session pgx closed, is a lost lock; other errors are
-// the caller's own and are returned as they are. The caller holds mu.
+// settle turns a transaction's error into the lock's state: a lock the
+// holder session no longer holds is a lost lock; other errors, a pooled
+// connection that died among them, are the caller's own and are returned
+// as they are (the transaction did not commit, or its outcome is unknown,
+// as for any client). The caller holds mu.
 func (lk *Lock) settle(err error, op string) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, errVanished):
 		lk.lose(errVanished)
-	case lk.conn.IsClosed():
-		// pgx closes a connection it can no longer trust (network error,
-		// terminated backend, failed commit): the session and its lock are
-		// gone or going.
-		lk.lose(err)
+	case lk.Err() != nil:
+		// Lost meanwhile (abandoned, its lease run out, its holder
+		// session gone): the error says so first.
+		return fmt.Errorf("locks: %s: %w: %w", op, lk.Err(), err)
 	default:
 		return err
 	}
 	return fmt.Errorf("locks: %s: %w", op, lk.Err())
 }
 
-// Release unlocks the lock and gives its session back to the Locker for its
-// next try (or closes it, when the unlock failed). It runs even if ctx is
+// Release unlocks the lock on the holder session. It runs even if ctx is
 // already cancelled, bounded by ReleaseTimeout, and waits for a WithTx in
-// progress to finish. Releasing a lock that is already released or lost does
-// nothing and returns nil. An error wrapping ErrLockLost means the session no
-// longer held the lock when Release ran.
+// progress to finish. Releasing a lock that is already released or lost
+// does nothing and returns nil. An error wrapping ErrLockLost means the
+// holder session no longer held the lock when Release ran.
 func (lk *Lock) Release(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
@@ -191,82 +262,51 @@ func (lk *Lock) Release(ctx context.Context) error {
 		return nil
 	}
 	lk.cancel(ErrReleased)
-
-	var unlocked bool
-	err := lk.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", lk.key).Scan(&unlocked)
+	err := lk.locker.unlock(ctx, lk)
+	lk.locker.forget(lk)
 	switch {
+	case errors.Is(err, errVanished), errors.Is(err, errHolderGone):
+		return fmt.Errorf("locks: release: %w: %w", ErrLockLost, err)
 	case err != nil:
-		// Closing ends the session, which frees the lock even though the
-		// unlock failed.
-		closeConn(lk.conn)
+		// The holder session was ended, which frees the lock.
 		return fmt.Errorf("locks: release: %w", err)
-	case !unlocked:
-		closeConn(lk.conn)
-		return fmt.Errorf("locks: release: %w: %w", ErrLockLost, errVanished)
 	}
-	// The session holds no lock now: the next try reuses it.
-	lk.locker.putIdle(lk.conn)
 	return nil
 }
 
 // Abandon gives the lock up without waiting for the goroutine that holds
 // it, which may never return (a program that spins, a call that ignores
 // its context). At once, Check (so CheckContext, before every request to a
-// third party) and WithTx refuse with ErrLockLost, and the lease is no
-// longer renewed; the session is closed as soon as no WithTx is under way
-// on it, which frees the lock on the server. Should a WithTx never return,
-// the lease runs out and the next try of any daemon ends the session
-// ("Leases" in the package documentation). Abandoning a lock released or
-// lost does nothing.
+// third party) and WithTx refuse with ErrLockLost, the lease is no longer
+// renewed and the lock is unlocked on the holder session. A transaction of
+// the lock still running keeps its fence, so no session is granted the
+// lock before it ends; should it never end, the lease runs out and the
+// next try of any daemon ends its session ("Leases" in the package
+// documentation). Abandoning a lock released or lost does nothing.
 func (lk *Lock) Abandon() {
 	if lk.abandoned.Swap(true) || lk.Err() != nil {
 		return
 	}
-	go lk.expire(errAbandoned)
+	lk.lose(errAbandoned)
 }
 
-// checkLoop verifies the lock every interval until it is lost or released.
-func (lk *Lock) checkLoop(interval, timeout time.Duration) {
-	defer lk.wg.Done()
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-lk.ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		// A WithTx in progress checks the lock itself, and Release is
-		// ending it: skip this round rather than queue behind them.
-		if !lk.mu.TryLock() {
-			continue
-		}
-		lk.check(timeout)
-		lk.mu.Unlock()
-	}
-}
-
-// check runs one self-check; the caller holds mu.
-func (lk *Lock) check(timeout time.Duration) {
-	if lk.ctx.Err() != nil {
+// expireAsync loses the lock for cause apart: the caller holds the
+// holder's mutex, which the loss takes.
+func (lk *Lock) expireAsync(cause error) {
+	if lk.ctx.Err() != nil || lk.expiring.Swap(true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	held, err := verify(ctx, lk.conn, lk.key)
-	switch {
-	case err != nil:
-		// Unable to prove the lock is held counts as lost; lose closes the
-		// session so the server frees the lock if it still has it.
-		lk.lose(fmt.Errorf("self-check: %w", err))
-	case !held:
-		lk.lose(errVanished)
-	}
+	go lk.lose(cause)
 }
 
-// lose marks the lock lost with cause, logs why and closes the session. The
-// caller holds mu.
+// lose marks the lock lost with cause, logs why and unlocks it on the
+// holder session, which keeps the others. A transaction of the lock
+// still running keeps its fence, so no try is granted the lock before it
+// ends; the Locker forgets the lock (and may take its key again) once its
+// transactions are over.
 func (lk *Lock) lose(cause error) {
+	lk.loseMu.Lock()
+	defer lk.loseMu.Unlock()
 	if lk.ctx.Err() != nil {
 		return
 	}
@@ -276,8 +316,8 @@ func (lk *Lock) lose(cause error) {
 		lk.logger.Warn("locks: lock lost: its lease was not renewed in time; nothing more is sent on its behalf, "+
 			"and a waiting daemon may have ended its session", attrs...)
 	case errors.Is(cause, errAbandoned):
-		lk.logger.Warn("locks: lock given up: the job holding it did not return in time; its session is closed "+
-			"so that another job can take the lock, and nothing more is sent or marked on its behalf", attrs...)
+		lk.logger.Warn("locks: lock given up: the job holding it did not return in time; the lock is unlocked "+
+			"so that another job can take it, and nothing more is sent or marked on its behalf", attrs...)
 	case errors.Is(cause, errVanished):
 		lk.logger.Warn("locks: lock lost: it vanished while its connection still answers; "+
 			"a transaction-mode connection pooler (such as PgBouncer in transaction mode) breaks session advisory locks, "+
@@ -286,28 +326,27 @@ func (lk *Lock) lose(cause error) {
 		lk.logger.Warn("locks: lock lost: its connection failed; the server frees the lock when the session ends", attrs...)
 	}
 	lk.cancel(fmt.Errorf("%w: %w", ErrLockLost, cause))
-	closeConn(lk.conn)
+	_ = lk.locker.unlock(context.Background(), lk)
+	// Forgotten at once when no transaction of the lock is under way, so
+	// the next try of its key is not busy for it; else by the one under
+	// way as it ends (unlockMu).
+	if lk.mu.TryLock() {
+		lk.unlockMu()
+	}
 }
 
-// verify reports whether the session behind q holds the advisory lock key.
-func verify(ctx context.Context, q database.Querier, key int64) (bool, error) {
-	classid, objid := pgLocksIDs(key)
-	var held bool
-	err := q.QueryRow(ctx, verifySQL, classid, objid).Scan(&held)
-	return held, err
+// unlockMu unlocks mu, and has the Locker forget the lock first if it is
+// lost or released: its transactions are over.
+func (lk *Lock) unlockMu() {
+	if lk.ctx.Err() != nil {
+		lk.locker.forget(lk)
+	}
+	lk.mu.Unlock()
 }
 
-const verifySQL = `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE ` + heldWhere + `)`
-
-// heldWhere is the session's own granted hold of the advisory lock whose
-// pg_locks ids are $1 and $2.
-const heldWhere = `locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-	AND classid = $1 AND objid = $2 AND objsubid = 1`
-
-// txBeginner hands pgx.BeginFunc transactions whose end does not kill the
-// session when the caller's context is cancelled: pgx closes the connection
-// when a ROLLBACK or COMMIT fails, and a lock's connection closing is a lost
-// lock.
+// txBeginner hands pgx.BeginFunc transactions that roll back even when
+// the caller's context is cancelled, so the pooled connection goes back
+// to the pool clean.
 type txBeginner struct{ conn *pgx.Conn }
 
 func (b txBeginner) Begin(ctx context.Context) (pgx.Tx, error) {

@@ -175,10 +175,7 @@ func TestLossByVanishedLock(t *testing.T) {
 			ctx := context.Background()
 			lk := b.tryAcquire(t, b.locker)
 
-			require.NoError(t, lk.WithTx(ctx, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, "SELECT pg_advisory_unlock($1)", b.key)
-				return err
-			}))
+			require.NoError(t, locks.Vanish(lk))
 			if tt.checkInterval == time.Hour {
 				require.ErrorIs(t, lk.WithTx(ctx, insertMark(1)), locks.ErrLockLost)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/database"
 )
@@ -46,11 +47,6 @@ const (
 // context is cancelled.
 const cleanupTimeout = 5 * time.Second
 
-// cancelDeadlineDelay is how long a cancelled statement on a lock's session
-// gets to stop after PostgreSQL receives a cancel request, before the socket
-// deadline ends the connection (and with it the lock).
-const cancelDeadlineDelay = 2 * time.Second
-
 // sessionParams are set on every lock session as soon as it is open (with
 // set_config rather than in the startup packet, which PgBouncer refuses;
 // see database.ApplySettings).
@@ -60,8 +56,8 @@ var sessionParams = map[string]string{
 	"tcp_keepalives_idle":     "10",
 	"tcp_keepalives_interval": "5",
 	"tcp_keepalives_count":    "3",
-	// The session holds the lock while idle, sometimes inside WithTx; a
-	// server default must not end it.
+	// The session holds the locks while idle; a server default must not
+	// end it.
 	"idle_in_transaction_session_timeout": "0",
 }
 
@@ -122,13 +118,15 @@ func pgLocksIDs(key int64) (classid, objid uint32) {
 
 // Config configures a Locker.
 type Config struct {
-	// CheckInterval is how often an idle held lock verifies, on its own
-	// session, that it still holds the lock. Defaults to CheckIntervalDefault
+	// CheckInterval is how often the holder session verifies that it
+	// still holds every lock taken on it. Defaults to CheckIntervalDefault
 	// (1s).
 	CheckInterval time.Duration
 
-	// CheckTimeout bounds one self-check; a check that does not answer in
-	// time counts as a lost lock. Defaults to CheckTimeoutDefault (5s).
+	// CheckTimeout bounds one statement on the holder session (a try, a
+	// check, a renewal, an unlock); one that does not answer in time ends
+	// the session, and every lock on it is lost. Defaults to
+	// CheckTimeoutDefault (5s).
 	CheckTimeout time.Duration
 
 	// Logger receives the warning logged when a lock is lost. Defaults to a
@@ -149,17 +147,24 @@ type Config struct {
 	// Defaults to LeaseTTLDefault (10s).
 	LeaseTTL time.Duration
 
-	// IdleSessions is how many sessions that hold no lock the Locker
-	// keeps for the next tries. A job takes two locks (its source's and
-	// its destination's), and a session opened when a row comes costs
-	// that row the connection's set-up: 20 to 140 ms on a busy two-core
-	// machine, with TLS. Defaults to IdleSessionsDefault (2).
+	// Pool runs the locks' transactions (WithTx, Pipe) and the ending of
+	// stale holders: none of them needs the holder session. Defaults to a
+	// pool of the Locker's own, of at most TxConnsDefault connections,
+	// closed by Close.
+	Pool *pgxpool.Pool
+
+	// IdleSessions is ignored: every lock of a Locker is held by one
+	// session (issue 58). It stays for the callers that set it.
 	IdleSessions int
 }
 
-// IdleSessionsDefault is the default Config.IdleSessions: the two locks of
-// one job.
+// IdleSessionsDefault is kept for the callers that set
+// Config.IdleSessions, which is ignored.
 const IdleSessionsDefault = 2
+
+// TxConnsDefault bounds the pool a Locker opens for its locks'
+// transactions when Config.Pool is nil.
+const TxConnsDefault = 8
 
 func (c *Config) validate() error {
 	if c.CheckInterval < 0 {
@@ -177,12 +182,12 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Locker takes advisory locks, each held on a dedicated session. It keeps
-// idle sessions between tries (Config.IdleSessions), so a daemon that tries
-// a busy lock every few hundred milliseconds for hours opens one session,
-// not one a try, and a job that starts when a row comes finds its sessions
-// open; a released lock's session goes back to them. It is safe for
-// concurrent use; Close closes the idle sessions.
+// Locker takes advisory locks, all held by one session of its own, the
+// holder (holder.go), whatever their number: a daemon's sources, lanes and
+// destinations cost it one server connection, not one each. Their
+// transactions run on pooled connections, fenced by the lock (see
+// Lock.WithTx). It is safe for concurrent use; Close ends the holder
+// session once no lock is held on it.
 type Locker struct {
 	connConfig    *pgx.ConnConfig
 	checkInterval time.Duration
@@ -190,25 +195,27 @@ type Locker struct {
 	logger        *slog.Logger
 	// leaseTTL is zero without leases.
 	leaseTTL time.Duration
-	lease    leaseConn
-	// poolerOnce says once that a pooler stands between the lock sessions
-	// and PostgreSQL.
+	// pool runs the transactions; ownPool when the Locker opens it
+	// (poolMu guards its opening and closing).
+	poolMu  sync.Mutex
+	pool    *pgxpool.Pool
+	ownPool bool
+	// poolClosed is set once closeHolder closed the Locker's own pool:
+	// txPool opens none after it, which nothing would close.
+	poolClosed bool
+	// poolerOnce says once that a pooler stands between the holder
+	// session and PostgreSQL.
 	poolerOnce sync.Once
 	// refused holds the keys whose stale holder this Locker was not
 	// allowed to end, so each is said once.
 	refused sync.Map
 
-	mu sync.Mutex
-	// idle are the sessions kept, at most maxIdle; the last put is taken
-	// first, so the spare ones age and a dead one is found by its try.
-	idle    []*pgx.Conn
-	maxIdle int
-	closed  bool
+	h holder
 }
 
-// New returns a Locker that opens lock sessions with a copy of connConfig,
-// which must come from pgx.ParseConfig (a pool's Config().ConnConfig does).
-// connConfig is not modified. cfg may be nil.
+// New returns a Locker that opens its holder session with a copy of
+// connConfig, which must come from pgx.ParseConfig (a pool's
+// Config().ConnConfig does). connConfig is not modified. cfg may be nil.
 func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 	if connConfig == nil {
 		return nil, errors.New("locks: connConfig is required")
@@ -228,13 +235,12 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 		cc.RuntimeParams["application_name"] = ApplicationNameDefault
 	}
 	database.ApplySettings(cc, sessionParams)
-	// pgx's default answer to a cancelled context is to close the socket,
-	// which would end the session and lose the lock. Ask the server to cancel
-	// the statement instead, so that cancelling the caller's context inside
-	// WithTx or TryAcquire leaves the lock's session alive; the socket deadline
-	// remains as the fallback for a server that does not answer.
+	// A statement of the holder session runs under a timeout of its own,
+	// never under a caller's context; one that overruns it ends the
+	// session (the socket's deadline), which frees its locks on the
+	// server: no cancel request (see database.NoCancelRequests).
 	cc.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: pgConn, DeadlineDelay: cancelDeadlineDelay}
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
 	}
 
 	logger := cfg.Logger
@@ -246,66 +252,58 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 		checkInterval: cmp.Or(cfg.CheckInterval, CheckIntervalDefault),
 		checkTimeout:  cmp.Or(cfg.CheckTimeout, CheckTimeoutDefault),
 		logger:        logger,
-		maxIdle:       cmp.Or(cfg.IdleSessions, IdleSessionsDefault),
+		pool:          cfg.Pool,
+	}
+	if l.pool == nil {
+		// Opened on first use: a Locker that takes no lock opens nothing.
+		l.ownPool = true
 	}
 	if cfg.Lease {
 		l.leaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
 	}
+	l.h.locks = map[int64]*Lock{}
 	return l, nil
 }
 
 // TryAcquire takes the lock for key if it is free and returns ErrLockBusy at
-// once if another session holds it. It tries on the Locker's idle session
-// when there is one, and keeps the session for the next try when the lock is
-// busy: a busy try opens no session.
+// once if another session holds it, or a Lock of this Locker still holds
+// it (advisory locks are reentrant on one session: this Locker counts its
+// own). The try runs on the holder session, opened when there is none.
+//
+// A lock is only granted with its fence (see Lock.WithTx): a transaction
+// of a holder that lost the lock, still running, keeps it busy.
 //
 // With leases (Config.Lease), a busy try looks at the holder's lease: when
-// it ran out by the database's clock, it ends the holder's session
-// (pg_terminate_backend) and tries once more.
+// it ran out by the database's clock, it ends the holder's session and the
+// sessions of its transactions (pg_terminate_backend) and tries once more.
 func (l *Locker) TryAcquire(ctx context.Context, key int64) (*Lock, error) {
-	conn, reused, err := l.session(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("locks: try acquire: %w", err)
-	}
 	// The lease counts from before the try: by this process's clock, the
 	// database wrote its expiry no earlier.
 	start := time.Now()
-	got, err := l.tryLock(ctx, conn, key)
-	if err != nil && reused && ctx.Err() == nil {
-		// The idle session may have died while it waited (a restarted
-		// server, a terminated backend): one more try on a new one.
-		closeConn(conn)
-		if conn, err = l.connect(ctx); err != nil {
-			return nil, fmt.Errorf("locks: try acquire: %w", err)
-		}
-		start = time.Now()
-		got, err = l.tryLock(ctx, conn, key)
-	}
-	if err == nil && !got.ok && l.leaseTTL > 0 {
+	got, err := l.tryLock(ctx, key)
+	if err == nil && !got.ok && l.leaseTTL > 0 && !got.ours {
 		var ended bool
-		if ended, err = l.endStale(ctx, conn, key); err == nil && ended {
+		if ended, err = l.endStale(ctx, key); err == nil && ended {
 			start = time.Now()
-			got, err = l.tryLock(ctx, conn, key)
+			got, err = l.tryLock(ctx, key)
 		}
 	}
 	if err != nil {
-		// Closing the session frees the lock if the server granted it.
-		closeConn(conn)
 		return nil, fmt.Errorf("locks: try acquire: %w", err)
 	}
 	if !got.ok {
-		l.putIdle(conn)
 		return nil, ErrLockBusy
 	}
-	if got.pid != conn.PgConn().PID() {
+	got.lk.start(start)
+	if got.pid != got.conn.PgConn().PID() {
 		l.poolerOnce.Do(func() {
 			l.logger.Warn("locks: a connection pooler stands between syncer and PostgreSQL (the server's pid is not the one announced): "+
-				"the lock sessions' TCP keepalives cannot be had (they act on the pooler's server connection, not on syncer's), "+
-				"so a vanished daemon machine frees its lock only when the pooler notices"+l.leaseNote(),
-				slog.Uint64("server_pid", uint64(got.pid)), slog.Uint64("announced_pid", uint64(conn.PgConn().PID())))
+				"the holder session's TCP keepalives cannot be had (they act on the pooler's server connection, not on syncer's), "+
+				"so a vanished daemon machine frees its locks only when the pooler notices"+l.leaseNote(),
+				slog.Uint64("server_pid", uint64(got.pid)), slog.Uint64("announced_pid", uint64(got.conn.PgConn().PID())))
 		})
 	}
-	return l.newLock(conn, key, int(got.pid), start), nil
+	return got.lk, nil
 }
 
 func (l *Locker) leaseNote() string {
@@ -315,106 +313,86 @@ func (l *Locker) leaseNote() string {
 	return ""
 }
 
-// tried is the answer to a try: whether the lock was granted, and the
-// server pid of the session that tried.
-type tried struct {
-	ok  bool
-	pid uint32
-}
-
-func (l *Locker) tryLock(ctx context.Context, conn *pgx.Conn, key int64) (tried, error) {
-	var t tried
-	var pid int32
-	var err error
-	if l.leaseTTL > 0 {
-		// The lease is written by the statement that takes the lock, so no
-		// holder is ever without one a waiter can see run out.
-		err = conn.QueryRow(ctx, tryLeaseSQL, key, l.leaseTTL.Seconds()).Scan(&t.ok, &pid)
-	} else {
-		err = conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1), pg_backend_pid()", key).Scan(&t.ok, &pid)
-	}
-	t.pid = uint32(pid)
-	return t, err
-}
-
-// session returns an idle session, or a new one.
-func (l *Locker) session(ctx context.Context) (conn *pgx.Conn, reused bool, err error) {
-	l.mu.Lock()
-	for conn == nil && len(l.idle) > 0 {
-		n := len(l.idle) - 1
-		conn, l.idle[n], l.idle = l.idle[n], nil, l.idle[:n]
-		if conn.IsClosed() {
-			conn = nil
-		}
-	}
-	l.mu.Unlock()
-	if conn != nil {
-		return conn, true, nil
-	}
-	conn, err = l.connect(ctx)
-	return conn, false, err
-}
-
-// putIdle keeps conn for the next try, or closes it when the Locker keeps
-// enough already or is closed.
-func (l *Locker) putIdle(conn *pgx.Conn) {
-	l.mu.Lock()
-	if len(l.idle) < l.maxIdle && !l.closed && !conn.IsClosed() {
-		l.idle = append(l.idle, conn)
-		conn = nil
-	}
-	l.mu.Unlock()
-	if conn != nil {
-		closeConn(conn)
-	}
-}
-
-// Warm opens idle sessions until the Locker keeps Config.IdleSessions, so
-// that the first jobs after a start find theirs open. A session that
-// cannot be opened is left to the first try, which reports its error.
+// Warm opens the holder session, so that the first jobs after a start
+// find it open. A session that cannot be opened is left to the first try,
+// which reports its error.
 func (l *Locker) Warm(ctx context.Context) {
-	for {
-		l.mu.Lock()
-		full := len(l.idle) >= l.maxIdle || l.closed
-		l.mu.Unlock()
-		if full {
-			return
-		}
-		conn, err := l.connect(ctx)
-		if err != nil {
-			l.logger.DebugContext(ctx, "locks: open an idle session", slog.String("error", err.Error()))
-			return
-		}
-		l.putIdle(conn)
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	if _, err := l.holderConn(ctx); err != nil {
+		l.logger.DebugContext(ctx, "locks: open the holder session", slog.String("error", err.Error()))
 	}
 }
 
-// Close closes the idle sessions. Locks already taken are not affected; a
-// lock released after Close closes its session.
+// Close ends the holder session once no lock is held on it (at once when
+// none is), and closes the Locker's own pool then. Locks already taken
+// are not affected until they are released or lost.
 func (l *Locker) Close() {
-	l.mu.Lock()
-	idle := l.idle
-	l.idle, l.closed = nil, true
-	l.mu.Unlock()
-	for _, conn := range idle {
+	l.h.mu.Lock()
+	l.h.closed = true
+	empty := len(l.h.locks) == 0
+	l.h.mu.Unlock()
+	if empty {
+		l.closeHolder()
+	}
+}
+
+// closeHolder ends the holder session and the Locker's own pool.
+func (l *Locker) closeHolder() {
+	l.h.mu.Lock()
+	conn := l.h.conn
+	l.h.conn = nil
+	l.h.mu.Unlock()
+	if conn != nil {
 		closeConn(conn)
 	}
-	l.closeLease()
+	if l.ownPool {
+		l.poolMu.Lock()
+		if l.pool != nil {
+			l.pool.Close()
+		}
+		l.poolClosed = true
+		l.poolMu.Unlock()
+	}
+}
+
+// txPool returns the pool of the locks' transactions, opening the
+// Locker's own on first use.
+func (l *Locker) txPool() (*pgxpool.Pool, error) {
+	l.poolMu.Lock()
+	defer l.poolMu.Unlock()
+	if l.pool != nil {
+		return l.pool, nil
+	}
+	if l.poolClosed {
+		return nil, errors.New("locks: locker closed")
+	}
+	pc, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, fmt.Errorf("locks: pool: %w", err)
+	}
+	pc.ConnConfig = l.connConfig.Copy()
+	pc.MaxConns = TxConnsDefault
+	database.NoCancelRequests(pc)
+	if l.pool, err = pgxpool.NewWithConfig(context.Background(), pc); err != nil {
+		return nil, fmt.Errorf("locks: pool: %w", err)
+	}
+	return l.pool, nil
 }
 
 func (l *Locker) connect(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, l.connConfig)
+	conn, err := database.Connect(ctx, l.connConfig)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	return conn, nil
 }
 
-// closeConn closes a lock session that is being given up, even when the
-// caller's context is already cancelled. It first drops every advisory lock
-// the session holds: through a pooler in session mode whose
+// closeConn closes a holder session that is being given up, even when the
+// caller's context is already cancelled. It first drops every advisory
+// lock the session holds: through a pooler in session mode whose
 // server_reset_query does not (an empty one), the server session, and the
-// lock with it, would otherwise outlive the client in the pooler's pool.
+// locks with it, would otherwise outlive the client in the pooler's pool.
 func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
@@ -426,7 +404,7 @@ func closeConn(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// unlockAllTimeout bounds the unlock before a lock session is closed: a
+// unlockAllTimeout bounds the unlock before a holder session is closed: a
 // session that does not answer is closed anyway.
 const unlockAllTimeout = time.Second
 

@@ -90,11 +90,19 @@ func (p *Pipe) sendTx(ctx context.Context, checked bool, queue func(b *pgx.Batch
 		return err
 	}
 	if len(p.sent) == 0 {
+		// The window's transactions share one pooled connection: the
+		// fence between two is a setting of its session.
 		p.lk.mu.Lock()
+		if err := p.lk.acquire(ctx); err != nil {
+			p.lk.unlockMu()
+			return err
+		}
 	}
 	if err := p.send(ctx, checked, b); err != nil {
 		if len(p.sent) == 0 {
-			p.lk.mu.Unlock()
+			p.pl = nil
+			p.lk.putBack()
+			p.lk.unlockMu()
 		}
 		return err
 	}
@@ -134,7 +142,7 @@ func (p *Pipe) send(ctx context.Context, checked bool, b *pgx.Batch) error {
 	args := []any{fence, token}
 	if checked {
 		classid, objid := pgLocksIDs(p.lk.key)
-		args = []any{classid, objid, fence, token}
+		args = []any{classid, objid, fenceKey(p.lk.key), p.lk.pid, fence, token}
 	}
 	if err := p.queue(head, args); err != nil {
 		return err
@@ -162,7 +170,7 @@ func (p *Pipe) send(ctx context.Context, checked bool, b *pgx.Batch) error {
 
 // prepare makes sure the session has sql prepared.
 func (p *Pipe) prepare(ctx context.Context, sql string) error {
-	if p.lk.prepared[sql] != nil {
+	if p.lk.prepared[p.lk.conn][sql] != nil {
 		return nil
 	}
 	if err := p.drain(); err != nil {
@@ -173,20 +181,25 @@ func (p *Pipe) prepare(ctx context.Context, sql string) error {
 		return p.lk.settle(fmt.Errorf("locks: pipe: prepare: %w", err), "pipe")
 	}
 	if p.lk.prepared == nil {
-		p.lk.prepared = map[string]*pgconn.StatementDescription{}
+		p.lk.prepared = map[*pgx.Conn]map[string]*pgconn.StatementDescription{}
 	}
-	p.lk.prepared[sql] = sd
+	if p.lk.prepared[p.lk.conn] == nil {
+		p.lk.prepared[p.lk.conn] = map[string]*pgconn.StatementDescription{}
+	}
+	p.lk.prepared[p.lk.conn][sql] = sd
 	return nil
 }
 
 // queue encodes one statement into the pipeline's buffer.
 func (p *Pipe) queue(sql string, args []any) error {
-	sd := p.lk.prepared[sql]
+	sd := p.lk.prepared[p.lk.conn][sql]
 	if err := p.eqb.Build(p.lk.conn.TypeMap(), sd, args); err != nil {
 		// What was queued before it is in the connection's buffer, and
-		// pgconn cannot take it back: the session goes, and the lock with
-		// it, rather than send half a transaction.
+		// pgconn cannot take it back: the connection goes rather than
+		// send half a transaction (the pool discards it, busy), and the
+		// lock with it, as a pipe that cannot go on.
 		p.pl = nil
+		_ = p.lk.conn.PgConn().Conn().Close()
 		err = fmt.Errorf("locks: pipe: encode %q: %w", firstLine(sql), err)
 		p.lk.lose(err)
 		return fmt.Errorf("locks: pipe: %w", p.lk.Err())
@@ -216,7 +229,8 @@ func (p *Pipe) Receive() error {
 			}
 			p.pl = nil
 		}
-		p.lk.mu.Unlock()
+		p.lk.putBack()
+		p.lk.unlockMu()
 	}
 	return tx.err
 }
@@ -326,41 +340,35 @@ func (p *Pipe) read(tx *pipeTx) {
 }
 
 // watch bounds a wait for results by deadline (the zero deadline never
-// passes): past it, the statement running is cancelled, as pgx cancels a
-// query whose context ends, so its transaction fails and the lock stays
-// held (a mark waiting on a row an application keeps locked, say); if the
-// server has not answered cancelDeadlineDelay later, the session's socket
-// is closed, which ends the session and frees the lock, and the read
-// reports the lock lost. Mid-pipeline there is no other way back to a
-// known state.
+// passes): past it, the transaction's connection is closed, so the read
+// fails and the pool opens another; what was in flight did not commit, or
+// its outcome is unknown, as for any client. No cancel request (see
+// database.NoCancelRequests): the server ends the transaction when it
+// finds its client gone, and a transaction of the lock that does not end
+// keeps its fence, which a daemon taking the lock over ends with the
+// lease.
 func (p *Pipe) watch(deadline time.Time) (stop func()) {
 	if deadline.IsZero() {
 		return func() {}
 	}
 	pgc := p.lk.conn.PgConn()
-	cancelT := time.AfterFunc(time.Until(deadline), func() {
-		ctx, cancel := context.WithTimeout(context.Background(), cancelDeadlineDelay)
-		defer cancel()
-		_ = pgc.CancelRequest(ctx)
-	})
-	closeT := time.AfterFunc(time.Until(deadline)+cancelDeadlineDelay, func() {
+	closeT := time.AfterFunc(time.Until(deadline), func() {
 		_ = pgc.Conn().Close()
 	})
-	return func() {
-		cancelT.Stop()
-		closeT.Stop()
-	}
+	return func() { closeT.Stop() }
 }
 
 // pipeHeadSQL opens every transaction on a pipe: it fails, aborting the
-// transaction, unless the session holds the lock ($1, $2) and, when $3 is
-// not null, the transaction before set the token $3; then it sets its own
-// token $4, which stays only if this transaction commits (a setting changed
-// in an aborted transaction reverts).
+// transaction, unless it takes the lock's fence ($3) shared and the holder
+// session (server pid $4) holds the lock ($1, $2) (fenceSQL) and, when $5
+// is not null, the transaction before set the token $5; then it sets its
+// own token $6, which stays only if this transaction commits (a setting
+// changed in an aborted transaction reverts).
 const pipeHeadSQL = `SELECT (CASE
-	WHEN NOT EXISTS (SELECT 1 FROM pg_locks WHERE ` + heldWhere + `) THEN '` + notHeldText + `'
-	WHEN $3::text IS NOT NULL AND current_setting('syncer.pipe_token', true) IS DISTINCT FROM $3::text THEN '` + notFencedText + `'
-	ELSE left(set_config('syncer.pipe_token', $4::text, false), 0) || '1' END)::int`
+	WHEN NOT pg_try_advisory_xact_lock_shared($3) THEN '` + notHeldText + `'
+	WHEN NOT EXISTS (SELECT 1 FROM pg_locks WHERE ` + holderHeldWhere + `) THEN '` + notHeldText + `'
+	WHEN $5::text IS NOT NULL AND current_setting('syncer.pipe_token', true) IS DISTINCT FROM $5::text THEN '` + notFencedText + `'
+	ELSE left(set_config('syncer.pipe_token', $6::text, false), 0) || '1' END)::int`
 
 // pipeChainSQL opens a transaction sent with SendChained: pipeHeadSQL
 // without the lock's check; $1 is the token the transaction before set,

@@ -163,7 +163,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) setConnected(ok bool) { r.update(func(s *Stats) { s.Connected = ok }) }
 
 func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	conn, err := database.Connect(ctx, r.pool.Config().ConnConfig)
 	if err != nil {
 		return fmt.Errorf("outbox: connect: %w", err)
 	}

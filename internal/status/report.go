@@ -49,6 +49,9 @@ type Report struct {
 	// id.
 	Replays        []Replay  `json:"replays"`
 	RecentFailures []Failure `json:"recent_failures"`
+	// Sessions are what each syncer process holds of the database: its
+	// server sessions and advisory locks (sessions.go).
+	Sessions []DaemonSessions `json:"sessions"`
 	// HeldKeys are keys the third party answered transiently on their
 	// own (an item's 429 or 5xx, a webhook row's 404): pending, going
 	// again alone on their own backoff, the longest held first. Their

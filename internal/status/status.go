@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,6 +177,9 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	}
 
 	if r.HeldKeys, err = heldKeys(ctx, pool, c.RecentFailures, r.Sources); err != nil {
+		return nil, err
+	}
+	if r.Sessions, err = readSessions(ctx, pool, os.Getpid()); err != nil {
 		return nil, err
 	}
 

@@ -69,6 +69,7 @@ var Scenarios = []string{
 	ScenarioVerify,
 	ScenarioHistory,
 	ScenarioDBShare,
+	ScenarioSessions,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -100,6 +101,7 @@ var rowNames = map[string][]string{
 	ScenarioVerify:             verifyRows,
 	ScenarioHistory:            {"history drain", "history lookup"},
 	ScenarioDBShare:            {dbshareRow500, dbshareRow2000, dbshareRowDrain},
+	ScenarioSessions:           {sessionsIdleRow, sessionsLoadRow},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -380,6 +382,7 @@ func (r *runner) runScenario(ctx context.Context, name string) []Row {
 		ScenarioVerify:             r.verifyScenario,
 		ScenarioHistory:            r.historyScenario,
 		ScenarioDBShare:            r.dbshare,
+		ScenarioSessions:           r.sessionsScenario,
 	}
 	r.progressf("== %s", name)
 	rows, err := steps[name](ctx)

@@ -77,6 +77,8 @@ type drainResult struct {
 	// not sampled), gcs its collections: the collector's work follows
 	// them, and neither moves with the machine's load as time does.
 	alloc, gcs float64
+	// pool is what the daemon's pool's acquires waited (issue 58).
+	pool poolCount
 }
 
 // syncerDrain pre-inserts n rows with no daemon running, starts the daemon
@@ -175,6 +177,7 @@ func (r *runner) syncerDrainIn(ctx context.Context, label string, n int, profile
 	if dup := f.Stats().DuplicatePairs; dup > 0 {
 		r.note("%s: the fake saw %d duplicate deliveries", label, dup)
 	}
+	res.pool = poolWaits(ctx, d)
 	return res, d.stop()
 }
 
@@ -232,6 +235,10 @@ func (r *runner) drain(ctx context.Context) ([]Row, error) {
 	r.syncerDrainRate = res.rate
 	r.note("drain (first run): the daemon used %.1f s of CPU in %.1f s (%.0f%% of one core); its pushes to the fake took %.1f s (%.0f%% of the drain)",
 		res.cpu, res.took.Seconds(), 100*res.cpu/res.took.Seconds(), res.push, 100*res.push/res.took.Seconds())
+	if res.pool.ok {
+		r.note("drain (first run): the pool's acquires waited for a connection %.0f times of %.0f, %.2f s in all",
+			res.pool.waited, res.pool.acquires, res.pool.seconds)
+	}
 	var ratio float64
 	if dbRate > 0 {
 		ratio = res.rate / dbRate

@@ -1,0 +1,64 @@
+package status
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncer-dev/syncer/internal/database"
+)
+
+// DaemonSessions is what one syncer process holds of the database (contract
+// section 12, "Sessions"): its server sessions and the advisory locks held
+// on them. A process is told by the application_name its sessions carry
+// (database.ApplicationName: role, host, process id); sessions named
+// otherwise (a URL's own application_name) are not counted.
+type DaemonSessions struct {
+	Role    string `json:"role"`
+	Host    string `json:"host"`
+	Process int    `json:"process"`
+	// Sessions counts its server sessions in the database; Active those
+	// running a statement now.
+	Sessions int `json:"sessions"`
+	Active   int `json:"active"`
+	// Locks counts the advisory locks its sessions hold (session-level
+	// and transactions' own).
+	Locks int `json:"locks"`
+}
+
+// readSessions reads every syncer process's sessions in the current
+// database, but process self's (the status command's own): one statement
+// on pg_stat_activity and pg_locks.
+func readSessions(ctx context.Context, q database.Querier, self int) ([]DaemonSessions, error) {
+	rows, err := q.Query(ctx, `SELECT a.application_name, count(*)::int, count(*) FILTER (WHERE a.state = 'active')::int,
+			coalesce(sum((SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)), 0)::int
+		FROM pg_stat_activity a
+		WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+		GROUP BY a.application_name`)
+	if err != nil {
+		return nil, fmt.Errorf("status: sessions: %w", err)
+	}
+	type row struct {
+		App                     string
+		Sessions, Active, Locks int
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		return nil, fmt.Errorf("status: sessions: %w", err)
+	}
+	out := []DaemonSessions{}
+	for _, r := range all {
+		role, host, pid, ok := database.ParseApplicationName(r.App)
+		if !ok || role == "" || pid == self {
+			continue
+		}
+		out = append(out, DaemonSessions{Role: role, Host: host, Process: pid, Sessions: r.Sessions, Active: r.Active, Locks: r.Locks})
+	}
+	slices.SortFunc(out, func(a, b DaemonSessions) int {
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Process, b.Process), cmp.Compare(a.Role, b.Role))
+	})
+	return out, nil
+}
