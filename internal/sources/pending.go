@@ -369,10 +369,16 @@ func send(ctx context.Context, db BatchSender, queue func(*pgx.Batch) error) err
 // values, and joining a thousand keys to the change log, PostgreSQL hashed
 // the whole log (27 ms against 4 over 100,000 changes, and it grows with
 // the backlog). The OFFSET 0 keeps the lookup a subquery of its own.
-const deleteChangesSQL = `DELETE FROM syncer_changes WHERE seq IN (
-		SELECT c.seq FROM b CROSS JOIN LATERAL (SELECT seq FROM syncer_changes c
+//
+// The changes found are deleted by their ctid (a TID scan), not by seq:
+// the change log has no index on seq since migration 031, one B-tree
+// insert less for every change a writer captures. A change whose row
+// another transaction moved meanwhile (a relane at migrate) is skipped
+// and sent again, as after a crash between a send and its mark.
+const deleteChangesSQL = `DELETE FROM syncer_changes WHERE ctid = ANY (ARRAY(
+		SELECT c.ctid FROM b CROSS JOIN LATERAL (SELECT ctid FROM syncer_changes c
 			WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version
-			OFFSET 0) c)`
+			OFFSET 0) c))`
 
 const markSyncedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
 	done AS (` + deleteChangesSQL + `)
@@ -436,3 +442,4 @@ func AnyPending(ctx context.Context, q database.Querier, src string) (bool, erro
 	}
 	return ok, nil
 }
+
