@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/feed"
 )
@@ -443,3 +445,23 @@ func AnyPending(ctx context.Context, q database.Querier, src string) (bool, erro
 	return ok, nil
 }
 
+// ComposeSynced adds to s the marks of MarkSynced for keys at versions, as
+// pieces of one statement (internal/compose) that also writes their story
+// and digests: the changes up to those versions deleted, and the failures
+// they supersede. It returns the expressions of s that are the keys
+// (text[]) and the versions (bigint[]), sent once for every piece.
+func ComposeSynced(s *compose.Statement, src *Source, keys []string, versions []int64) (keysSQL, versionsSQL string, err error) {
+	nums, err := src.nums(keys)
+	if err != nil {
+		return "", "", err
+	}
+	name, n := s.Arg(src.Name), s.Arg(nums)
+	keysSQL, versionsSQL = s.Arg(keys)+`::text[]`, s.Arg(versions)+`::bigint[]`
+	// deleteChangesSQL's source is $1 and its keys b's: $1 first, so
+	// that no placeholder put in after it (a "$12") is read as $1.
+	del := strings.Replace(deleteChangesSQL, "$1", name+"::text", 1)
+	s.Modify(strings.Replace(del, "FROM b CROSS", "FROM unnest("+n+"::bigint[], "+keysSQL+", "+versionsSQL+") AS b(num, key, version) CROSS", 1))
+	s.Modify(`DELETE FROM syncer_source_failures f USING unnest(` + keysSQL + `, ` + versionsSQL + `) AS b(key, version)
+		WHERE f.source = ` + name + `::text AND f.key = b.key COLLATE "C" AND f.version <= b.version`)
+	return keysSQL, versionsSQL, nil
+}
