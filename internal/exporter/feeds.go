@@ -285,6 +285,15 @@ func (f *sourceFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, er
 	return sources.QueueMarks(b, f.src, keys, versions, rkeys, rversions, errs)
 }
 
+// composeAccepted adds to s the marks of accepted, none a tombstone
+// (composer): a pass's one statement deletes their changes, writes their
+// story and keeps their digests, where it sent three (issue 57), their
+// keys and versions sent once for all.
+func (f *sourceFeed) composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, err error) {
+	ks, vs := wire(accepted)
+	return sources.ComposeSynced(s, f.src, ks, vs)
+}
+
 func wire(items []feed.Item) ([]string, []int64) {
 	keys, versions := make([]string, len(items)), make([]int64, len(items))
 	for i, it := range items {
@@ -300,6 +309,7 @@ func (e *Exporter) limits(items int) feed.Limits {
 }
 
 var (
-	_ Feed = (*rowsFeed)(nil)
-	_ Feed = (*sourceFeed)(nil)
+	_ Feed     = (*rowsFeed)(nil)
+	_ Feed     = (*sourceFeed)(nil)
+	_ composer = (*sourceFeed)(nil)
 )

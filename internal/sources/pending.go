@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/feed"
 )
@@ -369,10 +371,16 @@ func send(ctx context.Context, db BatchSender, queue func(*pgx.Batch) error) err
 // values, and joining a thousand keys to the change log, PostgreSQL hashed
 // the whole log (27 ms against 4 over 100,000 changes, and it grows with
 // the backlog). The OFFSET 0 keeps the lookup a subquery of its own.
-const deleteChangesSQL = `DELETE FROM syncer_changes WHERE seq IN (
-		SELECT c.seq FROM b CROSS JOIN LATERAL (SELECT seq FROM syncer_changes c
+//
+// The changes found are deleted by their ctid (a TID scan), not by seq:
+// the change log has no index on seq since migration 031, one B-tree
+// insert less for every change a writer captures. A change whose row
+// another transaction moved meanwhile (a relane at migrate) is skipped
+// and sent again, as after a crash between a send and its mark.
+const deleteChangesSQL = `DELETE FROM syncer_changes WHERE ctid = ANY (ARRAY(
+		SELECT c.ctid FROM b CROSS JOIN LATERAL (SELECT ctid FROM syncer_changes c
 			WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version
-			OFFSET 0) c)`
+			OFFSET 0) c))`
 
 const markSyncedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
 	done AS (` + deleteChangesSQL + `)
@@ -435,4 +443,25 @@ func AnyPending(ctx context.Context, q database.Querier, src string) (bool, erro
 		return false, fmt.Errorf("sources: source %s: any pending: %w", src, err)
 	}
 	return ok, nil
+}
+
+// ComposeSynced adds to s the marks of MarkSynced for keys at versions, as
+// pieces of one statement (internal/compose) that also writes their story
+// and digests: the changes up to those versions deleted, and the failures
+// they supersede. It returns the expressions of s that are the keys
+// (text[]) and the versions (bigint[]), sent once for every piece.
+func ComposeSynced(s *compose.Statement, src *Source, keys []string, versions []int64) (keysSQL, versionsSQL string, err error) {
+	nums, err := src.nums(keys)
+	if err != nil {
+		return "", "", err
+	}
+	name, n := s.Arg(src.Name), s.Arg(nums)
+	keysSQL, versionsSQL = s.Arg(keys)+`::text[]`, s.Arg(versions)+`::bigint[]`
+	// deleteChangesSQL's source is $1 and its keys b's: $1 first, so
+	// that no placeholder put in after it (a "$12") is read as $1.
+	del := strings.Replace(deleteChangesSQL, "$1", name+"::text", 1)
+	s.Modify(strings.Replace(del, "FROM b CROSS", "FROM unnest("+n+"::bigint[], "+keysSQL+", "+versionsSQL+") AS b(num, key, version) CROSS", 1))
+	s.Modify(`DELETE FROM syncer_source_failures f USING unnest(` + keysSQL + `, ` + versionsSQL + `) AS b(key, version)
+		WHERE f.source = ` + name + `::text AND f.key = b.key COLLATE "C" AND f.version <= b.version`)
+	return keysSQL, versionsSQL, nil
 }

@@ -272,12 +272,12 @@ func AdoptUntenanted(ctx context.Context, q database.Querier, src *Source) (int6
 	tenant := src.tenantText("t")
 	var total int64
 	for {
-		tag, err := q.Exec(ctx, `WITH k AS (SELECT c.seq, c.num, c.key`+keyJSON+` FROM syncer_changes c
+		tag, err := q.Exec(ctx, `WITH k AS (SELECT c.ctid AS at, c.num, c.key`+keyJSON+` FROM syncer_changes c
 				WHERE c.source = $1 AND c.tenant IS NULL LIMIT `+strconv.Itoa(adoptMax)+`),
-			r AS (SELECT k.seq, (SELECT `+tenant+` FROM `+src.table()+` t WHERE `+match+` LIMIT 1) AS tenant FROM k),
-			gone AS (DELETE FROM syncer_changes c USING r WHERE c.seq = r.seq AND r.tenant IS NULL)
+			r AS (SELECT k.at, (SELECT `+tenant+` FROM `+src.table()+` t WHERE `+match+` LIMIT 1) AS tenant FROM k),
+			gone AS (DELETE FROM syncer_changes c USING r WHERE c.ctid = r.at AND r.tenant IS NULL)
 			UPDATE syncer_changes c SET tenant = r.tenant, lane = `+laneSQL("r.tenant", strconv.Itoa(src.Lanes))+`
-			FROM r WHERE c.seq = r.seq AND r.tenant IS NOT NULL`, src.Name)
+			FROM r WHERE c.ctid = r.at AND r.tenant IS NOT NULL`, src.Name)
 		if err != nil {
 			return total, fmt.Errorf("sources: source %s: adopt changes without a tenant: %w", src.Name, err)
 		}

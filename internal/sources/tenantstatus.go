@@ -54,7 +54,7 @@ func (b TenantBacklog) Pending() map[string]int64 {
 // tenantPendingSQL counts each tenant's pending keys through the lane
 // index (source, lane, tenant, num, key, seq): an index-only read of at
 // most $2 changes, grouped; the first seq of each is kept to find its age
-// by the primary key, for the few tenants shown.
+// for the few tenants shown.
 const tenantPendingSQL = `SELECT c.tenant, count(DISTINCT (c.num, c.key)), min(c.seq)
 	FROM (SELECT tenant, num, key, seq FROM syncer_changes WHERE source = $1 AND tenant IS NOT NULL
 		AND ($3::text IS NULL OR tenant = $3) LIMIT $2) c
@@ -133,7 +133,8 @@ func TenantsBacklog(ctx context.Context, q database.Querier, src string, top int
 	if len(seqs) == 0 {
 		return out, nil
 	}
-	rows, err = q.Query(ctx, `SELECT tenant, EXTRACT(EPOCH FROM now() - changed_at)::float8 FROM syncer_changes WHERE seq = ANY($1)`, seqs)
+	rows, err = q.Query(ctx, `SELECT tenant, EXTRACT(EPOCH FROM now() - changed_at)::float8 FROM syncer_changes
+		WHERE source = $1 AND tenant IS NOT NULL AND seq = ANY($2)`, src, seqs)
 	if err != nil {
 		return out, fmt.Errorf("sources: source %s: tenants' oldest pending: %w", src, err)
 	}

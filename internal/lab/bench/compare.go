@@ -131,6 +131,20 @@ var compareFigures = map[string][]figureSpec{
 	"tenants: a daemon joins":     {{"took_s", "s to send", "", false}},
 	"tenants: two daemons":        {{"took_s", "s", "", false}},
 	"tenants: unannounced limits": {{"ratio", "x allowed", "", true}},
+	// The database's share: syncer's CPU a row against the WAL reader's
+	// of the same run (lower is better), its writers' and its sessions'
+	// shares, and the writers' rate.
+	dbshareRow500:   dbshareFigures,
+	dbshareRow2000:  dbshareFigures,
+	dbshareRowDrain: {{"db_cpu_us_per_row", "database µs/row", "", false}, {"syncer_sessions_us_per_row", "sessions µs/row", "", false}},
+}
+
+var dbshareFigures = []figureSpec{
+	{"ratio", "x WAL reader", "", false},
+	{"syncer_us_per_row", "database µs/row", "", false},
+	{"syncer_writers_us_per_row", "writers µs/row", "", false},
+	{"syncer_sessions_us_per_row", "sessions µs/row", "", false},
+	{"syncer_rate", "writers rows/s", "", true},
 }
 
 func specsFor(row string, values map[string]float64) []figureSpec {
