@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"log/slog"
+	"time"
 )
 
 // releaseStartupPages drops the executable's read-only pages from the
@@ -28,4 +29,28 @@ func releaseStartupPages(ctx context.Context, logger *slog.Logger) {
 		return
 	}
 	logger.DebugContext(ctx, "run: executable pages released", slog.Int64("bytes", n))
+}
+
+// releasePagesEvery is how often `run` gives the executable's pages back
+// again after the first time, at Ready: code that ran once since (a
+// verification, a tidy, River's maintenance, a reload, the status page)
+// stays resident otherwise, and a drain of 1,000,000 rows ended with 17.6
+// MiB of the binary resident, where 100,000 rows ended with 15-16 (issue
+// 55). A release costs a read of /proc/self/smaps and the faults that map
+// the code in use back from the page cache, about a millisecond.
+const releasePagesEvery = 10 * time.Second
+
+// releasePages gives the executable's pages back every every until ctx
+// ends.
+func releasePages(ctx context.Context, logger *slog.Logger, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			releaseStartupPages(ctx, logger)
+		}
+	}
 }

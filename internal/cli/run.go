@@ -233,10 +233,15 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	env.Logger.Info("run: collector target", slog.String("source", gcSource), slog.Int("gc_percent", gcPct))
 	adaptProcs(ctx, env.Logger, os.LookupEnv)
 	// The startup pages go once the daemon is ready, before its first
-	// drain has its heap at full size (releaseStartupPages); a reload's
-	// Ready gives back nothing more.
+	// drain has its heap at full size (releaseStartupPages), and the
+	// pages of code run since every releasePagesEvery.
 	var released sync.Once
-	ready := func(string) { released.Do(func() { releaseStartupPages(ctx, env.Logger) }) }
+	ready := func(string) {
+		released.Do(func() {
+			releaseStartupPages(ctx, env.Logger)
+			go releasePages(ctx, env.Logger, releasePagesEvery)
+		})
+	}
 	reload := make(chan struct{}, 1)
 	go func() {
 		for {
