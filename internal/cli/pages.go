@@ -34,8 +34,8 @@ func releaseStartupPages(ctx context.Context, logger *slog.Logger) {
 // releasePagesEvery is how often `run` gives the executable's pages back
 // again after the first time, at Ready: code that ran once since (a
 // verification, a tidy, River's maintenance, a reload, the status page)
-// stays resident otherwise, and a drain of 1,000,000 rows ended with 17.6
-// MiB of the binary resident, where 100,000 rows ended with 15-16 (issue
+// stays resident otherwise, and a drain of 1,000,000 rows ended with 17.2
+// MiB of the binary resident, where 100,000 rows ended with 14.6-15.6 (issue
 // 55). A release costs a read of /proc/self/smaps and the faults that map
 // the code in use back from the page cache, about a millisecond.
 const releasePagesEvery = 10 * time.Second
