@@ -192,9 +192,8 @@ func Execute(ctx context.Context, p Program, root any, logging *Logging, args []
 	}
 	env := &Env{Stdout: stdout, Stderr: stderr, IsTerminal: isTerminal(stdout)}
 	env.Logger = newLogger(stderr, logging.LogFormat, logging.LogLevel)
-	kctx.BindTo(ctx, (*context.Context)(nil))
-	kctx.Bind(env)
-	if err := kctx.Run(); err != nil {
+	command := kctx.Command()
+	if err := run(ctx, kctx, env); err != nil {
 		// A command that printed its outcome and has a status of its own
 		// (verify's 3: drift found).
 		var xs *exitStatus
@@ -213,10 +212,27 @@ func Execute(ctx context.Context, p Program, root any, logging *Logging, args []
 			fmt.Fprintf(stderr, "%s: %s\n", p.Name, oneLine(err.Error()))
 			return 2
 		}
-		fmt.Fprintf(stderr, "%s: %s: %s\n", p.Name, kctx.Command(), oneLine(err.Error()))
+		fmt.Fprintf(stderr, "%s: %s: %s\n", p.Name, command, oneLine(err.Error()))
 		return 1
 	}
 	return 0
+}
+
+// run runs kctx's command. `syncer run` is called directly, not through
+// kctx: a daemon runs for months, and kctx holds the parser's model of
+// the whole command line (every command's flags, tags and help: 0.28 MB
+// of the daemon's 2 MB live heap, which the collector doubles into its
+// peak RSS; issue 55). RunCmd has no hooks and its parents no Run, so
+// kong would call exactly this.
+func run(ctx context.Context, kctx *kong.Context, env *Env) error {
+	if node := kctx.Selected(); node != nil && node.Target.CanAddr() {
+		if rc, ok := node.Target.Addr().Interface().(*RunCmd); ok {
+			return rc.Run(ctx, env)
+		}
+	}
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	kctx.Bind(env)
+	return kctx.Run()
 }
 
 // NewParser builds p's parser on root.

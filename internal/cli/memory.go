@@ -71,19 +71,18 @@ func setHeapSampling(pprof bool) {
 }
 
 // gcPercentDefault is the collector's target for the daemon when GOGC is
-// not set: the heap may grow by three quarters of its live size between
-// collections, where Go's default lets it double. The daemon's live heap
-// while it drains is small and bounded by batches (4-6 MB at batch 500
-// with 300-byte rows), so a collection is cheap and the quarter saved is
-// most of the heap's share of the peak RSS. It was 50 (issue 46), which
-// with this round's features made the collector run 3.9 times as often as
-// 3cfe467's in a drain; with the executable's startup pages given back
-// (releaseStartupPages), 75 keeps the drain's peak under 32 MiB at 0.59x
-// the collections (docs/benchmarks.md, "The drain back").
-const gcPercentDefault = 75
+// not set: Go's own, 100. It was 50 (issue 46), then 75, to keep the
+// drain's peak RSS under 32 MiB; the collector then ran 1.8-3.9 times as
+// often as 3cfe467's in a drain, most of the CPU a row the drain had
+// lost. The peak came at the start, before the executable's startup
+// pages were given back (releaseStartupPages, now when the daemon is
+// ready), and the live heap is smaller (pgx's statement caches, issue
+// 55): at 100 the drain's peak is under 32 MiB (docs/benchmarks.md, "The
+// drain back").
+const gcPercentDefault = 100
 
 // gcPercent decides the collector's target: GOGC when set (the runtime
-// has already applied it), otherwise gcPercentDefault.
+// has already applied it, and percent is 0), otherwise gcPercentDefault.
 func gcPercent(lookupEnv func(string) (string, bool)) (percent int, source string) {
 	if v, ok := lookupEnv("GOGC"); ok {
 		return 0, "GOGC=" + v
@@ -92,10 +91,10 @@ func gcPercent(lookupEnv func(string) (string, bool)) (percent int, source strin
 }
 
 // setGCPercent applies gcPercent; it runs first in `syncer run`, before
-// the heap grows.
+// the heap grows. Go's own target needs no call.
 func setGCPercent() (percent int, source string) {
 	percent, source = gcPercent(os.LookupEnv)
-	if percent > 0 {
+	if percent > 0 && percent != 100 {
 		debug.SetGCPercent(percent)
 	}
 	return percent, source

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -231,7 +232,16 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 	setMemoryLimit(env.Logger)
 	env.Logger.Info("run: collector target", slog.String("source", gcSource), slog.Int("gc_percent", gcPct))
 	adaptProcs(ctx, env.Logger, os.LookupEnv)
-	go releaseStartupPages(ctx, env.Logger, releasePagesAfter)
+	// The startup pages go once the daemon is ready, before its first
+	// drain has its heap at full size (releaseStartupPages), and the
+	// pages of code run since every releasePagesEvery.
+	var released sync.Once
+	ready := func(string) {
+		released.Do(func() {
+			releaseStartupPages(ctx, env.Logger)
+			go releasePages(ctx, env.Logger, releasePagesEvery)
+		})
+	}
 	reload := make(chan struct{}, 1)
 	go func() {
 		for {
@@ -247,9 +257,13 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 		}
 	}()
 	return daemon.Supervise(ctx, pool, &daemon.SuperviseConfig{
-		Path:   c.Config,
-		Load:   func(string) (*config.Config, error) { return c.ConfigFile.Load(true) },
-		Daemon: func(srcs *config.Config) (*daemon.Config, error) { return c.daemonConfig(pool, srcs, env), nil },
+		Path: c.Config,
+		Load: func(string) (*config.Config, error) { return c.ConfigFile.Load(true) },
+		Daemon: func(srcs *config.Config) (*daemon.Config, error) {
+			dc := c.daemonConfig(pool, srcs, env)
+			dc.Ready = ready
+			return dc, nil
+		},
 		Reload: reload,
 		Logger: env.Logger,
 	})

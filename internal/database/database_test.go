@@ -94,3 +94,21 @@ func sep(u string) string {
 	}
 	return "?"
 }
+
+// TestStatementCachesSized: every session's pgx caches are sized for the
+// statements the daemon prepares, not pgx's 512 each (two maps of 512
+// entries a session were a fifth of the daemon's live heap at rest; issue
+// 55), and the URL's own capacities are kept.
+func TestStatementCachesSized(t *testing.T) {
+	t.Parallel()
+	cfg, err := database.ParseURL("postgres://user@localhost/db")
+	require.NoError(t, err)
+	require.Equal(t, database.StatementCacheCapacity, cfg.ConnConfig.StatementCacheCapacity)
+	require.Equal(t, database.DescriptionCacheCapacity, cfg.ConnConfig.DescriptionCacheCapacity)
+	require.Less(t, database.StatementCacheCapacity, 512)
+
+	cfg, err = database.ParseURL("postgres://user@localhost/db?statement_cache_capacity=300&description_cache_capacity=0")
+	require.NoError(t, err)
+	require.Equal(t, 300, cfg.ConnConfig.StatementCacheCapacity)
+	require.Zero(t, cfg.ConnConfig.DescriptionCacheCapacity)
+}
