@@ -39,6 +39,16 @@ func (t tenantDestinations) For(ctx context.Context, tenant string) (exporter.De
 	return d, nil
 }
 
+// Held returns tenant's deliverer as its registry holds it, reading
+// nothing (tenants.Registry.Held); ok false: ask For.
+func (t tenantDestinations) Held(tenant string) (exporter.Destination, bool) {
+	d, ok := t.r.Held(tenant)
+	if !ok {
+		return nil, false // never a nil *Deliverer in a non-nil interface
+	}
+	return d, true
+}
+
 // tenantRegistry builds dest's tenants: with its tenants block, each
 // tenant's URL and credentials from the query; without, every tenant to
 // the destination's URL with its credentials, each with its own state.

@@ -25,8 +25,15 @@ var ErrRateLimited = errors.New("delivery: rate limit: no request may go yet")
 func (d *Deliverer) Ready(now time.Time) (time.Duration, error) {
 	// A held tenant sends nothing, so no request reads its shared facts:
 	// Ready does (at most once per loadEvery), or a person's resume (or
-	// probe) would never reach the deliverer that is asked only this.
-	d.loadShared(context.Background())
+	// probe) would never reach the deliverer that is asked only this. One
+	// not held has them read by its requests (each reads them first, at
+	// most once per loadEvery): Ready reads them only once they are
+	// readyLoadAfter old (it does not send), so that a sending tenant's
+	// read is its request's, not the caller's look (an exporter's lane
+	// asks its tenants in turn, and waited for each read: issue 54).
+	if d.hold.Load() || d.held.Load() || d.loadedBefore(readyLoadAfter) {
+		d.loadShared(context.Background())
+	}
 	if err := d.checkHold(); err != nil {
 		var we *WaitError
 		if errors.As(err, &we) {
@@ -84,3 +91,14 @@ func (d *Deliverer) Paced() bool { return !d.pacer.open.Load() }
 // Rate is the rate its requests go at now, in requests/s (the lowest of
 // the configured, learnt and quota's rates): 0 when none applies.
 func (d *Deliverer) Rate() float64 { return d.pacer.limit() }
+
+// readyLoadAfter is how old the shared facts of a deliverer not held are
+// before Ready reads them: its requests read them at loadEvery.
+const readyLoadAfter = 2 * loadEvery
+
+// loadedBefore reports whether the shared facts were never read, or last
+// read age or more ago (on loadShared's clock).
+func (d *Deliverer) loadedBefore(age time.Duration) bool {
+	at := d.loadedAt.Load()
+	return at == 0 || d.now().UnixNano()-at >= int64(age)
+}

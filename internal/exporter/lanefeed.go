@@ -134,7 +134,7 @@ func (f *laneFeed) destReady(ctx context.Context, tenant string) (ok bool, wait 
 	if waiting && now.Before(until) {
 		return false, 0
 	}
-	d, err := f.tenants.For(ctx, tenant)
+	d, err := f.destination(ctx, tenant)
 	if err != nil {
 		f.mu.Lock()
 		if f.waitTill == nil {
@@ -189,6 +189,17 @@ func (f *laneFeed) destReady(ctx context.Context, tenant string) (ok bool, wait 
 		}
 	}
 	return true, 0
+}
+
+// destination is tenant's destination for a look at its readiness: the
+// one held (heldDestinations), else For's answer.
+func (f *laneFeed) destination(ctx context.Context, tenant string) (Destination, error) {
+	if h, ok := f.tenants.(heldDestinations); ok {
+		if d, ok := h.Held(tenant); ok {
+			return d, nil
+		}
+	}
+	return f.tenants.For(ctx, tenant)
 }
 
 // tenantReadAhead is the wait of a tenant's destination under which its

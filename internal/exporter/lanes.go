@@ -36,6 +36,17 @@ type TenantDestinations interface {
 	For(ctx context.Context, tenant string) (Destination, error)
 }
 
+// heldDestinations is TenantDestinations that can give, reading nothing,
+// the destination it holds for a tenant (tenants.Registry.Held); ok false:
+// ask For. A lane's readiness looks use it: For reads a connected
+// tenant's row right before its batch once a second (so that a revoke
+// holds the next batch), and asked at the lane's look, not at the batch
+// (the router asks For per batch), that read held the lane, which reads
+// its tenants one after another (issue 54, docs/design.md "cause 4").
+type heldDestinations interface {
+	Held(tenant string) (d Destination, ok bool)
+}
+
 // readier is a destination that says, without sending, how long until it
 // would send (delivery.Deliverer.Ready).
 type readier interface {

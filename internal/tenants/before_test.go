@@ -39,3 +39,31 @@ func TestRevokedConnectionHoldsTheNextBatch(t *testing.T) {
 	require.Equal(t, int64(2), b.fake.TenantStats().Tenants["acme"].ItemsAccepted)
 	b.requireNoSecret(t, "tok-secret-")
 }
+
+// Held gives the deliverer the registry holds, reading nothing: a lane's
+// readiness look must not wait for the row's read before a batch (issue
+// 54), which stays For's, so a revoked connection still holds the next
+// batch. Without a deliverer (never read, unconnected) only For answers.
+func TestHeldReadsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-secret-"}})
+	b.exec(t, `INSERT INTO connections (account, url, token) VALUES ('acme', $1, 'tok-secret-acme')`, b.url+"/t/acme")
+	r := b.registry(t, tenants.Config{Settings: &tenants.Settings{Query: tokenQuery}})
+	_, ok := r.Held("acme")
+	require.False(t, ok, "never read: For answers")
+	_, err := deliver(t, r, "acme", 1)
+	require.NoError(t, err)
+
+	b.exec(t, `UPDATE connections SET revoked_at = now() WHERE account = 'acme'`)
+	b.clock.Advance(tenants.ReadFresh)
+	for range 3 {
+		d, ok := r.Held("acme")
+		require.True(t, ok, "its row a second old: held, not read")
+		require.NotNil(t, d)
+	}
+	err = forUntil(t, r, "acme", func(err error) bool { return err != nil })
+	require.ErrorIs(t, err, tenants.ErrUnconnected, "For reads the row before the batch: the revoke holds it")
+	_, ok = r.Held("acme")
+	require.False(t, ok, "unconnected: For answers")
+	require.Equal(t, int64(1), b.fake.TenantStats().Tenants["acme"].ItemsAccepted)
+}
