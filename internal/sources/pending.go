@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -365,7 +364,7 @@ func send(ctx context.Context, db BatchSender, queue func(*pgx.Batch) error) err
 	return db.SendBatch(ctx, b).Close()
 }
 
-// deleteChangesSQL deletes the changes of the keys in b up to their
+// deleteChanges deletes the changes of the keys in b up to their
 // versions, finding each key's changes through the index, one lookup per
 // key: a prepared statement's first five runs get plans made for their
 // values, and joining a thousand keys to the change log, PostgreSQL hashed
@@ -377,17 +376,25 @@ func send(ctx context.Context, db BatchSender, queue func(*pgx.Batch) error) err
 // insert less for every change a writer captures. A change whose row
 // another transaction moved meanwhile (a relane at migrate) is skipped
 // and sent again, as after a crash between a send and its mark.
-const deleteChangesSQL = `DELETE FROM syncer_changes WHERE ctid = ANY (ARRAY(
-		SELECT c.ctid FROM b CROSS JOIN LATERAL (SELECT ctid FROM syncer_changes c
-			WHERE c.source = $1 AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version
+//
+// source is the SQL of the source's name and keys a relation named b of
+// (num, key, version): "$1" and "b" in the marks' statements, their own
+// arguments in a composed one (ComposeSynced).
+func deleteChanges(source, keys string) string {
+	return `DELETE FROM syncer_changes WHERE ctid = ANY (ARRAY(
+		SELECT c.ctid FROM ` + keys + ` CROSS JOIN LATERAL (SELECT ctid FROM syncer_changes c
+			WHERE c.source = ` + source + ` AND c.num = b.num AND c.key = b.key COLLATE "C" AND c.seq <= b.version
 			OFFSET 0) c))`
+}
 
-const markSyncedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
+var deleteChangesSQL = deleteChanges("$1", "b")
+
+var markSyncedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[]) AS b(num, key, version)),
 	done AS (` + deleteChangesSQL + `)
 	DELETE FROM syncer_source_failures f USING b
 		WHERE f.source = $1 AND f.key = b.key COLLATE "C" AND f.version <= b.version`
 
-const markFailedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[]) AS b(num, key, version, error)),
+var markFailedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[]) AS b(num, key, version, error)),
 	done AS (` + deleteChangesSQL + `)
 	INSERT INTO syncer_source_failures AS f (source, key, num, version, error)
 		SELECT $1, b.key, b.num, b.version, b.error FROM b
@@ -457,10 +464,7 @@ func ComposeSynced(s *compose.Statement, src *Source, keys []string, versions []
 	}
 	name, n := s.Arg(src.Name), s.Arg(nums)
 	keysSQL, versionsSQL = s.Arg(keys)+`::text[]`, s.Arg(versions)+`::bigint[]`
-	// deleteChangesSQL's source is $1 and its keys b's: $1 first, so
-	// that no placeholder put in after it (a "$12") is read as $1.
-	del := strings.Replace(deleteChangesSQL, "$1", name+"::text", 1)
-	s.Modify(strings.Replace(del, "FROM b CROSS", "FROM unnest("+n+"::bigint[], "+keysSQL+", "+versionsSQL+") AS b(num, key, version) CROSS", 1))
+	s.Modify(deleteChanges(name+"::text", "unnest("+n+"::bigint[], "+keysSQL+", "+versionsSQL+") AS b(num, key, version)"))
 	s.Modify(`DELETE FROM syncer_source_failures f USING unnest(` + keysSQL + `, ` + versionsSQL + `) AS b(key, version)
 		WHERE f.source = ` + name + `::text AND f.key = b.key COLLATE "C" AND f.version <= b.version`)
 	return keysSQL, versionsSQL, nil
