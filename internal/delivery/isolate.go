@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,12 @@ import (
 //     between them, mean the same however good the witness is: the rows
 //     changed under the program (a migration), which is the program's to
 //     follow.
+//
+// Rows and tombstones are judged apart, each kind with its own witness
+// and counts: a format may render tombstones with a program of its own
+// (custom's deletes), and a tombstone rendered is no evidence that the
+// program for rows renders them (the soak's broken request program
+// failed orders as poison rows so).
 //
 // A program that fails on every row fails no row: the destination is held
 // with the program's error as a misconfigured URL is (status, the
@@ -74,54 +81,83 @@ var ErrProgram = errors.New("delivery: the request program fails on every row")
 // wait, while syncer tells a broken program from a bad row.
 var ErrProgramStrike = errors.New("delivery: the request program failed on a row and has rendered none yet; kept pending while syncer tells a broken program from a bad row")
 
-// programs is what the Deliverer knows of its format's request program.
+// programs is what the Deliverer knows of its format's request program,
+// by the kind of row: a format may render tombstones with a program of
+// its own (custom's deletes), so a tombstone it rendered says nothing of
+// whether the program for rows renders them, and the other way round.
 type programs struct {
-	// witness is a row the program rendered, cloned; nil until one was.
-	witness atomic.Pointer[thirdparty.Item]
-	// failing is set while failed holds keys: a rendered row clears them.
-	failing atomic.Bool
+	kinds [2]programKind
+	mu    sync.Mutex
+}
 
-	mu sync.Mutex
-	// failed are the keys failed alone in a row, with no row rendered
-	// between them; strikes the rows kept pending as strikes.
+// programKind is what is known of the program for one kind of row.
+type programKind struct {
+	// witness is a row of the kind the program rendered, cloned; nil
+	// until one was.
+	witness atomic.Pointer[thirdparty.Item]
+	// failing is set while failed holds keys: a rendered row of the kind
+	// clears them.
+	failing atomic.Bool
+	// failed are the keys of the kind failed alone in a row, with no row
+	// of the kind rendered between them; strikes the rows kept pending as
+	// strikes. Under programs.mu.
 	failed  map[string]struct{}
 	strikes int
 }
 
+// kindOf indexes programs.kinds: 0 for a row, 1 for a tombstone.
+func kindOf(it *thirdparty.Item) int {
+	if it.Deleted {
+		return 1
+	}
+	return 0
+}
+
 // rendered notes rows the program rendered and the third party accepted:
-// the first becomes the witness, and the failures in a row end.
+// the first of each kind becomes its witness, and the failures in a row
+// of the kinds rendered end.
 func (p *programs) rendered(items []thirdparty.Item) {
-	if len(items) == 0 {
-		return
-	}
-	if p.witness.Load() == nil {
-		w := items[0]
-		w.Payload = bytes.Clone(w.Payload) // not the batch's whole body
-		p.witness.CompareAndSwap(nil, &w)
-	}
-	if p.failing.Load() {
-		p.mu.Lock()
-		p.failed, p.strikes = nil, 0
-		p.failing.Store(false)
-		p.mu.Unlock()
+	var seen [2]bool
+	for i := range items {
+		k := kindOf(&items[i])
+		if seen[k] {
+			if seen[1-k] {
+				break
+			}
+			continue
+		}
+		seen[k] = true
+		pk := &p.kinds[k]
+		if pk.witness.Load() == nil {
+			w := items[i]
+			w.Payload = bytes.Clone(w.Payload) // not the batch's whole body
+			pk.witness.CompareAndSwap(nil, &w)
+		}
+		if pk.failing.Load() {
+			p.mu.Lock()
+			pk.failed, pk.strikes = nil, 0
+			pk.failing.Store(false)
+			p.mu.Unlock()
+		}
 	}
 }
 
 // failedAlone counts a row failed alone, and returns how many distinct
-// rows were, in a row, and the strikes among them (strike: the row is
-// kept pending).
-func (p *programs) failedAlone(id string, strike bool) (rows, strikes int) {
+// rows of its kind were, in a row, and the strikes among them (strike:
+// the row is kept pending).
+func (p *programs) failedAlone(it *thirdparty.Item, strike bool) (rows, strikes int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.failed == nil {
-		p.failed = map[string]struct{}{}
+	pk := &p.kinds[kindOf(it)]
+	if pk.failed == nil {
+		pk.failed = map[string]struct{}{}
 	}
-	p.failed[id] = struct{}{}
+	pk.failed[it.ID] = struct{}{}
 	if strike {
-		p.strikes++
+		pk.strikes++
 	}
-	p.failing.Store(true)
-	return len(p.failed), p.strikes
+	pk.failing.Store(true)
+	return len(pk.failed), pk.strikes
 }
 
 // programHeld returns the hold's *WaitError while the request program is
@@ -146,27 +182,33 @@ func (d *Deliverer) programHeld(ctx context.Context) error {
 }
 
 // isolate handles a batch whose request program failed, as a 400 is
-// handled but without a request (see the rule above).
+// handled but without a request (see the rule above). Rows and
+// tombstones are judged apart: only a row of its own kind rendered makes
+// a row the program fails on a poison row.
 func (d *Deliverer) isolate(ctx context.Context, j *job, items []thirdparty.Item, err error, pendingSince time.Time, out *Outcome) error {
 	if len(items) == 1 {
 		return d.isolateOne(ctx, j, items[0], err, out)
 	}
 	var good []thirdparty.Item
 	var bad []Rejection
+	var all, rendered, failed [2]int
 	for i := range items {
+		k := kindOf(&items[i])
+		all[k]++
 		b := j.batch
 		b.Items = items[i : i+1 : i+1]
 		_, ierr := d.format.Requests(&b)
 		switch {
 		case ierr == nil:
 			good = append(good, items[i])
+			rendered[k]++
 			continue
 		case !isProgramFailure(ierr):
 			return ierr
 		}
 		bad = append(bad, Rejection{Item: items[i], Error: "format: " + thirdparty.SafeText(ierr.Error())})
-		if len(good) == 0 && (len(bad) == isolateProbe || len(bad) == len(items)) {
-			return d.programBroken(ctx, err, strconv.Itoa(len(bad))+" rows of a batch failed alone, none rendered")
+		if failed[k]++; rendered[k] == 0 && failed[k] == isolateProbe {
+			return d.programBroken(ctx, err, strconv.Itoa(isolateProbe)+" rows of a batch failed alone, none rendered")
 		}
 	}
 	if len(bad) == 0 {
@@ -182,6 +224,22 @@ func (d *Deliverer) isolate(ctx context.Context, j *job, items []thirdparty.Item
 		}
 		return nil
 	}
+	for k := range all {
+		if rendered[k] > 0 || failed[k] == 0 {
+			continue
+		}
+		// The program failed on every row of the kind in the batch.
+		if failed[k] > 1 {
+			return d.programBroken(ctx, err, strconv.Itoa(failed[k])+" rows of a batch failed alone, none of their kind rendered")
+		}
+		// One row of its kind, beside rows of the other: judged as a row
+		// alone. It is failed (a poison row) or the batch waits.
+		i := slices.IndexFunc(bad, func(r Rejection) bool { return kindOf(&r.Item) == k })
+		one := &Outcome{}
+		if err := d.isolateOne(ctx, j, bad[i].Item, err, one); err != nil {
+			return err
+		}
+	}
 	d.logger.WarnContext(ctx, "delivery: the request program fails on some rows: they are failed with its error, the others go",
 		slog.Int("failed", len(bad)), slog.Int("going", len(good)), slog.String("error", thirdparty.SafeText(err.Error())))
 	out.Rejected = append(out.Rejected, bad...)
@@ -194,9 +252,9 @@ func (d *Deliverer) isolate(ctx context.Context, j *job, items []thirdparty.Item
 // isolateOne handles a row alone that the request program failed on.
 func (d *Deliverer) isolateOne(ctx context.Context, j *job, it thirdparty.Item, err error, out *Outcome) error {
 	reason := "format: " + thirdparty.SafeText(err.Error())
-	w := d.programs.witness.Load()
+	w := d.programs.kinds[kindOf(&it)].witness.Load()
 	if w == nil {
-		rows, strikes := d.programs.failedAlone(it.ID, true)
+		rows, strikes := d.programs.failedAlone(&it, true)
 		if strikes >= programStrikes || rows >= isolateProbe {
 			return d.programBroken(ctx, err, strconv.Itoa(strikes)+" failures of rows alone in a row, no row rendered since the program was built")
 		}
@@ -216,7 +274,7 @@ func (d *Deliverer) isolateOne(ctx context.Context, j *job, it thirdparty.Item, 
 	default:
 		return werr
 	}
-	if rows, _ := d.programs.failedAlone(it.ID, false); rows >= isolateProbe {
+	if rows, _ := d.programs.failedAlone(&it, false); rows >= isolateProbe {
 		return d.programBroken(ctx, err, strconv.Itoa(rows)+" rows alone failed in a row, none rendered between them")
 	}
 	d.logger.WarnContext(ctx, "delivery: the request program fails on a row it renders others beside: the row is failed with its error",

@@ -100,8 +100,9 @@ func TestResponseProgramBounded(t *testing.T) {
 	}
 }
 
-// A deletes program past its bound on a tombstone fails that row alone,
-// with the bound as its reason, and the upserts beside it go.
+// A deletes program past its bound on a tombstone, once it has rendered
+// another, fails that row alone, with the bound as its reason, and the
+// upserts beside it go.
 func TestDeletesProgramPastItsBound(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -115,21 +116,23 @@ func TestDeletesProgramPastItsBound(t *testing.T) {
 	})
 	f, err := custom.New(&custom.Config{
 		Request:        custom.Request{Path: "/upsert", Body: `{ids: [.items[] | .id]}`},
-		Deletes:        &custom.Request{Path: "/archive", Body: `{ids: [.items[] | .id], n: last(range(1e11))}`},
+		Deletes:        &custom.Request{Path: "/archive", Body: `{ids: [.items[] | .id], n: (if any(.items[]; .id == "9") then last(range(1e11)) else 0 end)}`},
 		ProgramTimeout: 100 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	d := newDeliverer(t, newClient(t, url, ""), nil, &delivery.Config{Format: f})
+	out, err := d.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{{ID: "8", Version: 2, Deleted: true}}, Time: time.Unix(1, 0)})
+	require.NoError(t, err)
+	require.Len(t, out.Accepted, 1, "the deletes program renders a tombstone")
 	its := items(1, 3, nil)
 	its = append(its, thirdparty.Item{ID: "9", Version: 2, Deleted: true})
-	var out *delivery.Outcome
 	within(t, 10*time.Second, func() { out, err = d.Deliver(t.Context(), delivery.Batch{Items: its, Time: time.Unix(1, 0)}) })
 	require.NoError(t, err)
 	require.Len(t, out.Accepted, 3)
 	require.Len(t, out.Rejected, 1)
 	require.Equal(t, "9", out.Rejected[0].Item.ID)
 	require.Contains(t, out.Rejected[0].Error, "deletes.body: ran past its bound of 100ms (program_timeout)")
-	require.Equal(t, []string{`/upsert {"ids":["1","2","3"]}`}, got)
+	require.Equal(t, []string{`/archive {"ids":["8"],"n":0}`, `/upsert {"ids":["1","2","3"]}`}, got)
 }
 
 // mendable is a custom format whose programs a test edits in place, as a
@@ -284,4 +287,55 @@ func TestProgramFailingOnlyOnTheWholeBatch(t *testing.T) {
 	require.Len(t, out.Accepted, 5)
 	require.Empty(t, out.Rejected)
 	require.EqualValues(t, 3, requests.Load(), "2 + (1 + 2)")
+}
+
+// A request program broken for upserts while the deletes program still
+// renders tombstones fails no row: a tombstone the deletes program
+// rendered is no evidence that the request program renders rows (the
+// soak's broken-program fault, seed 803990028, failed 32 orders so).
+func TestProgramBrokenForUpsertsWhileTombstonesRender(t *testing.T) {
+	t.Parallel()
+	url := hostileURL(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	newFormat := func() *custom.Format {
+		f, err := custom.New(&custom.Config{
+			Request: custom.Request{Path: "/upsert", Body: `error("the request program is broken")`},
+			Deletes: &custom.Request{Path: "/archive", Body: `{inputs: [.items[] | {id}]}`},
+		})
+		require.NoError(t, err)
+		return f
+	}
+	tombstone := func(id int) thirdparty.Item {
+		return thirdparty.Item{ID: strconv.Itoa(id), Version: 2, Deleted: true}
+	}
+
+	t.Run("a batch of tombstones and rows", func(t *testing.T) {
+		t.Parallel()
+		d := newDeliverer(t, newClient(t, url, ""), nil, &delivery.Config{Format: newFormat(), AuthProbeInterval: time.Minute})
+		b := delivery.Batch{Items: append([]thirdparty.Item{tombstone(1)}, items(2, 3, nil)...), Time: time.Unix(1, 0)}
+		var out *delivery.Outcome
+		var err error
+		within(t, 10*time.Second, func() { out, err = d.Deliver(t.Context(), b) })
+		require.ErrorIs(t, err, delivery.ErrProgram)
+		if out != nil {
+			require.Empty(t, out.Rejected, "no row fails")
+		}
+	})
+	t.Run("a row alone after a tombstone rendered", func(t *testing.T) {
+		t.Parallel()
+		d := newDeliverer(t, newClient(t, url, ""), nil, &delivery.Config{Format: newFormat(), AuthProbeInterval: time.Minute})
+		out, err := d.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{tombstone(1)}, Time: time.Unix(1, 0)})
+		require.NoError(t, err)
+		require.Len(t, out.Accepted, 1)
+		for i := 2; i <= 4; i++ {
+			out, err = d.Deliver(t.Context(), delivery.Batch{Items: items(i, 1, nil), Time: time.Unix(1, 0)})
+			if out != nil {
+				require.Empty(t, out.Rejected, "row %d: no row fails", i)
+			}
+			if i < 4 {
+				require.ErrorIs(t, err, delivery.ErrProgramStrike, "row %d", i)
+			} else {
+				require.ErrorIs(t, err, delivery.ErrProgram, "row %d", i)
+			}
+		}
+	})
 }
