@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,4 +212,32 @@ func daemonEnv(dbURL, apiURL, configPath, httpAddr string) []string {
 		"SYNCER_SHUTDOWN_TIMEOUT=10s",
 		"SOAK_HOOKS_SECRET="+hooksSecret,
 	)
+}
+
+// waitLive waits until every daemon answers GET /healthz, for at most
+// limit.
+func (r *run) waitLive(ctx context.Context, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second}
+	for _, d := range r.daemons {
+		for {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.httpAddr+"/healthz", nil)
+			if err != nil {
+				return err
+			}
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("soak: daemon %d does not serve /healthz after %s (its log: %s)", d.i, limit, d.logPath)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }

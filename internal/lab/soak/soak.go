@@ -120,6 +120,14 @@ func Run(ctx context.Context, cfg *Config) error {
 	if err := r.setup(ctx, bin); err != nil {
 		return err
 	}
+	// The schedule's clock starts once every daemon serves /healthz: a
+	// daemon signalled before its handlers are installed dies of the
+	// signal's default action (a reload's SIGHUP a few milliseconds
+	// after its start, on a machine slow to set the cluster up).
+	if err := r.waitLive(ctx, time.Minute); err != nil {
+		return err
+	}
+	r.start = time.Now()
 	r.exercise(ctx)
 	r.finish(ctx)
 	r.rep.Dir = dir
