@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"net/url"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/locks"
+)
+
+// txPoolerBundle is a fresh schema behind PgBouncer in transaction mode
+// (stock settings), with a role whose search_path is the schema (what a
+// transaction pooler needs: it passes no search_path in the startup
+// packet), the URL through the pooler as that role and the direct URL
+// (SYNCER_DIRECT_URL). Neither names its sessions: a daemon's are named
+// after its pid, which says which daemon holds a lock.
+type txPoolerBundle struct {
+	*poolerBundle
+	pooled, direct string
+}
+
+func setupTxPooler(t *testing.T) *txPoolerBundle {
+	t.Helper()
+	dsn, schema := dbtest.NewSchema(t)
+	role := dbtest.NewRole(t, schema)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	fake := fakethirdparty.New(fakethirdparty.Config{})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	pgb := dbtest.StartPgBouncer(t, "transaction", role)
+
+	u, err := url.Parse(pgb.URL(t, dsn))
+	require.NoError(t, err)
+	u.User = url.User(role)
+	q := u.Query()
+	q.Del("search_path")
+	q.Del("application_name")
+	u.RawQuery = q.Encode()
+	d, err := url.Parse(dsn)
+	require.NoError(t, err)
+	dq := d.Query()
+	dq.Del("application_name")
+	d.RawQuery = dq.Encode()
+	return &txPoolerBundle{
+		poolerBundle: &poolerBundle{
+			bundle: &bundle{pool: pool, dsn: dsn, fake: fake, fakeURL: srv.URL},
+			schema: schema, viaPooler: u.String(), pgb: pgb,
+		},
+		pooled: u.String(), direct: d.String(),
+	}
+}
+
+// holder says which daemon (its pid) holds the export lock.
+func (b *txPoolerBundle) holder(t *testing.T) (int, bool) {
+	t.Helper()
+	h, held, err := locks.HolderOf(context.Background(), b.pool, locks.ExportKey(b.schema, jobs.Resources))
+	require.NoError(t, err)
+	return h.Process, held
+}
+
+// With DATABASE_URL through PgBouncer in transaction mode and
+// SYNCER_DIRECT_URL beside it: migrate, status, export, replay and a
+// takeover work. The holder daemon, frozen (SIGSTOP) mid-drain, loses the
+// export to the other within the lease + 20 s; woken, it sends nothing,
+// and no pair ever went out under two keys. Without SYNCER_DIRECT_URL the
+// start is refused, naming it.
+func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
+	t.Parallel()
+	b := setupTxPooler(t)
+	const rows, updated = 4000, 300
+
+	code, _, errOut := syncerCmd(t, "migrate", "--database-url", b.pooled)
+	require.Equal(t, 2, code, "without SYNCER_DIRECT_URL: %s", errOut)
+	require.Contains(t, errOut, "SYNCER_DIRECT_URL")
+
+	code, _, errOut = syncerCmd(t, "migrate", "--database-url", b.pooled, "--direct-url", b.direct)
+	require.Equal(t, 0, code, "migrate: %s\npgbouncer:\n%s", errOut, b.pgb.Log())
+	b.exec(t, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) g`, rows)
+
+	code, out, errOut := syncerCmd(t, "status", "--json", "--database-url", b.pooled, "--direct-url", b.direct)
+	require.Equal(t, 0, code, "status: %s", errOut)
+	var st struct{ Total, Unsynced int64 }
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Equal(t, int64(rows), st.Total)
+
+	// Two daemons, slow enough to be mid-drain for seconds.
+	args := []string{"--direct-url", b.direct, "--batch-size", "50", "--rate-limit", "8"}
+	first, firstErr, second, secondErr := b.startHolderThenSecond(t, b.pooled, func() (int, bool) { return b.holder(t) }, args...)
+	waitFor(t, time.Minute, "mid-drain", func() bool { return b.fake.Stats().DistinctPairs >= 600 })
+
+	require.NoError(t, first.Process.Signal(syscall.SIGSTOP))
+	frozenAt := time.Now()
+	waitFor(t, 45*time.Second, "the second daemon takes over", func() bool {
+		pid, held := b.holder(t)
+		return held && pid == second.Process.Pid
+	})
+	took := time.Since(frozenAt)
+	t.Logf("transaction pooling: takeover %.1fs after the freeze", took.Seconds())
+	require.Less(t, took, 30*time.Second, "within the lease (10 s) + 20 s")
+	b.exec(t, `UPDATE resources SET payload = jsonb_build_object('updated', id) WHERE id <= $1`, updated)
+	b.waitAllSynced(t, time.Until(frozenAt.Add(100*time.Second)))
+	before := b.fake.Stats()
+	require.NoError(t, first.Process.Signal(syscall.SIGCONT))
+	time.Sleep(5 * time.Second)
+	after := b.fake.Stats()
+	t.Logf("after the wake: %d requests more, %d pairs of %d, %d under two keys, %d out of order",
+		after.Requests-before.Requests, after.DistinctPairs, rows+updated, after.DuplicatesOtherKey, after.OutOfOrder)
+	require.Equal(t, before.Requests, after.Requests, "the woken daemon sent nothing")
+	require.Equal(t, int64(rows+updated), after.DistinctPairs, "every row and update delivered")
+	require.Zero(t, after.DuplicatesOtherKey, "no pair under two keys")
+	require.Zero(t, after.OutOfOrder)
+
+	// A replay through the pooler, exported by the daemon left.
+	b.fake.Reset()
+	code, out, errOut = syncerCmd(t, "replay", "--database-url", b.pooled, "--direct-url", b.direct,
+		"--from-id", "1", "--to-id", "100", "--log-level", "error")
+	require.Equal(t, 0, code, "replay: %s", errOut)
+	require.Contains(t, out, "100 rows")
+	waitFor(t, time.Minute, "the replay delivered", func() bool { return b.fake.Stats().DistinctPairs >= 100 })
+
+	for _, cmd := range []*exec.Cmd{first, second} {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	}
+	require.NoError(t, first.Wait(), firstErr.String())
+	require.NoError(t, second.Wait(), secondErr.String())
+	for _, log := range []string{firstErr.String(), secondErr.String()} {
+		require.NotContains(t, log, "prepared statement", "no prepared statement lost between server sessions")
+		require.NotContains(t, log, "LISTEN hears no notifications")
+	}
+	require.Contains(t, firstErr.String(), "lock lost", "the woken daemon says it lost the lock")
+	require.False(t, strings.Contains(b.pgb.Log(), "bad client state"), "PgBouncer:\n%s", b.pgb.Log())
+}
