@@ -100,6 +100,11 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 	// Two daemons, slow enough to be mid-drain for seconds.
 	args := []string{"--direct-url", b.direct, "--batch-size", "50", "--rate-limit", "8"}
 	first, firstErr, second, secondErr := b.startHolderThenSecond(t, b.pooled, func() (int, bool) { return b.holder(t) }, args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the first daemon's log:\n%s\nthe second's:\n%s", firstErr.String(), secondErr.String())
+		}
+	})
 	waitFor(t, time.Minute, "mid-drain", func() bool { return b.fake.Stats().DistinctPairs >= 600 })
 
 	require.NoError(t, first.Process.Signal(syscall.SIGSTOP))
@@ -143,4 +148,27 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 	}
 	require.Contains(t, firstErr.String(), "lock lost", "the woken daemon says it lost the lock")
 	require.False(t, strings.Contains(b.pgb.Log(), "bad client state"), "PgBouncer:\n%s", b.pgb.Log())
+
+	// A configured source's destination, paused and resumed through the
+	// pooler: nothing goes out while paused, everything after.
+	dest := newDestination(t, fakethirdparty.Config{})
+	cfgFile := b.installSlowOrders(t, dest)
+	run, runErr := b.startRun(t, b.pooled, "--direct-url", b.direct, "--config", cfgFile)
+	b.exec(t, `INSERT INTO orders SELECT g, 1 FROM generate_series(1, 40) g`)
+	b.waitSourcesDrained(t, "orders")
+	code, out, errOut = syncerCmd(t, "pause", "--destination", "crm", "--database-url", b.pooled, "--direct-url", b.direct)
+	require.Equal(t, 0, code, "pause: %s", errOut)
+	require.Contains(t, out, "destination crm paused")
+	time.Sleep(2 * time.Second) // the daemon reads the shared facts every second
+	sent := len(dest.fake.Deliveries())
+	b.exec(t, `INSERT INTO orders SELECT g, 1 FROM generate_series(41, 60) g`)
+	time.Sleep(3 * time.Second)
+	require.Len(t, dest.fake.Deliveries(), sent, "nothing sent while paused")
+	code, _, errOut = syncerCmd(t, "resume", "--destination", "crm", "--database-url", b.pooled, "--direct-url", b.direct)
+	require.Equal(t, 0, code, "resume: %s", errOut)
+	b.waitSourcesDrained(t, "orders")
+	require.Len(t, byID(dest.fake), 60)
+	requireOnceInOrder(t, dest.fake)
+	require.NoError(t, run.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, run.Wait(), runErr.String())
 }
