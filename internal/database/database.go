@@ -151,7 +151,8 @@ func ParseURL(rawURL string) (*pgxpool.Config, error) {
 // (pg_prepared_statements), so 128 leaves room for what a long run adds
 // (verify, tidy, status) before the least used is prepared again; the
 // description cache serves only pgx.QueryExecModeCacheDescribe, which
-// syncer does not use. statement_cache_capacity and
+// only a pool through a transaction pooler uses (OpenPools, sized as the
+// statement cache there). statement_cache_capacity and
 // description_cache_capacity in the URL set them.
 const (
 	StatementCacheCapacity   = 128

@@ -35,8 +35,8 @@ func (p *Pools) Close() { p.Pool.Close() }
 // directly or through a session pooler: then it is the one URL whose
 // connections hold session state, and rawURL may go through a pooler in
 // transaction mode, where the pool keeps none (see Stateless): its
-// statements run in pgx's QueryExecModeExec (Parse, Bind, Execute and Sync
-// in one round trip, an unnamed statement, nothing prepared for later),
+// statements run in pgx's QueryExecModeCacheDescribe (the unnamed
+// statement, each round trip standing alone, nothing prepared for later),
 // and only the settings a pooler passes on in the startup packet are made
 // (application_name); the others (search_path, jit,
 // idle_in_transaction_session_timeout) are the role's or the database's,
@@ -143,9 +143,19 @@ func keepNoSessionState(cfg *pgxpool.Config, added map[string]bool) error {
 			"not follow syncer's: remove %s from DATABASE_URL and set it for the role instead "+
 			"(ALTER ROLE %s SET %s = ...)", Describe(cc), strings.Join(refused, ", "), pgx.Identifier{cc.User}.Sanitize(), refused[0])}
 	}
-	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
+	// Nothing prepared by name. QueryExecModeCacheDescribe describes a
+	// statement once (Parse and Describe of the unnamed statement, Sync)
+	// and runs it from then on with Parse, Bind, Execute and Sync in one
+	// round trip, the parameters' types from the description: each round
+	// trip stands alone, so a pooler may run them on different server
+	// sessions. Not QueryExecModeDescribeExec, whose Execute binds the
+	// unnamed statement its Describe left on a server session; not
+	// QueryExecModeExec, whose parameters go as text of a type the server
+	// guesses ([]byte for a jsonb is then a bytea's text, which no jsonb
+	// parses).
+	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	cc.StatementCacheCapacity = 0
-	cc.DescriptionCacheCapacity = 0
+	cc.DescriptionCacheCapacity = max(cc.DescriptionCacheCapacity, StatementCacheCapacity)
 	return nil
 }
 

@@ -17,7 +17,7 @@ import (
 // named statement to whichever server session it picks). So each
 // transaction runs as Send is called, as WithTx runs one (BEGIN, the
 // lock's fence, the statements, the fence again, COMMIT; in the pool's
-// QueryExecModeExec, nothing prepared), and its result waits for Receive.
+// QueryExecModeCacheDescribe, nothing prepared by name), and its result waits for Receive.
 // The order the Pipe promises needs no token then: a transaction is not
 // run when one sent before it, not yet received, failed. It costs the
 // marker its overlap (a round trip a transaction); nothing else changes
