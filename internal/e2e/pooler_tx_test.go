@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -171,4 +172,73 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 	requireOnceInOrder(t, dest.fake)
 	require.NoError(t, run.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, run.Wait(), runErr.String())
+}
+
+// A tenant source of 4 lanes through PgBouncer in transaction mode, with
+// SYNCER_DIRECT_URL: every connected tenant's rows reach its own account,
+// once and in order, an unconnected tenant's wait, and its rows go once
+// its connection row appears (the tenants query, transaction-local
+// settings, through the pooler).
+func TestTenantsThroughTransactionPooling(t *testing.T) {
+	t.Parallel()
+	w := newTenantWorld(t, fakethirdparty.Config{})
+	d, err := url.Parse(w.dsn)
+	require.NoError(t, err)
+	schema := d.Query().Get("search_path")
+	role := dbtest.NewRole(t, schema)
+	pgb := dbtest.StartPgBouncer(t, "transaction", role)
+	u, err := url.Parse(pgb.URL(t, w.dsn))
+	require.NoError(t, err)
+	u.User = url.User(role)
+	q := u.Query()
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+
+	dq := d.Query()
+	dq.Del("application_name") // its sessions named after the daemon's pid
+	d.RawQuery = dq.Encode()
+
+	tenants := []string{"t1", "t2", "t3", "t4"}
+	for _, tn := range tenants[:3] {
+		w.exec(t, `INSERT INTO crm_connections VALUES ($1, 'tok-' || $1)`, tn)
+	}
+	cfg := w.config(t, w.fakeURL, 4)
+	cmd := exec.Command(w.bin, "run", "--database-url", u.String(), "--direct-url", d.String(), "--config", cfg,
+		"--thirdparty-url", w.fakeURL, "--http-addr", freePort(t), "--log-level", "warn")
+	runErr := &dbtest.Buffer{}
+	cmd.Stderr = runErr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the daemon's log:\n%s\nPgBouncer's:\n%s", runErr.String(), pgb.Log())
+		}
+	})
+	w.exec(t, `INSERT INTO contacts (id, account) SELECT g, 't' || ((g - 1) % 4 + 1) FROM generate_series(1, 80) g`)
+	waitFor(t, time.Minute, "the connected tenants' rows at their accounts", func() bool {
+		for _, tn := range tenants[:3] {
+			if !w.holds(tn, 20, nil) {
+				return false
+			}
+		}
+		return true
+	})
+	require.Empty(t, w.latest("t4"), "an unconnected tenant sends nothing")
+	w.exec(t, `INSERT INTO crm_connections VALUES ('t4', 'tok-t4')`)
+	waitFor(t, time.Minute, "the tenant connected last", func() bool { return w.holds("t4", 20, nil) })
+	w.requireTenantsOnceInOrder(t)
+	// What the daemon holds: on the direct URL the holder and the relay's
+	// LISTEN, nothing else (River polls through the pool); the pool's
+	// server sessions are PgBouncer's, shared with its other clients.
+	time.Sleep(2 * time.Second)
+	var direct, pooled int64
+	require.NoError(t, w.pool.QueryRow(context.Background(), `SELECT
+		count(*) FILTER (WHERE application_name LIKE '% %:' || $1::text AND usename <> $2),
+		count(*) FILTER (WHERE usename = $2)
+		FROM pg_stat_activity WHERE pid <> pg_backend_pid()`, strconv.Itoa(cmd.Process.Pid), role).Scan(&direct, &pooled))
+	t.Logf("transaction pooling, idle: %d direct sessions, %d PgBouncer server sessions of the role", direct, pooled)
+	require.LessOrEqual(t, direct, int64(2), "the holder and the relay's LISTEN")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), runErr.String())
+	require.NotContains(t, runErr.String(), "prepared statement")
 }
