@@ -332,7 +332,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	logger.InfoContext(ctx, "daemon: running", slog.String("schema", d.schema), slog.String("daemon", d.id), slog.String("http_addr", cmp.Or(addr, HTTPAddrOff)),
 		slog.String("thirdparty", thirdparty.RedactURL(c.ThirdParty.URL)), slog.Int("batch_size", d.exp.BatchSize()),
-		slog.Int("max_in_flight", d.inFlight))
+		slog.Int("max_in_flight", d.inFlight), slog.Bool("transaction_pooling", c.Stateless))
 	if c.Ready != nil {
 		c.Ready(addr)
 	}
