@@ -359,7 +359,11 @@ func (d *DB) openDirect(ctx context.Context, app string) (*pgxpool.Pool, error) 
 	if d.DirectURL == "" {
 		return d.open(ctx, app)
 	}
-	return database.OpenIn(ctx, d.DirectURL, app, d.Schema)
+	pool, err := database.OpenIn(ctx, d.DirectURL, app, d.Schema)
+	if pe := (*database.PoolerError)(nil); errors.As(err, &pe) {
+		pe.Name = "SYNCER_DIRECT_URL"
+	}
+	return pool, err
 }
 
 // openMigrated opens the pool and fails with one line telling to run
