@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/term"
 
@@ -278,10 +279,15 @@ func secondsForDurations(_ []string, a slog.Attr) slog.Attr {
 type DB struct {
 	DatabaseURL     string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL, e.g. postgres://user@host:5432/db. It holds a password: set it in the environment or with --database-url-file, not with this flag (flags show in ps). Never logged with its password."`
 	DatabaseURLFile string `name:"database-url-file" env:"DATABASE_URL_FILE" placeholder:"FILE" help:"Read DATABASE_URL from FILE (a mounted secret), once at start; a trailing newline is ignored."`
+	DirectURL       string `name:"direct-url" env:"SYNCER_DIRECT_URL" help:"PostgreSQL URL of the one connection that may hold session state (the locks, LISTEN): direct or session-pooled, when DATABASE_URL goes through a pooler in transaction mode (PgBouncer pool_mode=transaction, Supavisor, RDS Proxy). It holds a password: set it in the environment."`
 	Schema          string `name:"schema" env:"SYNCER_SCHEMA" placeholder:"NAME" help:"Keep syncer's and River's tables (resources included) in schema NAME, created by migrate, out of the application's way; the application's tables stay where they are. Default: the first schema of the search_path (public)."`
 
 	// fromFile is set once the file was read: kong may validate twice.
 	fromFile bool
+	// session and stateless are what open found (database.Pools), for
+	// the daemon.
+	session   *pgx.ConnConfig
+	stateless bool
 }
 
 // Validate reads the file setting, if any, and checks that the URL parses:
@@ -303,6 +309,11 @@ func (d *DB) Validate() error {
 	}
 	if _, err := database.ParseURL(d.DatabaseURL); err != nil {
 		return usagef("--database-url (DATABASE_URL) is malformed: %s", parseReason(err))
+	}
+	if d.DirectURL != "" {
+		if _, err := database.ParseURL(d.DirectURL); err != nil {
+			return usagef("--direct-url (SYNCER_DIRECT_URL) is malformed: %s", parseReason(err))
+		}
 	}
 	if d.Schema != "" && (len(d.Schema) > 63 || strings.ContainsRune(d.Schema, 0)) {
 		return usagef("--schema (SYNCER_SCHEMA) must be a PostgreSQL name: 1 to 63 bytes, no NUL")
@@ -334,7 +345,25 @@ func readSecretFile(path string) (string, error) {
 
 // open opens the pool; app names the command in pg_stat_activity.
 func (d *DB) open(ctx context.Context, app string) (*pgxpool.Pool, error) {
-	return database.OpenIn(ctx, d.DatabaseURL, app, d.Schema)
+	p, err := database.OpenPools(ctx, d.DatabaseURL, d.DirectURL, app, d.Schema)
+	if err != nil {
+		return nil, err
+	}
+	d.session, d.stateless = p.Session, p.Stateless
+	return p.Pool, nil
+}
+
+// openDirect opens a pool on SYNCER_DIRECT_URL when it is given, else on
+// DATABASE_URL: for migrate, whose lock is a session's.
+func (d *DB) openDirect(ctx context.Context, app string) (*pgxpool.Pool, error) {
+	if d.DirectURL == "" {
+		return d.open(ctx, app)
+	}
+	pool, err := database.OpenIn(ctx, d.DirectURL, app, d.Schema)
+	if pe := (*database.PoolerError)(nil); errors.As(err, &pe) {
+		pe.Name = "SYNCER_DIRECT_URL"
+	}
+	return pool, err
 }
 
 // openMigrated opens the pool and fails with one line telling to run

@@ -21,7 +21,8 @@ func (c *MigrateCmd) Run(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	pool, err := c.open(ctx, "syncer migrate")
+	// Migrate's lock is a session's: on SYNCER_DIRECT_URL when given.
+	pool, err := c.openDirect(ctx, "syncer migrate")
 	if err != nil {
 		return err
 	}

@@ -273,6 +273,8 @@ func (c *RunCmd) Run(ctx context.Context, env *Env) error {
 // configuration file as read.
 func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env) *daemon.Config {
 	return &daemon.Config{
+		Session:             c.session,
+		Stateless:           c.stateless,
 		ThirdParty:          thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
 		ThirdPartyTokenFile: c.ThirdpartyTokenFile,
 		Format:              c.format,

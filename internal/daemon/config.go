@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"log/slog"
 	"net"
 	"time"
@@ -33,6 +34,14 @@ const HTTPAddrOff = "off"
 // Config configures the daemon. A nil *Config is a Config of defaults, which
 // fails validation for want of ThirdParty.URL.
 type Config struct {
+	// Session is the config of the connections that hold session state:
+	// the locks' holder and the relay's LISTEN (database.Pools.Session,
+	// SYNCER_DIRECT_URL's when given). Defaults to the pool's.
+	Session *pgx.ConnConfig
+	// Stateless says the pool goes through a pooler in transaction mode
+	// (database.Pools.Stateless): River polls (no LISTEN on the pool) and
+	// the locks' pipes send nothing ahead.
+	Stateless bool
 	// ThirdParty configures the HTTP client. URL is required. Defaults to
 	// thirdparty's defaults.
 	ThirdParty thirdparty.Config

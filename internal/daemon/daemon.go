@@ -187,7 +187,9 @@ func (d *Daemon) build(ctx context.Context) error {
 	// Leased locks: a frozen holder loses its locks to a waiting daemon
 	// (see internal/locks, "Leases"). Every lock on one session; their
 	// transactions on the pool (docs/design.md, "Sessions").
-	if d.locker, err = locks.New(d.pool.Config().ConnConfig, &locks.Config{Logger: logger, Lease: true, Pool: d.pool}); err != nil {
+	// With SYNCER_DIRECT_URL, the holder is its session (Config.Session).
+	session := cmp.Or(c.Session, d.pool.Config().ConnConfig)
+	if d.locker, err = locks.New(session, &locks.Config{Logger: logger, Lease: true, Pool: d.pool, Stateless: c.Stateless}); err != nil {
 		return err
 	}
 	ecfg := c.Exporter
@@ -229,7 +231,12 @@ func (d *Daemon) build(ctx context.Context) error {
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
 		MaxAttempts:          jobs.MaxAttempts,
 		RetryPolicy:          cappedRetry{max: 30 * time.Second},
-		Logger:               slog.New(atLeast{logger.Handler(), slog.LevelWarn}).With(slog.String("component", "river")),
+		// Through a transaction pooler River's listener (a pool's
+		// connection) would hear nothing: it polls, and the relay, which
+		// listens on the session, wakes the jobs lingering here
+		// (docs/design.md, "Transaction pooling").
+		PollOnly: c.Stateless,
+		Logger:   slog.New(atLeast{logger.Handler(), slog.LevelWarn}).With(slog.String("component", "river")),
 	})
 	if err != nil {
 		return fmt.Errorf("daemon: river client: %w", err)
@@ -244,6 +251,7 @@ func (d *Daemon) build(ctx context.Context) error {
 		Channel:      migrations.Channel(d.schema),
 		LockKey:      locks.RelayKey(d.schema),
 		PollInterval: c.PollInterval,
+		Listen:       session,
 		Logger:       logger,
 	})
 	return err
@@ -324,7 +332,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	logger.InfoContext(ctx, "daemon: running", slog.String("schema", d.schema), slog.String("daemon", d.id), slog.String("http_addr", cmp.Or(addr, HTTPAddrOff)),
 		slog.String("thirdparty", thirdparty.RedactURL(c.ThirdParty.URL)), slog.Int("batch_size", d.exp.BatchSize()),
-		slog.Int("max_in_flight", d.inFlight))
+		slog.Int("max_in_flight", d.inFlight), slog.Bool("transaction_pooling", c.Stateless))
 	if c.Ready != nil {
 		c.Ready(addr)
 	}

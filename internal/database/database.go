@@ -11,8 +11,10 @@
 // Settings other than the few a connection pooler passes on in the startup
 // packet (search_path, jit, ...) are made with set_config once connected
 // (ApplySettings), so syncer works through PgBouncer in session mode with
-// its stock settings. Through a pooler in transaction mode Open refuses, with
-// a PoolerError that names the fix (DetectPooling says how it knows).
+// its stock settings. Through a pooler in transaction mode the pool keeps
+// no session state, and the one connection that may hold some is
+// SYNCER_DIRECT_URL's (OpenPools); without it Open refuses, with a
+// PoolerError that names the fix (DetectPooling says how it knows).
 //
 // Its sessions end a transaction left idle for IdleInTransactionTimeoutDefault
 // unless the URL says otherwise, so a frozen process holds no lock for
@@ -149,7 +151,8 @@ func ParseURL(rawURL string) (*pgxpool.Config, error) {
 // (pg_prepared_statements), so 128 leaves room for what a long run adds
 // (verify, tidy, status) before the least used is prepared again; the
 // description cache serves only pgx.QueryExecModeCacheDescribe, which
-// syncer does not use. statement_cache_capacity and
+// only a pool through a transaction pooler uses (OpenPools, sized as the
+// statement cache there). statement_cache_capacity and
 // description_cache_capacity in the URL set them.
 const (
 	StatementCacheCapacity   = 128
@@ -219,39 +222,46 @@ func Open(ctx context.Context, rawURL, role string) (*pgxpool.Pool, error) {
 }
 
 // OpenIn is Open with syncer's objects in schema (SYNCER_SCHEMA), when not
-// empty: see UseSchema.
+// empty: see UseSchema. It refuses a transaction pooler: OpenPools with
+// SYNCER_DIRECT_URL works through one.
 func OpenIn(ctx context.Context, rawURL, role, schema string) (*pgxpool.Pool, error) {
-	cfg, err := ParseURL(rawURL)
+	p, err := OpenPools(ctx, rawURL, "", role, schema)
 	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
+		return nil, err
+	}
+	return p.Pool, nil
+}
+
+// parsePool parses rawURL into a pool config with syncer's defaults: the
+// pool's bounds, the sessions' name, jit off, the idle-in-transaction
+// timeout and the connect timeout, each unless the URL sets it. added
+// names the runtime parameters set here, not by the URL.
+func parsePool(rawURL, role string) (cfg *pgxpool.Config, added map[string]bool, err error) {
+	cfg, err = ParseURL(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("database: %w", err)
 	}
 	boundPool(cfg, rawURL)
-	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok && role != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName(role)
+	added = map[string]bool{}
+	rp := cfg.ConnConfig.RuntimeParams
+	if _, ok := rp["application_name"]; !ok && role != "" {
+		rp["application_name"] = ApplicationName(role)
 	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
-		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	if _, ok := rp["jit"]; !ok {
+		rp["jit"], added["jit"] = "off", true
 	}
-	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
-		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = IdleInTransactionTimeoutDefault
+	if _, ok := rp["idle_in_transaction_session_timeout"]; !ok {
+		rp["idle_in_transaction_session_timeout"] = IdleInTransactionTimeoutDefault
+		added["idle_in_transaction_session_timeout"] = true
 	}
 	if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeoutDefault
 	}
-	mode, reason, err := DetectPooling(ctx, cfg.ConnConfig)
-	if err != nil {
-		return nil, fmt.Errorf("database: cannot connect to %s: %w", Describe(cfg.ConnConfig), err)
-	}
-	if mode == TransactionPooling {
-		return nil, fmt.Errorf("database: %w", &PoolerError{Where: Describe(cfg.ConnConfig), Reason: reason})
-	}
-	// Past a pooler, only a few parameters may go in the startup packet.
-	ApplySettings(cfg.ConnConfig, nil)
-	if schema != "" {
-		// After the settings: the URL's search_path is set first, and the
-		// schema goes before it.
-		UseSchema(cfg.ConnConfig, schema)
-	}
+	return cfg, added, nil
+}
+
+// openPool opens the pool of cfg and checks that the database answers.
+func openPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)

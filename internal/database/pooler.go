@@ -1,6 +1,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,22 +14,39 @@ import (
 // ErrTransactionPooling is wrapped by a PoolerError.
 var ErrTransactionPooling = errors.New("a connection pooler in transaction or statement pooling mode")
 
-// PoolerError says that DATABASE_URL leads to a connection pooler that
-// hands a client's transactions to different server sessions (PgBouncer's
-// pool_mode=transaction or statement). syncer cannot work through one: its
-// locks are session advisory locks, which would stay on a server session the
-// pooler gives to others, and its session settings (search_path, jit) would
-// leak to them. It is the user's setting: the CLI exits 2 on it.
+// PoolerError says that a URL leads to a connection pooler that hands a
+// client's transactions to different server sessions (PgBouncer's
+// pool_mode=transaction or statement) where syncer cannot work through
+// one: DATABASE_URL without SYNCER_DIRECT_URL (the locks and the relay's
+// LISTEN need one whole session), SYNCER_DIRECT_URL itself, or a pooler in
+// statement mode (syncer's transactions have several statements). It is
+// the user's setting: the CLI exits 2 on it.
 type PoolerError struct {
+	// Name is the setting: "DATABASE_URL" or "SYNCER_DIRECT_URL".
+	Name string
 	// Where names the host, port and database, without credentials.
 	Where string
 	// Reason says what the probe saw.
 	Reason string
+	// Mode is what the probe found.
+	Mode Pooling
 }
 
 func (e *PoolerError) Error() string {
+	name := cmp.Or(e.Name, "DATABASE_URL")
+	switch {
+	case e.Mode == StatementPooling:
+		return fmt.Sprintf("%s (%s) goes through %s (PgBouncer pool_mode=statement?; %s): "+
+			"syncer's transactions have several statements; use pool_mode=transaction (with SYNCER_DIRECT_URL) or pool_mode=session",
+			name, e.Where, ErrTransactionPooling, e.Reason)
+	case name == "SYNCER_DIRECT_URL":
+		return fmt.Sprintf("SYNCER_DIRECT_URL (%s) goes through %s (PgBouncer pool_mode=transaction?; %s): "+
+			"it is the one connection that holds syncer's locks and LISTEN; give it a direct PostgreSQL URL or a session-pooled one (pool_mode=session)",
+			e.Where, ErrTransactionPooling, e.Reason)
+	}
 	return fmt.Sprintf("DATABASE_URL (%s) goes through %s (PgBouncer pool_mode=transaction?; %s): "+
-		"syncer needs whole sessions for its locks; give it a session-pooled (pool_mode=session) or direct PostgreSQL URL",
+		"syncer needs one whole session for its locks and LISTEN; set SYNCER_DIRECT_URL (--direct-url) to a direct PostgreSQL URL "+
+		"(or a session-pooled one, pool_mode=session) beside it, or give DATABASE_URL a pool_mode=session or direct URL",
 		e.Where, ErrTransactionPooling, e.Reason)
 }
 
@@ -59,8 +77,10 @@ const (
 	// its own) and kept every client on one server session.
 	SessionPooling
 	// TransactionPooling: a pooler gave one client's transactions to
-	// different server sessions, or refused a transaction block.
+	// different server sessions.
 	TransactionPooling
+	// StatementPooling: a pooler refused a transaction block.
+	StatementPooling
 )
 
 func (p Pooling) String() string {
@@ -69,6 +89,8 @@ func (p Pooling) String() string {
 		return "direct"
 	case SessionPooling:
 		return "session pooling"
+	case StatementPooling:
+		return "statement pooling"
 	default:
 		return "transaction pooling"
 	}
@@ -135,7 +157,7 @@ func probeRound(ctx context.Context, a, b *pgx.Conn) (Pooling, string, error) {
 	tx, err := b.Begin(bctx)
 	if err != nil {
 		// PgBouncer in statement mode refuses transaction blocks.
-		return TransactionPooling, "it refused a transaction block: " + err.Error(), nil
+		return StatementPooling, "it refused a transaction block: " + err.Error(), nil
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
@@ -144,7 +166,7 @@ func probeRound(ctx context.Context, a, b *pgx.Conn) (Pooling, string, error) {
 	}()
 	if _, err := backendPID(bctx, tx); err != nil {
 		// PgBouncer in statement mode refuses transaction blocks.
-		return TransactionPooling, "it refused a transaction block: " + err.Error(), nil
+		return StatementPooling, "it refused a transaction block: " + err.Error(), nil
 	}
 	actx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()

@@ -25,7 +25,7 @@ func TestDetectPooling(t *testing.T) {
 		{"", database.Direct},
 		{"session", database.SessionPooling},
 		{"transaction", database.TransactionPooling},
-		{"statement", database.TransactionPooling},
+		{"statement", database.StatementPooling},
 	} {
 		t.Run(tt.want.String()+" "+tt.mode, func(t *testing.T) {
 			t.Parallel()

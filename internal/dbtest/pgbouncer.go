@@ -55,10 +55,12 @@ func (p *PgBouncer) url(dsn string) (string, error) {
 // extra_float_digits, server_reset_query = DISCARD ALL) but for the pool
 // mode. It returns once a query through it answers, within 30 s, or fails
 // the test with PgBouncer's log. A machine without pgbouncer fails the
-// test: install it (apt-get install pgbouncer; .ci/run does).
-func StartPgBouncer(tb testing.TB, mode string) *PgBouncer {
+// test: install it (apt-get install pgbouncer; .ci/run does). users are
+// roles it lets in besides postgres, the URL's and the process's
+// (NewRole's).
+func StartPgBouncer(tb testing.TB, mode string, users ...string) *PgBouncer {
 	tb.Helper()
-	bin, dir, host, port := prepare(tb)
+	bin, dir, host, port := prepare(tb, users)
 	// A port picked free may be taken by another test's listener before
 	// PgBouncer binds it: PgBouncer then exits ("nowhere to listen on")
 	// while the port answers, for someone else. Try another port.
@@ -76,7 +78,7 @@ func StartPgBouncer(tb testing.TB, mode string) *PgBouncer {
 
 // prepare finds pgbouncer and writes its user list: every PgBouncer of a
 // test logs in to PostgreSQL at host:port.
-func prepare(tb testing.TB) (bin, dir, host, port string) {
+func prepare(tb testing.TB, extra []string) (bin, dir, host, port string) {
 	tb.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -103,6 +105,7 @@ func prepare(tb testing.TB) (bin, dir, host, port string) {
 	if me, err := user.Current(); err == nil {
 		users = append(users, me.Username)
 	}
+	users = append(users, extra...)
 
 	dir = tb.TempDir()
 	var userlist strings.Builder

@@ -31,7 +31,7 @@ func TestPgBouncerOnATakenPortIsNotReady(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	bin, dir, host, port := prepare(t)
+	bin, dir, host, port := prepare(t, nil)
 	p, log := startOn(t, bin, dir, host, port, "transaction", ln.Addr().String())
 	if p != nil {
 		t.Fatalf("a PgBouncer that could not bind %s was returned as ready", ln.Addr())

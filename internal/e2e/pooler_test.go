@@ -160,9 +160,10 @@ func TestPgBouncerSessionPooling(t *testing.T) {
 	require.Zero(t, b.advisoryLocks(t))
 }
 
-// Through PgBouncer in transaction mode, every command refuses at start
-// with one line naming the pooler and the fix, exits 2, and leaves no lock
-// on any of the pooler's server sessions.
+// Through PgBouncer in transaction mode without SYNCER_DIRECT_URL, or in
+// statement mode, every command refuses at start with one line naming the
+// pooler and the fix, exits 2, and leaves no lock on any of the pooler's
+// server sessions.
 func TestPgBouncerTransactionPoolingRefused(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"transaction", "statement"} {
@@ -184,6 +185,15 @@ func TestPgBouncerTransactionPoolingRefused(t *testing.T) {
 				u, err := url.Parse(b.viaPooler)
 				require.NoError(t, err)
 				require.Contains(t, lines[0], "port="+u.Port(), "names where the URL points")
+				if mode == "transaction" {
+					require.Contains(t, lines[0], "SYNCER_DIRECT_URL", "names the fix")
+				}
+			}
+			if mode == "statement" {
+				// No SYNCER_DIRECT_URL makes a statement pooler work.
+				code, _, errOut := syncerCmd(t, "status", "--database-url", b.viaPooler, "--direct-url", b.dsn)
+				require.Equal(t, 2, code, errOut)
+				require.Contains(t, errOut, "pool_mode=statement")
 			}
 			require.Zero(t, b.advisoryLocks(t), "no lock left held on a pooled session")
 			require.Zero(t, b.fake.Stats().Requests)

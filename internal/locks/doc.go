@@ -77,14 +77,19 @@
 //
 // Session advisory locks need a real session. Behind a connection pooler in
 // transaction mode (PgBouncer with pool_mode=transaction, and similar), each
-// statement may run on a different server connection: the lock is taken on one
-// server session and then "vanishes" while the connection still answers. The
-// holder's check detects this, reports the lock lost and logs a warning
-// naming the cause; syncer's commands refuse such a pooler at start
-// (database.DetectPooling). Connect the Locker directly to PostgreSQL or
-// through a pooler in session mode. A Lock's PID is the server's (a pooler
-// announces a pid of its own), and the Locker says once, when it sees a
-// pooler, that the keepalives above cannot be had through it.
+// statement may run on a different server connection: the lock is taken on
+// one server session and then "vanishes" while the connection still
+// answers. The holder's check detects this, reports the lock lost and logs
+// a warning naming the cause. So the holder session must be a whole one:
+// the Locker's connConfig leads to PostgreSQL directly or through a pooler
+// in session mode (SYNCER_DIRECT_URL when DATABASE_URL goes through a
+// transaction pooler; syncer's commands refuse such a pooler without it,
+// database.OpenPools). The transactions' pool (Config.Pool) may go through
+// a transaction pooler: the fence is a transaction-level lock, and with
+// Config.Stateless a Pipe leaves nothing on a session (pipe_stateless.go).
+// A Lock's PID is the server's (a pooler announces a pid of its own), and
+// the Locker says once, when it sees a pooler in front of the holder, that
+// the keepalives above cannot be had through it.
 //
 // # Keys
 //

@@ -153,6 +153,14 @@ type Config struct {
 	// closed by Close.
 	Pool *pgxpool.Pool
 
+	// Stateless says that Pool goes through a pooler in transaction mode
+	// (database.Pools.Stateless): a Pipe then runs each transaction as it
+	// is sent, one round trip after the other, with nothing prepared and
+	// no token left on the session (see Pipe). The holder session, opened
+	// with the Locker's connConfig, must be a whole session
+	// (SYNCER_DIRECT_URL). Defaults to false.
+	Stateless bool
+
 	// IdleSessions is ignored: every lock of a Locker is held by one
 	// session (issue 58). It stays for the callers that set it.
 	IdleSessions int
@@ -195,6 +203,9 @@ type Locker struct {
 	logger        *slog.Logger
 	// leaseTTL is zero without leases.
 	leaseTTL time.Duration
+	// stateless: the transactions' pool keeps no session state
+	// (Config.Stateless).
+	stateless bool
 	// pool runs the transactions; ownPool when the Locker opens it
 	// (poolMu guards its opening and closing).
 	poolMu  sync.Mutex
@@ -253,6 +264,7 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 		checkTimeout:  cmp.Or(cfg.CheckTimeout, CheckTimeoutDefault),
 		logger:        logger,
 		pool:          cfg.Pool,
+		stateless:     cfg.Stateless,
 	}
 	if l.pool == nil {
 		// Opened on first use: a Locker that takes no lock opens nothing.

@@ -17,7 +17,7 @@ import (
 // run because the one sent before it on the pipe did not commit.
 var ErrEarlierFailed = errors.New("locks: the transaction sent before this one did not commit")
 
-// Pipe sends transactions on the lock's session without waiting for the ones
+// Pipe sends transactions on a pooled connection without waiting for the ones
 // before them to finish, and reads their results in the order they were
 // sent. Each is one pgx.Batch sent without BEGIN and ending in one Sync, so
 // PostgreSQL runs it as one implicit transaction: it commits at the Sync if
@@ -25,7 +25,8 @@ var ErrEarlierFailed = errors.New("locks: the transaction sent before this one d
 // starts with a check, in SQL, that the transaction sent before it
 // committed, so what a transaction writes never lands after one before it
 // failed, and (Send, not SendChained) that the session still holds the
-// lock.
+// lock. Through a pooler in transaction mode (Config.Stateless) it sends
+// nothing ahead (pipe_stateless.go).
 //
 // Why: the marker transaction is an export's one serial stage, and between
 // two of them the session is idle while the answer travels to the daemon,
@@ -88,6 +89,9 @@ func (p *Pipe) sendTx(ctx context.Context, checked bool, queue func(b *pgx.Batch
 	b := &pgx.Batch{}
 	if err := queue(b); err != nil {
 		return err
+	}
+	if p.lk.locker.stateless {
+		return p.sendNow(ctx, b)
 	}
 	if len(p.sent) == 0 {
 		// The window's transactions share one pooled connection: the
@@ -216,6 +220,9 @@ func (p *Pipe) queue(sql string, args []any) error {
 func (p *Pipe) Receive() error {
 	if len(p.sent) == 0 {
 		return errors.New("locks: pipe: nothing in flight to receive")
+	}
+	if p.lk.locker.stateless {
+		return p.receiveNow()
 	}
 	tx := p.sent[0]
 	if !tx.read {

@@ -72,6 +72,11 @@ type Config struct {
 	// its lease; the relay renews it every third of that while it listens.
 	// Defaults to LeaseTTLDefault.
 	LeaseTTL time.Duration
+	// Listen is the config of the relay's LISTEN session: a whole session
+	// (SYNCER_DIRECT_URL's when the pool goes through a pooler in
+	// transaction mode, where LISTEN hears nothing). Defaults to the
+	// pool's.
+	Listen *pgx.ConnConfig
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 }
@@ -163,7 +168,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) setConnected(ok bool) { r.update(func(s *Stats) { s.Connected = ok }) }
 
 func (r *Relay) listen(ctx context.Context, bo backoff.BackOff) error {
-	conn, err := database.Connect(ctx, r.pool.Config().ConnConfig)
+	conn, err := database.Connect(ctx, cmp.Or(r.cfg.Listen, r.pool.Config().ConnConfig))
 	if err != nil {
 		return fmt.Errorf("outbox: connect: %w", err)
 	}
