@@ -69,7 +69,7 @@ func RetrySource(ctx context.Context, pool *pgxpool.Pool, source string, keys []
 		if len(keys) > 0 {
 			n, err = sources.RetryFailedKeys(ctx, tx, source, keys)
 		} else {
-			n, err = sources.RetryFailed(ctx, tx, source)
+			n, err = sources.RetryFailed(ctx, tx, source, sources.Scope{})
 		}
 		if err != nil || n == 0 {
 			return err
@@ -90,7 +90,7 @@ func RetryTenant(ctx context.Context, pool *pgxpool.Pool, source, tenant string)
 		if _, ok := withTenant[source]; !ok {
 			return &NoSourceError{Name: source}
 		}
-		if n, err = sources.RetryFailedTenant(ctx, tx, source, tenant); err != nil || n == 0 {
+		if n, err = sources.RetryFailed(ctx, tx, source, sources.Scope{Tenant: tenant}); err != nil || n == 0 {
 			return err
 		}
 		return outbox.Wake(ctx, tx, source)
