@@ -79,7 +79,7 @@ func (c *Configured) AnyPending(ctx context.Context, q database.Querier) (bool, 
 // NewConfiguredTenant returns the rows of tenant of src, a source with a
 // tenant column, over r: `syncer verify --tenant` reads them against the
 // tenant's own account, and heals them for that tenant. Its progress and
-// last run are kept apart from the whole source's (TenantRunKey).
+// last run are kept apart from the whole source's (tenant.RunKey).
 func NewConfiguredTenant(src *sources.Source, tenant string, r Range) (*Configured, error) {
 	if src.Tenant == "" {
 		return nil, fmt.Errorf("source %s has no tenant column", src.Name)
