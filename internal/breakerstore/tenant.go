@@ -12,6 +12,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // TenantNamespace is the namespace of one tenant's facts at destination
@@ -22,9 +23,9 @@ import (
 // one tenant (syncer pause --destination crm --tenant acme) is a hold in
 // that namespace, and the tenant's deliverer honours it as a destination
 // honours its own. Keys are read whole, never by prefix, so a tenant's
-// value may hold any character.
-func TenantNamespace(name, tenant string) string {
-	return "destination:" + name + "/tenant:" + tenant
+// value may hold any character. The form is tenant.Namespace's.
+func TenantNamespace(name, t string) string {
+	return tenant.Namespace(name, tenant.Tenant(t))
 }
 
 // KeyConnection holds a Connection: whether a tenant has a usable
@@ -122,7 +123,7 @@ func (f TenantFacts) StateAt(now time.Time) (state, text string) {
 // cheaper than asking per tenant. A tenant's value may hold any
 // character: each key is split at its known suffix, never at a separator.
 func ReadTenants(ctx context.Context, q database.Querier, name string) (map[string]*TenantFacts, error) {
-	prefix := TenantNamespace(name, "")
+	prefix := tenant.NamespacePrefix(name)
 	rows, err := q.Query(ctx, `SELECT substr(key, $2), value FROM syncer_state WHERE starts_with(key, $1)`, prefix, len(prefix)+1)
 	if err != nil {
 		return nil, fmt.Errorf("breakerstore: read tenants of %s: %w", name, err)
@@ -220,7 +221,7 @@ func TenantKnown(ctx context.Context, q database.Querier, name, tenant string) (
 // so a tenant that comes back while the tidy runs keeps what it wrote.
 // It returns how many tenants it deleted.
 func TidyTenants(ctx context.Context, q database.Querier, name string, before time.Time, busy func(tenant string) bool) (int, error) {
-	prefix := TenantNamespace(name, "")
+	prefix := tenant.NamespacePrefix(name)
 	rows, err := q.Query(ctx, `SELECT substr(key, $2), value, updated_at FROM syncer_state WHERE starts_with(key, $1)`, prefix, len(prefix)+1)
 	if err != nil {
 		return 0, fmt.Errorf("breakerstore: tidy tenants of %s: %w", name, err)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/history"
-	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/rows"
 )
 
 // HistoryCmd prints a key's story: every exported version, each request
@@ -32,7 +32,7 @@ func (c *HistoryCmd) Validate() error {
 	if c.Limit < 0 {
 		return usagef("--limit must not be negative")
 	}
-	if c.Source == jobs.Resources {
+	if rows.KindOf(c.Source) == rows.Resources {
 		if _, err := strconv.ParseInt(c.Key, 10, 64); err != nil {
 			return usagef("--key of resources is a row id (an integer), got %q", c.Key)
 		}
@@ -48,8 +48,10 @@ func (c *HistoryCmd) Run(ctx context.Context, env *Env) error {
 	}
 	defer pool.Close()
 	key := c.Key
-	if c.Source != jobs.Resources {
-		src, err := installedSource(ctx, pool, c.Source)
+	if rows.KindOf(c.Source) == rows.Configured {
+		// A configured source's key in its recorded form (a uuid in
+		// lower case, a composite key's compact JSON array).
+		src, err := openRows(ctx, pool, rows.Scope{Source: c.Source})
 		if err != nil {
 			return err
 		}

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -58,7 +58,9 @@ type ReplayCmd struct {
 
 // ofResources reports whether the replay is of resources: without
 // --source, or --source resources.
-func (c *ReplayCmd) ofResources() bool { return c.Source == "" || c.Source == jobs.Resources }
+func (c *ReplayCmd) ofResources() bool {
+	return c.Source == "" || rows.KindOf(c.Source) == rows.Resources
+}
 
 func (c *ReplayCmd) hasRange() bool {
 	return c.FromID != 0 || c.ToID != 0 || c.Since != "" || c.Until != "" || c.Failed
@@ -102,7 +104,7 @@ func (c *ReplayCmd) Validate() error {
 		// --source resources alone is the whole table, as for any source.
 		return usagef("replay needs a range (--from-id/--to-id, --since/--until or --failed), --list or --cancel ID")
 	}
-	c.req = replays.Request{Source: jobs.Resources, Filter: f, Range: replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey}}
+	c.req = replays.Request{Source: rows.ResourcesName, Filter: f, Range: replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey}}
 	return nil
 }
 

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/operator"
-	"github.com/syncer-dev/syncer/internal/outbox"
-	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/rows"
 )
 
 // RetryFailedCmd is `syncer retry-failed`.
@@ -63,7 +60,7 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 			}
 			return fmt.Errorf("retry failed keys: %w", err)
 		}
-		n, err := operator.RetryTenant(ctx, pool, c.Source, c.Tenant)
+		n, err := operator.Retry(ctx, pool, rows.Scope{Source: c.Source, Tenant: c.Tenant}, nil)
 		if err != nil {
 			return fmt.Errorf("retry failed keys: %w", err)
 		}
@@ -77,23 +74,17 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 		}
 		return c.releaseHeld(ctx, pool, env, c.Source, keys)
 	}
-	var n int64
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if n, err = resources.RetryFailed(ctx, tx, c.ID); err != nil || n == 0 {
-			return err
-		}
-		// Clearing failed_at is not a payload change, so no trigger fired.
-		return outbox.Wake(ctx, tx, jobs.Resources)
-	})
-	if err != nil {
-		return fmt.Errorf("retry failed rows: %w", err)
-	}
-	fmt.Fprintf(env.Stdout, "%s eligible again\n", count(n, "failed row is", "failed rows are"))
+	// Resources: the ids named, or every failed row.
 	var ids []string
 	for _, id := range c.ID {
 		ids = append(ids, strconv.FormatInt(id, 10))
 	}
-	return c.releaseHeld(ctx, pool, env, jobs.Resources, ids)
+	n, err := operator.Retry(ctx, pool, rows.Scope{Source: rows.ResourcesName}, ids)
+	if err != nil {
+		return fmt.Errorf("retry failed rows: %w", err)
+	}
+	fmt.Fprintf(env.Stdout, "%s eligible again\n", count(n, "failed row is", "failed rows are"))
+	return c.releaseHeld(ctx, pool, env, rows.ResourcesName, ids)
 }
 
 // releaseHeld makes the held keys named (all when none is) go now, and

@@ -12,6 +12,8 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/outbox"
+	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -22,7 +24,7 @@ import (
 // their text form (nil: all of them), for their holds to be released too.
 func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpool.Pool) ([]string, error) {
 	if len(c.Key) == 0 {
-		n, err := operator.RetrySource(ctx, pool, c.Source, nil)
+		n, err := operator.Retry(ctx, pool, rows.Scope{Source: c.Source}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("retry failed keys: %w", err)
 		}
@@ -33,7 +35,7 @@ func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpoo
 		fmt.Fprintf(env.Stdout, "source %s: %s eligible again\n", c.Source, count(n, "failed key is", "failed keys are"))
 		return nil, nil
 	}
-	src, err := installedSource(ctx, pool, c.Source)
+	src, err := openRows(ctx, pool, rows.Scope{Source: c.Source})
 	if err != nil {
 		return nil, err
 	}
@@ -41,13 +43,14 @@ func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpoo
 	if err != nil {
 		return nil, err
 	}
+	name := src.Scope().Source
 	var retried []string
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		retried = retried[:0]
 		// One key at a time: the keys are the few an operator typed, and
 		// each answer says whether that key was failed.
 		for _, k := range keys {
-			n, err := sources.RetryFailedKeys(ctx, tx, src.Name, []string{k})
+			n, err := src.Retry(ctx, tx, []string{k})
 			if err != nil {
 				return err
 			}
@@ -58,13 +61,13 @@ func (c *RetryFailedCmd) retrySource(ctx context.Context, env *Env, pool *pgxpoo
 		if len(retried) == 0 {
 			return nil
 		}
-		return outbox.Wake(ctx, tx, src.Name)
+		return outbox.Wake(ctx, tx, name)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("retry failed keys: %w", err)
 	}
 	fmt.Fprintf(env.Stdout, "source %s: %d of %s failed; %s eligible again\n",
-		src.Name, len(retried), count(int64(len(keys)), "key named was", "keys named were"), count(int64(len(retried)), "failed key is", "failed keys are"))
+		name, len(retried), count(int64(len(keys)), "key named was", "keys named were"), count(int64(len(retried)), "failed key is", "failed keys are"))
 	for _, k := range keys {
 		if !slices.Contains(retried, k) {
 			fmt.Fprintf(env.Stdout, "  key %s: %s\n", k, notFailed(ctx, pool, src, k))
@@ -87,19 +90,34 @@ func installedSource(ctx context.Context, pool *pgxpool.Pool, name string) (*sou
 		}
 		names = append(names, s.Name)
 	}
-	return nil, fmt.Errorf("retry failed keys: %w (installed: %s)", &operator.NoSourceError{Name: name}, strings.Join(names, ", "))
+	return nil, noSource(&operator.NoSourceError{Name: name, Installed: names})
+}
+
+// openRows is rows.Open, whose *NoSourceError says the installed sources
+// as installedSource's does.
+func openRows(ctx context.Context, pool *pgxpool.Pool, sc rows.Scope) (rows.Rows, error) {
+	r, err := rows.Open(ctx, pool, sc)
+	var none *operator.NoSourceError
+	if errors.As(err, &none) {
+		return nil, noSource(none)
+	}
+	return r, err
+}
+
+func noSource(e *operator.NoSourceError) error {
+	return fmt.Errorf("retry failed keys: %w (installed: %s)", e, strings.Join(e.Installed, ", "))
 }
 
 // normalizedKeys returns --key in the text form the failures are recorded
 // under (an integer in decimal, a uuid in lower case, a composite key's
 // compact JSON array), each once.
-func (c *RetryFailedCmd) normalizedKeys(src *sources.Source) ([]string, error) {
+func (c *RetryFailedCmd) normalizedKeys(src rows.Rows) ([]string, error) {
 	var keys []string
 	for _, k := range c.Key {
-		n, err := src.NormalizeKey(k)
+		n, err := src.ParseKey(k)
 		if err != nil {
 			if errors.Is(err, sources.ErrBadKey) {
-				return nil, usagef("--key of source %s (its key is %s): %v", src.Name, src.KeyType, strings.TrimSuffix(err.Error(), ": "+sources.ErrBadKey.Error()))
+				return nil, usagef("--key of source %s (its key is %s): %v", src.Scope().Source, src.KeyType(), strings.TrimSuffix(err.Error(), ": "+sources.ErrBadKey.Error()))
 			}
 			return nil, usagef("--key: %v", err)
 		}
@@ -113,8 +131,8 @@ func (c *RetryFailedCmd) normalizedKeys(src *sources.Source) ([]string, error) {
 // notFailed says why key was left alone: not failed, or no row of the
 // source has it (a mistyped key). It reads the application's table, after
 // the retry is committed: a read that fails only makes the answer vaguer.
-func notFailed(ctx context.Context, pool *pgxpool.Pool, src *sources.Source, key string) string {
-	n, err := sources.CountReplay(ctx, pool, src, sources.ReplayRange{FromKey: key, ToKey: key})
+func notFailed(ctx context.Context, pool *pgxpool.Pool, src rows.Rows, key string) string {
+	n, err := src.ReplayTable().CountReplay(ctx, pool, &replays.Request{Source: src.Scope().Source, Range: replays.SourceRange{FromKey: key, ToKey: key}})
 	switch {
 	case err != nil:
 		return "not failed, left alone"

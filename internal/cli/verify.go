@@ -20,9 +20,9 @@ import (
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/formats"
-	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/operator"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
@@ -71,7 +71,7 @@ func (c *VerifyCmd) Validate() error {
 	if c.RateLimit < 0 {
 		return usagef("--rate-limit (SYNCER_RATE_LIMIT) must not be negative, got %g", c.RateLimit)
 	}
-	if c.Tenant != "" && c.Source == jobs.Resources {
+	if c.Tenant != "" && rows.KindOf(c.Source) == rows.Resources {
 		return usagef("--tenant %s: source resources has no tenants (no tenant column)", c.Tenant)
 	}
 	return nil
@@ -163,8 +163,13 @@ type built struct {
 // build returns what a run of the source reads.
 func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*built, error) {
 	r := verify.Range{FromKey: c.FromKey, ToKey: c.ToKey}
-	if c.Source == jobs.Resources {
-		src, err := verify.NewResources(r)
+	if rows.KindOf(c.Source) == rows.Resources {
+		// Resources' rows have their reader of the third party's API.
+		rs, err := rows.Open(ctx, pool, rows.Scope{Source: c.Source})
+		if err != nil {
+			return nil, err
+		}
+		src, err := rs.Verify(r)
 		if err != nil {
 			return nil, usagef("--from-key/--to-key: %v", err)
 		}
@@ -177,7 +182,7 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 		}
 		rd, err := formats.Reader(c.ThirdpartyFormat, nil, &formats.Account{Client: client, Source: c.Source})
 		if err != nil {
-			return nil, readerError(jobs.Resources, err)
+			return nil, readerError(rows.ResourcesName, err)
 		}
 		return &built{src: src, rd: rd, limit: c.RateLimit, burst: c.RateBurst, dest: metrics.DefaultDestination, close: client.Close}, nil
 	}
@@ -229,7 +234,7 @@ func destinationOf(cfg *config.Config, name string) (*config.Destination, error)
 		}
 		return d, nil
 	}
-	return nil, usagef("--source: no source %s in --config (sources: %s)", name, strings.Join(append(names, jobs.Resources), ", "))
+	return nil, usagef("--source: no source %s in --config (sources: %s)", name, strings.Join(append(names, rows.ResourcesName), ", "))
 }
 
 // readerError is err, building the reader of destination dest, as a
@@ -286,7 +291,7 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 
 // retryFailedCommand is the command that sends res's failed keys again.
 func retryFailedCommand(res *verify.Result) string {
-	if res.Source == jobs.Resources {
+	if rows.KindOf(res.Source) == rows.Resources {
 		return "syncer retry-failed"
 	}
 	cmd := "syncer retry-failed --source " + res.Source
@@ -299,30 +304,24 @@ func retryFailedCommand(res *verify.Result) string {
 // configuredSource returns the installed configured source as a
 // verify.Source.
 func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r verify.Range, dest *config.Destination) (verify.Source, error) {
-	src, err := installedSource(ctx, pool, c.Source)
-	if err != nil {
-		var nse *operator.NoSourceError
-		if errors.As(err, &nse) {
-			return nil, usagef("--source: %v", strings.TrimPrefix(err.Error(), "retry failed keys: "))
-		}
-		return nil, err
-	}
+	src, err := openRows(ctx, pool, rows.Scope{Source: c.Source, Tenant: c.Tenant})
+	var nse *operator.NoSourceError
+	var nte *rows.NoTenantsError
 	switch {
-	case c.Tenant != "" && src.Tenant == "":
-		return nil, usagef("--tenant %s: source %s has no tenants (no tenant column)", c.Tenant, src.Name)
-	case c.Tenant == "" && src.Tenant != "" && dest.Tenants != nil:
+	case errors.As(err, &nse):
+		return nil, usagef("--source: %v", strings.TrimPrefix(err.Error(), "retry failed keys: "))
+	case errors.As(err, &nte):
+		return nil, usagef("--tenant %s: source %s has no tenants (no tenant column)", c.Tenant, c.Source)
+	case err != nil:
+		return nil, err
+	case c.Tenant == "" && src.Tenanted() && dest.Tenants != nil:
 		// Each tenant's rows are in its own account: no one client reads
 		// them all.
-		return nil, usagef("source %s sends each tenant to its own account (destination %s has a tenants block): verify one tenant with --tenant T", src.Name, dest.Name)
+		return nil, usagef("source %s sends each tenant to its own account (destination %s has a tenants block): verify one tenant with --tenant T", c.Source, dest.Name)
 	}
-	var out *verify.Configured
-	if c.Tenant != "" {
-		out, err = verify.NewConfiguredTenant(src, c.Tenant, r)
-	} else {
-		out, err = verify.NewConfigured(src, r)
-	}
+	out, err := src.Verify(r)
 	if err != nil {
-		return nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", src.Name, src.KeyType, err)
+		return nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", c.Source, src.KeyType(), err)
 	}
 	return out, nil
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
-	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
@@ -35,7 +35,7 @@ type everyTenant struct {
 
 // everyTenantOf returns the source's every-tenant setup, or nil.
 func (c *VerifyCmd) everyTenantOf(ctx context.Context, pool *pgxpool.Pool) (*everyTenant, error) {
-	if c.Tenant != "" || c.Source == jobs.Resources {
+	if c.Tenant != "" || rows.KindOf(c.Source) == rows.Resources {
 		return nil, nil
 	}
 	cfg, err := c.ConfigFile.Load(true)

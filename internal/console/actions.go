@@ -14,6 +14,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/replays"
+	"github.com/syncer-dev/syncer/internal/rows"
 )
 
 // done sends the browser back to a page with a line saying what was done
@@ -54,7 +55,7 @@ func refuse(w http.ResponseWriter, err error) {
 func (c *Console) retry(w http.ResponseWriter, r *http.Request, cl caller) {
 	name := r.PathValue("name")
 	keys := r.PostForm["key"]
-	n, err := operator.RetrySource(r.Context(), c.pool, name, keys)
+	n, err := operator.Retry(r.Context(), c.pool, rows.Scope{Source: name}, keys)
 	msg := fmt.Sprintf("%s of source %s %s eligible again", count(n, "failed key"), name, verb(n, "is", "are"))
 	if err == nil {
 		// As retry-failed: a held key named (or every one) goes now.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/metrics"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -81,12 +82,12 @@ func TestSourcePageShowsEachTenantsVerify(t *testing.T) {
 	t.Parallel()
 	db := dbtest.NewMigrated(t)
 	ctx := t.Context()
-	for tenant, counts := range map[string]string{
+	for tn, counts := range map[string]string{
 		"acme":   `{"checked": 10, "ok": 9, "missing": 1}`,
 		"globex": `{"checked": 10, "ok": 10}`,
 	} {
 		_, err := db.Pool.Exec(ctx, `INSERT INTO syncer_verify_last (source, state, by_whom, started_at, finished_at, counts)
-			VALUES ($1, 'finished', 'command', now(), now(), $2)`, verify.TenantRunKey("resources", tenant), counts)
+			VALUES ($1, 'finished', 'command', now(), now(), $2)`, tenant.RunKey("resources", tenant.Tenant(tn)), counts)
 		require.NoError(t, err)
 	}
 	c, err := New(ctx, db.Pool, metrics.New(prometheus.NewRegistry()), &Config{Token: consoleToken})

@@ -247,16 +247,16 @@ func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
 	if c.end {
 		return feed.Page{}, nil
 	}
-	read := sources.Pending
-	if c.f.kept {
-		read = sources.PendingKept
+	after, first := "", c.after == nil
+	if !first {
+		after = *c.after
 	}
 	var sp sources.Page
 	var err error
-	if c.after == nil {
-		sp, err = read(ctx, c.f.pool, c.f.src, "", true, c.f.lim)
+	if c.f.kept {
+		sp, err = sources.PendingKept(ctx, c.f.pool, c.f.src, sources.Scope{}, after, first, c.f.lim)
 	} else {
-		sp, err = read(ctx, c.f.pool, c.f.src, *c.after, false, c.f.lim)
+		sp, err = sources.Pending(ctx, c.f.pool, c.f.src, after, first, c.f.lim)
 	}
 	rows := sp.Rows
 	if err != nil || len(rows) == 0 {
@@ -282,7 +282,7 @@ func (c *sourceCursor) Next(ctx context.Context) (feed.Page, error) {
 func (f *sourceFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs []string) error {
 	keys, versions := wire(accepted)
 	rkeys, rversions := wire(rejected)
-	return sources.QueueMarks(b, f.src, keys, versions, rkeys, rversions, errs)
+	return sources.QueueMarks(b, f.src, sources.Scope{}, keys, versions, rkeys, rversions, errs)
 }
 
 // composeAccepted adds to s the marks of accepted, none a tombstone

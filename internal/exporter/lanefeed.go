@@ -310,7 +310,7 @@ func (f *laneFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs
 		m := by[t]
 		keys, versions := wire(m.acc)
 		rkeys, rversions := wire(m.rej)
-		if err := sources.QueueTenantMarks(b, f.src, t, keys, versions, rkeys, rversions, m.errs); err != nil {
+		if err := sources.QueueMarks(b, f.src, sources.Scope{Tenant: t}, keys, versions, rkeys, rversions, m.errs); err != nil {
 			return err
 		}
 	}

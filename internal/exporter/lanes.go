@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
@@ -22,6 +21,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // TenantDestinations gives each tenant of a source with a tenant column
@@ -82,20 +82,23 @@ const (
 	tenantsTurn = 16
 )
 
-// tenantSalt is the salt of a lane's batches of tenant: the lane's
-// checkpoint and the tenant, so two tenants' equal bodies have two keys,
-// and a recorded batch says whose it is after a crash (tenantOfSalt).
-func tenantSalt(checkpointName, tenant string) string {
-	return checkpointName + tenantSaltSep + tenant
+// tenantSalt is the salt of a lane's batches of tenant (tenant.Salt): the
+// lane's checkpoint and the tenant, so two tenants' equal bodies have two
+// keys, and a recorded batch says whose it is after a crash
+// (tenantOfSalt).
+func tenantSalt(checkpointName, t string) string {
+	return tenant.Salt(checkpointName, tenant.Tenant(t))
 }
 
-// tenantSaltSep cannot occur in a checkpoint's name (source names hold
-// letters, digits and _ - . $ only).
-const tenantSaltSep = "/tenant="
-
 func tenantOfSalt(salt string) (string, bool) {
-	_, t, ok := strings.Cut(salt, tenantSaltSep)
-	return t, ok
+	t, ok := tenant.OfSalt(salt)
+	return string(t), ok
+}
+
+// checkpointOfSalt is the lane's checkpoint of a salt tenantSalt made for
+// t.
+func checkpointOfSalt(salt, t string) string {
+	return tenant.CheckpointOfSalt(salt, tenant.Tenant(t))
 }
 
 // laneSources returns the lanes of s, a configured source with a tenant
@@ -199,7 +202,7 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 	if !ok {
 		return nil, fmt.Errorf("exporter: source %s: a batch without a tenant (salt %q)", r.source, b.Salt)
 	}
-	f := r.feeds[strings.TrimSuffix(b.Salt, tenantSaltSep+tenant)]
+	f := r.feeds[checkpointOfSalt(b.Salt, tenant)]
 	if f != nil {
 		f.pushed(tenant)
 		defer f.sending(tenant)()

@@ -164,7 +164,7 @@ func (c *laneCursor) readPage(ctx context.Context, tenant string) (sources.Page,
 	lim := c.f.lim
 	lim.Items, lim.Bytes = lim.Items*n, lim.Bytes*n
 	after, read := c.after[tenant]
-	sp, err := sources.TenantPending(ctx, c.f.pool, c.f.src, c.f.lane, tenant, after, !read, lim)
+	sp, err := sources.PendingKept(ctx, c.f.pool, c.f.src, sources.Scope{Tenant: tenant, Lane: c.f.lane}, after, !read, lim)
 	if err != nil || n == 1 {
 		return sp, err
 	}

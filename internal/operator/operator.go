@@ -2,9 +2,9 @@
 // command line or the console alike: retry a source's failed keys, pause,
 // resume or probe a destination, plan, start, follow or cancel a replay of
 // any source (the replay model is internal/replays'). Each
-// action asks the packages that own the tables (sources, replays, outbox,
-// breakerstore); none writes SQL of its own, so the two front ends cannot
-// drift apart.
+// action asks the packages that own the tables (rows for a source's rows,
+// replays, outbox, breakerstore); none writes SQL of its own, so the two
+// front ends cannot drift apart.
 package operator
 
 import (
@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,13 +19,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
-	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/holds"
-	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/presence"
 	"github.com/syncer-dev/syncer/internal/replays"
-	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -38,96 +35,40 @@ const (
 
 // ErrUnknown is wrapped by the errors of an action on a source or a
 // destination that is not installed.
-var ErrUnknown = errors.New("not installed")
+var ErrUnknown = rows.ErrUnknown
 
 // NoSourceError is returned for a source that is not installed.
-type NoSourceError struct{ Name string }
+type NoSourceError = rows.NoSourceError
 
-func (e *NoSourceError) Error() string {
-	return fmt.Sprintf("no source %s is installed (see syncer status)", e.Name)
-}
-
-// Unwrap makes it an ErrUnknown.
-func (e *NoSourceError) Unwrap() error { return ErrUnknown }
-
-// RetrySource makes a source's failed keys eligible again, all of them or
-// those named (each in its text form; for resources, ids), and wakes the
-// daemons in the same transaction. It returns how many keys are pending
-// again.
-func RetrySource(ctx context.Context, pool *pgxpool.Pool, source string, keys []string) (n int64, err error) {
-	if source == jobs.Resources {
-		return retryResources(ctx, pool, keys)
-	}
+// Retry makes the failed keys of sc (a source, or one tenant of it) eligible
+// again, all of them or those named (each in its text form; for
+// resources, ids), and wakes the daemons in the same transaction. It
+// returns how many keys are pending again. An unknown source is a
+// *NoSourceError; a tenant of a source without tenants a
+// *rows.NoTenantsError; a key that cannot be one of the source's wraps
+// sources.ErrBadKey.
+func Retry(ctx context.Context, pool *pgxpool.Pool, sc rows.Scope, keys []string) (n int64, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		known, err := sources.IsInstalled(ctx, tx, source)
+		r, err := rows.Open(ctx, tx, sc)
 		if err != nil {
 			return err
 		}
-		if !known {
-			return &NoSourceError{Name: source}
-		}
-		if len(keys) > 0 {
-			n, err = sources.RetryFailedKeys(ctx, tx, source, keys)
-		} else {
-			n, err = sources.RetryFailed(ctx, tx, source)
-		}
-		if err != nil || n == 0 {
+		if n, err = r.Retry(ctx, tx, keys); err != nil || n == 0 {
 			return err
 		}
-		return outbox.Wake(ctx, tx, source)
+		// Clearing a failure is not a payload change: no trigger fired.
+		return outbox.Wake(ctx, tx, sc.Source)
 	})
 	return n, err
 }
 
-// RetryTenant is RetrySource of one tenant's failed keys, of a source with
-// a tenant column.
-func RetryTenant(ctx context.Context, pool *pgxpool.Pool, source, tenant string) (n int64, err error) {
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		withTenant, err := sources.TenantSources(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if _, ok := withTenant[source]; !ok {
-			return &NoSourceError{Name: source}
-		}
-		if n, err = sources.RetryFailedTenant(ctx, tx, source, tenant); err != nil || n == 0 {
-			return err
-		}
-		return outbox.Wake(ctx, tx, source)
-	})
-	return n, err
-}
-
-// retryResources is RetrySource of resources: its keys are ids.
-func retryResources(ctx context.Context, pool *pgxpool.Pool, keys []string) (n int64, err error) {
-	var ids []int64
-	for _, k := range keys {
-		id, err := strconv.ParseInt(strings.TrimSpace(k), 10, 64)
-		if err != nil || id <= 0 {
-			return 0, fmt.Errorf("%q is not an id of resources: %w", k, replays.ErrBadRange)
-		}
-		ids = append(ids, id)
-	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if n, err = resources.RetryFailed(ctx, tx, ids); err != nil || n == 0 {
-			return err
-		}
-		return outbox.Wake(ctx, tx, jobs.Resources)
-	})
-	return n, err
-}
-
-// ReleaseHeld makes the held keys of a source (or of resources, as
-// jobs.Resources) go at once, all of them when keys is nil, and wakes its
-// daemon: what retry-failed does to a key the third party keeps answering
-// transiently (docs/operations.md). It returns how many it released.
+// ReleaseHeld makes the held keys of a source go at once, all of them
+// when keys is nil, and wakes its daemon: what retry-failed does to a key
+// the third party keeps answering transiently (docs/operations.md). It
+// returns how many it released.
 func ReleaseHeld(ctx context.Context, pool *pgxpool.Pool, source string, keys []string) (n int64, err error) {
-	feed := checkpoint.Live
-	if source != jobs.Resources {
-		feed = checkpoint.Source(source)
-	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if n, err = holds.Clear(ctx, tx, feed, keys); err != nil || n == 0 {
+		if n, err = holds.Clear(ctx, tx, rows.HeldFeedOf(source), keys); err != nil || n == 0 {
 			return err
 		}
 		return outbox.Wake(ctx, tx, source)
@@ -288,24 +229,14 @@ func waitProbeAnswer(ctx context.Context, pool *pgxpool.Pool, ns string, p break
 	}
 }
 
-// ReplayTable is the named source as a replay's table: resources
-// (jobs.Resources) or an installed configured source, else a
-// *NoSourceError. It is the one place the replay path tells the kinds of
-// source apart; a constructor that decides a source's kind once can take
-// its place.
+// ReplayTable is the named source as a replay's table, else a
+// *NoSourceError.
 func ReplayTable(ctx context.Context, pool *pgxpool.Pool, name string) (replays.Table, error) {
-	if name == jobs.Resources {
-		return replays.Resources, nil
-	}
-	all, err := sources.Load(ctx, pool)
+	r, err := rows.Open(ctx, pool, rows.Scope{Source: name})
 	if err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(all, func(s *sources.Source) bool { return s.Name == name })
-	if i < 0 {
-		return nil, &NoSourceError{Name: name}
-	}
-	return sources.ReplayTable(all[i]), nil
+	return r.ReplayTable(), nil
 }
 
 // PlanReplay checks r against its source and counts what it would send:

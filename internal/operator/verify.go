@@ -5,8 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/syncer-dev/syncer/internal/jobs"
-	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -16,14 +15,8 @@ import (
 // source's last verify. It heals only when the destination has
 // verify_heal.
 func VerifyNow(ctx context.Context, pool *pgxpool.Pool, source string) error {
-	if source != jobs.Resources {
-		known, err := sources.IsInstalled(ctx, pool, source)
-		if err != nil {
-			return err
-		}
-		if !known {
-			return &NoSourceError{Name: source}
-		}
+	if _, err := rows.Open(ctx, pool, rows.Scope{Source: source}); err != nil {
+		return err
 	}
 	return verify.Request(ctx, pool, source)
 }

@@ -66,7 +66,7 @@ func TestInstallIsIdempotentAndRemovesWhatIsNoLongerConfigured(t *testing.T) {
 	res, _ = b.install(t, both)
 	require.Equal(t, sources.Updated, res.Changes[1].Action)
 	b.exec(t, `INSERT INTO customers VALUES (gen_random_uuid(), 'x')`)
-	ok, err := sources.AnyPending(ctx, b.pool, "customers")
+	ok, err := sources.AnyPending(ctx, b.pool, "customers", sources.Scope{})
 	require.NoError(t, err)
 	require.True(t, ok)
 

@@ -32,7 +32,7 @@ func TestPendingKeptReadsTheKeptDigests(t *testing.T) {
 
 	kept := func(src *sources.Source) map[string][]byte {
 		t.Helper()
-		p, err := sources.PendingKept(ctx, b.pool, src, "", true, lim)
+		p, err := sources.PendingKept(ctx, b.pool, src, sources.Scope{}, "", true, lim)
 		require.NoError(t, err)
 		plain, err := sources.Pending(ctx, b.pool, src, "", true, lim)
 		require.NoError(t, err)
@@ -49,7 +49,7 @@ func TestPendingKeptReadsTheKeptDigests(t *testing.T) {
 	require.Equal(t, map[string][]byte{"Zeta": nil, "alpha": {0x0a}}, kept(srcs["tags"]))
 
 	// After a cursor, too.
-	p, err := sources.PendingKept(ctx, b.pool, srcs["posts"], "2", false, lim)
+	p, err := sources.PendingKept(ctx, b.pool, srcs["posts"], sources.Scope{}, "2", false, lim)
 	require.NoError(t, err)
 	require.Len(t, p.Rows, 1)
 	require.Equal(t, []byte{3}, p.Rows[0].Kept)

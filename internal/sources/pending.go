@@ -103,8 +103,12 @@ func Pending(ctx context.Context, q database.Querier, src *Source, afterKey stri
 // PendingKept is Pending, and each row comes with the digest of the body
 // last accepted for its key (Row.Kept) that internal/unchanged keeps
 // under the source's name: read in the same statement, not in one more a
-// page (docs/benchmarks.md, "No request for an unchanged row").
-func PendingKept(ctx context.Context, q database.Querier, src *Source, afterKey string, first bool, lim feed.Limits) (Page, error) {
+// page (docs/benchmarks.md, "No request for an unchanged row"). Of a
+// tenant's scope, the tenant's items of the scope's lane (tenantPending).
+func PendingKept(ctx context.Context, q database.Querier, src *Source, sc Scope, afterKey string, first bool, lim feed.Limits) (Page, error) {
+	if sc.Tenant != "" {
+		return tenantPending(ctx, q, src, sc.Lane, sc.Tenant, afterKey, first, lim)
+	}
 	return pending(ctx, q, src, afterKey, first, lim, true)
 }
 
@@ -337,7 +341,7 @@ func (s *Source) diagnose(ctx context.Context, q database.Querier) *SchemaError 
 // pending at its higher version. Run it in the transaction that marks the
 // batch, or queue it there with QueueMarks.
 func MarkSynced(ctx context.Context, db BatchSender, src *Source, keys []string, versions []int64) error {
-	return send(ctx, db, func(b *pgx.Batch) error { return QueueMarks(b, src, keys, versions, nil, nil, nil) })
+	return send(ctx, db, func(b *pgx.Batch) error { return QueueMarks(b, src, Scope{}, keys, versions, nil, nil, nil) })
 }
 
 // MarkFailed records that the third party rejected keys at versions, with
@@ -345,7 +349,7 @@ func MarkSynced(ctx context.Context, db BatchSender, src *Source, keys []string,
 // versions are deleted, so the key is not sent again until a later change
 // (which makes it pending at a higher version) or RetryFailed.
 func MarkFailed(ctx context.Context, db BatchSender, src *Source, keys []string, versions []int64, errs []string) error {
-	return send(ctx, db, func(b *pgx.Batch) error { return QueueMarks(b, src, nil, nil, keys, versions, errs) })
+	return send(ctx, db, func(b *pgx.Batch) error { return QueueMarks(b, src, Scope{}, nil, nil, keys, versions, errs) })
 }
 
 // BatchSender is database.Querier that also sends a pgx.Batch, because a
@@ -404,8 +408,12 @@ var markFailedSQL = `WITH b AS (SELECT * FROM unnest($2::bigint[], $3::text[], $
 
 // QueueMarks adds to b the statements of MarkSynced (accepted) and
 // MarkFailed (rejected, with errs), for a caller that sends them with other
-// statements in one round trip.
-func QueueMarks(b *pgx.Batch, src *Source, accepted []string, acceptedVersions []int64, rejected []string, rejectedVersions []int64, errs []string) error {
+// statements in one round trip. Of a tenant's scope, the marks are the
+// tenant's: its changes deleted, its failures recorded.
+func QueueMarks(b *pgx.Batch, src *Source, sc Scope, accepted []string, acceptedVersions []int64, rejected []string, rejectedVersions []int64, errs []string) error {
+	if sc.Tenant != "" {
+		return queueTenantMarks(b, src, sc.Tenant, accepted, acceptedVersions, rejected, rejectedVersions, errs)
+	}
 	if err := queueMark(b, src, "mark synced", markSyncedSQL, accepted, acceptedVersions); err != nil {
 		return err
 	}
@@ -432,8 +440,12 @@ func queueMark(b *pgx.Batch, src *Source, what, sql string, keys []string, versi
 // RetryFailed makes every failed key of the source pending again, at a new
 // (higher) version, and returns how many. The new version gives the batch
 // a new body, so it never reuses the Idempotency-Key the third party
-// rejected.
-func RetryFailed(ctx context.Context, e database.Querier, src string) (int64, error) {
+// rejected. Of a tenant's scope, only the tenant's failed keys, each
+// logged again for the tenant it failed for.
+func RetryFailed(ctx context.Context, e database.Querier, src string, sc Scope) (int64, error) {
+	if sc.Tenant != "" {
+		return retryFailedTenant(ctx, e, src, sc.Tenant)
+	}
 	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 RETURNING num, key, tenant)
 		INSERT INTO syncer_changes (source, num, key, deleted, tenant, lane) SELECT $1, num, key, false, f.tenant, `+relogLaneSQL+` FROM f ORDER BY num, key`, src)
 	if err != nil {
@@ -443,10 +455,19 @@ func RetryFailed(ctx context.Context, e database.Querier, src string) (int64, er
 }
 
 // AnyPending reports whether the source has a pending change. It only
-// touches the change log's index, so it is cheap enough to poll.
-func AnyPending(ctx context.Context, q database.Querier, src string) (bool, error) {
+// touches the change log's index, so it is cheap enough to poll. Of a
+// tenant's scope, a change for the tenant, or for no tenant yet (which
+// AdoptUntenanted gives the row's tenant).
+func AnyPending(ctx context.Context, q database.Querier, src string, sc Scope) (bool, error) {
 	var ok bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_changes WHERE source = $1)`, src).Scan(&ok); err != nil {
+	var err error
+	if sc.Tenant != "" {
+		err = q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_changes WHERE source = $1 AND tenant = $2)
+			OR EXISTS (SELECT 1 FROM syncer_changes WHERE source = $1 AND tenant IS NULL)`, src, sc.Tenant).Scan(&ok)
+	} else {
+		err = q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_changes WHERE source = $1)`, src).Scan(&ok)
+	}
+	if err != nil {
 		return false, fmt.Errorf("sources: source %s: any pending: %w", src, err)
 	}
 	return ok, nil

@@ -149,12 +149,12 @@ func Tenants(ctx context.Context, q database.Querier, src *Source, lane int, aft
 	return append(out, more...), nil
 }
 
-// TenantPending is Pending for one tenant of one lane: the tenant's next
+// tenantPending is PendingKept of a tenant's scope: the tenant's next
 // batch of pending items in key order, after afterKey unless first. An
 // item is a tombstone when its row is gone or belongs to another tenant
 // now (its move logged the row for the new tenant). Each item comes with
 // the digest kept for the tenant's key (Row.Kept), as PendingKept's do.
-func TenantPending(ctx context.Context, q database.Querier, src *Source, lane int, tenant, afterKey string, first bool, lim feed.Limits) (Page, error) {
+func tenantPending(ctx context.Context, q database.Querier, src *Source, lane int, tenant, afterKey string, first bool, lim feed.Limits) (Page, error) {
 	if src.Tenant == "" {
 		return Page{}, fmt.Errorf("sources: source %s has no tenant column", src.Name)
 	}
@@ -243,9 +243,8 @@ var (
 		"ON CONFLICT (source, key) WHERE tenant IS NULL", "ON CONFLICT (source, tenant, key) WHERE tenant IS NOT NULL", 1)
 )
 
-// QueueTenantMarks is QueueMarks for the items of one tenant of a source
-// with a tenant column.
-func QueueTenantMarks(b *pgx.Batch, src *Source, tenant string, accepted []string, acceptedVersions []int64, rejected []string, rejectedVersions []int64, errs []string) error {
+// queueTenantMarks is QueueMarks of a tenant's scope.
+func queueTenantMarks(b *pgx.Batch, src *Source, tenant string, accepted []string, acceptedVersions []int64, rejected []string, rejectedVersions []int64, errs []string) error {
 	if err := queueMark(b, src, "mark synced", markSyncedTenantSQL, accepted, acceptedVersions, tenant); err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func (b *bundle) tenantPending(t *testing.T, src *sources.Source, tenant string)
 	var out []sources.Row
 	after, first := "", true
 	for {
-		p, err := sources.TenantPending(context.Background(), b.pool, src, lane, tenant, after, first, feed.Limits{Items: 2}.WithDefaults())
+		p, err := sources.PendingKept(context.Background(), b.pool, src, sources.Scope{Tenant: tenant, Lane: lane}, after, first, feed.Limits{Items: 2}.WithDefaults())
 		require.NoError(t, err)
 		if len(p.Rows) == 0 {
 			return out
@@ -37,7 +37,7 @@ func (b *bundle) markTenant(t *testing.T, src *sources.Source, tenant string, ro
 	}
 	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
-		if err := sources.QueueTenantMarks(batch, src, tenant, ks, vs, nil, nil, nil); err != nil {
+		if err := sources.QueueMarks(batch, src, sources.Scope{Tenant: tenant}, ks, vs, nil, nil, nil); err != nil {
 			return err
 		}
 		return tx.SendBatch(context.Background(), batch).Close()
@@ -181,7 +181,7 @@ func TestAdoptUntenanted(t *testing.T) {
 	b.exec(t, `INSERT INTO contacts VALUES ('acme', 1), ('globex', 2)`)
 	b.markTenant(t, src, "acme", b.tenantPending(t, src, "acme"))
 	b.markTenant(t, src, "globex", b.tenantPending(t, src, "globex"))
-	_, err := sources.Resend(context.Background(), b.pool, src, []string{`["acme",1]`, `["globex",2]`, `["gone",3]`})
+	_, err := sources.Resend(context.Background(), b.pool, src, sources.Scope{}, []string{`["acme",1]`, `["globex",2]`, `["gone",3]`})
 	require.NoError(t, err)
 	n, err := sources.AdoptUntenanted(context.Background(), b.pool, src)
 	require.NoError(t, err)
@@ -200,7 +200,7 @@ func (b *bundle) failTenant(t *testing.T, src *sources.Source, tenant string, ro
 	}
 	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
-		if err := sources.QueueTenantMarks(batch, src, tenant, nil, nil, ks, vs, errs); err != nil {
+		if err := sources.QueueMarks(batch, src, sources.Scope{Tenant: tenant}, nil, nil, ks, vs, errs); err != nil {
 			return err
 		}
 		return tx.SendBatch(context.Background(), batch).Close()
@@ -236,7 +236,7 @@ func TestFailuresPerTenantAndKey(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, stats[0].FailedKeys)
 
-	n, err := sources.RetryFailed(ctx, b.pool, "contacts")
+	n, err := sources.RetryFailed(ctx, b.pool, "contacts", sources.Scope{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	acme, globex := b.tenantPending(t, src, "acme"), b.tenantPending(t, src, "globex")

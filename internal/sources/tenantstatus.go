@@ -179,9 +179,8 @@ func TenantSources(ctx context.Context, q database.Querier) (map[string]string, 
 	return out, nil
 }
 
-// RetryFailedTenant is RetryFailed of one tenant's failed keys: each is
-// logged again for the tenant it failed for.
-func RetryFailedTenant(ctx context.Context, e database.Querier, src, tenant string) (int64, error) {
+// retryFailedTenant is RetryFailed of a tenant's scope.
+func retryFailedTenant(ctx context.Context, e database.Querier, src, tenant string) (int64, error) {
 	tag, err := e.Exec(ctx, `WITH f AS (DELETE FROM syncer_source_failures WHERE source = $1 AND tenant = $2 RETURNING num, key, tenant)
 		INSERT INTO syncer_changes (source, num, key, deleted, tenant, lane) SELECT $1, num, key, false, f.tenant, `+relogLaneSQL+` FROM f ORDER BY num, key`, src, tenant)
 	if err != nil {

@@ -71,11 +71,16 @@ func (s *Source) heldSQL(r ReplayRange, after bool, tenant string) (string, []an
 // read by keyset from its primary key, each with whether the filter keeps
 // it and whether its key has changes pending. A key deleted here is not
 // read: its tombstone is forgotten once exported.
-func HeldPage(ctx context.Context, q database.Querier, src *Source, r ReplayRange, after string, limit int) ([]Held, error) {
-	return heldPage(ctx, q, src, r, after, limit, "")
-}
-
-func heldPage(ctx context.Context, q database.Querier, src *Source, r ReplayRange, after string, limit int, tenant string) ([]Held, error) {
+//
+// Of a tenant's scope, only the tenant's rows are read (those whose
+// tenant column is the tenant now), a key pending when it has changes for
+// the tenant: a row that moved to another tenant is not read, so what the
+// old tenant's account still holds of it is not seen by this run.
+func HeldPage(ctx context.Context, q database.Querier, src *Source, sc Scope, r ReplayRange, after string, limit int) ([]Held, error) {
+	if err := sc.check(src); err != nil {
+		return nil, err
+	}
+	tenant := sc.Tenant
 	sql, rangeArgs := src.heldSQL(r, after != "", tenant)
 	args := []any{src.Name, limit}
 	if src.Columns != nil {
@@ -108,8 +113,14 @@ func heldPage(ctx context.Context, q database.Querier, src *Source, r ReplayRang
 // Resend logs a change for each key (`syncer verify --heal`), as a write
 // would: each key is pending again at a new version, read through the
 // filter when it is sent (a tombstone for a row filtered out or gone).
-// Nothing is marked synced. It returns how many keys it logged.
-func Resend(ctx context.Context, q database.Querier, src *Source, keys []string) (int64, error) {
+// Nothing is marked synced. It returns how many keys it logged. Of a
+// tenant's scope, each key's change is logged with the tenant and its
+// lane, so that lane sends it to the tenant's account (a tombstone when
+// the row is gone or is another tenant's by then).
+func Resend(ctx context.Context, q database.Querier, src *Source, sc Scope, keys []string) (int64, error) {
+	if sc.Tenant != "" {
+		return tenantResend(ctx, q, src, sc.Tenant, keys)
+	}
 	nums, err := src.nums(keys)
 	if err != nil {
 		return 0, err
@@ -128,8 +139,13 @@ func Resend(ctx context.Context, q database.Querier, src *Source, keys []string)
 }
 
 // PendingOf returns those of keys that have changes pending now (see
-// resources.PendingOf for why `syncer verify` asks).
-func PendingOf(ctx context.Context, q database.Querier, src *Source, keys []string) ([]string, error) {
+// resources.PendingOf for why `syncer verify` asks). Of a tenant's scope,
+// those with changes for the tenant (or for no tenant yet, which
+// AdoptUntenanted gives the row's).
+func PendingOf(ctx context.Context, q database.Querier, src *Source, sc Scope, keys []string) ([]string, error) {
+	if sc.Tenant != "" {
+		return tenantPendingOf(ctx, q, src, sc.Tenant, keys)
+	}
 	nums, err := src.nums(keys)
 	if err != nil {
 		return nil, err

@@ -14,21 +14,8 @@ import (
 // rows of a source with a tenant column, checked against that tenant's
 // account, healed for that tenant.
 
-// TenantHeldPage is HeldPage of tenant's rows only (those whose tenant
-// column is tenant now), a key pending when it has changes for tenant.
-// A row that moved to another tenant is not read: what the old tenant's
-// account still holds of it is not seen by this run.
-func TenantHeldPage(ctx context.Context, q database.Querier, src *Source, tenant string, r ReplayRange, after string, limit int) ([]Held, error) {
-	if err := src.checkTenant(tenant); err != nil {
-		return nil, err
-	}
-	return heldPage(ctx, q, src, r, after, limit, tenant)
-}
-
-// TenantResend is Resend for tenant: each key's change is logged with the
-// tenant and its lane, so that lane sends it to the tenant's account
-// (a tombstone when the row is gone or is another tenant's by then).
-func TenantResend(ctx context.Context, q database.Querier, src *Source, tenant string, keys []string) (int64, error) {
+// tenantResend is Resend of a tenant's scope.
+func tenantResend(ctx context.Context, q database.Querier, src *Source, tenant string, keys []string) (int64, error) {
 	if err := src.checkTenant(tenant); err != nil {
 		return 0, err
 	}
@@ -50,9 +37,8 @@ func TenantResend(ctx context.Context, q database.Querier, src *Source, tenant s
 	return tag.RowsAffected(), nil
 }
 
-// TenantPendingOf is PendingOf for tenant: those of keys with changes for
-// tenant (or for no tenant yet, which AdoptUntenanted gives the row's).
-func TenantPendingOf(ctx context.Context, q database.Querier, src *Source, tenant string, keys []string) ([]string, error) {
+// tenantPendingOf is PendingOf of a tenant's scope.
+func tenantPendingOf(ctx context.Context, q database.Querier, src *Source, tenant string, keys []string) ([]string, error) {
 	if err := src.checkTenant(tenant); err != nil {
 		return nil, err
 	}

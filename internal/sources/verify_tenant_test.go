@@ -30,7 +30,7 @@ func TestTenantHeldPageAndResend(t *testing.T) {
 	var got []string
 	after := ""
 	for {
-		page, err := sources.TenantHeldPage(ctx, b.pool, src, "acme", r, after, 2)
+		page, err := sources.HeldPage(ctx, b.pool, src, sources.TenantOf(src, "acme"), r, after, 2)
 		require.NoError(t, err)
 		for _, h := range page {
 			require.False(t, h.Pending, h.Key)
@@ -42,22 +42,26 @@ func TestTenantHeldPageAndResend(t *testing.T) {
 		after = page[len(page)-1].Key
 	}
 	require.Equal(t, []string{"3", "5", "7", "9", "11"}, got)
-	page, err := sources.TenantHeldPage(ctx, b.pool, src, "globex", sources.ReplayRange{}, "", 1)
+	page, err := sources.HeldPage(ctx, b.pool, src, sources.TenantOf(src, "globex"), sources.ReplayRange{}, "", 1)
 	require.NoError(t, err)
 	require.Equal(t, "2", page[0].Key)
 	require.True(t, page[0].Pending)
 
-	n, err := sources.TenantResend(ctx, b.pool, src, "acme", []string{"3", "5"})
+	n, err := sources.Resend(ctx, b.pool, src, sources.TenantOf(src, "acme"), []string{"3", "5"})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-	pending, err := sources.TenantPendingOf(ctx, b.pool, src, "acme", []string{"2", "3", "5", "7"})
+	pending, err := sources.PendingOf(ctx, b.pool, src, sources.TenantOf(src, "acme"), []string{"2", "3", "5", "7"})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"3", "5"}, pending)
-	pending, err = sources.TenantPendingOf(ctx, b.pool, src, "globex", []string{"2", "3", "5"})
+	pending, err = sources.PendingOf(ctx, b.pool, src, sources.TenantOf(src, "globex"), []string{"2", "3", "5"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"2"}, pending)
 	require.Equal(t, []string{"3", "5"}, keys(b.tenantPending(t, src, "acme")), "in acme's lane, for acme")
 
-	_, err = sources.TenantHeldPage(ctx, b.pool, src, "", r, "", 2)
-	require.Error(t, err)
+	// A tenant's scope of a source without a tenant column is refused,
+	// never read as every row.
+	plain := *src
+	plain.Tenant = ""
+	_, err = sources.HeldPage(ctx, b.pool, &plain, sources.Scope{Tenant: "acme"}, r, "", 2)
+	require.ErrorContains(t, err, "no tenant column")
 }

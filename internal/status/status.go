@@ -25,6 +25,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/unchanged"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
@@ -310,8 +311,8 @@ func recentFailures(ctx context.Context, pool *pgxpool.Pool, limit int, ofResour
 func tenantVerifies(last map[string]*verify.Last, source string) []TenantVerify {
 	var out []TenantVerify
 	for key, l := range last {
-		if s, t, ok := verify.SplitRunKey(key); ok && s == source {
-			out = append(out, TenantVerify{Tenant: t, Last: l})
+		if s, t, ok := tenant.SplitRunKey(key); ok && s == source {
+			out = append(out, TenantVerify{Tenant: t.String(), Last: l})
 		}
 	}
 	slices.SortFunc(out, func(a, b TenantVerify) int { return strings.Compare(a.Tenant, b.Tenant) })

@@ -13,7 +13,7 @@ import (
 // block (docs/protocol.md sections 10 and 11): each tenant's rows live in
 // the tenant's own account, so the source's run verifies its tenants one
 // after another, each with a reader of its account. Each tenant's cursor
-// and last run are kept under TenantRunKey (an interrupted run resumes
+// and last run are kept under tenant.RunKey (an interrupted run resumes
 // the tenant it stopped in; the tenants before it are verified again);
 // the source's last run counts their sum. The tenants share the run's
 // pace, so its spread over the source's rows and its share while rows are
@@ -66,7 +66,7 @@ type TenantsRun struct {
 // RunTenants verifies source, whose destination reads each tenant's rows
 // from the tenant's own account, a tenant after another (those with rows,
 // in byte order), each a Run of its own (its cursor and last run under
-// TenantRunKey). The result holds their sums and, in Tenants, each
+// tenant.RunKey). The result holds their sums and, in Tenants, each
 // tenant's counts; the source's last run records the sums. An error
 // stops it at the tenant it happened in: the tenants before it are done,
 // and the next run resumes that tenant.

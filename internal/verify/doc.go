@@ -44,7 +44,7 @@
 //   - One tenant of a source with a tenant column (NewConfiguredTenant,
 //     `syncer verify --tenant`) is a run of its own: its rows only, read
 //     from its account, healed for it, its cursor and last run kept under
-//     TenantRunKey so that each tenant resumes on its own. RunTenants runs
+//     tenant.RunKey so that each tenant resumes on its own. RunTenants runs
 //     every tenant with rows in turn (the background's and `syncer verify
 //     --source` of a destination with a tenants block).
 package verify

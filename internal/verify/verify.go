@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -358,24 +358,12 @@ func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config)
 // tenanted is a Source of one tenant's rows (NewConfiguredTenant).
 type tenanted interface{ Tenant() string }
 
-// TenantRunKey is the name a run of one tenant of source is kept under in
-// syncer_verify_runs and syncer_verify_last, beside the source's own: a
-// unit separator that no configured source name holds, so it cannot be
-// mistaken for a source, and every tenant has its cursor and last run.
-func TenantRunKey(source, tenant string) string { return source + "\x1ftenant\x1f" + tenant }
-
-// SplitRunKey returns the source and tenant of a name TenantRunKey made;
-// ok is false for a source's own name.
-func SplitRunKey(key string) (source, tenant string, ok bool) {
-	source, tenant, ok = strings.Cut(key, "\x1ftenant\x1f")
-	return source, tenant, ok
-}
-
-// RunKey is the name src's runs are kept under: the source's, or
-// TenantRunKey for one tenant's rows.
+// RunKey is the name src's runs are kept under in syncer_verify_runs and
+// syncer_verify_last: the source's, or tenant.RunKey for one tenant's
+// rows, so every tenant has its cursor and last run.
 func RunKey(src Source) string {
-	if t, ok := src.(tenanted); ok && t.Tenant() != "" {
-		return TenantRunKey(src.Name(), t.Tenant())
+	if t, ok := src.(tenanted); ok {
+		return tenant.RunKey(src.Name(), tenant.Tenant(t.Tenant()))
 	}
 	return src.Name()
 }
