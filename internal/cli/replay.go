@@ -176,7 +176,7 @@ func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) er
 	if err != nil {
 		return c.planError(ctx, pool, err)
 	}
-	unit := replays.Unit(plan.Source)
+	unit := plan.Unit()
 	of := ""
 	if !c.ofResources() {
 		of = " of source " + plan.Source

@@ -8,7 +8,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -99,7 +99,7 @@ func (p *parser) source(i int, n *yaml.Node, cfg *Config) (*Source, error) {
 		s.Name = table
 	}
 	msg := checkName(s.Name)
-	if s.Name == jobs.Resources {
+	if rows.KindOf(s.Name) == rows.Resources {
 		// Its lock, its job and its wake-ups would be those of
 		// resources, which is a source of its own.
 		msg = fmt.Sprintf("%q is the name of the source that is the table resources", s.Name)

@@ -70,7 +70,7 @@ func (c *Console) retry(w http.ResponseWriter, r *http.Request, cl caller) {
 // replayData is the dry run's page.
 type replayData struct {
 	// Unit is what the count counts: rows of resources, keys of a
-	// configured source (replays.Unit).
+	// configured source (rows.ReplayUnit).
 	Source, From, To, Error, Unit string
 	Counted                       bool
 	Count                         int64
@@ -81,7 +81,7 @@ type replayData struct {
 // count stays the one the person confirms.
 func (c *Console) replayDryRun(w http.ResponseWriter, r *http.Request, cl caller) {
 	name, q := r.PathValue("name"), r.URL.Query()
-	d := replayData{Source: name, From: q.Get("from"), To: q.Get("to"), Counted: q.Get("count") != "", Unit: replays.Unit(name)}
+	d := replayData{Source: name, From: q.Get("from"), To: q.Get("to"), Counted: q.Get("count") != "", Unit: rows.ReplayUnit(name)}
 	code := http.StatusOK
 	var plan *replays.Plan
 	var err error
@@ -118,7 +118,7 @@ func (c *Console) replayStart(w http.ResponseWriter, r *http.Request, cl caller)
 		refuse(w, err)
 		return
 	}
-	c.done(w, r, cl, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("replay %d started: %d %s of source %s", id, plan.Count, replays.Unit(name), name))
+	c.done(w, r, cl, Prefix+"/sources/"+url.PathEscape(name), fmt.Sprintf("replay %d started: %d %s of source %s", id, plan.Count, plan.Unit(), name))
 }
 
 func (c *Console) replayCancel(w http.ResponseWriter, r *http.Request, cl caller) {

@@ -34,7 +34,8 @@ var ErrBadRange = errors.New("not a range of the source")
 // Request is what a person asks to replay: a source and a range of its
 // rows; the zero range is the whole source.
 type Request struct {
-	// Source names the source: jobs.Resources or a configured source.
+	// Source names the source: jobs.Resources or a configured source
+	// (Create takes resources' as empty, the form its replay is stored in).
 	Source string
 	// Filter is the range of a replay of resources: ids, creation time,
 	// failed rows only.
@@ -74,13 +75,28 @@ type Plan struct {
 	table Table
 }
 
-// Unit is what a replay of the source counts: rows of resources, keys of
-// a configured source.
-func Unit(source string) string {
-	if source == jobs.Resources {
-		return "rows"
+// What a replay counts (Progress.Unit, Plan.Unit): rows of resources,
+// keys of a configured source. Which a source is, is decided above this
+// package (rows.KindOf, rows.ReplayUnit): here by the Table it was
+// planned against, or by the stored form of its replay.
+const (
+	UnitRows = "rows"
+	UnitKeys = "keys"
+)
+
+// ofResources reports whether the plan is resources': its Table, picked
+// by the source's kind (rows.Open), is this package's own.
+func (p *Plan) ofResources() bool {
+	_, ok := p.table.(resourcesTable)
+	return ok
+}
+
+// Unit is what the plan's Count counts: UnitRows or UnitKeys.
+func (p *Plan) Unit() string {
+	if p.ofResources() {
+		return UnitRows
 	}
-	return "keys"
+	return UnitKeys
 }
 
 // PlanReplay checks r against t and counts what it would send: the dry
@@ -101,7 +117,7 @@ func PlanReplay(ctx context.Context, q database.Querier, t Table, r Request) (*P
 func (p *Plan) Start(ctx context.Context, db database.DB) (id int64, err error) {
 	if p.Count == 0 {
 		what := "no row matches the range"
-		if p.Source != jobs.Resources {
+		if !p.ofResources() {
 			what = "no row of source " + p.Source + " matches the range"
 		}
 		return 0, fmt.Errorf("%s: nothing to replay, no replay created", what)
@@ -112,7 +128,11 @@ func (p *Plan) Start(ctx context.Context, db database.DB) (id int64, err error) 
 				return err
 			}
 		}
-		if id, err = Create(ctx, tx, p.Request, p.Count); err != nil {
+		r := p.Request
+		if p.ofResources() {
+			r.Source = "" // resources' replay is stored without a source
+		}
+		if id, err = Create(ctx, tx, r, p.Count); err != nil {
 			return err
 		}
 		return outbox.Wake(ctx, tx, p.Source)
@@ -160,7 +180,7 @@ func (resourcesTable) CountReplay(ctx context.Context, q database.Querier, r *Re
 // Progress is a replay with how far it went.
 type Progress struct {
 	Replay
-	// Unit is what Sent and TotalRows count: "rows" or "keys" (Unit).
+	// Unit is what Sent and TotalRows count: UnitRows or UnitKeys.
 	Unit string
 	// Sent counts the rows or keys accepted or rejected so far.
 	Sent int64
@@ -194,7 +214,7 @@ func ProgressOf(ctx context.Context, q database.Querier, unsent Unsent, rps []Re
 	var ofSources map[int64]SourceProgress
 	var left map[int64]int64
 	for i, rp := range rps {
-		p := Progress{Replay: rp, Unit: Unit(jobs.Resources)}
+		p := Progress{Replay: rp, Unit: UnitRows}
 		if rp.Source == "" {
 			cp, err := checkpoint.Get(ctx, q, checkpoint.Replay(rp.ID))
 			if err != nil {
@@ -230,7 +250,7 @@ func ProgressOf(ctx context.Context, q database.Querier, unsent Unsent, rps []Re
 			}
 		}
 		sp := ofSources[rp.ID]
-		p.Unit, p.Range, p.Queued = Unit(rp.Source), sp.Range, sp.KeysLogged
+		p.Unit, p.Range, p.Queued = UnitKeys, sp.Range, sp.KeysLogged
 		p.Sent = max(sp.KeysLogged-left[rp.ID], 0)
 		p.Over = rp.State == StateDone && left[rp.ID] == 0
 		out[i] = p

@@ -24,7 +24,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
-	jobargs "github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/resources"
 )
 
@@ -64,13 +63,14 @@ type Replay struct {
 
 // Create records a pending replay of r, total rows (keys) of it when
 // counted, and returns its id: the one function that writes a replay, of
-// resources or of a configured source. Plan.Start calls it and wakes the
+// resources (r.Source empty, the form it is stored in) or of a configured
+// source (r.Source its name). Plan.Start calls it and wakes the
 // source's job in the same transaction; a replay created alone waits for
 // the relay's next poll, which finds it (AnyWaiting, SourcesWaiting).
 func Create(ctx context.Context, db database.Querier, r Request, total int64) (int64, error) {
 	var id int64
 	var err error
-	if r.Source == "" || r.Source == jobargs.Resources {
+	if r.Source == "" { // resources' (Plan.Start passes it so)
 		f := r.Filter
 		err = db.QueryRow(ctx, `INSERT INTO syncer_replays (from_id, to_id, since, until, failed_only, total_rows)
 			VALUES (NULLIF($1, 0), NULLIF($2, 0), $3, $4, $5, $6) RETURNING id`,

@@ -67,6 +67,16 @@ func HeldFeedOf(name string) string {
 	return checkpoint.Source(name)
 }
 
+// ReplayUnit is what a replay of the source named counts, from the name
+// alone (a form shown before any plan): replays.UnitRows for resources,
+// replays.UnitKeys for a configured source; a plan says it too (Plan.Unit).
+func ReplayUnit(name string) string {
+	if KindOf(name) == Resources {
+		return replays.UnitRows
+	}
+	return replays.UnitKeys
+}
+
 // ResourcesName is the name of the resources source, as commands and
 // status show it.
 const ResourcesName = jobs.Resources

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/unchanged"
@@ -278,32 +278,20 @@ func heldKeys(ctx context.Context, pool *pgxpool.Pool, limit int, srcs []Source)
 	return out, nil
 }
 
-// recentFailures merges the latest failures of resources and of every
-// source, latest first.
+// recentFailures is the latest failures of resources and of every
+// source, latest first, read through the seam (rows.RecentFailures: one
+// query per kind).
 func recentFailures(ctx context.Context, pool *pgxpool.Pool, limit int, ofResources, ofSources bool) ([]Failure, error) {
-	out := []Failure{}
-	if ofResources {
-		fails, err := resources.RecentFailures(ctx, pool, limit)
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range fails {
-			out = append(out, Failure{Source: ResourcesSource, ID: strconv.FormatInt(f.ID, 10), Version: f.Version,
-				FailedAt: f.FailedAt, Error: f.Error})
-		}
+	fails, err := rows.RecentFailures(ctx, pool, limit, ofResources, ofSources)
+	if err != nil {
+		return nil, err
 	}
-	if ofSources {
-		fails, err := sources.AllRecentFailures(ctx, pool, limit)
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range fails {
-			out = append(out, Failure{Source: f.Source, ID: f.Key, Version: f.Version, Destination: f.Destination,
-				Tenant: f.Tenant, FailedAt: f.FailedAt, Error: f.Error})
-		}
+	out := make([]Failure, 0, len(fails))
+	for _, f := range fails {
+		out = append(out, Failure{Source: f.Source, ID: f.Key, Version: f.Version, Destination: f.Destination,
+			Tenant: f.Tenant, FailedAt: f.FailedAt, Error: f.Error})
 	}
-	slices.SortStableFunc(out, func(a, b Failure) int { return b.FailedAt.Compare(a.FailedAt) })
-	return out[:min(len(out), limit)], nil
+	return out, nil
 }
 
 // tenantVerifies are source's tenants' last verifies, in the tenants'
