@@ -39,8 +39,8 @@ type Config struct {
 	// SYNCER_DIRECT_URL's when given). Defaults to the pool's.
 	Session *pgx.ConnConfig
 	// Stateless says the pool goes through a pooler in transaction mode
-	// (database.Pools.Stateless): River polls (no LISTEN on the pool) and
-	// the locks' pipes send nothing ahead.
+	// (database.Pools.Stateless): the locks' pipes send nothing ahead.
+	// River polls whatever it says.
 	Stateless bool
 	// ThirdParty configures the HTTP client. URL is required. Defaults to
 	// thirdparty's defaults.

@@ -231,11 +231,12 @@ func (d *Daemon) build(ctx context.Context) error {
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
 		MaxAttempts:          jobs.MaxAttempts,
 		RetryPolicy:          cappedRetry{max: 30 * time.Second},
-		// Through a transaction pooler River's listener (a pool's
-		// connection) would hear nothing: it polls, and the relay, which
-		// listens on the session, wakes the jobs lingering here
-		// (docs/design.md, "Transaction pooling").
-		PollOnly: c.Stateless,
+		// River polls, in every mode: its listener would be a server
+		// session of its own, held idle, and through a transaction pooler
+		// would hear nothing. The relay, which listens on the session,
+		// wakes the jobs lingering here (docs/design.md, "Transaction
+		// pooling", "River polls in direct mode too").
+		PollOnly: true,
 		Logger:   slog.New(atLeast{logger.Handler(), slog.LevelWarn}).With(slog.String("component", "river")),
 	})
 	if err != nil {

@@ -66,8 +66,8 @@ const ConnectTimeoutDefault = 10 * time.Second
 // most 4 server connections idle and 8 under load, whatever its sources,
 // lanes and tenants (contract section 12, "Sessions"; docs/design.md).
 // The pool is 5 of them, River's polls and jobs and the locks'
-// transactions on it; the locks' holder session, River's listener and the
-// relay's are the rest. pgxpool's own
+// transactions on it; the locks' holder session and the relay's listener
+// are the rest (River polls: it keeps no listener). pgxpool's own
 // default grows with the machine's CPUs, and keeps an idle connection
 // half an hour.
 const (

@@ -109,9 +109,16 @@ func (r *runner) sessionsScenario(ctx context.Context) ([]Row, error) {
 	time.Sleep(40 * time.Second)
 
 	r.progressf("   idle for %s", idleFor)
+	idleBefore := poolWaits(ctx, d)
 	idle, err := sampleSessions(ctx, s, pid, dbPort, idleFor, nil)
 	if err != nil {
 		return nil, err
+	}
+	// What a short idle close costs: connections opened while idle, each
+	// a backend's start on the server.
+	if idleAfter := poolWaits(ctx, d); idleBefore.ok && idleAfter.ok {
+		r.note("sessions: idle, the pool opened %.0f connections in %s for %.0f acquires",
+			idleAfter.opened-idleBefore.opened, idleFor, idleAfter.acquires-idleBefore.acquires)
 	}
 	r.progressf("   under load for %s: 4 writers, every tenant", loadFor)
 	before := poolWaits(ctx, d)
@@ -341,16 +348,17 @@ func hexPort(addr string) int {
 // wait; ok is false for a daemon without these series (a release before
 // issue 58's).
 type poolCount struct {
-	acquires, waited, seconds float64
-	ok                        bool
+	acquires, waited, seconds, opened float64
+	ok                                bool
 }
 
 func poolWaits(ctx context.Context, d *daemon) poolCount {
 	var c poolCount
-	var err1, err2, err3 error
+	var err1, err2, err3, err4 error
 	c.acquires, err1 = d.metric(ctx, "syncer_db_pool_acquires_total")
 	c.waited, err2 = d.metric(ctx, "syncer_db_pool_acquire_waits_total")
 	c.seconds, err3 = d.metric(ctx, "syncer_db_pool_acquire_wait_seconds_total")
-	c.ok = err1 == nil && err2 == nil && err3 == nil
+	c.opened, err4 = d.metric(ctx, "syncer_db_pool_opened_connections_total")
+	c.ok = err1 == nil && err2 == nil && err3 == nil && err4 == nil
 	return c
 }
