@@ -65,8 +65,9 @@ type rowsFeed struct {
 	name string
 	lim  feed.Limits
 	// read returns the rows after an id, the salt of their keys, and
-	// whether they reached the feed's end.
-	read func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error)
+	// whether they reached the feed's end, in scratch's array when it has
+	// room (the cursor's, from one page to the next).
+	read func(ctx context.Context, after int64, lim feed.Limits, scratch []resources.Row) ([]resources.Row, string, bool, error)
 	// kept says that read returns the rows' kept digests (Page.Kept).
 	kept bool
 }
@@ -74,13 +75,13 @@ type rowsFeed struct {
 // liveFeed is resources' live export. With kept, the feed's name in
 // internal/unchanged, its rows come with their kept digests.
 func (e *Exporter) liveFeed(lim feed.Limits, kept string) *rowsFeed {
-	return &rowsFeed{name: checkpoint.Live, lim: lim, kept: kept != "", read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error) {
+	return &rowsFeed{name: checkpoint.Live, lim: lim, kept: kept != "", read: func(ctx context.Context, after int64, lim feed.Limits, scratch []resources.Row) ([]resources.Row, string, bool, error) {
 		var p resources.Page
 		var err error
 		if kept != "" {
-			p, err = resources.PendingKept(ctx, e.pool, after, lim, nil, kept)
+			p, err = resources.PendingKept(ctx, e.pool, after, lim, scratch, kept)
 		} else {
-			p, err = resources.Pending(ctx, e.pool, after, lim, nil)
+			p, err = resources.Pending(ctx, e.pool, after, lim, scratch)
 		}
 		return p.Rows, resources.LiveSalt(p.Gen), p.End, err
 	}}
@@ -90,8 +91,8 @@ func (e *Exporter) liveFeed(lim feed.Limits, kept string) *rowsFeed {
 // must not take a replay for a retry of the original export.
 func (e *Exporter) replayFeed(id int64, f resources.Filter, lim feed.Limits) *rowsFeed {
 	salt := fmt.Sprintf("replay-%d", id)
-	return &rowsFeed{name: checkpoint.Replay(id), lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits) ([]resources.Row, string, bool, error) {
-		rows, err := resources.Matching(ctx, e.pool, f, after, lim, nil)
+	return &rowsFeed{name: checkpoint.Replay(id), lim: lim, read: func(ctx context.Context, after int64, lim feed.Limits, scratch []resources.Row) ([]resources.Row, string, bool, error) {
+		rows, err := resources.Matching(ctx, e.pool, f, after, lim, scratch)
 		return rows, salt, false, err
 	}}
 }
@@ -105,6 +106,11 @@ type rowsCursor struct {
 	f     *rowsFeed
 	after int64
 	end   bool // the last page reached the feed's end
+	// rows is the last page's rows, whose array the next read reuses:
+	// a page's items copy what they keep of its rows (the payloads are
+	// slices of the read's own buffer), and a new array a page was 130
+	// bytes of a drained row (issue 55).
+	rows []resources.Row
 }
 
 func (c *rowsCursor) Ended() bool { return c.end }
@@ -113,10 +119,12 @@ func (c *rowsCursor) Next(ctx context.Context) (feed.Page, error) {
 	if c.end {
 		return feed.Page{}, nil
 	}
-	rows, salt, end, err := c.f.read(ctx, c.after, c.f.lim)
+	clear(c.rows) // the last page's payloads and digests are not kept alive
+	rows, salt, end, err := c.f.read(ctx, c.after, c.f.lim, c.rows[:0])
 	if err != nil || len(rows) == 0 {
 		return feed.Page{}, err
 	}
+	c.rows = rows
 	c.end = end
 	p := feed.Page{Salt: salt, Items: make([]feed.Item, 0, len(rows)), Kept: c.f.kept}
 	var metas []feed.Meta

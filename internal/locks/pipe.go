@@ -41,7 +41,8 @@ var ErrEarlierFailed = errors.New("locks: the transaction sent before this one d
 type Pipe struct {
 	lk  *Lock
 	pl  *pgconn.Pipeline
-	eqb pgx.ExtendedQueryBuilder
+	// args are the statements' encoded arguments (params.go).
+	args params
 	// sent are the transactions whose results the caller has not had, in
 	// order; the first ones may have been read already (see drain).
 	sent []*pipeTx
@@ -197,7 +198,7 @@ func (p *Pipe) prepare(ctx context.Context, sql string) error {
 // queue encodes one statement into the pipeline's buffer.
 func (p *Pipe) queue(sql string, args []any) error {
 	sd := p.lk.prepared[p.lk.conn][sql]
-	if err := p.eqb.Build(p.lk.conn.TypeMap(), sd, args); err != nil {
+	if err := p.args.build(p.lk.conn.TypeMap(), sd, args); err != nil {
 		// What was queued before it is in the connection's buffer, and
 		// pgconn cannot take it back: the connection goes rather than
 		// send half a transaction (the pool discards it, busy), and the
@@ -208,7 +209,7 @@ func (p *Pipe) queue(sql string, args []any) error {
 		p.lk.lose(err)
 		return fmt.Errorf("locks: pipe: %w", p.lk.Err())
 	}
-	p.pl.SendQueryPrepared(sd.Name, p.eqb.ParamValues, p.eqb.ParamFormats, p.eqb.ResultFormats)
+	p.pl.SendQueryPrepared(sd.Name, p.args.values, p.args.formats, p.args.results)
 	return nil
 }
 

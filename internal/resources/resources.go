@@ -286,8 +286,12 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64, kept bool)
 	// (docs/benchmarks.md, "A page's buffers, sized by its rows").
 	bound := 0
 	var stored int64
+	// One Row the scan writes into, copied into out: its fields' addresses
+	// go into dest, so a Row declared in the loop escaped to the heap once
+	// a row (about 100 bytes of a drained row, issue 55).
+	var r Row
 	for rows.Next() {
-		var r Row
+		r = Row{}
 		dest[0], dest[1], dest[2], dest[3], dest[4], dest[5], dest[6] = &r.ID, &r.Version, &r.Deleted, &stored, nil, &cands, &r.Captured
 		if kept {
 			dest[len(dest)-1] = &r.Kept
@@ -297,10 +301,10 @@ func collect(rows pgx.Rows, lim feed.Limits, out []Row, extra *int64, kept bool)
 		}
 		if bound == 0 {
 			bound = int(min(max(cands, 1), int64(max(lim.Items, 1))))
-			if cap(out) == 0 {
+			if cap(out) < bound {
 				out = make([]Row, 0, bound)
-				spans = make([]span, 0, bound)
 			}
+			spans = make([]span, 0, bound)
 		}
 		raw := rows.RawValues()[4]
 		if rows.FieldDescriptions()[4].Format == pgx.BinaryFormatCode && len(raw) > 0 {

@@ -181,14 +181,17 @@ func collect(rows pgx.Rows, lim feed.Limits, kept bool) ([]Row, bool, error) {
 	var spans []span
 	size, read := 0, 0
 	cut := false // a key was left for the next read
+	// One Row and one dest the scans share, r copied into out: declared
+	// in the loop, both escaped to the heap once a row (issue 55).
+	var r Row
+	var stored int64
+	dest := []any{&r.Key, &r.Version, &r.Deleted, nil, &stored, &r.Captured}
+	if kept {
+		dest = append(dest, &r.Kept)
+	}
 	for rows.Next() {
 		read++
-		var r Row
-		var stored int64
-		dest := []any{&r.Key, &r.Version, &r.Deleted, nil, &stored, &r.Captured}
-		if kept {
-			dest = append(dest, &r.Kept)
-		}
+		r, stored = Row{}, 0
 		if err := rows.Scan(dest...); err != nil {
 			return nil, false, fmt.Errorf("scan: %w", err)
 		}
