@@ -53,11 +53,12 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 		}
 		dcfg.Format = b.ForTenant(tenant, extra)
 	}
-	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(r.cfg.Destination, tenant)})
+	ns := breakerstore.TenantNamespace(r.cfg.Destination, tenant)
+	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: ns})
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := delivery.New(c, breakerstore.NewShared(store, 0), &dcfg)
+	d, err := delivery.New(c, &tenantFacts{Shared: breakerstore.NewShared(store, 0), namespace: ns, reader: r.facts}, &dcfg)
 	if err != nil {
 		return nil, nil, err
 	}
