@@ -173,9 +173,7 @@ func (r *Registry) read(ctx context.Context, tenant string) (*connection, error)
 	timeout := r.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout+queryGrace)
 	defer cancel()
-	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"
-	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`, ms)
+	b := r.readBatch(timeout)
 	b.Queue(connectionSQL(r.cfg.Settings.Query), tenant)
 	br := r.cfg.Pool.SendBatch(ctx, b)
 	var conn *connection
@@ -189,6 +187,21 @@ func (r *Registry) read(ctx context.Context, tenant string) (*connection, error)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
+	return readOutcome(conn, err, timeout)
+}
+
+// readBatch is a batch of reads of rows that starts by setting the
+// statement and lock timeouts to timeout for its implicit transaction.
+func (r *Registry) readBatch(timeout time.Duration) *pgx.Batch {
+	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`, ms)
+	return b
+}
+
+// readOutcome is what a read of a row gave: the connection, a rowError
+// (the tenant's own), a *QueryError or another failure of the run.
+func readOutcome(conn *connection, err error, timeout time.Duration) (*connection, error) {
 	var re *rowError
 	if err != nil && !errors.As(err, &re) {
 		var qe *QueryError
