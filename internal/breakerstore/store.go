@@ -197,84 +197,31 @@ func ReadStateOf(ctx context.Context, q database.Querier, namespace string) (Sta
 	if err != nil {
 		return st, fmt.Errorf("breakerstore: read state: %w", err)
 	}
+	into := map[string]func([]byte){
+		KeyBreaker:       func(v []byte) { decode(v, &st.Breaker) },
+		KeyCredentials:   func(v []byte) { decode(v, &st.Credentials) },
+		KeyConfiguration: func(v []byte) { decode(v, &st.Configuration) },
+		KeyPause:         func(v []byte) { decode(v, &st.Pause) },
+		KeyRate:          func(v []byte) { decode(v, &st.Rate) },
+		KeyLastError:     func(v []byte) { decode(v, &st.LastError) },
+		KeyHold:          func(v []byte) { decode(v, &st.Hold) },
+		KeyCertificates:  func(v []byte) { decode(v, &st.Certificates) },
+		KeyProbe:         func(v []byte) { decode(v, &st.Probe) },
+		KeyProbeAnswer:   func(v []byte) { decode(v, &st.ProbeAnswer) },
+		KeyVerifyShare:   func(v []byte) { decode(v, &st.VerifyShare) },
+	}
 	var key string
 	var value []byte
 	_, err = pgx.ForEachRow(rows, []any{&key, &value}, func() error {
-		st.decodeKey(key, value)
+		if f, ok := into[key]; ok {
+			f(value)
+		}
 		return nil
 	})
 	if err != nil {
 		return State{}, fmt.Errorf("breakerstore: read state: %w", err)
 	}
 	return st, nil
-}
-
-// ReadStatesOf is ReadStateOf of many namespaces in one query, by
-// namespace (a namespace without facts reads as the zero State): the
-// tenants' deliverers of a destination each read their facts once a
-// second while they send, and 200 of them were 200 queries a second on
-// the daemon's pool (issue 54).
-func ReadStatesOf(ctx context.Context, q database.Querier, namespaces []string) (map[string]State, error) {
-	keys := make([]string, 0, len(namespaces)*len(allKeys))
-	idx := make([]int32, 0, cap(keys))
-	names := make([]string, 0, cap(keys))
-	for i, ns := range namespaces {
-		prefix := keyPrefix(ns)
-		for _, k := range allKeys {
-			keys, idx, names = append(keys, prefix+k), append(idx, int32(i)), append(names, k)
-		}
-	}
-	rows, err := q.Query(ctx, `SELECT k.i, k.name, s.value
-		FROM unnest($1::text[], $2::int[], $3::text[]) AS k(key, i, name) JOIN syncer_state s ON s.key = k.key`, keys, idx, names)
-	if err != nil {
-		return nil, fmt.Errorf("breakerstore: read states: %w", err)
-	}
-	states := make([]State, len(namespaces))
-	var i int32
-	var key string
-	var value []byte
-	_, err = pgx.ForEachRow(rows, []any{&i, &key, &value}, func() error {
-		if int(i) < len(states) {
-			states[i].decodeKey(key, value)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("breakerstore: read states: %w", err)
-	}
-	out := make(map[string]State, len(namespaces))
-	for i, ns := range namespaces {
-		out[ns] = states[i]
-	}
-	return out, nil
-}
-
-// decodeKey reads the value of the fact key (one of allKeys) into st.
-func (st *State) decodeKey(key string, v []byte) {
-	switch key {
-	case KeyBreaker:
-		decode(v, &st.Breaker)
-	case KeyCredentials:
-		decode(v, &st.Credentials)
-	case KeyConfiguration:
-		decode(v, &st.Configuration)
-	case KeyPause:
-		decode(v, &st.Pause)
-	case KeyRate:
-		decode(v, &st.Rate)
-	case KeyLastError:
-		decode(v, &st.LastError)
-	case KeyHold:
-		decode(v, &st.Hold)
-	case KeyCertificates:
-		decode(v, &st.Certificates)
-	case KeyProbe:
-		decode(v, &st.Probe)
-	case KeyProbeAnswer:
-		decode(v, &st.ProbeAnswer)
-	case KeyVerifyShare:
-		decode(v, &st.VerifyShare)
-	}
 }
 
 // decode reads value into dst, leaving dst zero when it does not decode.

@@ -86,32 +86,3 @@ func TestReadTenantsAndTheirStates(t *testing.T) {
 	require.Len(t, idle, 1, "with no tenant pending, only the holds are read")
 	require.True(t, idle["a:hold"].Hold.Paused)
 }
-
-// Many namespaces' facts in one query (issue 54: the tenants' deliverers
-// read theirs together), each as ReadStateOf reads it alone; a namespace
-// without facts reads as the zero State.
-func TestReadStatesOfManyNamespaces(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := t.Context()
-	nss := []string{breakerstore.TenantNamespace("crm", "a"), breakerstore.TenantNamespace("crm", "b:pause"), breakerstore.TenantNamespace("crm", "none"), ""}
-	for i, ns := range nss[:2] {
-		s, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: ns})
-		require.NoError(t, err)
-		require.NoError(t, s.SetRate(ctx, breakerstore.Rate{Limit: float64(i + 3)}))
-		require.NoError(t, s.SetPause(ctx, breakerstore.Pause{Until: time.Now().Add(time.Minute).UTC().Truncate(time.Second), Cause: "429"}))
-	}
-	_, err := b.store.SetHold(ctx, breakerstore.Hold{Paused: true, By: "console"})
-	require.NoError(t, err)
-	all, err := breakerstore.ReadStatesOf(ctx, b.pool, nss)
-	require.NoError(t, err)
-	require.Len(t, all, len(nss))
-	for _, ns := range nss {
-		one, err := breakerstore.ReadStateOf(ctx, b.pool, ns)
-		require.NoError(t, err)
-		require.Equal(t, one, all[ns], "namespace %q", ns)
-	}
-	require.Equal(t, 4.0, all[nss[1]].Rate.Limit)
-	require.Equal(t, breakerstore.State{}, all[nss[2]])
-	require.True(t, all[""].Hold.Paused)
-}

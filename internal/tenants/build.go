@@ -53,12 +53,11 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 		}
 		dcfg.Format = b.ForTenant(tenant, extra)
 	}
-	ns := breakerstore.TenantNamespace(r.cfg.Destination, tenant)
-	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: ns})
+	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(r.cfg.Destination, tenant)})
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := delivery.New(c, &tenantFacts{Shared: breakerstore.NewShared(store, 0), namespace: ns, reader: r.facts}, &dcfg)
+	d, err := delivery.New(c, breakerstore.NewShared(store, 0), &dcfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -147,8 +147,6 @@ type Registry struct {
 	// later is the stores of rotated refresh tokens being retried; Close
 	// gives them StoreGrace.
 	later *laterStores
-	// facts reads the tenants' deliverers' shared facts, many a query.
-	facts *factsReader
 	// warnedAt is when a failing query was last logged at WARN (Unix
 	// nanoseconds): once a minute, not once per tenant.
 	warnedAt atomic.Int64
@@ -237,8 +235,7 @@ func New(cfg Config) (*Registry, error) {
 		cfg.Queries = NewQueryGate(QueryConnsDefault)
 	}
 	bctx, stop := context.WithCancel(context.Background())
-	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop, later: newLaterStores(),
-		facts: &factsReader{pool: cfg.Pool, ctx: bctx}}, nil
+	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop, later: newLaterStores()}, nil
 }
 
 // Close ends the reads running behind tenants' batches, waits up to
