@@ -56,4 +56,33 @@ func TestReadTenantsAndTheirStates(t *testing.T) {
 	one, err := breakerstore.ReadTenant(ctx, b.pool, "crm", "c")
 	require.NoError(t, err)
 	require.True(t, one.Connection.Unconnected)
+
+	// What the gauges read (issue 54): the facts of the tenants with rows
+	// and the others' holds count as every tenant's facts do.
+	for _, pending := range []map[string]int64{
+		{},
+		{"b": 1, "c": 2, "x": 3},
+		{"a:hold": 1, "d": 1, "e": 0, "f": 4, "g": 1},
+		{"a": 1, "hold": 1},
+	} {
+		names := make([]string, 0, len(pending))
+		for n := range pending {
+			names = append(names, n)
+		}
+		some, err := breakerstore.ReadTenantsCounted(ctx, b.pool, "crm", names)
+		require.NoError(t, err)
+		wantCounts, wantUnconnected := breakerstore.CountTenants(all, pending, now)
+		counts, unconnected := breakerstore.CountTenants(some, pending, now)
+		require.Equal(t, wantCounts, counts, "pending %v", pending)
+		require.Equal(t, wantUnconnected, unconnected, "pending %v", pending)
+		for n := range pending {
+			if all[n] != nil {
+				require.Equal(t, *all[n], *some[n], "tenant %s", n)
+			}
+		}
+	}
+	idle, err := breakerstore.ReadTenantsCounted(ctx, b.pool, "crm", nil)
+	require.NoError(t, err)
+	require.Len(t, idle, 1, "with no tenant pending, only the holds are read")
+	require.True(t, idle["a:hold"].Hold.Paused)
 }

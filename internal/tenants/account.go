@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/time/rate"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 )
@@ -63,53 +62,5 @@ func (r *Registry) noteAccount(ctx context.Context, e *entry) {
 	if changed {
 		r.logger.InfoContext(ctx, "tenants: the tenant's account changed (its url or account column): its live rows are replayed to the new one",
 			slog.String("tenant", e.tenant), slog.Any("replays", replays))
-	}
-}
-
-// Reread reads again the rows of the tenants the registry holds that
-// were not read within RefreshEvery: a tenant with nothing to send is
-// asked for by no batch, and its row would be read only at its next
-// change, so its new account (a url or account column that changed)
-// would get its live rows only then. Run every half RefreshEvery, it
-// gives an idle tenant's account change its replay within 1.5 times
-// RefreshEvery, for as long
-// as the registry holds the tenant (IdleAfter); a tenant it forgot is
-// compared at its next read. It reads nothing without Settings or
-// Replay, and never keeps a tenant longer. It reads at most RereadRate
-// rows a second, so a registry holding many idle tenants costs the
-// database and the daemon a bounded share, and takes longer to go
-// round them all.
-func (r *Registry) Reread(ctx context.Context) {
-	if r.cfg.Settings == nil || r.cfg.Replay == nil {
-		return
-	}
-	burst := max(1, int(r.cfg.RereadRate))
-	pace := rate.NewLimiter(rate.Limit(r.cfg.RereadRate), burst)
-	r.mu.Lock()
-	held := make([]*entry, 0, len(r.entries))
-	for _, e := range r.entries {
-		held = append(held, e)
-	}
-	r.mu.Unlock()
-	for _, e := range held {
-		if ctx.Err() != nil {
-			return
-		}
-		e.mu.Lock()
-		due := !e.readAt.IsZero() && r.cfg.Now().Sub(e.readAt) >= r.cfg.RefreshEvery
-		e.mu.Unlock()
-		if !due {
-			continue
-		}
-		if pace.Wait(ctx) != nil {
-			return
-		}
-		now := r.cfg.Now()
-		e.mu.Lock()
-		// Read again unless a batch read it while this one waited.
-		if !e.readAt.IsZero() && now.Sub(e.readAt) >= r.cfg.RefreshEvery {
-			_ = r.refresh(ctx, e, now) // logged there; the next read tries again
-		}
-		e.mu.Unlock()
 	}
 }

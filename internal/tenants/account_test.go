@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -139,4 +140,32 @@ func TestRereadIsPaced(t *testing.T) {
 	t.Logf("%d of 40 rows read again in %s", after-before, took.Round(time.Millisecond))
 	require.Positive(t, after-before, "some were read again")
 	require.LessOrEqual(t, after-before, most, "at most the burst and the rate's share of the time it took")
+}
+
+// Reread reads its rows many a round trip (issue 54); the query failing
+// for one tenant (a division by zero) ends that round trip's transaction,
+// and the tenants after it are read in the next: every other tenant's
+// new account is seen, and only that tenant waits.
+func TestRereadManyARoundTripOneFailing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	b.exec(t, `ALTER TABLE connections ADD COLUMN bad boolean NOT NULL DEFAULT false`)
+	b.exec(t, `INSERT INTO connections (account, url, token) SELECT 'w' || i, $1 || i, 'tok' FROM generate_series(1, 60) i`, b.url+"/t/old")
+	const query = `SELECT url, token, 1 / (CASE WHEN bad THEN 0 ELSE 1 END) AS oops FROM connections WHERE account = $1`
+	calls := &replayCalls{}
+	r := b.registry(t, tenants.Config{Settings: &tenants.Settings{Query: query}, Replay: calls.replay, RereadRate: 1000})
+	for i := 1; i <= 60; i++ {
+		_, err := r.For(t.Context(), fmt.Sprintf("w%d", i))
+		require.NoError(t, err)
+	}
+	b.exec(t, `UPDATE connections SET url = $1 || account, bad = account = 'w5'`, b.url+"/t/new")
+	b.clock.Advance(tenants.RefreshEveryDefault)
+	r.Reread(t.Context())
+	calls.mu.Lock()
+	got := slices.Clone(calls.calls)
+	calls.mu.Unlock()
+	require.Len(t, got, 59, "every tenant but the failing one replayed to its new account")
+	require.NotContains(t, got, "w5")
+	_, err := r.For(t.Context(), "w5")
+	require.ErrorContains(t, err, "22012", "the failing tenant's rows wait, its query's error named")
 }

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/delivery"
 )
@@ -47,10 +49,21 @@ func (c *connection) GoString() string { return c.String() }
 // makes the row a JSON object (to_jsonb), so that any column type reads
 // as $tenant sees it.
 func readConnection(ctx context.Context, q database.Querier, query, tenant string) (*connection, error) {
-	rows, err := q.Query(ctx, "SELECT to_jsonb(tenant_connection) FROM ("+trimStatement(query)+"\n) AS tenant_connection LIMIT 2", tenant)
+	rows, err := q.Query(ctx, connectionSQL(query), tenant)
 	if err != nil {
 		return nil, err // Registry.read says what failed
 	}
+	return scanConnection(rows)
+}
+
+// connectionSQL is the statement that runs query for a tenant ($1): its
+// row as one JSON object, two rows at most.
+func connectionSQL(query string) string {
+	return "SELECT to_jsonb(tenant_connection) FROM (" + trimStatement(query) + "\n) AS tenant_connection LIMIT 2"
+}
+
+// scanConnection reads what connectionSQL gave, and closes rows.
+func scanConnection(rows pgx.Rows) (*connection, error) {
 	var raw [][]byte
 	for rows.Next() {
 		var b []byte
@@ -60,6 +73,7 @@ func readConnection(ctx context.Context, q database.Querier, query, tenant strin
 		}
 		raw = append(raw, b)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err // Registry.read says what failed
 	}

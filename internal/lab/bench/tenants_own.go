@@ -115,8 +115,15 @@ func (r *runner) ownLimitDrain(ctx context.Context, label string, n, lanes int, 
 			profiled <- d.profile(ctx, max(int(seconds*2/3), 1), filepath.Join(r.cfg.ProfileDir, label+".cpu.pprof"))
 		}()
 	}
+	pool0 := poolWaits(ctx, d)
 	if err := s.waitChanges(ctx, drainLimit(total)+time.Minute, d); err != nil {
 		return res, err
+	}
+	if pool1 := poolWaits(ctx, d); pool0.ok && pool1.ok {
+		// The pool's share of the lanes' waits (issue 54): its acquires
+		// over the drain, those that waited, and their wait.
+		r.progressf("   %s: pool: %.0f acquires, %.0f waited, %.1f s waiting", label,
+			pool1.acquires-pool0.acquires, pool1.waited-pool0.waited, pool1.seconds-pool0.seconds)
 	}
 	if profiled != nil {
 		if err := <-profiled; err != nil {
