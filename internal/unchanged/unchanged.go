@@ -147,7 +147,8 @@ func (ds *Digests) Len() int {
 // a scalar subquery, an index probe a key that the planner cannot turn
 // into a scan of the table, and the key compared under the index's
 // collation (a source's change log keys are COLLATE "C", which would keep
-// the index out). tenant is the tenant's SQL expression: the empty
+// the index out). A join of the page with the table plans as the same
+// probes and saved 1-2% of a read (issue 55: docs/benchmarks.md). tenant is the tenant's SQL expression: the empty
 // string outside tenants.
 func KeptSQL(feed, tenant, key string) string {
 	return `(SELECT ab.digest FROM syncer_accepted_bodies ab WHERE ab.feed = ` + feed +
