@@ -39,8 +39,8 @@ var ErrEarlierFailed = errors.New("locks: the transaction sent before this one d
 // rounds (a transaction sent with Send checks the lock itself, and one sent
 // with SendChained is harmless after a loss).
 type Pipe struct {
-	lk  *Lock
-	pl  *pgconn.Pipeline
+	lk *Lock
+	pl *pgconn.Pipeline
 	// args are the statements' encoded arguments (params.go).
 	args params
 	// sent are the transactions whose results the caller has not had, in
