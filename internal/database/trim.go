@@ -34,6 +34,13 @@ type Trim struct {
 	// Every is how often at most the pool is trimmed; a connection given
 	// back less than Every ago stays.
 	Every time.Duration
+	// Grow is how long an acquire waits for a connection given back
+	// before the pool opens one above the floor: the daemon's periodic
+	// work (the presence, the gauges, the history's tidy, River's polls)
+	// runs on whole-second tickers started together, so three short
+	// statements came at once every second or two, each time a backend's
+	// start once trimmed. Each runs for a millisecond or two.
+	Grow time.Duration
 }
 
 // The pool's trim unless changed: see Trim.
@@ -41,11 +48,12 @@ const (
 	PoolTrimFloorDefault = 2
 	PoolTrimIdleDefault  = 5 * time.Second
 	PoolTrimEveryDefault = time.Second
+	PoolTrimGrowDefault  = 20 * time.Millisecond
 )
 
 // DefaultTrim is the trim of every pool Open and OpenPools open.
 func DefaultTrim() Trim {
-	return Trim{Floor: PoolTrimFloorDefault, Idle: PoolTrimIdleDefault, Every: PoolTrimEveryDefault}
+	return Trim{Floor: PoolTrimFloorDefault, Idle: PoolTrimIdleDefault, Every: PoolTrimEveryDefault, Grow: PoolTrimGrowDefault}
 }
 
 // TrimPool makes the pool of cfg close the idle connections above the
@@ -60,7 +68,7 @@ func TrimPool(cfg *pgxpool.Config, t Trim) {
 	if t.Floor <= 0 || cfg.ConnConfig.Tracer != nil {
 		return
 	}
-	tr := &trimmer{cfg: t, floor: max(t.Floor, int(cfg.MinConns)), used: map[*pgx.Conn]time.Time{}, returning: map[*pgx.Conn]bool{}}
+	tr := &trimmer{cfg: t, floor: max(t.Floor, int(cfg.MinConns)), used: map[*pgx.Conn]time.Time{}, returning: map[*pgx.Conn]bool{}, grow: make(chan struct{}, 1)}
 	cfg.ConnConfig.Tracer = tr
 	prev := cfg.BeforeClose
 	cfg.BeforeClose = func(c *pgx.Conn) {
@@ -78,6 +86,9 @@ type trimmer struct {
 	floor int
 	// busy is held by the one trim under way.
 	busy atomic.Bool
+	// grow is held by the one acquire waiting for a connection given
+	// back (TraceAcquireStart).
+	grow chan struct{}
 
 	mu   sync.Mutex
 	used map[*pgx.Conn]time.Time
@@ -101,12 +112,61 @@ func (*trimmer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQue
 
 func (*trimmer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func (*trimmer) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
-	return ctx
+// TraceAcquireStart holds an acquire that would open a connection above
+// the floor for up to cfg.Grow, until one is given back. A pool at its
+// maximum waits in pgxpool as it always did. The acquires held wait one
+// at a time (grow), or all would see the same connection given back and
+// all but one open another.
+func (t *trimmer) TraceAcquireStart(ctx context.Context, pool *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	if t.cfg.Grow <= 0 {
+		return ctx
+	}
+	t.mu.Lock()
+	inUse := t.inUse
+	t.mu.Unlock()
+	if inUse < t.floor {
+		// A connection is idle, or the pool is below its floor.
+		return ctx
+	}
+	deadline := time.Now().Add(t.cfg.Grow)
+	held := false
+	for {
+		st := pool.Stat()
+		if st.IdleConns() > 0 || int(st.TotalConns()) < t.floor || st.TotalConns() >= st.MaxConns() ||
+			!time.Now().Before(deadline) || ctx.Err() != nil {
+			if held {
+				// Given back by TraceAcquireEnd, once this acquire took
+				// the idle connection.
+				return context.WithValue(ctx, growKey{}, true)
+			}
+			return ctx
+		}
+		if !held {
+			select {
+			case t.grow <- struct{}{}:
+				held = true
+				continue
+			case <-time.After(time.Until(deadline)):
+				return ctx
+			case <-ctx.Done():
+				return ctx
+			}
+		}
+		// A statement of the periodic work lasts a millisecond or two:
+		// polled, rather than woken by the release, which gives its
+		// connection back only after the tracer has run.
+		time.Sleep(time.Millisecond)
+	}
 }
 
+// growKey marks the context of an acquire that holds trimmer.grow.
+type growKey struct{}
+
 // TraceAcquireEnd counts a connection handed out.
-func (t *trimmer) TraceAcquireEnd(_ context.Context, _ *pgxpool.Pool, d pgxpool.TraceAcquireEndData) {
+func (t *trimmer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, d pgxpool.TraceAcquireEndData) {
+	if ctx.Value(growKey{}) != nil {
+		<-t.grow
+	}
 	if d.Err != nil {
 		return
 	}
