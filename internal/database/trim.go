@@ -84,6 +84,10 @@ func TrimPool(cfg *pgxpool.Config, t Trim) {
 type trimmer struct {
 	cfg   Trim
 	floor int
+	// pool is the pool traced, the first seen: a config copied from this
+	// one's into another pool (a Locker's own) shares its tracer, and
+	// that pool is neither counted nor trimmed here.
+	pool atomic.Pointer[pgxpool.Pool]
 	// busy is held by the one trim under way.
 	busy atomic.Bool
 	// grow is held by the one acquire waiting for a connection given
@@ -96,12 +100,17 @@ type trimmer struct {
 	returning map[*pgx.Conn]bool
 	last      time.Time
 	// inUse counts the connections handed out and not given back; peak
-	// is its highest since the window began (since), prevPeak the one of the window of
-	// cfg.Idle before. The trim keeps as many as were in use at once
+	// is its highest since the window began (since), prevPeak the one of
+	// the window of cfg.Idle before. The trim keeps as many as were in use at once
 	// over the last cfg.Idle: which connection served them does not
 	// matter, so the health check's reordering does not either.
 	inUse, peak, prevPeak int
 	since                 time.Time
+}
+
+// mine reports that p is the pool this trimmer traces.
+func (t *trimmer) mine(p *pgxpool.Pool) bool {
+	return t.pool.CompareAndSwap(nil, p) || t.pool.Load() == p
 }
 
 // TraceQueryStart and TraceQueryEnd do nothing: a pgx tracer must be a
@@ -118,7 +127,7 @@ func (*trimmer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData)
 // at a time (grow), or all would see the same connection given back and
 // all but one open another.
 func (t *trimmer) TraceAcquireStart(ctx context.Context, pool *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
-	if t.cfg.Grow <= 0 {
+	if t.cfg.Grow <= 0 || !t.mine(pool) {
 		return ctx
 	}
 	t.mu.Lock()
@@ -163,11 +172,11 @@ func (t *trimmer) TraceAcquireStart(ctx context.Context, pool *pgxpool.Pool, _ p
 type growKey struct{}
 
 // TraceAcquireEnd counts a connection handed out.
-func (t *trimmer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, d pgxpool.TraceAcquireEndData) {
+func (t *trimmer) TraceAcquireEnd(ctx context.Context, pool *pgxpool.Pool, d pgxpool.TraceAcquireEndData) {
 	if ctx.Value(growKey{}) != nil {
 		<-t.grow
 	}
-	if d.Err != nil {
+	if d.Err != nil || !t.mine(pool) {
 		return
 	}
 	t.mu.Lock()
@@ -179,6 +188,9 @@ func (t *trimmer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, d pgxpoo
 // TraceRelease notes the use of a connection given back, and trims the
 // pool when it is time.
 func (t *trimmer) TraceRelease(pool *pgxpool.Pool, d pgxpool.TraceReleaseData) {
+	if !t.mine(pool) {
+		return
+	}
 	now := time.Now()
 	t.mu.Lock()
 	if t.returning[d.Conn] {
