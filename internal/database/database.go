@@ -65,9 +65,10 @@ const ConnectTimeoutDefault = 10 * time.Second
 // pool_max_conn_idle_time, pool_health_check_period): a daemon holds at
 // most 4 server connections idle and 8 under load, whatever its sources,
 // lanes and tenants (contract section 12, "Sessions"; docs/design.md).
-// The pool is 5 of them, River's polls and jobs and the locks'
-// transactions on it; the locks' holder session and the relay's listener
-// are the rest (River polls: it keeps no listener). pgxpool's own
+// The pool is 5 of them under load, River's polls and jobs and the locks'
+// transactions on it, and 2 idle (Trim: pgxpool's idle close alone kept
+// all 5); the locks' holder session and the relay's listener are the rest
+// (River polls: it keeps no listener). pgxpool's own
 // default grows with the machine's CPUs, and keeps an idle connection
 // half an hour.
 const (
@@ -75,7 +76,7 @@ const (
 	PoolMaxConnsDefault = 5
 	// PoolIdleTimeDefault is how long a pooled connection stays open
 	// unused; the health check, every PoolHealthCheckDefault, closes it
-	// then. An idle daemon keeps the connections its polls use. Not
+	// then. The trim (Trim) closes those above the floor sooner. Not
 	// shorter: at 5 s the pool closed and opened connections every few
 	// seconds for the daemon's periodic work (the gauges, the presence,
 	// River's maintenance), each a backend's start on the server.
@@ -242,6 +243,7 @@ func parsePool(rawURL, role string) (cfg *pgxpool.Config, added map[string]bool,
 		return nil, nil, fmt.Errorf("database: %w", err)
 	}
 	boundPool(cfg, rawURL)
+	TrimPool(cfg, DefaultTrim())
 	added = map[string]bool{}
 	rp := cfg.ConnConfig.RuntimeParams
 	if _, ok := rp["application_name"]; !ok && role != "" {

@@ -92,6 +92,9 @@ func OpenPools(ctx context.Context, rawURL, directURL, role, schema string) (*Po
 	if session == nil {
 		session = pool.Config().ConnConfig
 	}
+	// The pool's trim (TrimPool) traces the pool: not the sessions, nor
+	// a pool opened from their config (a Locker's own).
+	session.Tracer = nil
 	return &Pools{Pool: pool, Session: session, Stateless: stateless}, nil
 }
 

@@ -129,6 +129,9 @@ func (r *runner) sessionsScenario(ctx context.Context) ([]Row, error) {
 	if after := poolWaits(ctx, d); before.ok && after.ok {
 		r.note("sessions: under load the pool's acquires waited for a connection %.0f times of %.0f, %.2f s in all",
 			after.waited-before.waited, after.acquires-before.acquires, after.seconds-before.seconds)
+		// Opened under load: a trim of idle connections must not churn them.
+		r.note("sessions: under load, the pool opened %.0f connections in %s",
+			after.opened-before.opened, loadFor)
 	}
 	if err := s.waitChanges(ctx, drainLimit(0), d); err != nil {
 		return nil, err
