@@ -3,6 +3,10 @@ package presence
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
 )
@@ -27,3 +31,36 @@ func Alive(ctx context.Context, q database.Querier, destination string) (int, er
 // deploy that adds it) would be counted in the share and take none, and
 // the lanes past the others' share would wait for it.
 func SourceKey(source string) string { return "source:" + source }
+
+// Process is a daemon alive, as its name tells it (NewID): the host it
+// runs on and its process id.
+type Process struct {
+	Host string
+	PID  int
+}
+
+// Processes returns the daemons alive in this schema, by host and process
+// id: what tells a schema's daemons from another schema's in the same
+// database, where pg_stat_activity shows them all alike.
+func Processes(ctx context.Context, q database.Querier) ([]Process, error) {
+	rows, err := q.Query(ctx, `SELECT DISTINCT daemon FROM syncer_daemons WHERE seen_until > now()`)
+	if err != nil {
+		return nil, fmt.Errorf("presence: read daemons: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("presence: read daemons: %w", err)
+	}
+	out := make([]Process, 0, len(names))
+	for _, n := range names {
+		host, rest, ok := strings.Cut(n, ":")
+		if !ok {
+			continue
+		}
+		p, _, _ := strings.Cut(rest, ":")
+		if pid, err := strconv.Atoi(p); err == nil {
+			out = append(out, Process{Host: host, PID: pid})
+		}
+	}
+	return out, nil
+}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/presence"
 )
 
 // DaemonSessions is what one syncer process holds of the database (contract
@@ -29,10 +31,17 @@ type DaemonSessions struct {
 	Locks int `json:"locks"`
 }
 
-// readSessions reads every syncer process's sessions in the current
-// database, but process self's (the status command's own): one statement
-// on pg_stat_activity and pg_locks.
+// readSessions reads the sessions of this schema's daemons alive (those
+// syncer_daemons names), but process self's (the status command's own):
+// one statement on pg_stat_activity and pg_locks, and one on presence.
+// pg_stat_activity shows the daemons of every schema of the database
+// alike (two installations side by side, SYNCER_SCHEMA), so the rest are
+// left out, as are the command line's short-lived processes.
 func readSessions(ctx context.Context, q database.Querier, self int) ([]DaemonSessions, error) {
+	alive, err := presence.Processes(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("status: sessions: %w", err)
+	}
 	rows, err := q.Query(ctx, `SELECT a.application_name, count(*)::int, count(*) FILTER (WHERE a.state = 'active')::int,
 			coalesce(sum((SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)), 0)::int
 		FROM pg_stat_activity a
@@ -52,7 +61,10 @@ func readSessions(ctx context.Context, q database.Querier, self int) ([]DaemonSe
 	out := []DaemonSessions{}
 	for _, r := range all {
 		role, host, pid, ok := database.ParseApplicationName(r.App)
-		if !ok || role == "" || pid == self {
+		if !ok || role == "" || pid == self || !slices.ContainsFunc(alive, func(p presence.Process) bool {
+			// The name's host may be cut to fit application_name.
+			return p.PID == pid && strings.HasPrefix(p.Host, host)
+		}) {
 			continue
 		}
 		out = append(out, DaemonSessions{Role: role, Host: host, Process: pid, Sessions: r.Sessions, Active: r.Active, Locks: r.Locks})

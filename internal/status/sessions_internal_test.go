@@ -11,15 +11,19 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/presence"
 )
 
-// Status shows what each syncer process holds: its sessions and advisory
-// locks, told apart by their application_name.
+// Status shows what each syncer daemon of its schema holds: its sessions
+// and advisory locks, told apart by their application_name; a process
+// that is not a daemon of the schema (another schema's, in the same
+// database, or a command's) is left out.
 func TestReadSessionsCountsEachProcess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn, _ := dbtest.NewSchema(t)
-	u, err := url.Parse(dsn)
+	ts := dbtest.NewMigrated(t)
+	other := dbtest.NewMigrated(t)
+	u, err := url.Parse(ts.DSN)
 	require.NoError(t, err)
 	q := u.Query()
 	q.Set("application_name", database.ApplicationName("syncer run"))
@@ -38,7 +42,17 @@ func TestReadSessionsCountsEachProcess(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _, _ = c1.Exec(ctx, "SELECT pg_advisory_unlock_all()") }()
 
+	// Not yet a daemon of the schema: a daemon of another schema, or a
+	// command, is none of this status's.
+	require.NoError(t, presence.Say(ctx, other.Pool, presence.NewID(), map[string]int64{"crm": 1}))
 	got, err := readSessions(ctx, c2, 0)
+	require.NoError(t, err)
+	for _, s := range got {
+		require.NotEqual(t, os.Getpid(), s.Process, "another schema's daemon is left out")
+	}
+
+	require.NoError(t, presence.Say(ctx, ts.Pool, presence.NewID(), map[string]int64{"crm": 1}))
+	got, err = readSessions(ctx, c2, 0)
 	require.NoError(t, err)
 	var mine *DaemonSessions
 	for i := range got {
