@@ -18,12 +18,15 @@ import (
 // A goroutine reads, every half of the refresh period, the facts of every
 // namespace asked for in the last ForgetAfter, and stops when none was.
 // Load hands out what it read, as long as that read ended within the
-// refresh period: the same age a Shared of its own allowed. A namespace
-// the last read did not cover (its first ask, or one the goroutine fell
-// behind on) waits for the read running if that covers it, else is read
-// alone, as a Shared of its own did: no Load ever waits for a read that
-// then reads it again. What this process wrote meanwhile is laid over
-// what was read before it by the namespace's Shared.
+// refresh period: the same age a Shared of its own allowed, and no wait.
+// A namespace the last read did not cover (its first ask) is read alone at
+// once, as a Shared of its own did; one whose facts went stale while the
+// goroutine's read covering it runs (a read slower than half the period)
+// waits for that read, and reads alone only if it failed. A Load never
+// waits for a round and then its own (the first attempt did: a lane's
+// look at its tenants, one after another, waited at each). What this
+// process wrote meanwhile is laid over what was read before it by the
+// namespace's Shared.
 type Together struct {
 	pool    *pgxpool.Pool
 	refresh time.Duration

@@ -243,7 +243,8 @@ func New(cfg Config) (*Registry, error) {
 		facts: breakerstore.NewTogether(cfg.Pool, 0)}, nil
 }
 
-// Close ends the reads running behind tenants' batches, waits up to
+// Close ends the reads running behind tenants' batches and the shared
+// facts' goroutine (breakerstore.Together), waits up to
 // StoreGrace for the stores of rotated refresh tokens being retried (a
 // token this process alone holds is lost with it), and closes the idle
 // connections of every tenant's requests.
