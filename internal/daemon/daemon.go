@@ -82,6 +82,9 @@ type Daemon struct {
 
 	riverRunning atomic.Bool
 	ran          atomic.Bool
+	// started is when Run started the periodic work, River just before:
+	// the origin of each loop's phase (phase.go).
+	started time.Time
 
 	// creds holds the destinations' secrets and certificate files, read
 	// again when they change and on Reload (SIGHUP).
@@ -319,13 +322,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.riverRunning.Store(true)
 
+	// Each periodic loop at its own phase from here (phase.go).
+	d.started = time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = d.relay.Run(runCtx) })
 	wg.Go(func() { d.gauges(runCtx) })
-	wg.Go(func() { d.purger.Run(runCtx) })
-	wg.Go(func() { d.pruner.Run(runCtx) })
+	wg.Go(func() { d.phased(runCtx, phasePurge, d.purger.Run) })
+	wg.Go(func() { d.phased(runCtx, phaseHistory, d.pruner.Run) })
 	wg.Go(func() { d.presence(runCtx) })
-	wg.Go(func() { d.verifier.Run(runCtx) })
+	wg.Go(func() { d.phased(runCtx, phaseVerify, d.verifier.Run) })
 	wg.Go(func() { d.tidyTenants(runCtx) })
 	wg.Go(func() { d.rereadTenants(runCtx) })
 	if err := d.relay.Kick(ctx); err != nil {
