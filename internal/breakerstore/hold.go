@@ -65,6 +65,40 @@ func ReadHold(ctx context.Context, q database.Querier, namespace string) (Hold, 
 	return h, nil
 }
 
+// ReadHolds is ReadHold for several namespaces in one statement: the
+// presence's beat reads every destination's hold twice a second, and one
+// statement a destination kept a pooled connection for as many round trips
+// (docs/design.md, "Spreading the periodic work"). The holds come in the
+// order of namespaces, a namespace without one as the zero Hold.
+func ReadHolds(ctx context.Context, q database.Querier, namespaces []string) ([]Hold, error) {
+	keys := make([]string, len(namespaces))
+	for i, ns := range namespaces {
+		keys[i] = keyPrefix(ns) + KeyHold
+	}
+	rows, err := q.Query(ctx, `SELECT key, value FROM syncer_state WHERE key = ANY($1::text[])`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("breakerstore: read %s: %w", KeyHold, err)
+	}
+	byKey := map[string]Hold{}
+	var key string
+	var data []byte
+	if _, err := pgx.ForEachRow(rows, []any{&key, &data}, func() error {
+		var h Hold
+		if err := json.Unmarshal(data, &h); err != nil {
+			return err
+		}
+		byKey[key] = h
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("breakerstore: read %s: %w", KeyHold, err)
+	}
+	out := make([]Hold, len(keys))
+	for i, k := range keys {
+		out[i] = byKey[k]
+	}
+	return out, nil
+}
+
 // KeyProbe holds a Probe: a person asked to probe a held destination now.
 const KeyProbe = "probe"
 

@@ -5,6 +5,12 @@
 // New builds everything and starts nothing (as River's NewClient); Run
 // starts it, and owns the shutdown order: stop taking new batches, let River
 // finish (soft stop, then cancel), then the rest. A Daemon runs once.
+//
+// A file a job: daemon.go the Daemon, its start and its stop; build.go
+// the parts' wiring; river.go River's start and policies; guard.go the
+// locks' check before a request; serve.go the HTTP server; phase.go the
+// periodic loops' phases; the loops in presence.go, gauges.go, tidy.go and
+// tenants.go; destinations, credentials, reloads and verify in theirs.
 package daemon
 
 import (
@@ -13,32 +19,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
-	"github.com/syncer-dev/syncer/internal/checkpoint"
-	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/database"
-	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/history"
-	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
@@ -82,6 +76,9 @@ type Daemon struct {
 
 	riverRunning atomic.Bool
 	ran          atomic.Bool
+	// started is when Run started the periodic work, River just before:
+	// the origin of each loop's phase (phase.go).
+	started time.Time
 
 	// creds holds the destinations' secrets and certificate files, read
 	// again when they change and on Reload (SIGHUP).
@@ -163,121 +160,10 @@ func (d *Daemon) closeClients() {
 	}
 }
 
-// build wires the push path, River and the relay.
-func (d *Daemon) build(ctx context.Context) error {
-	c, logger := &d.cfg, d.logger
-	// The installation's id salts every key: read once, never changed.
-	installation, err := checkpoint.Installation(context.Background(), d.pool)
-	if err != nil {
-		return err
-	}
-	d.installation = installation
-	dests, _, err := d.buildDestinations(installation, c.Sources, nil)
-	if err != nil {
-		return err
-	}
-	d.dests = dests
-	if def := dests[metrics.DefaultDestination]; def != nil {
-		d.inFlight = def.deliverer.MaxInFlight()
-	}
-	srcs, err := d.buildSources(ctx, c.Sources, dests)
-	if err != nil {
-		return err
-	}
-	// Leased locks: a frozen holder loses its locks to a waiting daemon
-	// (see internal/locks, "Leases"). Every lock on one session; their
-	// transactions on the pool (docs/design.md, "Sessions").
-	// With SYNCER_DIRECT_URL, the holder is its session (Config.Session).
-	session := cmp.Or(c.Session, d.pool.Config().ConnConfig)
-	if d.locker, err = locks.New(session, &locks.Config{Logger: logger, Lease: true, Pool: d.pool, Stateless: c.Stateless}); err != nil {
-		return err
-	}
-	ecfg := c.Exporter
-	ecfg.Logger, ecfg.Metrics, ecfg.Schema, ecfg.Installation = logger, d.metrics, d.schema, installation
-	ecfg.Sources = srcs
-	if ecfg.Peers == nil {
-		// A tenant source's lanes are shared among the daemons alive
-		// that export it.
-		ecfg.Peers = func(ctx context.Context, source string) (int, error) {
-			return presence.Alive(ctx, d.pool, presence.SourceKey(source))
-		}
-	}
-	// A lingering job holds a worker slot: one slot stays for the jobs
-	// that come and go (the sources that find none).
-	slots := c.Workers + extraLanes(c.Sources)
-	ecfg.MaxLingering = cmp.Or(ecfg.MaxLingering, max(slots-1, 1))
-	if d.exp, err = exporter.New(d.pool, d.locker, &ecfg); err != nil {
-		return err
-	}
-	if d.purger, err = resources.NewPurger(d.pool, &resources.PurgerConfig{Retention: c.TombstoneRetention, Logger: logger}); err != nil {
-		return err
-	}
-	hcfg := c.History
-	hcfg.Logger = logger
-	if d.pruner, err = history.NewPruner(d.pool, &hcfg); err != nil {
-		return err
-	}
-
-	workers := river.NewWorkers()
-	river.AddWorker(workers, d.exp.Worker())
-	river.AddWorker(workers, d.exp.PreviousSyncWorker())
-	river.AddWorker(workers, d.exp.PreviousReplayWorker())
-	d.river, err = river.NewClient(riverpgxv5.New(d.pool), &river.Config{
-		Schema:               d.schema,
-		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: slots}},
-		Workers:              workers,
-		FetchCooldown:        10 * time.Millisecond,
-		FetchPollInterval:    200 * time.Millisecond,
-		RescueStuckJobsAfter: RescueStuckJobsDefault,
-		MaxAttempts:          jobs.MaxAttempts,
-		RetryPolicy:          cappedRetry{max: 30 * time.Second},
-		// River polls, in every mode: its listener would be a server
-		// session of its own, held idle, and through a transaction pooler
-		// would hear nothing. The relay, which listens on the session,
-		// wakes the jobs lingering here (docs/design.md, "Transaction
-		// pooling", "River polls in direct mode too").
-		PollOnly: true,
-		Logger:   slog.New(atLeast{logger.Handler(), slog.LevelWarn}).With(slog.String("component", "river")),
-	})
-	if err != nil {
-		return fmt.Errorf("daemon: river client: %w", err)
-	}
-
-	if d.verifier, err = verify.NewBackground(d.pool, d.locker, &verify.BackgroundConfig{Schema: d.schema,
-		Jobs: d.verifyJobs, Ended: d.verifyEnded, Tick: c.VerifyTick, Logger: logger}); err != nil {
-		return err
-	}
-
-	d.relay, err = outbox.New(d.pool, d.river, d.exp, &outbox.Config{
-		Channel:      migrations.Channel(d.schema),
-		LockKey:      locks.RelayKey(d.schema),
-		PollInterval: c.PollInterval,
-		Listen:       session,
-		Logger:       logger,
-	})
-	return err
-}
-
 // warmTimeout bounds the opening of the lock sessions at the start: a
 // slow server delays the start by this at most, and the first jobs open
 // what is missing.
 const warmTimeout = 5 * time.Second
-
-// riverStartWait is how long the start tries River's first connection
-// again: a daemon started while PostgreSQL restarts meets it there.
-const riverStartWait = 30 * time.Second
-
-// startRiver starts River, trying again with backoff while its first
-// connection fails (River stops what it started before it returns an
-// error, so it can be started again), until riverStartWait or ctx ends.
-func (d *Daemon) startRiver(ctx, runCtx context.Context) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, riverStartWait
-	return backoff.RetryNotify(func() error { return d.river.Start(runCtx) }, backoff.WithContext(b, ctx),
-		func(err error, wait time.Duration) {
-			d.logger.WarnContext(ctx, "daemon: start river: trying again", slog.Duration("in", wait), slog.String("error", err.Error()))
-		})
-}
 
 // Run runs the daemon until ctx is cancelled, then shuts down in order and
 // returns nil. It fails only if the daemon cannot start.
@@ -319,13 +205,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.riverRunning.Store(true)
 
+	// Each periodic loop at its own phase from here (phase.go).
+	d.started = time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = d.relay.Run(runCtx) })
 	wg.Go(func() { d.gauges(runCtx) })
-	wg.Go(func() { d.purger.Run(runCtx) })
-	wg.Go(func() { d.pruner.Run(runCtx) })
+	wg.Go(func() { d.phased(runCtx, phasePurge, d.purger.Run) })
+	wg.Go(func() { d.phased(runCtx, phaseHistory, d.pruner.Run) })
 	wg.Go(func() { d.presence(runCtx) })
-	wg.Go(func() { d.verifier.Run(runCtx) })
+	wg.Go(func() { d.phased(runCtx, phaseVerify, d.verifier.Run) })
 	wg.Go(func() { d.tidyTenants(runCtx) })
 	wg.Go(func() { d.rereadTenants(runCtx) })
 	if err := d.relay.Kick(ctx); err != nil {
@@ -366,140 +254,4 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 		return err
 	}
 	return d.Run(ctx)
-}
-
-// guarded checks, just before every request to a third party, the locks
-// the request's context was derived from (locks.CheckContext): a process
-// that wakes from a freeze, past its lease, sends nothing more on behalf of
-// a lock a waiting daemon may have taken. The refusal is a *WaitError, which
-// the deliverer returns at once, neither retried nor counted by the breaker;
-// it wraps locks.ErrLockLost, which the job's result looks at first.
-type guarded struct{ delivery.Client }
-
-func (g guarded) Send(ctx context.Context, key string, r *thirdparty.Request, read func(*thirdparty.Answer) (*thirdparty.Result, error)) (*thirdparty.Result, error) {
-	if err := locks.CheckContext(ctx); err != nil {
-		return nil, &delivery.WaitError{Err: fmt.Errorf("daemon: not sent: %w", err)}
-	}
-	return g.Client.Send(ctx, key, r, read)
-}
-
-// atLeast passes on records at or above min, unless the handler was set up
-// for debug. River logs routine counts at info every few seconds; an
-// operator reading syncer's info log wants syncer's lines.
-type atLeast struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h atLeast) Enabled(ctx context.Context, l slog.Level) bool {
-	if h.Handler.Enabled(ctx, slog.LevelDebug) {
-		return true
-	}
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h atLeast) WithAttrs(as []slog.Attr) slog.Handler {
-	return atLeast{h.Handler.WithAttrs(as), h.min}
-}
-
-func (h atLeast) WithGroup(name string) slog.Handler {
-	return atLeast{h.Handler.WithGroup(name), h.min}
-}
-
-// cappedRetry is River's retry policy for syncer's jobs: exponential with
-// jitter, but never more than max. Expected conditions (a busy lock, an open
-// breaker, a 429) snooze instead and never get here; what does get here is a
-// database or programming error, and River's default (attempt^4 seconds)
-// would leave rows waiting for minutes after a database restart.
-type cappedRetry struct{ max time.Duration }
-
-func (p cappedRetry) NextRetry(job *rivertype.JobRow) time.Time {
-	d := min(time.Duration(1<<min(job.Attempt, 10))*100*time.Millisecond, p.max)
-	return time.Now().Add(d/2 + rand.N(d/2+1))
-}
-
-// serve starts the HTTP server and returns it with its bound address; with
-// HTTPAddrOff it serves nothing and returns a nil server.
-func (d *Daemon) serve(ctx context.Context) (*http.Server, string, error) {
-	if d.cfg.HTTPAddr == HTTPAddrOff {
-		return nil, "", nil
-	}
-	ln, err := net.Listen("tcp", d.cfg.HTTPAddr)
-	if err != nil {
-		return nil, "", fmt.Errorf("daemon: listen on %s: %w", d.cfg.HTTPAddr, err)
-	}
-	h := d.handler()
-	if d.cfg.Console != nil {
-		if err := d.console.set(ctx, d.cfg.Console, d.metrics); err != nil {
-			_ = ln.Close()
-			return nil, "", fmt.Errorf("daemon: console: %w", err)
-		}
-		h = withConsole(h, &d.console)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.logger.ErrorContext(ctx, "daemon: http server", slog.String("error", err.Error()))
-		}
-	}()
-	return srv, ln.Addr().String(), nil
-}
-
-// handler routes health, readiness, metrics and, if asked, pprof.
-func (d *Daemon) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := d.pool.Ping(pctx); err != nil {
-			http.Error(w, "database: not answering", http.StatusServiceUnavailable)
-			return
-		}
-		if !d.riverRunning.Load() {
-			http.Error(w, "job client: not running", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.Handle("GET /metrics", d.freshGauges(promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg})))
-	if d.cfg.Pprof {
-		// No /debug/pprof/cmdline: the command line may hold a token or a
-		// database password given as a flag. Index would serve it under
-		// its name, so it is refused before Index sees it.
-		mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return mux
-}
-
-// extraLanes is how many workers the file's tenant sources add to
-// --workers: each lane is a job of its own (internal/exporter, lanes.go),
-// and a tenant at its account's limit waits inside its lane's job, so a
-// source of 16 lanes on 4 workers drained 4 lanes at a time, its tenants
-// at a fifth of their accounts' limits (docs/benchmarks.md, "tenants").
-// A source counts as one of --workers' sources; its other lanes get a
-// worker each.
-func extraLanes(file *config.Config) int {
-	if file == nil {
-		return 0
-	}
-	n := 0
-	for _, s := range file.SourceSpecs() {
-		if s.Tenant != "" {
-			n += max(s.Lanes, 1) - 1
-		}
-	}
-	return n
-}
-
-// poolStat is what the pool's series show of st.
-func poolStat(st *pgxpool.Stat) metrics.PoolStat {
-	return metrics.PoolStat{Max: st.MaxConns(), InUse: st.AcquiredConns(), Idle: st.IdleConns(),
-		Acquires: st.AcquireCount(), Waited: st.EmptyAcquireCount(), WaitTime: st.EmptyAcquireWaitTime(), Opened: st.NewConnsCount()}
 }

@@ -21,7 +21,7 @@ import (
 // them with max, not sum. Their cost does not grow with the table (no
 // sequential scan of resources), since every daemon pays it.
 func (d *Daemon) gauges(ctx context.Context) {
-	t := time.NewTicker(d.cfg.GaugeInterval)
+	t := newGrid(d.started.Add(phaseGauges+d.cfg.GaugeInterval), d.cfg.GaugeInterval)
 	defer t.Stop()
 	for {
 		qctx, cancel := context.WithTimeout(ctx, d.cfg.GaugeInterval)
@@ -32,7 +32,8 @@ func (d *Daemon) gauges(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
+			t.Next()
 		}
 	}
 }

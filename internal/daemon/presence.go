@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"log/slog"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // pause` returns once nothing more is sent (internal/presence). On the way
 // out it leaves: a stopped daemon is not waited for.
 func (d *Daemon) presence(ctx context.Context) {
-	t := time.NewTicker(presence.Beat)
+	t := newGrid(d.started.Add(phasePresence), presence.Beat)
 	defer t.Stop()
 	failing := false
 	for {
@@ -39,34 +40,42 @@ func (d *Daemon) presence(ctx context.Context) {
 				d.logger.WarnContext(ctx, "daemon: leave the running daemons", slog.String("error", err.Error()))
 			}
 			return
-		case <-t.C:
+		case <-t.C():
+			t.Next()
 		}
 	}
 }
 
 // sayHolds reads every destination's hold, has its deliverer take it, and
-// says which generation of each this daemon holds.
+// says which generation of each this daemon holds: two statements on one
+// pooled connection, twice a second (one a destination, each its own
+// acquire, took a connection five times a beat; "Spreading the periodic
+// work" in docs/design.md).
 func (d *Daemon) sayHolds(ctx context.Context) error {
 	d.mu.Lock()
-	dests := make(map[string]*destination, len(d.dests))
+	names := make([]string, 0, len(d.dests))
+	dests := make([]*destination, 0, len(d.dests))
+	namespaces := make([]string, 0, len(d.dests))
 	for name, dest := range d.dests {
-		dests[name] = dest
+		names, dests, namespaces = append(names, name), append(dests, dest), append(namespaces, dest.state.namespace)
 	}
 	d.mu.Unlock()
-	held := make(map[string]int64, len(dests))
-	for name, dest := range dests {
-		h, err := breakerstore.ReadHold(ctx, d.pool, dest.state.namespace)
+	return d.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		holds, err := breakerstore.ReadHolds(ctx, c, namespaces)
 		if err != nil {
 			return err
 		}
-		held[name] = dest.deliverer.AdoptHold(ctx, h)
-	}
-	// The tenant sources exported here, by their lanes: the lanes' share
-	// counts the daemons that say them (presence.SourceKey).
-	for _, n := range d.exp.Exported() {
-		if src, _, ok := jobs.LaneOf(n); ok {
-			held[presence.SourceKey(src)] = 0
+		held := make(map[string]int64, len(dests))
+		for i, dest := range dests {
+			held[names[i]] = dest.deliverer.AdoptHold(ctx, holds[i])
 		}
-	}
-	return presence.Say(ctx, d.pool, d.id, held)
+		// The tenant sources exported here, by their lanes: the lanes'
+		// share counts the daemons that say them (presence.SourceKey).
+		for _, n := range d.exp.Exported() {
+			if src, _, ok := jobs.LaneOf(n); ok {
+				held[presence.SourceKey(src)] = 0
+			}
+		}
+		return presence.Say(ctx, c, d.id, held)
+	})
 }

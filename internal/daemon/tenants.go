@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -132,13 +131,14 @@ func replayTenant(ctx context.Context, tx pgx.Tx, dest, tenant string) ([]int64,
 // RefreshEvery (tenants.Registry.Reread), so an idle tenant's new account
 // gets its replay within 45 s, without waiting for its next change.
 func (d *Daemon) rereadTenants(ctx context.Context) {
-	t := time.NewTicker(tenants.RefreshEveryDefault / 2)
+	t := newGrid(d.started.Add(phaseTenants+tenants.RefreshEveryDefault/2), tenants.RefreshEveryDefault/2)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
+			t.Next()
 		}
 		d.mu.Lock()
 		var regs []*tenants.Registry

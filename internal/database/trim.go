@@ -37,9 +37,12 @@ type Trim struct {
 	// Grow is how long an acquire waits for a connection given back
 	// before the pool opens one above the floor: the daemon's periodic
 	// work (the presence, the gauges, the history's tidy, River's polls)
-	// runs on whole-second tickers started together, so three short
+	// ran on whole-second tickers started together, so three short
 	// statements came at once every second or two, each time a backend's
-	// start once trimmed. Each runs for a millisecond or two.
+	// start once trimmed. Each loop has its own phase since
+	// (internal/daemon/phase.go), but River's fetch poll and the relay's
+	// wander and may still meet two others. Each runs for a millisecond
+	// or two.
 	Grow time.Duration
 }
 

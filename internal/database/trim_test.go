@@ -2,11 +2,13 @@ package database_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/dbtest"
 )
@@ -17,38 +19,10 @@ import (
 // close (issue 58). The trim closes all but 2 once unused for a few
 // seconds.
 func TestIdlePoolWithPollersKeepsTwoConnections(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, err := database.Open(ctx, dbtest.URL(), "trim test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	fill(ctx, t, pool)
-
+	ctx, pool := filledPool(t)
 	// Two pollers, as River's fetch and the presence: never two
 	// statements at once, or seldom.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, every := range []time.Duration{200 * time.Millisecond, 500 * time.Millisecond} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(every)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					if _, err := pool.Exec(ctx, "SELECT 1"); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}
-		}()
-	}
+	stop := run(ctx, t, pool, "SELECT 1", 200*time.Millisecond, 500*time.Millisecond)
 	// The trim's idle time, a trim, and a health check (5 s) or two.
 	time.Sleep(database.PoolTrimIdleDefault + 7*time.Second)
 	peak := int32(0)
@@ -56,8 +30,7 @@ func TestIdlePoolWithPollersKeepsTwoConnections(t *testing.T) {
 		peak = max(peak, pool.Stat().TotalConns())
 		time.Sleep(100 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if peak > database.PoolTrimFloorDefault {
 		t.Fatalf("an idle pool with two pollers kept %d connections, want <= %d", peak, database.PoolTrimFloorDefault)
 	}
@@ -66,51 +39,64 @@ func TestIdlePoolWithPollersKeepsTwoConnections(t *testing.T) {
 // Under load every connection is used every few milliseconds: the trim
 // closes none, so the pool opens none again.
 func TestPoolUnderLoadIsNotTrimmed(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, err := database.Open(ctx, dbtest.URL(), "trim test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	fill(ctx, t, pool)
+	ctx, pool := filledPool(t)
 	opened := pool.Stat().NewConnsCount()
-
-	deadline := time.Now().Add(database.PoolTrimIdleDefault + 3*time.Second)
-	var wg sync.WaitGroup
-	for range database.PoolMaxConnsDefault {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				if _, err := pool.Exec(ctx, "SELECT pg_sleep(0.002)"); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	// One worker a connection, each statement after the last.
+	stop := run(ctx, t, pool, "SELECT pg_sleep(0.002)", slices.Repeat([]time.Duration{0}, database.PoolMaxConnsDefault)...)
+	time.Sleep(database.PoolTrimIdleDefault + 3*time.Second)
+	stop()
 	if n := pool.Stat().NewConnsCount() - opened; n > 0 {
 		t.Fatalf("under load the pool opened %d connections again, want 0", n)
 	}
 }
 
-// fill opens all the pool's connections at once.
-func fill(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
+// filledPool opens a pool as the daemon's (database.Open, trimmed) with
+// every connection open, as the start's work leaves it, closed when the
+// test ends, and a context bounding the test.
+func filledPool(t *testing.T) (context.Context, *pgxpool.Pool) {
 	t.Helper()
-	var wg sync.WaitGroup
-	for range database.PoolMaxConnsDefault {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := pool.Exec(ctx, "SELECT pg_sleep(0.2)"); err != nil {
-				t.Error(err)
-			}
-		}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	pool, err := database.Open(ctx, dbtest.URL(), "trim test")
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
+	t.Cleanup(pool.Close)
+	stop := run(ctx, t, pool, "SELECT pg_sleep(0.2)", slices.Repeat([]time.Duration{-1}, database.PoolMaxConnsDefault)...)
+	stop()
 	if n := pool.Stat().TotalConns(); n != database.PoolMaxConnsDefault {
 		t.Fatalf("filled pool has %d connections, want %d", n, database.PoolMaxConnsDefault)
+	}
+	return ctx, pool
+}
+
+// run runs sql on pool from one goroutine for each of every: every that
+// long (0: one statement after the other; less than 0: once) until the
+// stop it returns is called, which waits for them.
+func run(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql string, every ...time.Duration) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, e := range every {
+		wg.Go(func() {
+			for {
+				if _, err := pool.Exec(ctx, sql); err != nil {
+					t.Error(err)
+					return
+				}
+				if e < 0 {
+					return
+				}
+				select {
+				case <-done:
+					return
+				case <-time.After(e):
+				}
+			}
+		})
+	}
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }

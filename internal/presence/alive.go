@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/syncer-dev/syncer/internal/database"
 )
 
@@ -39,18 +37,26 @@ type Process struct {
 	PID  int
 }
 
+// AliveSQL is an expression, an array of text, of the daemons alive in
+// this schema by name (NewID), for a statement that reads them beside
+// what it reads (status's sessions, one statement where they were two);
+// Parse turns the names into Processes.
+const AliveSQL = `ARRAY(SELECT DISTINCT daemon FROM syncer_daemons WHERE seen_until > now())`
+
 // Processes returns the daemons alive in this schema, by host and process
 // id: what tells a schema's daemons from another schema's in the same
 // database, where pg_stat_activity shows them all alike.
 func Processes(ctx context.Context, q database.Querier) ([]Process, error) {
-	rows, err := q.Query(ctx, `SELECT DISTINCT daemon FROM syncer_daemons WHERE seen_until > now()`)
-	if err != nil {
+	var names []string
+	if err := q.QueryRow(ctx, `SELECT `+AliveSQL).Scan(&names); err != nil {
 		return nil, fmt.Errorf("presence: read daemons: %w", err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("presence: read daemons: %w", err)
-	}
+	return Parse(names), nil
+}
+
+// Parse is the processes that names (NewID's) tell; a name that tells
+// none is left out.
+func Parse(names []string) []Process {
 	out := make([]Process, 0, len(names))
 	for _, n := range names {
 		host, rest, ok := strings.Cut(n, ":")
@@ -62,5 +68,5 @@ func Processes(ctx context.Context, q database.Querier) ([]Process, error) {
 			out = append(out, Process{Host: host, PID: pid})
 		}
 	}
-	return out, nil
+	return out
 }

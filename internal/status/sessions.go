@@ -33,17 +33,16 @@ type DaemonSessions struct {
 
 // readSessions reads the sessions of this schema's daemons alive (those
 // syncer_daemons names), but process self's (the status command's own):
-// one statement on pg_stat_activity and pg_locks, and one on presence.
+// one statement on pg_stat_activity, pg_locks and the presence.
 // pg_stat_activity shows the daemons of every schema of the database
 // alike (two installations side by side, SYNCER_SCHEMA), so the rest are
 // left out, as are the command line's short-lived processes.
 func readSessions(ctx context.Context, q database.Querier, self int) ([]DaemonSessions, error) {
-	alive, err := presence.Processes(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("status: sessions: %w", err)
-	}
+	// The daemons alive ride on every row (an uncorrelated subquery, run
+	// once): no row, no session to show.
 	rows, err := q.Query(ctx, `SELECT a.application_name, count(*)::int, count(*) FILTER (WHERE a.state = 'active')::int,
-			coalesce(sum((SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)), 0)::int
+			coalesce(sum((SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)), 0)::int,
+			`+presence.AliveSQL+`
 		FROM pg_stat_activity a
 		WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
 		GROUP BY a.application_name`)
@@ -53,12 +52,17 @@ func readSessions(ctx context.Context, q database.Querier, self int) ([]DaemonSe
 	type row struct {
 		App                     string
 		Sessions, Active, Locks int
+		Alive                   []string
 	}
 	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
 		return nil, fmt.Errorf("status: sessions: %w", err)
 	}
 	out := []DaemonSessions{}
+	var alive []presence.Process
+	if len(all) > 0 {
+		alive = presence.Parse(all[0].Alive)
+	}
 	for _, r := range all {
 		role, host, pid, ok := database.ParseApplicationName(r.App)
 		if !ok || role == "" || pid == self || !slices.ContainsFunc(alive, func(p presence.Process) bool {
