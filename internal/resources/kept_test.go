@@ -51,7 +51,7 @@ func TestPendingKeptReadsTheKeptDigests(t *testing.T) {
 // A row's version 1 is its id's first, so the read does not probe the kept
 // digests for it (issue 55: the probes were half of a drain's read, and
 // every one missed): a digest kept under its id anyway, as of an id back
-// after its tombstone was pruned, is not read, and the row is sent as a
+// after its tombstone was purged, is not read, and the row is sent as a
 // key with no digest is. Later versions and tombstones are probed.
 func TestPendingKeptLeavesFirstVersionsUnprobed(t *testing.T) {
 	t.Parallel()

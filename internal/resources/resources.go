@@ -128,7 +128,7 @@ const generationColumn = `, (SELECT live FROM syncer_generation)`
 // accepted and the probe would miss: in a drain of new rows every probe
 // missed, and the probes were half of the read (issue 55:
 // docs/benchmarks.md, "Where a drain's database time goes"). Where one
-// could hit (an id back after its tombstone was pruned) the row is sent
+// could hit (an id back after its tombstone was purged) the row is sent
 // as a key with no digest is: a request more, never a skip wrongly.
 var keptColumn = generationColumn + ", CASE WHEN d.version > 1 OR d.deleted THEN " +
 	unchanged.KeptSQL("$5::text", "''", "d.id") + " END"
