@@ -19,6 +19,7 @@ type SoakCmd struct {
 	Daemons  int           `name:"daemons" default:"3" help:"syncer run processes sharing the work (2 or 3)."`
 	Rate     float64       `name:"rate" default:"60" help:"Writers' statements a second, all tables together."`
 	PGBin    string        `name:"pg-bin" help:"Bin directory of the PostgreSQL server the soak runs for itself (initdb, pg_ctl); defaults to the newest under /usr/lib/postgresql."`
+	Pooler   string        `name:"pooler" env:"SOAK_POOLER" default:"direct" enum:"direct,pooled,off" help:"The pooler leg: the last daemon's DATABASE_URL through a PgBouncer of the soak's own in transaction mode, restarted and paused by the schedule; direct gives it SYNCER_DIRECT_URL straight to the server, pooled none; off routes no daemon through it."`
 	Dir      string        `name:"dir" placeholder:"DIR" help:"Keep the run's files (the cluster, every daemon's log) here; by default a scratch directory, kept only when a check failed."`
 	Binary   string        `name:"binary" hidden:"" help:"The syncer binary run as the daemons; defaults to syncer beside this executable, then on PATH."`
 }
@@ -49,9 +50,9 @@ func (c *SoakCmd) Run(ctx context.Context, env *cli.Env) error {
 	if err != nil {
 		return fmt.Errorf("soak: %w", err)
 	}
-	fmt.Fprintf(env.Stderr, "soak: seed %d, %s, %d daemons\n", seed, c.Duration, c.Daemons)
+	fmt.Fprintf(env.Stderr, "soak: seed %d, %s, %d daemons, pooler %s\n", seed, c.Duration, c.Daemons, c.Pooler)
 	return soak.Run(ctx, &soak.Config{
 		Binary: binary, Duration: c.Duration, Seed: seed, Daemons: c.Daemons, Rate: c.Rate,
-		PGBin: c.PGBin, Dir: c.Dir, Out: env.Stdout, Progress: env.Stderr, Logger: env.Logger,
+		PGBin: c.PGBin, Dir: c.Dir, Pooler: c.Pooler, Out: env.Stdout, Progress: env.Stderr, Logger: env.Logger,
 	})
 }
