@@ -35,6 +35,25 @@ const (
 	PoolerDefault = PoolerDirect
 )
 
+// pooledRole is the role the pooled daemon logs in as through the
+// pooler, with the settings docs/operations.md gives a role behind a
+// transaction pooler, since no session setting reaches its server
+// sessions. idle_in_transaction_session_timeout is the one that matters
+// here: a daemon frozen inside a transaction (daemon-sigstop) otherwise
+// keeps that transaction's locks for as long as it stays frozen, the
+// outbox gate's row among them, and every daemon waits on it (seed
+// 911096515: two sources with nothing marked for 32 s, until the pooled
+// daemon's SIGCONT). A superuser, as postgres is: a daemon taking a lock
+// over ends the frozen holder's session.
+const pooledRole = "syncer_pooled"
+
+// pooledRoleSQL creates pooledRole; the settings are the ones syncer
+// makes itself on a direct connection (internal/database).
+var pooledRoleSQL = `CREATE ROLE ` + pgx.Identifier{pooledRole}.Sanitize() + ` LOGIN SUPERUSER;
+ALTER ROLE ` + pgx.Identifier{pooledRole}.Sanitize() + ` SET idle_in_transaction_session_timeout = '` + database.IdleInTransactionTimeoutDefault + `';
+ALTER ROLE ` + pgx.Identifier{pooledRole}.Sanitize() + ` SET jit = off;
+`
+
 // pooledDaemon is the index of the daemon the pooler leg routes through
 // PgBouncer: the last one, as daemon 0 goes through the proxy.
 func pooledDaemon(daemons int) int { return daemons - 1 }
@@ -79,7 +98,7 @@ func startPooler(ctx context.Context, dir string, serverPort int, as string) (*p
 	}
 	p := &pooler{bin: bin, port: port, as: as, ini: filepath.Join(dir, "pgbouncer.ini"), logPath: filepath.Join(dir, "pgbouncer.log")}
 	userlist := filepath.Join(dir, "pgbouncer-users.txt")
-	if err := os.WriteFile(userlist, []byte(`"postgres" ""`+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(userlist, []byte(`"postgres" ""`+"\n"+`"`+pooledRole+`" ""`+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	// Stock settings but for the pool mode, as internal/dbtest's: the
@@ -164,9 +183,11 @@ func (p *pooler) waitReady(ctx context.Context, exited <-chan struct{}) error {
 	}
 }
 
-// url is the server's database db through the pooler.
-func (p *pooler) url(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.port, db)
+// url is the server's database db through the pooler, as postgres.
+func (p *pooler) url(db string) string { return p.urlAs("postgres", db) }
+
+func (p *pooler) urlAs(role, db string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", role, p.port, db)
 }
 
 // query runs one statement through the pooler on a connection of its own.
@@ -315,7 +336,7 @@ func (p *pooler) stop() {
 // as it (httpAddr "127.0.0.1:0"): DATABASE_URL through the pooler, and
 // with PoolerDirect SYNCER_DIRECT_URL straight to the server.
 func (r *run) pooledEnv(httpAddr string) []string {
-	env := daemonEnv(r.pooler.url("postgres"), r.live.url(), r.configPath, httpAddr)
+	env := daemonEnv(r.pooler.urlAs(pooledRole, "postgres"), r.live.url(), r.configPath, httpAddr)
 	if r.cfg.Pooler == PoolerDirect {
 		env = append(env, "SYNCER_DIRECT_URL="+r.dbURL)
 	}

@@ -1,5 +1,6 @@
 // Package soak is `syncer-lab soak`: a seeded chaos run of real processes.
-// Two or three daemons, the project's fake third party and writers run
+// Two or three daemons (the last through a PgBouncer in transaction mode:
+// the pooler leg), the project's fake third party and writers run
 // against a PostgreSQL server of the soak's own while a schedule drawn
 // from the seed kills, freezes and terminates daemons, cuts and restarts
 // the database and makes the API fail in every way the contract names,
@@ -207,6 +208,9 @@ func (r *run) setup(ctx context.Context, bin string) error {
 		return err
 	}
 	if r.cfg.Pooler != PoolerOff {
+		if _, err := pool.Exec(ctx, pooledRoleSQL); err != nil {
+			return fmt.Errorf("soak: the pooled daemon's role: %w", err)
+		}
 		if r.pooler, err = startPooler(ctx, r.dir, cl.port, cl.as); err != nil {
 			return err
 		}
