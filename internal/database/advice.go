@@ -12,10 +12,9 @@ import (
 // lacks, "" when nothing. syncer cannot make the setting itself there (a
 // session setting would stay on the pooler's server session), and without
 // it a daemon frozen inside a transaction (SIGSTOP, a paused VM) keeps
-// that transaction's row locks, the outbox gate's among them, for as long
-// as it stays frozen: every other daemon waits on it, past the lease that
-// a takeover is promised within (the soak's pooler leg, seed 911096515:
-// two sources with nothing marked for 32 s).
+// that transaction's locks, the relay round's among them, for as long as
+// it stays frozen: every other daemon waits on it, past the lease that a
+// takeover is promised within.
 func RoleAdvice(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	var idle, user string
 	if err := pool.QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout'), current_user`).Scan(&idle, &user); err != nil {

@@ -41,10 +41,10 @@ const (
 // sessions. idle_in_transaction_session_timeout is the one that matters
 // here: a daemon frozen inside a transaction (daemon-sigstop) otherwise
 // keeps that transaction's locks for as long as it stays frozen, the
-// outbox gate's row among them, and every daemon waits on it (seed
-// 911096515: two sources with nothing marked for 32 s, until the pooled
-// daemon's SIGCONT). A superuser, as postgres is: a daemon taking a lock
-// over ends the frozen holder's session.
+// relay's round among them, and every daemon's relay waits on it (in a
+// run of seed 911096515, the pooled daemon frozen 17 s inside a round: the
+// setting ended the round's session 10 s in). A superuser, as postgres
+// is: a daemon taking a lock over ends the frozen holder's session.
 const pooledRole = "syncer_pooled"
 
 // pooledRoleSQL creates pooledRole; the settings are the ones syncer
