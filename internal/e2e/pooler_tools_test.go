@@ -24,7 +24,8 @@ import (
 // them pending and the daemon sends them again; history tells a key's two
 // versions, in text and JSON; the console's overview, its destination page
 // and its history page answer with the source, the destination and the
-// key's story.
+// key's story. The daemon says at start that the role lacks
+// idle_in_transaction_session_timeout.
 func TestVerifyHistoryConsoleThroughTransactionPooling(t *testing.T) {
 	t.Parallel()
 	b := setupTxPooler(t)
@@ -120,5 +121,9 @@ func TestVerifyHistoryConsoleThroughTransactionPooling(t *testing.T) {
 	require.NoError(t, run.Wait(), runErr.String())
 	require.NotContains(t, runErr.String(), "prepared statement")
 	require.NotContains(t, runErr.String(), `"level":"ERROR"`)
+	// The test's role has no idle_in_transaction_session_timeout: said at
+	// start, with the fix.
+	require.Contains(t, runErr.String(), "the role lacks a setting a transaction pooler needs")
+	require.Contains(t, runErr.String(), b.schema+`\" SET idle_in_transaction_session_timeout = '10s'`)
 	require.NotContains(t, b.pgb.Log(), "bad client state")
 }
