@@ -157,11 +157,9 @@ type Exporter struct {
 	cfg     Config
 	logger  *slog.Logger
 	metrics *metrics.Metrics
-	// holds counts the export locks the process's jobs hold, by source:
-	// more than one for a moment when a job whose lock was lost has not
-	// released it yet and another took it anew.
-	holdsMu sync.Mutex
-	holds   map[string]*held
+	// lockCounts counts the export locks the process's jobs hold, by
+	// source (lockcounts.go).
+	lockCounts *lockCounts
 
 	stopOnce sync.Once
 	stopping chan struct{}
@@ -201,28 +199,9 @@ type Exporter struct {
 	laneLeft  map[string]time.Time
 	peersSeen map[string]peersSeen
 
-	// lastKeys is the key of the last batch pushed under each export
-	// lock held here, one per run (a lane's or a source's job), for the
-	// run's summary line: a third party's support ticket names a key,
-	// and a lane's line must name its own tenant's, not the last key any
-	// lane pushed. A run takes its entry out when it ends (runKey).
-	lastKeys sync.Map // *locks.Lock -> string
-}
-
-// pushed records key as the last batch pushed under lk.
-func (e *Exporter) pushed(lk *locks.Lock, key string) {
-	if lk != nil {
-		e.lastKeys.Store(lk, key)
-	}
-}
-
-// runKey returns the key of the last batch pushed under lk, "" when none,
-// and forgets it: the run that held lk ends.
-func (e *Exporter) runKey(lk *locks.Lock) string {
-	if k, ok := e.lastKeys.LoadAndDelete(lk); ok {
-		return k.(string)
-	}
-	return ""
+	// lastKeys are the keys of the last batch pushed under each export
+	// lock held here, for a run's summary line (lockcounts.go).
+	lastKeys lastKeys
 }
 
 func (c *Config) validate() error {
@@ -293,6 +272,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 		lingerSlots: &slots{max: c.MaxLingering},
 		turns:       turnsOf{held: map[string]bool{}, wants: map[string]map[string]bool{}},
 		jobs:        map[*job]struct{}{},
+		lockCounts:  &lockCounts{metrics: c.Metrics},
 	}
 	var err error
 	if e.srcs, err = e.family(c.Sources); err != nil {
@@ -303,10 +283,10 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 }
 
 // announce makes the lock series of the sources exported here, at their
-// count (countHold).
+// count (lockCounts.count).
 func (e *Exporter) announce(srcs map[string]exported) {
 	for name, s := range srcs {
-		e.countHold(name, s.base().DestinationName, 0)
+		e.lockCounts.count(name, s.base().DestinationName, 0)
 	}
 }
 

@@ -390,7 +390,7 @@ func (p *pipeline) push(ctx context.Context, b *batch) (*delivery.Outcome, error
 	if p.source != "" {
 		e.metrics.SourceBatch(p.source, p.destName, len(out.Accepted), len(out.Rejected))
 	}
-	e.pushed(p.lk, b.key)
+	e.lastKeys.pushed(p.lk, b.key)
 	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
 		slog.Int("items", len(b.items)), slog.Int("accepted", len(out.Accepted)),
 		slog.Int("rejected", len(out.Rejected)), slog.Int("requests", out.Requests),

@@ -82,8 +82,8 @@ func (j *job) laneShare() int {
 	return j.share
 }
 
-// hold notes a lock the job took; dest marks its destination's.
-func (j *job) hold(lk *locks.Lock, dest bool) {
+// tookLock notes a lock the job took; dest marks its destination's.
+func (j *job) tookLock(lk *locks.Lock, dest bool) {
 	if j == nil || lk == nil {
 		return
 	}
@@ -92,8 +92,8 @@ func (j *job) hold(lk *locks.Lock, dest bool) {
 	j.locks[lk] = dest
 }
 
-// drop notes a lock the job gave back.
-func (j *job) drop(lk *locks.Lock) {
+// gaveLock notes a lock the job gave back.
+func (j *job) gaveLock(lk *locks.Lock) {
 	if j == nil || lk == nil {
 		return
 	}
