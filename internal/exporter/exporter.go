@@ -35,6 +35,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/exporter/heldkeys"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -188,9 +189,9 @@ type Exporter struct {
 	jobsMu sync.Mutex
 	jobs   map[*job]struct{}
 
-	// held are the feeds' keys held after a transient answer of their
-	// own (held.go).
-	held heldKeys
+	// heldKeys are the feeds' keys held after a transient answer of their
+	// own (internal/exporter/heldkeys).
+	heldKeys *heldkeys.Keys
 
 	// laneMu makes a lane job's count of the lanes running here and its
 	// start one step (awakenWithin), and guards laneLeft, the lanes given
@@ -273,6 +274,7 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 		turns:       turnsOf{held: map[string]bool{}, wants: map[string]map[string]bool{}},
 		jobs:        map[*job]struct{}{},
 		lockCounts:  &lockCounts{metrics: c.Metrics},
+		heldKeys:    heldkeys.New(pool, c.Now, c.Logger),
 	}
 	var err error
 	if e.srcs, err = e.family(c.Sources); err != nil {

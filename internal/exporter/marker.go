@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/exporter/heldkeys"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/holds"
@@ -264,7 +265,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 		recName = r.records[0].name
 	}
 	var recProgress checkpoint.Progress
-	var held []heldChange
+	var held []heldkeys.Change
 	err := send(mctx, func(qb *pgx.Batch) error {
 		if outcomesOnly {
 			qb.Queue(lazyCommitSQL)
@@ -293,14 +294,14 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 				}
 			}
 			acc := g.acc
-			if len(g.composed) > 0 && len(p.e.heldOf(name)) > 0 {
+			if len(g.composed) > 0 && len(p.e.heldKeys.Of(name)) > 0 {
 				// The holds of the composed batches' keys end too.
 				acc = append(acc[:len(acc):len(acc)], composedItems(g.composed)...)
 			}
 			p.queueSkipped(qb, g.skipped)
 			// Deferred items are held, in the transaction that marks
 			// their neighbours and forgets their batch's record: the
-			// batch is settled, never resent whole (held.go).
+			// batch is settled, never resent whole (heldkeys).
 			ch, err := p.queueHolds(qb, name, g.def, g.defTen, acc, g.rej)
 			if err != nil {
 				return err
@@ -331,17 +332,37 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 	return res
 }
 
-// answeredKeys are the keys of items answered for good, at their tenants,
-// whose holds end.
-func answeredKeys(acc, rej []feed.Item) []holds.ID {
-	keys := make([]holds.ID, 0, len(acc)+len(rej))
-	for _, it := range acc {
-		keys = append(keys, holds.ID{Tenant: it.Tenant(), Key: it.ID})
+// queueHolds queues on qb what the marking of feed name's batches does
+// to its held keys (internal/exporter/heldkeys): deferred items held
+// (tenants[i] is deferred[i]'s tenant), answered keys released. A replay
+// holds nothing: its pass reads each row once, so its deferred rows are
+// handed to the live export instead (pending again there, held there if
+// they are deferred again), and the replay still delivers every row of
+// its range.
+func (p *pipeline) queueHolds(qb *pgx.Batch, name string, deferred []delivery.Deferral, tenants []string, acc, rej []feed.Item) (heldkeys.Change, error) {
+	f := heldkeys.Feed{Checkpoint: name, Source: sourceOf(name), Destination: p.destName}
+	if checkpoint.OwnerOf(name).Kind == checkpoint.KindReplay && len(deferred) > 0 {
+		ch := p.e.heldKeys.Queue(qb, f, nil, acc, rej, holds.Policy{})
+		l, ok := p.feed.(liveHandover)
+		if !ok {
+			return ch, fmt.Errorf("exporter: replay %s: its feed cannot hand deferred rows to the live export", name)
+		}
+		return ch, l.QueueLive(qb, deferred)
 	}
-	for _, it := range rej {
-		keys = append(keys, holds.ID{Tenant: it.Tenant(), Key: it.ID})
+	var items []holds.Deferred
+	if len(deferred) > 0 {
+		items = make([]holds.Deferred, len(deferred))
+		for i, df := range deferred {
+			items[i] = holds.Deferred{Tenant: tenants[i], Key: df.Item.ID, Version: df.Item.Version, Reason: df.Reason}
+		}
 	}
-	return keys
+	return p.e.heldKeys.Queue(qb, f, items, acc, rej, heldkeys.PolicyOf(p.dest)), nil
+}
+
+// liveHandover is a replay's feed: rows its answer deferred are made
+// pending in the live export.
+type liveHandover interface {
+	QueueLive(b *pgx.Batch, deferred []delivery.Deferral) error
 }
 
 // lazyCommitSQL lets a marker transaction that only writes outcomes
@@ -365,7 +386,7 @@ func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) ma
 		return res
 	}
 	res.seqs = *res.seqsOut
-	p.applyHolds(ctx, res.held)
+	p.e.heldKeys.Apply(ctx, res.held)
 	for _, r := range res.rejected {
 		// Which source and which key: what a person searches for next
 		// (syncer status, retry-failed --key). One key, the first: a

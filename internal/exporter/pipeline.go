@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/exporter/heldkeys"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -44,7 +45,7 @@ type marked struct {
 	rejected []rejectedNote
 	// held is what it does to the feeds' held keys, for this process to
 	// know once it commits.
-	held []heldChange
+	held []heldkeys.Change
 }
 
 // rejectedNote is logged once the marks of rejected items commit.
@@ -419,8 +420,11 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		c.batches = nil
 	}
 	// Keys held after a transient answer of their own wait for their
-	// time (held.go).
-	skip, err := e.skipHeld(ctx, t.feed.Checkpoint(), skip)
+	// time (heldkeys).
+	hs, err := e.heldKeys.Holding(ctx, t.feed.Checkpoint())
+	for _, h := range hs {
+		skip = skip.add(h.Key, h.Version)
+	}
 	if err != nil {
 		if c != nil {
 			c.batches = p.carried
