@@ -165,14 +165,10 @@ type Exporter struct {
 	stopOnce sync.Once
 	stopping chan struct{}
 
-	// mu guards wakers: the relay's way to the jobs lingering here, by
-	// feed ("" for resources, else a source's name).
-	mu     sync.Mutex
-	wakers map[string]*waker
-	// gateMu guards hot, the jobs lingering hot by feed: the gate is
-	// shut while every feed has one (gateHot).
-	gateMu      sync.Mutex
-	hot         map[string]int
+	// wakers are the relay's way to the jobs lingering here (wakers.go);
+	// gate is the outbox's gate as they move it (gate.go).
+	wakers      wakers
+	gate        *gate
 	lingerSlots *slots
 	// turns are the turns of this process's source jobs at their
 	// destinations' locks (turns.go).
@@ -268,14 +264,13 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 	e := &Exporter{
 		pool: pool, locker: locker, cfg: c, logger: c.Logger, metrics: c.Metrics,
 		stopping:    make(chan struct{}),
-		wakers:      map[string]*waker{},
-		hot:         map[string]int{},
 		lingerSlots: &slots{max: c.MaxLingering},
 		turns:       turnsOf{held: map[string]bool{}, wants: map[string]map[string]bool{}},
 		jobs:        map[*job]struct{}{},
 		lockCounts:  &lockCounts{metrics: c.Metrics},
 		heldKeys:    heldkeys.New(pool, c.Now, c.Logger),
 	}
+	e.gate = newGate(pool, c.Logger, func() int { return len(e.sourcesNow()) })
 	var err error
 	if e.srcs, err = e.family(c.Sources); err != nil {
 		return nil, err

@@ -300,9 +300,7 @@ func (e *Exporter) abandon(ctx context.Context, j *job, bound time.Duration, why
 		e.lingerSlots.Release()
 	}
 	// Its wake-ups go to the source's next job, not to it.
-	e.mu.Lock()
-	delete(e.wakers, j.source)
-	e.mu.Unlock()
+	e.wakers.forget(j.source)
 	// Its turn at its destination: no longer held or wanted by it; the
 	// jobs waiting for it try again.
 	ts := &e.turns
@@ -321,6 +319,6 @@ func (e *Exporter) abandon(ctx context.Context, j *job, bound time.Duration, why
 	}
 	// It may have shut the gate as it lingered hot: open it (an open gate
 	// is always safe), off this goroutine, which must not wait.
-	go func() { _, _ = e.gateCold(ctx, j.source) }()
+	go func() { _, _ = e.gate.noteCold(ctx, j.source) }()
 	close(j.gone)
 }

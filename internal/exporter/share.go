@@ -127,14 +127,14 @@ type peersSeen struct {
 // while it is still only fetched.
 func (e *Exporter) awakenWithin(name string, share int) (a *awake, over bool) {
 	if share <= 0 {
-		return e.awaken(name), false
+		return e.wakers.awaken(name), false
 	}
 	e.laneMu.Lock()
 	defer e.laneMu.Unlock()
 	if e.runningLanes(e.sourceOf(name)) >= share {
 		return nil, true
 	}
-	return e.awaken(name), false
+	return e.wakers.awaken(name), false
 }
 
 // leaveForShare reports whether the job of lane name, running here since

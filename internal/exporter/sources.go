@@ -109,7 +109,7 @@ func (e *Exporter) drainSource(r *run, src *sources.Source, name string, live ta
 			}
 			if !ok {
 				// Another job's turn: it wakes this one when it is done.
-				if _, err := e.lingerWait(ctx, e.wakerOf(name), e.cfg.HotPoll); err != nil {
+				if _, err := e.lingerWait(ctx, e.wakers.of(name), e.cfg.HotPoll); err != nil {
 					return n, err
 				}
 			}
