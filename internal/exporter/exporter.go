@@ -189,12 +189,9 @@ type Exporter struct {
 	// own (internal/exporter/heldkeys).
 	heldKeys *heldkeys.Keys
 
-	// laneMu makes a lane job's count of the lanes running here and its
-	// start one step (awakenWithin), and guards laneLeft, the lanes given
-	// up for the share and when, and peersSeen (share.go).
-	laneMu    sync.Mutex
-	laneLeft  map[string]time.Time
-	peersSeen map[string]peersSeen
+	// shares are this daemon's shares of tenant sources' lanes
+	// (share.go).
+	shares *laneShares
 
 	// lastKeys are the keys of the last batch pushed under each export
 	// lock held here, for a run's summary line (lockcounts.go).
@@ -271,6 +268,8 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 		heldKeys:    heldkeys.New(pool, c.Now, c.Logger),
 	}
 	e.gate = newGate(pool, c.Logger, func() int { return len(e.sourcesNow()) })
+	e.shares = &laneShares{peersOf: c.Peers, now: c.Now, lanesOf: e.lanesOf, wakers: &e.wakers,
+		exported: func(name string) bool { _, ok := e.sourcesNow()[name]; return ok }}
 	var err error
 	if e.srcs, err = e.family(c.Sources); err != nil {
 		return nil, err

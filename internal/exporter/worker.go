@@ -36,7 +36,7 @@ func (w *Worker) Timeout(*river.Job[jobs.ExportArgs]) time.Duration { return -1 
 
 // Work exports the job's source: see work, run as reload.go says.
 func (w *Worker) Work(ctx context.Context, job *river.Job[jobs.ExportArgs]) error {
-	return w.e.supervised(ctx, job.Args.Source, w.e.laneShare(ctx, job.Args.Source, job.CreatedAt))
+	return w.e.supervised(ctx, job.Args.Source, w.e.shares.atStart(ctx, job.Args.Source, job.CreatedAt))
 }
 
 // PreviousWorker works the jobs the previous release enqueued for
@@ -121,7 +121,7 @@ func (e *Exporter) work(ctx context.Context, name string) error {
 	// Notifications from now on go to this job, not into more jobs. A
 	// lane's job that finds its daemon running its share of the lanes
 	// leaves the lane to another daemon's River.
-	a, over := e.awakenWithin(name, jobOf(ctx).laneShare())
+	a, over := e.shares.awakenWithin(name, jobOf(ctx).laneShare())
 	if over {
 		return river.JobSnooze(shareSnooze())
 	}
@@ -204,7 +204,7 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 				if e.since(r.started) > e.cfg.MaxRun {
 					return true, nil
 				}
-				if e.leaveForShare(ctx, b.Name(), r.started) {
+				if e.shares.leaveForShare(ctx, b.Name(), r.started) {
 					return true, errShare
 				}
 				return false, nil
