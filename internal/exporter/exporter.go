@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -177,13 +178,11 @@ type Exporter struct {
 	// srcs are the sources exported here, by name: the feed family
 	// (source.go). A reload replaces the map whole (Swap), never edits it:
 	// read it with sourcesNow.
-	srcsMu sync.RWMutex
-	srcs   map[string]exported
+	srcs atomic.Pointer[map[string]exported]
 
 	// jobs are the jobs running here, so that a reload can stop those of
 	// the sources it changed (reload.go).
-	jobsMu sync.Mutex
-	jobs   map[*job]struct{}
+	jobs runningJobs
 
 	// heldKeys are the feeds' keys held after a transient answer of their
 	// own (internal/exporter/heldkeys).
@@ -263,18 +262,18 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 		stopping:    make(chan struct{}),
 		lingerSlots: &slots{max: c.MaxLingering},
 		turns:       turnsOf{held: map[string]bool{}, wants: map[string]map[string]bool{}},
-		jobs:        map[*job]struct{}{},
 		lockCounts:  &lockCounts{metrics: c.Metrics},
 		heldKeys:    heldkeys.New(pool, c.Now, c.Logger),
 	}
 	e.gate = newGate(pool, c.Logger, func() int { return len(e.sourcesNow()) })
 	e.shares = &laneShares{peersOf: c.Peers, now: c.Now, lanesOf: e.lanesOf, wakers: &e.wakers,
 		exported: func(name string) bool { _, ok := e.sourcesNow()[name]; return ok }}
-	var err error
-	if e.srcs, err = e.family(c.Sources); err != nil {
+	srcs, err := e.family(c.Sources)
+	if err != nil {
 		return nil, err
 	}
-	e.announce(e.srcs)
+	e.srcs.Store(&srcs)
+	e.announce(srcs)
 	return e, nil
 }
 
