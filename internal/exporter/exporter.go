@@ -22,6 +22,17 @@
 //     while and polls (gate shut) or waits for a notification the relay
 //     hands it (gate open), so a new row needs no River round trip; see
 //     linger.go.
+//
+// Two jobs, kept apart. Scheduling decides when and where a batch runs:
+// the River worker and a job's lock (worker.go), its turn at its
+// destination (turns.go), lingering (linger.go, wakers.go, gate.go), the
+// lanes' share between daemons (share.go) and reloads (reload.go); its
+// state is in types of their own, never behind a lock of the Exporter.
+// A pipeline (pipeline.go) runs a batch through its stages, each a type
+// that takes only what it uses and has its own tests: read (reader),
+// unchanged (bodies), deliver (pusher), mark (marker), the rows' story
+// (story) and held keys (internal/exporter/heldkeys); target.pipeline
+// builds them.
 package exporter
 
 import (
