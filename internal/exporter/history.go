@@ -35,13 +35,7 @@ type story struct {
 
 // of is what batch b adds to its items' stories.
 func (s *story) of(b *batch, attempts []delivery.Attempt) *history.Batch {
-	h := &history.Batch{Feed: sourceOf(b.name), Destination: s.dest, BatchedAt: b.at, Attempts: attempts}
-	// A lane's batch is one tenant's, named by its salt (a batch resent
-	// after a crash has no item decoded with its tenant).
-	if t, ok := tenantOfSalt(b.salt); ok {
-		h.Tenant = t
-	}
-	return h
+	return &history.Batch{Feed: sourceOf(b.name), Destination: s.dest, Tenant: b.tenant().String(), BatchedAt: b.at, Attempts: attempts}
 }
 
 // queue adds to qb the entries of b, answered and being marked, in

@@ -250,7 +250,7 @@ func (m *marker) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r m
 			g.errs = append(g.errs, r.Error)
 		}
 		g.def = append(g.def, b.out.Deferred...)
-		tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's
+		tenant := b.tenant().String()
 		for range b.out.Deferred {
 			g.defTen = append(g.defTen, tenant)
 		}

@@ -148,8 +148,7 @@ func (bs *bodies) queueDigests(qb *pgx.Batch, b *batch, bufs *digestBufs) {
 	for _, d := range b.out.Deferred {
 		drop = append(drop, d.Item.ID)
 	}
-	tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's; "" outside lanes
-	unchanged.QueueSettledDigests(qb, bs.feed, tenant, keep, fresh, drop)
+	unchanged.QueueSettledDigests(qb, bs.feed, b.tenant().String(), keep, fresh, drop)
 }
 
 // composeDigests adds to s the digests of b's accepted bodies under keys,
@@ -167,8 +166,7 @@ func (bs *bodies) composeDigests(s *compose.Statement, b *batch, keys string, bu
 	for _, it := range acc {
 		ds.Add(bs.tag, it)
 	}
-	tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's; "" outside lanes
-	unchanged.ComposeSettled(s, bs.feed, tenant, keys, ds, fresh)
+	unchanged.ComposeSettled(s, bs.feed, b.tenant().String(), keys, ds, fresh)
 	return true
 }
 
