@@ -10,6 +10,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -45,6 +46,14 @@ type batch struct {
 	// inherited marks a batch an earlier pass sent and left unmarked
 	// (carried): this pass writes its outcome and does not count it again.
 	inherited bool
+}
+
+// tenant is the tenant whose batch b is, by its salt (tenant.Salt): a
+// lane's batch is one tenant's, and a batch resent after a crash has no
+// item decoded with its tenant. The zero Tenant outside lanes.
+func (b *batch) tenant() tenant.Tenant {
+	t, _ := tenant.OfSalt(b.salt)
+	return t
 }
 
 func (b *batch) record() checkpoint.Batch {

@@ -38,7 +38,7 @@ func (c *stepClock) Now() time.Time {
 // yield, and returns what it returned and how many polls it made.
 func lingerRun(t *testing.T, b *pipelineBundle, clk *stepClock, poll func(n int) int, yield func(polls int) bool) (total, polls int, err error) {
 	t.Helper()
-	a := b.e.awaken(jobs.Resources)
+	a := b.e.wakers.awaken(jobs.Resources)
 	defer a.end()
 	f := &lingerFeed{
 		awake: a, lk: b.lk, started: clk.Now(),
@@ -90,7 +90,7 @@ func TestLingerSettlesBeforeItWaitsCold(t *testing.T) {
 	clk := newStepClock(time.Second)
 	b := setupPipeline(t, Config{Now: clk.Now, HotLinger: 5 * time.Second, HotPoll: time.Millisecond,
 		ColdLinger: time.Millisecond, MaxRun: time.Hour})
-	a := b.e.awaken(jobs.Resources)
+	a := b.e.wakers.awaken(jobs.Resources)
 	defer a.end()
 	var polls, settledAt []int
 	n := 0

@@ -6,7 +6,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/history"
-	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // A batch answered all accepted (a drain's every batch) is marked, its
@@ -32,8 +31,8 @@ type composer interface {
 // composes reports whether b's marks, story and digests go in one
 // statement: b answered, every item accepted, not resent, by a feed
 // that composes them, and no tombstone among them.
-func (p *pipeline) composes(b *batch) bool {
-	if _, ok := p.feed.(composer); !ok || b.out == nil || b.resent || len(b.out.Accepted) == 0 ||
+func (m *marker) composes(b *batch) bool {
+	if _, ok := m.feed.(composer); !ok || b.out == nil || b.resent || len(b.out.Accepted) == 0 ||
 		len(b.out.Rejected)+len(b.out.Deferred)+len(b.oversize)+len(b.unchanged) > 0 {
 		return false
 	}
@@ -49,21 +48,15 @@ func (p *pipeline) composes(b *batch) bool {
 // story and its digests in one statement where they compose (a story of
 // more than one request, digests of fresh and kept keys mixed, are
 // queued apart, as before).
-func (p *pipeline) queueComposed(qb *pgx.Batch, b *batch, digests *digestBufs, arrays *history.Arrays) error {
+func (m *marker) queueComposed(qb *pgx.Batch, b *batch, digests *digestBufs, arrays *history.Arrays) error {
 	var s compose.Statement
-	keys, versions, err := p.feed.(composer).composeAccepted(&s, b.out.Accepted)
+	keys, versions, err := m.feed.(composer).composeAccepted(&s, b.out.Accepted)
 	if err != nil {
 		return err
 	}
-	if !p.e.cfg.NoHistory {
-		h := p.historyOf(b, b.out.Attempts)
-		h.Accepted = b.out.Accepted
-		if !h.ComposeRequest(&s, keys, versions) {
-			p.queueHistory(qb, b, arrays)
-		}
-	}
-	if p.bodies != nil && !p.composeDigests(&s, b, keys, digests) {
-		p.queueDigests(qb, b, digests)
+	m.story.compose(qb, &s, b, keys, versions, arrays)
+	if m.bodies != nil && !m.bodies.composeDigests(&s, b, keys, digests) {
+		m.bodies.queueDigests(qb, b, digests)
 	}
 	s.Queue(qb, "exporter: mark "+b.name)
 	return nil
@@ -76,24 +69,4 @@ func composedItems(batches []*batch) []feed.Item {
 		out = append(out, b.out.Accepted...)
 	}
 	return out
-}
-
-// composeDigests adds to s the digests of b's accepted bodies under keys,
-// as queueDigests would queue them for a batch not resent and none
-// deferred: false, adding nothing, when some are fresh and some not.
-func (p *pipeline) composeDigests(s *compose.Statement, b *batch, keys string, bufs *digestBufs) bool {
-	acc := b.out.Accepted
-	fresh := p.bodies.skip && acc[0].Kept() == nil
-	for _, it := range acc[1:] {
-		if (p.bodies.skip && it.Kept() == nil) != fresh {
-			return false
-		}
-	}
-	ds := bufs.take(len(acc))
-	for _, it := range acc {
-		ds.Add(p.bodies.tag, it)
-	}
-	tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's; "" outside lanes
-	unchanged.ComposeSettled(s, p.bodies.feed, tenant, keys, ds, fresh)
-	return true
 }

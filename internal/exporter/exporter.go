@@ -22,6 +22,17 @@
 //     while and polls (gate shut) or waits for a notification the relay
 //     hands it (gate open), so a new row needs no River round trip; see
 //     linger.go.
+//
+// Two jobs, kept apart. Scheduling decides when and where a batch runs:
+// the River worker and a job's lock (worker.go), its turn at its
+// destination (turns.go), lingering (linger.go, wakers.go, gate.go), the
+// lanes' share between daemons (share.go) and reloads (reload.go); its
+// state is in types of their own, never behind a lock of the Exporter.
+// A pipeline (pipeline.go) runs a batch through its stages, each a type
+// that takes only what it uses and has its own tests: read (reader),
+// unchanged (bodies), deliver (pusher), mark (marker), the rows' story
+// (story) and held keys (internal/exporter/heldkeys); target.pipeline
+// builds them.
 package exporter
 
 import (
@@ -31,10 +42,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/exporter/heldkeys"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -157,23 +170,17 @@ type Exporter struct {
 	cfg     Config
 	logger  *slog.Logger
 	metrics *metrics.Metrics
-	// holds counts the export locks the process's jobs hold, by source:
-	// more than one for a moment when a job whose lock was lost has not
-	// released it yet and another took it anew.
-	holdsMu sync.Mutex
-	holds   map[string]*held
+	// lockCounts counts the export locks the process's jobs hold, by
+	// source (lockcounts.go).
+	lockCounts *lockCounts
 
 	stopOnce sync.Once
 	stopping chan struct{}
 
-	// mu guards wakers: the relay's way to the jobs lingering here, by
-	// feed ("" for resources, else a source's name).
-	mu     sync.Mutex
-	wakers map[string]*waker
-	// gateMu guards hot, the jobs lingering hot by feed: the gate is
-	// shut while every feed has one (gateHot).
-	gateMu      sync.Mutex
-	hot         map[string]int
+	// wakers are the relay's way to the jobs lingering here (wakers.go);
+	// gate is the outbox's gate as they move it (gate.go).
+	wakers      wakers
+	gate        *gate
 	lingerSlots *slots
 	// turns are the turns of this process's source jobs at their
 	// destinations' locks (turns.go).
@@ -182,47 +189,23 @@ type Exporter struct {
 	// srcs are the sources exported here, by name: the feed family
 	// (source.go). A reload replaces the map whole (Swap), never edits it:
 	// read it with sourcesNow.
-	srcsMu sync.RWMutex
-	srcs   map[string]exported
+	srcs atomic.Pointer[map[string]exported]
 
 	// jobs are the jobs running here, so that a reload can stop those of
 	// the sources it changed (reload.go).
-	jobsMu sync.Mutex
-	jobs   map[*job]struct{}
+	jobs runningJobs
 
-	// held are the feeds' keys held after a transient answer of their
-	// own (held.go).
-	held heldKeys
+	// heldKeys are the feeds' keys held after a transient answer of their
+	// own (internal/exporter/heldkeys).
+	heldKeys *heldkeys.Keys
 
-	// laneMu makes a lane job's count of the lanes running here and its
-	// start one step (awakenWithin), and guards laneLeft, the lanes given
-	// up for the share and when, and peersSeen (share.go).
-	laneMu    sync.Mutex
-	laneLeft  map[string]time.Time
-	peersSeen map[string]peersSeen
+	// shares are this daemon's shares of tenant sources' lanes
+	// (share.go).
+	shares *laneShares
 
-	// lastKeys is the key of the last batch pushed under each export
-	// lock held here, one per run (a lane's or a source's job), for the
-	// run's summary line: a third party's support ticket names a key,
-	// and a lane's line must name its own tenant's, not the last key any
-	// lane pushed. A run takes its entry out when it ends (runKey).
-	lastKeys sync.Map // *locks.Lock -> string
-}
-
-// pushed records key as the last batch pushed under lk.
-func (e *Exporter) pushed(lk *locks.Lock, key string) {
-	if lk != nil {
-		e.lastKeys.Store(lk, key)
-	}
-}
-
-// runKey returns the key of the last batch pushed under lk, "" when none,
-// and forgets it: the run that held lk ends.
-func (e *Exporter) runKey(lk *locks.Lock) string {
-	if k, ok := e.lastKeys.LoadAndDelete(lk); ok {
-		return k.(string)
-	}
-	return ""
+	// lastKeys are the keys of the last batch pushed under each export
+	// lock held here, for a run's summary line (lockcounts.go).
+	lastKeys lastKeys
 }
 
 func (c *Config) validate() error {
@@ -288,25 +271,28 @@ func New(pool *pgxpool.Pool, locker *locks.Locker, cfg *Config) (*Exporter, erro
 	e := &Exporter{
 		pool: pool, locker: locker, cfg: c, logger: c.Logger, metrics: c.Metrics,
 		stopping:    make(chan struct{}),
-		wakers:      map[string]*waker{},
-		hot:         map[string]int{},
 		lingerSlots: &slots{max: c.MaxLingering},
 		turns:       turnsOf{held: map[string]bool{}, wants: map[string]map[string]bool{}},
-		jobs:        map[*job]struct{}{},
+		lockCounts:  &lockCounts{metrics: c.Metrics},
+		heldKeys:    heldkeys.New(pool, c.Now, c.Logger),
 	}
-	var err error
-	if e.srcs, err = e.family(c.Sources); err != nil {
+	e.gate = newGate(pool, c.Logger, func() int { return len(e.sourcesNow()) })
+	e.shares = &laneShares{peersOf: c.Peers, now: c.Now, lanesOf: e.lanesOf, wakers: &e.wakers,
+		exported: func(name string) bool { _, ok := e.sourcesNow()[name]; return ok }}
+	srcs, err := e.family(c.Sources)
+	if err != nil {
 		return nil, err
 	}
-	e.announce(e.srcs)
+	e.srcs.Store(&srcs)
+	e.announce(srcs)
 	return e, nil
 }
 
 // announce makes the lock series of the sources exported here, at their
-// count (countHold).
+// count (lockCounts.count).
 func (e *Exporter) announce(srcs map[string]exported) {
 	for name, s := range srcs {
-		e.countHold(name, s.base().DestinationName, 0)
+		e.lockCounts.count(name, s.base().DestinationName, 0)
 	}
 }
 

@@ -165,7 +165,7 @@ func (f *laneFeed) destReady(ctx context.Context, tenant string) (ok bool, wait 
 		// Its batches in the lane fill the places counted for it: its
 		// requests wait in its deliverer, where its Ready may not see
 		// them (waiting for an in-flight slot).
-		if full, wait := f.heldWait(tenant, rate, unsent, now); full {
+		if full, wait := f.placesFull(tenant, rate, unsent, now); full {
 			return false, wait
 		}
 		if left := tenantUnsentFor - now.Sub(unsent.at); unsent.n > 0 && left > 0 {
@@ -192,9 +192,9 @@ func (f *laneFeed) destReady(ctx context.Context, tenant string) (ok bool, wait 
 }
 
 // destination is tenant's destination for a look at its readiness: the
-// one held (heldDestinations), else For's answer.
+// one held (knownDestinations), else For's answer.
 func (f *laneFeed) destination(ctx context.Context, tenant string) (Destination, error) {
-	if h, ok := f.tenants.(heldDestinations); ok {
+	if h, ok := f.tenants.(knownDestinations); ok {
 		if d, ok := h.Held(tenant); ok {
 			return d, nil
 		}

@@ -36,14 +36,14 @@ type TenantDestinations interface {
 	For(ctx context.Context, tenant string) (Destination, error)
 }
 
-// heldDestinations is TenantDestinations that can give, reading nothing,
+// knownDestinations is TenantDestinations that can give, reading nothing,
 // the destination it holds for a tenant (tenants.Registry.Held); ok false:
 // ask For. A lane's readiness looks use it: For reads a connected
 // tenant's row right before its batch once a second (so that a revoke
 // holds the next batch), and asked at the lane's look, not at the batch
 // (the router asks For per batch), that read held the lane, which reads
 // its tenants one after another (issue 54, docs/design.md "cause 4").
-type heldDestinations interface {
+type knownDestinations interface {
 	Held(tenant string) (d Destination, ok bool)
 }
 

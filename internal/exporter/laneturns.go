@@ -92,12 +92,12 @@ func (f *laneFeed) sending(tenant string) (answered func()) {
 	}
 }
 
-// heldWait reports, for a tenant paced at rate, whether its batches in
+// placesFull reports, for a tenant paced at rate, whether its batches in
 // the lane (unsent, read within tenantUnsentFor and not pushed; and
 // pushed, unanswered) fill the places counted for it, and then how long
 // until it is asked again: a request's interval, at most
-// tenantHeldRecheck.
-func (f *laneFeed) heldWait(tenant string, rate float64, unsent unsentPages, now time.Time) (full bool, wait time.Duration) {
+// tenantPlacesRecheck.
+func (f *laneFeed) placesFull(tenant string, rate float64, unsent unsentPages, now time.Time) (full bool, wait time.Duration) {
 	if rate <= 0 {
 		return false, 0
 	}
@@ -111,12 +111,12 @@ func (f *laneFeed) heldWait(tenant string, rate float64, unsent unsentPages, now
 	if held < pacedNeed(rate) {
 		return false, 0
 	}
-	return true, min(time.Duration(float64(time.Second)/rate), tenantHeldRecheck)
+	return true, min(time.Duration(float64(time.Second)/rate), tenantPlacesRecheck)
 }
 
-// tenantHeldRecheck is the longest a paced tenant whose batches fill its
+// tenantPlacesRecheck is the longest a paced tenant whose batches fill its
 // places waits in the pass before it is asked again.
-const tenantHeldRecheck = 100 * time.Millisecond
+const tenantPlacesRecheck = 100 * time.Millisecond
 
 // grant gives tenant, found ready at a turn's start, its share of the
 // turn: its credit grows by turnShare, up to a share and a page (what is

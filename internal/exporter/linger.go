@@ -2,14 +2,10 @@ package exporter
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/syncer-dev/syncer/internal/locks"
-	"github.com/syncer-dev/syncer/internal/outbox"
 )
 
 // Lingering: a job that has drained its feed keeps its lock for a while and
@@ -77,13 +73,13 @@ func (e *Exporter) linger(ctx context.Context, f *lingerFeed) (total int, err er
 		// The gate opens with the job's end, whatever the end: rows written
 		// after it bring a job back (an open gate is always safe).
 		if hot {
-			_, _ = e.gateCold(ctx, f.name)
+			_, _ = e.gate.noteCold(ctx, f.name)
 		}
 	}()
 rounds:
 	for {
 		if lingers && !hot {
-			if err := e.gateHot(ctx, f); err != nil {
+			if err := e.gate.noteHot(ctx, f.name, f.lk); err != nil {
 				return total, err
 			}
 			hot = true
@@ -145,13 +141,13 @@ rounds:
 			}
 		}
 		hot = false
-		opened, err := e.gateCold(ctx, f.name)
+		opened, err := e.gate.noteCold(ctx, f.name)
 		if err != nil {
 			return total, err
 		}
 		settleBy := e.now().Add(coldSettle)
 		for looks := 1; ; looks++ {
-			settled := looks > minColdLooks && (e.now().After(settleBy) || e.settled(ctx, opened))
+			settled := looks > minColdLooks && (e.now().After(settleBy) || e.gate.settled(ctx, opened))
 			n, err := f.poll(ctx, true)
 			total += n
 			if err != nil {
@@ -242,129 +238,6 @@ func (e *Exporter) hotWait(n int, lastLook time.Time) time.Duration {
 	return e.cfg.HotPoll
 }
 
-// waker hands one feed's job the relay's notifications.
-type waker struct {
-	mu     sync.Mutex
-	active int // jobs of the feed lingering here (a stale one may overlap)
-	ch     chan struct{}
-}
-
-// wakerOf returns the waker of source name.
-func (e *Exporter) wakerOf(name string) *waker {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	w, ok := e.wakers[name]
-	if !ok {
-		w = &waker{ch: make(chan struct{}, 1)}
-		e.wakers[name] = w
-	}
-	return w
-}
-
-func (w *waker) activate() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.active++
-}
-
-// deactivate stops taking wake-ups and, for the feed's last active job,
-// reports whether one was taken that the job has not handled yet. While
-// another job of the feed is active here the wake-up is left to it.
-func (w *waker) deactivate() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.active > 0 {
-		w.active--
-	}
-	if w.active > 0 {
-		return false
-	}
-	select {
-	case <-w.ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// awake is a feed's waker activated by a job as it starts, before it takes
-// its lock: a notification meanwhile goes to it (it looks at its table
-// once it has the lock) rather than into yet another job.
-type awake struct {
-	w *waker
-	// taken: linger owns the activation.
-	taken bool
-}
-
-// awaken activates feed name's waker for a starting job.
-func (e *Exporter) awaken(name string) *awake {
-	w := e.wakerOf(name)
-	w.activate()
-	return &awake{w: w}
-}
-
-// end deactivates the waker unless linger took it over, and reports
-// whether a job of the feed is still active here.
-func (a *awake) end() (othersActive bool) {
-	if a.taken {
-		return a.w.isActive()
-	}
-	a.taken = true
-	a.w.deactivate()
-	return a.w.isActive()
-}
-
-// wake passes a notification to the feed's job, if one lingers here.
-func (w *waker) wake() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.active == 0 {
-		return false
-	}
-	select {
-	case w.ch <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-func (w *waker) isActive() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.active > 0
-}
-
-// Wake implements outbox.Waker: a job of source src lingering here takes
-// the notification.
-func (e *Exporter) Wake(src string) bool { return e.wakerOf(src).wake() }
-
-// Active implements outbox.Waker.
-func (e *Exporter) Active(src string) bool { return e.wakerOf(src).isActive() }
-
-var _ outbox.Waker = (*Exporter)(nil)
-
-// feeds counts the sources this exporter exports.
-func (e *Exporter) feeds() int { return len(e.sourcesNow()) }
-
-// gateHot notes f's job hot and shuts the gate once every feed of the
-// process has a job lingering hot: the gate is one for every feed, and a
-// feed whose job waits cold needs its writers' notifications.
-func (e *Exporter) gateHot(ctx context.Context, f *lingerFeed) error {
-	e.gateMu.Lock()
-	defer e.gateMu.Unlock()
-	e.hot[f.name]++
-	if len(e.hot) < e.feeds() {
-		return nil
-	}
-	err := f.lk.WithTx(ctx, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, false) })
-	if err != nil {
-		if e.hot[f.name]--; e.hot[f.name] <= 0 {
-			delete(e.hot, f.name)
-		}
-	}
-	return err
-}
-
 // minColdLooks is how many looks a job makes after it opened the gate at
 // the least; coldSettle bounds how long it looks for the writers that
 // were running as it opened the gate to end.
@@ -372,43 +245,6 @@ const (
 	minColdLooks = 4
 	coldSettle   = time.Second
 )
-
-// settled reports whether every transaction that was running when the
-// gate opened (opened: the xmax of a snapshot taken just after) has ended.
-// A failed look says not yet.
-func (e *Exporter) settled(ctx context.Context, opened string) bool {
-	if opened == "" {
-		return true
-	}
-	var done bool
-	err := e.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8`, opened).Scan(&done)
-	return err == nil && done
-}
-
-// gateCold notes a job of feed name no longer hot and opens the gate. It
-// needs no lock: an open gate only makes writers notify. It returns the
-// xmax of a snapshot taken once the gate is open (see settled), or "" when
-// it could not be read.
-func (e *Exporter) gateCold(ctx context.Context, name string) (string, error) {
-	e.gateMu.Lock()
-	defer e.gateMu.Unlock()
-	if e.hot[name]--; e.hot[name] <= 0 {
-		delete(e.hot, name)
-	}
-	ctx = context.WithoutCancel(ctx)
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error { return outbox.SetArmed(ctx, tx, true) })
-	if err != nil {
-		e.logger.WarnContext(ctx, "exporter: open the gate", slog.String("error", err.Error()))
-		return "", err
-	}
-	// Taken after the commit: a writer that read the gate shut did so
-	// before it, and had its transaction id by then.
-	var opened string
-	if err := e.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&opened); err != nil {
-		opened = ""
-	}
-	return opened, nil
-}
 
 // slots is a counting semaphore that never waits.
 type slots struct {

@@ -20,7 +20,7 @@ func TestSourcesOfOneDestinationTakeTurns(t *testing.T) {
 	srcB := &Source{name: "b", DestinationName: "one"}
 	a, bt := b.e.newTurn(ctx, srcA), b.e.newTurn(ctx, srcB)
 	t.Cleanup(func() { a.done(ctx); bt.done(ctx) })
-	wakeB := b.e.awaken("b")
+	wakeB := b.e.wakers.awaken("b")
 	t.Cleanup(func() { wakeB.end() })
 
 	_, err := a.take(ctx)
@@ -53,7 +53,7 @@ func TestSourcesOfOneDestinationTakeTurns(t *testing.T) {
 func TestWakeUpLeftToTheFeedsOtherJob(t *testing.T) {
 	t.Parallel()
 	b := setupPipeline(t, Config{})
-	first, second := b.e.awaken("s"), b.e.awaken("s")
+	first, second := b.e.wakers.awaken("s"), b.e.wakers.awaken("s")
 	require.True(t, b.e.Wake("s"))
 	require.True(t, second.end(), "the first job is still active")
 	require.True(t, b.e.Active("s"))

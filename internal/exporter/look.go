@@ -71,9 +71,9 @@ func (p *pipeline) lookOnce(ctx context.Context, page feed.Page) error {
 		c.inherited = true
 	}
 	pipe := p.lk.NewPipe()
-	m := p.send(ctx, pipe, nil, markReq{marks: inherited, records: []*batch{b}})
+	m := p.mark.send(ctx, pipe, nil, markReq{marks: inherited, records: []*batch{b}})
 	if m.err == nil {
-		m = p.receive(ctx, pipe, m)
+		m = p.mark.receive(ctx, pipe, m)
 	}
 	pipe.Close()
 	if m.err != nil {
@@ -85,9 +85,9 @@ func (p *pipeline) lookOnce(ctx context.Context, page feed.Page) error {
 	if e.isStopping() {
 		// Recorded and never sent: forgotten, as the pipeline forgets
 		// its unsent batches, and read again by the next run.
-		return cmp.Or(p.forgetUnsent(ctx, b.name, []int64{b.seq}, p.start), errStopping)
+		return cmp.Or(p.mark.forgetUnsent(ctx, b.name, []int64{b.seq}, p.start), errStopping)
 	}
-	out, err := p.push(ctx, b)
+	out, err := p.pusher.push(ctx, b)
 	if lr := (*leftRecorded)(nil); errors.As(err, &lr) {
 		// Its tenant is set aside (aside.go): recorded, not carried.
 		return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/exporter/heldkeys"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/history"
 	"github.com/syncer-dev/syncer/internal/holds"
@@ -24,7 +25,24 @@ type markReq struct {
 	marks, records []*batch
 }
 
-// marker runs the pipeline's marker transactions on the lock's session, in
+// marker is the mark stage of a pipeline: it writes answered batches'
+// outcomes (marks, failures, their story, their digests, their held keys)
+// and records the batches about to be sent, in transactions on the
+// export lock's session, which the lock's loss fences.
+type marker struct {
+	lk   *locks.Lock
+	feed Feed
+	// dest's hold policy holds deferred keys; destName names it in the
+	// held keys' log lines.
+	dest     Destination
+	destName string
+	held     *heldkeys.Keys
+	bodies   *bodies
+	story    *story
+	logger   *slog.Logger
+}
+
+// run runs the pipeline's marker transactions on the lock's session, in
 // the order handed, until reqs is closed, and reports each on out. It keeps
 // up to two in flight (locks.Pipe): while one runs, the next is already on
 // the wire, so PostgreSQL starts it the moment the first commits instead of
@@ -32,8 +50,8 @@ type markReq struct {
 // transaction only commits if the one before it did. The marks run even
 // when the job is being cancelled: what the third party accepted must be
 // recorded.
-func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- marked) {
-	pipe := p.lk.NewPipe()
+func (m *marker) run(ctx context.Context, reqs <-chan markReq, out chan<- marked) {
+	pipe := m.lk.NewPipe()
 	defer pipe.Close()
 	// The transactions' arguments are built in buffers kept from one to
 	// the next: the pipe has encoded a transaction's when send returns.
@@ -74,7 +92,7 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 			return
 		}
 		// A transaction that could not be sent is reported in its turn.
-		sent = append(sent, p.send(ctx, pipe, bufs, r))
+		sent = append(sent, m.send(ctx, pipe, bufs, r))
 	}
 	for {
 		if len(sent) == 0 {
@@ -96,7 +114,7 @@ func (p *pipeline) marker(ctx context.Context, reqs <-chan markReq, out chan<- m
 		head := sent[0]
 		sent = sent[1:]
 		if head.err == nil {
-			head = p.receive(ctx, pipe, head)
+			head = m.receive(ctx, pipe, head)
 		}
 		if head.err != nil && failed == nil {
 			failed = head.err
@@ -182,7 +200,7 @@ func takeWithin(reqs <-chan markReq, wait time.Duration) (markReq, takeState) {
 // about to be sent. The statements and their callbacks are built here; the
 // callbacks run in receive. Its arguments are built in bufs (nil: new
 // ones), which the next send may reuse: pipe has encoded them by then.
-func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r markReq) marked {
+func (m *marker) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r markReq) marked {
 	res := marked{marks: r.marks, records: r.records}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
 	defer cancel()
@@ -214,7 +232,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			g.seqs = append(g.seqs, b.seq)
 		}
 		g.rows += int64(len(b.out.Accepted) + len(b.unchanged))
-		if p.composes(b) {
+		if m.composes(b) {
 			g.composed = append(g.composed, b)
 			continue
 		}
@@ -232,13 +250,13 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			g.errs = append(g.errs, r.Error)
 		}
 		g.def = append(g.def, b.out.Deferred...)
-		tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's
+		tenant := b.tenant().String()
 		for range b.out.Deferred {
 			g.defTen = append(g.defTen, tenant)
 		}
 		for _, o := range b.oversize {
 			g.rej = append(g.rej, feed.Item{ID: o.ID, Version: o.Version, Meta: feed.MetaOf(new([]feed.Meta), 1, tenant, nil)})
-			g.errs = append(g.errs, oversizeError(o, p.feed.Limits()))
+			g.errs = append(g.errs, oversizeError(o, m.feed.Limits()))
 		}
 	}
 	seqs := new([]int64)
@@ -264,7 +282,7 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 		recName = r.records[0].name
 	}
 	var recProgress checkpoint.Progress
-	var held []heldChange
+	var held []heldkeys.Change
 	err := send(mctx, func(qb *pgx.Batch) error {
 		if outcomesOnly {
 			qb.Queue(lazyCommitSQL)
@@ -274,34 +292,34 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 			// A batch all accepted is marked with its story and digests
 			// in one statement (composed.go).
 			for _, b := range byName[name].composed {
-				if err := p.queueComposed(qb, b, digests, arrays); err != nil {
+				if err := m.queueComposed(qb, b, digests, arrays); err != nil {
 					return err
 				}
 			}
 		}
 		for _, b := range r.marks {
-			if !p.composes(b) {
-				p.queueDigests(qb, b, digests)
-				p.queueHistory(qb, b, arrays)
+			if !m.composes(b) {
+				m.bodies.queueDigests(qb, b, digests)
+				m.story.queue(qb, b, arrays)
 			}
 		}
 		for _, name := range order {
 			g := byName[name]
 			if len(g.composed) == 0 || len(g.acc)+len(g.rej) > 0 {
-				if err := p.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
+				if err := m.feed.QueueMarks(qb, g.acc, g.rej, g.errs); err != nil {
 					return err
 				}
 			}
 			acc := g.acc
-			if len(g.composed) > 0 && len(p.e.heldOf(name)) > 0 {
+			if len(g.composed) > 0 && len(m.held.Of(name)) > 0 {
 				// The holds of the composed batches' keys end too.
 				acc = append(acc[:len(acc):len(acc)], composedItems(g.composed)...)
 			}
-			p.queueSkipped(qb, g.skipped)
+			m.bodies.queueSkipped(qb, g.skipped)
 			// Deferred items are held, in the transaction that marks
 			// their neighbours and forgets their batch's record: the
-			// batch is settled, never resent whole (held.go).
-			ch, err := p.queueHolds(qb, name, g.def, g.defTen, acc, g.rej)
+			// batch is settled, never resent whole (heldkeys).
+			ch, err := m.queueHolds(qb, name, g.def, g.defTen, acc, g.rej)
 			if err != nil {
 				return err
 			}
@@ -331,17 +349,37 @@ func (p *pipeline) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r
 	return res
 }
 
-// answeredKeys are the keys of items answered for good, at their tenants,
-// whose holds end.
-func answeredKeys(acc, rej []feed.Item) []holds.ID {
-	keys := make([]holds.ID, 0, len(acc)+len(rej))
-	for _, it := range acc {
-		keys = append(keys, holds.ID{Tenant: it.Tenant(), Key: it.ID})
+// queueHolds queues on qb what the marking of feed name's batches does
+// to its held keys (internal/exporter/heldkeys): deferred items held
+// (tenants[i] is deferred[i]'s tenant), answered keys released. A replay
+// holds nothing: its pass reads each row once, so its deferred rows are
+// handed to the live export instead (pending again there, held there if
+// they are deferred again), and the replay still delivers every row of
+// its range.
+func (m *marker) queueHolds(qb *pgx.Batch, name string, deferred []delivery.Deferral, tenants []string, acc, rej []feed.Item) (heldkeys.Change, error) {
+	f := heldkeys.Feed{Checkpoint: name, Source: sourceOf(name), Destination: m.destName}
+	if checkpoint.OwnerOf(name).Kind == checkpoint.KindReplay && len(deferred) > 0 {
+		ch := m.held.Queue(qb, f, nil, acc, rej, holds.Policy{})
+		l, ok := m.feed.(liveHandover)
+		if !ok {
+			return ch, fmt.Errorf("exporter: replay %s: its feed cannot hand deferred rows to the live export", name)
+		}
+		return ch, l.QueueLive(qb, deferred)
 	}
-	for _, it := range rej {
-		keys = append(keys, holds.ID{Tenant: it.Tenant(), Key: it.ID})
+	var items []holds.Deferred
+	if len(deferred) > 0 {
+		items = make([]holds.Deferred, len(deferred))
+		for i, df := range deferred {
+			items[i] = holds.Deferred{Tenant: tenants[i], Key: df.Item.ID, Version: df.Item.Version, Reason: df.Reason}
+		}
 	}
-	return keys
+	return m.held.Queue(qb, f, items, acc, rej, heldkeys.PolicyOf(m.dest)), nil
+}
+
+// liveHandover is a replay's feed: rows its answer deferred are made
+// pending in the live export.
+type liveHandover interface {
+	QueueLive(b *pgx.Batch, deferred []delivery.Deferral) error
 }
 
 // lazyCommitSQL lets a marker transaction that only writes outcomes
@@ -359,13 +397,13 @@ func answeredKeys(acc, rej []feed.Item) []holds.ID {
 const lazyCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
 // receive waits for a transaction send queued and completes its report.
-func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) marked {
+func (m *marker) receive(ctx context.Context, pipe *locks.Pipe, res marked) marked {
 	if err := pipe.Receive(); err != nil {
 		res.err = fmt.Errorf("exporter: mark batches: %w", err)
 		return res
 	}
 	res.seqs = *res.seqsOut
-	p.applyHolds(ctx, res.held)
+	m.held.Apply(ctx, res.held)
 	for _, r := range res.rejected {
 		// Which source and which key: what a person searches for next
 		// (syncer status, retry-failed --key). One key, the first: a
@@ -374,7 +412,7 @@ func (p *pipeline) receive(ctx context.Context, pipe *locks.Pipe, res marked) ma
 		if o := checkpoint.OwnerOf(r.name); o.Kind == checkpoint.KindSource {
 			source = o.Source
 		}
-		p.e.logger.WarnContext(ctx, "exporter: items rejected by the third party",
+		m.logger.WarnContext(ctx, "exporter: items rejected by the third party",
 			slog.String("source", source), slog.String("key", thirdparty.SafeText(r.key)), slog.Int64("version", r.version),
 			slog.Int("rejected", r.n), slog.String("error", r.first), slog.String("checkpoint", r.name))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/exporter/heldkeys"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -44,7 +45,7 @@ type marked struct {
 	rejected []rejectedNote
 	// held is what it does to the feeds' held keys, for this process to
 	// know once it commits.
-	held []heldChange
+	held []heldkeys.Change
 }
 
 // rejectedNote is logged once the marks of rejected items commit.
@@ -82,14 +83,12 @@ type rejectedNote struct {
 type pipeline struct {
 	e  *Exporter
 	lk *locks.Lock
-	// feed is what the batches are read from and how their outcomes are
-	// written; dest is where they go.
+	// feed is what the batches are read from; dest is where they go.
 	feed Feed
 	dest Destination
-	// destName and source label metrics (target); metrics are the
-	// destination's.
-	destName, source string
-	metrics          *metrics.Destination
+	// pusher and mark are its push and mark stages.
+	pusher *pusher
+	mark   *marker
 	// serial pushes one batch at a time, for resends whose batches may
 	// share ids.
 	serial bool
@@ -101,9 +100,9 @@ type pipeline struct {
 	// when it ends are left so, for the next pass (see carried).
 	carried []*batch
 	carry   bool
-	// bodies compares the bodies read with those last accepted (nil: no
-	// comparison); unsettled are the ids of items sent and not marked, or
-	// held, which are never skipped (unchanged.go).
+	// bodies is its unchanged stage (nil: no comparison); unsettled are
+	// the ids of items sent and not marked, or held, which are never
+	// skipped (unchanged.go).
 	bodies    *bodies
 	unsettled map[string]struct{}
 
@@ -177,7 +176,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 	markerDone := make(chan struct{})
 	go func() {
 		defer close(markerDone)
-		p.marker(ctx, reqs, marks)
+		p.mark.run(ctx, reqs, marks)
 	}()
 	stopMarker := func() {
 		if reqs != nil {
@@ -245,7 +244,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			inflight++
 			sentUpTo = b.position
 			go func() {
-				out, err := p.push(ctx, b)
+				out, err := p.pusher.push(ctx, b)
 				results <- pushed{b: b, out: out, err: err}
 			}()
 		}
@@ -339,7 +338,7 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			}
 		}
 		if len(unsent) > 0 {
-			if err := p.forgetUnsent(ctx, queue[len(queue)-1].name, unsent, sentUpTo); err != nil && halt == nil {
+			if err := p.mark.forgetUnsent(ctx, queue[len(queue)-1].name, unsent, sentUpTo); err != nil && halt == nil {
 				halt = err
 			}
 		}
@@ -351,10 +350,10 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 // and moves its position back to position, the last batch sent: they are
 // read again (and keyed the same if nothing changed) rather than resent.
 // It runs even after ctx is cancelled, as a stop's last write.
-func (p *pipeline) forgetUnsent(ctx context.Context, name string, seqs []int64, position int64) error {
+func (m *marker) forgetUnsent(ctx context.Context, name string, seqs []int64, position int64) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkTimeoutDefault)
 	defer cancel()
-	err := p.lk.WithTx(fctx, func(tx pgx.Tx) error {
+	err := m.lk.WithTx(fctx, func(tx pgx.Tx) error {
 		if err := checkpoint.Forget(fctx, tx, seqs); err != nil {
 			return err
 		}
@@ -375,23 +374,39 @@ func hasUnrecorded(queue []*batch) bool {
 	return false
 }
 
+// pusher is the push stage of a pipeline: it delivers a batch to its
+// destination and counts it.
+type pusher struct {
+	dest Destination
+	// metrics are the destination's; all label a source's batches
+	// (source "" for a target whose items no source counts).
+	metrics          *metrics.Destination
+	all              *metrics.Metrics
+	source, destName string
+	// story writes a waiting batch's requests; lastKeys keeps the key
+	// pushed last under lk, for the run's summary line.
+	story    *story
+	lastKeys *lastKeys
+	lk       *locks.Lock
+	logger   *slog.Logger
+}
+
 // push delivers one batch and records metrics.
-func (p *pipeline) push(ctx context.Context, b *batch) (*delivery.Outcome, error) {
-	e := p.e
+func (s *pusher) push(ctx context.Context, b *batch) (*delivery.Outcome, error) {
 	start := time.Now()
-	out, err := p.dest.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body,
+	out, err := s.dest.Deliver(ctx, delivery.Batch{Key: b.key, Salt: b.salt, Items: b.items, Body: b.body,
 		Source: sourceOf(b.name), Time: b.at, Resent: b.resent})
 	if err != nil {
-		p.metrics.BatchFailed(time.Since(start))
-		p.writeWaited(ctx, b, err)
+		s.metrics.BatchFailed(time.Since(start))
+		s.story.writeWaited(ctx, b, err)
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
 	}
-	p.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
-	if p.source != "" {
-		e.metrics.SourceBatch(p.source, p.destName, len(out.Accepted), len(out.Rejected))
+	s.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
+	if s.source != "" {
+		s.all.SourceBatch(s.source, s.destName, len(out.Accepted), len(out.Rejected))
 	}
-	e.pushed(p.lk, b.key)
-	e.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
+	s.lastKeys.pushed(s.lk, b.key)
+	s.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
 		slog.Int("items", len(b.items)), slog.Int("accepted", len(out.Accepted)),
 		slog.Int("rejected", len(out.Rejected)), slog.Int("requests", out.Requests),
 		slog.Duration("took", time.Since(start)))
@@ -419,8 +434,11 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		c.batches = nil
 	}
 	// Keys held after a transient answer of their own wait for their
-	// time (held.go).
-	skip, err := e.skipHeld(ctx, t.feed.Checkpoint(), skip)
+	// time (heldkeys).
+	hs, err := e.heldKeys.Holding(ctx, t.feed.Checkpoint())
+	for _, h := range hs {
+		skip = skip.add(h.Key, h.Version)
+	}
 	if err != nil {
 		if c != nil {
 			c.batches = p.carried
@@ -478,7 +496,23 @@ type target struct {
 	bodies *bodies
 }
 
+// pipeline builds the stages of a pipeline of t under lk.
 func (t target) pipeline(e *Exporter, lk *locks.Lock) *pipeline {
-	return &pipeline{e: e, lk: lk, feed: t.feed, dest: t.dest, destName: t.destName, source: t.source,
-		metrics: e.metrics.Destination(t.destName), bodies: t.bodies}
+	var st *story
+	if !e.cfg.NoHistory {
+		st = &story{q: e.pool, logger: e.logger, dest: t.destName, lim: t.feed.Limits()}
+	}
+	return &pipeline{e: e, lk: lk, feed: t.feed, dest: t.dest, bodies: t.bodies,
+		pusher: &pusher{dest: t.dest, metrics: e.metrics.Destination(t.destName), all: e.metrics,
+			source: t.source, destName: t.destName, story: st, lastKeys: &e.lastKeys, lk: lk, logger: e.logger},
+		mark: &marker{lk: lk, feed: t.feed, dest: t.dest, destName: t.destName, held: e.heldKeys,
+			bodies: t.bodies, story: st, logger: e.logger},
+	}
+}
+
+// leaveUnchanged is the reader's hook to the unchanged stage: it never
+// fails.
+func (p *pipeline) leaveUnchanged(_ context.Context, page *feed.Page) error {
+	p.bodies.leave(page, p.unsettled)
+	return nil
 }

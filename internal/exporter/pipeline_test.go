@@ -132,7 +132,7 @@ func setupPipeline(t *testing.T, cfg Config, inFlight ...int) *pipelineBundle {
 	lk, err := locker.TryAcquire(ctx, e.LockKey(jobs.Resources))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lk.Release(context.Background()) })
-	return &pipelineBundle{pool: pool, e: e, lk: lk, pusher: p, src: e.srcs[jobs.Resources]}
+	return &pipelineBundle{pool: pool, e: e, lk: lk, pusher: p, src: e.sourcesNow()[jobs.Resources]}
 }
 
 func (b *pipelineBundle) insert(t *testing.T, n int) {

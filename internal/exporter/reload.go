@@ -64,6 +64,41 @@ type job struct {
 	abandoned bool
 }
 
+// runningJobs are the jobs running here, so that a reload can stop those
+// of the sources it changed.
+type runningJobs struct {
+	mu sync.Mutex
+	m  map[*job]struct{}
+}
+
+func (r *runningJobs) add(j *job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[*job]struct{}{}
+	}
+	r.m[j] = struct{}{}
+}
+
+func (r *runningJobs) remove(j *job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, j)
+}
+
+// of returns the jobs running here of the sources in names.
+func (r *runningJobs) of(names map[string]bool) []*job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*job
+	for j := range r.m {
+		if names[j.source] {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
 type jobKey struct{}
 
 // jobOf returns the job ctx runs in, nil outside one (tests that call
@@ -82,8 +117,8 @@ func (j *job) laneShare() int {
 	return j.share
 }
 
-// hold notes a lock the job took; dest marks its destination's.
-func (j *job) hold(lk *locks.Lock, dest bool) {
+// tookLock notes a lock the job took; dest marks its destination's.
+func (j *job) tookLock(lk *locks.Lock, dest bool) {
 	if j == nil || lk == nil {
 		return
 	}
@@ -92,8 +127,8 @@ func (j *job) hold(lk *locks.Lock, dest bool) {
 	j.locks[lk] = dest
 }
 
-// drop notes a lock the job gave back.
-func (j *job) drop(lk *locks.Lock) {
+// gaveLock notes a lock the job gave back.
+func (j *job) gaveLock(lk *locks.Lock) {
 	if j == nil || lk == nil {
 		return
 	}
@@ -131,9 +166,10 @@ func (e *Exporter) giveLingerSlot(ctx context.Context) {
 
 // sourcesNow returns the sources exported here; the map is never edited.
 func (e *Exporter) sourcesNow() map[string]exported {
-	e.srcsMu.RLock()
-	defer e.srcsMu.RUnlock()
-	return e.srcs
+	if m := e.srcs.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // Swap replaces the sources exported here by list, as a reload does, and
@@ -146,10 +182,10 @@ func (e *Exporter) Swap(list []Source) (changed []string, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.srcsMu.Lock()
-	prev := e.srcs
-	e.srcs = next
-	e.srcsMu.Unlock()
+	var prev map[string]exported
+	if p := e.srcs.Swap(&next); p != nil {
+		prev = *p
+	}
 	e.announce(next)
 	for name, p := range prev {
 		n, ok := next[name]
@@ -177,14 +213,7 @@ func (e *Exporter) Stop(ctx context.Context, names []string) []string {
 	for _, n := range names {
 		want[n] = true
 	}
-	e.jobsMu.Lock()
-	var running []*job
-	for j := range e.jobs {
-		if want[j.source] {
-			running = append(running, j)
-		}
-	}
-	e.jobsMu.Unlock()
+	running := e.jobs.of(want)
 	for _, j := range running {
 		j.cancel(ErrReconfigured)
 	}
@@ -225,14 +254,8 @@ func (e *Exporter) supervised(ctx context.Context, name string, share int) error
 	if s, ok := e.sourcesNow()[name]; ok {
 		j.dest = s.base().DestinationName
 	}
-	e.jobsMu.Lock()
-	e.jobs[j] = struct{}{}
-	e.jobsMu.Unlock()
-	defer func() {
-		e.jobsMu.Lock()
-		delete(e.jobs, j)
-		e.jobsMu.Unlock()
-	}()
+	e.jobs.add(j)
+	defer e.jobs.remove(j)
 	var err error
 	go func() {
 		defer close(j.done)
@@ -300,9 +323,7 @@ func (e *Exporter) abandon(ctx context.Context, j *job, bound time.Duration, why
 		e.lingerSlots.Release()
 	}
 	// Its wake-ups go to the source's next job, not to it.
-	e.mu.Lock()
-	delete(e.wakers, j.source)
-	e.mu.Unlock()
+	e.wakers.forget(j.source)
 	// Its turn at its destination: no longer held or wanted by it; the
 	// jobs waiting for it try again.
 	ts := &e.turns
@@ -321,6 +342,6 @@ func (e *Exporter) abandon(ctx context.Context, j *job, bound time.Duration, why
 	}
 	// It may have shut the gate as it lingered hot: open it (an open gate
 	// is always safe), off this goroutine, which must not wait.
-	go func() { _, _ = e.gateCold(ctx, j.source) }()
+	go func() { _, _ = e.gate.noteCold(ctx, j.source) }()
 	close(j.gone)
 }

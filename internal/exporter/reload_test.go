@@ -94,3 +94,16 @@ func TestStopAbandonsAJobThatIgnoresItsContext(t *testing.T) {
 	again, _, _, _ := stuck.snapshot()
 	require.Len(t, again, 1)
 }
+
+// A reload stops the jobs of the sources it names, and only those.
+func TestRunningJobsOfTheSourcesNamed(t *testing.T) {
+	t.Parallel()
+	var r runningJobs
+	a, b, c := &job{source: "a"}, &job{source: "b"}, &job{source: "a"}
+	r.add(a)
+	r.add(b)
+	r.add(c)
+	r.remove(c)
+	require.Equal(t, []*job{a}, r.of(map[string]bool{"a": true}))
+	require.Empty(t, r.of(map[string]bool{"z": true}))
+}

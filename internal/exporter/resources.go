@@ -220,7 +220,7 @@ func (e *Exporter) replay(ctx context.Context, r *run, rp replays.Replay) (int, 
 			if res.done {
 				break
 			}
-		} else if _, err := e.lingerWait(ctx, e.wakerOf(s.Name()), e.cfg.HotPoll); err != nil {
+		} else if _, err := e.lingerWait(ctx, e.wakers.of(s.Name()), e.cfg.HotPoll); err != nil {
 			// Another job's turn at the destination: it wakes this one.
 			return total, err
 		}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/jobs"
@@ -58,55 +59,79 @@ func shareSnooze() time.Duration { return LaneShareSnooze + rand.N(laneShareJitt
 // limit).
 var errShare = fmt.Errorf("%w: a lane given up to another daemon", errMore)
 
-// laneShare returns how many lanes of name's source this daemon may run
+// laneShares is this daemon's share of each tenant source's lanes when
+// other daemons export it too: how many it runs at once, which it gave up
+// and when. It decides only whether a lane's job starts or stays here;
+// River and the other daemons do the rest.
+type laneShares struct {
+	// peersOf is Config.Peers: nil keeps no share.
+	peersOf func(ctx context.Context, source string) (int, error)
+	now     func() time.Time
+	// exported reports whether name is exported here; lanesOf lists the
+	// lanes of source src.
+	exported func(name string) bool
+	lanesOf  func(src string) []string
+	wakers   *wakers
+
+	// mu makes a lane job's count of the lanes running here and its
+	// start one step (awakenWithin), and guards left, the lanes given up
+	// for the share and when, and seen.
+	mu   sync.Mutex
+	left map[string]time.Time
+	seen map[string]peersSeen
+}
+
+func (ls *laneShares) since(t time.Time) time.Duration { return ls.now().Sub(t) }
+
+// atStart returns how many lanes of name's source this daemon may run
 // at once when name is a lane's job younger than LaneShareWait (or given
 // up here for the share within it) and Config.Peers says other daemons
 // run: its share. 0 means no bound. It asks Peers (the database) before
 // the job counts anything, so the count and the job's start are one step
 // (awakenWithin).
-func (e *Exporter) laneShare(ctx context.Context, name string, created time.Time) int {
+func (ls *laneShares) atStart(ctx context.Context, name string, created time.Time) int {
 	if _, _, ok := jobs.LaneOf(name); !ok {
 		return 0
 	}
-	if e.since(created) > LaneShareWait && !e.leftRecently(name) {
+	if ls.since(created) > LaneShareWait && !ls.leftRecently(name) {
 		return 0
 	}
-	return e.shareOf(ctx, name)
+	return ls.of(ctx, name)
 }
 
-// shareOf returns this daemon's share of the lanes of name's source, 0
+// of returns this daemon's share of the lanes of name's source, 0
 // when it runs alone (or cannot tell).
-func (e *Exporter) shareOf(ctx context.Context, name string) int {
-	if _, ok := e.sourcesNow()[name]; !ok || e.cfg.Peers == nil {
+func (ls *laneShares) of(ctx context.Context, name string) int {
+	if ls.peersOf == nil || !ls.exported(name) {
 		return 0
 	}
-	src := e.sourceOf(name)
-	peers, err := e.peers(ctx, src)
+	src := sourceOfLane(name)
+	peers, err := ls.peers(ctx, src)
 	if err != nil || peers <= 1 {
 		return 0
 	}
-	lanes := len(e.lanesOf(src))
+	lanes := len(ls.lanesOf(src))
 	return (lanes + peers - 1) / peers
 }
 
 // peers is Config.Peers, asked at most every peersFresh a source.
-func (e *Exporter) peers(ctx context.Context, src string) (int, error) {
-	e.laneMu.Lock()
-	c, ok := e.peersSeen[src]
-	e.laneMu.Unlock()
-	if ok && e.since(c.at) < peersFresh {
+func (ls *laneShares) peers(ctx context.Context, src string) (int, error) {
+	ls.mu.Lock()
+	c, ok := ls.seen[src]
+	ls.mu.Unlock()
+	if ok && ls.since(c.at) < peersFresh {
 		return c.n, nil
 	}
-	n, err := e.cfg.Peers(ctx, src)
+	n, err := ls.peersOf(ctx, src)
 	if err != nil {
 		return 0, err
 	}
-	e.laneMu.Lock()
-	defer e.laneMu.Unlock()
-	if e.peersSeen == nil {
-		e.peersSeen = map[string]peersSeen{}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.seen == nil {
+		ls.seen = map[string]peersSeen{}
 	}
-	e.peersSeen[src] = peersSeen{n: n, at: e.now()}
+	ls.seen[src] = peersSeen{n: n, at: ls.now()}
 	return n, nil
 }
 
@@ -118,23 +143,23 @@ type peersSeen struct {
 
 // awakenWithin activates name's waker for a starting job (awaken) unless
 // this daemon runs share lanes of name's source already (share 0: no
-// bound). The count and the activation are one step under laneMu: River
+// bound). The count and the activation are one step under mu: River
 // hands a daemon the lane jobs it fetches at once, and counting the
 // lanes active before each had activated its own let one daemon take all
 // 16 lanes of a fresh backlog while the other took none (the two daemons
 // row of syncer-lab bench, in two of four runs). A job counts from here
 // until its waker is deactivated, as a lane is counted active, never
 // while it is still only fetched.
-func (e *Exporter) awakenWithin(name string, share int) (a *awake, over bool) {
+func (ls *laneShares) awakenWithin(name string, share int) (a *awake, over bool) {
 	if share <= 0 {
-		return e.awaken(name), false
+		return ls.wakers.awaken(name), false
 	}
-	e.laneMu.Lock()
-	defer e.laneMu.Unlock()
-	if e.runningLanes(e.sourceOf(name)) >= share {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.running(sourceOfLane(name)) >= share {
 		return nil, true
 	}
-	return e.awaken(name), false
+	return ls.wakers.awaken(name), false
 }
 
 // leaveForShare reports whether the job of lane name, running here since
@@ -143,32 +168,32 @@ func (e *Exporter) awakenWithin(name string, share int) (a *awake, over bool) {
 // daemon starts while this one runs every lane. Without it a new daemon
 // took lanes only as their jobs reached their run limit (30 s). One lane
 // leaves at a time: the lanes leaving are not counted as running.
-func (e *Exporter) leaveForShare(ctx context.Context, name string, started time.Time) bool {
-	if _, _, ok := jobs.LaneOf(name); !ok || e.since(started) < laneLeaveAfter {
+func (ls *laneShares) leaveForShare(ctx context.Context, name string, started time.Time) bool {
+	if _, _, ok := jobs.LaneOf(name); !ok || ls.since(started) < laneLeaveAfter {
 		return false
 	}
-	share := e.shareOf(ctx, name)
+	share := ls.of(ctx, name)
 	if share <= 0 {
 		return false
 	}
-	e.laneMu.Lock()
-	defer e.laneMu.Unlock()
-	if e.runningLanes(e.sourceOf(name)) <= share {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.running(sourceOfLane(name)) <= share {
 		return false
 	}
-	if e.laneLeft == nil {
-		e.laneLeft = map[string]time.Time{}
+	if ls.left == nil {
+		ls.left = map[string]time.Time{}
 	}
-	e.laneLeft[name] = e.now()
+	ls.left[name] = ls.now()
 	return true
 }
 
-// runningLanes counts the lanes of src whose job is active here, but for
-// those leaving. laneMu is held.
-func (e *Exporter) runningLanes(src string) int {
+// running counts the lanes of src whose job is active here, but for
+// those leaving. mu is held.
+func (ls *laneShares) running(src string) int {
 	n := 0
-	for _, name := range e.lanesOf(src) {
-		if left, ok := e.laneLeft[name]; e.Active(name) && (!ok || e.since(left) >= laneLeaving) {
+	for _, name := range ls.lanesOf(src) {
+		if left, ok := ls.left[name]; ls.wakers.of(name).isActive() && (!ok || ls.since(left) >= laneLeaving) {
 			n++
 		}
 	}
@@ -178,16 +203,16 @@ func (e *Exporter) runningLanes(src string) int {
 // leftRecently reports whether this daemon gave lane name up for the
 // share within LaneShareWait: its job, fetched here again, is left to the
 // daemon it was given to.
-func (e *Exporter) leftRecently(name string) bool {
-	e.laneMu.Lock()
-	defer e.laneMu.Unlock()
-	left, ok := e.laneLeft[name]
-	return ok && e.since(left) <= LaneShareWait
+func (ls *laneShares) leftRecently(name string) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	left, ok := ls.left[name]
+	return ok && ls.since(left) <= LaneShareWait
 }
 
-// sourceOf returns the source a lane's name is of, name itself for any
+// sourceOfLane returns the source a lane's name is of, name itself for any
 // other feed.
-func (e *Exporter) sourceOf(name string) string {
+func sourceOfLane(name string) string {
 	if src, _, ok := jobs.LaneOf(name); ok {
 		return src
 	}

@@ -102,14 +102,14 @@ func (e *Exporter) drainSource(r *run, src *sources.Source, name string, live ta
 			if e.since(r.started) > e.cfg.MaxRun {
 				return n, errMore
 			}
-			if e.leaveForShare(ctx, name, r.started) {
+			if e.shares.leaveForShare(ctx, name, r.started) {
 				// A lane's backlog drains pass after pass and never
 				// reaches linger's yield: the share is asked here too.
 				return n, errShare
 			}
 			if !ok {
 				// Another job's turn: it wakes this one when it is done.
-				if _, err := e.lingerWait(ctx, e.wakerOf(name), e.cfg.HotPoll); err != nil {
+				if _, err := e.lingerWait(ctx, e.wakers.of(name), e.cfg.HotPoll); err != nil {
 					return n, err
 				}
 			}

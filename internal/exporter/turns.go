@@ -80,7 +80,7 @@ func (t *turn) take(ctx context.Context) (context.Context, error) {
 	}
 	delete(ts.wants[t.dest], t.source)
 	ts.held[t.dest] = true
-	jobOf(t.parent).hold(dk, true)
+	jobOf(t.parent).tookLock(dk, true)
 	t.dk = dk
 	t.ctx, t.cancel = dk.Context(t.parent)
 	return t.ctx, nil
@@ -160,7 +160,7 @@ func (t *turn) release(ctx context.Context) {
 		return
 	}
 	t.cancel()
-	jobOf(t.parent).drop(t.dk)
+	jobOf(t.parent).gaveLock(t.dk)
 	ts := &t.e.turns
 	ts.mu.Lock()
 	delete(ts.held, t.dest)

@@ -2,10 +2,10 @@ package exporter
 
 import (
 	"bytes"
-	"context"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/unchanged"
 )
@@ -13,12 +13,14 @@ import (
 // No request for an unchanged row (issue 45): a version whose body, as the
 // destination renders it, equals the body the third party last accepted
 // for its key is settled as skipped, marked as accepted, without a request.
-// The reads move such items to feed.Page.Unchanged (leaveUnchanged); the
-// marker settles them with their batch (queueSkipped) and keeps the digest
-// of every body accepted (queueDigests). internal/unchanged keeps the
-// digests and the counts.
+// The reads move such items to feed.Page.Unchanged (bodies.leave); the
+// marker settles them with their batch (bodies.queueSkipped) and keeps the
+// digest of every body accepted (bodies.queueDigests). internal/unchanged
+// keeps the digests and the counts.
 
-// bodies is how a target compares its bodies with those last accepted.
+// bodies is the unchanged stage of a target: how it compares its bodies
+// with those last accepted. A nil *bodies compares none and keeps no
+// digest.
 type bodies struct {
 	// feed names the feed in internal/unchanged: "resources" or the
 	// configured source's name.
@@ -61,19 +63,17 @@ func (s sentItems) ids() map[string]struct{} {
 	return out
 }
 
-// leaveUnchanged moves the items of page whose body the third party
-// already has to page.Unchanged: those whose digest is the one the read
-// returned with them (feed.Item.Kept, read in the same statement as the
-// items, so the comparison costs no statement of its own). A key of a
-// batch sent and not yet marked (carried) or held is never skipped: the
-// third party's copy of it may be another body than the digest kept. It
-// never fails: its signature is the reader's hook's.
-func (p *pipeline) leaveUnchanged(_ context.Context, page *feed.Page) error {
-	b := p.bodies
+// leave moves the items of page whose body the third party already has
+// to page.Unchanged: those whose digest is the one the read returned with
+// them (feed.Item.Kept, read in the same statement as the items, so the
+// comparison costs no statement of its own). A key in unsettled, of a
+// batch sent and not yet marked (carried) or held, is never skipped: the
+// third party's copy of it may be another body than the digest kept.
+func (b *bodies) leave(page *feed.Page, unsettled map[string]struct{}) {
 	if b == nil || !b.skip || !page.Kept {
 		// No comparison, a replay's, or a read without the kept
 		// digests (every live target's read has them).
-		return nil
+		return
 	}
 	var kept []feed.Item
 	var dg unchanged.Digester
@@ -84,8 +84,8 @@ func (p *pipeline) leaveUnchanged(_ context.Context, page *feed.Page) error {
 		}
 		same := it.Kept() != nil && bytes.Equal(it.Kept(), sum)
 		if same {
-			_, unsettled := p.unsettled[it.ID]
-			same = !unsettled
+			_, inDoubt := unsettled[it.ID]
+			same = !inDoubt
 		}
 		switch {
 		case same && kept == nil:
@@ -101,7 +101,6 @@ func (p *pipeline) leaveUnchanged(_ context.Context, page *feed.Page) error {
 	if kept != nil {
 		page.Items = kept
 	}
-	return nil
 }
 
 // queueSkipped settles items, whose body the third party already has, as
@@ -109,11 +108,11 @@ func (p *pipeline) leaveUnchanged(_ context.Context, page *feed.Page) error {
 // items, by the caller) and counted. It is the one place a version is
 // settled skipped: the row's history records it here (issue 45, helper
 // "history": a settlement of kind skipped per item).
-func (p *pipeline) queueSkipped(qb *pgx.Batch, items []feed.Item) {
-	if p.bodies == nil || len(items) == 0 {
+func (b *bodies) queueSkipped(qb *pgx.Batch, items []feed.Item) {
+	if b == nil || len(items) == 0 {
 		return
 	}
-	unchanged.QueueSkipped(qb, p.bodies.feed, len(items))
+	unchanged.QueueSkipped(qb, b.feed, len(items))
 }
 
 // queueDigests keeps the digest of every body of b the third party
@@ -122,8 +121,8 @@ func (p *pipeline) queueSkipped(qb *pgx.Batch, items []feed.Item) {
 // renderings) and items deferred after a transient answer of their own.
 // The digests of keys that had none when read are written as new ones
 // (unchanged.QueueSettled's fresh).
-func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch, bufs *digestBufs) {
-	if p.bodies == nil || b.out == nil {
+func (bs *bodies) queueDigests(qb *pgx.Batch, b *batch, bufs *digestBufs) {
+	if bs == nil || b.out == nil {
 		return
 	}
 	var keep, fresh *unchanged.Digests
@@ -132,25 +131,43 @@ func (p *pipeline) queueDigests(qb *pgx.Batch, b *batch, bufs *digestBufs) {
 		switch {
 		case b.resent:
 			drop = append(drop, it.ID)
-		case p.bodies.skip && it.Kept() == nil:
+		case bs.skip && it.Kept() == nil:
 			// Read with the kept digests (a live target's read), and
 			// none was kept: most likely none is now either.
 			if fresh == nil {
 				fresh = bufs.take(len(b.out.Accepted))
 			}
-			fresh.Add(p.bodies.tag, it)
+			fresh.Add(bs.tag, it)
 		default:
 			if keep == nil {
 				keep = bufs.take(len(b.out.Accepted))
 			}
-			keep.Add(p.bodies.tag, it)
+			keep.Add(bs.tag, it)
 		}
 	}
 	for _, d := range b.out.Deferred {
 		drop = append(drop, d.Item.ID)
 	}
-	tenant, _ := tenantOfSalt(b.salt) // a lane's batch is one tenant's; "" outside lanes
-	unchanged.QueueSettledDigests(qb, p.bodies.feed, tenant, keep, fresh, drop)
+	unchanged.QueueSettledDigests(qb, bs.feed, b.tenant().String(), keep, fresh, drop)
+}
+
+// composeDigests adds to s the digests of b's accepted bodies under keys,
+// as queueDigests would queue them for a batch not resent and none
+// deferred: false, adding nothing, when some are fresh and some not.
+func (bs *bodies) composeDigests(s *compose.Statement, b *batch, keys string, bufs *digestBufs) bool {
+	acc := b.out.Accepted
+	fresh := bs.skip && acc[0].Kept() == nil
+	for _, it := range acc[1:] {
+		if (bs.skip && it.Kept() == nil) != fresh {
+			return false
+		}
+	}
+	ds := bufs.take(len(acc))
+	for _, it := range acc {
+		ds.Add(bs.tag, it)
+	}
+	unchanged.ComposeSettled(s, bs.feed, b.tenant().String(), keys, ds, fresh)
+	return true
 }
 
 // digestBufs are the Digests a marker's transactions queue, kept from one

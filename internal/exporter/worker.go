@@ -36,7 +36,7 @@ func (w *Worker) Timeout(*river.Job[jobs.ExportArgs]) time.Duration { return -1 
 
 // Work exports the job's source: see work, run as reload.go says.
 func (w *Worker) Work(ctx context.Context, job *river.Job[jobs.ExportArgs]) error {
-	return w.e.supervised(ctx, job.Args.Source, w.e.laneShare(ctx, job.Args.Source, job.CreatedAt))
+	return w.e.supervised(ctx, job.Args.Source, w.e.shares.atStart(ctx, job.Args.Source, job.CreatedAt))
 }
 
 // PreviousWorker works the jobs the previous release enqueued for
@@ -121,7 +121,7 @@ func (e *Exporter) work(ctx context.Context, name string) error {
 	// Notifications from now on go to this job, not into more jobs. A
 	// lane's job that finds its daemon running its share of the lanes
 	// leaves the lane to another daemon's River.
-	a, over := e.awakenWithin(name, jobOf(ctx).laneShare())
+	a, over := e.shares.awakenWithin(name, jobOf(ctx).laneShare())
 	if over {
 		return river.JobSnooze(shareSnooze())
 	}
@@ -160,7 +160,7 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 	defer func() {
 		// The key of this run's own last batch: other lanes of the
 		// source (other tenants) push meanwhile under their own locks.
-		key := e.runKey(lk)
+		key := e.lastKeys.take(lk)
 		if total > 0 {
 			e.logger.InfoContext(ctx, "exporter: source run", slog.String("source", b.Name()), slog.Int("rows", total),
 				slog.Duration("took", e.since(started)), slog.String("last_idempotency_key", key))
@@ -204,7 +204,7 @@ func (e *Exporter) export(ctx context.Context, s exported, a *awake) error {
 				if e.since(r.started) > e.cfg.MaxRun {
 					return true, nil
 				}
-				if e.leaveForShare(ctx, b.Name(), r.started) {
+				if e.shares.leaveForShare(ctx, b.Name(), r.started) {
 					return true, errShare
 				}
 				return false, nil
@@ -320,59 +320,18 @@ func (e *Exporter) acquire(ctx context.Context, name string) (*locks.Lock, error
 	if s, ok := e.sourcesNow()[name]; ok {
 		dest = s.base().DestinationName
 	}
-	e.countHold(name, dest, 1)
-	jobOf(ctx).hold(lk, false)
+	e.lockCounts.count(name, dest, 1)
+	jobOf(ctx).tookLock(lk, false)
 	return lk, nil
 }
 
 // release gives the lock up.
 func (e *Exporter) release(ctx context.Context, lk *locks.Lock, name string) {
-	jobOf(ctx).drop(lk)
-	e.countHold(name, "", -1)
+	jobOf(ctx).gaveLock(lk)
+	e.lockCounts.count(name, "", -1)
 	if err := lk.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, locks.ErrLockLost) {
 		e.logger.WarnContext(ctx, "exporter: release lock", slog.String("source", name), slog.String("error", err.Error()))
 	}
-}
-
-// held is how many of the process's jobs hold a source's export lock,
-// and the destination label its series was set with.
-type held struct {
-	n    int
-	dest string
-}
-
-// countHold counts a job's taking (+1) or giving up (-1) of source name's
-// export lock, and sets syncer_source_lock_held from the count, not from
-// the last job's word: a job whose lock was lost (its session ended)
-// releases it after another job of the process took the lock anew, and
-// must not say the process holds none (seed 20261125's soak). dest labels
-// the series; a release keeps the label its taking set. A delta of 0
-// makes the series (at its count) for a source exported here, so an
-// alert finds a 0 before its first job.
-func (e *Exporter) countHold(name, dest string, delta int) {
-	if src, _, lane := jobs.LaneOf(name); lane {
-		// A lane's lock counts as its source's: the series stay one a
-		// source, held while any of its lanes is held here.
-		name = src
-	}
-	e.holdsMu.Lock()
-	defer e.holdsMu.Unlock()
-	if e.holds == nil {
-		e.holds = map[string]*held{}
-	}
-	h := e.holds[name]
-	if h == nil {
-		h = &held{dest: dest}
-		e.holds[name] = h
-	}
-	if delta >= 0 && h.n == 0 && dest != h.dest {
-		// The source moved to another destination since: the old
-		// label's series says 0 from now on.
-		e.metrics.SetLockHeld(name, h.dest, false)
-		h.dest = dest
-	}
-	h.n += delta
-	e.metrics.SetLockHeld(name, h.dest, h.n > 0)
 }
 
 // lockCause returns the lock's loss as the error when the job ended because of
