@@ -28,8 +28,12 @@ func TestLockSessionEndedMidPassKeepsOneKeyOneBody(t *testing.T) {
 	b.pusher.answer = func(ctx context.Context, i int, bt delivery.Batch) (*delivery.Outcome, error) {
 		if i == 5 {
 			// The database ends the lock's session under the pass: this
-			// answer and those after it cannot be marked.
-			_, err := b.pool.Exec(context.WithoutCancel(ctx), `SELECT pg_terminate_backend($1)`, b.lk.PID())
+			// answer and those after it cannot be marked. The call waits
+			// for the session to be gone: pg_terminate_backend alone
+			// returns once the signal is sent, and a marker transaction
+			// quick enough still found the lock held by the exiting
+			// session, marked this batch, and left nothing recorded.
+			_, err := b.pool.Exec(context.WithoutCancel(ctx), `SELECT pg_terminate_backend($1, 10000)`, b.lk.PID())
 			require.NoError(t, err)
 		}
 		return slow(2*time.Millisecond)(ctx, i, bt)
