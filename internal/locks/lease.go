@@ -116,14 +116,16 @@ func (l *Locker) endStale(ctx context.Context, key int64) (bool, error) {
 // HeldLive reports whether some session holds the lock for key under a
 // lease that has not run out, or under no lease at all (a holder without
 // leases). A lock whose holder's lease ran out is about to be taken over:
-// the relay's poll gives a job the chance to. Needs syncer_lock_leases.
+// the relay's poll gives a job the chance to. A lease alone (Config.LeasesOnly)
+// counts while it has not run out. Needs syncer_lock_leases (032).
 func HeldLive(ctx context.Context, q database.Querier, key int64) (bool, error) {
 	classid, objid := pgLocksIDs(key)
 	var held bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
 		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		AND l.classid = $2 AND l.objid = $3 AND l.objsubid = 1
-		AND NOT EXISTS (SELECT 1 FROM syncer_lock_leases le WHERE le.key = $1 AND le.pid = l.pid AND le.expires_at < now()))`,
+		AND NOT EXISTS (SELECT 1 FROM syncer_lock_leases le WHERE le.key = $1 AND le.pid = l.pid AND le.expires_at < now()))
+		OR EXISTS (SELECT 1 FROM syncer_lock_leases le WHERE le.key = $1 AND le.holder IS NOT NULL AND le.expires_at > clock_timestamp())`,
 		key, classid, objid).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("locks: held: %w", err)
