@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/locks"
+)
+
+// role is the role the pooled URL logs in as.
+func (b *txPoolerBundle) role(t *testing.T) string {
+	t.Helper()
+	u, err := url.Parse(b.pooled)
+	require.NoError(t, err)
+	return u.User.Username()
+}
+
+// sessionState counts what the role's server sessions (PgBouncer's) hold
+// that a transaction pooler would hand to another client: a session
+// advisory lock of the export (a transaction's lock of the relay's or of
+// a marking transaction is not one), and a LISTEN.
+func (b *txPoolerBundle) sessionState(t *testing.T) (advisory, listening int64) {
+	t.Helper()
+	ek := locks.ExportKey(b.schema, jobs.Resources)
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		  WHERE a.usename = $1 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		    AND (l.classid, l.objid) = (($2::bigint >> 32) & 4294967295, $2::bigint & 4294967295)),
+		(SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND query ILIKE 'LISTEN %')`,
+		b.role(t), ek).Scan(&advisory, &listening))
+	return advisory, listening
+}
+
+// With DATABASE_URL through PgBouncer in transaction mode and no
+// SYNCER_DIRECT_URL: migrate, status, export and a takeover work, the
+// locks leases alone and the relay polling. The holder daemon, frozen
+// (SIGSTOP) mid-drain, loses the export to the other within the lease +
+// 20 s; woken, it sends nothing, and no pair ever went out under two
+// keys. No session advisory lock and no LISTEN on a pooled session.
+func TestPgBouncerTransactionPoolingWithoutDirectURL(t *testing.T) {
+	t.Parallel()
+	b := setupTxPooler(t)
+	const rows, updated = 4000, 300
+
+	code, _, errOut := syncerCmd(t, "migrate", "--database-url", b.pooled)
+	require.Equal(t, 0, code, "migrate: %s\npgbouncer:\n%s", errOut, b.pgb.Log())
+	b.exec(t, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) g`, rows)
+
+	code, out, errOut := syncerCmd(t, "status", "--json", "--database-url", b.pooled)
+	require.Equal(t, 0, code, "status: %s", errOut)
+	var st struct{ Total, Unsynced int64 }
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Equal(t, int64(rows), st.Total)
+
+	args := []string{"--batch-size", "50", "--rate-limit", "8"}
+	first, firstErr, second, secondErr := b.startHolderThenSecond(t, b.pooled, func() (int, bool) { return b.holder(t) }, args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the first daemon's log:\n%s\nthe second's:\n%s", firstErr.String(), secondErr.String())
+		}
+	})
+	waitFor(t, time.Minute, "mid-drain", func() bool { return b.fake.Stats().DistinctPairs >= 600 })
+	advisory, listening := b.sessionState(t)
+	require.Zero(t, advisory, "no session advisory lock on a pooled session")
+	require.Zero(t, listening, "no LISTEN on a pooled session")
+
+	require.NoError(t, first.Process.Signal(syscall.SIGSTOP))
+	frozenAt := time.Now()
+	waitFor(t, 45*time.Second, "the second daemon takes over", func() bool {
+		pid, held := b.holder(t)
+		return held && pid == second.Process.Pid
+	})
+	took := time.Since(frozenAt)
+	t.Logf("transaction pooling without a direct URL: takeover %.1fs after the freeze", took.Seconds())
+	require.Less(t, took, 30*time.Second, "within the lease (10 s) + 20 s")
+	b.exec(t, `UPDATE resources SET payload = jsonb_build_object('updated', id) WHERE id <= $1`, updated)
+	b.waitAllSynced(t, time.Until(frozenAt.Add(100*time.Second)))
+	before := b.fake.Stats()
+	require.NoError(t, first.Process.Signal(syscall.SIGCONT))
+	time.Sleep(5 * time.Second)
+	after := b.fake.Stats()
+	t.Logf("after the wake: %d requests more, %d pairs of %d, %d under two keys, %d out of order",
+		after.Requests-before.Requests, after.DistinctPairs, rows+updated, after.DuplicatesOtherKey, after.OutOfOrder)
+	require.Equal(t, before.Requests, after.Requests, "the woken daemon sent nothing")
+	require.Equal(t, int64(rows+updated), after.DistinctPairs, "every row and update delivered")
+	require.Zero(t, after.DuplicatesOtherKey, "no pair under two keys")
+	require.Zero(t, after.OutOfOrder)
+
+	for _, cmd := range []*exec.Cmd{first, second} {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	}
+	require.NoError(t, first.Wait(), firstErr.String())
+	require.NoError(t, second.Wait(), secondErr.String())
+	for _, log := range []string{firstErr.String(), secondErr.String()} {
+		require.NotContains(t, log, "prepared statement", "no prepared statement lost between server sessions")
+		require.NotContains(t, log, "LISTEN hears no notifications")
+	}
+	require.Contains(t, firstErr.String(), "lock lost", "the woken daemon says it lost the lock")
+	require.False(t, strings.Contains(b.pgb.Log(), "bad client state"), "PgBouncer:\n%s", b.pgb.Log())
+	_, held := b.holder(t)
+	require.False(t, held, "the daemons released their leases as they stopped")
+}
