@@ -38,13 +38,24 @@ import (
 // leaseTrySQL takes key $1 for token $2 (holder_name $3) for $4 seconds,
 // returning a row when it did. A live lease is seen first without any row
 // lock (the NOT EXISTS): a try of a held key, which the relay's polls make
-// often, never waits for the holder's transactions.
+// often, never waits for the holder's transactions. A row a session
+// advisory lock's holder wrote (holder NULL: a daemon with a whole
+// session, before this one) is live only while that session still holds
+// the lock ($5, $6: its pg_locks ids): a daemon restarted without
+// SYNCER_DIRECT_URL does not wait out the lease its former self left.
 const leaseTrySQL = `INSERT INTO syncer_lock_leases AS le (key, pid, holder, holder_name, expires_at)
 SELECT $1, 0, $2, $3, clock_timestamp() + $4 * interval '1 second'
-WHERE NOT EXISTS (SELECT 1 FROM syncer_lock_leases WHERE key = $1 AND expires_at >= clock_timestamp())
+WHERE NOT EXISTS (SELECT 1 FROM syncer_lock_leases o WHERE o.key = $1 AND o.expires_at >= clock_timestamp()
+	AND (o.holder IS NOT NULL OR EXISTS (SELECT 1 FROM pg_locks WHERE ` + sessionHeldWhere + `)))
 ON CONFLICT (key) DO UPDATE SET pid = 0, holder = excluded.holder, holder_name = excluded.holder_name, expires_at = excluded.expires_at
 WHERE le.expires_at < clock_timestamp()
+	OR (le.holder IS NULL AND NOT EXISTS (SELECT 1 FROM pg_locks o WHERE o.locktype = 'advisory' AND o.granted AND o.pid = le.pid
+		AND o.classid = $5 AND o.objid = $6 AND o.objsubid = 1))
 RETURNING 1`
+
+// sessionHeldWhere is the advisory lock ($5, $6) granted to the session
+// (o.pid) that wrote lease row o.
+const sessionHeldWhere = `locktype = 'advisory' AND granted AND pid = o.pid AND classid = $5 AND objid = $6 AND objsubid = 1`
 
 // leaseRenewSQL renews, for $3 seconds, each lease of keys $1 still
 // carrying its token ($2, in the same order) and not run out, and returns
@@ -130,8 +141,9 @@ func (l *Locker) tryLease(ctx context.Context, key int64) (*Lock, error) {
 	// The lease counts from before the try: by this process's clock, the
 	// database wrote its expiry no earlier.
 	start := time.Now()
+	classid, objid := pgLocksIDs(key)
 	rows, done, err := l.leaseRun(ctx, "lock_timeout", pgMillis(leaseTryLockTimeout), leaseTrySQL,
-		key, token, l.holderName, l.leaseTTL.Seconds())
+		key, token, l.holderName, l.leaseTTL.Seconds(), classid, objid)
 	var got []int32
 	if err == nil {
 		got, err = pgx.CollectRows(rows, pgx.RowTo[int32])

@@ -255,3 +255,24 @@ func TestLeaseOnlyFrozenHolder(t *testing.T) {
 	require.NoError(t, lk.Check())
 	require.NoError(t, lk.WithTx(ctx, insertMark(1)), "the woken holder's release left the new lease alone")
 }
+
+// A lease row a session's lock wrote (a daemon with a whole session) is
+// live for a Locker of leases alone while that session holds the lock,
+// and free at once after its release, though its lease has not run out:
+// a daemon restarted without SYNCER_DIRECT_URL does not wait it out.
+func TestLeaseOnlyAfterASessionsLock(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	b := leaseOnlySetup(t, ttl)
+	ctx := context.Background()
+	session := b.leasedLocker(t, ttl)
+	lk, err := session.TryAcquire(ctx, b.key)
+	require.NoError(t, err)
+	_, err = b.locker.TryAcquire(ctx, b.key)
+	require.ErrorIs(t, err, locks.ErrLockBusy, "held by the session's advisory lock and its lease")
+	require.NoError(t, lk.Release(ctx))
+	lk2, err := b.locker.TryAcquire(ctx, b.key)
+	require.NoError(t, err, "the session's lease row is free once it released the lock")
+	require.NoError(t, lk2.WithTx(ctx, insertMark(1)))
+	require.NoError(t, lk2.Release(ctx))
+}
