@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/jobs"
+	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
@@ -108,4 +111,65 @@ func TestPgBouncerTransactionPoolingWithoutDirectURL(t *testing.T) {
 	require.False(t, strings.Contains(b.pgb.Log(), "bad client state"), "PgBouncer:\n%s", b.pgb.Log())
 	_, held := b.holder(t)
 	require.False(t, held, "the daemons released their leases as they stopped")
+}
+
+// A tenant source of 4 lanes through PgBouncer in transaction mode without
+// SYNCER_DIRECT_URL: every connected tenant's rows reach its own account,
+// once and in order, the lanes' locks leases alone; the one connected
+// last gets its rows too. The daemon holds no direct session at all.
+func TestTenantsThroughTransactionPoolingWithoutDirectURL(t *testing.T) {
+	t.Parallel()
+	w := newTenantWorld(t, fakethirdparty.Config{})
+	d, err := url.Parse(w.dsn)
+	require.NoError(t, err)
+	schema := d.Query().Get("search_path")
+	role := dbtest.NewRole(t, schema)
+	pgb := dbtest.StartPgBouncer(t, "transaction", role)
+	u, err := url.Parse(pgb.URL(t, w.dsn))
+	require.NoError(t, err)
+	u.User = url.User(role)
+	q := u.Query()
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+
+	tenants := []string{"t1", "t2", "t3", "t4"}
+	for _, tn := range tenants[:3] {
+		w.exec(t, `INSERT INTO crm_connections VALUES ($1, 'tok-' || $1)`, tn)
+	}
+	cfg := w.config(t, w.fakeURL, 4)
+	cmd := exec.Command(w.bin, "run", "--database-url", u.String(), "--config", cfg,
+		"--thirdparty-url", w.fakeURL, "--http-addr", freePort(t), "--log-level", "warn")
+	runErr := &dbtest.Buffer{}
+	cmd.Stderr = runErr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the daemon's log:\n%s\nPgBouncer's:\n%s", runErr.String(), pgb.Log())
+		}
+	})
+	w.exec(t, `INSERT INTO contacts (id, account) SELECT g, 't' || ((g - 1) % 4 + 1) FROM generate_series(1, 80) g`)
+	waitFor(t, time.Minute, "the connected tenants' rows at their accounts", func() bool {
+		for _, tn := range tenants[:3] {
+			if !w.holds(tn, 20, nil) {
+				return false
+			}
+		}
+		return true
+	})
+	require.Empty(t, w.latest("t4"), "an unconnected tenant sends nothing")
+	w.exec(t, `INSERT INTO crm_connections VALUES ('t4', 'tok-t4')`)
+	waitFor(t, time.Minute, "the tenant connected last", func() bool { return w.holds("t4", 20, nil) })
+	w.requireTenantsOnceInOrder(t)
+	var leases, direct int64
+	require.NoError(t, w.pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM syncer_lock_leases WHERE holder IS NOT NULL AND expires_at > clock_timestamp()),
+		(SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '% %:' || $1::text AND usename <> $2)`,
+		strconv.Itoa(cmd.Process.Pid), role).Scan(&leases, &direct))
+	t.Logf("without a direct URL: %d leases alone held, %d direct sessions", leases, direct)
+	require.Positive(t, leases)
+	require.Zero(t, direct, "no session of the daemon's but PgBouncer's")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), runErr.String())
+	require.NotContains(t, runErr.String(), "prepared statement")
 }
