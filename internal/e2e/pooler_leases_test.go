@@ -44,7 +44,8 @@ func (b *txPoolerBundle) sessionState(t *testing.T) (advisory, listening int64) 
 }
 
 // With DATABASE_URL through PgBouncer in transaction mode and no
-// SYNCER_DIRECT_URL: migrate, status, export and a takeover work, the
+// SYNCER_DIRECT_URL: migrate, status, export, a takeover, a replay and a
+// destination paused and resumed work, the
 // locks leases alone and the relay polling. The holder daemon, frozen
 // (SIGSTOP) mid-drain, loses the export to the other within the lease +
 // 20 s; woken, it sends nothing, and no pair ever went out under two
@@ -98,6 +99,13 @@ func TestPgBouncerTransactionPoolingWithoutDirectURL(t *testing.T) {
 	require.Zero(t, after.DuplicatesOtherKey, "no pair under two keys")
 	require.Zero(t, after.OutOfOrder)
 
+	// A replay through the pooler, exported by the daemon left.
+	b.fake.Reset()
+	code, out, errOut = syncerCmd(t, "replay", "--database-url", b.pooled, "--from-id", "1", "--to-id", "100", "--log-level", "error")
+	require.Equal(t, 0, code, "replay: %s", errOut)
+	require.Contains(t, out, "100 rows")
+	waitFor(t, time.Minute, "the replay delivered", func() bool { return b.fake.Stats().DistinctPairs >= 100 })
+
 	for _, cmd := range []*exec.Cmd{first, second} {
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	}
@@ -111,6 +119,29 @@ func TestPgBouncerTransactionPoolingWithoutDirectURL(t *testing.T) {
 	require.False(t, strings.Contains(b.pgb.Log(), "bad client state"), "PgBouncer:\n%s", b.pgb.Log())
 	_, held := b.holder(t)
 	require.False(t, held, "the daemons released their leases as they stopped")
+
+	// A configured source's destination, paused and resumed through the
+	// pooler: nothing goes out while paused, everything after.
+	dest := newDestination(t, fakethirdparty.Config{})
+	cfgFile := b.installSlowOrders(t, dest)
+	run, runErr := b.startRun(t, b.pooled, "--config", cfgFile)
+	b.exec(t, `INSERT INTO orders SELECT g, 1 FROM generate_series(1, 40) g`)
+	b.waitSourcesDrained(t, "orders")
+	code, out, errOut = syncerCmd(t, "pause", "--destination", "crm", "--database-url", b.pooled)
+	require.Equal(t, 0, code, "pause: %s", errOut)
+	require.Contains(t, out, "destination crm paused")
+	time.Sleep(2 * time.Second) // the daemon reads the shared facts every second
+	sent := len(dest.fake.Deliveries())
+	b.exec(t, `INSERT INTO orders SELECT g, 1 FROM generate_series(41, 60) g`)
+	time.Sleep(3 * time.Second)
+	require.Len(t, dest.fake.Deliveries(), sent, "nothing sent while paused")
+	code, _, errOut = syncerCmd(t, "resume", "--destination", "crm", "--database-url", b.pooled)
+	require.Equal(t, 0, code, "resume: %s", errOut)
+	b.waitSourcesDrained(t, "orders")
+	require.Len(t, byID(dest.fake), 60)
+	requireOnceInOrder(t, dest.fake)
+	require.NoError(t, run.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, run.Wait(), runErr.String())
 }
 
 // A tenant source of 4 lanes through PgBouncer in transaction mode without
