@@ -161,6 +161,7 @@ func TestTenantsThroughTransactionPoolingWithoutDirectURL(t *testing.T) {
 	u.User = url.User(role)
 	q := u.Query()
 	q.Del("search_path")
+	q.Del("application_name") // its sessions and leases named after the daemon's pid
 	u.RawQuery = q.Encode()
 
 	tenants := []string{"t1", "t2", "t3", "t4"}
@@ -200,6 +201,20 @@ func TestTenantsThroughTransactionPoolingWithoutDirectURL(t *testing.T) {
 	t.Logf("without a direct URL: %d leases alone held, %d direct sessions", leases, direct)
 	require.Positive(t, leases)
 	require.Zero(t, direct, "no session of the daemon's but PgBouncer's")
+	// status counts the daemon's leases alone among its locks.
+	code, out, errOut := syncerCmd(t, "status", "--json", "--database-url", u.String())
+	require.Equal(t, 0, code, "status: %s", errOut)
+	var st struct {
+		Sessions []struct{ Process, Locks int }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	var locksShown int
+	for _, s := range st.Sessions {
+		if s.Process == cmd.Process.Pid {
+			locksShown = s.Locks
+		}
+	}
+	require.Positive(t, locksShown, "status shows the daemon's leases: %s", out)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), runErr.String())
 	require.NotContains(t, runErr.String(), "prepared statement")
