@@ -35,15 +35,21 @@ var errLeaseTaken = errors.New("lease ran out or its session no longer holds the
 
 // tryLeaseSQL takes the lock ($1) and, if granted and its fence ($3) is
 // free (trySQL), writes the session's lease for $2 seconds, in one
-// statement.
+// statement. A live lease of a Locker of leases alone (holder set:
+// leaseonly.go) is a holder too: then no lease is written, and the try
+// reports its fence busy, so the lock is given back (tryLock). Seen
+// without a row lock first, so a try never waits on its holder's
+// transactions.
 const tryLeaseSQL = `WITH try AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
 fence AS MATERIALIZED (SELECT CASE WHEN ok THEN pg_try_advisory_xact_lock($3) ELSE false END AS ok FROM try),
 lease AS (
 	INSERT INTO syncer_lock_leases AS le (key, pid, expires_at)
-	SELECT $1, pg_backend_pid(), now() + $2 * interval '1 second' FROM fence WHERE ok
-	ON CONFLICT (key) DO UPDATE SET pid = excluded.pid, expires_at = excluded.expires_at
+	SELECT $1, pg_backend_pid(), now() + $2 * interval '1 second' FROM fence
+	WHERE ok AND NOT EXISTS (SELECT 1 FROM syncer_lock_leases o
+		WHERE o.key = $1 AND o.holder IS NOT NULL AND o.expires_at >= clock_timestamp())
+	ON CONFLICT (key) DO UPDATE SET pid = excluded.pid, expires_at = excluded.expires_at, holder = NULL, holder_name = NULL
 	RETURNING 1)
-SELECT t.ok, f.ok, pg_backend_pid() FROM try t, fence f, (SELECT count(*) FROM lease) AS written`
+SELECT t.ok, f.ok AND w.n > 0, pg_backend_pid() FROM try t, fence f, (SELECT count(*) AS n FROM lease) AS w`
 
 // renewSQL extends the lease of key $1 held by server pid $2 by $3 seconds,
 // unless it already ran out (a waiter may be ending the session) or the

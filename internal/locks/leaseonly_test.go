@@ -276,3 +276,24 @@ func TestLeaseOnlyAfterASessionsLock(t *testing.T) {
 	require.NoError(t, lk2.WithTx(ctx, insertMark(1)))
 	require.NoError(t, lk2.Release(ctx))
 }
+
+// A Locker with a whole session honours a live lease of a Locker of leases
+// alone: its try is busy, without waiting, and takes the lock once the
+// lease is released.
+func TestSessionLockHonoursALeaseAlone(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	b := leaseOnlySetup(t, ttl)
+	ctx := context.Background()
+	lk := b.tryAcquire(t, b.locker)
+	session := b.leasedLocker(t, ttl)
+	_, err := session.TryAcquire(ctx, b.key)
+	require.ErrorIs(t, err, locks.ErrLockBusy, "a live lease alone holds the key")
+	require.Zero(t, b.advisoryHeld(t), "the busy try gave its advisory lock back")
+	require.NoError(t, lk.WithTx(ctx, insertMark(1)))
+	require.NoError(t, lk.Release(ctx))
+	lk2, err := session.TryAcquire(ctx, b.key)
+	require.NoError(t, err)
+	require.NoError(t, lk2.WithTx(ctx, insertMark(2)))
+	require.NoError(t, lk2.Release(ctx))
+}
