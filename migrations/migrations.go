@@ -168,12 +168,11 @@ func upTo(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, then The
 		return nil, errors.New("migrate: no current schema: the search_path names no existing schema")
 	}
 
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
-		return nil, fmt.Errorf("migrate: take migration lock: %w", err)
+	unlock, err := migrationLock(ctx, pool)
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockKey)
-	}()
+	defer unlock()
 
 	res := &Result{Schema: schema}
 
@@ -254,4 +253,35 @@ func upTo(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, then The
 
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// migrationLock takes the migration lock (lockKey) and returns what gives
+// it back. The lock is a transaction's, held by a transaction left open on
+// a connection of its own until the migrations are over: through a pooler
+// in transaction mode (no SYNCER_DIRECT_URL) a session lock would be taken
+// on one server session and the migrations run on others, while an open
+// transaction keeps its server session, and the lock, for the client. It
+// excludes a migrator of an older release, whose session lock is on the
+// same key. Its idle timeout is off for the transaction alone: it sits
+// idle while the migrations run.
+func migrationLock(ctx context.Context, pool *pgxpool.Pool) (func(), error) {
+	lconn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: acquire the lock's connection: %w", err)
+	}
+	tx, err := lconn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, "SELECT set_config('idle_in_transaction_session_timeout', '0', true), pg_advisory_xact_lock($1)", lockKey)
+	}
+	if err != nil {
+		if tx != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+		lconn.Release()
+		return nil, fmt.Errorf("migrate: take migration lock: %w", err)
+	}
+	return func() {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		lconn.Release()
+	}, nil
 }

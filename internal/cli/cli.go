@@ -279,7 +279,7 @@ func secondsForDurations(_ []string, a slog.Attr) slog.Attr {
 type DB struct {
 	DatabaseURL     string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL, e.g. postgres://user@host:5432/db. It holds a password: set it in the environment or with --database-url-file, not with this flag (flags show in ps). Never logged with its password."`
 	DatabaseURLFile string `name:"database-url-file" env:"DATABASE_URL_FILE" placeholder:"FILE" help:"Read DATABASE_URL from FILE (a mounted secret), once at start; a trailing newline is ignored."`
-	DirectURL       string `name:"direct-url" env:"SYNCER_DIRECT_URL" help:"PostgreSQL URL of the one connection that may hold session state (the locks, LISTEN): direct or session-pooled, when DATABASE_URL goes through a pooler in transaction mode (PgBouncer pool_mode=transaction, Supavisor, RDS Proxy). It holds a password: set it in the environment."`
+	DirectURL       string `name:"direct-url" env:"SYNCER_DIRECT_URL" help:"PostgreSQL URL of the one connection that may hold session state (the locks, LISTEN): direct or session-pooled, when DATABASE_URL goes through a pooler in transaction mode (PgBouncer pool_mode=transaction, Supavisor, RDS Proxy). Optional: without it the locks are leases alone and new rows are found by polling. It holds a password: set it in the environment."`
 	Schema          string `name:"schema" env:"SYNCER_SCHEMA" placeholder:"NAME" help:"Keep syncer's and River's tables (resources included) in schema NAME, created by migrate, out of the application's way; the application's tables stay where they are. Default: the first schema of the search_path (public)."`
 
 	// fromFile is set once the file was read: kong may validate twice.
@@ -288,6 +288,7 @@ type DB struct {
 	// the daemon.
 	session   *pgx.ConnConfig
 	stateless bool
+	noSession bool
 }
 
 // Validate reads the file setting, if any, and checks that the URL parses:
@@ -349,7 +350,7 @@ func (d *DB) open(ctx context.Context, app string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.session, d.stateless = p.Session, p.Stateless
+	d.session, d.stateless, d.noSession = p.Session, p.Stateless, p.NoSession
 	return p.Pool, nil
 }
 

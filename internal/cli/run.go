@@ -275,6 +275,7 @@ func (c *RunCmd) daemonConfig(pool *pgxpool.Pool, srcs *config.Config, env *Env)
 	return &daemon.Config{
 		Session:             c.session,
 		Stateless:           c.stateless,
+		NoSession:           c.noSession,
 		ThirdParty:          thirdparty.Config{URL: c.ThirdpartyURL, Token: c.ThirdpartyToken, Timeout: c.RequestTimeout},
 		ThirdPartyTokenFile: c.ThirdpartyTokenFile,
 		Format:              c.format,

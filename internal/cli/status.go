@@ -304,6 +304,12 @@ func lockLine(l status.Lock) string {
 	switch {
 	case !l.Held:
 		return "free"
+	case l.PID == 0 && l.Host != "":
+		// A lease alone (a transaction pooler, no SYNCER_DIRECT_URL):
+		// no session holds it.
+		return fmt.Sprintf("held by %s on %s, process %d (lease)", l.Role, l.Host, l.Process)
+	case l.PID == 0:
+		return fmt.Sprintf("held by lease (application_name %q)", l.ApplicationName)
 	case l.Host != "":
 		return fmt.Sprintf("held by %s on %s, process %d (backend pid %d)", l.Role, l.Host, l.Process, l.PID)
 	default:

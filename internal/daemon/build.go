@@ -48,9 +48,11 @@ func (d *Daemon) build(ctx context.Context) error {
 	// Leased locks: a frozen holder loses its locks to a waiting daemon
 	// (see internal/locks, "Leases"). Every lock on one session; their
 	// transactions on the pool (docs/design.md, "Sessions").
-	// With SYNCER_DIRECT_URL, the holder is its session (Config.Session).
+	// With SYNCER_DIRECT_URL, the holder is its session (Config.Session);
+	// through a transaction pooler without it, the locks are leases alone
+	// (docs/design.md, "Transaction pooling without a direct URL").
 	session := cmp.Or(c.Session, d.pool.Config().ConnConfig)
-	if d.locker, err = locks.New(session, &locks.Config{Logger: logger, Lease: true, Pool: d.pool, Stateless: c.Stateless}); err != nil {
+	if d.locker, err = locks.New(session, &locks.Config{Logger: logger, Lease: true, Pool: d.pool, Stateless: c.Stateless, LeasesOnly: c.NoSession}); err != nil {
 		return err
 	}
 	ecfg := c.Exporter
@@ -114,6 +116,7 @@ func (d *Daemon) build(ctx context.Context) error {
 		LockKey:      locks.RelayKey(d.schema),
 		PollInterval: c.PollInterval,
 		Listen:       session,
+		NoListen:     c.NoSession,
 		Logger:       logger,
 	})
 	return err

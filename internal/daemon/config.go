@@ -42,6 +42,11 @@ type Config struct {
 	// (database.Pools.Stateless): the locks' pipes send nothing ahead.
 	// River polls whatever it says.
 	Stateless bool
+	// NoSession says no connection may hold session state
+	// (database.Pools.NoSession: a transaction pooler, no
+	// SYNCER_DIRECT_URL): the locks are leases alone and the relay polls
+	// the outbox instead of listening.
+	NoSession bool
 	// ThirdParty configures the HTTP client. URL is required. Defaults to
 	// thirdparty's defaults.
 	ThirdParty thirdparty.Config

@@ -14,13 +14,13 @@ import (
 // ErrTransactionPooling is wrapped by a PoolerError.
 var ErrTransactionPooling = errors.New("a connection pooler in transaction or statement pooling mode")
 
-// PoolerError says that a URL leads to a connection pooler that hands a
-// client's transactions to different server sessions (PgBouncer's
-// pool_mode=transaction or statement) where syncer cannot work through
-// one: DATABASE_URL without SYNCER_DIRECT_URL (the locks and the relay's
-// LISTEN need one whole session), SYNCER_DIRECT_URL itself, or a pooler in
-// statement mode (syncer's transactions have several statements). It is
-// the user's setting: the CLI exits 2 on it.
+// PoolerError says that a URL leads to a connection pooler where syncer
+// cannot work through it: a pooler in statement mode (PgBouncer's
+// pool_mode=statement: syncer's transactions have several statements), or
+// SYNCER_DIRECT_URL through a pooler in transaction mode (it is the one
+// connection meant to hold session state). DATABASE_URL through a pooler
+// in transaction mode works, with or without SYNCER_DIRECT_URL. It is the
+// user's setting: the CLI exits 2 on it.
 type PoolerError struct {
 	// Name is the setting: "DATABASE_URL" or "SYNCER_DIRECT_URL".
 	Name string
@@ -34,20 +34,15 @@ type PoolerError struct {
 
 func (e *PoolerError) Error() string {
 	name := cmp.Or(e.Name, "DATABASE_URL")
-	switch {
-	case e.Mode == StatementPooling:
+	if e.Mode == StatementPooling {
 		return fmt.Sprintf("%s (%s) goes through %s (PgBouncer pool_mode=statement?; %s): "+
-			"syncer's transactions have several statements; use pool_mode=transaction (with SYNCER_DIRECT_URL) or pool_mode=session",
+			"syncer's transactions have several statements; use pool_mode=transaction or pool_mode=session",
 			name, e.Where, ErrTransactionPooling, e.Reason)
-	case name == "SYNCER_DIRECT_URL":
-		return fmt.Sprintf("SYNCER_DIRECT_URL (%s) goes through %s (PgBouncer pool_mode=transaction?; %s): "+
-			"it is the one connection that holds syncer's locks and LISTEN; give it a direct PostgreSQL URL or a session-pooled one (pool_mode=session)",
-			e.Where, ErrTransactionPooling, e.Reason)
 	}
-	return fmt.Sprintf("DATABASE_URL (%s) goes through %s (PgBouncer pool_mode=transaction?; %s): "+
-		"syncer needs one whole session for its locks and LISTEN; set SYNCER_DIRECT_URL (--direct-url) to a direct PostgreSQL URL "+
-		"(or a session-pooled one, pool_mode=session) beside it, or give DATABASE_URL a pool_mode=session or direct URL",
-		e.Where, ErrTransactionPooling, e.Reason)
+	return fmt.Sprintf("%s (%s) goes through %s (PgBouncer pool_mode=transaction?; %s): "+
+		"it is the one connection that may hold syncer's session state; give it a direct PostgreSQL URL or a session-pooled one (pool_mode=session), "+
+		"or leave it unset: DATABASE_URL alone works through a transaction pooler",
+		name, e.Where, ErrTransactionPooling, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, ErrTransactionPooling) true.

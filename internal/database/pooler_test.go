@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -75,10 +76,12 @@ func TestOpenThroughPgBouncerInSessionMode(t *testing.T) {
 		"only what PgBouncer accepts goes in the startup packet")
 }
 
-func TestOpenRefusesTransactionPooling(t *testing.T) {
+// Through PgBouncer in statement mode Open refuses with one line naming
+// the fix; in transaction mode, without SYNCER_DIRECT_URL, it opens.
+func TestOpenRefusesStatementPoolingOnly(t *testing.T) {
 	t.Parallel()
 	dsn, _ := dbtest.NewSchema(t)
-	pgb := dbtest.StartPgBouncer(t, "transaction")
+	pgb := dbtest.StartPgBouncer(t, "statement")
 	err := retryReset(t, func() error {
 		pool, err := database.Open(context.Background(), pgb.URL(t, dsn), "syncer run")
 		if err == nil {
@@ -91,8 +94,24 @@ func TestOpenRefusesTransactionPooling(t *testing.T) {
 	require.True(t, errors.As(err, &pe))
 	require.True(t, pe.IsUsage(), "a setting of the user's: exit 2")
 	require.Contains(t, err.Error(), "DATABASE_URL")
-	require.Contains(t, err.Error(), "pool_mode=session")
+	require.Contains(t, err.Error(), "use pool_mode=transaction or pool_mode=session")
 	require.NotContains(t, err.Error(), "\n")
+
+	tpgb := dbtest.StartPgBouncer(t, "transaction")
+	u, err := url.Parse(tpgb.URL(t, dsn))
+	require.NoError(t, err)
+	q := u.Query()
+	q.Del("search_path") // a session setting: refused through a transaction pooler
+	u.RawQuery = q.Encode()
+	require.NoError(t, retryReset(t, func() error {
+		pool, err := database.Open(context.Background(), u.String(), "syncer run")
+		if err == nil {
+			var one int
+			err = pool.QueryRow(context.Background(), "SELECT 1").Scan(&one)
+			pool.Close()
+		}
+		return err
+	}), tpgb.Log())
 }
 
 func TestApplySettingsFailsOnARefusedSetting(t *testing.T) {

@@ -25,6 +25,12 @@ type Pools struct {
 	// session setting, no advisory lock, no LISTEN), and one connection's
 	// transactions may each run on another server session.
 	Stateless bool
+	// NoSession is true when no connection may hold session state: the
+	// pool goes through a transaction pooler and no SYNCER_DIRECT_URL is
+	// given. The locks are then leases alone and the relay polls instead
+	// of listening (docs/design.md, "Transaction pooling without a direct
+	// URL"); Session is the pool's config, for nothing that keeps state.
+	NoSession bool
 }
 
 // Close closes the pool.
@@ -44,8 +50,9 @@ func (p *Pools) Close() { p.Pool.Close() }
 // (ALTER ROLE ... SET). A URL that sets one of them, or a schema the
 // role's search_path does not put first, is refused with the fix.
 //
-// Refused at start, each with a PoolerError naming the fix: rawURL
-// through a transaction pooler without directURL, directURL through one,
+// rawURL through a transaction pooler without directURL works too: then
+// nothing may hold session state (NoSession). Refused at start, each with
+// a PoolerError naming the fix: directURL through a transaction pooler,
 // and a pooler in statement mode on either.
 func OpenPools(ctx context.Context, rawURL, directURL, role, schema string) (*Pools, error) {
 	cfg, added, err := parsePool(rawURL, role)
@@ -56,7 +63,7 @@ func OpenPools(ctx context.Context, rawURL, directURL, role, schema string) (*Po
 	if err != nil {
 		return nil, fmt.Errorf("database: cannot connect to %s: %w", Describe(cfg.ConnConfig), err)
 	}
-	if mode == StatementPooling || (mode == TransactionPooling && directURL == "") {
+	if mode == StatementPooling {
 		return nil, fmt.Errorf("database: %w", &PoolerError{Name: "DATABASE_URL", Where: Describe(cfg.ConnConfig), Reason: reason, Mode: mode})
 	}
 	var session *pgx.ConnConfig
@@ -95,7 +102,7 @@ func OpenPools(ctx context.Context, rawURL, directURL, role, schema string) (*Po
 	// The pool's trim (TrimPool) traces the pool: not the sessions, nor
 	// a pool opened from their config (a Locker's own).
 	session.Tracer = nil
-	return &Pools{Pool: pool, Session: session, Stateless: stateless}, nil
+	return &Pools{Pool: pool, Session: session, Stateless: stateless, NoSession: stateless && directURL == ""}, nil
 }
 
 // openDirect checks directURL and returns its config, with the settings

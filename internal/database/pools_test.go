@@ -20,7 +20,7 @@ import (
 // parses); the session's config is the direct URL's. A URL that sets a
 // session parameter, or a schema the role's search_path does not put
 // first, is refused with the ALTER ROLE that fixes it; without the direct
-// URL the refusal names SYNCER_DIRECT_URL.
+// URL it opens, and nothing may hold session state (NoSession).
 func TestOpenPoolsThroughTransactionPooling(t *testing.T) {
 	t.Parallel()
 	dsn, schema := dbtest.NewSchema(t)
@@ -70,9 +70,12 @@ func TestOpenPoolsThroughTransactionPooling(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), `search_path = "another_schema"`)
 
-	_, err = database.OpenPools(ctx, pooled, "", "syncer run", schema)
-	require.ErrorIs(t, err, database.ErrTransactionPooling)
-	require.Contains(t, err.Error(), "SYNCER_DIRECT_URL")
+	alone, err := database.OpenPools(ctx, pooled, "", "syncer run", schema)
+	require.NoError(t, err, "without SYNCER_DIRECT_URL: nothing holds session state")
+	defer alone.Close()
+	require.True(t, alone.Stateless)
+	require.True(t, alone.NoSession)
+	require.False(t, p.NoSession, "with the direct URL its session holds state")
 
 	_, err = database.OpenPools(ctx, dsn, pooled, "syncer run", schema)
 	require.ErrorIs(t, err, database.ErrTransactionPooling, "a direct URL through a transaction pooler")

@@ -160,43 +160,32 @@ func TestPgBouncerSessionPooling(t *testing.T) {
 	require.Zero(t, b.advisoryLocks(t))
 }
 
-// Through PgBouncer in transaction mode without SYNCER_DIRECT_URL, or in
-// statement mode, every command refuses at start with one line naming the
-// pooler and the fix, exits 2, and leaves no lock on any of the pooler's
-// server sessions.
-func TestPgBouncerTransactionPoolingRefused(t *testing.T) {
+// Through PgBouncer in statement mode every command refuses at start with
+// one line naming the pooler and the fix, exits 2, and leaves no lock on
+// any of the pooler's server sessions. (Transaction mode works, with or
+// without SYNCER_DIRECT_URL: pooler_tx_test.go, pooler_leases_test.go.)
+func TestPgBouncerStatementPoolingRefused(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"transaction", "statement"} {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			b := setupPooler(t, mode)
-			for _, args := range [][]string{
-				{"migrate", "--database-url", b.viaPooler},
-				{"status", "--json", "--database-url", b.viaPooler},
-				{"run", "--database-url", b.viaPooler, "--thirdparty-url", b.fakeURL, "--http-addr", freePort(t)},
-			} {
-				code, _, errOut := syncerCmd(t, args...)
-				require.Equal(t, 2, code, "%s: %s", args[0], errOut)
-				lines := strings.Split(strings.TrimSpace(errOut), "\n")
-				require.Len(t, lines, 1, "%s: one line: %s", args[0], errOut)
-				require.Contains(t, lines[0], "transaction or statement pooling", args[0])
-				require.Contains(t, lines[0], "pool_mode=session", args[0])
-				require.Contains(t, lines[0], "DATABASE_URL", args[0])
-				u, err := url.Parse(b.viaPooler)
-				require.NoError(t, err)
-				require.Contains(t, lines[0], "port="+u.Port(), "names where the URL points")
-				if mode == "transaction" {
-					require.Contains(t, lines[0], "SYNCER_DIRECT_URL", "names the fix")
-				}
-			}
-			if mode == "statement" {
-				// No SYNCER_DIRECT_URL makes a statement pooler work.
-				code, _, errOut := syncerCmd(t, "status", "--database-url", b.viaPooler, "--direct-url", b.dsn)
-				require.Equal(t, 2, code, errOut)
-				require.Contains(t, errOut, "pool_mode=statement")
-			}
-			require.Zero(t, b.advisoryLocks(t), "no lock left held on a pooled session")
-			require.Zero(t, b.fake.Stats().Requests)
-		})
+	b := setupPooler(t, "statement")
+	for _, args := range [][]string{
+		{"migrate", "--database-url", b.viaPooler},
+		{"status", "--json", "--database-url", b.viaPooler},
+		{"run", "--database-url", b.viaPooler, "--thirdparty-url", b.fakeURL, "--http-addr", freePort(t)},
+		// No SYNCER_DIRECT_URL makes a statement pooler work.
+		{"status", "--database-url", b.viaPooler, "--direct-url", b.dsn},
+	} {
+		code, _, errOut := syncerCmd(t, args...)
+		require.Equal(t, 2, code, "%s: %s", args[0], errOut)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		require.Len(t, lines, 1, "%s: one line: %s", args[0], errOut)
+		require.Contains(t, lines[0], "transaction or statement pooling", args[0])
+		require.Contains(t, lines[0], "pool_mode=statement", args[0])
+		require.Contains(t, lines[0], "use pool_mode=transaction or pool_mode=session", "names the fix")
+		require.Contains(t, lines[0], "DATABASE_URL", args[0])
+		u, err := url.Parse(b.viaPooler)
+		require.NoError(t, err)
+		require.Contains(t, lines[0], "port="+u.Port(), "names where the URL points")
 	}
+	require.Zero(t, b.advisoryLocks(t), "no lock left held on a pooled session")
+	require.Zero(t, b.fake.Stats().Requests)
 }

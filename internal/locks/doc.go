@@ -73,6 +73,25 @@
 // it goes. Past the deadline Check fails and the lock is lost. What no lease
 // can close is a freeze between the check and the write to the socket.
 //
+// # Leases alone
+//
+// With Config.LeasesOnly no session holds anything (a pooler in
+// transaction mode without SYNCER_DIRECT_URL): the lease row is the lock
+// (leaseonly.go). A try inserts the row, or takes over one whose expiry
+// passed by the database's clock (clock_timestamp()), with a random token
+// of the new Lock as its holder; one statement renews every lease of the
+// Locker every fifth of LeaseTTL, only rows still carrying their token;
+// a release deletes the row. Each transaction of the lock (WithTx, a
+// Pipe's, which is then stateless) locks the row FOR SHARE if it still
+// carries the token and has not run out, and sets its own
+// idle_in_transaction_session_timeout (LeaseTTL/2) and statement_timeout
+// (LeaseTTL), transaction-local. FOR SHARE, not FOR KEY SHARE: a taker's
+// ON CONFLICT DO UPDATE changes no key column, and its row lock conflicts
+// with SHARE only. So no taker writes its token while a transaction of the
+// former holder runs, and a frozen one ends by its own idle timeout. The
+// holder's deadline and Check are the leases' above; HolderOf and HeldLive
+// read the row. Nothing is ended with pg_terminate_backend.
+//
 // # Connection poolers
 //
 // Session advisory locks need a real session. Behind a connection pooler in
@@ -83,8 +102,8 @@
 // a warning naming the cause. So the holder session must be a whole one:
 // the Locker's connConfig leads to PostgreSQL directly or through a pooler
 // in session mode (SYNCER_DIRECT_URL when DATABASE_URL goes through a
-// transaction pooler; syncer's commands refuse such a pooler without it,
-// database.OpenPools). The transactions' pool (Config.Pool) may go through
+// transaction pooler; without it, leases alone, above). The
+// transactions' pool (Config.Pool) may go through
 // a transaction pooler: the fence is a transaction-level lock, and with
 // Config.Stateless a Pipe leaves nothing on a session (pipe_stateless.go).
 // A Lock's PID is the server's (a pooler announces a pid of its own), and

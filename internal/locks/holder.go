@@ -173,6 +173,9 @@ func (l *Locker) unlockOn(ctx context.Context, conn *pgx.Conn, key int64) error 
 // session still open. lk stays known to the Locker, so its next try of
 // the key is busy, until forget.
 func (l *Locker) unlock(ctx context.Context, lk *Lock) error {
+	if l.leasesOnly {
+		return l.leaseRelease(ctx, lk)
+	}
 	h := &l.h
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -35,15 +35,21 @@ var errLeaseTaken = errors.New("lease ran out or its session no longer holds the
 
 // tryLeaseSQL takes the lock ($1) and, if granted and its fence ($3) is
 // free (trySQL), writes the session's lease for $2 seconds, in one
-// statement.
+// statement. A live lease of a Locker of leases alone (holder set:
+// leaseonly.go) is a holder too: then no lease is written, and the try
+// reports its fence busy, so the lock is given back (tryLock). Seen
+// without a row lock first, so a try never waits on its holder's
+// transactions.
 const tryLeaseSQL = `WITH try AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
 fence AS MATERIALIZED (SELECT CASE WHEN ok THEN pg_try_advisory_xact_lock($3) ELSE false END AS ok FROM try),
 lease AS (
 	INSERT INTO syncer_lock_leases AS le (key, pid, expires_at)
-	SELECT $1, pg_backend_pid(), now() + $2 * interval '1 second' FROM fence WHERE ok
-	ON CONFLICT (key) DO UPDATE SET pid = excluded.pid, expires_at = excluded.expires_at
+	SELECT $1, pg_backend_pid(), now() + $2 * interval '1 second' FROM fence
+	WHERE ok AND NOT EXISTS (SELECT 1 FROM syncer_lock_leases o
+		WHERE o.key = $1 AND o.holder IS NOT NULL AND o.expires_at >= clock_timestamp())
+	ON CONFLICT (key) DO UPDATE SET pid = excluded.pid, expires_at = excluded.expires_at, holder = NULL, holder_name = NULL
 	RETURNING 1)
-SELECT t.ok, f.ok, pg_backend_pid() FROM try t, fence f, (SELECT count(*) FROM lease) AS written`
+SELECT t.ok, f.ok AND w.n > 0, pg_backend_pid() FROM try t, fence f, (SELECT count(*) AS n FROM lease) AS w`
 
 // renewSQL extends the lease of key $1 held by server pid $2 by $3 seconds,
 // unless it already ran out (a waiter may be ending the session) or the
@@ -116,14 +122,16 @@ func (l *Locker) endStale(ctx context.Context, key int64) (bool, error) {
 // HeldLive reports whether some session holds the lock for key under a
 // lease that has not run out, or under no lease at all (a holder without
 // leases). A lock whose holder's lease ran out is about to be taken over:
-// the relay's poll gives a job the chance to. Needs syncer_lock_leases.
+// the relay's poll gives a job the chance to. A lease alone (Config.LeasesOnly)
+// counts while it has not run out. Needs syncer_lock_leases (032).
 func HeldLive(ctx context.Context, q database.Querier, key int64) (bool, error) {
 	classid, objid := pgLocksIDs(key)
 	var held bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
 		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		AND l.classid = $2 AND l.objid = $3 AND l.objsubid = 1
-		AND NOT EXISTS (SELECT 1 FROM syncer_lock_leases le WHERE le.key = $1 AND le.pid = l.pid AND le.expires_at < now()))`,
+		AND NOT EXISTS (SELECT 1 FROM syncer_lock_leases le WHERE le.key = $1 AND le.pid = l.pid AND le.expires_at < now()))
+		OR EXISTS (SELECT 1 FROM syncer_lock_leases le WHERE le.key = $1 AND le.holder IS NOT NULL AND le.expires_at > clock_timestamp())`,
 		key, classid, objid).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("locks: held: %w", err)

@@ -44,11 +44,12 @@ func (b *testBundle) leasedLocker(t *testing.T, ttl time.Duration) *locks.Locker
 // startHolder runs the hold helper in a child process connected with dsn:
 // it takes b.key under a lease of ttl and prints "held", then each check.
 // It returns the child with its stdout and stderr; the cleanup kills it.
-func (b *testBundle) startHolder(t *testing.T, dsn string, ttl time.Duration) (*exec.Cmd, io.Reader, *dbtest.Buffer) {
+func (b *testBundle) startHolder(t *testing.T, dsn string, ttl time.Duration, env ...string) (*exec.Cmd, io.Reader, *dbtest.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envHelper+"=hold", envDSN+"="+dsn,
 		envKey+"="+strconv.FormatInt(b.key, 10), envLeaseTTL+"="+ttl.String())
+	cmd.Env = append(cmd.Env, env...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	errOut := &dbtest.Buffer{}

@@ -29,8 +29,11 @@ type Lock struct {
 	key    int64
 	pid    int
 	logger *slog.Logger
-	// hconn is the holder session the lock was taken on.
+	// hconn is the holder session the lock was taken on (nil with leases
+	// alone).
 	hconn *pgx.Conn
+	// token is the lease's holder with leases alone (leaseonly.go).
+	token string
 
 	// mu serializes the lock's transactions (WithTx, a Pipe with
 	// transactions in flight), its loss and Release.
@@ -192,6 +195,9 @@ func (lk *Lock) WithTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // fence takes the lock's fence shared in tx and checks that the holder
 // session holds the lock.
 func (lk *Lock) fence(ctx context.Context, tx pgx.Tx) error {
+	if lk.locker.leasesOnly {
+		return lk.leaseFence(ctx, tx)
+	}
 	classid, objid := pgLocksIDs(lk.key)
 	var held bool
 	if err := tx.QueryRow(ctx, fenceSQL, classid, objid, fenceKey(lk.key), lk.pid).Scan(&held); err != nil {
@@ -318,6 +324,9 @@ func (lk *Lock) lose(cause error) {
 	case errors.Is(cause, errAbandoned):
 		lk.logger.Warn("locks: lock given up: the job holding it did not return in time; the lock is unlocked "+
 			"so that another job can take it, and nothing more is sent or marked on its behalf", attrs...)
+	case errors.Is(cause, errVanished) && lk.locker.leasesOnly:
+		lk.logger.Warn("locks: lock lost: its lease row is no longer this lock's (it ran out, or another daemon took it over); "+
+			"nothing more is marked or sent on its behalf", attrs...)
 	case errors.Is(cause, errVanished):
 		lk.logger.Warn("locks: lock lost: it vanished while its connection still answers; "+
 			"a transaction-mode connection pooler (such as PgBouncer in transaction mode) breaks session advisory locks, "+

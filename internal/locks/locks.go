@@ -161,6 +161,14 @@ type Config struct {
 	// (SYNCER_DIRECT_URL). Defaults to false.
 	Stateless bool
 
+	// LeasesOnly makes every lock a row of syncer_lock_leases and nothing
+	// else (see the package documentation, "Leases alone"): no session
+	// holds anything, so Pool may go through a pooler in transaction mode
+	// with no whole session beside it (no SYNCER_DIRECT_URL). It implies
+	// Lease and Stateless. The table must have migration 032's columns.
+	// Defaults to false.
+	LeasesOnly bool
+
 	// IdleSessions is ignored: every lock of a Locker is held by one
 	// session (issue 58). It stays for the callers that set it.
 	IdleSessions int
@@ -206,6 +214,10 @@ type Locker struct {
 	// stateless: the transactions' pool keeps no session state
 	// (Config.Stateless).
 	stateless bool
+	// leasesOnly: the locks are lease rows alone (Config.LeasesOnly,
+	// leaseonly.go); holderName is written in them, for status.
+	leasesOnly bool
+	holderName string
 	// pool runs the transactions; ownPool when the Locker opens it
 	// (poolMu guards its opening and closing).
 	poolMu  sync.Mutex
@@ -270,8 +282,12 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 		// Opened on first use: a Locker that takes no lock opens nothing.
 		l.ownPool = true
 	}
-	if cfg.Lease {
+	if cfg.Lease || cfg.LeasesOnly {
 		l.leaseTTL = cmp.Or(cfg.LeaseTTL, LeaseTTLDefault)
+	}
+	if cfg.LeasesOnly {
+		l.leasesOnly, l.stateless = true, true
+		l.holderName = cc.RuntimeParams["application_name"]
 	}
 	l.h.locks = map[int64]*Lock{}
 	return l, nil
@@ -289,6 +305,9 @@ func New(connConfig *pgx.ConnConfig, cfg *Config) (*Locker, error) {
 // it ran out by the database's clock, it ends the holder's session and the
 // sessions of its transactions (pg_terminate_backend) and tries once more.
 func (l *Locker) TryAcquire(ctx context.Context, key int64) (*Lock, error) {
+	if l.leasesOnly {
+		return l.tryLease(ctx, key)
+	}
 	// The lease counts from before the try: by this process's clock, the
 	// database wrote its expiry no earlier.
 	start := time.Now()
@@ -329,6 +348,9 @@ func (l *Locker) leaseNote() string {
 // find it open. A session that cannot be opened is left to the first try,
 // which reports its error.
 func (l *Locker) Warm(ctx context.Context) {
+	if l.leasesOnly {
+		return
+	}
 	l.h.mu.Lock()
 	defer l.h.mu.Unlock()
 	if _, err := l.holderConn(ctx); err != nil {
@@ -435,8 +457,14 @@ type Holder struct {
 	Process    int
 }
 
+// leaseHolderSQL names the daemon holding key $1 by a lease alone
+// (leaseonly.go): its PID stays 0, no session holds the lock.
+const leaseHolderSQL = `SELECT holder_name FROM syncer_lock_leases
+	WHERE key = $1 AND holder IS NOT NULL AND expires_at > clock_timestamp()`
+
 // HolderOf reports the session holding the lock for key in the current
-// database, for status displays. It is a snapshot: the holder may change
+// database, for status displays, or the daemon holding it by a lease alone
+// (Config.LeasesOnly; PID 0, no address). It is a snapshot: the holder may change
 // right after it returns.
 func HolderOf(ctx context.Context, q database.Querier, key int64) (Holder, bool, error) {
 	classid, objid := pgLocksIDs(key)
@@ -449,9 +477,18 @@ func HolderOf(ctx context.Context, q database.Querier, key int64) (Holder, bool,
 		  AND l.classid = $1 AND l.objid = $2 AND l.objsubid = 1
 		LIMIT 1`, classid, objid).Scan(&h.PID, &app, &addr)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Holder{}, false, nil
-	}
-	if err != nil {
+		// No session holds it: a Locker of leases alone may, by its row.
+		err = q.QueryRow(ctx, leaseHolderSQL, key).Scan(&app)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "42P01":
+			// 42P01: a schema older than the lease table has no such holder.
+			return Holder{}, false, nil
+		case err != nil:
+			return Holder{}, false, fmt.Errorf("locks: holder: %w", err)
+		}
+		addr = nil
+	} else if err != nil {
 		return Holder{}, false, fmt.Errorf("locks: holder: %w", err)
 	}
 	if app != nil {

@@ -23,6 +23,8 @@ const (
 	envRounds = "LOCKS_TEST_ROUNDS"
 	// envLeaseTTL is the hold child's LeaseTTL.
 	envLeaseTTL = "LOCKS_TEST_LEASE_TTL"
+	// envLeasesOnly, not empty, makes the hold child's locks leases alone.
+	envLeasesOnly = "LOCKS_TEST_LEASES_ONLY"
 )
 
 func TestMain(m *testing.M) {
@@ -134,7 +136,7 @@ func runHoldChild() error {
 	if err != nil {
 		return fmt.Errorf("parse dsn: %w", err)
 	}
-	locker, err := locks.New(connConfig, &locks.Config{Lease: true, LeaseTTL: ttl})
+	locker, err := locks.New(connConfig, &locks.Config{Lease: true, LeaseTTL: ttl, LeasesOnly: os.Getenv(envLeasesOnly) != ""})
 	if err != nil {
 		return err
 	}

@@ -77,12 +77,21 @@ type Config struct {
 	// transaction mode, where LISTEN hears nothing). Defaults to the
 	// pool's.
 	Listen *pgx.ConnConfig
+	// NoListen makes the relay poll the outbox every FastPoll instead of
+	// listening (poll.go): no connection may hold session state (a pooler
+	// in transaction mode without SYNCER_DIRECT_URL). Listen is unused.
+	NoListen bool
+	// FastPoll is how often a relay without LISTEN looks for new events.
+	// Defaults to FastPollDefault.
+	FastPoll time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 }
 
 // Stats counts what the relay did.
 type Stats struct {
+	// Notifications counts the notifications heard, or without LISTEN
+	// the polls that found new events.
 	Notifications int64
 	JobsInserted  int64
 	// SourcesWoken counts notifications handed to a source's lingering
@@ -132,6 +141,10 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], exp Exporter, cf
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
+	if c.FastPoll < 0 {
+		return nil, fmt.Errorf("outbox: Config.FastPoll must not be negative, got %s", c.FastPoll)
+	}
+	c.FastPoll = cmp.Or(c.FastPoll, FastPollDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -149,7 +162,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	bo.MaxInterval = 5 * time.Second
 	bo.MaxElapsedTime = 0
 	for {
-		err := r.listen(ctx, bo)
+		var err error
+		if r.cfg.NoListen {
+			err = r.pollOutbox(ctx, bo)
+		} else {
+			err = r.listen(ctx, bo)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}

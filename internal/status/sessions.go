@@ -27,25 +27,39 @@ type DaemonSessions struct {
 	Sessions int `json:"sessions"`
 	Active   int `json:"active"`
 	// Locks counts the advisory locks its sessions hold (session-level
-	// and transactions' own).
+	// and transactions' own), and the locks it holds by a lease alone
+	// (through a transaction pooler without SYNCER_DIRECT_URL: rows of
+	// syncer_lock_leases naming its application_name).
 	Locks int `json:"locks"`
 }
 
 // readSessions reads the sessions of this schema's daemons alive (those
 // syncer_daemons names), but process self's (the status command's own):
-// one statement on pg_stat_activity, pg_locks and the presence.
+// one statement on pg_stat_activity, pg_locks, syncer_lock_leases and the
+// presence.
 // pg_stat_activity shows the daemons of every schema of the database
 // alike (two installations side by side, SYNCER_SCHEMA), so the rest are
 // left out, as are the command line's short-lived processes.
 func readSessions(ctx context.Context, q database.Querier, self int) ([]DaemonSessions, error) {
-	// The daemons alive ride on every row (an uncorrelated subquery, run
-	// once): no row, no session to show.
-	rows, err := q.Query(ctx, `SELECT a.application_name, count(*)::int, count(*) FILTER (WHERE a.state = 'active')::int,
-			coalesce(sum((SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)), 0)::int,
+	// Through a transaction pooler without SYNCER_DIRECT_URL a daemon may
+	// have no server session named after it at a given instant (a pooled
+	// one carries the name of its last client), yet hold locks by their
+	// lease rows alone: it is listed by those. The daemons alive ride on
+	// every row (an uncorrelated subquery, run once): no row, no session
+	// to show.
+	rows, err := q.Query(ctx, `WITH s AS (
+			SELECT a.application_name AS app, count(*)::int AS sessions, count(*) FILTER (WHERE a.state = 'active')::int AS active,
+				coalesce(sum((SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)), 0)::int AS locks
+			FROM pg_stat_activity a
+			WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+			GROUP BY a.application_name),
+		le AS (
+			SELECT holder_name AS app, count(*)::int AS leases FROM syncer_lock_leases
+			WHERE holder IS NOT NULL AND holder_name IS NOT NULL AND expires_at > clock_timestamp()
+			GROUP BY holder_name)
+		SELECT coalesce(s.app, le.app, ''), coalesce(s.sessions, 0), coalesce(s.active, 0), coalesce(s.locks, 0) + coalesce(le.leases, 0),
 			`+presence.AliveSQL+`
-		FROM pg_stat_activity a
-		WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
-		GROUP BY a.application_name`)
+		FROM s FULL JOIN le ON le.app = s.app`)
 	if err != nil {
 		return nil, fmt.Errorf("status: sessions: %w", err)
 	}
