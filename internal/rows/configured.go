@@ -27,6 +27,17 @@ func (configuredRows) Kind() Kind        { return Configured }
 func (c configuredRows) KeyType() string { return c.src.KeyType }
 func (c configuredRows) Tenanted() bool  { return c.src.Tenant != "" }
 
+func (c configuredRows) Destination() string { return c.src.Destination }
+
+func (c configuredRows) Tenants(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
+	if !c.Tenanted() {
+		return nil, nil
+	}
+	return sources.TableTenants(ctx, q, c.src, after, n)
+}
+
+func (c configuredRows) OfTenant(t string) (Rows, error) { return OfSource(c.src, t) }
+
 func (c configuredRows) ParseKey(text string) (string, error) { return c.src.NormalizeKey(text) }
 
 func (c configuredRows) Pending(ctx context.Context, q database.Querier, after string, limit int) ([]Item, error) {

@@ -25,6 +25,17 @@ func (resourceRows) Kind() Kind      { return Resources }
 func (resourceRows) KeyType() string { return "id" }
 func (resourceRows) Tenanted() bool  { return false }
 
+func (resourceRows) Destination() string { return ResourcesDestination }
+
+// Tenants are none: resources has no tenant column.
+func (resourceRows) Tenants(context.Context, database.Querier, string, int) ([]string, error) {
+	return nil, nil
+}
+
+func (resourceRows) OfTenant(string) (Rows, error) {
+	return nil, &NoTenantsError{Source: ResourcesName}
+}
+
 // ParseKey takes a positive id in decimal.
 func (resourceRows) ParseKey(text string) (string, error) {
 	id, err := parseID(text)

@@ -105,6 +105,16 @@ type Rows interface {
 	// Tenanted reports whether the source has a tenant column: its rows
 	// are each a tenant's.
 	Tenanted() bool
+	// Destination is the destination the source's rows are sent to, as
+	// installed: ResourcesDestination for resources.
+	Destination() string
+	// Tenants returns up to n tenants with rows in the source's table, in
+	// order after after ("" from the first); none of a source without a
+	// tenant column.
+	Tenants(ctx context.Context, q database.Querier, after string, n int) ([]string, error)
+	// OfTenant is the rows of tenant t of the same source: a
+	// *NoTenantsError for a source without a tenant column.
+	OfTenant(t string) (Rows, error)
 	// KeyType says what a key of the source is, for messages: "id" for
 	// resources, the key's type for a configured source.
 	KeyType() string
@@ -124,6 +134,9 @@ type Rows interface {
 	// again, all of them when keys is nil, and returns how many. Run it in
 	// a transaction; wake the daemons in the same one.
 	Retry(ctx context.Context, db DB, keys []string) (int64, error)
+	// Counts are the scope's rows by state, exact (AllCounts reads every
+	// source's at once).
+	Counts(ctx context.Context, q database.Querier) (Counts, error)
 	// AnyPending reports whether the source has rows still to export.
 	AnyPending(ctx context.Context, q database.Querier) (bool, error)
 	// HeldFeed is the feed the source's held keys are kept under
