@@ -44,6 +44,10 @@ func (c *RetryFailedCmd) Validate() error {
 	return nil
 }
 
+// retryDefaultSource is the source retry-failed retries without
+// --source: its --id are resources' ids.
+const retryDefaultSource = rows.ResourcesName
+
 // Run clears the failures and wakes the daemons in the same transaction.
 func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 	pool, err := c.openMigrated(ctx, "syncer retry-failed")
@@ -79,12 +83,12 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 	for _, id := range c.ID {
 		ids = append(ids, strconv.FormatInt(id, 10))
 	}
-	n, err := operator.Retry(ctx, pool, rows.Scope{Source: rows.ResourcesName}, ids)
+	n, err := operator.Retry(ctx, pool, rows.Scope{Source: retryDefaultSource}, ids)
 	if err != nil {
 		return fmt.Errorf("retry failed rows: %w", err)
 	}
 	fmt.Fprintf(env.Stdout, "%s eligible again\n", count(n, "failed row is", "failed rows are"))
-	return c.releaseHeld(ctx, pool, env, rows.ResourcesName, ids)
+	return c.releaseHeld(ctx, pool, env, retryDefaultSource, ids)
 }
 
 // releaseHeld makes the held keys named (all when none is) go now, and
