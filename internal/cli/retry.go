@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/rows"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // RetryFailedCmd is `syncer retry-failed`.
@@ -22,7 +23,7 @@ type RetryFailedCmd struct {
 	Source string  `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
 	// sep:"none": a composite key is a JSON array, whose commas kong
 	// would otherwise split into several keys that match nothing.
-	Tenant string `name:"tenant" placeholder:"VALUE" help:"With --source (a source with a tenant column): only this tenant's failed keys."`
+	Tenant tenant.Tenant `name:"tenant" placeholder:"VALUE" help:"With --source (a source with a tenant column): only this tenant's failed keys."`
 
 	Key []string `name:"key" sep:"none" placeholder:"K" help:"With --source: only this key, in its text form as status shows it (a composite key is one JSON array, e.g. --key '[\"acme\",42]'); repeat --key for more keys; all failed keys when absent."`
 }

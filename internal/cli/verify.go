@@ -22,6 +22,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/rows"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
@@ -39,14 +40,14 @@ func (e *exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.cod
 type VerifyCmd struct {
 	DB
 	ConfigFile
-	Source     string  `name:"source" required:"" placeholder:"NAME" help:"The source to verify: resources, or a configured source (with --config)."`
-	Tenant     string  `name:"tenant" placeholder:"T" help:"Only this tenant's keys, read with its account's credentials (sources with tenants only)."`
-	FromKey    string  `name:"from-key" placeholder:"K" help:"First key to check (inclusive); the first key when absent."`
-	ToKey      string  `name:"to-key" placeholder:"K" help:"Last key to check (inclusive); the last key when absent."`
-	Sample     float64 `name:"sample" default:"1" help:"Share of the keys checked, drawn at random (above 0, at most 1): 0.05 checks one key in twenty."`
-	Heal       bool    `name:"heal" help:"Make each drifted key pending again as a new version (a tombstone for a zombie): the running daemons send them. Nothing is sent by verify itself."`
-	JSON       bool    `name:"json" help:"Print the result as one JSON object."`
-	LookupSize int     `name:"lookup-size" default:"${lookup_size}" help:"Ids asked for in one lookup, at most."`
+	Source     string        `name:"source" required:"" placeholder:"NAME" help:"The source to verify: resources, or a configured source (with --config)."`
+	Tenant     tenant.Tenant `name:"tenant" placeholder:"T" help:"Only this tenant's keys, read with its account's credentials (sources with tenants only)."`
+	FromKey    string        `name:"from-key" placeholder:"K" help:"First key to check (inclusive); the first key when absent."`
+	ToKey      string        `name:"to-key" placeholder:"K" help:"Last key to check (inclusive); the last key when absent."`
+	Sample     float64       `name:"sample" default:"1" help:"Share of the keys checked, drawn at random (above 0, at most 1): 0.05 checks one key in twenty."`
+	Heal       bool          `name:"heal" help:"Make each drifted key pending again as a new version (a tombstone for a zombie): the running daemons send them. Nothing is sent by verify itself."`
+	JSON       bool          `name:"json" help:"Print the result as one JSON object."`
+	LookupSize int           `name:"lookup-size" default:"${lookup_size}" help:"Ids asked for in one lookup, at most."`
 
 	// The destination of resources, as syncer run takes it.
 	ThirdpartyURL    string  `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API of resources (lookups go to URL/v1/lookup)."`
@@ -353,11 +354,11 @@ func printCounts(w io.Writer, name string, resumed bool, k *verify.KindCounts) {
 // tenantReader is the reader of tenant's account at dest
 // (daemon.VerifyAccounts.TenantReader), its errors as verify says them:
 // they name the tenant, never a credential.
-func tenantReader(ctx context.Context, acc *daemon.VerifyAccounts, dest *config.Destination, source, tenant string) (verify.Reader, error) {
-	rd, err := acc.TenantReader(ctx, source, tenant)
+func tenantReader(ctx context.Context, acc *daemon.VerifyAccounts, dest *config.Destination, source string, t tenant.Tenant) (verify.Reader, error) {
+	rd, err := acc.TenantReader(ctx, source, t.String())
 	switch {
 	case errors.Is(err, tenants.ErrUnconnected):
-		return nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)}
+		return nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, t)}
 	case errors.Is(err, tenants.ErrRefreshNotShared):
 		return nil, usagef("%v", err)
 	case err != nil:

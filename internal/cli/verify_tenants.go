@@ -14,6 +14,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/rows"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -61,13 +62,13 @@ func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string,
 	return t.rows.Tenants(ctx, q, after, n)
 }
 
-func (t *cliTenants) Tenant(ctx context.Context, tenant string) (verify.Source, verify.Reader, error) {
+func (t *cliTenants) Tenant(ctx context.Context, value string) (verify.Source, verify.Reader, error) {
 	// The account is read as --tenant reads it.
-	rd, err := tenantReader(ctx, t.acc, t.dest, t.c.Source, tenant)
+	rd, err := tenantReader(ctx, t.acc, t.dest, t.c.Source, tenant.Tenant(value))
 	if err != nil {
 		return nil, nil, err
 	}
-	one, err := t.rows.OfTenant(tenant)
+	one, err := t.rows.OfTenant(tenant.Tenant(value))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -123,17 +124,17 @@ func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.
 	defer func() { releasePace(ctx, pace, env.Logger) }()
 	res, err := verify.RunTenants(ctx, pool, name, &verify.TenantsRun{
 		Tenants: &cliTenants{c: c, acc: acc, dest: et.dest, rows: et.rows},
-		PaceOf: func(tenant string) *verify.Pace {
+		PaceOf: func(value string) *verify.Pace {
 			// Each account has its own rate limit, learned and held apart
 			// from the other tenants' (section 10); the tenant before
 			// gives its share back.
 			releasePace(ctx, pace, env.Logger)
-			pace, _ = sharedPace(pool, limit, burst, breakerstore.TenantNamespace(et.dest.Name, tenant))
+			pace, _ = sharedPace(pool, limit, burst, breakerstore.TenantNamespace(et.dest.Name, tenant.Tenant(value)))
 			return pace
 		},
-		Skipped: func(tenant string, err error) {
-			skipped = append(skipped, tenant)
-			fmt.Fprintf(env.Stderr, "source %s tenant %s: not verified: %v\n", name, tenant, err)
+		Skipped: func(value string, err error) {
+			skipped = append(skipped, value)
+			fmt.Fprintf(env.Stderr, "source %s tenant %s: not verified: %v\n", name, value, err)
 		},
 	}, &verify.Config{
 		LookupSize: c.LookupSize,

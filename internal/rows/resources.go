@@ -12,6 +12,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -32,7 +33,7 @@ func (resourceRows) Tenants(context.Context, database.Querier, string, int) ([]s
 	return nil, nil
 }
 
-func (resourceRows) OfTenant(string) (Rows, error) {
+func (resourceRows) OfTenant(tenant.Tenant) (Rows, error) {
 	return nil, &NoTenantsError{Source: ResourcesName}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -34,7 +35,7 @@ import (
 // tenant's when Tenant is set (a source with a tenant column).
 type Scope struct {
 	Source string
-	Tenant string
+	Tenant tenant.Tenant
 }
 
 // Kind is a kind of source.
@@ -114,7 +115,7 @@ type Rows interface {
 	Tenants(ctx context.Context, q database.Querier, after string, n int) ([]string, error)
 	// OfTenant is the rows of tenant t of the same source: a
 	// *NoTenantsError for a source without a tenant column.
-	OfTenant(t string) (Rows, error)
+	OfTenant(t tenant.Tenant) (Rows, error)
 	// KeyType says what a key of the source is, for messages: "id" for
 	// resources, the key's type for a configured source.
 	KeyType() string
@@ -185,7 +186,7 @@ func (e *NoTenantsError) Unwrap() error { return ErrUnknown }
 // fine.
 func Open(ctx context.Context, q database.Querier, sc Scope) (Rows, error) {
 	if KindOf(sc.Source) == Resources {
-		if sc.Tenant != "" {
+		if !sc.Tenant.IsZero() {
 			return nil, &NoTenantsError{Source: sc.Source}
 		}
 		return resourceRows{}, nil
@@ -206,10 +207,10 @@ func Open(ctx context.Context, q database.Querier, sc Scope) (Rows, error) {
 }
 
 // OfSource is the rows of src, a configured source already loaded, of
-// tenant ("" for every row).
-func OfSource(src *sources.Source, tenant string) (Rows, error) {
-	if tenant != "" && src.Tenant == "" {
+// t (the zero Tenant for every row).
+func OfSource(src *sources.Source, t tenant.Tenant) (Rows, error) {
+	if !t.IsZero() && src.Tenant == "" {
 		return nil, &NoTenantsError{Source: src.Name}
 	}
-	return configuredRows{src: src, sc: sources.TenantOf(src, tenant)}, nil
+	return configuredRows{src: src, sc: sources.TenantOf(src, t.String())}, nil
 }
