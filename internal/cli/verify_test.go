@@ -362,3 +362,41 @@ func TestStatusShowsTheLastVerify(t *testing.T) {
 	require.Equal(t, "command", st.Sources[0].Verify.By)
 	require.Equal(t, int64(4), st.Sources[0].Verify.Counts["missing"])
 }
+
+// TestVerifyConfiguredSourceOfTheDefaultDestination: a configured source
+// sending to the default destination is read back from the flags'
+// destination (SYNCER_THIRDPARTY_*), as the daemons read it; verify
+// refused it before its rows went through the seam ("its destination
+// default is not in --config").
+func TestVerifyConfiguredSourceOfTheDefaultDestination(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, false)
+	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`)
+	require.NoError(t, err)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(`destinations:
+  crm:
+    url: http://127.0.0.1:1
+sources:
+  - table: orders
+    key: id
+    destination: default
+    columns: [id, status]
+`), 0o600))
+	db := []string{"--database-url", b.dsn, "--log-level", "error", "--config", cfg}
+	r := run(ctx, append([]string{"migrate"}, db...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	startDaemon(t, ctx, append([]string{"--thirdparty-url", srv.URL}, db...)...)
+	require.Eventually(t, func() bool { return len(fake.Deliveries()) == 5 }, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		r = run(ctx, append([]string{"verify", "--source", "orders", "--thirdparty-url", srv.URL}, db...)...)
+		return r.code == 0
+	}, 10*time.Second, 50*time.Millisecond, "%v", &r)
+	require.Contains(t, r.stdout, "source orders: 5 keys checked: 5 ok")
+}
