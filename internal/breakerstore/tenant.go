@@ -24,8 +24,8 @@ import (
 // that namespace, and the tenant's deliverer honours it as a destination
 // honours its own. Keys are read whole, never by prefix, so a tenant's
 // value may hold any character. The form is tenant.Namespace's.
-func TenantNamespace(name, t string) string {
-	return tenant.Namespace(name, tenant.Tenant(t))
+func TenantNamespace(name string, t tenant.Tenant) string {
+	return tenant.Namespace(name, t)
 }
 
 // KeyConnection holds a Connection: whether a tenant has a usable
@@ -140,7 +140,7 @@ func ReadTenantsCounted(ctx context.Context, q database.Querier, name string, te
 	keys := make([]string, 0, len(tenants)*len(tenantKeys))
 	for _, t := range tenants {
 		for _, k := range tenantKeys {
-			keys = append(keys, keyPrefix(TenantNamespace(name, t))+k)
+			keys = append(keys, keyPrefix(TenantNamespace(name, tenant.Tenant(t)))+k)
 		}
 	}
 	return readTenantFacts(ctx, q, name, `SELECT substr(key, $2), value FROM syncer_state WHERE key = ANY($3)
@@ -189,15 +189,15 @@ func tenantFacts(rows pgx.Rows) (map[string]*TenantFacts, error) {
 }
 
 // ReadTenant reads one tenant's facts by their keys.
-func ReadTenant(ctx context.Context, q database.Querier, name, tenant string) (TenantFacts, error) {
+func ReadTenant(ctx context.Context, q database.Querier, name string, t tenant.Tenant) (TenantFacts, error) {
 	var f TenantFacts
-	st, err := ReadStateOf(ctx, q, TenantNamespace(name, tenant))
+	st, err := ReadStateOf(ctx, q, TenantNamespace(name, t))
 	if err != nil {
 		return f, err
 	}
 	f.State = st
 	var data []byte
-	err = q.QueryRow(ctx, `SELECT value FROM syncer_state WHERE key = $1`, keyPrefix(TenantNamespace(name, tenant))+KeyConnection).Scan(&data)
+	err = q.QueryRow(ctx, `SELECT value FROM syncer_state WHERE key = $1`, keyPrefix(TenantNamespace(name, t))+KeyConnection).Scan(&data)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return f, fmt.Errorf("breakerstore: read %s: %w", KeyConnection, err)
 	}
@@ -235,15 +235,15 @@ func (f *TenantFacts) decode(key string, v []byte) {
 // TenantKnown reports whether syncer keeps any fact of tenant at
 // destination name (a connection fact, a hold, a refusal...), read by the
 // facts' whole keys.
-func TenantKnown(ctx context.Context, q database.Querier, name, tenant string) (bool, error) {
-	prefix := keyPrefix(TenantNamespace(name, tenant))
+func TenantKnown(ctx context.Context, q database.Querier, name string, t tenant.Tenant) (bool, error) {
+	prefix := keyPrefix(TenantNamespace(name, t))
 	keys := make([]string, len(tenantKeys))
 	for i, k := range tenantKeys {
 		keys[i] = prefix + k
 	}
 	var found bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_state WHERE key = ANY($1))`, keys).Scan(&found); err != nil {
-		return false, fmt.Errorf("breakerstore: tenant %s of %s: %w", tenant, name, err)
+		return false, fmt.Errorf("breakerstore: tenant %s of %s: %w", t, name, err)
 	}
 	return found, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // Every tenant of a destination is read in one query, each key split at
@@ -18,7 +19,7 @@ func TestReadTenantsAndTheirStates(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	store := func(tenant string) *breakerstore.Store {
+	store := func(tenant tenant.Tenant) *breakerstore.Store {
 		s, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace("crm", tenant)})
 		require.NoError(t, err)
 		return s

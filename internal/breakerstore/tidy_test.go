@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // Issue 54 point 4: the facts of a gone tenant (nothing pending or failed,
@@ -17,12 +18,12 @@ func TestTidyTenantsDeletesGoneTenantsOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	store := func(dest, tenant string) *breakerstore.Store {
+	store := func(dest string, tenant tenant.Tenant) *breakerstore.Store {
 		s, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(dest, tenant)})
 		require.NoError(t, err)
 		return s
 	}
-	for _, tn := range []string{"gone:rate", "gone-2", "paused", "busy", "fresh"} {
+	for _, tn := range []tenant.Tenant{"gone:rate", "gone-2", "paused", "busy", "fresh"} {
 		require.NoError(t, store("crm", tn).SetRate(ctx, breakerstore.Rate{Limit: 4}))
 		require.NoError(t, store("crm", tn).SetConnection(ctx, breakerstore.Connection{Unconnected: true, Error: "no connection row"}))
 	}

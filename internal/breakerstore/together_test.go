@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // Many namespaces' facts in one statement, each as ReadStateOf reads it
@@ -53,7 +54,7 @@ func TestTogetherKeepsManyNamespacesFresh(t *testing.T) {
 	shared := make([]*breakerstore.Shared, n)
 	others := make([]*breakerstore.Store, n)
 	for i := range shared {
-		s, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace("crm", fmt.Sprint("t", i))})
+		s, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace("crm", tenant.Tenant(fmt.Sprint("t", i)))})
 		require.NoError(t, err)
 		shared[i], others[i] = tg.Shared(s), s
 		_, err = shared[i].Load(ctx)

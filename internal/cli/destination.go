@@ -13,6 +13,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/status"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/tenants"
 )
 
@@ -23,8 +24,8 @@ type DestinationCmd struct {
 	// ConfigFile, with --tenant, gives the destination's tenants query,
 	// run to find a tenant that has a connection row and nothing else.
 	ConfigFile
-	Destination string `name:"destination" required:"" placeholder:"NAME" help:"A destination of the installed sources (see syncer status)."`
-	Tenant      string `name:"tenant" placeholder:"VALUE" help:"One tenant of the destination (a source's tenant column's value): act on that tenant's account alone. A tenant with no row in the sources, no connection row (the tenants query of --config) and nothing syncer keeps of it is refused (exit 2)."`
+	Destination string        `name:"destination" required:"" placeholder:"NAME" help:"A destination of the installed sources (see syncer status)."`
+	Tenant      tenant.Tenant `name:"tenant" placeholder:"VALUE" help:"One tenant of the destination (a source's tenant column's value): act on that tenant's account alone. A tenant with no row in the sources, no connection row (the tenants query of --config) and nothing syncer keeps of it is refused (exit 2)."`
 }
 
 // subject is what the command acts on, for its lines.
@@ -255,10 +256,10 @@ func tenantCheck(cf *ConfigFile, pool *pgxpool.Pool, force bool) (operator.Tenan
 // checkSourceTenant refuses --tenant T of --source S when T has nothing
 // anywhere (operator.CheckSourceTenant): replay and retry-failed ask it
 // before they act.
-func checkSourceTenant(ctx context.Context, pool *pgxpool.Pool, cf *ConfigFile, source, tenant string) error {
+func checkSourceTenant(ctx context.Context, pool *pgxpool.Pool, cf *ConfigFile, source string, t tenant.Tenant) error {
 	check, err := tenantCheck(cf, pool, false)
 	if err != nil {
 		return err
 	}
-	return operator.CheckSourceTenant(ctx, pool, source, tenant, check)
+	return operator.CheckSourceTenant(ctx, pool, source, t, check)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // Defaults of replay's hidden flags.
@@ -33,19 +34,19 @@ const (
 type ReplayCmd struct {
 	DB
 	ConfigFile
-	FromID  int64  `name:"from-id" help:"First id of resources' range (inclusive)."`
-	ToID    int64  `name:"to-id" help:"Last id of resources' range (inclusive)."`
-	FromKey string `name:"from-key" placeholder:"KEY" help:"With --source: first key of the range (inclusive), in the key's text form; integer keys compare as numbers, text and uuid keys in byte order."`
-	ToKey   string `name:"to-key" placeholder:"KEY" help:"With --source: last key of the range (inclusive)."`
-	Since   string `name:"since" help:"Rows created at or after this time (RFC 3339); with --source, rows whose last change (the source's changed_at column) is at or after it."`
-	Until   string `name:"until" help:"Rows created before this time (RFC 3339); with --source, rows last changed before it."`
-	Failed  bool   `name:"failed" help:"Only rows whose current version failed."`
-	DryRun  bool   `name:"dry-run" help:"Print how many rows the replay would send, and send nothing."`
-	Wait    bool   `name:"wait" help:"Follow the replay's progress until it is done."`
-	List    bool   `name:"list" help:"List the replays with their state and progress, and create none."`
-	Cancel  int64  `name:"cancel" placeholder:"ID" help:"Cancel replay ID: nothing more of it is sent."`
-	Source  string `name:"source" placeholder:"NAME" help:"Replay source NAME: every row, or those of --from-key/--to-key and --since/--until, once more (resources: as without --source, its keys are ids)."`
-	Tenant  string `name:"tenant" placeholder:"VALUE" help:"With --source (a source with a tenant column): only the rows of this tenant."`
+	FromID  int64         `name:"from-id" help:"First id of resources' range (inclusive)."`
+	ToID    int64         `name:"to-id" help:"Last id of resources' range (inclusive)."`
+	FromKey string        `name:"from-key" placeholder:"KEY" help:"With --source: first key of the range (inclusive), in the key's text form; integer keys compare as numbers, text and uuid keys in byte order."`
+	ToKey   string        `name:"to-key" placeholder:"KEY" help:"With --source: last key of the range (inclusive)."`
+	Since   string        `name:"since" help:"Rows created at or after this time (RFC 3339); with --source, rows whose last change (the source's changed_at column) is at or after it."`
+	Until   string        `name:"until" help:"Rows created before this time (RFC 3339); with --source, rows last changed before it."`
+	Failed  bool          `name:"failed" help:"Only rows whose current version failed."`
+	DryRun  bool          `name:"dry-run" help:"Print how many rows the replay would send, and send nothing."`
+	Wait    bool          `name:"wait" help:"Follow the replay's progress until it is done."`
+	List    bool          `name:"list" help:"List the replays with their state and progress, and create none."`
+	Cancel  int64         `name:"cancel" placeholder:"ID" help:"Cancel replay ID: nothing more of it is sent."`
+	Source  string        `name:"source" placeholder:"NAME" help:"Replay source NAME: every row, or those of --from-key/--to-key and --since/--until, once more (resources: as without --source, its keys are ids)."`
+	Tenant  tenant.Tenant `name:"tenant" placeholder:"VALUE" help:"With --source (a source with a tenant column): only the rows of this tenant."`
 
 	Poll  time.Duration `name:"poll" default:"${replay_poll}" hidden:""`
 	Stall time.Duration `name:"stall" default:"${replay_stall}" hidden:""`
@@ -118,7 +119,7 @@ func (c *ReplayCmd) validateSource() error {
 	case c.Failed:
 		return usagef("--failed does not apply to --source: use syncer retry-failed --source %s", c.Source)
 	}
-	r := replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey, Tenant: c.Tenant}
+	r := replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey, Tenant: c.Tenant.String()}
 	var err error
 	if r.Since, r.Until, err = c.timeRange(); err != nil {
 		return err
@@ -182,7 +183,7 @@ func (c *ReplayCmd) create(ctx context.Context, env *Env, pool *pgxpool.Pool) er
 		of = " of source " + plan.Source
 	}
 	if c.Tenant != "" {
-		of += " tenant " + c.Tenant
+		of += " tenant " + c.Tenant.String()
 	}
 	if c.DryRun {
 		fmt.Fprintf(env.Stdout, "would send %d %s%s\n", plan.Count, unit, of)

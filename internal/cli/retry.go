@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/rows"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // RetryFailedCmd is `syncer retry-failed`.
@@ -22,7 +23,7 @@ type RetryFailedCmd struct {
 	Source string  `name:"source" placeholder:"NAME" help:"The failed keys of configured source NAME instead of failed rows of resources."`
 	// sep:"none": a composite key is a JSON array, whose commas kong
 	// would otherwise split into several keys that match nothing.
-	Tenant string `name:"tenant" placeholder:"VALUE" help:"With --source (a source with a tenant column): only this tenant's failed keys."`
+	Tenant tenant.Tenant `name:"tenant" placeholder:"VALUE" help:"With --source (a source with a tenant column): only this tenant's failed keys."`
 
 	Key []string `name:"key" sep:"none" placeholder:"K" help:"With --source: only this key, in its text form as status shows it (a composite key is one JSON array, e.g. --key '[\"acme\",42]'); repeat --key for more keys; all failed keys when absent."`
 }
@@ -43,6 +44,10 @@ func (c *RetryFailedCmd) Validate() error {
 	}
 	return nil
 }
+
+// retryDefaultSource is the source retry-failed retries without
+// --source: its --id are resources' ids.
+const retryDefaultSource = rows.ResourcesName
 
 // Run clears the failures and wakes the daemons in the same transaction.
 func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
@@ -79,12 +84,12 @@ func (c *RetryFailedCmd) Run(ctx context.Context, env *Env) error {
 	for _, id := range c.ID {
 		ids = append(ids, strconv.FormatInt(id, 10))
 	}
-	n, err := operator.Retry(ctx, pool, rows.Scope{Source: rows.ResourcesName}, ids)
+	n, err := operator.Retry(ctx, pool, rows.Scope{Source: retryDefaultSource}, ids)
 	if err != nil {
 		return fmt.Errorf("retry failed rows: %w", err)
 	}
 	fmt.Fprintf(env.Stdout, "%s eligible again\n", count(n, "failed row is", "failed rows are"))
-	return c.releaseHeld(ctx, pool, env, rows.ResourcesName, ids)
+	return c.releaseHeld(ctx, pool, env, retryDefaultSource, ids)
 }
 
 // releaseHeld makes the held keys named (all when none is) go now, and

@@ -11,14 +11,15 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/status"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // StatusCmd is `syncer status`.
 type StatusCmd struct {
 	DB
-	JSON   bool   `name:"json" help:"Print one JSON object instead of a table."`
-	Source string `name:"source" help:"With --tenant: the source with a tenant column whose tenant to show."`
-	Tenant string `name:"tenant" help:"Show one tenant of --source: its pending and failed rows and its state."`
+	JSON   bool          `name:"json" help:"Print one JSON object instead of a table."`
+	Source string        `name:"source" help:"With --tenant: the source with a tenant column whose tenant to show."`
+	Tenant tenant.Tenant `name:"tenant" help:"Show one tenant of --source: its pending and failed rows and its state."`
 }
 
 // Validate checks that --tenant comes with --source.

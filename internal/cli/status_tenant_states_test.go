@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/status"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // Issue 54 points 4, 5 and 6 in status, text and JSON: a tenant whose
@@ -24,7 +25,7 @@ func TestStatusTenantErrorInvalidAndGone(t *testing.T) {
 	require.NoError(t, err)
 	// As the daemon's registry writes them (raw, so that the facts read
 	// the same whatever this tree's types are).
-	fact := func(tenant, key, value string) {
+	fact := func(tenant tenant.Tenant, key, value string) {
 		_, err := b.pool.Exec(ctx, `INSERT INTO syncer_state (key, value) VALUES ($1, convert_to($2, 'UTF8'))`,
 			breakerstore.TenantNamespace("crm", tenant)+":"+key, value)
 		require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/status"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // tenantSecret is what the tenants' rows carry: nothing of it may show.
@@ -26,7 +27,7 @@ func setupTenants(t *testing.T) *bundle {
 	_, err := b.pool.Exec(ctx, `INSERT INTO contacts SELECT i, (ARRAY['acme','acme','acme','globex','initech','initech'])[i], $1, $1, $1 FROM generate_series(1, 6) i`, tenantSecret)
 	require.NoError(t, err)
 
-	store := func(tenant string) *breakerstore.Store {
+	store := func(tenant tenant.Tenant) *breakerstore.Store {
 		s, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace("crm", tenant)})
 		require.NoError(t, err)
 		return s

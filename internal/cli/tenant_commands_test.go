@@ -13,6 +13,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/status"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // tenantsWithQuery is setupTenants' world (contacts of acme, globex and
@@ -30,7 +31,7 @@ func tenantsWithQuery(t *testing.T) (*bundle, string) {
 	_, err := b.pool.Exec(ctx, `INSERT INTO contacts SELECT i, (ARRAY['acme','acme','acme','globex','initech','initech'])[i] FROM generate_series(1, 6) i;
 		INSERT INTO connections VALUES ('acme', 'tok-acme'), ('hooli', 'tok-hooli')`)
 	require.NoError(t, err)
-	store := func(tenant string) *breakerstore.Store {
+	store := func(tenant tenant.Tenant) *breakerstore.Store {
 		s, err := breakerstore.New(b.pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace("crm", tenant)})
 		require.NoError(t, err)
 		return s
@@ -43,7 +44,7 @@ func tenantsWithQuery(t *testing.T) (*bundle, string) {
 }
 
 // stateKeys counts the facts syncer keeps of tenant at crm.
-func stateKeys(t *testing.T, b *bundle, tenant string) int {
+func stateKeys(t *testing.T, b *bundle, tenant tenant.Tenant) int {
 	t.Helper()
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM syncer_state WHERE starts_with(key, $1)`,

@@ -20,9 +20,9 @@ import (
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/formats"
-	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/rows"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
@@ -40,14 +40,14 @@ func (e *exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.cod
 type VerifyCmd struct {
 	DB
 	ConfigFile
-	Source     string  `name:"source" required:"" placeholder:"NAME" help:"The source to verify: resources, or a configured source (with --config)."`
-	Tenant     string  `name:"tenant" placeholder:"T" help:"Only this tenant's keys, read with its account's credentials (sources with tenants only)."`
-	FromKey    string  `name:"from-key" placeholder:"K" help:"First key to check (inclusive); the first key when absent."`
-	ToKey      string  `name:"to-key" placeholder:"K" help:"Last key to check (inclusive); the last key when absent."`
-	Sample     float64 `name:"sample" default:"1" help:"Share of the keys checked, drawn at random (above 0, at most 1): 0.05 checks one key in twenty."`
-	Heal       bool    `name:"heal" help:"Make each drifted key pending again as a new version (a tombstone for a zombie): the running daemons send them. Nothing is sent by verify itself."`
-	JSON       bool    `name:"json" help:"Print the result as one JSON object."`
-	LookupSize int     `name:"lookup-size" default:"${lookup_size}" help:"Ids asked for in one lookup, at most."`
+	Source     string        `name:"source" required:"" placeholder:"NAME" help:"The source to verify: resources, or a configured source (with --config)."`
+	Tenant     tenant.Tenant `name:"tenant" placeholder:"T" help:"Only this tenant's keys, read with its account's credentials (sources with tenants only)."`
+	FromKey    string        `name:"from-key" placeholder:"K" help:"First key to check (inclusive); the first key when absent."`
+	ToKey      string        `name:"to-key" placeholder:"K" help:"Last key to check (inclusive); the last key when absent."`
+	Sample     float64       `name:"sample" default:"1" help:"Share of the keys checked, drawn at random (above 0, at most 1): 0.05 checks one key in twenty."`
+	Heal       bool          `name:"heal" help:"Make each drifted key pending again as a new version (a tombstone for a zombie): the running daemons send them. Nothing is sent by verify itself."`
+	JSON       bool          `name:"json" help:"Print the result as one JSON object."`
+	LookupSize int           `name:"lookup-size" default:"${lookup_size}" help:"Ids asked for in one lookup, at most."`
 
 	// The destination of resources, as syncer run takes it.
 	ThirdpartyURL    string  `name:"thirdparty-url" env:"SYNCER_THIRDPARTY_URL" help:"Base URL of the third-party API of resources (lookups go to URL/v1/lookup)."`
@@ -71,9 +71,6 @@ func (c *VerifyCmd) Validate() error {
 	if c.RateLimit < 0 {
 		return usagef("--rate-limit (SYNCER_RATE_LIMIT) must not be negative, got %g", c.RateLimit)
 	}
-	if c.Tenant != "" && rows.KindOf(c.Source) == rows.Resources {
-		return usagef("--tenant %s: source resources has no tenants (no tenant column)", c.Tenant)
-	}
 	return nil
 }
 
@@ -89,12 +86,16 @@ func (c *VerifyCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	defer pool.Close()
-	if et, err := c.everyTenantOf(ctx, pool); err != nil {
+	rs, err := c.open(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if et, err := c.everyTenantOf(rs); err != nil {
 		return err
 	} else if et != nil {
 		return c.runEveryTenant(ctx, env, pool, et)
 	}
-	b, err := c.build(ctx, pool, env.Logger)
+	b, err := c.build(ctx, pool, env.Logger, rs)
 	if err != nil {
 		return err
 	}
@@ -160,31 +161,41 @@ type built struct {
 	close func()
 }
 
-// build returns what a run of the source reads.
-func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*built, error) {
-	r := verify.Range{FromKey: c.FromKey, ToKey: c.ToKey}
-	if rows.KindOf(c.Source) == rows.Resources {
-		// Resources' rows have their reader of the third party's API.
-		rs, err := rows.Open(ctx, pool, rows.Scope{Source: c.Source})
-		if err != nil {
-			return nil, err
-		}
-		src, err := rs.Verify(r)
-		if err != nil {
-			return nil, usagef("--from-key/--to-key: %v", err)
-		}
-		if c.ThirdpartyURL == "" {
-			return nil, usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required to verify resources")
-		}
-		client, err := verify.NewClient(c.ThirdpartyURL, c.ThirdpartyToken)
-		if err != nil {
-			return nil, usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL): %v", err)
-		}
-		rd, err := formats.Reader(c.ThirdpartyFormat, nil, &formats.Account{Client: client, Source: c.Source})
-		if err != nil {
-			return nil, readerError(rows.ResourcesName, err)
-		}
-		return &built{src: src, rd: rd, limit: c.RateLimit, burst: c.RateBurst, dest: metrics.DefaultDestination, close: client.Close}, nil
+// open returns the rows of --source (of --tenant), their kind decided by
+// the seam; an unknown source or a tenant of a source without tenants is
+// a usage error.
+func (c *VerifyCmd) open(ctx context.Context, pool *pgxpool.Pool) (rows.Rows, error) {
+	rs, err := openRows(ctx, pool, rows.Scope{Source: c.Source, Tenant: c.Tenant})
+	var nse *operator.NoSourceError
+	var nte *rows.NoTenantsError
+	switch {
+	case errors.As(err, &nse):
+		return nil, usagef("--source: %v", strings.TrimPrefix(err.Error(), "retry failed keys: "))
+	case errors.As(err, &nte):
+		return nil, usagef("--tenant %s: source %s has no tenants (no tenant column)", c.Tenant, c.Source)
+	}
+	return rs, err
+}
+
+// verifySource is rs as a run over the flags' range reads it.
+func (c *VerifyCmd) verifySource(rs rows.Rows) (verify.Source, error) {
+	src, err := rs.Verify(verify.Range{FromKey: c.FromKey, ToKey: c.ToKey})
+	if err != nil {
+		return nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", rs.Scope().Source, rs.KeyType(), err)
+	}
+	return src, nil
+}
+
+// build returns what a run of rs reads. The reader is the destination's:
+// the default destination's is built from the flags (SYNCER_THIRDPARTY_*),
+// as the daemons build it, any other from its block in --config.
+func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, rs rows.Rows) (*built, error) {
+	src, err := c.verifySource(rs)
+	if err != nil {
+		return nil, err
+	}
+	if rs.Destination() == rows.ResourcesDestination {
+		return c.buildDefault(src)
 	}
 	cfg, err := c.ConfigFile.Load(true)
 	if err != nil {
@@ -197,9 +208,10 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 	if err != nil {
 		return nil, err
 	}
-	src, err := c.configuredSource(ctx, pool, r, dest)
-	if err != nil {
-		return nil, err
+	if c.Tenant == "" && rs.Tenanted() && dest.Tenants != nil {
+		// Each tenant's rows are in its own account: no one client reads
+		// them all.
+		return nil, usagef("source %s sends each tenant to its own account (destination %s has a tenants block): verify one tenant with --tenant T", c.Source, dest.Name)
 	}
 	// The destination's own accounts, as the daemons build them.
 	acc, err := daemon.NewVerifyAccounts(pool, credentials.NewSet(logger), logger, dest)
@@ -218,6 +230,24 @@ func (c *VerifyCmd) build(ctx context.Context, pool *pgxpool.Pool, logger *slog.
 	}
 	limit, burst := c.destLimits(dest)
 	return &built{src: src, rd: rd, limit: limit, burst: burst, dest: dest.Name, close: acc.Close}, nil
+}
+
+// buildDefault returns what a run of src reads from the default
+// destination, which the flags describe.
+func (c *VerifyCmd) buildDefault(src verify.Source) (*built, error) {
+	if c.ThirdpartyURL == "" {
+		return nil, usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL) is required to verify %s", c.Source)
+	}
+	client, err := verify.NewClient(c.ThirdpartyURL, c.ThirdpartyToken)
+	if err != nil {
+		return nil, usagef("--thirdparty-url (SYNCER_THIRDPARTY_URL): %v", err)
+	}
+	rd, err := formats.Reader(c.ThirdpartyFormat, nil, &formats.Account{Client: client, Source: c.Source})
+	if err != nil {
+		client.Close()
+		return nil, readerError(c.Source, err)
+	}
+	return &built{src: src, rd: rd, limit: c.RateLimit, burst: c.RateBurst, dest: rows.ResourcesDestination, close: client.Close}, nil
 }
 
 // destinationOf returns the destination of the configured source name.
@@ -291,7 +321,7 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 
 // retryFailedCommand is the command that sends res's failed keys again.
 func retryFailedCommand(res *verify.Result) string {
-	if rows.KindOf(res.Source) == rows.Resources {
+	if res.Source == retryDefaultSource {
 		return "syncer retry-failed"
 	}
 	cmd := "syncer retry-failed --source " + res.Source
@@ -299,31 +329,6 @@ func retryFailedCommand(res *verify.Result) string {
 		cmd += " --tenant " + res.Tenant
 	}
 	return cmd
-}
-
-// configuredSource returns the installed configured source as a
-// verify.Source.
-func (c *VerifyCmd) configuredSource(ctx context.Context, pool *pgxpool.Pool, r verify.Range, dest *config.Destination) (verify.Source, error) {
-	src, err := openRows(ctx, pool, rows.Scope{Source: c.Source, Tenant: c.Tenant})
-	var nse *operator.NoSourceError
-	var nte *rows.NoTenantsError
-	switch {
-	case errors.As(err, &nse):
-		return nil, usagef("--source: %v", strings.TrimPrefix(err.Error(), "retry failed keys: "))
-	case errors.As(err, &nte):
-		return nil, usagef("--tenant %s: source %s has no tenants (no tenant column)", c.Tenant, c.Source)
-	case err != nil:
-		return nil, err
-	case c.Tenant == "" && src.Tenanted() && dest.Tenants != nil:
-		// Each tenant's rows are in its own account: no one client reads
-		// them all.
-		return nil, usagef("source %s sends each tenant to its own account (destination %s has a tenants block): verify one tenant with --tenant T", c.Source, dest.Name)
-	}
-	out, err := src.Verify(r)
-	if err != nil {
-		return nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", c.Source, src.KeyType(), err)
-	}
-	return out, nil
 }
 
 // runName names what a run verified in its output: "source S", or
@@ -349,11 +354,11 @@ func printCounts(w io.Writer, name string, resumed bool, k *verify.KindCounts) {
 // tenantReader is the reader of tenant's account at dest
 // (daemon.VerifyAccounts.TenantReader), its errors as verify says them:
 // they name the tenant, never a credential.
-func tenantReader(ctx context.Context, acc *daemon.VerifyAccounts, dest *config.Destination, source, tenant string) (verify.Reader, error) {
-	rd, err := acc.TenantReader(ctx, source, tenant)
+func tenantReader(ctx context.Context, acc *daemon.VerifyAccounts, dest *config.Destination, source string, t tenant.Tenant) (verify.Reader, error) {
+	rd, err := acc.TenantReader(ctx, source, t.String())
 	switch {
 	case errors.Is(err, tenants.ErrUnconnected):
-		return nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, tenant)}
+		return nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, t)}
 	case errors.Is(err, tenants.ErrRefreshNotShared):
 		return nil, usagef("%v", err)
 	case err != nil:

@@ -3,11 +3,8 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -26,23 +23,14 @@ import (
 func TestVerifyZombieOfAHardDelete(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, false)
-	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`)
-	require.NoError(t, err)
-	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`destinations:
+	b, fake, _, db := ordersBehindAFake(t, `destinations:
   crm:
     url: %s
 sources:
   - {table: orders, key: id, destination: crm, columns: [id, status]}
-`, srv.URL)), 0o600))
-	db := []string{"--database-url", b.dsn, "--log-level", "error", "--config", cfg}
-	r := run(ctx, append([]string{"migrate"}, db...)...)
-	require.Equal(t, 0, r.code, r.stderr)
-	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 12) g`)
+`)
+	var r result
+	_, err := b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 12) g`)
 	require.NoError(t, err)
 	startDaemon(t, ctx, db...)
 	require.Eventually(t, func() bool { return len(fake.Deliveries()) == 12 }, 30*time.Second, 50*time.Millisecond)

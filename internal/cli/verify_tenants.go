@@ -14,7 +14,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/daemon"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/rows"
-	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -30,12 +30,12 @@ import (
 // --tenant names one.
 type everyTenant struct {
 	dest *config.Destination
-	src  *sources.Source
+	rows rows.Rows
 }
 
-// everyTenantOf returns the source's every-tenant setup, or nil.
-func (c *VerifyCmd) everyTenantOf(ctx context.Context, pool *pgxpool.Pool) (*everyTenant, error) {
-	if c.Tenant != "" || rows.KindOf(c.Source) == rows.Resources {
+// everyTenantOf returns the every-tenant setup of rs, or nil.
+func (c *VerifyCmd) everyTenantOf(rs rows.Rows) (*everyTenant, error) {
+	if c.Tenant != "" || !rs.Tenanted() {
 		return nil, nil
 	}
 	cfg, err := c.ConfigFile.Load(true)
@@ -46,12 +46,7 @@ func (c *VerifyCmd) everyTenantOf(ctx context.Context, pool *pgxpool.Pool) (*eve
 	if err != nil || dest.Tenants == nil {
 		return nil, err
 	}
-	src, err := installedSource(ctx, pool, c.Source)
-	if err != nil || src.Tenant == "" {
-		// build says what is wrong with it.
-		return nil, nil
-	}
-	return &everyTenant{dest: dest, src: src}, nil
+	return &everyTenant{dest: dest, rows: rs}, nil
 }
 
 // cliTenants are the source's tenants as verify.RunTenants takes them:
@@ -60,22 +55,26 @@ type cliTenants struct {
 	c    *VerifyCmd
 	acc  *daemon.VerifyAccounts
 	dest *config.Destination
-	src  *sources.Source
+	rows rows.Rows
 }
 
 func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
-	return sources.TableTenants(ctx, q, t.src, after, n)
+	return t.rows.Tenants(ctx, q, after, n)
 }
 
-func (t *cliTenants) Tenant(ctx context.Context, tenant string) (verify.Source, verify.Reader, error) {
+func (t *cliTenants) Tenant(ctx context.Context, value string) (verify.Source, verify.Reader, error) {
 	// The account is read as --tenant reads it.
-	rd, err := tenantReader(ctx, t.acc, t.dest, t.c.Source, tenant)
+	rd, err := tenantReader(ctx, t.acc, t.dest, t.c.Source, tenant.Tenant(value))
 	if err != nil {
 		return nil, nil, err
 	}
-	src, err := verify.NewConfiguredTenant(t.src, tenant, verify.Range{FromKey: t.c.FromKey, ToKey: t.c.ToKey})
+	one, err := t.rows.OfTenant(tenant.Tenant(value))
 	if err != nil {
-		return nil, nil, usagef("--from-key/--to-key of source %s (its key is %s): %v", t.src.Name, t.src.KeyType, err)
+		return nil, nil, err
+	}
+	src, err := t.c.verifySource(one)
+	if err != nil {
+		return nil, nil, err
 	}
 	return src, rd, nil
 }
@@ -103,14 +102,15 @@ func (c *VerifyCmd) destLimits(dest *config.Destination) (float64, int) {
 // runEveryTenant verifies every tenant of et.src with rows, prints the
 // result and returns an exitStatus of 3 when something drifted.
 func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.Pool, et *everyTenant) error {
-	if _, err := verify.NewConfigured(et.src, verify.Range{FromKey: c.FromKey, ToKey: c.ToKey}); err != nil {
-		return usagef("--from-key/--to-key of source %s (its key is %s): %v", et.src.Name, et.src.KeyType, err)
+	if _, err := c.verifySource(et.rows); err != nil {
+		return err
 	}
+	name := et.rows.Scope().Source
 	schema, err := database.CurrentSchema(ctx, pool)
 	if err != nil {
 		return err
 	}
-	if err := verify.CheckIdle(ctx, pool, schema, et.src.Name); err != nil {
+	if err := verify.CheckIdle(ctx, pool, schema, name); err != nil {
 		return err
 	}
 	acc, err := daemon.NewVerifyAccounts(pool, credentials.NewSet(env.Logger), env.Logger, et.dest)
@@ -122,19 +122,19 @@ func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.
 	var skipped []string
 	var pace *verify.Pace
 	defer func() { releasePace(ctx, pace, env.Logger) }()
-	res, err := verify.RunTenants(ctx, pool, et.src.Name, &verify.TenantsRun{
-		Tenants: &cliTenants{c: c, acc: acc, dest: et.dest, src: et.src},
-		PaceOf: func(tenant string) *verify.Pace {
+	res, err := verify.RunTenants(ctx, pool, name, &verify.TenantsRun{
+		Tenants: &cliTenants{c: c, acc: acc, dest: et.dest, rows: et.rows},
+		PaceOf: func(value string) *verify.Pace {
 			// Each account has its own rate limit, learned and held apart
 			// from the other tenants' (section 10); the tenant before
 			// gives its share back.
 			releasePace(ctx, pace, env.Logger)
-			pace, _ = sharedPace(pool, limit, burst, breakerstore.TenantNamespace(et.dest.Name, tenant))
+			pace, _ = sharedPace(pool, limit, burst, breakerstore.TenantNamespace(et.dest.Name, tenant.Tenant(value)))
 			return pace
 		},
-		Skipped: func(tenant string, err error) {
-			skipped = append(skipped, tenant)
-			fmt.Fprintf(env.Stderr, "source %s tenant %s: not verified: %v\n", et.src.Name, tenant, err)
+		Skipped: func(value string, err error) {
+			skipped = append(skipped, value)
+			fmt.Fprintf(env.Stderr, "source %s tenant %s: not verified: %v\n", name, value, err)
 		},
 	}, &verify.Config{
 		LookupSize: c.LookupSize,

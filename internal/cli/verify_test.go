@@ -209,14 +209,7 @@ func TestVerifyRefusals(t *testing.T) {
 func TestVerifyConfiguredSource(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, false)
-	_, err := b.pool.Exec(ctx, `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`)
-	require.NoError(t, err)
-	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`destinations:
+	b, fake, _, db := ordersBehindAFake(t, `destinations:
   crm:
     url: %s
 sources:
@@ -225,11 +218,9 @@ sources:
     destination: crm
     where: status <> 'hidden'
     columns: [id, status]
-`, srv.URL)), 0o600))
-	db := []string{"--database-url", b.dsn, "--log-level", "error", "--config", cfg}
-	r := run(ctx, append([]string{"migrate"}, db...)...)
-	require.Equal(t, 0, r.code, r.stderr)
-	_, err = b.pool.Exec(ctx, `INSERT INTO orders SELECT g, CASE WHEN g = 9 THEN 'hidden' ELSE 'new' END FROM generate_series(1, 12) g`)
+`)
+	var r result
+	_, err := b.pool.Exec(ctx, `INSERT INTO orders SELECT g, CASE WHEN g = 9 THEN 'hidden' ELSE 'new' END FROM generate_series(1, 12) g`)
 	require.NoError(t, err)
 
 	startDaemon(t, ctx, db...)
@@ -361,4 +352,52 @@ func TestStatusShowsTheLastVerify(t *testing.T) {
 	require.Equal(t, "finished", st.Sources[0].Verify.State)
 	require.Equal(t, "command", st.Sources[0].Verify.By)
 	require.Equal(t, int64(4), st.Sources[0].Verify.Counts["missing"])
+}
+
+// TestVerifyConfiguredSourceOfTheDefaultDestination: a configured source
+// sending to the default destination is read back from the flags'
+// destination (SYNCER_THIRDPARTY_*), as the daemons read it; verify
+// refused it before its rows went through the seam ("its destination
+// default is not in --config").
+func TestVerifyConfiguredSourceOfTheDefaultDestination(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// crm is the fake too, and unused: a file names one destination at
+	// least.
+	b, fake, url, db := ordersBehindAFake(t, `destinations:
+  crm:
+    url: %s
+sources:
+  - {table: orders, key: id, destination: default, columns: [id, status]}
+`)
+	_, err := b.pool.Exec(ctx, `INSERT INTO orders SELECT g, 'new' FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	startDaemon(t, ctx, append([]string{"--thirdparty-url", url}, db...)...)
+	require.Eventually(t, func() bool { return len(fake.Deliveries()) == 5 }, 30*time.Second, 50*time.Millisecond)
+	var r result
+	require.Eventually(t, func() bool {
+		r = run(ctx, append([]string{"verify", "--source", "orders", "--thirdparty-url", url}, db...)...)
+		return r.code == 0
+	}, 10*time.Second, 50*time.Millisecond, "%v", &r)
+	require.Contains(t, r.stdout, "source orders: 5 keys checked: 5 ok")
+}
+
+// ordersBehindAFake is a migrated schema with a table orders, exported
+// as the configuration file config says (its %s is the URL of a fake
+// third party that reads back); it returns the fake, its URL and the
+// flags of a command on them.
+func ordersBehindAFake(t *testing.T, config string) (*bundle, *fakethirdparty.Server, string, []string) {
+	t.Helper()
+	b := setup(t, false)
+	_, err := b.pool.Exec(t.Context(), `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL)`)
+	require.NoError(t, err)
+	fake := fakethirdparty.New(fakethirdparty.Config{Lookup: true})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(config, srv.URL)), 0o600))
+	db := []string{"--database-url", b.dsn, "--log-level", "error", "--config", cfg}
+	r := run(t.Context(), append([]string{"migrate"}, db...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	return b, fake, srv.URL, db
 }

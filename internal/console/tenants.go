@@ -17,6 +17,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/operator"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/status"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // tenantsShown is how many tenants the view lists.
@@ -92,7 +93,7 @@ func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, cl caller)
 	list := ts.Top
 	switch {
 	case d.Search != "":
-		one, err := status.ReadTenant(r.Context(), c.pool, name, dest, d.Search)
+		one, err := status.ReadTenant(r.Context(), c.pool, name, dest, tenant.Tenant(d.Search))
 		if err != nil {
 			c.fail(w, r, err)
 			return
@@ -112,7 +113,7 @@ func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, cl caller)
 // tenantAction pauses, resumes or probes one tenant (form value tenant)
 // of a source's destination.
 func (c *Console) tenantAction(w http.ResponseWriter, r *http.Request, cl caller) {
-	name, action, tenant := r.PathValue("name"), r.PathValue("action"), r.PostFormValue("tenant")
+	name, action, t := r.PathValue("name"), r.PathValue("action"), tenant.Tenant(r.PostFormValue("tenant"))
 	dest, ok, err := c.tenantSource(r, name)
 	switch {
 	case err != nil:
@@ -121,23 +122,23 @@ func (c *Console) tenantAction(w http.ResponseWriter, r *http.Request, cl caller
 	case !ok:
 		http.NotFound(w, r)
 		return
-	case tenant == "":
+	case t.IsZero():
 		refuse(w, errors.New("no tenant named"))
 		return
 	}
 	var msg string
 	switch action {
 	case "pause":
-		err, msg = operator.PauseTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole, operator.TenantCheck{}), "tenant %s of destination %s paused: its rows wait, every other tenant's go"
+		err, msg = operator.PauseTenant(r.Context(), c.pool, dest, t, operator.ByConsole, operator.TenantCheck{}), "tenant %s of destination %s paused: its rows wait, every other tenant's go"
 	case "resume":
-		err, msg = operator.ResumeTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole, operator.TenantCheck{}), "tenant %s of destination %s resumed"
+		err, msg = operator.ResumeTenant(r.Context(), c.pool, dest, t, operator.ByConsole, operator.TenantCheck{}), "tenant %s of destination %s resumed"
 	case "probe":
-		_, _, err = operator.ProbeTenant(r.Context(), c.pool, dest, tenant, operator.ByConsole, operator.TenantCheck{})
+		_, _, err = operator.ProbeTenant(r.Context(), c.pool, dest, t, operator.ByConsole, operator.TenantCheck{})
 		msg = "tenant %s of destination %s: a probe was asked for; the daemons send it within seconds if it is held"
 	default:
 		http.NotFound(w, r)
 		return
 	}
-	back := Prefix + "/sources/" + url.PathEscape(name) + "/tenants?tenant=" + url.QueryEscape(tenant)
-	c.answer(w, r, cl, err, back, fmt.Sprintf(msg, tenant, dest))
+	back := Prefix + "/sources/" + url.PathEscape(name) + "/tenants?tenant=" + url.QueryEscape(t.String())
+	c.answer(w, r, cl, err, back, fmt.Sprintf(msg, t, dest))
 }

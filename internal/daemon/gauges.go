@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
+	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/jobs"
-	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/outbox"
-	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -99,15 +99,13 @@ func (d *Daemon) refreshGaugesSince(ctx context.Context, since time.Time, scrape
 func (d *Daemon) refreshGauges(ctx context.Context, tenants bool) error {
 	m := d.metrics
 	d.refreshCertificates(ctx, time.Now())
-	// Not CountAll: that counts the whole table, and every daemon asks
-	// every few seconds. Gauges reads the partial indexes, which hold only
-	// the rows that are not synced.
-	g, err := resources.Gauges(ctx, d.pool)
+	// Not exact: that counts the whole resources table, and every daemon
+	// asks every few seconds. The gauges' counts read the partial indexes,
+	// which hold only the rows that are not synced.
+	counts, err := rows.AllCounts(ctx, d.pool, false)
 	if err != nil {
 		return err
 	}
-	m.TombstonesPending.Set(float64(g.TombstonesPending))
-	m.TombstonesFailed.Set(float64(g.TombstonesFailed))
 	n, err := outbox.Pending(ctx, d.pool)
 	if err != nil {
 		return err
@@ -133,71 +131,99 @@ func (d *Daemon) refreshGauges(ctx context.Context, tenants bool) error {
 	// reports those). A source is stopped by its own error or by its
 	// destination's facts, read once a destination (the facts' owner
 	// decides).
+	exported := exportedSources(dests, srcs)
 	stops := stopsOf{d: d, read: map[string]bool{}}
-	for _, dest := range dests {
-		if dest.name != metrics.DefaultDestination {
+	var tombstonesPending, tombstonesFailed int64
+	for _, c := range counts {
+		// Resources' tombstones have gauges of their own, whoever exports
+		// it; the other kinds have none (0).
+		tombstonesPending += c.TombstonesPending
+		tombstonesFailed += c.TombstonesFailed
+		if _, ok := exported[c.Source]; !ok {
 			continue
 		}
-		stop, err := stops.of(ctx, dest.name)
+		stop, err := stops.of(ctx, c.Destination)
 		if err != nil {
 			return err
 		}
-		m.SetSource(jobs.Resources, dest.name, g.Pending+g.TombstonesPending, g.Failed+g.TombstonesFailed,
-			g.OldestPendingAge, stop)
-	}
-	if srcs != nil {
-		stats, err := sources.Stats(ctx, d.pool)
-		if err != nil {
-			return err
-		}
-		for _, st := range stats {
-			if srcs.Source(st.Name) == nil {
-				continue
+		sourceError := ""
+		if st := c.State; st != nil {
+			sourceError = st.Error
+			m.SetSourceUncaptured(c.Source, c.Destination, len(st.Uncaptured))
+			if w := st.Warning(); w != d.warned[c.Source] {
+				d.warned[c.Source] = w
+				if w != "" {
+					d.logger.WarnContext(ctx, "daemon: source not wholly captured", slog.String("source", c.Source), slog.String("warning", w))
+				}
 			}
-			stop, err := stops.of(ctx, st.Destination)
-			if err != nil {
+		}
+		m.SetSource(c.Source, c.Destination, c.Pending, c.Failed, c.OldestPending, sourceError != "" || stop)
+		if src := sourceIn(srcs, c.Source); src != nil && src.Tenant != "" && tenants {
+			if err := d.tenantGauges(ctx, c.Source, c.Destination); err != nil {
 				return err
 			}
-			m.SetSource(st.Name, st.Destination, st.PendingKeys, st.FailedKeys, st.OldestPending, st.Error != "" || stop)
-			m.SetSourceUncaptured(st.Name, st.Destination, len(st.Uncaptured))
-			if src := srcs.Source(st.Name); src.Tenant != "" && tenants {
-				// Counts only: a label per tenant would be a series per
-				// tenant.
-				backlog, err := sources.TenantsBacklog(ctx, d.pool, st.Name, 0, "", nil)
-				if err != nil {
-					return err
-				}
-				pending := backlog.Pending()
-				// The facts of the tenants with rows, and the others'
-				// holds: what the counts tell apart (not every idle
-				// tenant's facts, decoded).
-				facts, err := breakerstore.ReadTenantsCounted(ctx, d.pool, st.Destination, slices.Collect(maps.Keys(pending)))
-				if err != nil {
-					return err
-				}
-				counts, unconnectedPending := breakerstore.CountTenants(facts, pending, time.Now())
-				m.SetTenants(st.Destination, st.Name, counts, unconnectedPending)
-			}
-			if w := st.Warning(); w != d.warned[st.Name] {
-				d.warned[st.Name] = w
-				if w != "" {
-					d.logger.WarnContext(ctx, "daemon: source not wholly captured", slog.String("source", st.Name), slog.String("warning", w))
-				}
-			}
 		}
 	}
+	m.TombstonesPending.Set(float64(tombstonesPending))
+	m.TombstonesFailed.Set(float64(tombstonesFailed))
 	if err := d.verifyGauges(ctx); err != nil {
 		return err
 	}
-	counts, err := jobs.Counts(ctx, d.pool)
+	jobCounts, err := jobs.Counts(ctx, d.pool)
 	if err != nil {
 		return err
 	}
 	m.RiverJobs.Reset()
-	for _, c := range counts {
+	for _, c := range jobCounts {
 		m.RiverJobs.WithLabelValues(c.Kind, c.State).Set(float64(c.N))
 	}
 	return nil
+}
+
+// tenantGauges sets the counts of source's tenants: counts only, since a
+// label per tenant would be a series per tenant.
+func (d *Daemon) tenantGauges(ctx context.Context, source, destination string) error {
+	backlog, err := sources.TenantsBacklog(ctx, d.pool, source, 0, "", nil)
+	if err != nil {
+		return err
+	}
+	pending := backlog.Pending()
+	// The facts of the tenants with rows, and the others' holds: what the
+	// counts tell apart (not every idle tenant's facts, decoded).
+	facts, err := breakerstore.ReadTenantsCounted(ctx, d.pool, destination, slices.Collect(maps.Keys(pending)))
+	if err != nil {
+		return err
+	}
+	counts, unconnectedPending := breakerstore.CountTenants(facts, pending, time.Now())
+	d.metrics.SetTenants(destination, source, counts, unconnectedPending)
+	return nil
+}
+
+// exportedSources are the sources this daemon exports, each with its
+// destination: resources when the default destination runs, and the
+// sources of its file.
+func exportedSources(dests []destinationState, file *config.Config) map[string]string {
+	out := map[string]string{}
+	for _, dest := range dests {
+		if dest.name == rows.ResourcesDestination {
+			out[rows.ResourcesName] = dest.name
+		}
+	}
+	if file != nil {
+		for _, s := range file.Sources {
+			out[s.Name] = s.Destination
+		}
+	}
+	return out
+}
+
+// sourceIn is file's source named name, nil without one (or without a
+// file).
+func sourceIn(file *config.Config, name string) *config.Source {
+	if file == nil {
+		return nil
+	}
+	return file.Source(name)
 }
 
 // stopsOf says whether a destination's facts stop its sources, reading

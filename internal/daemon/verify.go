@@ -13,7 +13,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/formats"
-	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/metrics"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/verify"
@@ -173,18 +172,7 @@ func (d *Daemon) verifyGauges(ctx context.Context) error {
 	if err != nil || len(last) == 0 {
 		return err
 	}
-	dests, file := d.running()
-	destOf := map[string]string{}
-	for _, dest := range dests {
-		if dest.name == metrics.DefaultDestination {
-			destOf[jobs.Resources] = dest.name
-		}
-	}
-	if file != nil {
-		for _, s := range file.Sources {
-			destOf[s.Name] = s.Destination
-		}
-	}
+	destOf := exportedSources(d.running())
 	for _, name := range slices.Sorted(maps.Keys(last)) {
 		l := last[name]
 		dest, ok := destOf[name]

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // ErrNoTenant is returned for an empty tenant: one tenant is named, never
@@ -57,25 +58,25 @@ func (e *UnknownTenantError) Unwrap() error { return ErrUnknown }
 // checkTenant returns an *UnknownTenantError unless tenant has a row in
 // one of srcs (the sources with a tenant column of dest that the action
 // is about), facts of its own at dest, or a connection row.
-func checkTenant(ctx context.Context, pool *pgxpool.Pool, dest string, srcs []*sources.Source, tenant string, check TenantCheck) error {
+func checkTenant(ctx context.Context, pool *pgxpool.Pool, dest string, srcs []*sources.Source, t tenant.Tenant, check TenantCheck) error {
 	if check.Force {
 		return nil
 	}
-	e := &UnknownTenantError{Destination: dest, Tenant: tenant}
+	e := &UnknownTenantError{Destination: dest, Tenant: t.String()}
 	// The cheap reads first: syncer's own facts, the change log's and
 	// failures' indexes; the application's table and the query last.
-	known, err := breakerstore.TenantKnown(ctx, pool, dest, tenant)
+	known, err := breakerstore.TenantKnown(ctx, pool, dest, t)
 	if err != nil || known {
 		return err
 	}
 	for _, src := range srcs {
 		e.Sources = append(e.Sources, src.Name)
-		if found, err := sources.HasTenant(ctx, pool, src, tenant); err != nil || found {
+		if found, err := sources.HasTenant(ctx, pool, src, t.String()); err != nil || found {
 			return err
 		}
 	}
 	if connected := check.Connected[dest]; connected != nil {
-		found, err := connected(ctx, tenant)
+		found, err := connected(ctx, t.String())
 		if err != nil || found {
 			return err
 		}
@@ -102,8 +103,8 @@ func tenantSources(ctx context.Context, pool *pgxpool.Pool, dest string) ([]*sou
 
 // tenantStore returns the shared facts of tenant at destination dest (an
 // installed source's; ErrUnknown otherwise), once check finds the tenant.
-func tenantStore(ctx context.Context, pool *pgxpool.Pool, dest, tenant string, check TenantCheck) (*breakerstore.Store, error) {
-	if tenant == "" {
+func tenantStore(ctx context.Context, pool *pgxpool.Pool, dest string, t tenant.Tenant, check TenantCheck) (*breakerstore.Store, error) {
+	if t.IsZero() {
 		return nil, ErrNoTenant
 	}
 	if _, err := store(ctx, pool, dest); err != nil {
@@ -113,10 +114,10 @@ func tenantStore(ctx context.Context, pool *pgxpool.Pool, dest, tenant string, c
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTenant(ctx, pool, dest, srcs, tenant, check); err != nil {
+	if err := checkTenant(ctx, pool, dest, srcs, t, check); err != nil {
 		return nil, err
 	}
-	return breakerstore.New(pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(dest, tenant)})
+	return breakerstore.New(pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(dest, t)})
 }
 
 // CheckSourceTenant returns an *UnknownTenantError unless tenant has a
@@ -124,8 +125,8 @@ func tenantStore(ctx context.Context, pool *pgxpool.Pool, dest, tenant string, c
 // check.Connected) a connection row there: what replay and retry-failed
 // with --tenant ask first. A source that is not installed or has no
 // tenant column is a *NoSourceError.
-func CheckSourceTenant(ctx context.Context, pool *pgxpool.Pool, source, tenant string, check TenantCheck) error {
-	if tenant == "" {
+func CheckSourceTenant(ctx context.Context, pool *pgxpool.Pool, source string, t tenant.Tenant, check TenantCheck) error {
+	if t.IsZero() {
 		return ErrNoTenant
 	}
 	all, err := sources.Load(ctx, pool)
@@ -134,7 +135,7 @@ func CheckSourceTenant(ctx context.Context, pool *pgxpool.Pool, source, tenant s
 	}
 	for _, s := range all {
 		if s.Name == source && s.Tenant != "" {
-			return checkTenant(ctx, pool, s.Destination, []*sources.Source{s}, tenant, check)
+			return checkTenant(ctx, pool, s.Destination, []*sources.Source{s}, t, check)
 		}
 	}
 	return &NoSourceError{Name: source}
@@ -149,17 +150,17 @@ func CheckSourceTenant(ctx context.Context, pool *pgxpool.Pool, source, tenant s
 //
 // A tenant check finds no trace of is refused (TenantCheck); check.Force
 // pauses it ahead of its first row.
-func PauseTenant(ctx context.Context, pool *pgxpool.Pool, dest, tenant, by string, check TenantCheck) error {
-	return setTenantHold(ctx, pool, dest, tenant, breakerstore.Hold{Paused: true, By: by}, check)
+func PauseTenant(ctx context.Context, pool *pgxpool.Pool, dest string, t tenant.Tenant, by string, check TenantCheck) error {
+	return setTenantHold(ctx, pool, dest, t, breakerstore.Hold{Paused: true, By: by}, check)
 }
 
 // ResumeTenant ends PauseTenant.
-func ResumeTenant(ctx context.Context, pool *pgxpool.Pool, dest, tenant, by string, check TenantCheck) error {
-	return setTenantHold(ctx, pool, dest, tenant, breakerstore.Hold{Paused: false, By: by}, check)
+func ResumeTenant(ctx context.Context, pool *pgxpool.Pool, dest string, t tenant.Tenant, by string, check TenantCheck) error {
+	return setTenantHold(ctx, pool, dest, t, breakerstore.Hold{Paused: false, By: by}, check)
 }
 
-func setTenantHold(ctx context.Context, pool *pgxpool.Pool, dest, tenant string, h breakerstore.Hold, check TenantCheck) error {
-	st, err := tenantStore(ctx, pool, dest, tenant, check)
+func setTenantHold(ctx context.Context, pool *pgxpool.Pool, dest string, t tenant.Tenant, h breakerstore.Hold, check TenantCheck) error {
+	st, err := tenantStore(ctx, pool, dest, t, check)
 	if err != nil {
 		return err
 	}
@@ -170,8 +171,8 @@ func setTenantHold(ctx context.Context, pool *pgxpool.Pool, dest, tenant string,
 // ProbeTenant asks the daemons to probe tenant now if a refusal of its
 // credentials or URL holds it; held says whether one did (when none does,
 // nothing is asked). The probe's answer is WaitTenantProbeAnswer's.
-func ProbeTenant(ctx context.Context, pool *pgxpool.Pool, dest, tenant, by string, check TenantCheck) (p breakerstore.Probe, held bool, err error) {
-	st, err := tenantStore(ctx, pool, dest, tenant, check)
+func ProbeTenant(ctx context.Context, pool *pgxpool.Pool, dest string, t tenant.Tenant, by string, check TenantCheck) (p breakerstore.Probe, held bool, err error) {
+	st, err := tenantStore(ctx, pool, dest, t, check)
 	if err != nil {
 		return p, false, err
 	}
@@ -180,6 +181,6 @@ func ProbeTenant(ctx context.Context, pool *pgxpool.Pool, dest, tenant, by strin
 
 // WaitTenantProbeAnswer waits for the answer to ProbeTenant's probe p,
 // until ctx ends.
-func WaitTenantProbeAnswer(ctx context.Context, pool *pgxpool.Pool, dest, tenant string, p breakerstore.Probe) (breakerstore.ProbeAnswer, error) {
-	return waitProbeAnswer(ctx, pool, breakerstore.TenantNamespace(dest, tenant), p)
+func WaitTenantProbeAnswer(ctx context.Context, pool *pgxpool.Pool, dest string, t tenant.Tenant, p breakerstore.Probe) (breakerstore.ProbeAnswer, error) {
+	return waitProbeAnswer(ctx, pool, breakerstore.TenantNamespace(dest, t), p)
 }

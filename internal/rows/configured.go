@@ -10,6 +10,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -22,10 +23,23 @@ type configuredRows struct {
 
 var _ Rows = configuredRows{}
 
-func (c configuredRows) Scope() Scope    { return Scope{Source: c.src.Name, Tenant: c.sc.Tenant} }
+func (c configuredRows) Scope() Scope {
+	return Scope{Source: c.src.Name, Tenant: tenant.Tenant(c.sc.Tenant)}
+}
 func (configuredRows) Kind() Kind        { return Configured }
 func (c configuredRows) KeyType() string { return c.src.KeyType }
 func (c configuredRows) Tenanted() bool  { return c.src.Tenant != "" }
+
+func (c configuredRows) Destination() string { return c.src.Destination }
+
+func (c configuredRows) Tenants(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
+	if !c.Tenanted() {
+		return nil, nil
+	}
+	return sources.TableTenants(ctx, q, c.src, after, n)
+}
+
+func (c configuredRows) OfTenant(t tenant.Tenant) (Rows, error) { return OfSource(c.src, t) }
 
 func (c configuredRows) ParseKey(text string) (string, error) { return c.src.NormalizeKey(text) }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -24,6 +25,17 @@ func (resourceRows) Scope() Scope    { return Scope{Source: ResourcesName} }
 func (resourceRows) Kind() Kind      { return Resources }
 func (resourceRows) KeyType() string { return "id" }
 func (resourceRows) Tenanted() bool  { return false }
+
+func (resourceRows) Destination() string { return ResourcesDestination }
+
+// Tenants are none: resources has no tenant column.
+func (resourceRows) Tenants(context.Context, database.Querier, string, int) ([]string, error) {
+	return nil, nil
+}
+
+func (resourceRows) OfTenant(tenant.Tenant) (Rows, error) {
+	return nil, &NoTenantsError{Source: ResourcesName}
+}
 
 // ParseKey takes a positive id in decimal.
 func (resourceRows) ParseKey(text string) (string, error) {

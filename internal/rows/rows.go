@@ -27,6 +27,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -34,7 +35,7 @@ import (
 // tenant's when Tenant is set (a source with a tenant column).
 type Scope struct {
 	Source string
-	Tenant string
+	Tenant tenant.Tenant
 }
 
 // Kind is a kind of source.
@@ -105,6 +106,16 @@ type Rows interface {
 	// Tenanted reports whether the source has a tenant column: its rows
 	// are each a tenant's.
 	Tenanted() bool
+	// Destination is the destination the source's rows are sent to, as
+	// installed: ResourcesDestination for resources.
+	Destination() string
+	// Tenants returns up to n tenants with rows in the source's table, in
+	// order after after ("" from the first); none of a source without a
+	// tenant column.
+	Tenants(ctx context.Context, q database.Querier, after string, n int) ([]string, error)
+	// OfTenant is the rows of tenant t of the same source: a
+	// *NoTenantsError for a source without a tenant column.
+	OfTenant(t tenant.Tenant) (Rows, error)
 	// KeyType says what a key of the source is, for messages: "id" for
 	// resources, the key's type for a configured source.
 	KeyType() string
@@ -124,6 +135,9 @@ type Rows interface {
 	// again, all of them when keys is nil, and returns how many. Run it in
 	// a transaction; wake the daemons in the same one.
 	Retry(ctx context.Context, db DB, keys []string) (int64, error)
+	// Counts are the scope's rows by state, exact (AllCounts reads every
+	// source's at once).
+	Counts(ctx context.Context, q database.Querier) (Counts, error)
 	// AnyPending reports whether the source has rows still to export.
 	AnyPending(ctx context.Context, q database.Querier) (bool, error)
 	// HeldFeed is the feed the source's held keys are kept under
@@ -172,7 +186,7 @@ func (e *NoTenantsError) Unwrap() error { return ErrUnknown }
 // fine.
 func Open(ctx context.Context, q database.Querier, sc Scope) (Rows, error) {
 	if KindOf(sc.Source) == Resources {
-		if sc.Tenant != "" {
+		if !sc.Tenant.IsZero() {
 			return nil, &NoTenantsError{Source: sc.Source}
 		}
 		return resourceRows{}, nil
@@ -193,10 +207,10 @@ func Open(ctx context.Context, q database.Querier, sc Scope) (Rows, error) {
 }
 
 // OfSource is the rows of src, a configured source already loaded, of
-// tenant ("" for every row).
-func OfSource(src *sources.Source, tenant string) (Rows, error) {
-	if tenant != "" && src.Tenant == "" {
+// t (the zero Tenant for every row).
+func OfSource(src *sources.Source, t tenant.Tenant) (Rows, error) {
+	if !t.IsZero() && src.Tenant == "" {
 		return nil, &NoTenantsError{Source: src.Name}
 	}
-	return configuredRows{src: src, sc: sources.TenantOf(src, tenant)}, nil
+	return configuredRows{src: src, sc: sources.TenantOf(src, t.String())}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/rows/rowstest"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // The shared suite against each kind: resources, a configured source,
@@ -41,7 +42,7 @@ func TestResources(t *testing.T) {
 // configured installs a source of table contacts (with a tenant column
 // account) and returns the rows of tenant's scope, written for tenant
 // ("" writes for a tenant of its own and reads every row).
-func configured(t *testing.T, tenant string) rowstest.Fixture {
+func configured(t *testing.T, tenant tenant.Tenant) rowstest.Fixture {
 	ctx := context.Background()
 	db := dbtest.NewMigrated(t)
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, name text)`)
@@ -63,7 +64,7 @@ sources:
 	require.NoError(t, err)
 	r, err := rows.Open(ctx, db.Pool, rows.Scope{Source: "contacts", Tenant: tenant})
 	require.NoError(t, err)
-	account := tenant
+	account := tenant.String()
 	if account == "" {
 		account = "acme"
 	}

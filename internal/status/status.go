@@ -22,7 +22,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/replays"
-	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/tenant"
@@ -76,15 +75,13 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 	}
 	c := cfg.withDefaults()
 	r := &Report{Jobs: map[string]int{}, Breaker: Breaker{State: "closed"}}
-	counts, err := resources.CountAll(ctx, pool)
+	// Every source's counts through the seam, exact: the configured
+	// sources by name, then resources.
+	counts, err := rows.AllCounts(ctx, pool, true)
 	if err != nil {
 		return nil, err
 	}
 	if r.OutboxPending, err = outbox.Pending(ctx, pool); err != nil {
-		return nil, err
-	}
-	stats, err := sources.Stats(ctx, pool)
-	if err != nil {
 		return nil, err
 	}
 	skips, err := unchanged.Count(ctx, pool)
@@ -104,23 +101,20 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		inFlight[cp.Name] = cp.InFlight
 		liveRan = liveRan || cp.Name == checkpoint.Live
 	}
-	r.ResourcesExported = len(stats) == 0 || counts.Total > 0 || liveRan
-	// Every source is one entry, built from its owner's counts; all that
-	// follows reads the entries alike. Resources comes last, after the
-	// configured sources by name, as the console has always listed it.
-	r.Sources = make([]Source, 0, len(stats)+1)
-	for _, st := range stats {
-		r.Sources = append(r.Sources, Source{Name: st.Name, Table: st.Table, Destination: st.Destination,
-			Total: st.PendingKeys + st.FailedKeys, Pending: st.PendingKeys, Failed: st.FailedKeys,
-			OldestPendingAgeSeconds: st.OldestPending.Seconds(), Snapshot: string(st.Snapshot),
-			SnapshotPercent: st.SnapshotPercent(), Error: st.Error, Warning: st.Warning(),
-			InFlight: inFlight[checkpoint.Source(st.Name)], SkippedUnchanged: skips[st.Name].Skipped})
-	}
-	if r.ResourcesExported {
-		r.Sources = append(r.Sources, Source{Name: ResourcesSource, Table: ResourcesSource, Destination: DefaultDestination,
-			Total: counts.Total, Synced: counts.Synced, Pending: counts.Unsynced - counts.Failed, Failed: counts.Failed,
-			OldestPendingAgeSeconds: counts.OldestUnsyncedAge.Seconds(), SnapshotPercent: -1, InFlight: inFlight[checkpoint.Live],
-			SkippedUnchanged: skips[ResourcesSource].Skipped})
+	// Every source is one entry, built from its counts; all that follows
+	// reads the entries alike. Resources comes last, after the configured
+	// sources by name, as the console has always listed it, and only
+	// while it is exported here.
+	r.Sources = make([]Source, 0, len(counts))
+	configured := len(counts) > 1
+	for _, c := range counts {
+		if c.Kind == rows.Resources {
+			r.ResourcesExported = !configured || c.Total > 0 || liveRan
+			if !r.ResourcesExported {
+				continue
+			}
+		}
+		r.Sources = append(r.Sources, sourceOf(&c, inFlight[c.Feed], skips[c.Source].Skipped))
 	}
 	last, err := verify.LastRuns(ctx, pool)
 	if err != nil {
@@ -173,7 +167,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 			RowsDone: p.Sent, Percent: p.Percent(), CreatedAt: p.CreatedAt})
 	}
 
-	if r.RecentFailures, err = recentFailures(ctx, pool, c.RecentFailures, r.ResourcesExported, len(stats) > 0); err != nil {
+	if r.RecentFailures, err = recentFailures(ctx, pool, c.RecentFailures, r.ResourcesExported, configured); err != nil {
 		return nil, err
 	}
 
@@ -196,6 +190,18 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		}
 	}
 	return r, nil
+}
+
+// sourceOf is the entry of a source counted c, with inFlight versions
+// on their way and skipped rows sent unchanged.
+func sourceOf(c *rows.Counts, inFlight int, skipped int64) Source {
+	s := Source{Name: c.Source, Table: c.Table, Destination: c.Destination, Total: c.Total, Synced: c.Synced,
+		Pending: c.Pending, Failed: c.Failed, OldestPendingAgeSeconds: c.OldestPending.Seconds(), SnapshotPercent: -1,
+		InFlight: inFlight, SkippedUnchanged: skipped}
+	if st := c.State; st != nil {
+		s.Snapshot, s.SnapshotPercent, s.Error, s.Warning = string(st.Snapshot), st.SnapshotPercent(), st.Error, st.Warning()
+	}
+	return s
 }
 
 // readSources completes every entry of r.Sources alike: its destination's

@@ -9,6 +9,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // TopTenantsDefault is how many tenants a source's entry lists: those
@@ -110,16 +111,16 @@ func ReadTenantsIn(ctx context.Context, q database.Querier, src, dest string, to
 
 // ReadTenant reads one tenant of source src (sending to dest), whether or
 // not it has rows.
-func ReadTenant(ctx context.Context, q database.Querier, src, dest, tenant string) (Tenant, error) {
-	backlog, err := sources.TenantsBacklog(ctx, q, src, 1, tenant, nil)
+func ReadTenant(ctx context.Context, q database.Querier, src, dest string, t tenant.Tenant) (Tenant, error) {
+	backlog, err := sources.TenantsBacklog(ctx, q, src, 1, t.String(), nil)
 	if err != nil {
 		return Tenant{}, fmt.Errorf("status: %w", err)
 	}
-	f, err := breakerstore.ReadTenant(ctx, q, dest, tenant)
+	f, err := breakerstore.ReadTenant(ctx, q, dest, t)
 	if err != nil {
-		return Tenant{}, fmt.Errorf("status: tenant %s: %w", tenant, err)
+		return Tenant{}, fmt.Errorf("status: tenant %s: %w", t, err)
 	}
-	return tenantOf(backlog.Rows[tenant], f, time.Now()), nil
+	return tenantOf(backlog.Rows[t.String()], f, time.Now()), nil
 }
 
 func tenantOf(rows *sources.TenantRows, f breakerstore.TenantFacts, now time.Time) Tenant {

@@ -21,7 +21,7 @@ import (
 // time gets no replay: its rows go to its account as they are exported.
 // A failure is logged; the next read of the row tries again.
 func (r *Registry) noteAccount(ctx context.Context, e *entry) {
-	ns := breakerstore.TenantNamespace(r.cfg.Destination, e.tenant)
+	ns := r.namespace(e.tenant)
 	var (
 		seen    string
 		replays []int64

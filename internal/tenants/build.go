@@ -53,7 +53,7 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 		}
 		dcfg.Format = b.ForTenant(tenant, extra)
 	}
-	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(r.cfg.Destination, tenant)})
+	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: r.namespace(tenant)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,7 +133,7 @@ func (r *Registry) credentials(tenant string, conn *connection, mem *tokenMemory
 				return c.refreshToken, nil
 			},
 			onRefresh: r.cfg.Settings.OnRefresh, logger: r.logger.With(slog.String("tenant", tenant)), mem: mem, later: r.later,
-			claimKey: breakerstore.TenantNamespace(r.cfg.Destination, tenant) + claimSuffix,
+			claimKey: r.namespace(tenant) + claimSuffix,
 		}
 		return g, g, nil
 	case conn.clientID != "":

@@ -13,12 +13,13 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
 // stateOf is tenant's state and its text as status reads them.
-func (b *bundle) stateOf(t *testing.T, tenant string) (string, string) {
+func (b *bundle) stateOf(t *testing.T, tenant tenant.Tenant) (string, string) {
 	t.Helper()
 	f, err := breakerstore.ReadTenant(t.Context(), b.pool, "crm", tenant)
 	require.NoError(t, err)
@@ -105,7 +106,7 @@ func TestTenantValuesThatAreNeverSent(t *testing.T) {
 		for _, tn := range bad {
 			_, err := deliver(t, r, tn, 1)
 			require.Error(t, err, "tenant %q", tn)
-			state, text := b.stateOf(t, tn)
+			state, text := b.stateOf(t, tenant.Tenant(tn))
 			require.Equal(t, "invalid", state, "tenant %q", tn)
 			require.NotEmpty(t, text)
 		}

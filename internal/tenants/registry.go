@@ -19,6 +19,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/delivery"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
 
@@ -498,7 +499,7 @@ func (r *Registry) record(ctx context.Context, e *entry) {
 	if mark == e.recorded {
 		return
 	}
-	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: breakerstore.TenantNamespace(r.cfg.Destination, e.tenant)})
+	store, err := breakerstore.New(r.cfg.Pool, &breakerstore.Config{Namespace: r.namespace(e.tenant)})
 	if err == nil {
 		err = store.SetConnection(ctx, c)
 	}
@@ -507,4 +508,10 @@ func (r *Registry) record(ctx context.Context, e *entry) {
 		return
 	}
 	e.recorded = mark
+}
+
+// namespace is the namespace of tenant t's shared facts at the registry's
+// destination.
+func (r *Registry) namespace(t string) string {
+	return breakerstore.TenantNamespace(r.cfg.Destination, tenant.Tenant(t))
 }

@@ -6,6 +6,7 @@
 package rowstest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -44,6 +46,8 @@ func Run(t *testing.T, open func(t *testing.T) Fixture) {
 		{"MarkedAreNotPending", markedNotPending},
 		{"FailedWaitForRetry", failedWaitForRetry},
 		{"RetryOfKeysNamed", retryOfKeysNamed},
+		{"CountsByState", countsByState},
+		{"TenantsOfTheSource", tenantsOfTheSource},
 		{"ParseKey", parseKey},
 		{"ReplayAndVerifyOfTheScope", replayAndVerify},
 	} {
@@ -143,6 +147,74 @@ func retryOfKeysNamed(t *testing.T, fx Fixture) {
 	require.Zero(t, n, "no longer failed")
 }
 
+func countsByState(t *testing.T, fx Fixture) {
+	ctx := context.Background()
+	sc := fx.Rows.Scope()
+	fx.Write(t, 3)
+	items := pending(t, fx)
+	require.NoError(t, fx.Rows.Mark(ctx, fx.Pool, items[:1]))
+	require.NoError(t, fx.Rows.Fail(ctx, fx.Pool, items[1:2], []string{"no"}))
+	c, err := fx.Rows.Counts(ctx, fx.Pool)
+	require.NoError(t, err)
+	require.Equal(t, sc.Source, c.Source)
+	require.Equal(t, fx.Rows.Kind(), c.Kind)
+	require.NotEmpty(t, c.Destination)
+	require.EqualValues(t, 1, c.Pending, "the key neither marked nor failed")
+	require.EqualValues(t, 1, c.Failed)
+	require.GreaterOrEqual(t, c.Total, c.Pending+c.Failed)
+	require.Positive(t, c.OldestPending, "a row is pending")
+	if sc.Tenant != "" {
+		return
+	}
+	// Every source's counts at once say the same of the source, exact or
+	// read as the gauges read them.
+	for _, exact := range []bool{true, false} {
+		all, err := rows.AllCounts(ctx, fx.Pool, exact)
+		require.NoError(t, err)
+		var got []rows.Counts
+		for _, a := range all {
+			if a.Source == sc.Source {
+				got = append(got, a)
+			}
+		}
+		require.Len(t, got, 1, "exact %v", exact)
+		require.Equal(t, c.Kind, got[0].Kind)
+		require.Equal(t, c.Destination, got[0].Destination)
+		require.Equal(t, [2]int64{c.Pending, c.Failed}, [2]int64{got[0].Pending, got[0].Failed}, "exact %v", exact)
+	}
+}
+
+func tenantsOfTheSource(t *testing.T, fx Fixture) {
+	ctx := context.Background()
+	sc := fx.Rows.Scope()
+	keys := fx.Write(t, 2)
+	all, err := fx.Rows.Tenants(ctx, fx.Pool, "", 100)
+	require.NoError(t, err)
+	if !fx.Rows.Tenanted() {
+		require.Empty(t, all, "no tenant column, no tenants")
+		_, err := fx.Rows.OfTenant("acme")
+		require.ErrorIs(t, err, rows.ErrUnknown)
+		return
+	}
+	require.NotEmpty(t, all, "the rows written are a tenant's")
+	page, err := fx.Rows.Tenants(ctx, fx.Pool, "", 1)
+	require.NoError(t, err)
+	require.Equal(t, all[:1], page, "a page holds at most n tenants, from the first")
+	if sc.Tenant != "" {
+		require.Contains(t, all, sc.Tenant.String())
+	}
+	// The scope's own tenant: the fixture writes its rows (another
+	// tenant's rows may stand beside them).
+	mine := cmp.Or(sc.Tenant, tenant.Tenant(all[0]))
+	one, err := fx.Rows.OfTenant(mine)
+	require.NoError(t, err)
+	require.Equal(t, rows.Scope{Source: sc.Source, Tenant: mine}, one.Scope())
+	require.Equal(t, fx.Rows.Destination(), one.Destination())
+	for _, it := range pending(t, Fixture{Pool: fx.Pool, Rows: one}) {
+		require.Contains(t, keys, it.Key, "a tenant's scope reads its own rows only")
+	}
+}
+
 func parseKey(t *testing.T, fx Fixture) {
 	keys := fx.Write(t, 1)
 	k, err := fx.Rows.ParseKey(" " + keys[0] + " ")
@@ -162,7 +234,7 @@ func replayAndVerify(t *testing.T, fx Fixture) {
 
 	table := fx.Rows.ReplayTable()
 	require.Equal(t, sc.Source, table.Name())
-	n, err := table.CountReplay(ctx, fx.Pool, &replays.Request{Source: sc.Source, Range: replays.SourceRange{FromKey: keys[1], ToKey: keys[2], Tenant: sc.Tenant}})
+	n, err := table.CountReplay(ctx, fx.Pool, &replays.Request{Source: sc.Source, Range: replays.SourceRange{FromKey: keys[1], ToKey: keys[2], Tenant: sc.Tenant.String()}})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 
