@@ -185,6 +185,8 @@ type Exporter struct {
 	// turns are the turns of this process's source jobs at their
 	// destinations' locks (turns.go).
 	turns turnsOf
+	// slotWait is the state of turns at the worker slots (slotturn.go).
+	slotWait slotWait
 
 	// srcs are the sources exported here, by name: the feed family
 	// (source.go). A reload replaces the map whole (Swap), never edits it:

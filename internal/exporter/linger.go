@@ -102,7 +102,7 @@ rounds:
 			if e.isStopping() {
 				return total, nil
 			}
-			if e.since(f.started) > e.cfg.MaxRun {
+			if e.runOver(ctx, f.started) {
 				return total, errMore
 			}
 			if f.yield != nil && e.since(lastYieldCheck) > yieldCheckEvery {
@@ -179,7 +179,7 @@ rounds:
 		if woken {
 			continue
 		}
-		if e.since(f.started) > e.cfg.MaxRun {
+		if e.runOver(ctx, f.started) {
 			return total, nil
 		}
 		// Stop taking wake-ups; one that arrived meanwhile is handled here,

@@ -130,7 +130,7 @@ func (e *Exporter) drainLive(ctx context.Context, r *run, o drainOpts) (int, err
 		if err != nil || !ok || res.rows == 0 || o.maxBatches > 0 || o.once {
 			return total, err
 		}
-		if !o.deadline.IsZero() && e.now().After(o.deadline) {
+		if !o.deadline.IsZero() && (e.now().After(o.deadline) || e.slotGiven(ctx, r.started)) {
 			return total, errMore
 		}
 		if o.replays {
@@ -224,7 +224,7 @@ func (e *Exporter) replay(ctx context.Context, r *run, rp replays.Replay) (int, 
 			// Another job's turn at the destination: it wakes this one.
 			return total, err
 		}
-		if e.isStopping() || e.since(r.started) >= e.cfg.MaxRun {
+		if e.isStopping() || e.runOver(ctx, r.started) {
 			return total, errMore
 		}
 	}

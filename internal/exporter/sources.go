@@ -99,7 +99,7 @@ func (e *Exporter) drainSource(r *run, src *sources.Source, name string, live ta
 			if e.isStopping() {
 				return n, errStopping
 			}
-			if e.since(r.started) > e.cfg.MaxRun {
+			if e.runOver(ctx, r.started) {
 				return n, errMore
 			}
 			if e.shares.leaveForShare(ctx, name, r.started) {

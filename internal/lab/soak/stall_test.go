@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"os/exec"
 	"testing"
 	"time"
 
@@ -94,4 +95,16 @@ func TestHoldsOf(t *testing.T) {
 	whole, keys = r.holdsOf(sourceSearch, 61*s)
 	require.False(t, whole)
 	require.Empty(t, keys)
+}
+
+// With every daemon frozen or down no daemon can take anything over: the
+// stall check holds every source then (seed 911096515: one daemon in its
+// shutdown, the other two frozen).
+func TestAnyDaemonRuns(t *testing.T) {
+	t.Parallel()
+	frozen := &daemon{cmd: &exec.Cmd{}, stopped: true}
+	down := &daemon{cmd: &exec.Cmd{}, down: true}
+	live := &daemon{cmd: &exec.Cmd{}}
+	require.False(t, (&run{daemons: []*daemon{frozen, down}}).anyDaemonRuns())
+	require.True(t, (&run{daemons: []*daemon{frozen, down, live}}).anyDaemonRuns())
 }
