@@ -84,11 +84,16 @@ func (d *Daemon) build(ctx context.Context) error {
 	river.AddWorker(workers, d.exp.PreviousSyncWorker())
 	river.AddWorker(workers, d.exp.PreviousReplayWorker())
 	d.river, err = river.NewClient(riverpgxv5.New(d.pool), &river.Config{
-		Schema:               d.schema,
-		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: slots}},
-		Workers:              workers,
-		FetchCooldown:        10 * time.Millisecond,
-		FetchPollInterval:    200 * time.Millisecond,
+		Schema:        d.schema,
+		Queues:        map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: slots}},
+		Workers:       workers,
+		FetchCooldown: 10 * time.Millisecond,
+		// The poll starts a job that had ended (a source's job lingers,
+		// and the relay wakes it without River): at most this late, once.
+		// At 200 ms it was 5 of an idle daemon's 18 statements a second
+		// (docs/benchmarks.md, "An idle daemon's share"); River's default
+		// is 1 s.
+		FetchPollInterval:    FetchPollInterval,
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
 		MaxAttempts:          jobs.MaxAttempts,
 		RetryPolicy:          cappedRetry{max: 30 * time.Second},

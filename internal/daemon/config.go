@@ -23,6 +23,9 @@ const (
 	ShutdownTimeoutDefault = 30 * time.Second
 	WorkersDefault         = 4
 	GaugeIntervalDefault   = 5 * time.Second
+	// FetchPollInterval is River's fetch poll: how late a new job of a
+	// source whose job had ended starts.
+	FetchPollInterval      = 500 * time.Millisecond
 	RescueStuckJobsDefault = 2 * time.Minute
 )
 
