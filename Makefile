@@ -64,8 +64,11 @@ bench-against: build
 
 # The seeded chaos soak (docs/tests.md): SOAK_DURATION (default 10m) of
 # faults and writes against a PostgreSQL server the soak runs for itself,
-# then every check; SOAK_SEED replays a run. Exits 1 on any violation.
+# then every check; SOAK_SEED replays a run. Exits 1 on any violation. Its
+# pooler leg (SOAK_POOLER, default direct) runs one daemon through a
+# PgBouncer of its own in transaction mode.
 soak: build
+	./scripts/ensure-pgbouncer.sh
 	./bin/syncer-lab soak
 
 # Migrate a scratch database, start the fake third party and the daemon,

@@ -222,6 +222,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	logger.InfoContext(ctx, "daemon: running", slog.String("schema", d.schema), slog.String("daemon", d.id), slog.String("http_addr", cmp.Or(addr, HTTPAddrOff)),
 		slog.String("thirdparty", thirdparty.RedactURL(c.ThirdParty.URL)), slog.Int("batch_size", d.exp.BatchSize()),
 		slog.Int("max_in_flight", d.inFlight), slog.Bool("transaction_pooling", c.Stateless))
+	if c.Stateless {
+		if advice, err := database.RoleAdvice(ctx, d.pool); err == nil && advice != "" {
+			logger.WarnContext(ctx, "daemon: the role lacks a setting a transaction pooler needs", slog.String("advice", advice))
+		}
+	}
 	if c.Ready != nil {
 		c.Ready(addr)
 	}

@@ -254,3 +254,46 @@ func freeLoopbackPort(tb testing.TB) string {
 	_ = ln.Close()
 	return addr
 }
+
+// TxPooler is a schema behind a PgBouncer in transaction mode, as a
+// daemon sees it: the URL through the pooler and the direct URL
+// (SYNCER_DIRECT_URL).
+type TxPooler struct {
+	*PgBouncer
+	// Role is the login role of Pooled, named after the schema, whose
+	// sessions start with the schema on their search_path (NewRole).
+	Role string
+	// Pooled is the schema's URL through the PgBouncer, as Role, with no
+	// search_path (a transaction pooler passes none in the startup
+	// packet) and no application_name.
+	Pooled string
+	// Direct is dsn with no application_name: a daemon names its own
+	// sessions after its pid, which says which daemon holds a lock.
+	Direct string
+}
+
+// StartTxPooler starts a PgBouncer in transaction mode (StartPgBouncer)
+// in front of schema, whose URL straight to PostgreSQL is dsn, with a role
+// of its own (NewRole).
+func StartTxPooler(tb testing.TB, dsn, schema string) *TxPooler {
+	tb.Helper()
+	role := NewRole(tb, schema)
+	pgb := StartPgBouncer(tb, "transaction", role)
+	u, err := url.Parse(pgb.URL(tb, dsn))
+	if err != nil {
+		tb.Fatalf("dbtest: pgbouncer: parse url: %v", err)
+	}
+	u.User = url.User(role)
+	q := u.Query()
+	q.Del("search_path")
+	q.Del("application_name")
+	u.RawQuery = q.Encode()
+	d, err := url.Parse(dsn)
+	if err != nil {
+		tb.Fatalf("dbtest: parse url: %v", err)
+	}
+	dq := d.Query()
+	dq.Del("application_name")
+	d.RawQuery = dq.Encode()
+	return &TxPooler{PgBouncer: pgb, Role: role, Pooled: u.String(), Direct: d.String()}
+}

@@ -35,33 +35,19 @@ type txPoolerBundle struct {
 func setupTxPooler(t *testing.T) *txPoolerBundle {
 	t.Helper()
 	dsn, schema := dbtest.NewSchema(t)
-	role := dbtest.NewRole(t, schema)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	fake := fakethirdparty.New(fakethirdparty.Config{})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	pgb := dbtest.StartPgBouncer(t, "transaction", role)
-
-	u, err := url.Parse(pgb.URL(t, dsn))
-	require.NoError(t, err)
-	u.User = url.User(role)
-	q := u.Query()
-	q.Del("search_path")
-	q.Del("application_name")
-	u.RawQuery = q.Encode()
-	d, err := url.Parse(dsn)
-	require.NoError(t, err)
-	dq := d.Query()
-	dq.Del("application_name")
-	d.RawQuery = dq.Encode()
+	tx := dbtest.StartTxPooler(t, dsn, schema)
 	return &txPoolerBundle{
 		poolerBundle: &poolerBundle{
 			bundle: &bundle{pool: pool, dsn: dsn, fake: fake, fakeURL: srv.URL},
-			schema: schema, viaPooler: u.String(), pgb: pgb,
+			schema: schema, viaPooler: tx.Pooled, pgb: tx.PgBouncer,
 		},
-		pooled: u.String(), direct: d.String(),
+		pooled: tx.Pooled, direct: tx.Direct,
 	}
 }
 
@@ -185,25 +171,15 @@ func TestTenantsThroughTransactionPooling(t *testing.T) {
 	d, err := url.Parse(w.dsn)
 	require.NoError(t, err)
 	schema := d.Query().Get("search_path")
-	role := dbtest.NewRole(t, schema)
-	pgb := dbtest.StartPgBouncer(t, "transaction", role)
-	u, err := url.Parse(pgb.URL(t, w.dsn))
-	require.NoError(t, err)
-	u.User = url.User(role)
-	q := u.Query()
-	q.Del("search_path")
-	u.RawQuery = q.Encode()
-
-	dq := d.Query()
-	dq.Del("application_name") // its sessions named after the daemon's pid
-	d.RawQuery = dq.Encode()
+	tx := dbtest.StartTxPooler(t, w.dsn, schema)
+	pgb, role := tx.PgBouncer, tx.Role
 
 	tenants := []string{"t1", "t2", "t3", "t4"}
 	for _, tn := range tenants[:3] {
 		w.exec(t, `INSERT INTO crm_connections VALUES ($1, 'tok-' || $1)`, tn)
 	}
 	cfg := w.config(t, w.fakeURL, 4)
-	cmd := exec.Command(w.bin, "run", "--database-url", u.String(), "--direct-url", d.String(), "--config", cfg,
+	cmd := exec.Command(w.bin, "run", "--database-url", tx.Pooled, "--direct-url", tx.Direct, "--config", cfg,
 		"--thirdparty-url", w.fakeURL, "--http-addr", freePort(t), "--log-level", "warn")
 	runErr := &dbtest.Buffer{}
 	cmd.Stderr = runErr

@@ -1,6 +1,7 @@
 package labcli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -19,6 +20,7 @@ type SoakCmd struct {
 	Daemons  int           `name:"daemons" default:"3" help:"syncer run processes sharing the work (2 or 3)."`
 	Rate     float64       `name:"rate" default:"60" help:"Writers' statements a second, all tables together."`
 	PGBin    string        `name:"pg-bin" help:"Bin directory of the PostgreSQL server the soak runs for itself (initdb, pg_ctl); defaults to the newest under /usr/lib/postgresql."`
+	Pooler   string        `name:"pooler" env:"SOAK_POOLER" placeholder:"LEG" help:"The pooler leg: the last daemon's DATABASE_URL through a PgBouncer of the soak's own in transaction mode, restarted and paused by the schedule. direct (the default) gives that daemon SYNCER_DIRECT_URL straight to the server, pooled none; off routes no daemon through a pooler."`
 	Dir      string        `name:"dir" placeholder:"DIR" help:"Keep the run's files (the cluster, every daemon's log) here; by default a scratch directory, kept only when a check failed."`
 	Binary   string        `name:"binary" hidden:"" help:"The syncer binary run as the daemons; defaults to syncer beside this executable, then on PATH."`
 }
@@ -30,6 +32,11 @@ func (c *SoakCmd) Validate() error {
 	}
 	if c.Daemons < 2 || c.Daemons > 3 {
 		return usagef("--daemons must be 2 or 3, got %d", c.Daemons)
+	}
+	switch c.Pooler {
+	case "", soak.PoolerDirect, soak.PoolerOnly, soak.PoolerOff:
+	default:
+		return usagef("--pooler (SOAK_POOLER) must be %s, %s or %s, got %q", soak.PoolerDirect, soak.PoolerOnly, soak.PoolerOff, c.Pooler)
 	}
 	if c.Rate <= 0 {
 		return usagef("--rate must be positive, got %v", c.Rate)
@@ -49,9 +56,10 @@ func (c *SoakCmd) Run(ctx context.Context, env *cli.Env) error {
 	if err != nil {
 		return fmt.Errorf("soak: %w", err)
 	}
-	fmt.Fprintf(env.Stderr, "soak: seed %d, %s, %d daemons\n", seed, c.Duration, c.Daemons)
+	pooler := cmp.Or(c.Pooler, soak.PoolerDefault)
+	fmt.Fprintf(env.Stderr, "soak: seed %d, %s, %d daemons, pooler leg %s\n", seed, c.Duration, c.Daemons, pooler)
 	return soak.Run(ctx, &soak.Config{
 		Binary: binary, Duration: c.Duration, Seed: seed, Daemons: c.Daemons, Rate: c.Rate,
-		PGBin: c.PGBin, Dir: c.Dir, Out: env.Stdout, Progress: env.Stderr, Logger: env.Logger,
+		PGBin: c.PGBin, Dir: c.Dir, Pooler: pooler, Out: env.Stdout, Progress: env.Stderr, Logger: env.Logger,
 	})
 }

@@ -221,6 +221,13 @@ func (r *run) finish(ctx context.Context) {
 			r.rep.violate(r.since(), fmt.Sprintf("daemon %d on SIGTERM: %s", d.i, why))
 		}
 	}
+	if r.pooler != nil {
+		var died int
+		r.rep.PoolerXacts, died = r.pooler.served(ctx)
+		if died > 0 {
+			r.rep.violate(r.since(), fmt.Sprintf("PgBouncer exited %d times by itself (its log: %s)", died, r.pooler.logPath))
+		}
+	}
 	var held int64
 	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&held); err == nil && held > 0 {

@@ -24,6 +24,8 @@ type report struct {
 	Seed         uint64
 	Duration     time.Duration
 	Daemons      int
+	Pooler       string
+	PoolerXacts  int64 // transactions PgBouncer served
 	Faults       map[string]int
 	Answered     map[string]int64 // requests answered by each API fault
 	Writes       int64
@@ -47,7 +49,7 @@ type report struct {
 }
 
 func newReport(c Config) *report {
-	return &report{Seed: c.Seed, Duration: c.Duration, Daemons: c.Daemons, Faults: map[string]int{}, Answered: map[string]int64{}}
+	return &report{Seed: c.Seed, Duration: c.Duration, Daemons: c.Daemons, Pooler: c.Pooler, Faults: map[string]int{}, Answered: map[string]int64{}}
 }
 
 func (r *report) count(kind string) {
@@ -106,8 +108,14 @@ const StallTarget = LeaseDefault + 20*time.Second
 func (r *report) write(w io.Writer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fmt.Fprintf(w, "\nsyncer soak: seed %d, %s, %d daemons (replay: SOAK_SEED=%d SOAK_DURATION=%s make soak)\n",
-		r.Seed, r.Duration, r.Daemons, r.Seed, r.Duration)
+	fmt.Fprintf(w, "\nsyncer soak: seed %d, %s, %d daemons (replay: SOAK_SEED=%d SOAK_DURATION=%s SOAK_POOLER=%s make soak)\n",
+		r.Seed, r.Duration, r.Daemons, r.Seed, r.Duration, r.Pooler)
+	switch r.Pooler {
+	case PoolerDirect:
+		fmt.Fprintf(w, "pooler:     daemon %d through PgBouncer in transaction mode, SYNCER_DIRECT_URL direct: %d transactions through it\n", pooledDaemon(r.Daemons), r.PoolerXacts)
+	case PoolerOnly:
+		fmt.Fprintf(w, "pooler:     daemon %d through PgBouncer in transaction mode, no SYNCER_DIRECT_URL: %d transactions through it\n", pooledDaemon(r.Daemons), r.PoolerXacts)
+	}
 	kinds := make([]string, 0, len(r.Faults))
 	total := 0
 	for k, n := range r.Faults {

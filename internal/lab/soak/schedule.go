@@ -18,6 +18,13 @@ const (
 	proxyResets     = "proxy-reset"     // one daemon's database connections reset
 )
 
+// The faults of the pooler leg (Config.Pooler): the PgBouncer in front of
+// the pooled daemon.
+const (
+	poolerRestart = "pooler-restart" // PgBouncer shut down at once, every client cut, started again after a moment
+	poolerPause   = "pooler-pause"   // PgBouncer's PAUSE through its admin console, RESUME after a while
+)
+
 // The faults of issue 42: what held a source for good, or stopped every
 // source, on 3cfe467.
 const (
@@ -126,5 +133,25 @@ func heldFaults(seed uint64, active time.Duration) []fault {
 	out = append(out, fault{At: between(2*time.Second, active-d-time.Second), Kind: brokenProgram, For: d})
 	// Drawn last, so the faults above stay what a seed drew before it.
 	out = append(out, fault{At: between(2*time.Second, active-connectionsLockFor-time.Second), Kind: connectionsLocked, For: connectionsLockFor})
+	return out
+}
+
+// poolerFaults draws the pooler leg's faults from a stream of their own,
+// so a seed draws the same other faults with the leg or without it: a
+// restart of the pooler, down 1 to 5 s, and a pause of 3 to 15 s (less
+// than a proxy's blackhole: the pooled daemon's lock lives on its direct
+// connection meanwhile, so nobody takes its work over), each once a
+// stretch of 90 s.
+func poolerFaults(seed uint64, active time.Duration) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x58))
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(rng.Int64N(int64(max(hi-lo, 0))+1))
+	}
+	var out []fault
+	for range max(1, int(active/(90*time.Second))) {
+		out = append(out,
+			fault{At: between(2*time.Second, active-5*time.Second), Kind: poolerRestart, For: between(time.Second, 5*time.Second)},
+			fault{At: between(2*time.Second, active-5*time.Second), Kind: poolerPause, For: between(3*time.Second, 15*time.Second)})
+	}
 	return out
 }

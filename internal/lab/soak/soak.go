@@ -1,5 +1,6 @@
 // Package soak is `syncer-lab soak`: a seeded chaos run of real processes.
-// Two or three daemons, the project's fake third party and writers run
+// Two or three daemons (the last through a PgBouncer in transaction mode:
+// the pooler leg), the project's fake third party and writers run
 // against a PostgreSQL server of the soak's own while a schedule drawn
 // from the seed kills, freezes and terminates daemons, cuts and restarts
 // the database and makes the API fail in every way the contract names,
@@ -21,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sort"
 	"sync"
 	"syscall"
 	"time"
@@ -70,6 +72,9 @@ type Config struct {
 	Dir string
 	// Out receives the report; Progress a line per fault as it starts.
 	Out, Progress io.Writer
+	// Pooler is the pooler leg: PoolerDirect (the default), PoolerOnly or
+	// PoolerOff.
+	Pooler string
 	// Logger logs the soak's own errors. Defaults to discarding them.
 	Logger *slog.Logger
 }
@@ -80,6 +85,7 @@ func (c *Config) withDefaults() Config {
 	o.Daemons = cmp.Or(o.Daemons, DaemonsDefault)
 	o.Rate = cmp.Or(o.Rate, RateDefault)
 	o.Keys = cmp.Or(o.Keys, KeysDefault)
+	o.Pooler = cmp.Or(o.Pooler, PoolerDefault)
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -101,6 +107,11 @@ func Run(ctx context.Context, cfg *Config) error {
 	c := cfg.withDefaults()
 	if c.Binary == "" {
 		return errors.New("soak: Config.Binary is required")
+	}
+	switch c.Pooler {
+	case PoolerOff, PoolerDirect, PoolerOnly:
+	default:
+		return fmt.Errorf("soak: Config.Pooler %q: want %s, %s or %s", c.Pooler, PoolerDirect, PoolerOnly, PoolerOff)
 	}
 	bin, err := clusterBinDir(c.PGBin)
 	if err != nil {
@@ -151,6 +162,7 @@ type run struct {
 	pool      *pgxpool.Pool
 	dbURL     string
 	proxy     *proxy
+	pooler    *pooler // nil with PoolerOff
 	live, crm *api
 	search    *api // elasticsearch: the per-item transient
 	hub       *api // custom: the slow response program, the broken request program
@@ -195,6 +207,14 @@ func (r *run) setup(ctx context.Context, bin string) error {
 	if r.proxy, err = newProxy(fmt.Sprintf("127.0.0.1:%d", cl.port)); err != nil {
 		return err
 	}
+	if r.cfg.Pooler != PoolerOff {
+		if _, err := pool.Exec(ctx, pooledRoleSQL); err != nil {
+			return fmt.Errorf("soak: the pooled daemon's role: %w", err)
+		}
+		if r.pooler, err = startPooler(ctx, r.dir, cl.port, cl.as); err != nil {
+			return err
+		}
+	}
 	r.live, r.crm = newAPI(r.cfg.Seed, ""), newAPI(r.cfg.Seed+1, "")
 	r.setupTenants()
 	r.search = newAPI(r.cfg.Seed+2, fakethirdparty.FormatElasticsearch)
@@ -221,7 +241,11 @@ func (r *run) setup(ctx context.Context, bin string) error {
 			db = cl.url(r.proxy.port(), "postgres")
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		d := newDaemon(i, r.cfg.Binary, r.dir, addr, daemonEnv(db, r.live.url(), configPath, addr))
+		env := daemonEnv(db, r.live.url(), configPath, addr)
+		if r.pooler != nil && i == pooledDaemon(r.cfg.Daemons) {
+			env = r.pooledEnv(addr)
+		}
+		d := newDaemon(i, r.cfg.Binary, r.dir, addr, env)
 		if err := d.start(); err != nil {
 			return err
 		}
@@ -236,6 +260,10 @@ func (r *run) exercise(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	faults := schedule(r.cfg.Seed, r.cfg.Duration, r.cfg.Daemons, LeaseDefault)
+	if r.pooler != nil {
+		faults = append(faults, poolerFaults(r.cfg.Seed, r.cfg.Duration-r.cfg.Duration/5)...)
+		sort.SliceStable(faults, func(i, j int) bool { return faults[i].At < faults[j].At })
+	}
 	w := &writers{pool: r.pool, rate: r.cfg.Rate, seed: r.cfg.Seed, keys: r.cfg.Keys}
 	var wg sync.WaitGroup
 	wctx, wcancel := context.WithTimeout(ctx, r.cfg.Duration)
@@ -302,6 +330,10 @@ func (r *run) inject(ctx context.Context, f fault) {
 		r.proxy.blackhole(f.For)
 	case proxyResets:
 		r.proxy.reset()
+	case poolerRestart:
+		err = r.pooler.restart(ctx, f.For)
+	case poolerPause:
+		err = r.pooler.pause(ctx, f.For)
 	case apiOutage:
 		r.rep.outage(r.since(), f.For)
 		r.hold(hold{from: r.since(), to: r.since() + f.For})
@@ -342,6 +374,9 @@ func (r *run) cleanup() {
 	}
 	if r.proxy != nil {
 		r.proxy.close()
+	}
+	if r.pooler != nil {
+		r.pooler.stop()
 	}
 	for _, a := range []*api{r.live, r.crm, r.search, r.hub, r.hooks} {
 		if a != nil {

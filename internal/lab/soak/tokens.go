@@ -101,7 +101,8 @@ func (r *run) revokeTenant(ctx context.Context, tenant, token string) {
 // tenant's account with the tenant's credentials, spending its refresh
 // token under the same lock as the daemons. Drift (exit 3) is fine while
 // rows move, and a tenant revoked or unconnected makes it exit 1 or 2;
-// what it must never do is get a tenant refused (checkTokens).
+// what it must never do is get a tenant refused (checkTokens). With the
+// pooler leg, every other one goes through the pooler.
 func (r *run) tenantVerifies(ctx context.Context) {
 	codes := map[int]int{}
 	defer func() {
@@ -111,6 +112,12 @@ func (r *run) tenantVerifies(ctx context.Context) {
 	}()
 	env := daemonEnv(r.dbURL, r.live.url(), r.configPath, "127.0.0.1:0")
 	for i := 0; ; i++ {
+		// With the pooler leg, every other one through the pooler, as
+		// the pooled daemon is.
+		env := env
+		if r.pooler != nil && i%2 == 1 {
+			env = r.pooledEnv("127.0.0.1:0")
+		}
 		if sleep(ctx, 7*time.Second); ctx.Err() != nil {
 			return
 		}
