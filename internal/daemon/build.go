@@ -88,11 +88,11 @@ func (d *Daemon) build(ctx context.Context) error {
 		Queues:        map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: slots}},
 		Workers:       workers,
 		FetchCooldown: 10 * time.Millisecond,
-		// The poll starts a job that had ended (a source's job lingers,
-		// and the relay wakes it without River): at most this late, once.
-		// At 200 ms it was 5 of an idle daemon's 18 statements a second
-		// (docs/benchmarks.md, "An idle daemon's share"); River's default
-		// is 1 s.
+		// The poll starts a job that had ended, and a job that snoozed at
+		// its MaxRun (30 s) while rows flow: its rows wait for it. 500 ms
+		// put the latency's p99 at 210-280 ms against 55 (issue 57,
+		// docs/benchmarks.md, "An idle daemon's share"), so it stays at
+		// 200 ms, 5 of an idle daemon's 11 statements a second.
 		FetchPollInterval:    FetchPollInterval,
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
 		MaxAttempts:          jobs.MaxAttempts,

@@ -29,8 +29,8 @@ const (
 	// every daemon (docs/benchmarks.md, "An idle daemon's share").
 	GaugeIntervalDefault = 15 * time.Second
 	// FetchPollInterval is River's fetch poll: how late a new job of a
-	// source whose job had ended starts.
-	FetchPollInterval      = 500 * time.Millisecond
+	// source whose job had ended, or snoozed, starts.
+	FetchPollInterval      = 200 * time.Millisecond
 	RescueStuckJobsDefault = 2 * time.Minute
 )
 
