@@ -86,11 +86,16 @@ func (d *Daemon) build(ctx context.Context) error {
 	river.AddWorker(workers, d.exp.PreviousSyncWorker())
 	river.AddWorker(workers, d.exp.PreviousReplayWorker())
 	d.river, err = river.NewClient(riverpgxv5.New(d.pool), &river.Config{
-		Schema:               d.schema,
-		Queues:               map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: slots}},
-		Workers:              workers,
-		FetchCooldown:        10 * time.Millisecond,
-		FetchPollInterval:    200 * time.Millisecond,
+		Schema:        d.schema,
+		Queues:        map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: slots}},
+		Workers:       workers,
+		FetchCooldown: 10 * time.Millisecond,
+		// The poll starts a job that had ended, and a job that snoozed at
+		// its MaxRun (30 s) while rows flow: its rows wait for it. 500 ms
+		// put the latency's p99 at 210-280 ms against 55 (issue 57,
+		// docs/benchmarks.md, "An idle daemon's share"), so it stays at
+		// 200 ms, 5 of an idle daemon's 11 statements a second.
+		FetchPollInterval:    FetchPollInterval,
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
 		MaxAttempts:          jobs.MaxAttempts,
 		RetryPolicy:          cappedRetry{max: 30 * time.Second},

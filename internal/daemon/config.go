@@ -22,7 +22,15 @@ const (
 	HTTPAddrDefault        = "127.0.0.1:8080"
 	ShutdownTimeoutDefault = 30 * time.Second
 	WorkersDefault         = 4
-	GaugeIntervalDefault   = 5 * time.Second
+	// GaugeIntervalDefault is the gauges' tick: a scrape of /metrics
+	// refreshes them itself (freshGauges), so the tick bounds how old the
+	// values a slow scrape gets are and how late a source's capture
+	// warning is logged; at 5 s its statements were a periodic cost of
+	// every daemon (docs/benchmarks.md, "An idle daemon's share").
+	GaugeIntervalDefault = 15 * time.Second
+	// FetchPollInterval is River's fetch poll: how late a new job of a
+	// source whose job had ended, or snoozed, starts.
+	FetchPollInterval      = 200 * time.Millisecond
 	RescueStuckJobsDefault = 2 * time.Minute
 )
 

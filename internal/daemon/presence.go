@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"context"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"log/slog"
+	"maps"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/jobs"
@@ -21,8 +23,9 @@ func (d *Daemon) presence(ctx context.Context) {
 	t := newGrid(d.started.Add(phasePresence), presence.Beat)
 	defer t.Stop()
 	failing := false
+	var said sayState
 	for {
-		err := d.sayHolds(ctx)
+		err := d.sayHolds(ctx, &said)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
@@ -46,12 +49,29 @@ func (d *Daemon) presence(ctx context.Context) {
 	}
 }
 
+// sayAgainAfter is how long the presence goes without saying the same
+// holds again: well inside presence.Lease (5 s), so that two beats lost
+// in a row still leave this daemon alive to the others. Saying is a
+// write and a commit (a WAL flush); at every beat it was two of an idle
+// daemon's 18 statements a second and the costliest of its periodic
+// work (docs/benchmarks.md, "An idle daemon's share").
+const sayAgainAfter = 3 * presence.Beat
+
+// sayState is what the presence last said, and when.
+type sayState struct {
+	held map[string]int64
+	at   time.Time
+}
+
 // sayHolds reads every destination's hold, has its deliverer take it, and
 // says which generation of each this daemon holds: two statements on one
-// pooled connection, twice a second (one a destination, each its own
-// acquire, took a connection five times a beat; "Spreading the periodic
-// work" in docs/design.md).
-func (d *Daemon) sayHolds(ctx context.Context) error {
+// pooled connection every beat (one a destination, each its own acquire,
+// took a connection five times a beat; "Spreading the periodic work" in
+// docs/design.md). The saying is skipped while what this daemon holds has
+// not changed since it last said it, less than sayAgainAfter ago: a pause
+// adopted is still said at the beat that adopted it, so `syncer pause`
+// waits no longer.
+func (d *Daemon) sayHolds(ctx context.Context, said *sayState) error {
 	d.mu.Lock()
 	names := make([]string, 0, len(d.dests))
 	dests := make([]*destination, 0, len(d.dests))
@@ -76,6 +96,14 @@ func (d *Daemon) sayHolds(ctx context.Context) error {
 				held[presence.SourceKey(src)] = 0
 			}
 		}
-		return presence.Say(ctx, c, d.id, held)
+		now := time.Now()
+		if said.held != nil && maps.Equal(said.held, held) && now.Sub(said.at) < sayAgainAfter {
+			return nil
+		}
+		if err := presence.Say(ctx, c, d.id, held); err != nil {
+			return err
+		}
+		said.held, said.at = held, now
+		return nil
 	})
 }

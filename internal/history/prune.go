@@ -123,7 +123,7 @@ func NewPruner(db database.Querier, cfg *Config) (*Pruner, error) {
 func (p *Pruner) Run(ctx context.Context) {
 	t := time.NewTicker(p.cfg.Every)
 	defer t.Stop()
-	tidy := time.NewTicker(tidyEvery)
+	tidy := time.NewTicker(tidyEvery(p.cfg.TidyQuiet))
 	defer tidy.Stop()
 	prune := func() {
 		if _, err := p.Prune(ctx); err != nil && ctx.Err() == nil {

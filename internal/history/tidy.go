@@ -17,8 +17,14 @@ import (
 // so past Config.TidyRequests requests since the last tidy it marks them
 // anyway, which bounds what a lookup reads.
 
-// tidyEvery is how often the Pruner reads how many requests were written.
-const tidyEvery = time.Second
+// tidyEvery is how often the Pruner reads how many requests were written:
+// every Config.TidyQuiet (2 s by default), the quiet it waits for, within
+// 100 ms and 5 s. It was every second: a periodic statement of every
+// daemon, busy or idle, for an index that only bounds what a lookup
+// reads (docs/benchmarks.md, "An idle daemon's share").
+func tidyEvery(quiet time.Duration) time.Duration {
+	return min(max(quiet, 100*time.Millisecond), 5*time.Second)
+}
 
 // tidyChunk is how many requests one marking statement indexes: up to
 // 50,000 keys at 500 a request, a tenth of a second of PostgreSQL.
@@ -28,8 +34,9 @@ const tidyChunk = 100
 // table, as PostgreSQL's statistics say (each session adds its own at
 // most a second or so late): a number that does not move means a quiet
 // export.
-const insertedSQL = `SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables
-	WHERE relid = to_regclass('syncer_history_requests')), 0)`
+// The function pg_stat_user_tables reads n_tup_ins from, without the
+// view's joins.
+const insertedSQL = `SELECT coalesce(pg_stat_get_tuples_inserted(to_regclass('syncer_history_requests')), 0)`
 
 // tidySQL marks up to $1 unindexed requests indexed, which places their
 // keys in the GIN index; a row another Pruner is marking is left to it.

@@ -295,11 +295,10 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 		}
 	}
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		// A round never waits for good: see roundLockTimeout.
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", pgMillis(roundLockTimeout)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", r.cfg.LockKey); err != nil {
+		// A round never waits for good: see roundLockTimeout. The timeout
+		// and the lock in one round trip: a select list is evaluated in
+		// order, so the lock waits under the timeout just set.
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", pgMillis(roundLockTimeout), r.cfg.LockKey); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT id, op FROM syncer_outbox ORDER BY id LIMIT 10000 FOR UPDATE SKIP LOCKED`)

@@ -153,6 +153,11 @@ func (r *runner) dbshare(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	defer b.close(ctx)
+	if w := idleWindow(); w > 0 {
+		if err := b.idle(ctx, w); err != nil {
+			return nil, fmt.Errorf("dbshare: idle: %w", err)
+		}
+	}
 	var rows []Row
 	for _, rate := range sz.rates {
 		res := map[sharePhase]*sharePhaseResult{}
