@@ -46,7 +46,7 @@ type destination struct {
 	// certs are its TLS files' certificates; nil without tls.
 	certs *destinationCertificates
 	// tenants gives each tenant of a source with a tenant column its own
-	// deliverer (tenantDestinations); nil for the default destination.
+	// deliverer (exporter.TenantsOf); nil for the default destination.
 	tenants *tenants.Registry
 }
 
@@ -269,7 +269,7 @@ func (d *Daemon) buildSources(ctx context.Context, file *config.Config, dests ma
 			if dest.tenants == nil {
 				return nil, fmt.Errorf("daemon: source %s has a tenant column: its destination %s must be one of the file's destinations", s.Name, s.Destination)
 			}
-			src.Tenants = tenantDestinations{dest.tenants}
+			src.Tenants = exporter.TenantsOf(dest.tenants)
 		}
 		src.BatchSize = bs
 		src.BodyTag = d.bodyTag(dest)

@@ -19,5 +19,5 @@ func TenantsOf(pool *pgxpool.Pool, file *config.Config, name, installation strin
 	if err != nil {
 		return nil, nil, err
 	}
-	return tenantDestinations{built.tenants}.For, func() { built.client.Close(); built.tenants.Close() }, nil
+	return exporter.TenantsOf(built.tenants).For, func() { built.client.Close(); built.tenants.Close() }, nil
 }

@@ -10,43 +10,11 @@ import (
 	"github.com/syncer-dev/syncer/internal/config"
 	"github.com/syncer-dev/syncer/internal/credentials"
 	"github.com/syncer-dev/syncer/internal/delivery"
-	"github.com/syncer-dev/syncer/internal/exporter"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/sources"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
-
-// tenantDestinations gives each tenant of a source with a tenant column
-// its own destination (exporter.TenantDestinations, docs/protocol.md
-// section 10): its destination's tenants.Registry, asked per batch.
-type tenantDestinations struct{ r *tenants.Registry }
-
-// The exporter's interface, declared here as its method so that this
-// file compiles before internal/exporter declares it.
-var _ interface {
-	For(ctx context.Context, tenant string) (exporter.Destination, error)
-} = tenantDestinations{}
-
-// For returns tenant's deliverer; an error (unconnected, an unusable row)
-// makes the tenant's rows wait.
-func (t tenantDestinations) For(ctx context.Context, tenant string) (exporter.Destination, error) {
-	d, err := t.r.For(ctx, tenant)
-	if err != nil {
-		return nil, err // never a nil *Deliverer in a non-nil interface
-	}
-	return d, nil
-}
-
-// Held returns tenant's deliverer as its registry holds it, reading
-// nothing (tenants.Registry.Held); ok false: ask For.
-func (t tenantDestinations) Held(tenant string) (exporter.Destination, bool) {
-	d, ok := t.r.Held(tenant)
-	if !ok {
-		return nil, false // never a nil *Deliverer in a non-nil interface
-	}
-	return d, true
-}
 
 // tenantRegistry builds dest's tenants: with its tenants block, each
 // tenant's URL and credentials from the query; without, every tenant to

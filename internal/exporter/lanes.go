@@ -47,6 +47,43 @@ type knownDestinations interface {
 	Held(tenant string) (d Destination, ok bool)
 }
 
+// Registry is a registry of tenants' destinations whose methods answer
+// with its own type (tenants.Registry: *delivery.Deliverer), which Go
+// does not take where TenantDestinations answers with a Destination.
+type Registry[D Destination] interface {
+	For(ctx context.Context, tenant string) (D, error)
+	Held(tenant string) (d D, ok bool)
+}
+
+// TenantsOf is r as a source's TenantDestinations (Source.Tenants), its
+// held destinations too (knownDestinations). Here, beside the interfaces
+// it meets, rather than a type of the daemon's: a lane asking a tenant's
+// destination calls r from the exporter, not up through the package that
+// only wired them together (issue 56).
+func TenantsOf[D Destination](r Registry[D]) TenantDestinations {
+	return registryTenants[D]{r}
+}
+
+type registryTenants[D Destination] struct{ r Registry[D] }
+
+var _ knownDestinations = registryTenants[*delivery.Deliverer]{}
+
+func (t registryTenants[D]) For(ctx context.Context, tenant string) (Destination, error) {
+	d, err := t.r.For(ctx, tenant)
+	if err != nil {
+		return nil, err // never a nil D in a non-nil interface
+	}
+	return d, nil
+}
+
+func (t registryTenants[D]) Held(tenant string) (Destination, bool) {
+	d, ok := t.r.Held(tenant)
+	if !ok {
+		return nil, false // never a nil D in a non-nil interface
+	}
+	return d, true
+}
+
 // readier is a destination that says, without sending, how long until it
 // would send (delivery.Deliverer.Ready).
 type readier interface {
