@@ -20,30 +20,14 @@ const RefreshDefault = time.Second
 // of the export lock writes them: what a process must not miss is another
 // daemon's pause or open breaker at a handover, and it sees those within
 // one refresh period.
-//
-// A Shared made by Together.Shared reads through it instead, with its
-// namespace's neighbours; what it wrote after the read it is given began
-// is laid over that read (writes), so its own writes still show at once.
 type Shared struct {
 	store   *Store
 	refresh time.Duration
 	now     func() time.Time
 
-	together  *Together
-	namespace string
-
 	mu      sync.Mutex
 	state   State
 	fetched time.Time // zero: never read
-	// writes are this process's writes, with when each returned, kept
-	// (with together) until a read begun after them was handed out.
-	writes []sharedWrite
-}
-
-// sharedWrite is one write, as it changes a State.
-type sharedWrite struct {
-	at    time.Time
-	apply func(*State)
 }
 
 // NewShared wraps store. refresh 0 means RefreshDefault.
@@ -57,9 +41,6 @@ func NewShared(store *Store, refresh time.Duration) *Shared {
 // Load returns the facts, read from the database if the cached view is
 // older than the refresh period.
 func (s *Shared) Load(ctx context.Context) (State, error) {
-	if s.together != nil {
-		return s.loadTogether(ctx)
-	}
 	s.mu.Lock()
 	if !s.fetched.IsZero() && s.now().Sub(s.fetched) < s.refresh {
 		st := s.state
@@ -77,37 +58,10 @@ func (s *Shared) Load(ctx context.Context) (State, error) {
 	return st, nil
 }
 
-// loadTogether is Load through s.together: its read, with what this
-// process wrote since that read began laid over it. A write that returned
-// before the read began is in what the read saw.
-func (s *Shared) loadTogether(ctx context.Context) (State, error) {
-	st, began, err := s.together.load(ctx, s.namespace)
-	if err != nil {
-		return State{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept := s.writes[:0]
-	for _, w := range s.writes {
-		if !w.at.Before(began) {
-			w.apply(&st)
-			kept = append(kept, w)
-		}
-	}
-	clear(s.writes[len(kept):])
-	s.writes = kept
-	return st, nil
-}
-
-// update applies a write to the cached view (with together, to the reads
-// begun before it).
+// update applies a write to the cached view.
 func (s *Shared) update(f func(*State)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.together != nil {
-		s.writes = append(s.writes, sharedWrite{at: s.now(), apply: f})
-		return
-	}
 	f(&s.state)
 }
 
@@ -159,24 +113,6 @@ func (s *Shared) SetRefusal(ctx context.Context, key string, r Refusal) (bool, e
 	changed, err := s.store.SetRefusal(ctx, key, r)
 	if err != nil {
 		return false, err
-	}
-	if s.together != nil {
-		// Since as the store keeps it: the old one unless the fact
-		// changed (then this process's clock, until the next read).
-		at := s.now().UTC()
-		s.update(func(st *State) {
-			p := &st.Credentials
-			if key == KeyConfiguration {
-				p = &st.Configuration
-			}
-			next := r
-			next.Since = p.Since
-			if changed || next.Since.IsZero() {
-				next.Since = at
-			}
-			*p = next
-		})
-		return changed, nil
 	}
 	s.mu.Lock()
 	s.fetched = time.Time{}

@@ -197,83 +197,31 @@ func ReadStateOf(ctx context.Context, q database.Querier, namespace string) (Sta
 	if err != nil {
 		return st, fmt.Errorf("breakerstore: read state: %w", err)
 	}
+	into := map[string]func([]byte){
+		KeyBreaker:       func(v []byte) { decode(v, &st.Breaker) },
+		KeyCredentials:   func(v []byte) { decode(v, &st.Credentials) },
+		KeyConfiguration: func(v []byte) { decode(v, &st.Configuration) },
+		KeyPause:         func(v []byte) { decode(v, &st.Pause) },
+		KeyRate:          func(v []byte) { decode(v, &st.Rate) },
+		KeyLastError:     func(v []byte) { decode(v, &st.LastError) },
+		KeyHold:          func(v []byte) { decode(v, &st.Hold) },
+		KeyCertificates:  func(v []byte) { decode(v, &st.Certificates) },
+		KeyProbe:         func(v []byte) { decode(v, &st.Probe) },
+		KeyProbeAnswer:   func(v []byte) { decode(v, &st.ProbeAnswer) },
+		KeyVerifyShare:   func(v []byte) { decode(v, &st.VerifyShare) },
+	}
 	var key string
 	var value []byte
 	_, err = pgx.ForEachRow(rows, []any{&key, &value}, func() error {
-		st.decodeKey(key, value)
+		if f, ok := into[key]; ok {
+			f(value)
+		}
 		return nil
 	})
 	if err != nil {
 		return State{}, fmt.Errorf("breakerstore: read state: %w", err)
 	}
 	return st, nil
-}
-
-// ReadStatesOf is ReadStateOf of many namespaces in one statement, by
-// namespace (one without facts reads as the zero State): a destination's
-// tenants' deliverers read theirs together (Together).
-func ReadStatesOf(ctx context.Context, q database.Querier, namespaces []string) (map[string]State, error) {
-	type fact struct{ ns, key string }
-	want := make(map[string]fact, len(namespaces)*len(allKeys))
-	keys := make([]string, 0, len(namespaces)*len(allKeys))
-	for _, ns := range namespaces {
-		prefix := keyPrefix(ns)
-		for _, k := range allKeys {
-			keys = append(keys, prefix+k)
-			want[prefix+k] = fact{ns, k}
-		}
-	}
-	rows, err := q.Query(ctx, `SELECT key, value FROM syncer_state WHERE key = ANY($1)`, keys)
-	if err != nil {
-		return nil, fmt.Errorf("breakerstore: read states: %w", err)
-	}
-	out := make(map[string]State, len(namespaces))
-	for _, ns := range namespaces {
-		out[ns] = State{}
-	}
-	var key string
-	var value []byte
-	_, err = pgx.ForEachRow(rows, []any{&key, &value}, func() error {
-		if f, ok := want[key]; ok {
-			st := out[f.ns]
-			st.decodeKey(f.key, value)
-			out[f.ns] = st
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("breakerstore: read states: %w", err)
-	}
-	return out, nil
-}
-
-// decodeKey reads the value of the fact key (one of allKeys, without its
-// namespace) into st.
-func (st *State) decodeKey(key string, v []byte) {
-	switch key {
-	case KeyBreaker:
-		decode(v, &st.Breaker)
-	case KeyCredentials:
-		decode(v, &st.Credentials)
-	case KeyConfiguration:
-		decode(v, &st.Configuration)
-	case KeyPause:
-		decode(v, &st.Pause)
-	case KeyRate:
-		decode(v, &st.Rate)
-	case KeyLastError:
-		decode(v, &st.LastError)
-	case KeyHold:
-		decode(v, &st.Hold)
-	case KeyCertificates:
-		decode(v, &st.Certificates)
-	case KeyProbe:
-		decode(v, &st.Probe)
-	case KeyProbeAnswer:
-		decode(v, &st.ProbeAnswer)
-	case KeyVerifyShare:
-		decode(v, &st.VerifyShare)
-	}
 }
 
 // decode reads value into dst, leaving dst zero when it does not decode.
@@ -349,11 +297,8 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 func (s *Store) Load(ctx context.Context) (State, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	return ReadStateOf(ctx, s.pool, s.namespace())
+	return ReadStateOf(ctx, s.pool, strings.TrimSuffix(s.prefix, ":"))
 }
-
-// namespace is the Config.Namespace s was made with.
-func (s *Store) namespace() string { return strings.TrimSuffix(s.prefix, ":") }
 
 // SetBreaker records the breaker's state.
 func (s *Store) SetBreaker(ctx context.Context, b Breaker) error { return s.put(ctx, KeyBreaker, b) }

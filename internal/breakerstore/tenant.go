@@ -124,7 +124,15 @@ func (f TenantFacts) StateAt(now time.Time) (state, text string) {
 // character: each key is split at its known suffix, never at a separator.
 func ReadTenants(ctx context.Context, q database.Querier, name string) (map[string]*TenantFacts, error) {
 	prefix := tenant.NamespacePrefix(name)
-	return readTenantFacts(ctx, q, name, `SELECT substr(key, $2), value FROM syncer_state WHERE starts_with(key, $1)`, prefix, len(prefix)+1)
+	rows, err := q.Query(ctx, `SELECT substr(key, $2), value FROM syncer_state WHERE starts_with(key, $1)`, prefix, len(prefix)+1)
+	if err != nil {
+		return nil, fmt.Errorf("breakerstore: read tenants of %s: %w", name, err)
+	}
+	out, err := tenantFacts(rows)
+	if err != nil {
+		return nil, fmt.Errorf("breakerstore: read tenants of %s: %w", name, err)
+	}
+	return out, nil
 }
 
 // ReadTenantsCounted reads what CountTenants needs of destination name's
@@ -143,16 +151,10 @@ func ReadTenantsCounted(ctx context.Context, q database.Querier, name string, te
 			keys = append(keys, keyPrefix(TenantNamespace(name, tenant.Tenant(t)))+k)
 		}
 	}
-	return readTenantFacts(ctx, q, name, `SELECT substr(key, $2), value FROM syncer_state WHERE key = ANY($3)
+	rows, err := q.Query(ctx, `SELECT substr(key, $2), value FROM syncer_state WHERE key = ANY($3)
 		UNION ALL
 		SELECT substr(key, $2), value FROM syncer_state WHERE starts_with(key, $1) AND right(key, $4) = $5 AND NOT key = ANY($3)`,
 		prefix, len(prefix)+1, keys, len(KeyHold)+1, ":"+KeyHold)
-}
-
-// readTenantFacts runs sql, whose rows are (key less destination name's
-// tenant prefix, value), and decodes them by tenant (tenantFacts).
-func readTenantFacts(ctx context.Context, q database.Querier, name, sql string, args ...any) (map[string]*TenantFacts, error) {
-	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("breakerstore: read tenants of %s: %w", name, err)
 	}

@@ -57,7 +57,7 @@ func (r *Registry) build(e *entry, conn *connection) (*delivery.Deliverer, *refr
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := delivery.New(c, r.facts.Shared(store), &dcfg)
+	d, err := delivery.New(c, breakerstore.NewShared(store, 0), &dcfg)
 	if err != nil {
 		return nil, nil, err
 	}

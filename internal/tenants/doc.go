@@ -11,12 +11,6 @@
 //     used; an idle one is forgotten at a later use of the registry. No
 //     goroutine, timer or database session exists per tenant: thousands
 //     of idle tenants cost only their map entries until they are evicted.
-//   - The tenants' shared facts are read together: one goroutine per
-//     registry reads, in one statement every half second, the facts of
-//     every tenant whose deliverer asked in the last 10 s
-//     (breakerstore.Together), and stops while none asks. A deliverer
-//     takes them from that read without waiting, as fresh as its own
-//     read a second apart was; a tenant's first ask reads it alone.
 //   - A tenant's connection row is read at most once per RefreshEvery (30
 //     s), and at its next use after the third party refused its
 //     credentials (401 or 403 after one fresh token); while they stand

@@ -148,10 +148,6 @@ type Registry struct {
 	// later is the stores of rotated refresh tokens being retried; Close
 	// gives them StoreGrace.
 	later *laterStores
-	// facts keeps the tenants' shared facts fresh, every sending tenant's
-	// in one statement (breakerstore.Together), where each read its own
-	// once a second.
-	facts *breakerstore.Together
 	// warnedAt is when a failing query was last logged at WARN (Unix
 	// nanoseconds): once a minute, not once per tenant.
 	warnedAt atomic.Int64
@@ -240,19 +236,16 @@ func New(cfg Config) (*Registry, error) {
 		cfg.Queries = NewQueryGate(QueryConnsDefault)
 	}
 	bctx, stop := context.WithCancel(context.Background())
-	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop, later: newLaterStores(),
-		facts: breakerstore.NewTogether(cfg.Pool, 0)}, nil
+	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop, later: newLaterStores()}, nil
 }
 
-// Close ends the reads running behind tenants' batches and the shared
-// facts' goroutine (breakerstore.Together), waits up to
+// Close ends the reads running behind tenants' batches, waits up to
 // StoreGrace for the stores of rotated refresh tokens being retried (a
 // token this process alone holds is lost with it), and closes the idle
 // connections of every tenant's requests.
 func (r *Registry) Close() {
 	r.stopBehind()
 	r.behind.Wait()
-	r.facts.Close()
 	r.later.close(StoreGrace)
 	r.http.CloseIdleConnections()
 }
