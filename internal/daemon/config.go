@@ -141,6 +141,10 @@ type Config struct {
 	// runs, and again after each reload it applied (Supervise). Tests use
 	// it. Defaults to nil.
 	Ready func(addr string)
+
+	// fetchPoll replaces FetchPollInterval in the tests that tell a job
+	// started by River's poll from one started at once (SetFetchPoll).
+	fetchPoll time.Duration
 }
 
 // withDefaults returns c with every default applied, in one place.
