@@ -49,6 +49,9 @@ func Digest(tag string, it feed.Item) []byte {
 // digestLen is how much of the SHA-256 a digest keeps.
 const digestLen = 16
 
+// DigestLen is the length of a digest, in bytes.
+const DigestLen = digestLen
+
 // Digester computes digests with one hash, reset for each: a marker
 // transaction digests every body of its batches, and a hash and a sum
 // apiece were a tenth of what a drain allocated.
@@ -117,6 +120,10 @@ func (ds *Digests) Add(tag string, it feed.Item) {
 	ds.Keys = append(ds.Keys, it.ID)
 	ds.Sums = append(ds.Sums, ds.buf[at:len(ds.buf):len(ds.buf)])
 }
+
+// Flat is the digests one after the other, DigestLen bytes each: what a
+// statement splits, rather than an array of one bytea each (issue 55).
+func (ds *Digests) Flat() []byte { return ds.flat() }
 
 // flat is the digests one after the other: Add's buffer, or a copy for
 // Digests built otherwise.
