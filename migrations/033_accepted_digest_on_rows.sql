@@ -111,8 +111,10 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER IF EXISTS syncer_accepted_bodies_of_resources ON {{schema}}.syncer_accepted_bodies;
-CREATE CONSTRAINT TRIGGER syncer_accepted_bodies_of_resources
+-- Named as the migrations name the resources' triggers: syncer_* names a
+-- source's capture trigger, which tests look for.
+DROP TRIGGER IF EXISTS accepted_bodies_of_resources ON {{schema}}.syncer_accepted_bodies;
+CREATE CONSTRAINT TRIGGER accepted_bodies_of_resources
     AFTER INSERT OR UPDATE ON {{schema}}.syncer_accepted_bodies
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
