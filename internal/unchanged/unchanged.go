@@ -15,7 +15,10 @@
 // for a replay, which re-exports whatever the third party has; ForgetKeys
 // a heal's keys, which the third party was found not to hold. The package
 // owns syncer_accepted_bodies and syncer_skips (migration 020) and
-// the function that writes new digests (migrations 026, 028).
+// the function that writes new digests (migrations 026, 028). The
+// digests it keeps are the configured sources'; resources keeps its own
+// on its rows and tombstones (accepted_digest, migration 033,
+// internal/resources), computed with this package's Digester.
 //
 // For a source with a tenant column a digest is a (tenant, key)'s
 // (migration 028): each tenant is its own account, so a row moved to
