@@ -120,3 +120,35 @@ CREATE CONSTRAINT TRIGGER accepted_bodies_of_resources
     FOR EACH ROW
     WHEN (NEW.feed = 'resources' AND NEW.tenant = '')
     EXECUTE FUNCTION {{schema}}.syncer_accepted_bodies_of_resources();
+
+-- The previous release's heal (`verify --heal`, by hand or a daemon's
+-- background verify) makes rows and tombstones pending at a new version
+-- and forgets their digests in the table only: the third party does not
+-- hold what the digest says, and a digest left on the row would settle
+-- the resent version as skipped. A statement that sets version and leaves
+-- the digest as it was (that heal; this release's clears it in the same
+-- transaction) clears it. Writers never set version (the new version of a
+-- payload is a BEFORE trigger's, which UPDATE OF does not see), the marks
+-- never do, and the reinsert sets the digest it carries: none of them
+-- fires it. A later release drops it with the table's trigger above.
+CREATE OR REPLACE FUNCTION {{schema}}.syncer_version_set_forgets_digest() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.accepted_digest := NULL;
+    RETURN NEW;
+END
+$$;
+
+DROP TRIGGER IF EXISTS resources_version_set_forgets_digest ON {{schema}}.resources;
+CREATE TRIGGER resources_version_set_forgets_digest
+    BEFORE UPDATE OF version ON {{schema}}.resources
+    FOR EACH ROW
+    WHEN (OLD.accepted_digest IS NOT NULL AND NEW.accepted_digest IS NOT DISTINCT FROM OLD.accepted_digest)
+    EXECUTE FUNCTION {{schema}}.syncer_version_set_forgets_digest();
+
+DROP TRIGGER IF EXISTS tombstones_version_set_forgets_digest ON {{schema}}.syncer_tombstones;
+CREATE TRIGGER tombstones_version_set_forgets_digest
+    BEFORE UPDATE OF version ON {{schema}}.syncer_tombstones
+    FOR EACH ROW
+    WHEN (OLD.accepted_digest IS NOT NULL AND NEW.accepted_digest IS NOT DISTINCT FROM OLD.accepted_digest)
+    EXECUTE FUNCTION {{schema}}.syncer_version_set_forgets_digest();

@@ -160,6 +160,37 @@ func TestPreviousReleasesDigestsOfResourcesClearTheRows(t *testing.T) {
 	}
 }
 
+// The previous release's heal (a resend at a new version that forgets
+// the digests in syncer_accepted_bodies only) clears the digests on the
+// rows and tombstones it resends; this release's Resend clears them too.
+func TestResendForgetsTheDigests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.exec(t, `INSERT INTO resources (id, payload) VALUES (1, '{"a": 1}'), (2, '{"b": 2}'), (3, '{"c": 3}'), (4, '{}')`)
+	b.exec(t, `UPDATE resources SET accepted_digest = '\x01', synced_at = now()`)
+	b.exec(t, `DELETE FROM resources WHERE id = 3`)
+	// 602b0a1's resources.Resend.
+	b.exec(t, `WITH r AS (UPDATE resources SET version = version + 1, changed_at = now(),
+				synced_at = NULL, failed_at = NULL, sync_error = NULL
+			WHERE id = ANY($1) RETURNING 1),
+		t AS (UPDATE syncer_tombstones SET version = version + 1, deleted_at = now(),
+				synced_at = NULL, failed_at = NULL, sync_error = NULL
+			WHERE id = ANY($1) RETURNING 1)
+		SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM t)`, []int64{1, 3})
+	require.Equal(t, 0, b.countOf(t, `SELECT count(*) FROM resources WHERE id = 1 AND accepted_digest IS NOT NULL`))
+	require.Equal(t, 0, b.countOf(t, `SELECT count(*) FROM syncer_tombstones WHERE id = 3 AND accepted_digest IS NOT NULL`))
+	require.Equal(t, 2, b.countOf(t, `SELECT count(*) FROM resources WHERE id IN (2, 4) AND accepted_digest IS NOT NULL`))
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	n, err := resources.Resend(ctx, tx, []int64{2})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, 1, b.countOf(t, `SELECT count(*) FROM resources WHERE accepted_digest IS NOT NULL`), "only 4's is left")
+}
+
 func (b *bundle) countOf(t *testing.T, sql string) int {
 	t.Helper()
 	var n int
