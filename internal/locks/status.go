@@ -76,3 +76,12 @@ func Held(ctx context.Context, q database.Querier, key int64) (bool, error) {
 	_, held, err := HolderOf(ctx, q, key)
 	return held, err
 }
+
+// LeasesHeldSQL is a query of the locks held by a lease alone
+// (Config.LeasesOnly) and live, counted by their holder's
+// application_name: columns app and leases (int). It is for a statement
+// that reads them beside what it reads (status's sessions, one statement
+// where syncer_lock_leases is read by no package but this one).
+const LeasesHeldSQL = `SELECT holder_name AS app, count(*)::int AS leases FROM syncer_lock_leases
+	WHERE holder IS NOT NULL AND holder_name IS NOT NULL AND expires_at > clock_timestamp()
+	GROUP BY holder_name`
