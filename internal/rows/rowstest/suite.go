@@ -234,7 +234,7 @@ func replayAndVerify(t *testing.T, fx Fixture) {
 
 	table := fx.Rows.ReplayTable()
 	require.Equal(t, sc.Source, table.Name())
-	n, err := table.CountReplay(ctx, fx.Pool, &replays.Request{Source: sc.Source, Range: replays.SourceRange{FromKey: keys[1], ToKey: keys[2], Tenant: sc.Tenant.String()}})
+	n, err := table.CountReplay(ctx, fx.Pool, &replays.Request{Source: sc.Source, Range: replays.SourceRange{FromKey: keys[1], ToKey: keys[2], Tenant: sc.Tenant}})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 
