@@ -130,7 +130,7 @@ func (s *Resources) Graves(ctx context.Context, q database.Querier, after string
 // Graves reads the source's graves: keys deleted (for the tenant, when
 // set) and gone from the table.
 func (c *Configured) Graves(ctx context.Context, q database.Querier, after string, limit int) ([]Here, string, bool, error) {
-	stones, last, done, err := c.buf.page(ctx, q, c.src.Name, c.tenant, after, limit)
+	stones, last, done, err := c.buf.page(ctx, q, c.src.Name, c.tenant.String(), after, limit)
 	if err != nil {
 		return nil, "", false, err
 	}
@@ -140,7 +140,7 @@ func (c *Configured) Graves(ctx context.Context, q database.Querier, after strin
 			keys = append(keys, st.Key)
 		}
 	}
-	present, err := sources.PresentOf(ctx, q, c.src, c.tenant, keys)
+	present, err := sources.PresentOf(ctx, q, c.src, c.tenant.String(), keys)
 	if err != nil {
 		return nil, "", false, err
 	}
