@@ -140,7 +140,7 @@ func (c *Configured) Graves(ctx context.Context, q database.Querier, after strin
 			keys = append(keys, st.Key)
 		}
 	}
-	present, err := sources.PresentOf(ctx, q, c.src, c.tenant.String(), keys)
+	present, err := sources.PresentOf(ctx, q, c.src, c.tenant, keys)
 	if err != nil {
 		return nil, "", false, err
 	}
