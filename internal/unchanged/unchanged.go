@@ -213,9 +213,7 @@ func QueueSettledDigests(b *pgx.Batch, name, tenant string, keep, fresh *Digests
 		b.Queue(`SELECT syncer_keep_source_digests($1, $4, $2::text[], $3::bytea[])`, name, fresh.Keys, fresh.Sums, tenant)
 	}
 	if len(drop) > 0 {
-		// Whatever tenant holds the slot: a digest dropped costs a
-		// request at most.
-		b.Queue(forgetKeysSQL, name, drop)
+		b.Queue(forgetKeysSQL+` AND d.tenant = $3::text COLLATE "C"`, name, drop, tenant)
 	}
 }
 
