@@ -54,14 +54,19 @@ $$;
 -- previous release would skip a version whose body is the older one.
 -- So they are deleted, and what the previous release writes there for a
 -- source is dropped on its way in: it then finds no digest of a source
--- and skips none. Resources' digests are 033's (its deferred trigger
--- moves them off the table); they pass. A later release drops the
--- trigger with the table.
+-- and skips none. The key's digest in syncer_source_digests goes with
+-- it: the previous release accepted a body of the key, and this release
+-- must not compare with a digest older than that one. Resources' digests
+-- are 033's (its deferred trigger moves them off the table); they pass.
+-- A later release drops the trigger with the table.
 DELETE FROM {{schema}}.syncer_accepted_bodies WHERE NOT (feed = 'resources' AND tenant = '');
 
 CREATE OR REPLACE FUNCTION {{schema}}.syncer_accepted_bodies_moved() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    DELETE FROM {{schema}}.syncer_source_digests
+    WHERE slot = pg_catalog.hashtextextended(NEW.key COLLATE "C", pg_catalog.hashtext(NEW.feed COLLATE "C"))
+        AND feed = NEW.feed COLLATE "C" AND tenant = NEW.tenant COLLATE "C" AND key = NEW.key COLLATE "C";
     RETURN NULL;
 END
 $$;

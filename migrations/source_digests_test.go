@@ -32,14 +32,20 @@ func TestPreviousReleasesSourceDigestsAreDropped(t *testing.T) {
 	}
 	require.Zero(t, count(`SELECT count(*) FROM syncer_accepted_bodies`), "the sources' digests are deleted")
 
-	// The previous release's writes: its upsert and its function.
+	// The previous release's writes: its upsert and its function. This
+	// release's digest of a key it accepted goes with them.
+	_, err = pool.Exec(ctx, `INSERT INTO syncer_source_digests (slot, feed, tenant, key, digest)
+		VALUES (hashtextextended('2', hashtext('orders')), 'orders', '', '2', '\x07'),
+		(hashtextextended('9', hashtext('orders')), 'orders', '', '9', '\x07')`)
+	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `INSERT INTO syncer_accepted_bodies (feed, tenant, key, digest) VALUES ('orders', '', '2', '\x03')
 		ON CONFLICT (feed, tenant, key) DO UPDATE SET digest = EXCLUDED.digest`)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `SELECT syncer_keep_digests('contacts', 'acme', ARRAY['3'], ARRAY['\x04'::bytea])`)
 	require.NoError(t, err)
 	require.Zero(t, count(`SELECT count(*) FROM syncer_accepted_bodies`), "dropped on their way in")
-	require.Zero(t, count(`SELECT count(*) FROM syncer_source_digests`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM syncer_source_digests WHERE key = '9'`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM syncer_source_digests`), "2's digest is gone with the previous release's accept")
 
 	// Resources' go to 033's trigger, which takes them out at commit.
 	_, err = pool.Exec(ctx, `INSERT INTO resources (id, payload) VALUES (5, '{}')`)
