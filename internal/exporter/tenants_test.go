@@ -417,7 +417,7 @@ func TestTenantMovedRowIsNotSkippedAtTheNewTenant(t *testing.T) {
 	var n int
 	require.Eventually(t, func() bool {
 		require.NoError(t, b.pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM syncer_accepted_bodies WHERE feed = 'contacts' AND tenant = 'acme'`).Scan(&n))
+			`SELECT count(*) FROM syncer_source_digests WHERE feed = 'contacts' AND tenant = 'acme'`).Scan(&n))
 		return n == 2
 	}, 10*time.Second, 20*time.Millisecond, "acme's digests are kept: the skip is on")
 

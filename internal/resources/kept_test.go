@@ -8,9 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/compose"
-	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/resources"
-	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // PendingKept returns each row's and tombstone's kept digest with it
@@ -119,7 +117,8 @@ func TestComposeSyncedKeepsTheDigests(t *testing.T) {
 // syncer_accepted_bodies (a rolling upgrade): what it writes there is
 // taken out, and the digest on the row of its key with it, so neither
 // release compares with a digest older than the other's accepted body. A
-// configured source's digests stay.
+// configured source's are dropped on their way in (migration 034: this
+// release keeps them in syncer_source_digests).
 func TestPreviousReleasesDigestsOfResourcesClearTheRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -132,7 +131,7 @@ func TestPreviousReleasesDigestsOfResourcesClearTheRows(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM syncer_accepted_bodies WHERE feed = 'resources'`).Scan(&n))
 	require.Zero(t, n)
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM syncer_accepted_bodies WHERE feed = 'orders'`).Scan(&n))
-	require.Equal(t, 1, n)
+	require.Zero(t, n)
 	var d1, d2 []byte
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT accepted_digest FROM resources WHERE id = 1), (SELECT accepted_digest FROM resources WHERE id = 2)`).Scan(&d1, &d2))
 	require.Nil(t, d1, "the previous release's accept clears the row's digest")
@@ -148,10 +147,17 @@ func TestPreviousReleasesDigestsOfResourcesClearTheRows(t *testing.T) {
 		var s compose.Statement
 		ids, versions := s.Arg([]int64{1, 2}), s.Arg(vs)
 		resources.ComposeSynced(&s, ids, versions, "", 0)
-		ds := unchanged.NewDigests(2)
-		ds.Add("tag", feed.Item{ID: "1", Payload: []byte(`{}`)})
-		ds.Add("tag", feed.Item{ID: "2", Payload: []byte(`{}`)})
-		unchanged.ComposeSettled(&s, "resources", "", resources.KeysSQL(ids), ds, fresh)
+		// 602b0a1's unchanged.ComposeSettled, into
+		// syncer_accepted_bodies: this release's writes
+		// syncer_source_digests.
+		sums := s.Arg([][]byte{{2}, {2}}) + `::bytea[]`
+		if fresh {
+			s.Call(`SELECT syncer_keep_digests('resources', '', ` + resources.KeysSQL(ids) + `, ` + sums + `)`)
+		} else {
+			s.Modify(`INSERT INTO syncer_accepted_bodies (feed, tenant, key, digest)
+				SELECT 'resources', '', n.key, n.digest FROM unnest(` + resources.KeysSQL(ids) + `, ` + sums + `) AS n (key, digest)
+				ON CONFLICT (feed, tenant, key) DO UPDATE SET digest = EXCLUDED.digest`)
+		}
 		qb := &pgx.Batch{}
 		s.Queue(qb, "mark")
 		require.NoError(t, b.pool.SendBatch(ctx, qb).Close(), "fresh %v", fresh)

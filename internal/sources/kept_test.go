@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // PendingKept returns each key's kept digest with it (issue 45: the
@@ -25,9 +26,10 @@ func TestPendingKeptReadsTheKeptDigests(t *testing.T) {
 	_, srcs := b.install(t, "  - {table: posts, key: id, destination: crm, snapshot: false}\n  - {table: tags, key: name, destination: crm, snapshot: false}\n")
 	b.exec(t, `INSERT INTO posts VALUES (1, 'a'), (2, 'b'), (3, 'c')`)
 	b.exec(t, `INSERT INTO tags VALUES ('Zeta', 1), ('alpha', 2)`)
-	b.exec(t, `INSERT INTO syncer_accepted_bodies (feed, key, digest) VALUES
-		('posts', '1', '\x01'), ('posts', '3', '\x03'), ('tags', '2', '\x09'),
-		('tags', 'alpha', '\x0a'), ('posts', 'Zeta', '\x0b')`)
+	b.exec(t, `INSERT INTO syncer_source_digests (slot, feed, tenant, key, digest)
+		SELECT `+unchanged.SlotSQL("v.feed", "v.key")+`, v.feed, '', v.key, v.digest FROM (VALUES
+		('posts', '1', '\x01'::bytea), ('posts', '3', '\x03'), ('tags', '2', '\x09'),
+		('tags', 'alpha', '\x0a'), ('posts', 'Zeta', '\x0b')) AS v (feed, key, digest)`)
 	lim := feed.Limits{Items: 10}.WithDefaults()
 
 	kept := func(src *sources.Source) map[string][]byte {

@@ -32,7 +32,7 @@ func TestComposedDigestsAreTheQueuedOnes(t *testing.T) {
 		return out
 	}
 	read := func(name, tenant string) map[string][]byte {
-		rows, err := pool.Query(ctx, `SELECT key, digest FROM syncer_accepted_bodies WHERE feed = $1 AND tenant = $2`, name, tenant)
+		rows, err := pool.Query(ctx, `SELECT key, digest FROM syncer_source_digests WHERE feed = $1 AND tenant = $2`, name, tenant)
 		require.NoError(t, err)
 		out := map[string][]byte{}
 		var k string
@@ -65,7 +65,7 @@ func TestComposedDigestsAreTheQueuedOnes(t *testing.T) {
 		write(true, "composed", tenant, items(1), true)
 		require.Len(t, read("composed", tenant), 300)
 		require.Equal(t, read("queued", tenant), read("composed", tenant))
-		// Fresh again over kept ones (syncer_keep_digests' second
+		// Fresh again over kept ones (syncer_keep_source_digests' second
 		// statement), then kept: the new bodies' digests win.
 		write(false, "queued", tenant, items(2), true)
 		write(true, "composed", tenant, items(2), true)

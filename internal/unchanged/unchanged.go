@@ -14,16 +14,22 @@
 // the third party has is not sent again. Forget drops a feed's digests,
 // for a replay, which re-exports whatever the third party has; ForgetKeys
 // a heal's keys, which the third party was found not to hold. The package
-// owns syncer_accepted_bodies and syncer_skips (migration 020) and
-// the function that writes new digests (migrations 026, 028). The
-// digests it keeps are the configured sources'; resources keeps its own
-// on its rows and tombstones (accepted_digest, migration 033,
-// internal/resources), computed with this package's Digester.
+// owns syncer_source_digests (migration 034), the function that writes
+// new digests there, and syncer_skips (migration 020); it keeps the
+// configured sources' digests. Resources keeps its own on its rows and
+// tombstones (accepted_digest, migration 033, internal/resources),
+// computed with this package's Digester. syncer_accepted_bodies (020,
+// 028) is the previous releases' table, emptied of sources' digests by
+// 034.
 //
-// For a source with a tenant column a digest is a (tenant, key)'s
-// (migration 028): each tenant is its own account, so a row moved to
-// another tenant is never skipped there for a body its old tenant's
-// account holds. Outside tenants the tenant is "".
+// A digest is found by its slot, a 64-bit hash of the feed and the key
+// (SlotSQL), and is a (tenant, key)'s: each tenant is its own account, so
+// a row moved to another tenant is never skipped there for a body its old
+// tenant's account holds. Outside tenants the tenant is "". A slot holds
+// one (feed, tenant, key): a key whose hash collides with another's, or
+// whose row moved tenants, finds the other's digest and compares its
+// identity, not its body, so it is sent rather than skipped; whichever
+// was accepted last keeps the slot.
 package unchanged
 
 import (
@@ -161,8 +167,28 @@ func (ds *Digests) Len() int {
 // probes and saved 1-2% of a read (issue 55: docs/benchmarks.md). tenant is the tenant's SQL expression: the empty
 // string outside tenants.
 func KeptSQL(feed, tenant, key string) string {
-	return `(SELECT ab.digest FROM syncer_accepted_bodies ab WHERE ab.feed = ` + feed +
-		` AND ab.tenant = ` + tenant + ` AND ab.key = (` + key + `)::text COLLATE "default")`
+	return `(SELECT d.digest FROM syncer_source_digests d WHERE d.slot = ` + SlotSQL(feed, key) +
+		` AND d.feed = (` + feed + `)::text COLLATE "C" AND d.tenant = (` + tenant + `)::text COLLATE "C" AND d.key = (` + key + `)::text COLLATE "C")`
+}
+
+// SlotSQL is the SQL of the slot of feed's key (SQL expressions of their
+// text): the bigint the digests are found by (migration 034, whose
+// syncer_keep_source_digests computes the same). One comparison of two
+// bigints a step of the index's descent, where the three texts of
+// syncer_accepted_bodies' key were compared under the database's
+// collation (issue 57: docs/benchmarks.md). PostgreSQL keeps hashtext
+// and hashtextextended stable, as hash partitions need them to be; were
+// they to change, the digests would be found in no slot and sent.
+func SlotSQL(feed, key string) string {
+	return `pg_catalog.hashtextextended((` + key + `)::text COLLATE "C", pg_catalog.hashtext((` + feed + `)::text COLLATE "C"))`
+}
+
+// upsertSQL upserts the digests of relation n (key, digest) for the feed
+// and tenant SQL expressions: one row a slot, the last accepted key's.
+func upsertSQL(feed, tenant, n string) string {
+	return `INSERT INTO syncer_source_digests AS d (slot, feed, tenant, key, digest)
+		SELECT DISTINCT ON (1) ` + SlotSQL(feed, "n.key") + `, ` + feed + `, ` + tenant + `, n.key, n.digest FROM ` + n + `
+		ON CONFLICT (slot) DO UPDATE SET feed = EXCLUDED.feed, tenant = EXCLUDED.tenant, key = EXCLUDED.key, digest = EXCLUDED.digest`
 }
 
 // QueueSettled queues on b, for feed name and tenant ("" outside
@@ -181,15 +207,13 @@ func QueueSettled(b *pgx.Batch, name, tenant string, keep, fresh map[string][]by
 // for none).
 func QueueSettledDigests(b *pgx.Batch, name, tenant string, keep, fresh *Digests, drop []string) {
 	if keep.Len() > 0 {
-		b.Queue(`INSERT INTO syncer_accepted_bodies (feed, tenant, key, digest)
-			SELECT $1, $4, n.key, n.digest FROM unnest($2::text[], $3::bytea[]) AS n (key, digest)
-			ON CONFLICT (feed, tenant, key) DO UPDATE SET digest = EXCLUDED.digest`, name, keep.Keys, keep.Sums, tenant)
+		b.Queue(upsertSQL("$1::text", "$4::text", "unnest($2::text[], $3::bytea[]) AS n (key, digest)"), name, keep.Keys, keep.Sums, tenant)
 	}
 	if fresh.Len() > 0 {
-		b.Queue(`SELECT syncer_keep_digests($1, $4, $2::text[], $3::bytea[])`, name, fresh.Keys, fresh.Sums, tenant)
+		b.Queue(`SELECT syncer_keep_source_digests($1, $4, $2::text[], $3::bytea[])`, name, fresh.Keys, fresh.Sums, tenant)
 	}
 	if len(drop) > 0 {
-		b.Queue(`DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND tenant = $3 AND key = ANY ($2::text[])`, name, drop, tenant)
+		b.Queue(forgetKeysSQL+` AND d.tenant = $3::text COLLATE "C"`, name, drop, tenant)
 	}
 }
 
@@ -210,12 +234,10 @@ func ComposeSettled(s *compose.Statement, name, tenant, keys string, ds *Digests
 		`) FROM generate_series(0, length(` + flat + `::bytea) / ` + strconv.Itoa(digestLen) + ` - 1) AS i ORDER BY i)`
 	feed, ten := s.Arg(name), s.Arg(tenant)
 	if fresh {
-		s.Call(`SELECT syncer_keep_digests(` + feed + `::text, ` + ten + `::text, ` + keys + `, ` + sums + `)`)
+		s.Call(`SELECT syncer_keep_source_digests(` + feed + `::text, ` + ten + `::text, ` + keys + `, ` + sums + `)`)
 		return
 	}
-	s.Modify(`INSERT INTO syncer_accepted_bodies (feed, tenant, key, digest)
-		SELECT ` + feed + `::text, ` + ten + `::text, n.key, n.digest FROM unnest(` + keys + `, ` + sums + `) AS n (key, digest)
-		ON CONFLICT (feed, tenant, key) DO UPDATE SET digest = EXCLUDED.digest`)
+	s.Modify(upsertSQL(feed+"::text", ten+"::text", `unnest(`+keys+`, `+sums+`) AS n (key, digest)`))
 }
 
 // fromMap are digests by id as Digests.
@@ -243,7 +265,8 @@ func QueueSkipped(b *pgx.Batch, name string, n int) {
 // Forget drops every digest of feed name: its next versions are sent
 // whatever the third party has (a replay).
 func Forget(ctx context.Context, q database.Querier, name string) error {
-	if _, err := q.Exec(ctx, `DELETE FROM syncer_accepted_bodies WHERE feed = $1`, name); err != nil {
+	// A scan of the table: a replay's or a reinstall's, not a drain's.
+	if _, err := q.Exec(ctx, `DELETE FROM syncer_source_digests WHERE feed = $1::text COLLATE "C"`, name); err != nil {
 		return fmt.Errorf("unchanged: forget the digests of %s: %w", name, err)
 	}
 	return nil
@@ -256,11 +279,16 @@ func ForgetKeys(ctx context.Context, q database.Querier, name string, keys []str
 	if len(keys) == 0 {
 		return nil
 	}
-	if _, err := q.Exec(ctx, `DELETE FROM syncer_accepted_bodies WHERE feed = $1 AND key = ANY ($2::text[])`, name, keys); err != nil {
+	if _, err := q.Exec(ctx, forgetKeysSQL, name, keys); err != nil {
 		return fmt.Errorf("unchanged: forget digests of %s: %w", name, err)
 	}
 	return nil
 }
+
+// forgetKeysSQL deletes the digests of feed $1's keys $2 (text[]), of
+// any tenant, each found by its slot.
+var forgetKeysSQL = `DELETE FROM syncer_source_digests d USING unnest($2::text[]) AS k (key)
+	WHERE d.slot = ` + SlotSQL("$1::text", "k.key") + ` AND d.feed = $1::text COLLATE "C" AND d.key = k.key COLLATE "C"`
 
 // Skips is how many versions of a feed were settled as skipped.
 type Skips struct {

@@ -137,6 +137,11 @@ func (r *runner) dbshare(ctx context.Context) ([]Row, error) {
 	}
 	var rows []Row
 	for _, rate := range sz.rates {
+		// --rows drain runs the drain alone: a comparison of the drain's
+		// cost in minutes rather than the scenario's quarter hour.
+		if !r.cfg.wantsRow(shareRowName(rate)) {
+			continue
+		}
 		res := map[sharePhase]*sharePhaseResult{}
 		for round := range sz.rounds {
 			for _, ph := range sharePhases() {
@@ -160,6 +165,9 @@ func (r *runner) dbshare(ctx context.Context) ([]Row, error) {
 			r.note("dbshare %d/s, %s: top statements of the last round (pg_stat_statements, calls, total ms, ms a call):\n%s", rate, ph, formatTop(res[ph].top))
 		}
 		rows = append(rows, shareRow(rate, res))
+	}
+	if !r.cfg.wantsRow(dbshareRowDrain) {
+		return rows, nil
 	}
 	drain, err := b.drain(ctx, sz.drainRows)
 	if err != nil {
@@ -187,12 +195,8 @@ func shareRow(rate int, res map[sharePhase]*sharePhaseResult) Row {
 	plainUS, walUS, synUS := per(phasePlain, plain.cpu.db()), per(phaseWAL, wal.cpu.db()), per(phaseSyncer, syn.cpu.db())
 	ratio := synUS / walUS
 	reached := syn.rate / float64(rate)
-	name := dbshareRow500
-	if rate != 500 {
-		name = dbshareRow2000
-	}
 	return Row{
-		Scenario: name,
+		Scenario: shareRowName(rate),
 		Measured: fmt.Sprintf("syncer %.0f µs a row (writers %.0f, its sessions %.0f); writers %s/s",
 			synUS, per(phaseSyncer, syn.cpu.writers), per(phaseSyncer, syn.cpu.exporter), count(syn.rate)),
 		Baseline: fmt.Sprintf("WAL reader %.0f (writers %.0f, walsender %.0f), %s/s; inserts alone %.0f (writers %.0f), %s/s",
@@ -210,6 +214,13 @@ func shareRow(rate int, res map[sharePhase]*sharePhaseResult) Row {
 			"syncer_rate":              syn.rate, "wal_rate": wal.rate, "plain_rate": plain.rate,
 		},
 	}
+}
+
+func shareRowName(rate int) string {
+	if rate == 500 {
+		return dbshareRow500
+	}
+	return dbshareRow2000
 }
 
 func (p sharePhaseResult) describe() string {
