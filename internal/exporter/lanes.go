@@ -268,6 +268,12 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 		if err == nil {
 			return out, nil
 		}
+		if errors.Is(err, delivery.ErrWithdrawn) && !b.Resent {
+			// Withdrawn at its pass's end before any request went:
+			// nothing took it, its rows are read again by the next
+			// pass, keyed anew from what they are then.
+			return &delivery.Outcome{}, nil
+		}
 		reached = mayHaveReached(b, err)
 	}
 	if ctx.Err() != nil {

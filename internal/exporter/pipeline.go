@@ -187,9 +187,17 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 	}
 	defer stopMarker()
 	readCh := (<-chan fetched)(nil)
+	// withdraw is closed at the pass's end (its PassLength) for a lane's
+	// feed: its pushes still waiting for their tenant's token then give
+	// the token back and their rows are read again by the next pass,
+	// which starts at once instead of after the last of them (withdraw).
+	var withdraw <-chan struct{}
 	if rd != nil {
 		readCh = rd.ch
 		defer rd.stop()
+		if pl != nil && !p.serial {
+			withdraw = rd.timeUp
+		}
 	}
 	setHalt := func(err error) {
 		if halt == nil {
@@ -243,8 +251,12 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			queue = queue[1:]
 			inflight++
 			sentUpTo = b.position
+			pctx := ctx
+			if withdraw != nil && !b.resent {
+				pctx = delivery.WithWithdraw(ctx, withdraw)
+			}
 			go func() {
-				out, err := p.pusher.push(ctx, b)
+				out, err := p.pusher.push(pctx, b)
 				results <- pushed{b: b, out: out, err: err}
 			}()
 		}
@@ -405,7 +417,11 @@ func (s *pusher) push(ctx context.Context, b *batch) (*delivery.Outcome, error) 
 	if s.source != "" {
 		s.all.SourceBatch(s.source, s.destName, len(out.Accepted), len(out.Rejected))
 	}
-	s.lastKeys.pushed(s.lk, b.key)
+	if out.Requests > 0 || len(out.Accepted)+len(out.Rejected)+len(out.Deferred) > 0 {
+		// A batch its tenant's destination did not send (withdrawn,
+		// held) is not the run's last key.
+		s.lastKeys.pushed(s.lk, b.key)
+	}
 	s.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
 		slog.Int("items", len(b.items)), slog.Int("accepted", len(out.Accepted)),
 		slog.Int("rejected", len(out.Rejected)), slog.Int("requests", out.Requests),
