@@ -117,6 +117,9 @@ const (
 	// tenantsTurn is how many tenants one read of a lane's tenants takes:
 	// each then gives one batch, in turn.
 	tenantsTurn = 16
+	// tenantsFirstTurn is how many a pass's first read takes
+	// (laneCursor.fastestFirst).
+	tenantsFirstTurn = 4 * tenantsTurn
 )
 
 // tenantSalt is the salt of a lane's batches of tenant (tenant.Salt): the
