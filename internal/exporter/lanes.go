@@ -275,7 +275,7 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 			// Withdrawn at its pass's end before any request went:
 			// nothing took it, its rows are read again by the next
 			// pass, keyed anew from what they are then.
-			return &delivery.Outcome{}, nil
+			return &delivery.Outcome{Withdrawn: true}, nil
 		}
 		reached = mayHaveReached(b, err)
 	}

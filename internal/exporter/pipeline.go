@@ -413,15 +413,16 @@ func (s *pusher) push(ctx context.Context, b *batch) (*delivery.Outcome, error) 
 		s.story.writeWaited(ctx, b, err)
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
 	}
+	if out.Withdrawn {
+		// Nothing of it went (a lane's pass ended while it waited for
+		// its token): no batch pushed, and not the run's last key.
+		return out, nil
+	}
 	s.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
 	if s.source != "" {
 		s.all.SourceBatch(s.source, s.destName, len(out.Accepted), len(out.Rejected))
 	}
-	if out.Requests > 0 || len(out.Accepted)+len(out.Rejected)+len(out.Deferred) > 0 {
-		// A batch its tenant's destination did not send (withdrawn,
-		// held) is not the run's last key.
-		s.lastKeys.pushed(s.lk, b.key)
-	}
+	s.lastKeys.pushed(s.lk, b.key)
 	s.logger.DebugContext(ctx, "exporter: batch pushed", slog.String("idempotency_key", b.key),
 		slog.Int("items", len(b.items)), slog.Int("accepted", len(out.Accepted)),
 		slog.Int("rejected", len(out.Rejected)), slog.Int("requests", out.Requests),
