@@ -119,7 +119,7 @@ func (c *ReplayCmd) validateSource() error {
 	case c.Failed:
 		return usagef("--failed does not apply to --source: use syncer retry-failed --source %s", c.Source)
 	}
-	r := replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey, Tenant: c.Tenant.String()}
+	r := replays.SourceRange{FromKey: c.FromKey, ToKey: c.ToKey, Tenant: c.Tenant}
 	var err error
 	if r.Since, r.Until, err = c.timeRange(); err != nil {
 		return err
@@ -426,7 +426,7 @@ func (w *stallWatch) stalled(state replays.State, progress int64) bool {
 func describeSourceRange(src string, r replays.SourceRange) string {
 	parts := []string{"source " + src}
 	if r.Tenant != "" {
-		parts = append(parts, "tenant "+r.Tenant)
+		parts = append(parts, "tenant "+r.Tenant.String())
 	}
 	bounds := len(parts)
 	switch {

@@ -294,11 +294,11 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 	}
 	printCounts(w, runName(res.Source, res.Tenant), res.Resumed, &res.KindCounts)
 	for _, ex := range res.Examples {
-		tenant := ""
+		of := ""
 		if ex.Tenant != "" && res.Tenant == "" {
-			tenant = " (tenant " + ex.Tenant + ")"
+			of = " (tenant " + ex.Tenant.String() + ")"
 		}
-		fmt.Fprintf(w, "  %s %s%s: here %s, there %s\n", ex.Kind, ex.ID, tenant, ex.Here, ex.There)
+		fmt.Fprintf(w, "  %s %s%s: here %s, there %s\n", ex.Kind, ex.ID, of, ex.Here, ex.There)
 	}
 	switch {
 	case res.Drifted() == 0:
@@ -306,11 +306,11 @@ func (c *VerifyCmd) print(w io.Writer, res *verify.Result) error {
 	case c.Heal:
 		fmt.Fprintf(w, "%d drifted keys are pending again: the running daemons send them\n", res.Healed)
 	default:
-		tenant := ""
+		of := ""
 		if res.Tenant != "" {
-			tenant = " --tenant " + res.Tenant
+			of = " --tenant " + res.Tenant.String()
 		}
-		fmt.Fprintf(w, "%d keys drifted: syncer verify --source %s%s --heal makes them pending again\n", res.Drifted(), res.Source, tenant)
+		fmt.Fprintf(w, "%d keys drifted: syncer verify --source %s%s --heal makes them pending again\n", res.Drifted(), res.Source, of)
 	}
 	if res.Failed > 0 {
 		fmt.Fprintf(w, "%d keys failed (the third party rejected their latest version): --heal leaves them, since they would be rejected again; fix the cause, then %s\n",
@@ -326,16 +326,16 @@ func retryFailedCommand(res *verify.Result) string {
 	}
 	cmd := "syncer retry-failed --source " + res.Source
 	if res.Tenant != "" {
-		cmd += " --tenant " + res.Tenant
+		cmd += " --tenant " + res.Tenant.String()
 	}
 	return cmd
 }
 
 // runName names what a run verified in its output: "source S", or
 // "source S tenant T".
-func runName(source, tenant string) string {
-	if tenant != "" {
-		return "source " + source + " tenant " + tenant
+func runName(source string, t tenant.Tenant) string {
+	if !t.IsZero() {
+		return "source " + source + " tenant " + t.String()
 	}
 	return "source " + source
 }
@@ -355,7 +355,7 @@ func printCounts(w io.Writer, name string, resumed bool, k *verify.KindCounts) {
 // (daemon.VerifyAccounts.TenantReader), its errors as verify says them:
 // they name the tenant, never a credential.
 func tenantReader(ctx context.Context, acc *daemon.VerifyAccounts, dest *config.Destination, source string, t tenant.Tenant) (verify.Reader, error) {
-	rd, err := acc.TenantReader(ctx, source, t.String())
+	rd, err := acc.TenantReader(ctx, source, t)
 	switch {
 	case errors.Is(err, tenants.ErrUnconnected):
 		return nil, noAccount{usagef("destination %s: tenant %s has no connection row (its tenants.query gives none): nothing to read it with", dest.Name, t)}

@@ -58,17 +58,17 @@ type cliTenants struct {
 	rows rows.Rows
 }
 
-func (t *cliTenants) Page(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
+func (t *cliTenants) Page(ctx context.Context, q database.Querier, after tenant.Tenant, n int) ([]tenant.Tenant, error) {
 	return t.rows.Tenants(ctx, q, after, n)
 }
 
-func (t *cliTenants) Tenant(ctx context.Context, value string) (verify.Source, verify.Reader, error) {
+func (t *cliTenants) Tenant(ctx context.Context, tn tenant.Tenant) (verify.Source, verify.Reader, error) {
 	// The account is read as --tenant reads it.
-	rd, err := tenantReader(ctx, t.acc, t.dest, t.c.Source, tenant.Tenant(value))
+	rd, err := tenantReader(ctx, t.acc, t.dest, t.c.Source, tn)
 	if err != nil {
 		return nil, nil, err
 	}
-	one, err := t.rows.OfTenant(tenant.Tenant(value))
+	one, err := t.rows.OfTenant(tn)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -119,22 +119,22 @@ func (c *VerifyCmd) runEveryTenant(ctx context.Context, env *Env, pool *pgxpool.
 	}
 	defer acc.Close()
 	limit, burst := c.destLimits(et.dest)
-	var skipped []string
+	var skipped []tenant.Tenant
 	var pace *verify.Pace
 	defer func() { releasePace(ctx, pace, env.Logger) }()
 	res, err := verify.RunTenants(ctx, pool, name, &verify.TenantsRun{
 		Tenants: &cliTenants{c: c, acc: acc, dest: et.dest, rows: et.rows},
-		PaceOf: func(value string) *verify.Pace {
+		PaceOf: func(tn tenant.Tenant) *verify.Pace {
 			// Each account has its own rate limit, learned and held apart
 			// from the other tenants' (section 10); the tenant before
 			// gives its share back.
 			releasePace(ctx, pace, env.Logger)
-			pace, _ = sharedPace(pool, limit, burst, breakerstore.TenantNamespace(et.dest.Name, tenant.Tenant(value)))
+			pace, _ = sharedPace(pool, limit, burst, breakerstore.TenantNamespace(et.dest.Name, tn))
 			return pace
 		},
-		Skipped: func(value string, err error) {
-			skipped = append(skipped, value)
-			fmt.Fprintf(env.Stderr, "source %s tenant %s: not verified: %v\n", name, value, err)
+		Skipped: func(tn tenant.Tenant, err error) {
+			skipped = append(skipped, tn)
+			fmt.Fprintf(env.Stderr, "source %s tenant %s: not verified: %v\n", name, tn, err)
 		},
 	}, &verify.Config{
 		LookupSize: c.LookupSize,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/config"
@@ -85,17 +84,19 @@ func (d *Daemon) build(ctx context.Context) error {
 	river.AddWorker(workers, d.exp.Worker())
 	river.AddWorker(workers, d.exp.PreviousSyncWorker())
 	river.AddWorker(workers, d.exp.PreviousReplayWorker())
-	d.river, err = river.NewClient(riverpgxv5.New(d.pool), &river.Config{
+	driver := newFetchDriver(d.pool)
+	d.river, err = river.NewClient(driver, &river.Config{
 		Schema:        d.schema,
 		Queues:        map[string]river.QueueConfig{jobs.Queue: {MaxWorkers: slots}},
 		Workers:       workers,
 		FetchCooldown: 10 * time.Millisecond,
-		// The poll starts a job that had ended, and a job that snoozed at
+		// The poll starts a job inserted by another daemon's relay (this
+		// one's starts at once: fetchDriver), and a job that snoozed at
 		// its MaxRun (30 s) while rows flow: its rows wait for it. 500 ms
 		// put the latency's p99 at 210-280 ms against 55 (issue 57,
 		// docs/benchmarks.md, "An idle daemon's share"), so it stays at
 		// 200 ms, 5 of an idle daemon's 11 statements a second.
-		FetchPollInterval:    FetchPollInterval,
+		FetchPollInterval:    cmp.Or(c.fetchPoll, FetchPollInterval),
 		RescueStuckJobsAfter: RescueStuckJobsDefault,
 		MaxAttempts:          jobs.MaxAttempts,
 		RetryPolicy:          cappedRetry{max: 30 * time.Second},
@@ -122,6 +123,7 @@ func (d *Daemon) build(ctx context.Context) error {
 		PollInterval: c.PollInterval,
 		Listen:       session,
 		NoListen:     c.NoSession,
+		Fetch:        driver.Fetch,
 		Logger:       logger,
 	})
 	return err

@@ -28,8 +28,9 @@ const (
 	// warning is logged; at 5 s its statements were a periodic cost of
 	// every daemon (docs/benchmarks.md, "An idle daemon's share").
 	GaugeIntervalDefault = 15 * time.Second
-	// FetchPollInterval is River's fetch poll: how late a new job of a
-	// source whose job had ended, or snoozed, starts.
+	// FetchPollInterval is River's fetch poll: how late a job that
+	// snoozed, or one another daemon's relay inserted, starts (this
+	// daemon's relay starts its own at once: fetchDriver).
 	FetchPollInterval      = 200 * time.Millisecond
 	RescueStuckJobsDefault = 2 * time.Minute
 )
@@ -141,6 +142,10 @@ type Config struct {
 	// runs, and again after each reload it applied (Supervise). Tests use
 	// it. Defaults to nil.
 	Ready func(addr string)
+
+	// fetchPoll replaces FetchPollInterval in the tests that tell a job
+	// started by River's poll from one started at once (SetFetchPoll).
+	fetchPoll time.Duration
 }
 
 // withDefaults returns c with every default applied, in one place.

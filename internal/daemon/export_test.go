@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/metrics"
@@ -15,3 +16,6 @@ func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
 // Guarded is the guard the daemon puts around every destination's client.
 func Guarded(c delivery.Client) delivery.Client { return guarded{c} }
+
+// SetFetchPoll sets River's fetch poll of a daemon built from c.
+func SetFetchPoll(c *Config, d time.Duration) { c.fetchPoll = d }

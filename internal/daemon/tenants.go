@@ -12,6 +12,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 )
@@ -39,8 +40,8 @@ func (a *accounts) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Con
 	cfg.Delivery.Logger, cfg.Delivery.Installation = cfg.Logger, installation
 	if !reader && dest.Tenants != nil && !dest.Tenants.NoReplayOnChange {
 		name := dest.Name
-		cfg.Replay = func(ctx context.Context, tx pgx.Tx, tenant string) ([]int64, error) {
-			return replayTenant(ctx, tx, name, tenant)
+		cfg.Replay = func(ctx context.Context, tx pgx.Tx, t string) ([]int64, error) {
+			return replayTenant(ctx, tx, name, tenant.Tenant(t))
 		}
 	}
 	if auth := dest.Auth; auth != nil && auth.Type == config.AuthTenants {
@@ -62,13 +63,13 @@ func (a *accounts) tenantRegistry(dest *config.Destination, tcfg *thirdparty.Con
 	return tenants.New(cfg)
 }
 
-// replayTenant queues, in tx, a replay of tenant's live rows of each
+// replayTenant queues, in tx, a replay of tenant t's live rows of each
 // source with a tenant column that sends to destination dest, through the
 // replay model `syncer replay --source S --tenant T` uses (recorded with
 // its tenant, the source's job woken): a tenant whose account changed
 // gets everything at the new one (contract section 10.1). A source with
 // no live row of the tenant gets none.
-func replayTenant(ctx context.Context, tx pgx.Tx, dest, tenant string) ([]int64, error) {
+func replayTenant(ctx context.Context, tx pgx.Tx, dest string, t tenant.Tenant) ([]int64, error) {
 	all, err := sources.Load(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -78,16 +79,16 @@ func replayTenant(ctx context.Context, tx pgx.Tx, dest, tenant string) ([]int64,
 		if s.Destination != dest || s.Tenant == "" {
 			continue
 		}
-		plan, err := replays.PlanReplay(ctx, tx, sources.ReplayTable(s), replays.Request{Range: replays.SourceRange{Tenant: tenant}})
+		plan, err := replays.PlanReplay(ctx, tx, sources.ReplayTable(s), replays.Request{Range: replays.SourceRange{Tenant: t}})
 		if err != nil {
-			return nil, fmt.Errorf("replay tenant %s of source %s: %w", tenant, s.Name, err)
+			return nil, fmt.Errorf("replay tenant %s of source %s: %w", t, s.Name, err)
 		}
 		if plan.Count == 0 {
 			continue
 		}
 		id, err := plan.Start(ctx, tx)
 		if err != nil {
-			return nil, fmt.Errorf("replay tenant %s of source %s: %w", tenant, s.Name, err)
+			return nil, fmt.Errorf("replay tenant %s of source %s: %w", t, s.Name, err)
 		}
 		ids = append(ids, id)
 	}

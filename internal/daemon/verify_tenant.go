@@ -14,12 +14,13 @@ import (
 	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/formats"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
-// tenantReader is the reader of tenant's account at dest, from reg (dest's
+// tenantReader is the reader of tenant t's account at dest, from reg (dest's
 // tenants): its connection row's URL and credentials when dest has a
 // tenants block, the destination's with {tenant} in its URL when not. A
 // verify block's programs see the tenant as its deliverer's do. A tenant
@@ -27,8 +28,8 @@ import (
 // and tenants.ErrUnconnected. It is the one builder of a tenant's reader:
 // the daemons' background runs (tenantVerify) and `syncer verify`
 // (VerifyAccounts) both ask it.
-func tenantReader(ctx context.Context, reg *tenants.Registry, dest *config.Destination, source, tenant string) (verify.Reader, error) {
-	client, columns, err := reg.Account(ctx, tenant)
+func tenantReader(ctx context.Context, reg *tenants.Registry, dest *config.Destination, source string, t tenant.Tenant) (verify.Reader, error) {
+	client, columns, err := reg.Account(ctx, t.String())
 	if err != nil {
 		if errors.Is(err, tenants.ErrUnconnected) {
 			return nil, fmt.Errorf("%w: %w", verify.ErrNoTenantReader, err)
@@ -36,7 +37,7 @@ func tenantReader(ctx context.Context, reg *tenants.Registry, dest *config.Desti
 		return nil, err
 	}
 	return formats.Reader(dest.Format.Name, dest.Verify,
-		&formats.Account{Client: client, Source: source, Tenant: tenant, Columns: columns})
+		&formats.Account{Client: client, Source: source, Tenant: t.String(), Columns: columns})
 }
 
 // tenantVerify is a background verify of a tenant source whose
@@ -49,17 +50,17 @@ type tenantVerify struct {
 }
 
 // Page reads the tenants of the source's rows through the sources package.
-func (t tenantVerify) Page(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
+func (t tenantVerify) Page(ctx context.Context, q database.Querier, after tenant.Tenant, n int) ([]tenant.Tenant, error) {
 	return sources.TableTenants(ctx, q, t.src, after, n)
 }
 
-// Tenant is tenant's rows and a reader of its account.
-func (t tenantVerify) Tenant(ctx context.Context, tenant string) (verify.Source, verify.Reader, error) {
-	rd, err := tenantReader(ctx, t.reg, t.dest, t.src.Name, tenant)
+// Tenant is tenant tn's rows and a reader of its account.
+func (t tenantVerify) Tenant(ctx context.Context, tn tenant.Tenant) (verify.Source, verify.Reader, error) {
+	rd, err := tenantReader(ctx, t.reg, t.dest, t.src.Name, tn)
 	if err != nil {
 		return nil, nil, err
 	}
-	src, err := verify.NewConfiguredTenant(t.src, tenant, verify.Range{})
+	src, err := verify.NewConfiguredTenant(t.src, tn, verify.Range{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -103,11 +104,11 @@ func (v *VerifyAccounts) Reader(source string) (verify.Reader, error) {
 	return formats.Reader(v.dest.Format.Name, v.dest.Verify, &formats.Account{Client: client, Source: source})
 }
 
-// TenantReader returns the reader of tenant's account, for source
+// TenantReader returns the reader of tenant t's account, for source
 // (tenantReader). Its registry is a reader's (tenants.Config.Reader):
 // without on_refresh it spends no refresh token, which the exporting
 // daemon may hold rotated.
-func (v *VerifyAccounts) TenantReader(ctx context.Context, source, tenant string) (verify.Reader, error) {
+func (v *VerifyAccounts) TenantReader(ctx context.Context, source string, t tenant.Tenant) (verify.Reader, error) {
 	if v.reg == nil {
 		reg, err := v.acc.tenantRegistry(v.dest, v.tcfg, &delivery.Config{}, "", true)
 		if err != nil {
@@ -115,7 +116,7 @@ func (v *VerifyAccounts) TenantReader(ctx context.Context, source, tenant string
 		}
 		v.reg = reg
 	}
-	return tenantReader(ctx, v.reg, v.dest, source, tenant)
+	return tenantReader(ctx, v.reg, v.dest, source, t)
 }
 
 // Close closes the tenants' registry, if one was built.

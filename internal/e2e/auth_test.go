@@ -174,14 +174,11 @@ func (b *bundle) requireNoSecret(t *testing.T, d *runningDaemon, log *dbtest.Buf
 	require.NoError(t, err)
 	st, err := json.Marshal(rep)
 	require.NoError(t, err)
-	resp, err := http.Get("http://" + d.addr + "/metrics")
-	require.NoError(t, err)
-	metricsText, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	metrics := metricsText(t, d.addr)
 	for _, s := range secrets {
 		require.NotContains(t, log.String(), s, "a secret in the log")
 		require.NotContains(t, string(st), s, "a secret in status")
-		require.NotContains(t, string(metricsText), s, "a secret in the metrics")
+		require.NotContains(t, metrics, s, "a secret in the metrics")
 	}
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -363,15 +361,4 @@ func (b *bundle) schemaName(t *testing.T) string {
 	var s string
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&s))
 	return s
-}
-
-// metricsText is a daemon's /metrics.
-func metricsText(t *testing.T, addr string) string {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	text, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(text)
 }

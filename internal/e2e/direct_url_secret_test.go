@@ -2,13 +2,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,24 +94,8 @@ func TestDirectURLPasswordNeverShown(t *testing.T) {
 			require.NotEmpty(t, strings.TrimSpace(out), "%s says why", what)
 		}
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	metricsText, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	shown["metrics"] = string(metricsText)
+	shown["metrics"] = metricsText(t, addr)
 	shown["the daemon's log"] = daemonLog.String()
 
-	forms := pw.forms()
-	forms["a URL's user info"] = strings.TrimPrefix(url.UserPassword("", pw.secret).String(), ":")
-	var leaks []string
-	for what, text := range shown {
-		for form, v := range forms {
-			if strings.Contains(text, v) {
-				leaks = append(leaks, fmt.Sprintf("%s: %s", what, form))
-			}
-		}
-	}
-	slices.Sort(leaks)
-	require.Empty(t, leaks, "the direct URL's password shown")
+	require.Empty(t, leaks(shown, pw), "the direct URL's password shown")
 }

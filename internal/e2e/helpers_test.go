@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,4 +100,16 @@ func (b *bundle) installSlowOrders(t *testing.T, dest *destination) string {
 	cfgFile := filepath.Join(t.TempDir(), "syncer.yaml")
 	require.NoError(t, os.WriteFile(cfgFile, []byte(cfgText), 0o600))
 	return cfgFile
+}
+
+// metricsText is what the daemon listening on addr shows on /metrics.
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "metrics: %s", text)
+	return string(text)
 }

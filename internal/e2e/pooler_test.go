@@ -35,6 +35,17 @@ type poolerBundle struct {
 
 func setupPooler(t *testing.T, mode string) *poolerBundle {
 	t.Helper()
+	return newPoolerBundle(t, func(dsn, _ string) (string, *dbtest.PgBouncer) {
+		pgb := dbtest.StartPgBouncer(t, mode)
+		return pgb.URL(t, dsn), pgb
+	})
+}
+
+// newPoolerBundle makes the schema, its pool and the fake, and puts the
+// PgBouncer start gives in front of the schema, whose URL straight to
+// PostgreSQL is dsn: the URL through it and the PgBouncer.
+func newPoolerBundle(t *testing.T, start func(dsn, schema string) (string, *dbtest.PgBouncer)) *poolerBundle {
+	t.Helper()
 	dsn, schema := dbtest.NewSchema(t)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	require.NoError(t, err)
@@ -42,11 +53,11 @@ func setupPooler(t *testing.T, mode string) *poolerBundle {
 	fake := fakethirdparty.New(fakethirdparty.Config{})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	pgb := dbtest.StartPgBouncer(t, mode)
+	viaPooler, pgb := start(dsn, schema)
 	return &poolerBundle{
 		bundle:    &bundle{pool: pool, dsn: dsn, fake: fake, fakeURL: srv.URL},
 		schema:    schema,
-		viaPooler: pgb.URL(t, dsn),
+		viaPooler: viaPooler,
 		pgb:       pgb,
 	}
 }

@@ -3,16 +3,15 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/dbtest"
@@ -34,21 +33,12 @@ type txPoolerBundle struct {
 
 func setupTxPooler(t *testing.T) *txPoolerBundle {
 	t.Helper()
-	dsn, schema := dbtest.NewSchema(t)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	fake := fakethirdparty.New(fakethirdparty.Config{})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	tx := dbtest.StartTxPooler(t, dsn, schema)
-	return &txPoolerBundle{
-		poolerBundle: &poolerBundle{
-			bundle: &bundle{pool: pool, dsn: dsn, fake: fake, fakeURL: srv.URL},
-			schema: schema, viaPooler: tx.Pooled, pgb: tx.PgBouncer,
-		},
-		pooled: tx.Pooled, direct: tx.Direct,
-	}
+	var tx *dbtest.TxPooler
+	b := newPoolerBundle(t, func(dsn, schema string) (string, *dbtest.PgBouncer) {
+		tx = dbtest.StartTxPooler(t, dsn, schema)
+		return tx.Pooled, tx.PgBouncer
+	})
+	return &txPoolerBundle{poolerBundle: b, pooled: tx.Pooled, direct: tx.Direct}
 }
 
 // holder says which daemon (its pid) holds the export lock.
@@ -61,27 +51,40 @@ func (b *txPoolerBundle) holder(t *testing.T) (int, bool) {
 
 // With DATABASE_URL through PgBouncer in transaction mode and
 // SYNCER_DIRECT_URL beside it: migrate, status, export, replay and a
-// takeover work. The holder daemon, frozen (SIGSTOP) mid-drain, loses the
-// export to the other within the lease + 20 s; woken, it sends nothing,
-// and no pair ever went out under two keys. Without SYNCER_DIRECT_URL see
+// takeover work (takeoverThroughPooler). Without SYNCER_DIRECT_URL see
 // TestPgBouncerTransactionPoolingWithoutDirectURL.
 func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 	t.Parallel()
 	b := setupTxPooler(t)
-	const rows, updated = 4000, 300
+	b.takeoverThroughPooler(t, "transaction pooling", []string{"--direct-url", b.direct}, nil, nil)
+}
 
-	code, _, errOut := syncerCmd(t, "migrate", "--database-url", b.pooled, "--direct-url", b.direct)
+// takeoverThroughPooler is what both pooling modes must do, every command
+// given the pooled URL and direct (the direct URL's flag, or none):
+// migrate, status, export by two daemons, a takeover, a replay and a
+// destination paused and resumed. The holder daemon, frozen (SIGSTOP)
+// mid-drain, loses the export to the other within the lease + 20 s; woken,
+// it sends nothing, and no pair ever went out under two keys. midDrain
+// runs while the first daemon exports, stopped once both have stopped;
+// either may be nil. name starts the takeover's log line.
+func (b *txPoolerBundle) takeoverThroughPooler(t *testing.T, name string, direct []string, midDrain, stopped func()) {
+	t.Helper()
+	const rows, updated = 4000, 300
+	conn := append([]string{"--database-url", b.pooled}, direct...)
+	withConn := func(args ...string) []string { return append(args, conn...) }
+
+	code, _, errOut := syncerCmd(t, withConn("migrate")...)
 	require.Equal(t, 0, code, "migrate: %s\npgbouncer:\n%s", errOut, b.pgb.Log())
 	b.exec(t, `INSERT INTO resources (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) g`, rows)
 
-	code, out, errOut := syncerCmd(t, "status", "--json", "--database-url", b.pooled, "--direct-url", b.direct)
+	code, out, errOut := syncerCmd(t, withConn("status", "--json")...)
 	require.Equal(t, 0, code, "status: %s", errOut)
 	var st struct{ Total, Unsynced int64 }
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 	require.Equal(t, int64(rows), st.Total)
 
 	// Two daemons, slow enough to be mid-drain for seconds.
-	args := []string{"--direct-url", b.direct, "--batch-size", "50", "--rate-limit", "8"}
+	args := append(slices.Clone(direct), "--batch-size", "50", "--rate-limit", "8")
 	first, firstErr, second, secondErr := b.startHolderThenSecond(t, b.pooled, func() (int, bool) { return b.holder(t) }, args...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -89,6 +92,9 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 		}
 	})
 	waitFor(t, time.Minute, "mid-drain", func() bool { return b.fake.Stats().DistinctPairs >= 600 })
+	if midDrain != nil {
+		midDrain()
+	}
 
 	require.NoError(t, first.Process.Signal(syscall.SIGSTOP))
 	frozenAt := time.Now()
@@ -97,7 +103,7 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 		return held && pid == second.Process.Pid
 	})
 	took := time.Since(frozenAt)
-	t.Logf("transaction pooling: takeover %.1fs after the freeze", took.Seconds())
+	t.Logf("%s: takeover %.1fs after the freeze", name, took.Seconds())
 	require.Less(t, took, 30*time.Second, "within the lease (10 s) + 20 s")
 	b.exec(t, `UPDATE resources SET payload = jsonb_build_object('updated', id) WHERE id <= $1`, updated)
 	b.waitAllSynced(t, time.Until(frozenAt.Add(100*time.Second)))
@@ -114,8 +120,7 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 
 	// A replay through the pooler, exported by the daemon left.
 	b.fake.Reset()
-	code, out, errOut = syncerCmd(t, "replay", "--database-url", b.pooled, "--direct-url", b.direct,
-		"--from-id", "1", "--to-id", "100", "--log-level", "error")
+	code, out, errOut = syncerCmd(t, withConn("replay", "--from-id", "1", "--to-id", "100", "--log-level", "error")...)
 	require.Equal(t, 0, code, "replay: %s", errOut)
 	require.Contains(t, out, "100 rows")
 	waitFor(t, time.Minute, "the replay delivered", func() bool { return b.fake.Stats().DistinctPairs >= 100 })
@@ -131,15 +136,18 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 	}
 	require.Contains(t, firstErr.String(), "lock lost", "the woken daemon says it lost the lock")
 	require.False(t, strings.Contains(b.pgb.Log(), "bad client state"), "PgBouncer:\n%s", b.pgb.Log())
+	if stopped != nil {
+		stopped()
+	}
 
 	// A configured source's destination, paused and resumed through the
 	// pooler: nothing goes out while paused, everything after.
 	dest := newDestination(t, fakethirdparty.Config{})
 	cfgFile := b.installSlowOrders(t, dest)
-	run, runErr := b.startRun(t, b.pooled, "--direct-url", b.direct, "--config", cfgFile)
+	run, runErr := b.startRun(t, b.pooled, append(slices.Clone(direct), "--config", cfgFile)...)
 	b.exec(t, `INSERT INTO orders SELECT g, 1 FROM generate_series(1, 40) g`)
 	b.waitSourcesDrained(t, "orders")
-	code, out, errOut = syncerCmd(t, "pause", "--destination", "crm", "--database-url", b.pooled, "--direct-url", b.direct)
+	code, out, errOut = syncerCmd(t, withConn("pause", "--destination", "crm")...)
 	require.Equal(t, 0, code, "pause: %s", errOut)
 	require.Contains(t, out, "destination crm paused")
 	time.Sleep(2 * time.Second) // the daemon reads the shared facts every second
@@ -147,7 +155,7 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 	b.exec(t, `INSERT INTO orders SELECT g, 1 FROM generate_series(41, 60) g`)
 	time.Sleep(3 * time.Second)
 	require.Len(t, dest.fake.Deliveries(), sent, "nothing sent while paused")
-	code, _, errOut = syncerCmd(t, "resume", "--destination", "crm", "--database-url", b.pooled, "--direct-url", b.direct)
+	code, _, errOut = syncerCmd(t, withConn("resume", "--destination", "crm")...)
 	require.Equal(t, 0, code, "resume: %s", errOut)
 	b.waitSourcesDrained(t, "orders")
 	require.Len(t, byID(dest.fake), 60)
@@ -157,33 +165,57 @@ func TestPgBouncerTransactionPoolingWithDirectURL(t *testing.T) {
 }
 
 // A tenant source of 4 lanes through PgBouncer in transaction mode, with
-// SYNCER_DIRECT_URL: every connected tenant's rows reach its own account,
-// once and in order, an unconnected tenant's wait, and its rows go once
-// its connection row appears (the tenants query, transaction-local
-// settings, through the pooler).
+// SYNCER_DIRECT_URL (tenantsThroughTxPooler). What the daemon holds: on
+// the direct URL the holder and the relay's LISTEN, nothing else (River
+// polls through the pool); the pool's server sessions are PgBouncer's,
+// shared with its other clients.
 func TestTenantsThroughTransactionPooling(t *testing.T) {
 	t.Parallel()
-	w := newTenantWorld(t, fakethirdparty.Config{})
+	w, tx, cmd, runErr := tenantsThroughTxPooler(t, true)
+	time.Sleep(2 * time.Second)
+	var direct, pooled int64
+	require.NoError(t, w.pool.QueryRow(context.Background(), `SELECT
+		count(*) FILTER (WHERE application_name LIKE '% %:' || $1::text AND usename <> $2),
+		count(*) FILTER (WHERE usename = $2)
+		FROM pg_stat_activity WHERE pid <> pg_backend_pid()`, strconv.Itoa(cmd.Process.Pid), tx.Role).Scan(&direct, &pooled))
+	t.Logf("transaction pooling, idle: %d direct sessions, %d PgBouncer server sessions of the role", direct, pooled)
+	require.LessOrEqual(t, direct, int64(2), "the holder and the relay's LISTEN")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), runErr.String())
+	require.NotContains(t, runErr.String(), "prepared statement")
+}
+
+// tenantsThroughTxPooler starts a daemon on a tenant source of 4 lanes
+// through PgBouncer in transaction mode, with SYNCER_DIRECT_URL or
+// without, and checks what both modes must do: every connected tenant's
+// rows reach its own account, once and in order, an unconnected tenant's
+// wait, and its rows go once its connection row appears (the tenants
+// query, transaction-local settings, through the pooler). The daemon is
+// left running for the caller to look at what it holds.
+func tenantsThroughTxPooler(t *testing.T, direct bool) (w *tenantWorld, tx *dbtest.TxPooler, cmd *exec.Cmd, runErr *dbtest.Buffer) {
+	t.Helper()
+	w = newTenantWorld(t, fakethirdparty.Config{})
 	d, err := url.Parse(w.dsn)
 	require.NoError(t, err)
-	schema := d.Query().Get("search_path")
-	tx := dbtest.StartTxPooler(t, w.dsn, schema)
-	pgb, role := tx.PgBouncer, tx.Role
+	tx = dbtest.StartTxPooler(t, w.dsn, d.Query().Get("search_path"))
 
 	tenants := []string{"t1", "t2", "t3", "t4"}
 	for _, tn := range tenants[:3] {
 		w.exec(t, `INSERT INTO crm_connections VALUES ($1, 'tok-' || $1)`, tn)
 	}
-	cfg := w.config(t, w.fakeURL, 4)
-	cmd := exec.Command(w.bin, "run", "--database-url", tx.Pooled, "--direct-url", tx.Direct, "--config", cfg,
-		"--thirdparty-url", w.fakeURL, "--http-addr", freePort(t), "--log-level", "warn")
-	runErr := &dbtest.Buffer{}
+	args := []string{"run", "--database-url", tx.Pooled}
+	if direct {
+		args = append(args, "--direct-url", tx.Direct)
+	}
+	cmd = exec.Command(w.bin, append(args, "--config", w.config(t, w.fakeURL, 4),
+		"--thirdparty-url", w.fakeURL, "--http-addr", freePort(t), "--log-level", "warn")...)
+	runErr = &dbtest.Buffer{}
 	cmd.Stderr = runErr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the daemon's log:\n%s\nPgBouncer's:\n%s", runErr.String(), pgb.Log())
+			t.Logf("the daemon's log:\n%s\nPgBouncer's:\n%s", runErr.String(), tx.Log())
 		}
 	})
 	w.exec(t, `INSERT INTO contacts (id, account) SELECT g, 't' || ((g - 1) % 4 + 1) FROM generate_series(1, 80) g`)
@@ -199,18 +231,5 @@ func TestTenantsThroughTransactionPooling(t *testing.T) {
 	w.exec(t, `INSERT INTO crm_connections VALUES ('t4', 'tok-t4')`)
 	waitFor(t, time.Minute, "the tenant connected last", func() bool { return w.holds("t4", 20, nil) })
 	w.requireTenantsOnceInOrder(t)
-	// What the daemon holds: on the direct URL the holder and the relay's
-	// LISTEN, nothing else (River polls through the pool); the pool's
-	// server sessions are PgBouncer's, shared with its other clients.
-	time.Sleep(2 * time.Second)
-	var direct, pooled int64
-	require.NoError(t, w.pool.QueryRow(context.Background(), `SELECT
-		count(*) FILTER (WHERE application_name LIKE '% %:' || $1::text AND usename <> $2),
-		count(*) FILTER (WHERE usename = $2)
-		FROM pg_stat_activity WHERE pid <> pg_backend_pid()`, strconv.Itoa(cmd.Process.Pid), role).Scan(&direct, &pooled))
-	t.Logf("transaction pooling, idle: %d direct sessions, %d PgBouncer server sessions of the role", direct, pooled)
-	require.LessOrEqual(t, direct, int64(2), "the holder and the relay's LISTEN")
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, cmd.Wait(), runErr.String())
-	require.NotContains(t, runErr.String(), "prepared statement")
+	return w, tx, cmd, runErr
 }

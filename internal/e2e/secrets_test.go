@@ -30,7 +30,7 @@ import (
 type echoedSecret struct{ name, id, secret string }
 
 // forms is every form a third party may echo of the secret: as is,
-// URL-encoded (query and path), the base64 of it alone, and the base64 of
+// URL-encoded (query, path and a URL's user info), the base64 of it alone, and the base64 of
 // "id:secret" of a Basic header, as Go's client sends it and as OAuth2
 // clients do (both URL-encoded first), in the standard and URL alphabets,
 // with and without padding. Written out here, apart from package redact,
@@ -40,6 +40,7 @@ func (s echoedSecret) forms() map[string]string {
 		"as is":                  s.secret,
 		"query-escaped":          url.QueryEscape(s.secret),
 		"path-escaped":           url.PathEscape(s.secret),
+		"a URL's user info":      strings.TrimPrefix(url.UserPassword("", s.secret).String(), ":"),
 		"JSON-escaped (\\u0026)": strings.ReplaceAll(s.secret, "&", `\u0026`),
 	}
 	encs := map[string]*base64.Encoding{"std": base64.StdEncoding, "raw std": base64.RawStdEncoding, "url": base64.URLEncoding, "raw url": base64.RawURLEncoding}
@@ -169,29 +170,30 @@ sources:
 		require.Equal(t, http.StatusOK, resp.StatusCode, "console page %s", page)
 		shown["console "+page] = string(body)
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	metricsText, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	shown["metrics"] = string(metricsText)
+	shown["metrics"] = metricsText(t, addr)
 	shown["syncer's tables"] = tablesText(t, b)
 	shown["the daemon's log"] = daemonLog.String()
 
-	var leaks []string
+	require.Empty(t, leaks(shown, secrets...), "secrets shown")
+	require.Contains(t, shown["verify --tenant ba --json"], `"seen_authorization":"Basic [redacted]"`)
+	require.Contains(t, shown["status --json"], "you sent Authorization: Basic [redacted]")
+}
+
+// leaks is each text shown that holds a form of a secret, as "what:
+// the secret's name, form", sorted.
+func leaks(shown map[string]string, secrets ...echoedSecret) []string {
+	var out []string
 	for what, text := range shown {
 		for _, s := range secrets {
 			for form, v := range s.forms() {
 				if strings.Contains(text, v) {
-					leaks = append(leaks, fmt.Sprintf("%s: %s, %s", what, s.name, form))
+					out = append(out, fmt.Sprintf("%s: %s, %s", what, s.name, form))
 				}
 			}
 		}
 	}
-	slices.Sort(leaks)
-	require.Empty(t, leaks, "secrets shown")
-	require.Contains(t, shown["verify --tenant ba --json"], `"seen_authorization":"Basic [redacted]"`)
-	require.Contains(t, shown["status --json"], "you sent Authorization: Basic [redacted]")
+	slices.Sort(out)
+	return out
 }
 
 // tablesText is every row of syncer's own tables (syncer_state,

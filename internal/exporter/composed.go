@@ -6,6 +6,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/history"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // A batch answered all accepted (a drain's every batch) is marked, its
@@ -24,8 +25,10 @@ import (
 type composer interface {
 	// composeAccepted adds to s the marks of accepted, none a
 	// tombstone, and returns expressions of s that are their keys
-	// (text[]) and versions (bigint[]) in accepted's order.
-	composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, err error)
+	// (text[]) and versions (bigint[]) in accepted's order. digests,
+	// when not nil, are accepted's bodies' digests in their order, for a
+	// feed that keeps them on its rows with the marks (resources).
+	composeAccepted(s *compose.Statement, accepted []feed.Item, digests *unchanged.Digests) (keys, versions string, err error)
 }
 
 // composes reports whether b's marks, story and digests go in one
@@ -50,12 +53,12 @@ func (m *marker) composes(b *batch) bool {
 // queued apart, as before).
 func (m *marker) queueComposed(qb *pgx.Batch, b *batch, digests *digestBufs, arrays *history.Arrays) error {
 	var s compose.Statement
-	keys, versions, err := m.feed.(composer).composeAccepted(&s, b.out.Accepted)
+	keys, versions, err := m.feed.(composer).composeAccepted(&s, b.out.Accepted, m.bodies.rowDigests(b, digests))
 	if err != nil {
 		return err
 	}
 	m.story.compose(qb, &s, b, keys, versions, arrays)
-	if m.bodies != nil && !m.bodies.composeDigests(&s, b, keys, digests) {
+	if m.bodies != nil && !m.bodies.onRows() && !m.bodies.composeDigests(&s, b, keys, digests) {
 		m.bodies.queueDigests(qb, b, digests)
 	}
 	s.Queue(qb, "exporter: mark "+b.name)

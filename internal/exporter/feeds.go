@@ -15,6 +15,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/feed"
 	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // Feed is one exported stream as the pipeline knows it: resources' live
@@ -79,7 +80,7 @@ func (e *Exporter) liveFeed(lim feed.Limits, kept string) *rowsFeed {
 		var p resources.Page
 		var err error
 		if kept != "" {
-			p, err = resources.PendingKept(ctx, e.pool, after, lim, scratch, kept)
+			p, err = resources.PendingKept(ctx, e.pool, after, lim, scratch)
 		} else {
 			p, err = resources.Pending(ctx, e.pool, after, lim, scratch)
 		}
@@ -175,8 +176,9 @@ func (f *rowsFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, errs
 
 // composeAccepted adds to s the marks of accepted, every one a row's
 // version, none a tombstone (composer): their ids and versions go once,
-// as the keys and versions of every piece of s.
-func (f *rowsFeed) composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, err error) {
+// as the keys and versions of every piece of s, and the digests, if any,
+// are kept on the rows by the marks' UPDATE.
+func (f *rowsFeed) composeAccepted(s *compose.Statement, accepted []feed.Item, digests *unchanged.Digests) (keys, versions string, err error) {
 	var v resources.Versions
 	v.IDs, v.Versions = make([]int64, 0, len(accepted)), make([]int64, 0, len(accepted))
 	for _, it := range accepted {
@@ -188,7 +190,11 @@ func (f *rowsFeed) composeAccepted(s *compose.Statement, accepted []feed.Item) (
 	}
 	ids := s.Arg(v.IDs)
 	versions = s.Arg(v.Versions)
-	resources.ComposeSynced(s, ids, versions)
+	sums := ""
+	if digests.Len() > 0 {
+		sums = s.Arg(digests.Flat())
+	}
+	resources.ComposeSynced(s, ids, versions, sums, unchanged.DigestLen)
 	return resources.KeysSQL(ids), versions + `::bigint[]`, nil
 }
 
@@ -297,7 +303,7 @@ func (f *sourceFeed) QueueMarks(b *pgx.Batch, accepted, rejected []feed.Item, er
 // (composer): a pass's one statement deletes their changes, writes their
 // story and keeps their digests, where it sent three (issue 57), their
 // keys and versions sent once for all.
-func (f *sourceFeed) composeAccepted(s *compose.Statement, accepted []feed.Item) (keys, versions string, err error) {
+func (f *sourceFeed) composeAccepted(s *compose.Statement, accepted []feed.Item, _ *unchanged.Digests) (keys, versions string, err error) {
 	ks, vs := wire(accepted)
 	return sources.ComposeSynced(s, f.src, ks, vs)
 }

@@ -31,7 +31,7 @@ func (s *resourcesSource) check(context.Context) error { return nil }
 // live is resources' live export, whose target also resends the batches of
 // its replays.
 func (s *resourcesSource) live() target {
-	b := bodiesOf(s.Source, true)
+	b := rowBodiesOf(s.Source, true)
 	return target{feed: s.e.liveFeed(s.lim(), b.kept()), dest: s.Destination, destName: s.DestinationName, source: s.Name(), bodies: b}
 }
 
@@ -183,7 +183,7 @@ func (e *Exporter) replay(ctx context.Context, r *run, rp replays.Replay) (int, 
 		return 0, err
 	}
 	s := r.s.base()
-	t := target{feed: e.replayFeed(rp.ID, rp.Filter, e.limits(s.BatchSize)), dest: s.Destination, destName: s.DestinationName, bodies: bodiesOf(*s, false)}
+	t := target{feed: e.replayFeed(rp.ID, rp.Filter, e.limits(s.BatchSize)), dest: s.Destination, destName: s.DestinationName, bodies: rowBodiesOf(*s, false)}
 	cp, err := checkpoint.Get(ctx, e.pool, t.feed.Checkpoint())
 	if err != nil {
 		return 0, err

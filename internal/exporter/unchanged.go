@@ -2,11 +2,13 @@ package exporter
 
 import (
 	"bytes"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/compose"
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/resources"
 	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
@@ -16,7 +18,9 @@ import (
 // The reads move such items to feed.Page.Unchanged (bodies.leave); the
 // marker settles them with their batch (bodies.queueSkipped) and keeps the
 // digest of every body accepted (bodies.queueDigests). internal/unchanged
-// keeps the digests and the counts.
+// computes the digests, keeps a configured source's and counts the skips;
+// resources keeps its own on its rows (internal/resources, migration
+// 033), written by the UPDATE that marks them.
 
 // bodies is the unchanged stage of a target: how it compares its bodies
 // with those last accepted. A nil *bodies compares none and keeps no
@@ -30,6 +34,9 @@ type bodies struct {
 	// skip is false for a replay of resources: a replay re-exports
 	// whatever the third party has, and only keeps the digests.
 	skip bool
+	// rows: the digests are kept on the feed's rows (resources'
+	// accepted_digest), by its marks, not in internal/unchanged's table.
+	rows bool
 }
 
 // bodiesOf is the comparison of a source's target, nil when its
@@ -40,6 +47,19 @@ func bodiesOf(s Source, skip bool) *bodies {
 	}
 	return &bodies{feed: s.Name(), tag: s.BodyTag, skip: skip}
 }
+
+// rowBodiesOf is bodiesOf for resources, whose digests are kept on its
+// rows and tombstones.
+func rowBodiesOf(s Source, skip bool) *bodies {
+	b := bodiesOf(s, skip)
+	if b != nil {
+		b.rows = true
+	}
+	return b
+}
+
+// onRows reports whether the digests are kept on the feed's rows.
+func (b *bodies) onRows() bool { return b != nil && b.rows }
 
 // kept is the feed name under which a target's reads return the kept
 // digests with the items (feed.Page.Kept), "" when they need none: no
@@ -125,6 +145,10 @@ func (bs *bodies) queueDigests(qb *pgx.Batch, b *batch, bufs *digestBufs) {
 	if bs == nil || b.out == nil {
 		return
 	}
+	if bs.rows {
+		bs.queueRowDigests(qb, b)
+		return
+	}
 	var keep, fresh *unchanged.Digests
 	var drop []string
 	for _, it := range b.out.Accepted {
@@ -149,6 +173,59 @@ func (bs *bodies) queueDigests(qb *pgx.Batch, b *batch, bufs *digestBufs) {
 		drop = append(drop, d.Item.ID)
 	}
 	unchanged.QueueSettledDigests(qb, bs.feed, b.tenant().String(), keep, fresh, drop)
+}
+
+// queueRowDigests is queueDigests for resources: on its rows and
+// tombstones (resources.QueueDigests).
+func (bs *bodies) queueRowDigests(qb *pgx.Batch, b *batch) {
+	var rows, tombstones resources.Digests
+	var forgetRows, forgetTombstones []int64
+	var dg unchanged.Digester
+	forget := func(it feed.Item) {
+		id, err := strconv.ParseInt(it.ID, 10, 64)
+		if err != nil {
+			return // not a row of resources: no digest of it is kept
+		}
+		if it.Deleted {
+			forgetTombstones = append(forgetTombstones, id)
+		} else {
+			forgetRows = append(forgetRows, id)
+		}
+	}
+	for _, it := range b.out.Accepted {
+		if b.resent {
+			forget(it)
+			continue
+		}
+		id, err := strconv.ParseInt(it.ID, 10, 64)
+		if err != nil {
+			continue
+		}
+		sum := dg.Append(nil, bs.tag, it)
+		if it.Deleted {
+			tombstones.Add(id, sum)
+		} else {
+			rows.Add(id, sum)
+		}
+	}
+	for _, d := range b.out.Deferred {
+		forget(d.Item)
+	}
+	resources.QueueDigests(qb, rows, tombstones, forgetRows, forgetTombstones)
+}
+
+// rowDigests are the digests of b's accepted bodies, in their order, for
+// a feed that keeps them on its rows and composes them with its marks;
+// nil when none are kept.
+func (bs *bodies) rowDigests(b *batch, bufs *digestBufs) *unchanged.Digests {
+	if !bs.onRows() {
+		return nil
+	}
+	ds := bufs.take(len(b.out.Accepted))
+	for _, it := range b.out.Accepted {
+		ds.Add(bs.tag, it)
+	}
+	return ds
 }
 
 // composeDigests adds to s the digests of b's accepted bodies under keys,

@@ -25,12 +25,19 @@ import (
 // Lockers of a short TTL.
 func leaseSetup(t *testing.T, ttl time.Duration) *testBundle {
 	t.Helper()
+	b := migratedSetup(t)
+	b.locker = b.leasedLocker(t, ttl)
+	return b
+}
+
+// migratedSetup is a migrated schema (syncer_lock_leases), its pool and a
+// key no other test uses, for Lockers the test makes.
+func migratedSetup(t *testing.T) *testBundle {
+	t.Helper()
 	ts := dbtest.NewMigrated(t)
 	connConfig, err := pgx.ParseConfig(ts.DSN)
 	require.NoError(t, err)
-	b := &testBundle{dsn: ts.DSN, schema: ts.Name, connConfig: connConfig, pool: ts.Pool, key: locks.Key(ts.Name, t.Name())}
-	b.locker = b.leasedLocker(t, ttl)
-	return b
+	return &testBundle{dsn: ts.DSN, schema: ts.Name, connConfig: connConfig, pool: ts.Pool, key: locks.Key(ts.Name, t.Name())}
 }
 
 func (b *testBundle) leasedLocker(t *testing.T, ttl time.Duration) *locks.Locker {
@@ -134,9 +141,19 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	t.Parallel()
 	const ttl = 2 * time.Second
 	b := leaseSetup(t, ttl)
-	ctx := context.Background()
+	lk := b.frozenHolderLoses(t, ttl, b.leasedLocker(t, ttl))
+	require.NoError(t, lk.Check())
+}
 
-	cmd, stdout, errOut := b.startHolder(t, b.dsn, ttl)
+// frozenHolderLoses runs the hold helper (with env) and, once it has held
+// b.key for a few renewals, freezes it with SIGSTOP: waiter must take the
+// lock over within the TTL + 3 s of the freeze. Woken, the holder must
+// have passed no check after the freeze, and its last word is "lost". It
+// returns waiter's lock, released at the test's end.
+func (b *testBundle) frozenHolderLoses(t *testing.T, ttl time.Duration, waiter *locks.Locker, env ...string) *locks.Lock {
+	t.Helper()
+	ctx := context.Background()
+	cmd, stdout, errOut := b.startHolder(t, b.dsn, ttl, env...)
 	lines := make(chan string, 1<<16)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -158,7 +175,6 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	// little, and check, until then.
 	waitStopped(t, cmd.Process.Pid)
 	frozenAt := time.Now()
-	waiter := b.leasedLocker(t, ttl)
 	var lk *locks.Lock
 	var err error
 	require.Eventually(t, func() bool {
@@ -168,7 +184,7 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	took := time.Since(frozenAt)
 	t.Logf("took over %.1fs after the freeze (lease TTL %s)", took.Seconds(), ttl)
 	require.Less(t, took, ttl+3*time.Second)
-	defer func() { require.NoError(t, lk.Release(ctx)) }()
+	t.Cleanup(func() { require.NoError(t, lk.Release(ctx)) })
 
 	time.Sleep(time.Second)
 	wokeAt := time.Now()
@@ -187,7 +203,7 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	}
 	require.Equal(t, "lost", last)
 	require.Positive(t, oks)
-	require.NoError(t, lk.Check())
+	return lk
 }
 
 // Ending a stale holder's session takes the holder's own role (a role may

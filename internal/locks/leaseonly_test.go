@@ -1,18 +1,13 @@
 package locks_test
 
 import (
-	"bufio"
 	"context"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/syncer-dev/syncer/internal/dbtest"
 	"github.com/syncer-dev/syncer/internal/locks"
 )
 
@@ -20,13 +15,10 @@ import (
 // table for their transactions.
 func leaseOnlySetup(t *testing.T, ttl time.Duration) *testBundle {
 	t.Helper()
-	ts := dbtest.NewMigrated(t)
-	connConfig, err := pgx.ParseConfig(ts.DSN)
-	require.NoError(t, err)
-	connConfig.RuntimeParams["application_name"] = "lease-only test"
-	b := &testBundle{dsn: ts.DSN, schema: ts.Name, connConfig: connConfig, pool: ts.Pool, key: locks.Key(ts.Name, t.Name())}
+	b := migratedSetup(t)
+	b.connConfig.RuntimeParams["application_name"] = "lease-only test"
 	b.locker = b.leaseOnlyLocker(t, ttl)
-	_, err = ts.Pool.Exec(context.Background(), "CREATE TABLE marks (id int PRIMARY KEY)")
+	_, err := b.pool.Exec(context.Background(), "CREATE TABLE marks (id int PRIMARY KEY)")
 	require.NoError(t, err)
 	return b
 }
@@ -203,57 +195,9 @@ func TestLeaseOnlyFrozenHolder(t *testing.T) {
 	t.Parallel()
 	const ttl = 2 * time.Second
 	b := leaseOnlySetup(t, ttl)
-	ctx := context.Background()
-
-	cmd, stdout, errOut := b.startHolder(t, b.dsn, ttl, envLeasesOnly+"=1")
-	lines := make(chan string, 1<<16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	select {
-	case l := <-lines:
-		require.True(t, strings.HasPrefix(l, "held "), l)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("child did not take the lock:\n%s", errOut.String())
-	}
-	time.Sleep(ttl)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
-	waitStopped(t, cmd.Process.Pid)
-	frozenAt := time.Now()
-	waiter := b.leaseOnlyLocker(t, ttl)
-	var lk *locks.Lock
-	var err error
-	require.Eventually(t, func() bool {
-		lk, err = waiter.TryAcquire(ctx, b.key)
-		return err == nil
-	}, 30*time.Second, 50*time.Millisecond)
-	took := time.Since(frozenAt)
-	t.Logf("took over %.1fs after the freeze (lease TTL %s)", took.Seconds(), ttl)
-	require.Less(t, took, ttl+3*time.Second)
-	defer func() { require.NoError(t, lk.Release(ctx)) }()
-
-	time.Sleep(time.Second)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-	require.NoError(t, cmd.Wait(), errOut.String())
-	var oks int
-	last := ""
-	for l := range lines {
-		last = l
-		if n, ok := strings.CutPrefix(l, "ok "); ok {
-			ns, err := strconv.ParseInt(n, 10, 64)
-			require.NoError(t, err)
-			require.True(t, time.Unix(0, ns).Before(frozenAt), "a check passed after the freeze")
-			oks++
-		}
-	}
-	require.Equal(t, "lost", last)
-	require.Positive(t, oks)
+	lk := b.frozenHolderLoses(t, ttl, b.leaseOnlyLocker(t, ttl), envLeasesOnly+"=1")
 	require.NoError(t, lk.Check())
-	require.NoError(t, lk.WithTx(ctx, insertMark(1)), "the woken holder's release left the new lease alone")
+	require.NoError(t, lk.WithTx(context.Background(), insertMark(1)), "the woken holder's release left the new lease alone")
 }
 
 // A lease row a session's lock wrote (a daemon with a whole session) is

@@ -3,8 +3,6 @@ package locks
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,61 +57,6 @@ var sessionParams = map[string]string{
 	// The session holds the locks while idle; a server default must not
 	// end it.
 	"idle_in_transaction_session_timeout": "0",
-}
-
-// Key derives a stable advisory lock key from a namespace and a name: the
-// first 8 bytes of SHA-256(namespace + "\x00" + name) as a big-endian int64.
-// The package documentation shows how to compute it in SQL and Ruby.
-func Key(namespace, name string) int64 {
-	h := sha256.New()
-	h.Write([]byte(namespace))
-	h.Write([]byte{0})
-	h.Write([]byte(name))
-	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8]))
-}
-
-// Namespace is the namespace of syncer's own lock keys.
-const Namespace = "syncer"
-
-// MigrateKey serialises concurrent migrators across processes. It is a
-// fixed value, the bytes of "syncermg" read as a big-endian int64, not a
-// Key: it predates Key, and a migrator of an older release must keep
-// excluding one of this release.
-const MigrateKey int64 = 0x73796e6365726d67
-
-// ExportKey is the key of the export lock of source name of the
-// installation in schema: one per source, so sources export in parallel
-// and daemons share them out. Advisory locks are per database, so the
-// schema is part of the name: two installations in one database must not
-// share a lock. Resources (jobs.Resources) keep the key the releases
-// before sources had, Key("syncer", "export:"+schema), and a configured
-// source the one its own lock had, so a daemon of the previous release
-// and one of this release exclude each other during a rolling upgrade.
-func ExportKey(schema, name string) int64 {
-	if name == resources {
-		return Key(Namespace, "export:"+schema)
-	}
-	return Key(Namespace, "export:"+schema+":source:"+name)
-}
-
-// resources is jobs.Resources: locks imports no package of syncer's.
-const resources = "resources"
-
-// DestinationKey is the key of the lock a daemon holds while it pushes to
-// configured destination name of the installation in schema: one pusher at
-// a time per destination, across daemons, so the destination's rate limit
-// and requests in flight hold however many daemons share its sources.
-func DestinationKey(schema, name string) int64 {
-	return Key(Namespace, "push:"+schema+":destination:"+name)
-}
-
-// RelayKey is the key of the transaction-level lock that serialises the
-// outbox relays of the installation in schema.
-func RelayKey(schema string) int64 { return Key(Namespace, "relay:"+schema) }
-
-// pgLocksIDs splits key as pg_locks shows a bigint advisory lock.
-func pgLocksIDs(key int64) (classid, objid uint32) {
-	return uint32(uint64(key) >> 32), uint32(uint64(key))
 }
 
 // Config configures a Locker.
@@ -441,69 +384,3 @@ func closeConn(conn *pgx.Conn) {
 // unlockAllTimeout bounds the unlock before a holder session is closed: a
 // session that does not answer is closed anyway.
 const unlockAllTimeout = time.Second
-
-// Holder is the session holding a lock, as status shows it.
-type Holder struct {
-	// PID is the backend pid of the holding session (pg_locks.pid).
-	PID int
-	// ApplicationName and ClientAddr are the session's, from
-	// pg_stat_activity; ClientAddr is empty for a Unix socket.
-	ApplicationName string
-	ClientAddr      string
-	// Role, Host and Process are read from an application_name set by
-	// database.ApplicationName: what the process is, its machine and its
-	// pid there. Empty (Process 0) for a session named otherwise.
-	Role, Host string
-	Process    int
-}
-
-// leaseHolderSQL names the daemon holding key $1 by a lease alone
-// (leaseonly.go): its PID stays 0, no session holds the lock.
-const leaseHolderSQL = `SELECT holder_name FROM syncer_lock_leases
-	WHERE key = $1 AND holder IS NOT NULL AND expires_at > clock_timestamp()`
-
-// HolderOf reports the session holding the lock for key in the current
-// database, for status displays, or the daemon holding it by a lease alone
-// (Config.LeasesOnly; PID 0, no address). It is a snapshot: the holder may change
-// right after it returns.
-func HolderOf(ctx context.Context, q database.Querier, key int64) (Holder, bool, error) {
-	classid, objid := pgLocksIDs(key)
-	var h Holder
-	var app, addr *string
-	err := q.QueryRow(ctx, `SELECT l.pid, a.application_name, host(a.client_addr)
-		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted
-		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND l.classid = $1 AND l.objid = $2 AND l.objsubid = 1
-		LIMIT 1`, classid, objid).Scan(&h.PID, &app, &addr)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// No session holds it: a Locker of leases alone may, by its row.
-		err = q.QueryRow(ctx, leaseHolderSQL, key).Scan(&app)
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "42P01":
-			// 42P01: a schema older than the lease table has no such holder.
-			return Holder{}, false, nil
-		case err != nil:
-			return Holder{}, false, fmt.Errorf("locks: holder: %w", err)
-		}
-		addr = nil
-	} else if err != nil {
-		return Holder{}, false, fmt.Errorf("locks: holder: %w", err)
-	}
-	if app != nil {
-		h.ApplicationName = *app
-		h.Role, h.Host, h.Process, _ = database.ParseApplicationName(*app)
-	}
-	if addr != nil {
-		h.ClientAddr = *addr
-	}
-	return h, true, nil
-}
-
-// Held reports whether some session holds the lock for key: what the
-// relay's poll asks.
-func Held(ctx context.Context, q database.Querier, key int64) (bool, error) {
-	_, held, err := HolderOf(ctx, q, key)
-	return held, err
-}

@@ -71,7 +71,7 @@ func checkTenant(ctx context.Context, pool *pgxpool.Pool, dest string, srcs []*s
 	}
 	for _, src := range srcs {
 		e.Sources = append(e.Sources, src.Name)
-		if found, err := sources.HasTenant(ctx, pool, src, t.String()); err != nil || found {
+		if found, err := sources.HasTenant(ctx, pool, src, t); err != nil || found {
 			return err
 		}
 	}

@@ -71,6 +71,12 @@ func (x *exported) WithWork(ctx context.Context, q database.Querier, names []str
 // none are given).
 func setup(t *testing.T, names ...string) *bundle {
 	t.Helper()
+	return setupWith(t, nil, names...)
+}
+
+// setupWith is setup with the relay's Config changed by with.
+func setupWith(t *testing.T, with func(*outbox.Config), names ...string) *bundle {
+	t.Helper()
 	ts := dbtest.NewMigrated(t)
 	pool, schema := ts.Pool, ts.Name
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
@@ -79,10 +85,14 @@ func setup(t *testing.T, names ...string) *bundle {
 		names = []string{jobs.Resources}
 	}
 	b := &bundle{pool: pool, exp: &exported{names: names, held: map[string]bool{}}}
-	b.relay, err = outbox.New(pool, rc, b.exp, &outbox.Config{
+	cfg := &outbox.Config{
 		Channel: migrations.Channel(schema),
 		LockKey: locks.RelayKey(schema),
-	})
+	}
+	if with != nil {
+		with(cfg)
+	}
+	b.relay, err = outbox.New(pool, rc, b.exp, cfg)
 	require.NoError(t, err)
 	return b
 }

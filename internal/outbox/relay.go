@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/jobs"
@@ -84,6 +85,10 @@ type Config struct {
 	// FastPoll is how often a relay without LISTEN looks for new events.
 	// Defaults to FastPollDefault.
 	FastPoll time.Duration
+	// Fetch, if set, is told the jobs a round inserted or made available,
+	// once it committed: this process's River then starts them at once
+	// rather than at its next poll (the daemon's fetchDriver).
+	Fetch func(ctx context.Context, jobs []*rivertype.JobRow)
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 }
@@ -294,6 +299,7 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 			lanes[src] = true
 		}
 	}
+	var ready []*rivertype.JobRow
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		// A round never waits for good: see roundLockTimeout. The timeout
 		// and the lock in one round trip: a select list is evaluated in
@@ -352,21 +358,25 @@ func (r *Relay) round(ctx context.Context, look, force bool) error {
 		if err != nil {
 			return err
 		}
+		ready = append(inserted, retried...)
 		if len(ids) > 0 {
 			if _, err := tx.Exec(ctx, `DELETE FROM syncer_outbox WHERE id = ANY($1)`, ids); err != nil {
 				return err
 			}
 		}
 		r.update(func(s *Stats) {
-			s.JobsInserted += int64(inserted)
+			s.JobsInserted += int64(len(inserted))
 			s.EventsRelayed += int64(len(ids))
 			s.SourcesWoken += int64(woken)
-			s.JobsRetried += int64(retried)
+			s.JobsRetried += int64(len(retried))
 		})
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("outbox: relay: %w", err)
+	}
+	if len(ready) > 0 && r.cfg.Fetch != nil {
+		r.cfg.Fetch(ctx, ready)
 	}
 	return nil
 }

@@ -80,21 +80,21 @@ var waitingStates = []rivertype.JobState{
 }
 
 // ensureJobs makes sure a job of each source in want will look at its
-// table soon after tx commits, and returns how many it inserted and how
-// many waiting ones it made available. A waiting job will (the previous
+// table soon after tx commits, and returns the jobs it inserted and the
+// waiting ones it made available. A waiting job will (the previous
 // release's job of resources too, which this release works as one), once
 // available: one due for longer than overdueAfter is made available here.
 // A running one may be about to end, or belong to a dead or frozen
 // process, so it does not count: that is the trap of River's own
 // uniqueness.
-func (r *Relay) ensureJobs(ctx context.Context, tx pgx.Tx, want map[string]bool) (inserted, retried int, err error) {
+func (r *Relay) ensureJobs(ctx context.Context, tx pgx.Tx, want map[string]bool) (inserted, retried []*rivertype.JobRow, err error) {
 	if len(want) == 0 {
-		return 0, 0, nil
+		return nil, nil, nil
 	}
 	res, err := r.river.JobListTx(ctx, tx, river.NewJobListParams().
 		Kinds(jobs.ExportArgs{}.Kind(), jobs.PreviousSyncArgs{}.Kind()).States(waitingStates...).First(10000))
 	if err != nil {
-		return 0, 0, fmt.Errorf("list jobs: %w", err)
+		return nil, nil, fmt.Errorf("list jobs: %w", err)
 	}
 	// Per source: whether a job of it is available, else its waiting job
 	// due the longest.
@@ -121,7 +121,7 @@ func (r *Relay) ensureJobs(ctx context.Context, tx pgx.Tx, want map[string]bool)
 		}
 		if now.IsZero() {
 			if err := tx.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
-				return 0, 0, fmt.Errorf("read the clock: %w", err)
+				return nil, nil, fmt.Errorf("read the clock: %w", err)
 			}
 		}
 		if j.ScheduledAt.Before(now.Add(-overdueAfter)) && (due[src] == nil || j.ScheduledAt.Before(due[src].ScheduledAt)) {
@@ -129,17 +129,21 @@ func (r *Relay) ensureJobs(ctx context.Context, tx pgx.Tx, want map[string]bool)
 		}
 	}
 	for _, src := range slices.Sorted(maps.Keys(due)) {
-		if _, err := r.river.JobRetryTx(ctx, tx, due[src].ID); err != nil {
-			return 0, 0, fmt.Errorf("make the job of source %s available: %w", src, err)
+		j, err := r.river.JobRetryTx(ctx, tx, due[src].ID)
+		if err != nil {
+			return nil, nil, fmt.Errorf("make the job of source %s available: %w", src, err)
 		}
 		r.logger.InfoContext(ctx, "outbox: a job of the source was overdue (no River leader moved it): made it available",
 			slog.String("source", src), slog.Int64("job_id", due[src].ID), slog.Time("scheduled_at", due[src].ScheduledAt))
+		retried = append(retried, j)
 	}
 	names := slices.Sorted(maps.Keys(want))
 	for _, n := range names {
-		if _, err := r.river.InsertTx(ctx, tx, jobs.ExportArgs{Source: n}, nil); err != nil {
-			return 0, 0, fmt.Errorf("insert a job of source %s: %w", n, err)
+		res, err := r.river.InsertTx(ctx, tx, jobs.ExportArgs{Source: n}, nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("insert a job of source %s: %w", n, err)
 		}
+		inserted = append(inserted, res.Job)
 	}
-	return len(names), len(due), nil
+	return inserted, retried, nil
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/resources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // State is a replay's state, as stored.
@@ -221,8 +222,9 @@ type SourceRange struct {
 	// last change (the source's changed_at); required with Since or Until.
 	ChangedColumn string
 	// Tenant bounds the rows to one tenant's, in the tenant column's text
-	// form, for a source with a tenant column; empty is every tenant.
-	Tenant string
+	// form, for a source with a tenant column; the zero Tenant is every
+	// tenant.
+	Tenant tenant.Tenant
 }
 
 // SourceCursor is a source replay's range and where its logging stands,

@@ -87,10 +87,32 @@ func QueueMarks(b *pgx.Batch, o Outcomes) {
 // arguments (bigint[] both), as QueueMarks marks Outcomes.Synced: a
 // caller composing the marks with other pieces that share the rows' keys
 // (KeysSQL), one statement instead of one each (issue 55).
-func ComposeSynced(s *compose.Statement, ids, versions string) {
-	s.Modify(`UPDATE resources r SET ` + setSynced + `
+//
+// digests, when not "", is a placeholder of the rows' accepted bodies'
+// digests (bytea, each size bytes, in ids' order), kept on the rows
+// (accepted_digest) by the same UPDATE: the digest a row's next version is
+// compared with (PendingKept), at no write of its own (issues 55 and 57:
+// an insert a row into syncer_accepted_bodies was 4-5 µs of a drain's
+// database time). A row whose version moved on while its batch was out
+// keeps the digest too, unmarked: the third party holds that body now,
+// and the next version must be compared with it, not with an older one.
+func ComposeSynced(s *compose.Statement, ids, versions, digests string, size int) {
+	if digests == "" {
+		s.Modify(`UPDATE resources r SET ` + setSynced + `
 		FROM unnest(` + ids + `::bigint[], ` + versions + `::bigint[]) AS b(id, version)
 		WHERE r.id = ANY(` + ids + `::bigint[]) AND r.id = b.id AND r.version = b.version`)
+		return
+	}
+	n := strconv.Itoa(size)
+	digest := `substring(` + digests + `::bytea FROM (b.i::int - 1) * ` + n + ` + 1 FOR ` + n + `)`
+	s.Modify(`UPDATE resources r SET
+			synced_at = CASE WHEN r.version = b.version THEN now() ELSE r.synced_at END,
+			failed_at = CASE WHEN r.version = b.version THEN NULL ELSE r.failed_at END,
+			sync_error = CASE WHEN r.version = b.version THEN NULL ELSE r.sync_error END,
+			accepted_digest = ` + digest + `
+		FROM unnest(` + ids + `::bigint[], ` + versions + `::bigint[]) WITH ORDINALITY AS b(id, version, i)
+		WHERE r.id = ANY(` + ids + `::bigint[]) AND r.id = b.id
+			AND (r.version = b.version OR r.accepted_digest IS DISTINCT FROM ` + digest + `)`)
 }
 
 // KeysSQL is the expression of the rows' keys (text[], a row's id in
@@ -99,6 +121,59 @@ func ComposeSynced(s *compose.Statement, ids, versions string) {
 // them as text.
 func KeysSQL(ids string) string {
 	return `(` + ids + `::bigint[])::text[]`
+}
+
+// QueueDigests adds to b the statements that keep, on rows and on
+// tombstones, the digests of the bodies the third party accepted (ids[i]
+// accepted a body of digest sums[i]; a tombstone's digest goes to the
+// tombstone), and clear those of forget, whose third-party copy is in
+// doubt (a batch resent from its record, an item deferred): for a
+// batch whose marks do not compose (ComposeSynced keeps a composed
+// batch's). Whatever the version: the digest is of the key's last
+// accepted body. Queue it in the transaction that marks the versions.
+func QueueDigests(b *pgx.Batch, rows, tombstones Digests, forgetRows, forgetTombstones []int64) {
+	queueDigests(b, "resources", rows)
+	queueDigests(b, "syncer_tombstones", tombstones)
+	queueForget(b, "resources", forgetRows)
+	queueForget(b, "syncer_tombstones", forgetTombstones)
+}
+
+// Digests are ids and the digests of their accepted bodies.
+type Digests struct {
+	IDs  []int64
+	Sums [][]byte
+}
+
+// Add appends an id and its digest.
+func (d *Digests) Add(id int64, sum []byte) {
+	d.IDs = append(d.IDs, id)
+	d.Sums = append(d.Sums, sum)
+}
+
+func queueDigests(b *pgx.Batch, table string, d Digests) {
+	if len(d.IDs) == 0 {
+		return
+	}
+	b.Queue(`UPDATE `+table+` r SET accepted_digest = n.digest
+		FROM unnest($1::bigint[], $2::bytea[]) AS n(id, digest)
+		WHERE r.id = ANY($1::bigint[]) AND r.id = n.id AND r.accepted_digest IS DISTINCT FROM n.digest`, d.IDs, d.Sums).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("resources: keep digests on %s: %w", table, err)
+		}
+		return nil
+	}
+}
+
+func queueForget(b *pgx.Batch, table string, ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	b.Queue(`UPDATE `+table+` SET accepted_digest = NULL WHERE id = ANY($1::bigint[]) AND accepted_digest IS NOT NULL`, ids).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("resources: forget digests on %s: %w", table, err)
+		}
+		return nil
+	}
 }
 
 // QueueUnsynced adds to b the statements that make exactly the pairs of

@@ -20,7 +20,6 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/feed"
-	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // Start is the cursor before every id (feed.Start): keyset reads take ids
@@ -43,8 +42,9 @@ type Row struct {
 	// feed.Limits.MaxItemBytes: the payload was not read, and the row is to be
 	// recorded as failed rather than sent. 0 otherwise.
 	Oversize int64
-	// Kept is the digest internal/unchanged keeps for the row's id, when
-	// the read was PendingKept; nil when none is kept.
+	// Kept is the digest of the body the third party last accepted for
+	// the row's id (its accepted_digest: KeepDigests), when the read was
+	// PendingKept; nil when none is kept.
 	Kept []byte
 	// Captured is when the version was written: the row's changed_at (the
 	// start of the transaction that inserted it or changed its payload),
@@ -84,7 +84,7 @@ FROM (
 		sum(CASE WHEN size <= $4 THEN size ELSE 0 END) OVER w AS upto,
 		row_number() OVER w AS n
 	FROM (
-		SELECT b.id, b.version, b.deleted, b.payload, b.cands, b.captured,
+		SELECT b.id, b.version, b.deleted, b.payload, b.cands, b.captured, b.kept,
 			CASE WHEN b.deleted THEN 0
 			     WHEN pg_column_compression(b.payload) IS NULL THEN b.lower
 			     ELSE octet_length(b.payload::text) END AS size
@@ -92,10 +92,11 @@ FROM (
 			SELECT a.*, sum(a.lower) OVER (ORDER BY a.id ROWS UNBOUNDED PRECEDING) - a.lower AS before,
 				count(*) OVER () AS cands
 			FROM (
-				(SELECT id, version, false AS deleted, payload, pg_column_size(payload) AS lower, changed_at AS captured
+				(SELECT id, version, false AS deleted, payload, pg_column_size(payload) AS lower, changed_at AS captured,
+				        accepted_digest AS kept
 				   FROM resources WHERE %[1]s ORDER BY id LIMIT $2)
 				UNION ALL
-				(SELECT id, version, true, NULL::jsonb, 0, deleted_at
+				(SELECT id, version, true, NULL::jsonb, 0, deleted_at, accepted_digest
 				   FROM syncer_tombstones WHERE %[2]s ORDER BY id LIMIT $2)
 				ORDER BY id LIMIT $2
 			) a
@@ -121,17 +122,13 @@ const pendingWhere = `synced_at IS NULL AND failed_at IS NULL AND `
 
 const generationColumn = `, (SELECT live FROM syncer_generation)`
 
-// keptColumn is, for PendingKept, each row's kept digest under the feed
-// name $5, probed only for a version above 1 or a tombstone. A row's
-// version 1 is its id's first (a row that comes back after its tombstone
-// goes on above the tombstone's version), so no body of its id was ever
-// accepted and the probe would miss: in a drain of new rows every probe
-// missed, and the probes were half of the read (issue 55:
-// docs/benchmarks.md, "Where a drain's database time goes"). Where one
-// could hit (an id back after its tombstone was purged) the row is sent
-// as a key with no digest is: a request more, never a skip wrongly.
-var keptColumn = generationColumn + ", CASE WHEN d.version > 1 OR d.deleted THEN " +
-	unchanged.KeptSQL("$5::text", "''", "d.id") + " END"
+// keptColumn is, for PendingKept, each row's and tombstone's
+// accepted_digest: read from the tuple the read reads anyway, where it
+// was a probe of syncer_accepted_bodies a key (issue 55: the probes were
+// half of a drain's read, and the digests' insert 4-5 µs of its marks'
+// 11-13 a row; docs/benchmarks.md, "A resources row keeps its accepted
+// digest").
+const keptColumn = generationColumn + ", d.kept"
 
 // pendingSQL are the pending reads, from Start and after an id, without
 // and with (PendingKept) each row's kept digest.
@@ -173,32 +170,28 @@ type Page struct {
 // in the same statement. An id is never both a pending row and a pending
 // tombstone. scratch, if non-nil, is reused to spare allocations.
 func Pending(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row) (Page, error) {
-	return pending(ctx, q, afterID, lim, scratch, "")
+	return pending(ctx, q, afterID, lim, scratch, false)
 }
 
 // PendingKept is Pending, and each row comes with the digest of the body
-// last accepted for its id (Row.Kept) that internal/unchanged keeps under
-// the feed name kept: read in the same statement, not in one more a page
+// last accepted for its id (Row.Kept, the row's or the tombstone's
+// accepted_digest): read in the same statement, not in one more a page
 // (docs/benchmarks.md, "No request for an unchanged row").
-func PendingKept(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row, kept string) (Page, error) {
-	return pending(ctx, q, afterID, lim, scratch, kept)
+func PendingKept(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row) (Page, error) {
+	return pending(ctx, q, afterID, lim, scratch, true)
 }
 
-func pending(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row, kept string) (Page, error) {
+func pending(ctx context.Context, q database.Querier, afterID int64, lim feed.Limits, scratch []Row, kept bool) (Page, error) {
 	if err := lim.Validate(); err != nil {
 		return Page{}, fmt.Errorf("resources: pending: %w", err)
 	}
 	bytes, maxItem := batchArgs(lim)
-	args := []any{afterID, lim.Items, bytes, maxItem}
-	if kept != "" {
-		args = append(args, kept)
-	}
-	rows, err := q.Query(ctx, pendingQuery(afterID, kept != ""), args...)
+	rows, err := q.Query(ctx, pendingQuery(afterID, kept), afterID, lim.Items, bytes, maxItem)
 	if err != nil {
 		return Page{}, fmt.Errorf("resources: select pending: %w", err)
 	}
 	var p Page
-	p.Rows, p.End, err = collect(rows, lim, scratch[:0], &p.Gen, kept != "")
+	p.Rows, p.End, err = collect(rows, lim, scratch[:0], &p.Gen, kept)
 	return p, err
 }
 

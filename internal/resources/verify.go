@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
-	"github.com/syncer-dev/syncer/internal/jobs"
-	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
 // Held is one id as `syncer verify` compares it: a row or the tombstone of
@@ -103,11 +100,13 @@ func requeued(ctx context.Context, q database.Querier, ids []int64) error {
 	if _, err := q.Exec(ctx, `UPDATE syncer_generation SET live = live + 1`); err != nil {
 		return fmt.Errorf("resources: bump generation: %w", err)
 	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = strconv.FormatInt(id, 10)
+	if _, err := q.Exec(ctx, `UPDATE resources SET accepted_digest = NULL WHERE id = ANY($1::bigint[]) AND accepted_digest IS NOT NULL`, ids); err != nil {
+		return fmt.Errorf("resources: forget digests: %w", err)
 	}
-	return unchanged.ForgetKeys(ctx, q, jobs.Resources, keys)
+	if _, err := q.Exec(ctx, `UPDATE syncer_tombstones SET accepted_digest = NULL WHERE id = ANY($1::bigint[]) AND accepted_digest IS NOT NULL`, ids); err != nil {
+		return fmt.Errorf("resources: forget digests: %w", err)
+	}
+	return nil
 }
 
 // PendingOf returns those of ids whose row or tombstone is pending now:

@@ -32,7 +32,7 @@ func (c configuredRows) Tenanted() bool  { return c.src.Tenant != "" }
 
 func (c configuredRows) Destination() string { return c.src.Destination }
 
-func (c configuredRows) Tenants(ctx context.Context, q database.Querier, after string, n int) ([]string, error) {
+func (c configuredRows) Tenants(ctx context.Context, q database.Querier, after tenant.Tenant, n int) ([]tenant.Tenant, error) {
 	if !c.Tenanted() {
 		return nil, nil
 	}
@@ -113,7 +113,7 @@ func (c configuredRows) ReplayTable() replays.Table { return sources.ReplayTable
 
 func (c configuredRows) Verify(r verify.Range) (verify.Source, error) {
 	if c.sc.Tenant != "" {
-		return verify.NewConfiguredTenant(c.src, c.sc.Tenant, r)
+		return verify.NewConfiguredTenant(c.src, tenant.Tenant(c.sc.Tenant), r)
 	}
 	return verify.NewConfigured(c.src, r)
 }

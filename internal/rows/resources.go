@@ -29,7 +29,7 @@ func (resourceRows) Tenanted() bool  { return false }
 func (resourceRows) Destination() string { return ResourcesDestination }
 
 // Tenants are none: resources has no tenant column.
-func (resourceRows) Tenants(context.Context, database.Querier, string, int) ([]string, error) {
+func (resourceRows) Tenants(context.Context, database.Querier, tenant.Tenant, int) ([]tenant.Tenant, error) {
 	return nil, nil
 }
 

@@ -110,9 +110,9 @@ type Rows interface {
 	// installed: ResourcesDestination for resources.
 	Destination() string
 	// Tenants returns up to n tenants with rows in the source's table, in
-	// order after after ("" from the first); none of a source without a
-	// tenant column.
-	Tenants(ctx context.Context, q database.Querier, after string, n int) ([]string, error)
+	// order after after (the zero Tenant from the first); none of a
+	// source without a tenant column.
+	Tenants(ctx context.Context, q database.Querier, after tenant.Tenant, n int) ([]tenant.Tenant, error)
 	// OfTenant is the rows of tenant t of the same source: a
 	// *NoTenantsError for a source without a tenant column.
 	OfTenant(t tenant.Tenant) (Rows, error)

@@ -198,7 +198,7 @@ func ReplaysUnsent(ctx context.Context, q database.Querier, logged []replays.Sou
 	var srcs, tenants []string
 	for _, p := range logged {
 		ids, srcs, lastSeqs = append(ids, p.ID), append(srcs, p.Source), append(lastSeqs, p.LastSeq)
-		tenants = append(tenants, p.Range.Tenant)
+		tenants = append(tenants, p.Range.Tenant.String())
 	}
 	if len(ids) == 0 {
 		return out, nil

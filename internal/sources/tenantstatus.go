@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // TenantCountCap bounds how many changes TenantBacklog reads for its
@@ -196,16 +197,16 @@ func retryFailedTenant(ctx context.Context, e database.Querier, src, tenant stri
 // typo is refused rather than acted on (docs/protocol.md section 10.1,
 // "Commands name real tenants"). The table's read is one EXISTS, stopped
 // at its first row.
-func HasTenant(ctx context.Context, q database.Querier, src *Source, tenant string) (bool, error) {
-	if err := src.checkTenant(tenant); err != nil {
+func HasTenant(ctx context.Context, q database.Querier, src *Source, t tenant.Tenant) (bool, error) {
+	if err := src.checkTenant(t.String()); err != nil {
 		return false, err
 	}
 	var found bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM syncer_changes WHERE source = $1 AND tenant = $2)
 		OR EXISTS (SELECT 1 FROM syncer_source_failures WHERE source = $1 AND tenant = $2)
-		OR EXISTS (SELECT 1 FROM `+src.table()+` t WHERE `+src.tenantText("t")+` = $2)`, src.Name, tenant).Scan(&found)
+		OR EXISTS (SELECT 1 FROM `+src.table()+` t WHERE `+src.tenantText("t")+` = $2)`, src.Name, t.String()).Scan(&found)
 	if err != nil {
-		return false, fmt.Errorf("sources: source %s: tenant %s: %w", src.Name, tenant, err)
+		return false, fmt.Errorf("sources: source %s: tenant %s: %w", src.Name, t, err)
 	}
 	return found, nil
 }

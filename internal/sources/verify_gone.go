@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // KeyInRange reports whether key, in its text form, is a key of src within
@@ -20,24 +21,24 @@ func (s *Source) KeyInRange(key string, r ReplayRange) bool {
 }
 
 // PresentOf returns those of keys (normalized, NormalizeKey) that are rows
-// of src's table now; with tenant (not ""), rows of that tenant. `syncer
+// of src's table now; with a tenant t (not the zero Tenant), rows of t. `syncer
 // verify` asks it of the keys the row's story says were deleted: those
 // present again are checked with the table.
-func PresentOf(ctx context.Context, q database.Querier, src *Source, tenant string, keys []string) ([]string, error) {
+func PresentOf(ctx context.Context, q database.Querier, src *Source, t tenant.Tenant, keys []string) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
 	cond := src.keyMatchSQL(src.keyValuesSQL("u.k"))
-	if tenant != "" {
-		if err := src.checkTenant(tenant); err != nil {
+	if !t.IsZero() {
+		if err := src.checkTenant(t.String()); err != nil {
 			return nil, err
 		}
 		cond += " AND " + src.tenantText("t") + " = $2::text"
 	}
 	sql := `SELECT u.k FROM unnest($1::text[]) AS u(k) WHERE EXISTS (SELECT 1 FROM ` + src.table() + ` t WHERE ` + cond + `)`
 	args := []any{keys}
-	if tenant != "" {
-		args = append(args, tenant)
+	if !t.IsZero() {
+		args = append(args, t.String())
 	}
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {

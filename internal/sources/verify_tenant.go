@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/unchanged"
 )
 
@@ -76,7 +77,7 @@ func (s *Source) checkTenant(tenant string) error {
 // source whose destination has a tenants block goes through them a page
 // at a time (each page one bounded statement), verifying each tenant
 // against its own account.
-func TableTenants(ctx context.Context, q database.Querier, src *Source, after string, n int) ([]string, error) {
+func TableTenants(ctx context.Context, q database.Querier, src *Source, after tenant.Tenant, n int) ([]tenant.Tenant, error) {
 	if src.Tenant == "" {
 		return nil, fmt.Errorf("sources: source %s has no tenant column", src.Name)
 	}
@@ -88,7 +89,7 @@ func TableTenants(ctx context.Context, q database.Querier, src *Source, after st
 	if err != nil {
 		return nil, fmt.Errorf("sources: source %s: tenants of its rows: %w", src.Name, err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out, err := pgx.CollectRows(rows, pgx.RowTo[tenant.Tenant])
 	if err != nil {
 		return nil, fmt.Errorf("sources: source %s: tenants of its rows: %w", src.Name, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/locks"
 	"github.com/syncer-dev/syncer/internal/presence"
 )
 
@@ -35,8 +36,8 @@ type DaemonSessions struct {
 
 // readSessions reads the sessions of this schema's daemons alive (those
 // syncer_daemons names), but process self's (the status command's own):
-// one statement on pg_stat_activity, pg_locks, syncer_lock_leases and the
-// presence.
+// one statement on pg_stat_activity, pg_locks, the locks' leases
+// (locks.LeasesHeldSQL) and the presence (presence.AliveSQL).
 // pg_stat_activity shows the daemons of every schema of the database
 // alike (two installations side by side, SYNCER_SCHEMA), so the rest are
 // left out, as are the command line's short-lived processes.
@@ -53,10 +54,7 @@ func readSessions(ctx context.Context, q database.Querier, self int) ([]DaemonSe
 			FROM pg_stat_activity a
 			WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
 			GROUP BY a.application_name),
-		le AS (
-			SELECT holder_name AS app, count(*)::int AS leases FROM syncer_lock_leases
-			WHERE holder IS NOT NULL AND holder_name IS NOT NULL AND expires_at > clock_timestamp()
-			GROUP BY holder_name)
+		le AS (`+locks.LeasesHeldSQL+`)
 		SELECT coalesce(s.app, le.app, ''), coalesce(s.sessions, 0), coalesce(s.active, 0), coalesce(s.locks, 0) + coalesce(le.leases, 0),
 			`+presence.AliveSQL+`
 		FROM s FULL JOIN le ON le.app = s.app`)

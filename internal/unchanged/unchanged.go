@@ -15,7 +15,10 @@
 // for a replay, which re-exports whatever the third party has; ForgetKeys
 // a heal's keys, which the third party was found not to hold. The package
 // owns syncer_accepted_bodies and syncer_skips (migration 020) and
-// the function that writes new digests (migrations 026, 028).
+// the function that writes new digests (migrations 026, 028). The
+// digests it keeps are the configured sources'; resources keeps its own
+// on its rows and tombstones (accepted_digest, migration 033,
+// internal/resources), computed with this package's Digester.
 //
 // For a source with a tenant column a digest is a (tenant, key)'s
 // (migration 028): each tenant is its own account, so a row moved to
@@ -48,6 +51,9 @@ func Digest(tag string, it feed.Item) []byte {
 
 // digestLen is how much of the SHA-256 a digest keeps.
 const digestLen = 16
+
+// DigestLen is the length of a digest, in bytes.
+const DigestLen = digestLen
 
 // Digester computes digests with one hash, reset for each: a marker
 // transaction digests every body of its batches, and a hash and a sum
@@ -117,6 +123,10 @@ func (ds *Digests) Add(tag string, it feed.Item) {
 	ds.Keys = append(ds.Keys, it.ID)
 	ds.Sums = append(ds.Sums, ds.buf[at:len(ds.buf):len(ds.buf)])
 }
+
+// Flat is the digests one after the other, DigestLen bytes each: what a
+// statement splits, rather than an array of one bytea each (issue 55).
+func (ds *Digests) Flat() []byte { return ds.flat() }
 
 // flat is the digests one after the other: Add's buffer, or a copy for
 // Digests built otherwise.

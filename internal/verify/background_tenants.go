@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // Background verification of a source whose destination has a tenants
@@ -27,12 +28,12 @@ const TenantsPageSize = 100
 // the tenant's own account (Job.Tenants).
 type Tenants interface {
 	// Page returns up to n tenants that have rows, in order after after
-	// ("" starts at the first).
-	Page(ctx context.Context, q database.Querier, after string, n int) ([]string, error)
-	// Tenant returns the source of tenant's rows and a reader of its
-	// account; ErrNoTenantReader, wrapped, when the tenant has no account
-	// to read (it is skipped, and logged).
-	Tenant(ctx context.Context, tenant string) (Source, Reader, error)
+	// (the zero Tenant starts at the first).
+	Page(ctx context.Context, q database.Querier, after tenant.Tenant, n int) ([]tenant.Tenant, error)
+	// Tenant returns the source of t's rows and a reader of its account;
+	// ErrNoTenantReader, wrapped, when the tenant has no account to read
+	// (it is skipped, and logged).
+	Tenant(ctx context.Context, t tenant.Tenant) (Source, Reader, error)
 }
 
 // ErrNoTenantReader is returned, wrapped, by Tenants.Tenant for a tenant
@@ -44,9 +45,9 @@ var ErrNoTenantReader = errors.New("tenant has no account to read")
 func (b *Background) runTenants(ctx context.Context, j *Job, c *Config) (*Result, error) {
 	return RunTenants(ctx, b.db, j.Source.Name(), &TenantsRun{
 		Tenants: j.Tenants,
-		Skipped: func(tenant string, err error) {
+		Skipped: func(t tenant.Tenant, err error) {
 			b.cfg.Logger.WarnContext(ctx, "verify: background: tenant not verified", slog.String("source", j.Source.Name()),
-				slog.String("tenant", tenant), slog.String("error", err.Error()))
+				slog.String("tenant", t.String()), slog.String("error", err.Error()))
 		},
 	}, c)
 }
@@ -57,10 +58,10 @@ type TenantsRun struct {
 	Tenants Tenants
 	// PaceOf, when set, is the pace of one tenant's lookups (its
 	// account's limits); otherwise every tenant takes Config.Pace.
-	PaceOf func(tenant string) *Pace
+	PaceOf func(t tenant.Tenant) *Pace
 	// Skipped is told of a tenant with rows and no account to read
 	// (ErrNoTenantReader); nil says nothing.
-	Skipped func(tenant string, err error)
+	Skipped func(t tenant.Tenant, err error)
 }
 
 // RunTenants verifies source, whose destination reads each tenant's rows
@@ -80,7 +81,7 @@ func RunTenants(ctx context.Context, db database.DB, source string, tr *TenantsR
 	}
 	res = &Result{Source: source, Examples: []Example{}, Tenants: []TenantCounts{}}
 	defer func() { recordEnd(ctx, db, source, res, &err) }()
-	after := ""
+	var after tenant.Tenant
 	for {
 		ts, err := tr.Tenants.Page(ctx, db, after, TenantsPageSize)
 		if err != nil {
@@ -122,15 +123,15 @@ func RunTenants(ctx context.Context, db database.DB, source string, tr *TenantsR
 
 // TenantCounts are one tenant's counts in a run of every tenant.
 type TenantCounts struct {
-	Tenant string `json:"tenant"`
+	Tenant tenant.Tenant `json:"tenant"`
 	KindCounts
 	// Healed, Resumed: as Result's, for the text output.
 	Healed  int64 `json:"-"`
 	Resumed bool  `json:"-"`
 }
 
-func countsOfTenant(tenant string, r *Result) TenantCounts {
-	return TenantCounts{Tenant: tenant, KindCounts: r.KindCounts, Healed: r.Healed, Resumed: r.Resumed}
+func countsOfTenant(t tenant.Tenant, r *Result) TenantCounts {
+	return TenantCounts{Tenant: t, KindCounts: r.KindCounts, Healed: r.Healed, Resumed: r.Resumed}
 }
 
 // sum adds r's counts and examples to into.

@@ -10,6 +10,7 @@ import (
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/outbox"
 	"github.com/syncer-dev/syncer/internal/sources"
+	"github.com/syncer-dev/syncer/internal/tenant"
 )
 
 // Configured is a configured source (an application's table) as a
@@ -22,7 +23,7 @@ type Configured struct {
 	src *sources.Source
 	r   sources.ReplayRange
 	// tenant, when set, narrows every call to the tenant's rows.
-	tenant string
+	tenant tenant.Tenant
 	// buf serves the graves (graves.go).
 	buf graveBuffer
 }
@@ -76,27 +77,27 @@ func (c *Configured) AnyPending(ctx context.Context, q database.Querier) (bool, 
 	return sources.AnyPending(ctx, q, c.src.Name, sources.Scope{})
 }
 
-// NewConfiguredTenant returns the rows of tenant of src, a source with a
+// NewConfiguredTenant returns the rows of tenant t of src, a source with a
 // tenant column, over r: `syncer verify --tenant` reads them against the
 // tenant's own account, and heals them for that tenant. Its progress and
 // last run are kept apart from the whole source's (tenant.RunKey).
-func NewConfiguredTenant(src *sources.Source, tenant string, r Range) (*Configured, error) {
+func NewConfiguredTenant(src *sources.Source, t tenant.Tenant, r Range) (*Configured, error) {
 	if src.Tenant == "" {
 		return nil, fmt.Errorf("source %s has no tenant column", src.Name)
 	}
-	if tenant == "" {
+	if t.IsZero() {
 		return nil, errors.New("no tenant given")
 	}
 	c, err := NewConfigured(src, r)
 	if err != nil {
 		return nil, err
 	}
-	c.tenant = tenant
+	c.tenant = t
 	return c, nil
 }
 
 // scope is the rows c reads: the tenant's, or every row.
-func (c *Configured) scope() sources.Scope { return sources.TenantOf(c.src, c.tenant) }
+func (c *Configured) scope() sources.Scope { return sources.TenantOf(c.src, c.tenant.String()) }
 
-// Tenant is the tenant whose rows c reads; "" for every row.
-func (c *Configured) Tenant() string { return c.tenant }
+// Tenant is the tenant whose rows c reads; the zero Tenant for every row.
+func (c *Configured) Tenant() tenant.Tenant { return c.tenant }

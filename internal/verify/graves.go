@@ -130,7 +130,7 @@ func (s *Resources) Graves(ctx context.Context, q database.Querier, after string
 // Graves reads the source's graves: keys deleted (for the tenant, when
 // set) and gone from the table.
 func (c *Configured) Graves(ctx context.Context, q database.Querier, after string, limit int) ([]Here, string, bool, error) {
-	stones, last, done, err := c.buf.page(ctx, q, c.src.Name, c.tenant, after, limit)
+	stones, last, done, err := c.buf.page(ctx, q, c.src.Name, c.tenant.String(), after, limit)
 	if err != nil {
 		return nil, "", false, err
 	}

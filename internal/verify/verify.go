@@ -162,7 +162,7 @@ func (c *Config) validate() error {
 // Example is one key of a kind, with the two sides.
 type Example struct {
 	// Tenant is the key's tenant in a run of every tenant (RunTenants).
-	Tenant string          `json:"tenant,omitempty"`
+	Tenant tenant.Tenant   `json:"tenant,omitempty"`
 	ID     string          `json:"id"`
 	Kind   Kind            `json:"kind"`
 	Here   json.RawMessage `json:"here"`
@@ -173,7 +173,7 @@ type Example struct {
 type Result struct {
 	Source string `json:"source"`
 	// Tenant is the tenant verified (--tenant); absent for a whole source.
-	Tenant string `json:"tenant,omitempty"`
+	Tenant tenant.Tenant `json:"tenant,omitempty"`
 	KindCounts
 	Examples []Example `json:"examples"`
 	// Tenants are each tenant's counts when the run verified every tenant
@@ -356,14 +356,14 @@ func run(ctx context.Context, db database.DB, src Source, rd Reader, cp *Config)
 }
 
 // tenanted is a Source of one tenant's rows (NewConfiguredTenant).
-type tenanted interface{ Tenant() string }
+type tenanted interface{ Tenant() tenant.Tenant }
 
 // RunKey is the name src's runs are kept under in syncer_verify_runs and
 // syncer_verify_last: the source's, or tenant.RunKey for one tenant's
 // rows, so every tenant has its cursor and last run.
 func RunKey(src Source) string {
 	if t, ok := src.(tenanted); ok {
-		return tenant.RunKey(src.Name(), tenant.Tenant(t.Tenant()))
+		return tenant.RunKey(src.Name(), t.Tenant())
 	}
 	return src.Name()
 }

@@ -70,6 +70,7 @@ var Scenarios = []string{
 	ScenarioHistory,
 	ScenarioDBShare,
 	ScenarioSessions,
+	ScenarioPooler,
 }
 
 // rowNames are the rows each scenario adds to the table.
@@ -102,6 +103,7 @@ var rowNames = map[string][]string{
 	ScenarioHistory:            {"history drain", "history lookup"},
 	ScenarioDBShare:            {dbshareRow500, dbshareRow2000, dbshareRowDrain},
 	ScenarioSessions:           {sessionsIdleRow, sessionsLoadRow},
+	ScenarioPooler:             {poolerRow},
 }
 
 // RowNames returns the names of the rows a run of scenarios prints, in order.
@@ -383,6 +385,7 @@ func (r *runner) runScenario(ctx context.Context, name string) []Row {
 		ScenarioHistory:            r.historyScenario,
 		ScenarioDBShare:            r.dbshare,
 		ScenarioSessions:           r.sessionsScenario,
+		ScenarioPooler:             r.poolerScenario,
 	}
 	r.progressf("== %s", name)
 	rows, err := steps[name](ctx)

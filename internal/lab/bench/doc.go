@@ -10,9 +10,10 @@
 //   - Every scenario works in scratch schemas it creates, migrates and drops,
 //     and tags every session with the schema's name, so nothing else in the
 //     database is read, counted or touched, and cleanup can end the sessions
-//     it left behind. The dbshare scenario (dbshare.go) makes a cluster of
-//     its own as well (cluster.go), since every PostgreSQL process's CPU is
-//     what it counts, and removes it.
+//     it left behind. The dbshare scenario (dbshare.go; its bed in
+//     dbshare_bed.go, a phase in dbshare_phase.go) makes a cluster of its
+//     own as well (cluster.go), since every PostgreSQL process's CPU is what
+//     it counts, and removes it.
 //   - Every figure has a baseline measured in the same run: the database's
 //     own bound for the drain, plain inserts for writer overhead, the
 //     common job-per-insert recipe (recipe.go) for job economy and bursts,

@@ -17,7 +17,6 @@ import (
 	"github.com/syncer-dev/syncer/internal/replays"
 	"github.com/syncer-dev/syncer/internal/rows"
 	"github.com/syncer-dev/syncer/internal/sources"
-	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -201,11 +200,11 @@ func tenantsOfTheSource(t *testing.T, fx Fixture) {
 	require.NoError(t, err)
 	require.Equal(t, all[:1], page, "a page holds at most n tenants, from the first")
 	if sc.Tenant != "" {
-		require.Contains(t, all, sc.Tenant.String())
+		require.Contains(t, all, sc.Tenant)
 	}
 	// The scope's own tenant: the fixture writes its rows (another
 	// tenant's rows may stand beside them).
-	mine := cmp.Or(sc.Tenant, tenant.Tenant(all[0]))
+	mine := cmp.Or(sc.Tenant, all[0])
 	one, err := fx.Rows.OfTenant(mine)
 	require.NoError(t, err)
 	require.Equal(t, rows.Scope{Source: sc.Source, Tenant: mine}, one.Scope())
@@ -234,7 +233,7 @@ func replayAndVerify(t *testing.T, fx Fixture) {
 
 	table := fx.Rows.ReplayTable()
 	require.Equal(t, sc.Source, table.Name())
-	n, err := table.CountReplay(ctx, fx.Pool, &replays.Request{Source: sc.Source, Range: replays.SourceRange{FromKey: keys[1], ToKey: keys[2], Tenant: sc.Tenant.String()}})
+	n, err := table.CountReplay(ctx, fx.Pool, &replays.Request{Source: sc.Source, Range: replays.SourceRange{FromKey: keys[1], ToKey: keys[2], Tenant: sc.Tenant}})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 
