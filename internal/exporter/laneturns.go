@@ -31,11 +31,13 @@ package exporter
 // slots pace it, and the turns go round as fast as the lane reads.
 //
 // A paced tenant's pages of a turn are read in one statement
-// (readPage): the lane reads its tenants one statement after another,
-// and a statement costs about the same for one page as for five (4 ms
-// each under load in the bench's busiest lane, 21 tenants asking 124
-// requests/s: the lane's reads, not its tenants' tokens, were its
-// limit).
+// (readPage), and so are the next tenants' of the turn, up to
+// turnReadTenants: a statement costs about the same for one page as for
+// five (4 ms each under load in the bench's busiest lane, 21 tenants
+// asking 124 requests/s), and each statement first waits for one of the
+// pool's five connections (15 ms an acquire under load), so a turn read
+// a tenant at a time took 500-900 ms there, longer than a 10/s tenant's
+// read-ahead, and it ran dry between its turns.
 
 import (
 	"context"

@@ -33,6 +33,15 @@ func (b *bundle) tenantPending(t *testing.T, src *sources.Source, tenant string)
 		all, err := sources.PendingKept(context.Background(), b.pool, src, sources.Scope{Tenant: tenant, Lane: lane}, "", true, feed.Limits{Items: 4}.WithDefaults())
 		require.NoError(t, err)
 		require.Equal(t, all, many[2], "two pages from the first")
+		// Cut by bytes (a row larger than a page alone) and by the
+		// largest payload, each tenant by its own.
+		small := feed.Limits{Items: 5, Bytes: 12, MaxItemBytes: 14}
+		one, err := sources.PendingKept(context.Background(), b.pool, src, sources.Scope{Tenant: tenant, Lane: lane}, after, first, small)
+		require.NoError(t, err)
+		many, err = sources.TenantsPending(context.Background(), b.pool, src, lane,
+			[]sources.TenantRead{{Tenant: tenant, First: true, Pages: 2}, {Tenant: tenant, After: after, First: first, Pages: 1}}, small)
+		require.NoError(t, err)
+		require.Equal(t, one, many[1], "cut as tenantPending cuts")
 		if len(p.Rows) == 0 {
 			return out
 		}
