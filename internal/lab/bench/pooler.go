@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncer-dev/syncer/internal/database"
+	"github.com/syncer-dev/syncer/internal/lab/pgbouncer"
 )
 
 // The pooler scenario (issue 58, contract section 12, "Poolers"): one
@@ -60,8 +61,7 @@ type poolerMode struct {
 }
 
 func (r *runner) poolerScenario(ctx context.Context) ([]Row, error) {
-	bin, err := pgBouncerBin()
-	if errors.Is(err, errNoPgBouncer) {
+	if _, err := pgbouncer.Find(); errors.Is(err, pgbouncer.ErrNotInstalled) {
 		return []Row{{Scenario: poolerRow, Measured: "skipped: pgbouncer not installed", Baseline: "-", Figure: "-", Target: "-", Pass: true}}, nil
 	}
 	rounds, writeFor, idle := 2, 10*time.Second, 7*time.Second
@@ -92,12 +92,12 @@ func (r *runner) poolerScenario(ctx context.Context) ([]Row, error) {
 			return nil, fmt.Errorf("bench: pooler role: %w", err)
 		}
 	}
-	pgb, err := startPgBouncer(ctx, bin, c.port, poolerRole)
+	pgb, err := startPgBouncer(ctx, c.port, poolerRole)
 	if err != nil {
 		return nil, err
 	}
 	defer pgb.stop()
-	pooled := pgb.url(poolerRole, "postgres")
+	pooled := pgb.URL(poolerRole, "postgres")
 	total := int(writeFor.Seconds() * poolerRate)
 	f, err := startFake(2 * rounds * total)
 	if err != nil {

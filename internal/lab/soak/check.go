@@ -225,7 +225,7 @@ func (r *run) finish(ctx context.Context) {
 		var died int
 		r.rep.PoolerXacts, died = r.pooler.served(ctx)
 		if died > 0 {
-			r.rep.violate(r.since(), fmt.Sprintf("PgBouncer exited %d times by itself (its log: %s)", died, r.pooler.logPath))
+			r.rep.violate(r.since(), fmt.Sprintf("PgBouncer exited %d times by itself (its log: %s)", died, r.pooler.LogPath()))
 		}
 	}
 	var held int64

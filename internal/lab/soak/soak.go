@@ -211,7 +211,7 @@ func (r *run) setup(ctx context.Context, bin string) error {
 		if _, err := pool.Exec(ctx, pooledRoleSQL); err != nil {
 			return fmt.Errorf("soak: the pooled daemon's role: %w", err)
 		}
-		if r.pooler, err = startPooler(ctx, r.dir, cl.port, cl.as); err != nil {
+		if r.pooler, err = startPooler(ctx, r.dir, cl.port); err != nil {
 			return err
 		}
 	}
@@ -333,7 +333,7 @@ func (r *run) inject(ctx context.Context, f fault) {
 	case poolerRestart:
 		err = r.pooler.restart(ctx, f.For)
 	case poolerPause:
-		err = r.pooler.pause(ctx, f.For)
+		err = r.pooler.Pause(ctx, "postgres", f.For)
 	case apiOutage:
 		r.rep.outage(r.since(), f.For)
 		r.hold(hold{from: r.since(), to: r.since() + f.For})
@@ -376,7 +376,7 @@ func (r *run) cleanup() {
 		r.proxy.close()
 	}
 	if r.pooler != nil {
-		r.pooler.stop()
+		r.pooler.Stop()
 	}
 	for _, a := range []*api{r.live, r.crm, r.search, r.hub, r.hooks} {
 		if a != nil {
