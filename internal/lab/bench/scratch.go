@@ -184,7 +184,11 @@ func (s *scratch) exec(ctx context.Context, what, sql string, args ...any) error
 
 func (s *scratch) anyPending(ctx context.Context) (bool, error) {
 	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM resources WHERE synced_at IS NULL AND failed_at IS NULL)`).Scan(&ok)
+	// The first pending id, not EXISTS, as resources.AnyPending: an
+	// EXISTS with statistics from before the drain is planned as a
+	// sequential scan that reads every marked row first, 33-558 ms a call
+	// on loaded cores, counted in the drain's time of both binaries.
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT id FROM resources WHERE synced_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT 1) IS NOT NULL`).Scan(&ok)
 	return ok, err
 }
 
