@@ -28,16 +28,19 @@ type bundle struct {
 }
 
 // exported stands for the daemon's exporter: which sources it exports,
-// whose lock is held; work is asked of the tables' owners, as the
-// exporter does; no job lingers here.
+// whose lock is held, whose job is active here (none unless a test says);
+// work is asked of the tables' owners, as the exporter does, and the asks
+// counted.
 type exported struct {
-	names []string
-	held  map[string]bool
+	names  []string
+	held   map[string]bool
+	active map[string]bool
+	asked  int
 }
 
-func (x *exported) Exported() []string { return x.names }
-func (x *exported) Wake(string) bool   { return false }
-func (x *exported) Active(string) bool { return false }
+func (x *exported) Exported() []string     { return x.names }
+func (x *exported) Wake(src string) bool   { return x.active[src] }
+func (x *exported) Active(src string) bool { return x.active[src] }
 func (x *exported) Held(_ context.Context, _ database.Querier, names []string) ([]string, error) {
 	var out []string
 	for _, n := range names {
@@ -49,6 +52,7 @@ func (x *exported) Held(_ context.Context, _ database.Querier, names []string) (
 }
 
 func (x *exported) WithWork(ctx context.Context, q database.Querier, names []string) ([]string, error) {
+	x.asked++
 	var out, others []string
 	for _, n := range names {
 		if n != jobs.Resources {
@@ -167,6 +171,29 @@ func TestRelayKeepsOneWaitingJobAndCountsRunningOnesRight(t *testing.T) {
 		jobs.PreviousSyncArgs{}.Kind(), jobs.Queue)
 	require.NoError(t, b.relay.Kick(ctx))
 	require.Zero(t, b.syncJobs(t, "available"))
+}
+
+// A drain's job is active here and holds its lock: the relay's poll, every
+// 2 s, asked the table whether it had work, a scan of the pending rows
+// (the marked ones first), to learn what Held then dropped.
+func TestRelayPollAsksNoTableOfASourceActiveHere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.exec(t, `INSERT INTO resources (payload) VALUES ('{}')`)
+	b.exp.active = map[string]bool{jobs.Resources: true}
+	b.exp.held[jobs.Resources] = true
+
+	require.NoError(t, b.relay.Poll(ctx))
+	require.Zero(t, b.exp.asked, "no table asked for work")
+	require.Zero(t, b.syncJobs(t, "available"), "the active job covers its rows")
+
+	// Its job ended: the poll asks again, and enqueues a job for the rows.
+	b.exp.active = nil
+	b.exp.held[jobs.Resources] = false
+	require.NoError(t, b.relay.Poll(ctx))
+	require.Equal(t, 1, b.exp.asked)
+	require.Equal(t, 1, b.syncJobs(t, "available"))
 }
 
 func TestGateShutMeansNoEvents(t *testing.T) {

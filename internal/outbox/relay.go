@@ -413,7 +413,18 @@ func (r *Relay) wakeLanes(ctx context.Context, tx pgx.Tx, names []string, laned,
 
 // withWork adds to want the sources of names with work whose lock no live
 // session holds.
+//
+// A source whose job is active here is left out before its table is
+// asked: the job holds its lock (Held would drop the source) or is about
+// to take it and look, so the answer changes nothing, and asking it was a
+// scan of the pending rows at every poll of every drain, the rows marked
+// so far first (issue 55; docs/benchmarks.md, "The relay's look at the
+// pending index").
 func (r *Relay) withWork(ctx context.Context, tx pgx.Tx, names []string, want map[string]bool) error {
+	names = slices.DeleteFunc(slices.Clone(names), r.exp.Active)
+	if len(names) == 0 {
+		return nil
+	}
 	work, err := r.exp.WithWork(ctx, tx, names)
 	if err != nil || len(work) == 0 {
 		return err
