@@ -125,7 +125,7 @@ func (r *run) tenantWrites(ctx context.Context, half time.Duration) {
 			tenant := pick(ticketTenants - 1)
 			renewed++
 			token := fmt.Sprintf("%s%s-%d", ticketTokenPrefix, tenant, renewed)
-			go r.revokeTenant(context.WithoutCancel(ctx), tenant, token)
+			r.reconnect(context.WithoutCancel(ctx), tenant, token)
 		case <-tick.C:
 			id := "tk-" + strconv.FormatInt(rng.Int64N(keys), 10)
 			tenant := pick(ticketTenants)

@@ -46,13 +46,18 @@ func (v *revocations) excused(tenant string, now time.Time) bool {
 	return v.open[tenant] > 0 || now.Sub(v.restored[tenant]) < refusedGrace
 }
 
-func (v *revocations) begin(tenant string) {
+// begin opens a revocation of tenant, unless one is open: false then.
+func (v *revocations) begin(tenant string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.open == nil {
 		v.open, v.restored = map[string]int{}, map[string]time.Time{}
 	}
+	if v.open[tenant] > 0 {
+		return false
+	}
 	v.open[tenant]++
+	return true
 }
 
 func (v *revocations) end(tenant string) {
@@ -62,16 +67,43 @@ func (v *revocations) end(tenant string) {
 	v.restored[tenant] = time.Now()
 }
 
+// reconnect revokes tenant's connection and has the customer connect
+// again (revokeTenant) in the background, and returns a channel closed
+// when that is over; nil, and nothing done, while the tenant's last
+// revocation is still under way. Two at once would cross: each starts a
+// new family at the endpoint and then writes its first token to the row,
+// and a write can wait long after its family was started (the
+// connections table locked for 40 s, seed 439617995), so the older
+// family's token could be written last: a token the fake no longer knows,
+// every grant of the tenant refused for good, and syncer blamed. That is
+// the application's race, not syncer's: the fake's new family ends the
+// old one, where a real provider's new authorization leaves the older
+// one's refresh token valid until revoked, so whichever token a real
+// application stored last would still be granted. And a customer does not
+// disconnect an account that is not connected.
+func (r *run) reconnect(ctx context.Context, tenant, token string) <-chan struct{} {
+	if !r.revs.begin(tenant) {
+		fmt.Fprintf(r.cfg.Progress, "soak: %7s tenant %s not revoked: its last revocation is still under way\n", r.since(), tenant)
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer r.revs.end(tenant)
+		r.revokeTenant(ctx, tenant, token)
+	}()
+	return done
+}
+
 // revokeTenant revokes tenant's connection at crm (its access token and
 // its grants refused) for 5 s; then the customer connects again: a new
 // family of refresh tokens at the endpoint, its first token written to the
 // tenant's row by the application under syncer's refresh lock of the
 // tenant (tenants.RefreshLock, as docs/design.md advises), and the access
-// given back with token.
+// given back with token. One at a time per tenant (reconnect).
 func (r *run) revokeTenant(ctx context.Context, tenant, token string) {
-	r.revs.begin(tenant)
-	defer r.revs.end(tenant)
 	r.crm.fake.RevokeTenant(tenant)
+	fmt.Fprintf(r.cfg.Progress, "soak: %7s tenant %s's connection revoked\n", r.since(), tenant)
 	sleep(ctx, 5*time.Second)
 	defer r.crm.fake.RestoreTenant(tenant, token)
 	first := ""
@@ -84,16 +116,28 @@ func (r *run) revokeTenant(ctx context.Context, tenant, token string) {
 			}
 			if first == "" {
 				first = r.crm.fake.NewRefreshFamily(tenant)
+				fmt.Fprintf(r.cfg.Progress, "soak: %7s tenant %s connected again: a new family at the token endpoint (%s)\n", r.since(), tenant, familyName(first))
 			}
 			_, err := tx.Exec(wctx, `UPDATE ticket_connections SET refresh_token = $2 WHERE tenant = $1`, tenant, first)
 			return err
 		})
 		cancel()
 		if err == nil {
+			fmt.Fprintf(r.cfg.Progress, "soak: %7s tenant %s's new refresh token stored (%s)\n", r.since(), tenant, familyName(first))
 			return
 		}
 	}
 	r.cfg.Logger.WarnContext(ctx, "soak: a reconnected tenant's refresh token was not stored within a minute", slog.String("tenant", tenant))
+}
+
+// familyName names the family a first refresh token starts, for the
+// progress lines: the fake's tokens are the soak's own, not secrets, but
+// the family is what tells one reconnection from another.
+func familyName(first string) string {
+	if _, f, ok := strings.Cut(first, "~"); ok {
+		return "family " + f
+	}
+	return "family 0"
 }
 
 // tenantVerifies runs `syncer verify --source tickets --tenant T` every
