@@ -2,17 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
-	"net"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncer-dev/syncer/internal/database"
 )
 
 // startWaitDefault is how long `syncer run` tries to reach a database that
@@ -32,7 +28,7 @@ func (d *DB) openWaiting(ctx context.Context, app string, logger *slog.Logger, l
 	err := backoff.RetryNotify(func() error {
 		var err error
 		pool, err = d.openMigrated(ctx, app)
-		if err != nil && (ctx.Err() != nil || !notYet(err)) {
+		if err != nil && (ctx.Err() != nil || !database.NotYet(err)) {
 			return backoff.Permanent(err)
 		}
 		return err
@@ -47,22 +43,4 @@ func (d *DB) openWaiting(ctx context.Context, app string, logger *slog.Logger, l
 		return nil, nil
 	}
 	return pool, err
-}
-
-// notYet reports whether err says the server is there but cannot take the
-// daemon now: it is starting up or shutting down (a restart), has no
-// connection to spare, or accepted the connection and did not answer in
-// time, or dropped it (a reset). Nothing listening (a refused connection) and the server's other
-// refusals are final, so a wrong address still fails at once.
-func notYet(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		// 08: connection exceptions; 57P03: starting up or shutting down;
-		// 53300: too many connections.
-		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P03" || pe.Code == "53300"
-	}
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || (errors.As(err, &ne) && ne.Timeout()) ||
-		// The server took the connection and dropped it: a restart.
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -5,17 +5,21 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncer-dev/syncer/internal/config"
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -43,7 +47,15 @@ type SuperviseConfig struct {
 	Reload <-chan struct{}
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// StartWait is how long the first daemon's build is tried again while
+	// the database drops its connections (a restart under way, a pooler
+	// that lost its server). Defaults to StartWaitDefault.
+	StartWait time.Duration
 }
+
+// StartWaitDefault is SuperviseConfig.StartWait's default: as long as
+// `syncer run` waits for a database that does not answer yet.
+const StartWaitDefault = time.Minute
 
 // Supervise runs a daemon on pool until ctx is cancelled, and applies to
 // it, in place, what changed of what it runs: the configuration file's
@@ -70,9 +82,10 @@ func Supervise(ctx context.Context, pool *pgxpool.Pool, sc *SuperviseConfig) err
 	if s.cfg.Load == nil {
 		s.cfg.Load = func(path string) (*config.Config, error) { return config.Load(path, os.Getenv) }
 	}
-	d, err := s.first(ctx)
-	if err != nil {
-		return err
+	s.cfg.StartWait = cmp.Or(s.cfg.StartWait, StartWaitDefault)
+	d, err := s.firstWaiting(ctx)
+	if d == nil {
+		return err // nil when stopped while waiting for the database
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -95,6 +108,38 @@ type supervisor struct {
 	fileErr    error
 
 	unconfigured []string // installed sources the file does not name, as last logged
+}
+
+// firstWaiting builds the first daemon, trying again for up to StartWait,
+// with backoff, while the database drops the connections the build reads
+// on: the server answered when the pool opened, so a reset, a session
+// ended by a restart or a refused connection now is the restart under
+// way (a daemon started again by its supervisor while PostgreSQL
+// restarts), not a wrong address; any other refusal ends the start at
+// once. The build starts nothing (New), so a try that failed leaves
+// nothing behind. A stop asked for while it waits returns nil, nil.
+func (s *supervisor) firstWaiting(ctx context.Context) (*Daemon, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, s.cfg.StartWait
+	var d *Daemon
+	err := backoff.RetryNotify(func() error {
+		var err error
+		d, err = s.first(ctx)
+		if err != nil && (ctx.Err() != nil || !(database.NotYet(err) || errors.Is(err, syscall.ECONNREFUSED))) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx), func(err error, wait time.Duration) {
+		s.logger.WarnContext(ctx, "run: the database dropped the connection while the daemon started; trying again",
+			slog.Duration("in", wait), slog.String("error", err.Error()))
+	})
+	if ctx.Err() != nil {
+		if d != nil {
+			d.closeClients()
+		}
+		return nil, nil
+	}
+	return d, err
 }
 
 func (s *supervisor) first(ctx context.Context) (*Daemon, error) {
