@@ -335,8 +335,8 @@ func daemonDBPorts(pid, dbPort int) ([]int32, error) {
 // given again or skipped. Counted by line, the daemon's 7 sessions were
 // read as 14 (issue 54: "14 sockets, 7 in pg_stat_activity" for a build
 // whose lanes opened about 4 times the connections to the third party);
-// a process holding 7 sockets while another opened and closed 500 a
-// second read them as 14 too.
+// 7 sockets held while 500 others a second were opened and closed were
+// read as 14 too.
 func socketPorts(tables []string, inodes map[string]bool, dbPort int) []int32 {
 	var ports []int32
 	seen := map[string]bool{}
