@@ -50,6 +50,10 @@ type Outcome struct {
 	Deferred []Deferral
 	// Requests is how many HTTP requests the batch took.
 	Requests int
+	// Withdrawn is set by a caller that answers a batch Deliver withdrew
+	// (ErrWithdrawn) as nothing sent: no request went, and the batch
+	// counts as no push.
+	Withdrawn bool
 	// Attempts are the batch's requests, one each, in the order they were
 	// answered (per request, not per batch: a split or a retry adds
 	// one): what the row's story shows (internal/history).

@@ -51,6 +51,9 @@ type pacer struct {
 	// or a change of its rate): a token is never taken before it, which
 	// would give the limiter time it already counted.
 	takenAt time.Time
+	// waiters are the requests waiting for their tokens that may be
+	// withdrawn (withdraw.go).
+	waiters []*waiter
 }
 
 // lateShare is how late, in intervals of the rate, a request may take the
@@ -139,7 +142,12 @@ func (p *pacer) yield(share float64) bool {
 }
 
 // wait blocks until the limiter lets a request go.
-func (p *pacer) wait(ctx context.Context) error {
+func (p *pacer) wait(ctx context.Context) error { return p.waitOr(ctx, nil) }
+
+// waitOr is wait, withdrawn (ErrWithdrawn, its token given back) when w
+// signals while it waits for a token and nothing of w's batch was sent.
+func (p *pacer) waitOr(ctx context.Context, w *withdrawal) error {
+	sig := w.signal()
 	for {
 		if p.open.Load() {
 			return ctx.Err()
@@ -164,17 +172,42 @@ func (p *pacer) wait(ctx context.Context) error {
 		if delay <= 0 {
 			return nil
 		}
+		var wt *waiter
+		if sig != nil {
+			wt = p.addWaiter(res, w, now.Add(delay))
+		}
 		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			t.Stop()
-			p.cancel(res)
-			return ctx.Err()
-		case <-lowered:
-			t.Stop()
-			p.cancel(res)
+	waiting:
+		for {
+			select {
+			case <-t.C:
+				if !p.dropWaiter(wt) {
+					return ErrWithdrawn // at its token, its token given back
+				}
+				return nil
+			case <-ctx.Done():
+				t.Stop()
+				if p.dropWaiter(wt) {
+					p.cancel(res)
+				}
+				return ctx.Err()
+			case <-lowered:
+				t.Stop()
+				if !p.dropWaiter(wt) {
+					return ErrWithdrawn
+				}
+				p.cancel(res)
+				break waiting
+			case <-sig:
+				p.withdrawWaiters(sig)
+				if !p.dropWaiter(wt) {
+					t.Stop()
+					return ErrWithdrawn
+				}
+				// Another request of the batch is being sent: this
+				// one goes too, at its token.
+				sig = nil
+			}
 		}
 	}
 }

@@ -101,3 +101,43 @@ func TestReadyLeavesTheSharedFactsToRequests(t *testing.T) {
 	require.ErrorIs(t, err, delivery.ErrHeld)
 	require.Equal(t, loads+3, store.loads.Load(), "held: Ready reads them at loadEvery")
 }
+
+// Issue 54: a batch withdrawn while it waits for its token (a lane's pass
+// ended) returns ErrWithdrawn, sends nothing and gives its token back;
+// the next batch goes when it would have.
+func TestDeliverWithdrawnWhileWaitingForItsToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{}, "")
+	d := b.deliverer(t, nil, &delivery.Config{RateLimit: 1, RateBurst: 1})
+	ctx := t.Context()
+	_, err := d.Deliver(ctx, delivery.Batch{Items: items(1, 1, nil)})
+	require.NoError(t, err)
+	before, err := d.Ready(time.Now())
+	require.ErrorIs(t, err, delivery.ErrRateLimited)
+
+	sig := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Deliver(delivery.WithWithdraw(ctx, sig), delivery.Batch{Items: items(2, 1, nil)})
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // waiting for its token
+	close(sig)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, delivery.ErrWithdrawn)
+	case <-time.After(time.Second):
+		t.Fatal("a withdrawn batch still waits for its token")
+	}
+	require.EqualValues(t, 1, b.fake.Stats().Requests, "nothing of the withdrawn batch sent")
+	after, err := d.Ready(time.Now())
+	require.ErrorIs(t, err, delivery.ErrRateLimited)
+	require.LessOrEqual(t, after, before, "its token given back")
+
+	// A signal closed before the batch is handed over withdraws it only
+	// if it would wait: at its token it goes.
+	time.Sleep(after)
+	_, err = d.Deliver(delivery.WithWithdraw(ctx, sig), delivery.Batch{Items: items(3, 1, nil)})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, b.fake.Stats().Requests)
+}

@@ -35,7 +35,7 @@ func (d *Deliverer) push(ctx context.Context, key string, r *thirdparty.Request,
 			return res, nil
 		}
 		var we *WaitError
-		if ctx.Err() != nil || errors.As(err, &we) {
+		if ctx.Err() != nil || errors.As(err, &we) || errors.Is(err, ErrWithdrawn) {
 			return nil, err
 		}
 		var tpErr *thirdparty.Error
@@ -130,12 +130,20 @@ func (d *Deliverer) send(ctx context.Context, key string, r *thirdparty.Request,
 		d.setPause(ctx, until, fmt.Errorf("%w: the third party's quota is used up until its reset", ErrPaused), "", pauseBudget)
 		return nil, nil, true
 	}
-	if err := d.pacer.wait(ctx); err != nil {
+	w := withdrawalOf(ctx)
+	if err := d.pacer.waitOr(ctx, w); err != nil {
+		if errors.Is(err, ErrWithdrawn) {
+			return nil, err, false
+		}
 		return nil, fmt.Errorf("delivery: rate limit: %w", err), false
 	}
 	// The limiter's wait may outlast a pause that began meanwhile.
 	if d.pauseLeft() > 0 {
 		return nil, nil, true
+	}
+	if !w.sending() {
+		// Another request of the batch was withdrawn meanwhile.
+		return nil, ErrWithdrawn, false
 	}
 	done, err := d.breaker.allow()
 	if err != nil {

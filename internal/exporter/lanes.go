@@ -117,6 +117,9 @@ const (
 	// tenantsTurn is how many tenants one read of a lane's tenants takes:
 	// each then gives one batch, in turn.
 	tenantsTurn = 16
+	// tenantsFirstTurn is how many a pass's first read takes
+	// (laneCursor.fastestFirst).
+	tenantsFirstTurn = 4 * tenantsTurn
 )
 
 // tenantSalt is the salt of a lane's batches of tenant (tenant.Salt): the
@@ -267,6 +270,12 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 		cancel()
 		if err == nil {
 			return out, nil
+		}
+		if errors.Is(err, delivery.ErrWithdrawn) && !b.Resent {
+			// Withdrawn at its pass's end before any request went:
+			// nothing took it, its rows are read again by the next
+			// pass, keyed anew from what they are then.
+			return &delivery.Outcome{Withdrawn: true}, nil
 		}
 		reached = mayHaveReached(b, err)
 	}

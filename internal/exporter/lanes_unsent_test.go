@@ -202,3 +202,20 @@ func TestSplitPagesCutsAsOneReadEach(t *testing.T) {
 	require.Equal(t, [][]string{{"1", "2"}, {"3"}, {"4"}, {"5", "6"}}, got, "2 rows a page; 10 bytes, a larger row alone")
 	require.Equal(t, []bool{false, false, false, true}, ends)
 }
+
+// Issue 54: a pass's first turn reads its paced tenants fastest first
+// (every tenant's requests are spent at a pass's start, and one at 10/s
+// loses five times what one at 2/s does while it waits for its place);
+// an unpaced tenant comes last, the others keep their order.
+func TestFirstTurnFastestFirst(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	f := &laneFeed{now: func() time.Time { return now }}
+	f.notePaced("slow", 2, now)
+	f.notePaced("fast", 10, now)
+	f.notePaced("mid", 5, now)
+	f.notePaced("slow2", 2, now)
+	c := &laneCursor{f: f, queue: []string{"slow", "unpaced", "fast", "slow2", "mid"}}
+	c.fastestFirst()
+	require.Equal(t, []string{"fast", "mid", "slow", "slow2", "unpaced"}, c.queue)
+}

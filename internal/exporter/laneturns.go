@@ -31,11 +31,13 @@ package exporter
 // slots pace it, and the turns go round as fast as the lane reads.
 //
 // A paced tenant's pages of a turn are read in one statement
-// (readPage): the lane reads its tenants one statement after another,
-// and a statement costs about the same for one page as for five (4 ms
-// each under load in the bench's busiest lane, 21 tenants asking 124
-// requests/s: the lane's reads, not its tenants' tokens, were its
-// limit).
+// (readPage), and so are the next tenants' of the turn, up to
+// turnReadTenants: a statement costs about the same for one page as for
+// five (4 ms each under load in the bench's busiest lane, 21 tenants
+// asking 124 requests/s), and each statement first waits for one of the
+// pool's five connections (15 ms an acquire under load), so a turn read
+// a tenant at a time took 500-900 ms there, longer than a 10/s tenant's
+// read-ahead, and it ran dry between its turns.
 
 import (
 	"context"
@@ -148,34 +150,79 @@ func (c *laneCursor) readAgain(ctx context.Context, tenant string) bool {
 // turnReadMax bounds the pages of a tenant read in one statement.
 const turnReadMax = 8
 
+// turnReadTenants bounds the tenants of a turn read in one statement,
+// and turnReadPages the pages of that statement (the memory it holds).
+const (
+	turnReadTenants = 16
+	turnReadPages   = 32
+)
+
 // readPage reads tenant's next page: one read with an earlier page of
-// this turn, or from the database. A paced tenant with credit for more
-// than a page has that many read at once (up to turnReadMax), the rest
-// kept for its next pages of the turn.
+// this turn, or from the database, in one statement with the next
+// tenants of the turn that have none (sources.TenantsPending), each its
+// pages (a paced tenant with credit for more than a page has that many
+// read, up to turnReadMax), the rest kept for their turns. A tenant's
+// readiness was looked at as its turn began (enqueue), as when each was
+// read at its place; one set aside since is still left out at its
+// place (Next), its pages read and dropped.
 func (c *laneCursor) readPage(ctx context.Context, tenant string) (sources.Page, error) {
 	if kept := c.read[tenant]; len(kept) > 0 {
 		c.read[tenant] = kept[1:]
 		return kept[0], nil
 	}
+	reads := []sources.TenantRead{c.tenantRead(tenant)}
+	pages := reads[0].Pages
+	seen := map[string]bool{tenant: true}
+	for _, t := range c.queue {
+		if len(reads) == turnReadTenants {
+			break
+		}
+		if seen[t] || len(c.read[t]) > 0 || c.f.isAside(t) {
+			continue
+		}
+		seen[t] = true
+		r := c.tenantRead(t)
+		if pages+r.Pages > turnReadPages {
+			break
+		}
+		pages += r.Pages
+		reads = append(reads, r)
+	}
+	got, err := sources.TenantsPending(ctx, c.f.pool, c.f.src, c.f.lane, reads, c.f.lim)
+	if err != nil {
+		return sources.Page{}, err
+	}
+	if c.read == nil {
+		c.read = map[string][]sources.Page{}
+	}
+	for i, r := range reads[1:] {
+		// An empty page is kept too: its tenant is read to its end.
+		c.read[r.Tenant] = c.pages(got[i+1], r.Pages)
+	}
+	ps := c.pages(got[0], reads[0].Pages)
+	if len(ps) > 1 {
+		c.read[tenant] = ps[1:]
+	}
+	return ps[0], nil
+}
+
+// tenantRead is tenant's read of this turn: after its last key given,
+// its pages (its credit's, when paced).
+func (c *laneCursor) tenantRead(tenant string) sources.TenantRead {
 	n := 1
 	if c.f.pacedRate(tenant) > 0 {
 		n = min(max(int(c.credit[tenant]), 1), turnReadMax)
 	}
-	lim := c.f.lim
-	lim.Items, lim.Bytes = lim.Items*n, lim.Bytes*n
 	after, read := c.after[tenant]
-	sp, err := sources.PendingKept(ctx, c.f.pool, c.f.src, sources.Scope{Tenant: tenant, Lane: c.f.lane}, after, !read, lim)
-	if err != nil || n == 1 {
-		return sp, err
+	return sources.TenantRead{Tenant: tenant, After: after, First: !read, Pages: n}
+}
+
+// pages is sp, read as n pages, cut into pages.
+func (c *laneCursor) pages(sp sources.Page, n int) []sources.Page {
+	if n == 1 {
+		return []sources.Page{sp}
 	}
-	pages := splitPages(sp, c.f.lim)
-	if len(pages) > 1 {
-		if c.read == nil {
-			c.read = map[string][]sources.Page{}
-		}
-		c.read[tenant] = pages[1:]
-	}
-	return pages[0], nil
+	return splitPages(sp, c.f.lim)
 }
 
 // splitPages cuts sp into pages within lim, as one read of lim would

@@ -187,9 +187,17 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 	}
 	defer stopMarker()
 	readCh := (<-chan fetched)(nil)
+	// withdraw is closed at the pass's end (its PassLength) for a lane's
+	// feed: its pushes still waiting for their tenant's token then give
+	// the token back and their rows are read again by the next pass,
+	// which starts at once instead of after the last of them (withdraw).
+	var withdraw <-chan struct{}
 	if rd != nil {
 		readCh = rd.ch
 		defer rd.stop()
+		if pl != nil && !p.serial {
+			withdraw = rd.timeUp
+		}
 	}
 	setHalt := func(err error) {
 		if halt == nil {
@@ -243,8 +251,12 @@ func (p *pipeline) run(ctx context.Context, initial []*batch, rd *reader, stop f
 			queue = queue[1:]
 			inflight++
 			sentUpTo = b.position
+			pctx := ctx
+			if withdraw != nil && !b.resent {
+				pctx = delivery.WithWithdraw(ctx, withdraw)
+			}
 			go func() {
-				out, err := p.pusher.push(ctx, b)
+				out, err := p.pusher.push(pctx, b)
 				results <- pushed{b: b, out: out, err: err}
 			}()
 		}
@@ -400,6 +412,11 @@ func (s *pusher) push(ctx context.Context, b *batch) (*delivery.Outcome, error) 
 		s.metrics.BatchFailed(time.Since(start))
 		s.story.writeWaited(ctx, b, err)
 		return nil, fmt.Errorf("exporter: push batch %s: %w", b.key, err)
+	}
+	if out.Withdrawn {
+		// Nothing of it went (a lane's pass ended while it waited for
+		// its token): no batch pushed, and not the run's last key.
+		return out, nil
 	}
 	s.metrics.Batch(len(out.Accepted), len(out.Rejected), time.Since(start))
 	if s.source != "" {

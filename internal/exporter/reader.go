@@ -13,6 +13,8 @@ type reader struct {
 	ch     chan fetched
 	cancel context.CancelFunc
 	done   chan struct{}
+	// timeUp is closed when the reader stopped because until passed.
+	timeUp chan struct{}
 }
 
 type fetched struct {
@@ -31,12 +33,13 @@ type fetched struct {
 func (e *Exporter) startReader(ctx context.Context, f Feed, cur Cursor, first *feed.Page, maxBatches int, until time.Time, skip sentItems,
 	leave func(context.Context, *feed.Page) error) *reader {
 	rctx, cancel := context.WithCancel(ctx)
-	r := &reader{ch: make(chan fetched, 1), cancel: cancel, done: make(chan struct{})}
+	r := &reader{ch: make(chan fetched, 1), cancel: cancel, done: make(chan struct{}), timeUp: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		defer close(r.ch)
 		for n := 0; maxBatches == 0 || n < maxBatches; n++ {
 			if first == nil && !until.IsZero() && e.now().After(until) {
+				close(r.timeUp)
 				return
 			}
 			var page feed.Page

@@ -124,3 +124,20 @@ func TestPusherDeliversTheBatchAsRecorded(t *testing.T) {
 	require.ErrorContains(t, err, "k1")
 	require.Empty(t, keys.take(lk), "a failed push is no run's last key")
 }
+
+// Issue 54: a batch withdrawn at its lane's pass end (nothing of it sent)
+// is no push: not the run's last key, not counted.
+func TestPusherWithdrawnBatchIsNoPush(t *testing.T) {
+	t.Parallel()
+	b := &batch{name: "source:orders", key: "k1", salt: "s", body: []byte("[]"), items: []feed.Item{{ID: "1", Version: 2}}}
+	withdrawn := destFunc(func(context.Context, delivery.Batch) (*delivery.Outcome, error) {
+		return &delivery.Outcome{Withdrawn: true}, nil
+	})
+	lk := new(locks.Lock)
+	keys := &lastKeys{}
+	p := &pusher{dest: withdrawn, lastKeys: keys, lk: lk, logger: slog.New(slog.DiscardHandler)}
+	out, err := p.push(t.Context(), b)
+	require.NoError(t, err)
+	require.True(t, out.Withdrawn)
+	require.Empty(t, keys.take(lk), "a withdrawn batch is no run's last key")
+}

@@ -91,6 +91,7 @@ type Source struct {
 type statements struct {
 	pendingFirst, pendingAfter string
 	tenantFirst, tenantAfter   string
+	tenantsPages               string
 	// keptFirst and keptAfter are the pending reads with each key's
 	// kept digest (PendingKept).
 	keptFirst, keptAfter         string
@@ -224,6 +225,7 @@ func (s *Source) build() statements {
 		pendingAfter:  s.pendingSQL(true, false, false),
 		tenantFirst:   s.pendingSQL(false, true, true),
 		tenantAfter:   s.pendingSQL(true, true, true),
+		tenantsPages:  s.tenantsPagesSQL(),
 		keptFirst:     s.pendingSQL(false, false, true),
 		keptAfter:     s.pendingSQL(true, false, true),
 		snapshotFirst: s.snapshotSQL(false),

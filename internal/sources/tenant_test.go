@@ -20,6 +20,28 @@ func (b *bundle) tenantPending(t *testing.T, src *sources.Source, tenant string)
 	for {
 		p, err := sources.PendingKept(context.Background(), b.pool, src, sources.Scope{Tenant: tenant, Lane: lane}, after, first, feed.Limits{Items: 2}.WithDefaults())
 		require.NoError(t, err)
+		// The same page read in one statement with other tenants'
+		// (TenantsPending), their pages their own.
+		many, err := sources.TenantsPending(context.Background(), b.pool, src, lane,
+			[]sources.TenantRead{{Tenant: "nosuch", First: true, Pages: 3}, {Tenant: tenant, After: after, First: first, Pages: 1}, {Tenant: tenant, First: true, Pages: 2}},
+			feed.Limits{Items: 2}.WithDefaults())
+		require.NoError(t, err)
+		require.Len(t, many, 3)
+		require.Empty(t, many[0].Rows)
+		require.True(t, many[0].End)
+		require.Equal(t, p, many[1], "one page, as tenantPending reads it")
+		all, err := sources.PendingKept(context.Background(), b.pool, src, sources.Scope{Tenant: tenant, Lane: lane}, "", true, feed.Limits{Items: 4}.WithDefaults())
+		require.NoError(t, err)
+		require.Equal(t, all, many[2], "two pages from the first")
+		// Cut by bytes (a row larger than a page alone) and by the
+		// largest payload, each tenant by its own.
+		small := feed.Limits{Items: 5, Bytes: 12, MaxItemBytes: 14}
+		one, err := sources.PendingKept(context.Background(), b.pool, src, sources.Scope{Tenant: tenant, Lane: lane}, after, first, small)
+		require.NoError(t, err)
+		many, err = sources.TenantsPending(context.Background(), b.pool, src, lane,
+			[]sources.TenantRead{{Tenant: tenant, First: true, Pages: 2}, {Tenant: tenant, After: after, First: first, Pages: 1}}, small)
+		require.NoError(t, err)
+		require.Equal(t, one, many[1], "cut as tenantPending cuts")
 		if len(p.Rows) == 0 {
 			return out
 		}

@@ -297,7 +297,7 @@ func (r *runner) databasePort() (int, error) {
 
 // daemonDBPorts returns the local ports of process pid's established TCP
 // sockets to port dbPort, from /proc: the process's socket inodes, then
-// the kernel's table of TCP sockets.
+// the kernel's table of TCP sockets, each socket once (socketPorts).
 func daemonDBPorts(pid, dbPort int) ([]int32, error) {
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
@@ -313,25 +313,48 @@ func daemonDBPorts(pid, dbPort int) ([]int32, error) {
 			inodes[strings.TrimSuffix(ino, "]")] = true
 		}
 	}
-	var ports []int32
+	var tables []string
 	for _, table := range []string{"tcp", "tcp6"} {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
 		if err != nil {
 			continue // no IPv6
 		}
-		for _, line := range strings.Split(string(data), "\n")[1:] {
+		tables = append(tables, string(data))
+	}
+	return socketPorts(tables, inodes, dbPort), nil
+}
+
+// socketPorts returns the local ports of the established sockets of
+// tables (the text of /proc/net/tcp and tcp6) whose inode is in inodes and
+// whose remote port is dbPort, each socket once.
+//
+// Once, because the kernel's table is not read at one instant: it comes
+// in several reads, each resuming at a line's position, and sockets
+// opened or closed meanwhile (the daemon's HTTP connections to the third
+// party, any process's on the machine) shift the lines, so a line is
+// given again or skipped. Counted by line, the daemon's 7 sessions were
+// read as 14 (issue 54: "14 sockets, 7 in pg_stat_activity" for a build
+// whose lanes opened about 4 times the connections to the third party);
+// 7 sockets held while 500 others a second were opened and closed were
+// read as 14 too.
+func socketPorts(tables []string, inodes map[string]bool, dbPort int) []int32 {
+	var ports []int32
+	seen := map[string]bool{}
+	for _, data := range tables {
+		for _, line := range strings.Split(data, "\n")[1:] {
 			f := strings.Fields(line)
 			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-			if len(f) < 10 || f[3] != "01" || !inodes[f[9]] {
+			if len(f) < 10 || f[3] != "01" || !inodes[f[9]] || seen[f[9]] {
 				continue
 			}
 			local, remote := hexPort(f[1]), hexPort(f[2])
 			if remote == dbPort && local > 0 {
+				seen[f[9]] = true
 				ports = append(ports, int32(local))
 			}
 		}
 	}
-	return ports, nil
+	return ports
 }
 
 // hexPort reads the port of /proc/net/tcp's "ADDR:PORT", in hex.

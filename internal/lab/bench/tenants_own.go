@@ -169,6 +169,13 @@ func (r *runner) ownLimitDrain(ctx context.Context, label string, n, lanes int, 
 	var ratios []float64
 	byLimit := map[float64][]float64{}
 	res.worst = math.Inf(1)
+	var timelines []ownTimeline
+	var start time.Time
+	for _, sp := range by {
+		if start.IsZero() || sp.first.Before(start) {
+			start = sp.first
+		}
+	}
 	for name, sp := range by {
 		k := 0
 		for _, at := range sp.ok {
@@ -186,6 +193,9 @@ func (r *runner) ownLimitDrain(ctx context.Context, label string, n, lanes int, 
 		if ratio < 0.9 {
 			res.below++
 		}
+		slices.SortFunc(sp.ok, func(a, b time.Time) int { return a.Compare(b) })
+		timelines = append(timelines, ownTimeline{name: name, limit: limitOf[name], lane: laneOf(name, lanes), ok: sp.ok,
+			inWindow: k, ratio: ratio, first: sp.first, last: sp.last})
 	}
 	slices.Sort(ratios)
 	res.median = ratios[len(ratios)/2]
@@ -198,6 +208,12 @@ func (r *runner) ownLimitDrain(ctx context.Context, label string, n, lanes int, 
 	res.byLimit = strings.Join(parts, ", ")
 	r.progressf("   %s: over %.1fs: worst %s %.2f/s (%.2fx of %g), median %.2fx, %d below 0.9x; %s", label, res.window.Seconds(),
 		res.worstTenant, res.worstRate, res.worst, limitOf[res.worstTenant], res.median, res.below, res.byLimit)
+	// Where the slowest tenants' requests went (issue 54): times after
+	// the run's first request.
+	r.progressf("   %s: window %.2fs to %.2fs", label, from.Sub(start).Seconds(), to.Sub(start).Seconds())
+	for _, line := range ownTimelinesText(timelines, lanes, start, from, to, 4) {
+		r.progressf("   %s: %s", label, line)
+	}
 	return res, d.stop()
 }
 
