@@ -284,9 +284,12 @@ func (m *marker) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r m
 	var recProgress checkpoint.Progress
 	var held []heldkeys.Change
 	err := send(mctx, func(qb *pgx.Batch) error {
-		if outcomesOnly {
+		switch generic := pipe.Prepares(); {
+		case outcomesOnly && generic:
+			qb.Queue(lazyGenericSQL)
+		case outcomesOnly:
 			qb.Queue(lazyCommitSQL)
-		} else {
+		case generic:
 			qb.Queue(genericPlansSQL)
 		}
 		digests, arrays := bufs.reset()
@@ -396,19 +399,22 @@ type liveHandover interface {
 // written in order, so nothing committed after it survives it either. A
 // transaction that records batches still waits for the flush: a batch is
 // never sent before its record is on disk.
-const lazyCommitSQL = `SELECT set_config('synchronous_commit', 'off', true), ` + genericPlans
+const lazyCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
-// genericPlansSQL makes the rest of a marker transaction run its
+// genericPlans makes the rest of a marker transaction run its
 // statements' generic plans. Their arrays' lengths change from one pass to
 // the next, so PostgreSQL estimated a custom plan cheaper than the generic
 // one and planned them anew at every call: the marks' composed statement
-// some 0.3 ms a pass under load, about a fifth of a hot look's database
-// CPU (docs/benchmarks.md, "Plans made once"). The generic plans are
-// the custom ones (index lookups a key). Transaction-local, so a pooler's
-// next client does not inherit it.
-const genericPlansSQL = `SELECT ` + genericPlans
-
-const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true)`
+// some 0.3 ms a pass under load (docs/benchmarks.md, "Plans made once").
+// Transaction-local, so a pooler's next client does not inherit it; and
+// only where the statements are prepared by name (locks.Pipe.Prepares):
+// an unnamed one is planned at every call whatever the mode, and the
+// generic plan would only lose the parameters' values.
+const (
+	genericPlans    = `set_config('plan_cache_mode', 'force_generic_plan', true)`
+	genericPlansSQL = `SELECT ` + genericPlans
+	lazyGenericSQL  = lazyCommitSQL + `, ` + genericPlans
+)
 
 // receive waits for a transaction send queued and completes its report.
 func (m *marker) receive(ctx context.Context, pipe *locks.Pipe, res marked) marked {
