@@ -268,8 +268,10 @@ const requestSQL = `INSERT INTO syncer_history_requests
 // a drain's batches of hundreds; a hot look's request of a few keys
 // places them for little, where the tidy's later UPDATE wrote the row
 // again (a heap tuple, its WAL and its vacuum, an entry of the
-// unindexed rows' btree) for every request: about 80 µs a request, 15-27
-// µs an exported row at 500 single-row inserts a second (issue 57).
+// unindexed rows' btree) for every request: 7.7 ms a tidy of about a
+// hundred requests on a loaded machine, 15 µs an exported row at 500
+// single-row inserts a second (issue 57; docs/benchmarks.md, "Plans made
+// once, and small requests indexed at once").
 const indexAtOnceItems = 16
 
 // indexedAtOnce reports whether a request of n keys is written indexed.
