@@ -25,6 +25,18 @@ type markReq struct {
 	marks, records []*batch
 }
 
+// items counts the items of r's batches.
+func (r markReq) items() int {
+	n := 0
+	for _, b := range r.marks {
+		n += len(b.items) + len(b.oversize)
+	}
+	for _, b := range r.records {
+		n += len(b.items)
+	}
+	return n
+}
+
 // marker is the mark stage of a pipeline: it writes answered batches'
 // outcomes (marks, failures, their story, their digests, their held keys)
 // and records the batches about to be sent, in transactions on the
@@ -284,8 +296,13 @@ func (m *marker) send(ctx context.Context, pipe *locks.Pipe, bufs *markBufs, r m
 	var recProgress checkpoint.Progress
 	var held []heldkeys.Change
 	err := send(mctx, func(qb *pgx.Batch) error {
-		if outcomesOnly {
+		switch generic := pipe.Prepares() && r.items() <= genericPlansItems; {
+		case outcomesOnly && generic:
+			qb.Queue(lazyGenericSQL)
+		case outcomesOnly:
 			qb.Queue(lazyCommitSQL)
+		case generic:
+			qb.Queue(genericPlansSQL)
 		}
 		digests, arrays := bufs.reset()
 		for _, name := range order {
@@ -395,6 +412,25 @@ type liveHandover interface {
 // transaction that records batches still waits for the flush: a batch is
 // never sent before its record is on disk.
 const lazyCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+
+// genericPlans makes the rest of a marker transaction run its
+// statements' generic plans. Their arrays' lengths change from one pass to
+// the next, so PostgreSQL estimated a custom plan cheaper than the generic
+// one and planned them anew at every call: the marks' composed statement
+// some 0.3 ms a pass under load (docs/benchmarks.md, "Plans made once").
+// Transaction-local, so a pooler's next client does not inherit it; and
+// only where the statements are prepared by name (locks.Pipe.Prepares):
+// an unnamed one is planned at every call whatever the mode, and the
+// generic plan would only lose the parameters' values. Only for a
+// transaction of at most genericPlansItems items (a hot look's): a
+// drain's plan, made for 500 keys, costs it some 0.6 µs a row, and
+// its statements keep the plans made for their arrays' lengths.
+const (
+	genericPlansItems = 64
+	genericPlans      = `set_config('plan_cache_mode', 'force_generic_plan', true)`
+	genericPlansSQL   = `SELECT ` + genericPlans
+	lazyGenericSQL    = lazyCommitSQL + `, ` + genericPlans
+)
 
 // receive waits for a transaction send queued and completes its report.
 func (m *marker) receive(ctx context.Context, pipe *locks.Pipe, res marked) marked {

@@ -63,3 +63,47 @@ func TestComposedRequestIsTheQueuedOne(t *testing.T) {
 	require.False(t, split.ComposeRequest(&s, "$1", "$2"))
 	require.Zero(t, s.Len())
 }
+
+// TestSmallRequestIndexedAtOnce: a request of a few keys (a hot look's)
+// is written indexed, queued or composed, so the Pruner's tidy has no row
+// of it to write again; a drain's request of hundreds is left to the
+// tidy. Lookups find the keys of both.
+func TestSmallRequestIndexedAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.NewMigrated(t).Pool
+	at := time.Now().UTC()
+	batch := func(name string, n int) *history.Batch {
+		items := make([]feed.Item, n)
+		for i := range items {
+			items[i] = item(name+"-"+strconv.Itoa(i), 1)
+		}
+		return &history.Batch{Feed: "orders", Destination: "crm", Accepted: items,
+			Attempts: []delivery.Attempt{{Key: "k-" + name, At: at, Status: 200, Items: items}}}
+	}
+	b := &pgx.Batch{}
+	history.Queue(b, batch("small", 3))
+	history.Queue(b, batch("large", 200))
+	var s compose.Statement
+	keys := []string{"composed-0", "composed-1"}
+	require.True(t, batch("composed", 2).ComposeRequest(&s, s.Arg(keys)+`::text[]`, s.Arg([]int64{1, 1})+`::bigint[]`))
+	s.Queue(b, "history")
+	require.NoError(t, pool.SendBatch(ctx, b).Close())
+
+	indexed := map[string]bool{}
+	rows, err := pool.Query(ctx, `SELECT batch_key, indexed FROM syncer_history_requests`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var k string
+		var ix bool
+		require.NoError(t, rows.Scan(&k, &ix))
+		indexed[k] = ix
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]bool{"k-small": true, "k-composed": true, "k-large": false}, indexed)
+	for _, key := range []string{"small-2", "composed-1", "large-150"} {
+		st, err := history.Lookup(ctx, pool, "orders", key, 0)
+		require.NoError(t, err)
+		require.Len(t, st.Versions, 1, key)
+	}
+}

@@ -259,8 +259,23 @@ const insertSQL = `INSERT INTO syncer_history
 // syncer_history_requests: one request, which carried every item, all
 // accepted (migration 029 says why).
 const requestSQL = `INSERT INTO syncer_history_requests
-	(feed, at, batched_at, batch_key, destination, tenant, status, latency_ms, keys, versions, deleted, captured, items)
-	VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $11, $12, $13)`
+	(feed, at, batched_at, batch_key, destination, tenant, status, latency_ms, keys, versions, deleted, captured, items, indexed)
+	VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $11, $12, $13, $14)`
+
+// indexAtOnceItems is the most keys a request is written indexed with
+// (its keys placed in the GIN index by its insert) rather than left to
+// the Pruner's tidy (tidy.go). The tidy defers the keys' placing out of
+// a drain's batches of hundreds; a hot look's request of a few keys
+// places them for little, where the tidy's later UPDATE wrote the row
+// again (a heap tuple, its WAL and its vacuum, an entry of the
+// unindexed rows' btree) for every request: 7.7 ms a tidy of about a
+// hundred requests on a loaded machine, 15 µs an exported row at 500
+// single-row inserts a second (issue 57; docs/benchmarks.md, "Plans made
+// once, and small requests indexed at once").
+const indexAtOnceItems = 16
+
+// indexedAtOnce reports whether a request of n keys is written indexed.
+func indexedAtOnce(n int) bool { return n <= indexAtOnceItems }
 
 // allAccepted reports whether b is the common batch requestSQL writes.
 func (b *Batch) allAccepted() bool {
@@ -325,7 +340,7 @@ func (b *Batch) args(arrays *Arrays) (string, []any, bool) {
 		}
 		deleted, captured := b.acceptedColumns()
 		return requestSQL, []any{b.Feed, a.At, batched, a.Key, b.Destination, b.Tenant, int16(a.Status), int32(a.Latency / time.Millisecond),
-			keys, versions, deleted, captured, int32(n)}, true
+			keys, versions, deleted, captured, int32(n), indexedAtOnce(n)}, true
 	}
 	r := b.build()
 	if len(r.keys) == 0 {
@@ -395,11 +410,11 @@ func (b *Batch) ComposeRequest(s *compose.Statement, keys, versions string) bool
 	a := b.Attempts[0]
 	deleted, captured := b.acceptedColumns()
 	s.Modify(`INSERT INTO syncer_history_requests
-	(feed, at, batched_at, batch_key, destination, tenant, status, latency_ms, keys, versions, deleted, captured, items)
+	(feed, at, batched_at, batch_key, destination, tenant, status, latency_ms, keys, versions, deleted, captured, items, indexed)
 	VALUES (` + s.Arg(b.Feed) + `, ` + s.Arg(a.At) + `, ` + s.Arg(batched) + `::timestamptz, ` + s.Arg(a.Key) + `, ` +
 		s.Arg(b.Destination) + `, NULLIF(` + s.Arg(b.Tenant) + `::text, ''), ` + s.Arg(int16(a.Status)) + `::smallint, ` +
 		s.Arg(int32(a.Latency/time.Millisecond)) + `::int, ` + keys + `, ` + versions + `, ` + s.Arg(deleted) + `::boolean[], ` +
-		s.Arg(captured) + `::timestamptz[], ` + s.Arg(int32(len(b.Accepted))) + `::int)`)
+		s.Arg(captured) + `::timestamptz[], ` + s.Arg(int32(len(b.Accepted))) + `::int, ` + s.Arg(indexedAtOnce(len(b.Accepted))) + `::boolean)`)
 	return true
 }
 

@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// A request is written unindexed (migration 029): its keys enter the
+// A request of more than indexAtOnceItems keys (a drain's) is written
+// unindexed (migration 029; a hot look's few are indexed by their
+// insert, history.go): its keys enter the
 // GIN index only when the Pruner marks it, since placing them costs
 // PostgreSQL about what an entry a key did, and even appending them to a
 // GIN pending list cost 0.27 µs an item, 2% of the drain. Until then a lookup finds it through

@@ -59,6 +59,11 @@ func (lk *Lock) NewPipe() *Pipe {
 	return &Pipe{lk: lk}
 }
 
+// Prepares reports whether the pipe's statements are prepared by name
+// on its session, so that PostgreSQL may keep their plans: not through a
+// pooler in transaction mode (pipe_stateless.go).
+func (p *Pipe) Prepares() bool { return !p.lk.locker.stateless }
+
 // InFlight is how many transactions were sent and not yet received.
 func (p *Pipe) InFlight() int { return len(p.sent) }
 

@@ -54,6 +54,7 @@ listen_addresses = '127.0.0.1'
 shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 pg_stat_statements.max = 2000
+pg_stat_statements.track_planning = on
 wal_level = logical
 max_wal_senders = 4
 max_replication_slots = 4

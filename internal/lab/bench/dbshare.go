@@ -120,6 +120,8 @@ type sharePhaseResult struct {
 type shareStmt struct {
 	calls   int64
 	totalMS float64
+	planMS  float64 // planning, beside totalMS's execution
+	rows    int64
 	query   string
 }
 
@@ -234,10 +236,10 @@ func formatTop(top []shareStmt) string {
 	var b strings.Builder
 	for _, s := range top {
 		q := strings.Join(strings.Fields(s.query), " ")
-		if len(q) > 110 {
-			q = q[:110] + "..."
+		if len(q) > 160 {
+			q = q[:160] + "..."
 		}
-		fmt.Fprintf(&b, "    %8d  %9.1f  %7.3f  %s\n", s.calls, s.totalMS, s.totalMS/float64(max(s.calls, 1)), q)
+		fmt.Fprintf(&b, "    %8d  %9.1f  %7.3f  plan %7.3f  rows %7d  %s\n", s.calls, s.totalMS, s.totalMS/float64(max(s.calls, 1)), s.planMS/float64(max(s.calls, 1)), s.rows, q)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }

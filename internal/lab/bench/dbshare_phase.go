@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -171,16 +173,26 @@ func (b *shareBed) classify(ctx context.Context, s0, s1 cpuSample) (shareCPU, er
 
 // topStatements reads the phase's costliest statements but the bench's.
 func (b *shareBed) topStatements(ctx context.Context) ([]shareStmt, error) {
-	rows, err := b.watch.Query(ctx, dbshareMark+`SELECT calls, total_exec_time, query FROM public.pg_stat_statements
-		WHERE query NOT LIKE '/* dbshare-bench */%' ORDER BY total_exec_time DESC LIMIT 8`)
+	rows, err := b.watch.Query(ctx, dbshareMark+`SELECT calls, total_exec_time, total_plan_time, rows, query FROM public.pg_stat_statements
+		WHERE query NOT LIKE '/* dbshare-bench */%' ORDER BY total_exec_time DESC LIMIT `+topLimit())
 	if err != nil {
 		return nil, fmt.Errorf("bench: pg_stat_statements: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (shareStmt, error) {
 		var s shareStmt
-		err := row.Scan(&s.calls, &s.totalMS, &s.query)
+		err := row.Scan(&s.calls, &s.totalMS, &s.planMS, &s.rows, &s.query)
 		return s, err
 	})
+}
+
+// topLimit is how many statements a phase's top lists:
+// SYNCER_BENCH_DBSHARE_TOP, else 8 (all of a pass's statements want
+// some 30).
+func topLimit() string {
+	if v, err := strconv.Atoi(os.Getenv("SYNCER_BENCH_DBSHARE_TOP")); err == nil && v > 0 {
+		return strconv.Itoa(v)
+	}
+	return "8"
 }
 
 // drain: n pending changes, written with the daemon stopped, then the
