@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/syncer-dev/syncer/internal/lab"
 )
 
 // daemon is a `syncer run` subprocess.
@@ -28,16 +30,15 @@ type daemon struct {
 	started time.Time
 }
 
-// freeAddr returns a loopback address nobody listens on right now. The
-// daemon is told its address so the bench can reach /readyz and pprof
-// without parsing logs.
+// freeAddr is a loopback address nobody listens on right now. The daemon
+// is told its address so the bench can reach /readyz and pprof without
+// parsing logs.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := lab.FreePort()
 	if err != nil {
 		return "", err
 	}
-	addr := ln.Addr().String()
-	return addr, ln.Close()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // startDaemon starts the daemon on s and waits until it is ready. started

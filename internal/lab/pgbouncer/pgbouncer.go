@@ -25,6 +25,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/syncer-dev/syncer/internal/lab"
 )
 
 // ErrNotInstalled is Find's error on a machine without PgBouncer
@@ -125,7 +127,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	fixed := cfg.Port != 0
 	for attempt := 1; ; attempt++ {
 		if !fixed {
-			port, err := FreePort()
+			port, err := lab.FreePort()
 			if err != nil {
 				return nil, err
 			}
@@ -417,14 +419,4 @@ func (p *Process) Stop() {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-}
-
-// FreePort is a loopback port free when asked.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgbouncer: free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -12,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/syncer-dev/syncer/internal/lab"
 )
 
 // cluster is a PostgreSQL server of the soak's own: initdb'd into a
@@ -47,7 +48,7 @@ func clusterBinDir(want string) (string, error) {
 
 // startCluster initdb's a cluster under dir and starts it on a free port.
 func startCluster(ctx context.Context, binDir, dir string) (*cluster, error) {
-	port, err := freePort()
+	port, err := lab.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -116,13 +117,4 @@ func (c *cluster) stop() {
 // or the server's own).
 func (c *cluster) url(port int, db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, db)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncer-dev/syncer/internal/lab"
 	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 )
 
@@ -231,7 +232,7 @@ func (r *run) setup(ctx context.Context, bin string) error {
 		return fmt.Errorf("soak: syncer migrate: %w: %s", err, out)
 	}
 	for i := range r.cfg.Daemons {
-		port, err := freePort()
+		port, err := lab.FreePort()
 		if err != nil {
 			return err
 		}
