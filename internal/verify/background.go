@@ -92,8 +92,10 @@ type Background struct {
 	locker *locks.Locker
 	cfg    BackgroundConfig
 
-	mu      sync.Mutex
-	running map[string]bool
+	mu sync.Mutex
+	// running holds, by source, the hurry of the run this daemon has under
+	// way (Pace.Hurry).
+	running map[string]context.CancelFunc
 	wg      sync.WaitGroup
 }
 
@@ -111,7 +113,7 @@ func NewBackground(db database.DB, locker *locks.Locker, cfg *BackgroundConfig) 
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return &Background{db: db, locker: locker, cfg: c, running: map[string]bool{}}, nil
+	return &Background{db: db, locker: locker, cfg: c, running: map[string]context.CancelFunc{}}, nil
 }
 
 // VerifyKey is the advisory lock a source's background run holds.
@@ -172,9 +174,15 @@ func (b *Background) Tick(ctx context.Context) {
 			continue
 		}
 		b.mu.Lock()
-		busy := b.running[name]
+		hurry, busy := b.running[name]
 		b.mu.Unlock()
 		if busy {
+			// Asked for while this daemon's run is under way: the run
+			// stops spreading its lookups, so that it ends, and the one
+			// asked for starts, within ticks rather than half a period.
+			if l != nil && l.Requested() {
+				hurry()
+			}
 			continue
 		}
 		lk, err := b.locker.TryAcquire(ctx, VerifyKey(b.cfg.Schema, name))
@@ -185,8 +193,9 @@ func (b *Background) Tick(ctx context.Context) {
 			b.cfg.Logger.WarnContext(ctx, "verify: background: lock", slog.String("source", name), slog.String("error", err.Error()))
 			continue
 		}
+		hctx, hurry := context.WithCancel(context.Background())
 		b.mu.Lock()
-		b.running[name] = true
+		b.running[name] = hurry
 		b.mu.Unlock()
 		requested := l != nil && l.Requested()
 		b.wg.Go(func() {
@@ -195,8 +204,9 @@ func (b *Background) Tick(ctx context.Context) {
 				b.mu.Lock()
 				delete(b.running, name)
 				b.mu.Unlock()
+				hurry()
 			}()
-			b.run(ctx, lk, &j, requested)
+			b.run(ctx, lk, &j, requested, hctx)
 		})
 	}
 }
@@ -227,8 +237,9 @@ func due(j *Job, l *Last, now time.Time) bool {
 	return !now.Before(l.StartedAt.Add(wait))
 }
 
-// run verifies j's source under lk.
-func (b *Background) run(ctx context.Context, lk *locks.Lock, j *Job, requested bool) {
+// run verifies j's source under lk; a periodic run stops spreading its
+// lookups once hurry is done.
+func (b *Background) run(ctx context.Context, lk *locks.Lock, j *Job, requested bool, hurry context.Context) {
 	name := j.Source.Name()
 	lctx, cancel := lk.Context(ctx)
 	defer cancel()
@@ -240,7 +251,7 @@ func (b *Background) run(ctx context.Context, lk *locks.Lock, j *Job, requested 
 		b.cfg.Logger.WarnContext(ctx, "verify: background: rows not estimated; pages go at the destination's pace",
 			slog.String("source", name), slog.String("error", err.Error()))
 	} else {
-		pace.Spread(spread)
+		pace.Spread(spread).Hurry(hurry)
 	}
 	log := b.cfg.Logger.With(slog.String("source", name), slog.String("destination", j.Destination))
 	log.InfoContext(ctx, "verify: background run started", slog.String("by", by), slog.Bool("heal", j.Heal))

@@ -2,12 +2,18 @@ package verify_test
 
 import (
 	"context"
+	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/dbtest"
+	"github.com/syncer-dev/syncer/internal/locks"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/verify"
 )
 
@@ -84,4 +90,96 @@ func TestRequestOfAnUnreadableDestinationFails(t *testing.T) {
 	require.False(t, l.Requested())
 	require.Contains(t, l.Text(), "FAILED")
 	require.Contains(t, l.Text(), "format cloudevents")
+}
+
+// TestRequestHurriesASpreadRun: "Verify now" while the daemon's periodic
+// run waits out its spread (half the period over the pages estimated,
+// here 30 minutes before the second tenant's lookup) makes that run go on
+// at once, so the run asked for starts within ticks, not half a period
+// later (TestBackgroundVerifyTenantsHeals failed so under load: the run
+// begun at the daemon's start held the source for its spread).
+func TestRequestHurriesASpreadRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewMigrated(t)
+	locker, err := locks.New(db.Pool.Config().ConnConfig, nil)
+	require.NoError(t, err)
+	t.Cleanup(locker.Close)
+	rd := &countingReader{}
+	src := spreadSource{name: "orders"}
+	bg, err := verify.NewBackground(db.Pool, locker, &verify.BackgroundConfig{Schema: db.Name, Tick: 50 * time.Millisecond, Jobs: func(context.Context) ([]verify.Job, error) {
+		return []verify.Job{{Source: src, Tenants: spreadTenants{rd: rd}, Every: time.Hour}}, nil
+	}})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); bg.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	last := func() *verify.Last {
+		runs, err := verify.LastRuns(ctx, db.Pool)
+		require.NoError(t, err)
+		return runs["orders"]
+	}
+	// The periodic run, begun at once, looked up acme and waits its spread for globex.
+	require.Eventually(t, func() bool { return rd.lookups.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
+	l := last()
+	require.Equal(t, verify.StateRunning, l.State)
+	require.Equal(t, verify.ByBackground, l.By)
+	require.NoError(t, verify.Request(ctx, db.Pool, "orders"))
+	require.Eventually(t, func() bool {
+		l := last()
+		return l.State == verify.StateFinished && l.By == verify.ByConsole
+	}, 10*time.Second, 10*time.Millisecond, "the run asked for, after the periodic one")
+	l = last()
+	require.Equal(t, verify.KindCounts{Checked: 2, OK: 2}, l.Counts.KindCounts)
+	require.Equal(t, int64(4), rd.lookups.Load(), "both runs looked up both tenants")
+}
+
+// spreadSource is a source of one key a tenant, whose rows the planner
+// estimates at none: a periodic run spreads its lookups half an hour apart.
+type spreadSource struct {
+	name   string
+	tenant tenant.Tenant
+}
+
+func (s spreadSource) Name() string                                            { return s.name }
+func (s spreadSource) Tenant() tenant.Tenant                                   { return s.tenant }
+func (spreadSource) Estimate(context.Context, database.Querier) (int64, error) { return 0, nil }
+func (s spreadSource) Page(_ context.Context, _ database.Querier, after string, _ int) ([]verify.Here, error) {
+	if after != "" {
+		return nil, nil
+	}
+	return []verify.Here{{ID: string(s.tenant), Payload: json.RawMessage(`{}`)}}, nil
+}
+func (spreadSource) Heal(context.Context, pgx.Tx, []string) (int64, error)      { return 0, nil }
+func (spreadSource) AnyPending(context.Context, database.Querier) (bool, error) { return false, nil }
+func (spreadSource) PendingOf(context.Context, database.Querier, []string) ([]string, error) {
+	return nil, nil
+}
+
+// spreadTenants are acme and globex, each a spreadSource read by rd.
+type spreadTenants struct{ rd verify.Reader }
+
+func (spreadTenants) Page(_ context.Context, _ database.Querier, after tenant.Tenant, _ int) ([]tenant.Tenant, error) {
+	if !after.IsZero() {
+		return nil, nil
+	}
+	return []tenant.Tenant{"acme", "globex"}, nil
+}
+
+func (s spreadTenants) Tenant(_ context.Context, t tenant.Tenant) (verify.Source, verify.Reader, error) {
+	return spreadSource{name: "orders", tenant: t}, s.rd, nil
+}
+
+// countingReader holds every key asked for, and counts the lookups.
+type countingReader struct{ lookups atomic.Int64 }
+
+func (r *countingReader) Lookup(_ context.Context, ids []string) (map[string]verify.There, error) {
+	r.lookups.Add(1)
+	out := map[string]verify.There{}
+	for _, id := range ids {
+		out[id] = verify.There{Payload: json.RawMessage(`{}`)}
+	}
+	return out, nil
 }

@@ -44,6 +44,9 @@ type Pace struct {
 	// spread over its period); last is when the last one went.
 	spread time.Duration
 	last   time.Time
+	// hurry, once done, ends the spread: someone asked for a run while
+	// this one was spread over its period (Hurry).
+	hurry context.Context
 	// turn, when set, takes a request of the daemon's deliverer of the
 	// destination, so that verify and export share its rate limit.
 	turn func(context.Context) error
@@ -73,6 +76,16 @@ func (p *Pace) Shared(ns string) *Pace {
 // its pages over its period rather than bursting.
 func (p *Pace) Spread(every time.Duration) *Pace {
 	p.spread = every
+	return p
+}
+
+// Hurry makes the spread end once hurry is done: the run's remaining
+// lookups, and one waiting for the spread, then go at the destination's
+// pace. A daemon hurries its periodic run when someone asks for a run of
+// the source ("Verify now"), which would otherwise wait for the spread
+// run to end, up to half a period later.
+func (p *Pace) Hurry(hurry context.Context) *Pace {
+	p.hurry = hurry
 	return p
 }
 
@@ -127,9 +140,9 @@ func (p *Pace) obey(ctx context.Context, q database.Querier) (float64, error) {
 // Wait blocks until a lookup may go: at the full rate while src has
 // nothing pending, at PendingShare of it otherwise.
 func (p *Pace) Wait(ctx context.Context, q database.Querier, src Source) error {
-	if p.spread > 0 && !p.last.IsZero() {
+	if p.spread > 0 && !p.last.IsZero() && !p.hurried() {
 		if wait := p.last.Add(p.spread).Sub(p.now()); wait > 0 {
-			if err := p.sleep(ctx, wait); err != nil {
+			if err := p.sleepSpread(ctx, wait); err != nil {
 				return err
 			}
 		}
@@ -148,6 +161,23 @@ func (p *Pace) Wait(ctx context.Context, q database.Querier, src Source) error {
 	}
 	p.last = p.now()
 	return nil
+}
+
+func (p *Pace) hurried() bool { return p.hurry != nil && p.hurry.Err() != nil }
+
+// sleepSpread sleeps d, or until the run is hurried.
+func (p *Pace) sleepSpread(ctx context.Context, d time.Duration) error {
+	if p.hurry == nil {
+		return p.sleep(ctx, d)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.hurry, cancel)()
+	err := p.sleep(sctx, d)
+	if err != nil && ctx.Err() == nil && p.hurried() {
+		return nil
+	}
+	return err
 }
 
 // waitOwn waits for the run's own limiter: the destination's rate, or
