@@ -49,9 +49,17 @@ type tenantVerify struct {
 	dest *config.Destination
 }
 
+var _ verify.TenantPager = tenantVerify{}
+
 // Page reads the tenants of the source's rows through the sources package.
 func (t tenantVerify) Page(ctx context.Context, q database.Querier, after tenant.Tenant, n int) ([]tenant.Tenant, error) {
 	return sources.TableTenants(ctx, q, t.src, after, n)
+}
+
+// Pages is the pages of size keys the tenants' rows make, each tenant's
+// apart, as the sources package counts them (verify.TenantPager).
+func (t tenantVerify) Pages(ctx context.Context, q database.Querier, size int) (int64, error) {
+	return sources.TableTenantPages(ctx, q, t.src, size)
 }
 
 // Tenant is tenant tn's rows and a reader of its account.

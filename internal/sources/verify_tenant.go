@@ -95,3 +95,25 @@ func TableTenants(ctx context.Context, q database.Querier, src *Source, after te
 	}
 	return out, nil
 }
+
+// TableTenantPages is how many pages of size rows the tenants' rows of
+// src's table make, each tenant's paged apart as a verify run of every
+// tenant reads them: the sum over the tenants of ceil(rows/size), from
+// the rows of each tenant counted in one statement (a scan of the table,
+// once a periodic run). A background run spreads its lookups over them.
+func TableTenantPages(ctx context.Context, q database.Querier, src *Source, size int) (int64, error) {
+	if src.Tenant == "" {
+		return 0, fmt.Errorf("sources: source %s has no tenant column", src.Name)
+	}
+	// Grouped as TableTenants orders them, so a tenant is one here as
+	// it is one there.
+	t := src.tenantText("t") + ` COLLATE "C"`
+	var pages int64
+	err := q.QueryRow(ctx, `SELECT COALESCE(sum((c.n + $1 - 1) / $1), 0)::bigint
+		FROM (SELECT count(*) AS n FROM `+src.table()+` t GROUP BY `+t+`) c`,
+		int64(max(size, 1))).Scan(&pages)
+	if err != nil {
+		return 0, fmt.Errorf("sources: source %s: pages of its tenants' rows: %w", src.Name, err)
+	}
+	return pages, nil
+}

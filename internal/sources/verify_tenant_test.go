@@ -65,3 +65,30 @@ func TestTenantHeldPageAndResend(t *testing.T) {
 	_, err = sources.HeldPage(ctx, b.pool, &plain, sources.Scope{Tenant: "acme"}, r, "", 2)
 	require.ErrorContains(t, err, "no tenant column")
 }
+
+// A run of every tenant pages each tenant apart: the pages its tenants'
+// rows make are each tenant's rounded up, summed, not the rows' over a
+// page (a periodic run spreads its lookups over them).
+func TestTableTenantPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL, name text)`)
+	_, srcs := b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    destination: crm\n    snapshot: false\n")
+	src := srcs["contacts"]
+	pages, err := sources.TableTenantPages(ctx, b.pool, src, 10)
+	require.NoError(t, err)
+	require.Zero(t, pages, "no rows, no pages")
+	// 30 tenants of a row and one of 25 rows (3 pages): 55 rows, 6 pages
+	// had they been paged together.
+	b.exec(t, `INSERT INTO contacts SELECT g, 't' || g, 'n' FROM generate_series(1, 30) g`)
+	b.exec(t, `INSERT INTO contacts SELECT g, 'big', 'n' FROM generate_series(31, 55) g`)
+	pages, err = sources.TableTenantPages(ctx, b.pool, src, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 33, pages)
+
+	plain := *src
+	plain.Tenant = ""
+	_, err = sources.TableTenantPages(ctx, b.pool, &plain, 10)
+	require.ErrorContains(t, err, "no tenant column")
+}

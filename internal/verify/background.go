@@ -25,10 +25,14 @@ import (
 //     the daemon that takes it runs it, the others see it busy and skip.
 //     A run is a goroutine while it lasts, none otherwise.
 //   - A periodic run spreads its pages over half its period (the table's
-//     estimated rows over LookupSize ids a page), so 10 million rows are
-//     about 28 lookups a minute over 12 hours, not a burst; it still takes
-//     its requests from the destination's shared limiter (Job.Turn) and at
-//     most PendingShare of them while rows are pending.
+//     estimated rows over LookupSize ids a page; with tenants, each
+//     tenant's pages, as each is paged apart), so 10 million rows are
+//     about 28 lookups a minute over 12 hours, not a burst. Each lookup
+//     waits the time left over the lookups left; past the estimate (rows
+//     added) the run quickens a step at a time and still ends within its
+//     period (spread.go). It still takes its requests from the
+//     destination's shared limiter (Job.Turn) and at most PendingShare of
+//     them while rows are pending: a spread only slows the lookups.
 
 // Job is one source a daemon may verify in the background.
 type Job struct {
@@ -247,11 +251,13 @@ func (b *Background) run(ctx context.Context, lk *locks.Lock, j *Job, requested 
 	by := ByBackground
 	if requested {
 		by = ByConsole
-	} else if spread, err := b.spread(lctx, j); err != nil {
-		b.cfg.Logger.WarnContext(ctx, "verify: background: rows not estimated; pages go at the destination's pace",
-			slog.String("source", name), slog.String("error", err.Error()))
-	} else {
-		pace.Spread(spread).Hurry(hurry)
+	} else if j.Every > 0 {
+		if pages, err := b.pages(lctx, j); err != nil {
+			b.cfg.Logger.WarnContext(ctx, "verify: background: rows not estimated; pages go at the destination's pace",
+				slog.String("source", name), slog.String("error", err.Error()))
+		} else {
+			pace.Spread(pages, j.Every/2, j.Every).Hurry(hurry)
+		}
 	}
 	log := b.cfg.Logger.With(slog.String("source", name), slog.String("destination", j.Destination))
 	log.InfoContext(ctx, "verify: background run started", slog.String("by", by), slog.Bool("heal", j.Heal))
@@ -280,12 +286,13 @@ func (b *Background) run(ctx context.Context, lk *locks.Lock, j *Job, requested 
 	}
 }
 
-// spread is the least time between two lookups of a periodic run: half
-// the period over the pages the source's rows make, so the run ends well
-// within its period.
-func (b *Background) spread(ctx context.Context, j *Job) (time.Duration, error) {
-	if j.Every <= 0 {
-		return 0, nil
+// pages is about how many lookups a periodic run of j's source makes:
+// the pages its tenants' rows make, each tenant's paged apart
+// (TenantPager), or its rows over a page. The run spreads them over half
+// its period.
+func (b *Background) pages(ctx context.Context, j *Job) (int64, error) {
+	if tp, ok := j.Tenants.(TenantPager); ok {
+		return tp.Pages(ctx, b.db, b.cfg.LookupSize)
 	}
 	sz, ok := j.Source.(Sizer)
 	if !ok {
@@ -295,8 +302,7 @@ func (b *Background) spread(ctx context.Context, j *Job) (time.Duration, error) 
 	if err != nil {
 		return 0, err
 	}
-	pages := rows/int64(b.cfg.LookupSize) + 1
-	return j.Every / 2 / time.Duration(pages), nil
+	return rows/int64(b.cfg.LookupSize) + 1, nil
 }
 
 // ErrBackgroundRunning is returned by CheckIdle while a daemon verifies

@@ -47,26 +47,61 @@ func TestDue(t *testing.T) {
 	}
 }
 
-// TestPaceSpread: lookups of a spread run go at least the spread apart,
-// and each takes a turn of the shared limiter.
+// TestPaceSpread: a spread run's lookups wait the time left over the
+// lookups left (the first at once), each taking a turn of the shared
+// limiter; past the estimate (rows added) they quicken a step at a time
+// rather than racing, and end before the bound however many there are.
 func TestPaceSpread(t *testing.T) {
 	t.Parallel()
 	turns := 0
-	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	start := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	now := start
 	var slept []time.Duration
-	p := verify.NewPace(0, 1).Spread(30*time.Second).Turn(func(context.Context) error { turns++; return nil }).
-		WithClock(func() time.Time { return now }, func(_ context.Context, d time.Duration) error {
-			slept = append(slept, d)
-			now = now.Add(d)
-			return nil
-		})
+	p := verify.NewPace(0, 1).WithClock(func() time.Time { return now }, func(_ context.Context, d time.Duration) error {
+		slept = append(slept, d)
+		now = now.Add(d)
+		return nil
+	}).Spread(3, time.Minute, 2*time.Minute).Turn(func(context.Context) error { turns++; return nil })
 	require.NoError(t, p.Wait(t.Context(), nil, nil))
 	now = now.Add(10 * time.Second) // the lookup took 10 s
 	require.NoError(t, p.Wait(t.Context(), nil, nil))
 	require.NoError(t, p.Wait(t.Context(), nil, nil))
-	require.Equal(t, []time.Duration{20 * time.Second, 30 * time.Second}, slept, "the first at once, then a spread from the last")
+	require.Equal(t, []time.Duration{20 * time.Second, 30 * time.Second}, slept, "the first at once, then the time left over the lookups left")
+	require.Equal(t, start.Add(time.Minute), now, "the last expected at the aim")
 	require.Equal(t, 3, turns)
+
+	// 3 expected, 1000 made: each step of as many again as went, by halfway to the bound.
+	slept = nil
+	for range 997 {
+		require.NoError(t, p.Wait(t.Context(), nil, nil))
+	}
+	require.Less(t, now.Sub(start), 2*time.Minute, "within the bound")
+	require.Len(t, slept, 997, "each waited")
+	require.Equal(t, 10*time.Second, slept[0], "the 4th: 30 s to the first step's end over 3")
+	for i := 1; i < len(slept); i++ {
+		require.GreaterOrEqual(t, slept[i], slept[i-1]/5, "no burst at the estimate's end (lookup %d)", i+4)
+	}
 }
+
+// TestPaceSpreadKeepsTheDestinationsPace: a spread behind its schedule
+// (or past its estimate) never sends faster than the destination's rate
+// limit, nor than PendingShare of it while rows are pending.
+func TestPaceSpreadKeepsTheDestinationsPace(t *testing.T) {
+	t.Parallel()
+	p := verify.NewPace(40, 1).Spread(1, time.Millisecond, 2*time.Millisecond)
+	src := pendingSource{spreadSource{name: "orders"}}
+	began := time.Now()
+	for range 6 {
+		require.NoError(t, p.Wait(t.Context(), nil, src))
+	}
+	require.InDelta(t, 40*verify.PendingShare, p.Limit(), 1e-9)
+	require.GreaterOrEqual(t, time.Since(began), 450*time.Millisecond, "5 lookups after the first at 10 a second")
+}
+
+// pendingSource has rows pending.
+type pendingSource struct{ spreadSource }
+
+func (pendingSource) AnyPending(context.Context, database.Querier) (bool, error) { return true, nil }
 
 // TestRequestOfAnUnreadableDestinationFails: "Verify now" of a source
 // whose destination cannot be read back is recorded failed, saying why,
@@ -141,11 +176,13 @@ func TestRequestHurriesASpreadRun(t *testing.T) {
 type spreadSource struct {
 	name   string
 	tenant tenant.Tenant
+	// rows is what Estimate tells.
+	rows int64
 }
 
-func (s spreadSource) Name() string                                            { return s.name }
-func (s spreadSource) Tenant() tenant.Tenant                                   { return s.tenant }
-func (spreadSource) Estimate(context.Context, database.Querier) (int64, error) { return 0, nil }
+func (s spreadSource) Name() string                                              { return s.name }
+func (s spreadSource) Tenant() tenant.Tenant                                     { return s.tenant }
+func (s spreadSource) Estimate(context.Context, database.Querier) (int64, error) { return s.rows, nil }
 func (s spreadSource) Page(_ context.Context, _ database.Querier, after string, _ int) ([]verify.Here, error) {
 	if after != "" {
 		return nil, nil

@@ -40,9 +40,9 @@ type Pace struct {
 	namespace *string
 	now       func() time.Time
 	sleep     func(context.Context, time.Duration) error
-	// spread is the least time between two lookups (a background run
-	// spread over its period); last is when the last one went.
-	spread time.Duration
+	// spread, when set, spreads a background run's lookups over its
+	// period; last is when the last lookup went.
+	spread *spread
 	last   time.Time
 	// hurry, once done, ends the spread: someone asked for a run while
 	// this one was spread over its period (Hurry).
@@ -72,10 +72,13 @@ func (p *Pace) Shared(ns string) *Pace {
 	return p
 }
 
-// Spread makes lookups go at least every apart: a background run spreads
-// its pages over its period rather than bursting.
-func (p *Pace) Spread(every time.Duration) *Pace {
-	p.spread = every
+// Spread spreads a background run's lookups, about lookups of them, over
+// aim from now rather than bursting them: each waits the time left over
+// the lookups left. A run that makes more than lookups quickens so as to
+// end within bound all the same (spread.go). The lookups still wait for
+// the destination's pace: a spread only ever slows them.
+func (p *Pace) Spread(lookups int64, aim, bound time.Duration) *Pace {
+	p.spread = newSpread(p.now(), lookups, aim, bound)
 	return p
 }
 
@@ -140,8 +143,8 @@ func (p *Pace) obey(ctx context.Context, q database.Querier) (float64, error) {
 // Wait blocks until a lookup may go: at the full rate while src has
 // nothing pending, at PendingShare of it otherwise.
 func (p *Pace) Wait(ctx context.Context, q database.Querier, src Source) error {
-	if p.spread > 0 && !p.last.IsZero() && !p.hurried() {
-		if wait := p.last.Add(p.spread).Sub(p.now()); wait > 0 {
+	if p.spread != nil && !p.hurried() {
+		if wait := p.spread.next(p.last).Sub(p.now()); wait > 0 {
 			if err := p.sleepSpread(ctx, wait); err != nil {
 				return err
 			}
@@ -160,6 +163,9 @@ func (p *Pace) Wait(ctx context.Context, q database.Querier, src Source) error {
 		}
 	}
 	p.last = p.now()
+	if p.spread != nil {
+		p.spread.done++
+	}
 	return nil
 }
 
