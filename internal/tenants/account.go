@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,6 +29,15 @@ func (r *Registry) noteAccount(ctx context.Context, e *entry) {
 		changed bool
 	)
 	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		// A table locked meanwhile (a migration) fails the read in
+		// tenants.timeout, its connection back in the pool, where it
+		// would wait with it until the lock is released: the statement is
+		// parsed here, in the transaction, after the setting. No statement
+		// timeout: the replay's plan reads the sources' rows.
+		ms := strconv.FormatInt(max(r.timeout().Milliseconds(), 1), 10) + "ms"
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, ms); err != nil {
+			return err
+		}
 		was, known, err := breakerstore.LockAccount(ctx, tx, ns)
 		if err != nil {
 			return err

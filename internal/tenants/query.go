@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncer-dev/syncer/internal/database"
@@ -156,47 +155,94 @@ func (r *Registry) timeout() time.Duration {
 // the server's answer before it gives up on the connection itself.
 const queryGrace = 2 * time.Second
 
-// read runs the query for tenant (the caller holds a slot of the gate) in
-// a transaction of its own whose statement_timeout and lock_timeout are
-// tenants.timeout: set_config's local form, not a session's SET, so that
-// a connection going back to the pool (or through a transaction pooler)
-// keeps nothing of it.
-//
-// One round trip: the settings and the query go as one batch ending in one
-// Sync, which PostgreSQL runs as one implicit transaction (the settings
-// last until it ends), where BEGIN, the settings, the query and COMMIT
-// were four. Each connected tenant's row is read once a second while it
-// sends (ReadFresh) and each idle tenant's every RefreshEvery (Reread), and
-// each of those four held one of the pool's five connections (issue 54:
-// 200 tenants sending and 10,000 idle ones).
+// read runs the query for tenant (the caller holds a slot of the gate):
+// readMany's round trip, for one tenant.
 func (r *Registry) read(ctx context.Context, tenant string) (*connection, error) {
+	res := r.readMany(ctx, []string{tenant})
+	return res[0].conn, res[0].err
+}
+
+// readTimeoutsSQL sets the statement and lock timeouts of the implicit
+// transaction it starts: set_config's local form, not a session's SET, so
+// that a connection going back to the pool (or through a transaction
+// pooler) keeps nothing of it.
+const readTimeoutsSQL = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`
+
+// readMany runs the query for each of tenants (at least one) in one round
+// trip, up to and including the first that PostgreSQL refused: the
+// implicit transaction ends there. A row that cannot be used (rowError) is
+// the tenant's own and the rest go on. It returns a result for each tenant
+// read, at least one.
+//
+// The round trip is one batch ending in one Sync, which PostgreSQL runs as
+// one implicit transaction: the timeouts first (readTimeoutsSQL,
+// tenants.timeout), then a statement for each tenant, each parsed in that
+// transaction, after the timeouts are set: the unnamed statement, the type
+// of its $1 PostgreSQL's to infer, as a prepared statement's was. Parsing
+// a statement takes the locks of the tables it reads. The statement was
+// prepared (pgx's statement cache) in a round trip of its own, before the
+// batch, on every connection that had not run it yet: with the table
+// locked by a migration, the prepare waited with no timeout until the
+// read's context ended; the connection was then closed, and, syncer
+// sending no cancel request (database.NoCancelRequests), its close held a
+// slot of the pool for 15 s more while its session stayed in the lock's
+// queue. The pool opened new connections, which prepared again: a pool
+// of 4 was soon all theirs, River's and the other sources' share
+// included (the e2e TestLockedConnectionsTableStopsNoOtherSource, once in
+// CI).
+//
+// One round trip, where BEGIN, the settings, the query and COMMIT were
+// four: each connected tenant's row is read once a second while it sends
+// (ReadFresh) and each idle tenant's every RefreshEvery (Reread), and each
+// of those four held one of the pool's five connections (issue 54: 200
+// tenants sending and 10,000 idle ones).
+func (r *Registry) readMany(ctx context.Context, tenants []string) []readResult {
 	timeout := r.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout+queryGrace)
 	defer cancel()
-	b := r.readBatch(timeout)
-	b.Queue(connectionSQL(r.cfg.Settings.Query), tenant)
-	br := r.cfg.Pool.SendBatch(ctx, b)
-	var conn *connection
-	_, err := br.Exec()
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			conn, err = scanConnection(rows)
-		}
+	failed := func(err error) readResult {
+		conn, err := readOutcome(nil, err, timeout)
+		return readResult{conn: conn, err: err}
 	}
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = cerr
+	c, err := r.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return []readResult{failed(err)}
 	}
-	return readOutcome(conn, err, timeout)
-}
-
-// readBatch is a batch of reads of rows that starts by setting the
-// statement and lock timeouts to timeout for its implicit transaction.
-func (r *Registry) readBatch(timeout time.Duration) *pgx.Batch {
+	defer c.Release()
 	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"
-	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`, ms)
-	return b
+	b := &pgconn.Batch{}
+	b.ExecParams(readTimeoutsSQL, [][]byte{[]byte(ms)}, nil, nil, nil)
+	sql := connectionSQL(r.cfg.Settings.Query)
+	for _, t := range tenants {
+		b.ExecParams(sql, [][]byte{[]byte(t)}, nil, nil, nil)
+	}
+	results, err := c.Conn().PgConn().ExecBatch(ctx, b).ReadAll()
+	if len(results) > 0 && results[0].Err != nil {
+		return []readResult{failed(results[0].Err)}
+	}
+	out := make([]readResult, 0, len(tenants))
+	for i := 1; i < len(results) && len(out) < len(tenants); i++ {
+		if results[i].Err != nil {
+			return append(out, failed(results[i].Err))
+		}
+		raw := make([][]byte, len(results[i].Rows))
+		for j, row := range results[i].Rows {
+			if len(row) > 0 {
+				raw[j] = row[0]
+			}
+		}
+		conn, rerr := connectionOf(raw)
+		out = append(out, readResult{conn: conn, err: rerr})
+	}
+	if len(out) == 0 || (err != nil && len(out) < len(tenants)) {
+		// The round trip ended before the next tenant's answer (the
+		// connection broke, the context ended).
+		if err == nil {
+			err = errors.New("the round trip ended with no answer")
+		}
+		out = append(out, failed(err))
+	}
+	return out
 }
 
 // readOutcome is what a read of a row gave: the connection, a rowError
