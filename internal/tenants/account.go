@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,20 +28,11 @@ func (r *Registry) noteAccount(ctx context.Context, e *entry) {
 		changed bool
 	)
 	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		// A table locked meanwhile (a migration) fails the read in
-		// tenants.timeout, its connection back in the pool, where it
-		// would wait with it until the lock is released: the statement is
-		// parsed here, in the transaction, after the setting. No statement
-		// timeout: the replay's plan reads the sources' rows.
-		ms := strconv.FormatInt(max(r.timeout().Milliseconds(), 1), 10) + "ms"
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, ms); err != nil {
-			return err
-		}
 		was, known, err := breakerstore.LockAccount(ctx, tx, ns)
 		if err != nil {
 			return err
 		}
-		conn, err := readConnection(ctx, tx, r.cfg.Settings.Query, e.tenant)
+		conn, err := readInTx(ctx, tx, r.cfg.Settings.Query, e.tenant, r.timeout())
 		if re := (*rowError)(nil); errors.As(err, &re) || (err == nil && conn == nil) {
 			return nil // an unusable or missing row: nothing to compare
 		}

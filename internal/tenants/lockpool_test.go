@@ -75,24 +75,62 @@ func TestLockedConnectionsTableKeepsThePool(t *testing.T) {
 			}
 			require.Less(t, took, timeout+time.Second, "tenants.timeout bounds the read")
 
-			// The pool gives all its connections at once, and none of its
-			// sessions waits on the lock.
-			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-			defer cancel()
-			var held []*pgxpool.Conn
-			for range pool.Config().MaxConns {
-				c, err := pool.Acquire(ctx)
-				require.NoError(t, err, "a connection of the pool, %d of %d given", len(held), pool.Config().MaxConns)
-				held = append(held, c)
-			}
-			for _, c := range held {
-				c.Release()
-			}
-			var waiting int
-			require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE relation = 'connections'::regclass AND NOT granted`).Scan(&waiting))
-			require.Zero(t, waiting, "sessions in the lock's queue after the read ended")
+			requirePoolWhole(t, b, pool)
 		})
 	}
+}
+
+// The same for a tenant whose credentials are a refresh token, its access
+// token expired while the table is locked: its grant reads the stored
+// token (under the tenant's refresh lock) with the query's lock timeout,
+// and the request fails in tenants.timeout, transient, its connection
+// back in the pool. On c24a0a1 the read waited until the request's
+// context ended (thirdparty's timeout, 5 s here), then its connection's
+// close held a slot of the pool 15 s more.
+func TestLockedConnectionsTableKeepsThePoolFromARefreshGrant(t *testing.T) {
+	t.Parallel()
+	b := setup(t, rotating(false, time.Second))
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme')`)
+	const timeout = time.Second
+	pool := daemonPool(t, b)
+	cfg := refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true)
+	cfg.Settings.Timeout, cfg.Pool = timeout, pool
+	r := b.registry(t, cfg)
+	_, err := deliver(t, r, "acme", 1)
+	require.NoError(t, err)
+
+	lock(t, b)
+	time.Sleep(1100 * time.Millisecond) // the access token expired
+	start := time.Now()
+	_, err = deliver(t, r, "acme", 1)
+	took := time.Since(start)
+	t.Logf("the batch ended after %s: %v", took.Round(time.Millisecond), err)
+	// The delivery tries again until its breaker opens: each try's grant
+	// ended by the lock timeout, none by the request's context.
+	logs := b.logs.String()
+	require.Contains(t, logs, "SQLSTATE 55P03", "a grant's read ended by the lock timeout")
+	require.NotContains(t, logs, "context deadline exceeded", "a grant's read ended by the request's context")
+	requirePoolWhole(t, b, pool)
+}
+
+// requirePoolWhole checks that pool gives all its connections at once,
+// and that none of b's sessions waits on the connections table's lock.
+func requirePoolWhole(t *testing.T, b *bundle, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	var held []*pgxpool.Conn
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err, "a connection of the pool, %d of %d given", len(held), pool.Config().MaxConns)
+		held = append(held, c)
+	}
+	for _, c := range held {
+		c.Release()
+	}
+	var waiting int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE relation = 'connections'::regclass AND NOT granted`).Scan(&waiting))
+	require.Zero(t, waiting, "sessions in the lock's queue after the read ended")
 }
 
 // daemonPool is a pool of b's schema as the daemon opens it, of 4

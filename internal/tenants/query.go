@@ -245,6 +245,33 @@ func (r *Registry) readMany(ctx context.Context, tenants []string) []readResult 
 	return out
 }
 
+// readInTx runs the query for tenant in q's transaction (its account
+// record's, a refresh grant's) with a lock timeout of timeout for that read
+// alone: a connections table locked by a migration fails the read, and
+// the transaction, in tenants.timeout, its connection back in the pool,
+// where it would have waited in the lock's queue until its context ended
+// (a request's, or none), and then, its connection closed with no cancel
+// request, held a slot of the pool 15 s more (readMany). The statement is
+// parsed in the transaction, after the setting; what the transaction does
+// after the read (a replay planned, on_refresh) has its lock timeout as
+// before.
+func readInTx(ctx context.Context, q database.Querier, query, tenant string, timeout time.Duration) (*connection, error) {
+	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"
+	var was, set string
+	if err := q.QueryRow(ctx, `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`, ms).Scan(&was, &set); err != nil {
+		return nil, err
+	}
+	c, err := readConnection(ctx, q, query, tenant)
+	var re *rowError
+	if err != nil && !errors.As(err, &re) {
+		return nil, err
+	}
+	if _, err := q.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, was); err != nil {
+		return nil, err
+	}
+	return c, err
+}
+
 // readOutcome is what a read of a row gave: the connection, a rowError
 // (the tenant's own), a *QueryError or another failure of the run.
 func readOutcome(conn *connection, err error, timeout time.Duration) (*connection, error) {
