@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -62,21 +63,25 @@ func TestLockedConnectionsTableKeepsThePool(t *testing.T) {
 			return start, nil
 		}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			pool := daemonPool(t, b)
-			r := b.registry(t, tenants.Config{Settings: settings, Pool: pool, Replay: (&replayCalls{}).replay})
-			start, err := tt.read(t, r, pool)
-			took := time.Since(start)
-			t.Logf("the read ended after %s: %v", took.Round(time.Millisecond), err)
-			if err != nil {
-				var qe *tenants.QueryError
-				require.True(t, errors.As(err, &qe), "the server's lock timeout ended the read, not its context: %v", err)
-				require.True(t, qe.Transient(), qe.State)
-			}
-			require.Less(t, took, timeout+time.Second, "tenants.timeout bounds the read")
+		// Directly (statements prepared) and as through a transaction
+		// pooler (none: pgx's description cache).
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
+			t.Run(tt.name+"/"+mode.String(), func(t *testing.T) {
+				pool := daemonPool(t, b, mode)
+				r := b.registry(t, tenants.Config{Settings: settings, Pool: pool, Replay: (&replayCalls{}).replay})
+				start, err := tt.read(t, r, pool)
+				took := time.Since(start)
+				t.Logf("the read ended after %s: %v", took.Round(time.Millisecond), err)
+				if err != nil {
+					var qe *tenants.QueryError
+					require.True(t, errors.As(err, &qe), "the server's lock timeout ended the read, not its context: %v", err)
+					require.True(t, qe.Transient(), qe.State)
+				}
+				require.Less(t, took, timeout+time.Second, "tenants.timeout bounds the read")
 
-			requirePoolWhole(t, b, pool)
-		})
+				requirePoolWhole(t, b, pool)
+			})
+		}
 	}
 }
 
@@ -92,7 +97,7 @@ func TestLockedConnectionsTableKeepsThePoolFromARefreshGrant(t *testing.T) {
 	b := setup(t, rotating(false, time.Second))
 	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme')`)
 	const timeout = time.Second
-	pool := daemonPool(t, b)
+	pool := daemonPool(t, b, pgx.QueryExecModeCacheStatement)
 	cfg := refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true)
 	cfg.Settings.Timeout, cfg.Pool = timeout, pool
 	r := b.registry(t, cfg)
@@ -133,11 +138,14 @@ func requirePoolWhole(t *testing.T, b *bundle, pool *pgxpool.Pool) {
 	require.Zero(t, waiting, "sessions in the lock's queue after the read ended")
 }
 
-// daemonPool is a pool of b's schema as the daemon opens it, of 4
-// connections.
-func daemonPool(t *testing.T, b *bundle) *pgxpool.Pool {
+// daemonPool is a pool of b's schema as the daemon opens it (no cancel
+// request), of 4 connections running their statements in mode.
+func daemonPool(t *testing.T, b *bundle, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
-	pool, err := database.Open(t.Context(), b.dsn+"&pool_max_conns=4", "syncer run")
+	cfg, err := database.ParseURL(b.dsn + "&pool_max_conns=4")
+	require.NoError(t, err)
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
