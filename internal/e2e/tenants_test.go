@@ -62,8 +62,14 @@ sources:
 // run starts `syncer run` with cfgPath; it is killed when the test ends.
 func (w *tenantWorld) run(t *testing.T, dbURL, cfgPath string) (*exec.Cmd, *dbtest.Buffer) {
 	t.Helper()
+	return w.runAt(t, dbURL, cfgPath, freePort(t))
+}
+
+// runAt is run with the daemon's HTTP server on addr.
+func (w *tenantWorld) runAt(t *testing.T, dbURL, cfgPath, addr string) (*exec.Cmd, *dbtest.Buffer) {
+	t.Helper()
 	cmd := exec.Command(w.bin, "run", "--database-url", dbURL, "--config", cfgPath,
-		"--thirdparty-url", w.fakeURL, "--http-addr", freePort(t), "--log-level", "warn")
+		"--thirdparty-url", w.fakeURL, "--http-addr", addr, "--log-level", "warn")
 	errOut := &dbtest.Buffer{}
 	cmd.Stdout, cmd.Stderr = io.Discard, errOut
 	require.NoError(t, cmd.Start())

@@ -32,7 +32,7 @@ func (r *Registry) noteAccount(ctx context.Context, e *entry) {
 		if err != nil {
 			return err
 		}
-		conn, err := readConnection(ctx, tx, r.cfg.Settings.Query, e.tenant)
+		conn, err := readInTx(ctx, tx, r.cfg.Settings.Query, e.tenant, r.timeout())
 		if re := (*rowError)(nil); errors.As(err, &re) || (err == nil && conn == nil) {
 			return nil // an unusable or missing row: nothing to compare
 		}

@@ -121,12 +121,12 @@ func (r *Registry) credentials(tenant string, conn *connection, mem *tokenMemory
 		if id == "" && secret == "" {
 			id, secret = r.cfg.ClientID.Value(), r.cfg.ClientSecret.Value()
 		}
-		query := r.cfg.Settings.Query
+		query, timeout := r.cfg.Settings.Query, r.timeout()
 		g := &refreshGrant{
 			conf: oauth2Config(id, secret, tokenURL, r.cfg.Scopes), client: r.tokenClient(), endpoint: endpointText(tokenURL),
 			tenant: tenant, given: conn.refreshToken, pool: r.cfg.Pool, lockKey: refreshLockKey(r.cfg.Destination, tenant),
 			stored: func(ctx context.Context, q database.Querier) (string, error) {
-				c, err := readConnection(ctx, q, query, tenant)
+				c, err := readInTx(ctx, q, query, tenant, timeout)
 				if err != nil || c == nil {
 					return "", err
 				}

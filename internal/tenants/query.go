@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncer-dev/syncer/internal/database"
@@ -155,49 +153,6 @@ func (r *Registry) timeout() time.Duration {
 // queryGrace is how long past the statement timeout the client waits for
 // the server's answer before it gives up on the connection itself.
 const queryGrace = 2 * time.Second
-
-// read runs the query for tenant (the caller holds a slot of the gate) in
-// a transaction of its own whose statement_timeout and lock_timeout are
-// tenants.timeout: set_config's local form, not a session's SET, so that
-// a connection going back to the pool (or through a transaction pooler)
-// keeps nothing of it.
-//
-// One round trip: the settings and the query go as one batch ending in one
-// Sync, which PostgreSQL runs as one implicit transaction (the settings
-// last until it ends), where BEGIN, the settings, the query and COMMIT
-// were four. Each connected tenant's row is read once a second while it
-// sends (ReadFresh) and each idle tenant's every RefreshEvery (Reread), and
-// each of those four held one of the pool's five connections (issue 54:
-// 200 tenants sending and 10,000 idle ones).
-func (r *Registry) read(ctx context.Context, tenant string) (*connection, error) {
-	timeout := r.timeout()
-	ctx, cancel := context.WithTimeout(ctx, timeout+queryGrace)
-	defer cancel()
-	b := r.readBatch(timeout)
-	b.Queue(connectionSQL(r.cfg.Settings.Query), tenant)
-	br := r.cfg.Pool.SendBatch(ctx, b)
-	var conn *connection
-	_, err := br.Exec()
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			conn, err = scanConnection(rows)
-		}
-	}
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
-	return readOutcome(conn, err, timeout)
-}
-
-// readBatch is a batch of reads of rows that starts by setting the
-// statement and lock timeouts to timeout for its implicit transaction.
-func (r *Registry) readBatch(timeout time.Duration) *pgx.Batch {
-	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"
-	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`, ms)
-	return b
-}
 
 // readOutcome is what a read of a row gave: the connection, a rowError
 // (the tenant's own), a *QueryError or another failure of the run.

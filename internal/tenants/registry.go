@@ -159,6 +159,10 @@ type Registry struct {
 	downErr error
 	probing bool
 	probeAt time.Time
+
+	// prepares is whether the pool's connections prepare statements
+	// (pgx's statement cache): not through a transaction pooler.
+	prepares bool
 }
 
 // entry is one tenant. Its mu orders the reads of its row; the
@@ -234,7 +238,8 @@ func New(cfg Config) (*Registry, error) {
 		cfg.Queries = NewQueryGate(QueryConnsDefault)
 	}
 	bctx, stop := context.WithCancel(context.Background())
-	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop, later: newLaterStores()}, nil
+	prepares := cfg.Pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	return &Registry{cfg: cfg, http: hc, logger: logger, entries: map[string]*entry{}, behindCtx: bctx, stopBehind: stop, later: newLaterStores(), prepares: prepares}, nil
 }
 
 // Close ends the reads running behind tenants' batches, waits up to

@@ -34,6 +34,7 @@ type bundle struct {
 	fake  *fakethirdparty.Server
 	url   string
 	pool  *pgxpool.Pool
+	dsn   string // the schema's, for a pool of a test's own
 	clock *clock
 	logs  *dbtest.Buffer // every log line, at debug, for the secret grep
 }
@@ -52,7 +53,7 @@ func setup(t testing.TB, cfg fakethirdparty.Config) *bundle {
 	require.NoError(t, err)
 	c := &clock{}
 	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return &bundle{fake: fake, url: srv.URL, pool: schema.Pool, clock: c, logs: &dbtest.Buffer{}}
+	return &bundle{fake: fake, url: srv.URL, pool: schema.Pool, dsn: schema.DSN, clock: c, logs: &dbtest.Buffer{}}
 }
 
 func (b *bundle) exec(t *testing.T, sql string, args ...any) {

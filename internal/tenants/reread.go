@@ -56,7 +56,14 @@ func (r *Registry) Reread(ctx context.Context) {
 		if pace.WaitN(ctx, n) != nil {
 			return
 		}
-		k := r.rereadSome(ctx, due[:n])
+		k, down := r.rereadSome(ctx, due[:n])
+		if down {
+			// The query could not run (a table locked by a migration, the
+			// database away): the rest wait for the next pass, rather than
+			// each hold a slot of the gate for tenants.timeout, one round
+			// trip after another, to learn the same.
+			return
+		}
 		if k == 0 {
 			k = n // none read (the gate busy): they wait for the next pass
 		}
@@ -75,8 +82,8 @@ func (r *Registry) rereadDue(e *entry, now time.Time) bool {
 // read to its entry unless another read of it was applied meanwhile (a
 // batch's For). It returns how many of es were read: the query failing
 // for one tenant ends the round trip's transaction there, and the rest
-// are read in the next.
-func (r *Registry) rereadSome(ctx context.Context, es []*entry) int {
+// are read in the next; and whether the query could not run (couldNotRun).
+func (r *Registry) rereadSome(ctx context.Context, es []*entry) (int, bool) {
 	now := r.cfg.Now()
 	tenants := make([]string, len(es))
 	reads := make([]int, len(es))
@@ -86,7 +93,7 @@ func (r *Registry) rereadSome(ctx context.Context, es []*entry) int {
 		e.mu.Unlock()
 	}
 	if r.cfg.Queries.wait(ctx, QueryWait) != nil {
-		return 0
+		return 0, false
 	}
 	got := r.readMany(ctx, tenants)
 	r.cfg.Queries.release()
@@ -98,40 +105,14 @@ func (r *Registry) rereadSome(ctx context.Context, es []*entry) int {
 		}
 		e.mu.Unlock()
 	}
-	return len(got)
+	return len(got), couldNotRun(got[len(got)-1].err)
 }
 
-// readMany runs the query for each of tenants in one round trip (read's
-// batch, with a statement for each tenant), up to and including the first
-// that PostgreSQL refused: the implicit transaction ends there. A row
-// that cannot be used (rowError) is the tenant's own and the rest go on.
-func (r *Registry) readMany(ctx context.Context, tenants []string) []readResult {
-	timeout := r.timeout()
-	ctx, cancel := context.WithTimeout(ctx, timeout+queryGrace)
-	defer cancel()
-	b := r.readBatch(timeout)
-	sql := connectionSQL(r.cfg.Settings.Query)
-	for _, t := range tenants {
-		b.Queue(sql, t)
-	}
-	br := r.cfg.Pool.SendBatch(ctx, b)
-	defer br.Close()
-	out := make([]readResult, 0, len(tenants))
-	if _, err := br.Exec(); err != nil {
-		conn, err := readOutcome(nil, err, timeout)
-		return append(out, readResult{conn: conn, err: err})
-	}
-	for range tenants {
-		rows, err := br.Query()
-		var conn *connection
-		if err == nil {
-			conn, err = scanConnection(rows)
-		}
-		conn, err = readOutcome(conn, err, timeout)
-		out = append(out, readResult{conn: conn, err: err})
-		if re := (*rowError)(nil); err != nil && !errors.As(err, &re) {
-			break
-		}
-	}
-	return out
+// couldNotRun reports whether err, a read's, says the query could not run
+// (a timeout, a lock, the database away) rather than what it gave for the
+// tenant (a row that cannot be used, a query that fails for it).
+func couldNotRun(err error) bool {
+	var re *rowError
+	var qe *QueryError
+	return err != nil && !errors.As(err, &re) && !(errors.As(err, &qe) && !qe.Transient())
 }

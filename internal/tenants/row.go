@@ -77,6 +77,13 @@ func scanConnection(rows pgx.Rows) (*connection, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err // Registry.read says what failed
 	}
+	return connectionOf(raw)
+}
+
+// connectionOf is the connection of what connectionSQL gave (each row's
+// one column): nil without a row; a rowError when the tenant cannot be
+// sent with it.
+func connectionOf(raw [][]byte) (*connection, error) {
 	switch len(raw) {
 	case 0:
 		return nil, nil
