@@ -25,8 +25,13 @@ type Statement struct {
 	args  []any
 }
 
-// Arg adds v as an argument and returns its placeholder ("$3").
+// Arg adds v as an argument and returns its placeholder ("$3"). A
+// []int64 goes as int8s, encoded the same without an allocation an
+// element.
 func (s *Statement) Arg(v any) string {
+	if a, ok := v.([]int64); ok {
+		v = int8s(a)
+	}
 	s.args = append(s.args, v)
 	return "$" + strconv.Itoa(len(s.args))
 }

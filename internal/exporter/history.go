@@ -62,7 +62,7 @@ func (s *story) compose(qb *pgx.Batch, st *compose.Statement, b *batch, keys, ve
 	}
 	h := s.of(b, b.out.Attempts)
 	h.Accepted = b.out.Accepted
-	if !h.ComposeRequest(st, keys, versions) {
+	if !h.ComposeRequestIn(st, keys, versions, arrays) {
 		s.queue(qb, b, arrays)
 	}
 }

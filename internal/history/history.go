@@ -299,12 +299,14 @@ type Arrays struct {
 	keys     [][]string
 	versions [][]int64
 	used     int
+	cap      capturedArrays
 }
 
 // Reset makes every array free again.
 func (a *Arrays) Reset() {
 	if a != nil {
 		a.used = 0
+		a.cap.used = 0
 	}
 }
 
@@ -338,7 +340,7 @@ func (b *Batch) args(arrays *Arrays) (string, []any, bool) {
 		for i, it := range b.Accepted {
 			keys[i], versions[i] = it.ID, it.Version
 		}
-		deleted, captured := b.acceptedColumns()
+		deleted, captured := b.acceptedColumns(arrays)
 		return requestSQL, []any{b.Feed, a.At, batched, a.Key, b.Destination, b.Tenant, int16(a.Status), int32(a.Latency / time.Millisecond),
 			keys, versions, deleted, captured, int32(n), indexedAtOnce(n)}, true
 	}
@@ -353,14 +355,14 @@ func (b *Batch) args(arrays *Arrays) (string, []any, bool) {
 
 // acceptedColumns are the common batch's deleted and captured arrays:
 // NULL for none deleted and none captured, the common drain of new rows,
-// whose rows then carry two arrays, not four. The captured times are a
-// []time.Time when every item has one (a drain's every row): pgx encodes
-// it directly, where it boxes each element of a []pgtype.Timestamptz
-// (32 bytes an item, issue 55).
-func (b *Batch) acceptedColumns() ([]bool, any) {
+// whose rows then carry two arrays, not four. The captured times are
+// pointers to capturedAt, nil for an item without one, taken from arrays
+// (nil: new ones): pgx encodes them without an allocation apiece
+// (captured.go).
+func (b *Batch) acceptedColumns(arrays *Arrays) ([]bool, any) {
 	n := len(b.Accepted)
 	var deleted []bool
-	var nulls bool
+	var some bool
 	for i, it := range b.Accepted {
 		if it.Deleted && deleted == nil {
 			deleted = make([]bool, n) // the items before it were not
@@ -368,26 +370,19 @@ func (b *Batch) acceptedColumns() ([]bool, any) {
 		if deleted != nil {
 			deleted[i] = it.Deleted
 		}
-		nulls = nulls || it.CapturedAt == 0
+		some = some || it.CapturedAt != 0
 	}
-	if !nulls {
-		captured := make([]time.Time, n)
-		for i, it := range b.Accepted {
-			captured[i] = it.Captured()
-		}
-		return deleted, captured
-	}
-	var captured []pgtype.Timestamptz
-	for i, it := range b.Accepted {
-		if it.CapturedAt != 0 && captured == nil {
-			captured = make([]pgtype.Timestamptz, n) // NULL before it
-		}
-		if captured != nil {
-			captured[i] = capturedOf(it)
-		}
-	}
-	if captured == nil {
+	if !some {
 		return deleted, nil // a NULL array, not a typed nil in an any
+	}
+	at, captured := arrays.captured().take(n)
+	for i, it := range b.Accepted {
+		if it.CapturedAt == 0 {
+			captured[i] = nil
+			continue
+		}
+		at[i] = capturedAt(it.CapturedAt)
+		captured[i] = &at[i]
 	}
 	return deleted, captured
 }
@@ -400,6 +395,12 @@ func (b *Batch) acceptedColumns() ([]bool, any) {
 // it apart. The guarantees are Queue's: compose it into a statement of
 // the transaction that marks the batch.
 func (b *Batch) ComposeRequest(s *compose.Statement, keys, versions string) bool {
+	return b.ComposeRequestIn(s, keys, versions, nil)
+}
+
+// ComposeRequestIn is ComposeRequest with the captured times' array taken
+// from arrays.
+func (b *Batch) ComposeRequestIn(s *compose.Statement, keys, versions string, arrays *Arrays) bool {
 	if !b.allAccepted() {
 		return false
 	}
@@ -408,7 +409,7 @@ func (b *Batch) ComposeRequest(s *compose.Statement, keys, versions string) bool
 		batched = b.BatchedAt
 	}
 	a := b.Attempts[0]
-	deleted, captured := b.acceptedColumns()
+	deleted, captured := b.acceptedColumns(arrays)
 	s.Modify(`INSERT INTO syncer_history_requests
 	(feed, at, batched_at, batch_key, destination, tenant, status, latency_ms, keys, versions, deleted, captured, items, indexed)
 	VALUES (` + s.Arg(b.Feed) + `, ` + s.Arg(a.At) + `, ` + s.Arg(batched) + `::timestamptz, ` + s.Arg(a.Key) + `, ` +

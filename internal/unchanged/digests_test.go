@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -51,6 +52,43 @@ func TestDigestsAreTheDigestsKept(t *testing.T) {
 	}
 	var none *unchanged.Digests
 	require.Zero(t, none.Len())
+}
+
+// TestDigestsUnderEveryTagLengthAreTheFirstOnes: a Digester that
+// restores the hash's state after a tag of a block or more (a
+// destination's tag, 64 hex digits) gives the digests first written,
+// which rows and tables keep (resources.accepted_digest): tags of every
+// length around the block's 64 bytes, switched on one Digester.
+func TestDigestsUnderEveryTagLengthAreTheFirstOnes(t *testing.T) {
+	t.Parallel()
+	first := func(tag string, it feed.Item) []byte {
+		h := sha256.New()
+		fmt.Fprintf(h, "%d:%s", len(tag), tag)
+		if it.Deleted {
+			h.Write([]byte{'D'})
+		} else {
+			h.Write([]byte{'P'})
+			h.Write(it.Payload)
+		}
+		return h.Sum(nil)[:16]
+	}
+	long := strings.Repeat("0123456789abcdef", 12)
+	var dg unchanged.Digester
+	var sum []byte
+	for _, n := range []int{0, 1, 59, 60, 61, 62, 63, 64, 65, 66, 124, 125, 126, 128, 150, 192} {
+		tag := long[:n]
+		for i := range 4 {
+			it := feed.Item{ID: strconv.Itoa(i), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"s":%q}`, i, long[:i*40])), Deleted: i == 2}
+			sum = dg.Append(sum[:0], tag, it)
+			require.Equal(t, first(tag, it), sum, "tag of %d bytes, item %d", n, i)
+			require.Equal(t, first(tag, it), unchanged.Digest(tag, it), "tag of %d bytes, item %d", n, i)
+		}
+	}
+	// The bodyTag of a destination, as the daemon makes it, against
+	// sha256sum of "64:<tag>P{\"id\": 7}".
+	tag := strings.Repeat("ab", sha256.Size)
+	it := feed.Item{ID: "7", Payload: json.RawMessage(`{"id": 7}`)}
+	require.Equal(t, "1434ec3a026ce4e52ce610dbaf352494", fmt.Sprintf("%x", dg.Append(nil, tag, it)))
 }
 
 // TestDigestsAllocateLittle: a batch's digests cost a few allocations
@@ -108,5 +146,17 @@ func TestDigestsResetAreReusedWhole(t *testing.T) {
 	for i, it := range larger {
 		require.Equal(t, it.ID, ds.Keys[i])
 		require.Equal(t, unchanged.Digest("tag", it), ds.Sums[i], "item %d", i)
+	}
+}
+
+// BenchmarkDigester digests a drain's row: the bench's payload (some 290
+// bytes) under a destination's tag (64 hex digits).
+func BenchmarkDigester(b *testing.B) {
+	tag := strings.Repeat("ab", sha256.Size)
+	it := feed.Item{ID: "123456", Payload: json.RawMessage(`{"id": 123456, "data": "` + strings.Repeat("0123456789abcdef", 14) + `", "kind": "bench", "name": "resource-123456"}`)}
+	var dg unchanged.Digester
+	var sum []byte
+	for b.Loop() {
+		sum = dg.Append(sum[:0], tag, it)
 	}
 }

@@ -35,6 +35,7 @@ package unchanged
 import (
 	"context"
 	"crypto/sha256"
+	"encoding"
 	"fmt"
 	"hash"
 	"strconv"
@@ -69,6 +70,12 @@ type Digester struct {
 	one    [1]byte
 	tag    string
 	prefix []byte // "<len(tag)>:<tag>", for tag
+	// state is h's state once prefix is written, when prefix fills a
+	// block or more (a destination's tag is 64 hex digits: 67 bytes), so
+	// that each digest restores it rather than hashing that block again:
+	// one SHA-256 block of the six of a drain's row (issue 55). The
+	// digest is the same either way. nil: prefix is hashed each time.
+	state []byte
 }
 
 // Append appends Digest(tag, it) to dst and returns the extended slice.
@@ -77,12 +84,12 @@ func (d *Digester) Append(dst []byte, tag string, it feed.Item) []byte {
 		d.h = sha256.New()
 	}
 	if d.prefix == nil || d.tag != tag {
-		d.tag = tag
-		d.prefix = strconv.AppendInt(d.prefix[:0], int64(len(tag)), 10)
-		d.prefix = append(append(d.prefix, ':'), tag...)
+		d.setTag(tag)
 	}
-	d.h.Reset()
-	d.h.Write(d.prefix)
+	if d.state == nil || d.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(d.state) != nil {
+		d.h.Reset()
+		d.h.Write(d.prefix)
+	}
 	if it.Deleted {
 		d.one[0] = 'D'
 		d.h.Write(d.one[:])
@@ -92,6 +99,25 @@ func (d *Digester) Append(dst []byte, tag string, it feed.Item) []byte {
 		d.h.Write(it.Payload)
 	}
 	return d.h.Sum(dst)[:len(dst)+digestLen]
+}
+
+// setTag makes tag the one d digests under: its prefix, and h's state
+// after it when restoring that state saves hashing a block.
+func (d *Digester) setTag(tag string) {
+	d.tag = tag
+	d.prefix = strconv.AppendInt(d.prefix[:0], int64(len(tag)), 10)
+	d.prefix = append(append(d.prefix, ':'), tag...)
+	d.state = nil
+	if len(d.prefix) < d.h.BlockSize() {
+		return
+	}
+	d.h.Reset()
+	d.h.Write(d.prefix)
+	if m, ok := d.h.(encoding.BinaryMarshaler); ok {
+		if st, err := m.MarshalBinary(); err == nil {
+			d.state = st
+		}
+	}
 }
 
 // Digests are keys and the digests of their bodies, as the statements of
