@@ -14,11 +14,14 @@ package exporter
 // So a lane's drain asks, as each PassLength comes, whether anything
 // needs the pass's end: a job that must give its slot or its lane away
 // (runOver, laneShares), a stop, lane 0's snapshot, keys held or tenants
-// set aside (read and resent only at a pass's start), a tenant left out
-// until the pass's end (paused, refused, a long Retry-After), and a
-// batch answered without its rows taken (unconnected, held, deferred
-// items: read again by the next pass). With none, the pass goes on for
-// another PassLength, up to lanePassLongest.
+// set aside (read and resent only at a pass's start), a tenant read to
+// its end (a change to a key behind its cursor is read by the next pass
+// only), a tenant left out until the pass's end (paused, refused, a long
+// Retry-After), and a batch answered without its rows taken
+// (unconnected, held, deferred items: read again by the next pass). With
+// none, the pass goes on for another PassLength, up to lanePassLongest:
+// every tenant it reads has a backlog, and a change behind a tenant's
+// cursor waits at most that long, as the backlog's own rows wait.
 
 import (
 	"context"
@@ -52,9 +55,14 @@ func (e *Exporter) laneGoesOn(r *run, name string, snapshotDone bool) func(conte
 }
 
 // goesOn reports whether the cursor's pass may go on past its time: no
-// tenant is left out until the pass's end, none is set aside, and no
-// batch of the pass left its rows to be read again.
+// tenant was read to its end (a change to a key behind its cursor waits
+// for the next pass: a tenant with little to send keeps 2 s passes), is
+// left out until the pass's end or set aside, and no batch of the pass
+// left its rows to be read again.
 func (c *laneCursor) goesOn() bool {
+	if c.drained {
+		return false
+	}
 	for _, until := range c.out {
 		if until.IsZero() {
 			return false
