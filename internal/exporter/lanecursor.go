@@ -43,6 +43,10 @@ type laneCursor struct {
 	end    bool
 	// looked is set once the pass looked its tenants up (fastestFirst).
 	looked bool
+	// drained is set once a tenant was read to its end this pass: a
+	// change to a key behind its cursor waits for the next pass, so the
+	// pass ends at its time (goesOn).
+	drained bool
 }
 
 // tenantWaitInPass is the longest wait of a tenant's destination that
@@ -197,11 +201,13 @@ func (c *laneCursor) Next(ctx context.Context) (feed.Page, error) {
 		if len(sp.Rows) == 0 {
 			c.out[t] = c.f.now().Add(tenantRecheck)
 			delete(c.credit, t)
+			c.drained = true
 			continue
 		}
 		c.f.read(t)
 		switch {
 		case sp.End:
+			c.drained = true
 			c.out[t] = c.f.now().Add(tenantRecheck)
 			delete(c.credit, t)
 		case c.readAgain(ctx, t):

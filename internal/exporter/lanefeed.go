@@ -50,6 +50,9 @@ type laneFeed struct {
 	// inLane counts each tenant's batches handed to its destination and
 	// not yet answered (laneturns.go).
 	inLane map[string]int
+	// behind is set when a batch of this pass was answered with rows left
+	// to be read again (lanepass.go).
+	behind bool
 }
 
 // pacedTenant is a paced tenant's rate and need of the lane's places,
@@ -107,7 +110,7 @@ func (f *laneFeed) Open(int64) Cursor {
 	// Passes never overlap: every page of the last pass was pushed or
 	// dropped with it.
 	f.mu.Lock()
-	f.unsent = nil
+	f.unsent, f.behind = nil, false
 	f.mu.Unlock()
 	return &laneCursor{f: f, after: map[string]string{}, out: map[string]time.Time{}}
 }

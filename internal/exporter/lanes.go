@@ -251,6 +251,7 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 			// their order. One an earlier holder recorded may have
 			// reached the account: it stays recorded. One read here and
 			// never sent: nothing took it, its rows are read again.
+			f.leaveBehind()
 			if b.Resent {
 				return nil, &leftRecorded{tenant: tenant}
 			}
@@ -269,6 +270,9 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 		out, err = d.Deliver(tctx, b)
 		cancel()
 		if err == nil {
+			if len(out.Deferred) > 0 && f != nil {
+				f.leaveBehind() // held, read again once their time comes
+			}
 			return out, nil
 		}
 		if errors.Is(err, delivery.ErrWithdrawn) && !b.Resent {
@@ -278,6 +282,11 @@ func (r *tenantRouter) Deliver(ctx context.Context, b delivery.Batch) (*delivery
 			return &delivery.Outcome{Withdrawn: true}, nil
 		}
 		reached = mayHaveReached(b, err)
+	}
+	if f != nil {
+		// Not taken (For refused it, nothing reached, or it stays
+		// recorded): read again by the lane's next pass.
+		f.leaveBehind()
 	}
 	if ctx.Err() != nil {
 		// The lock lost, a shutdown: the lane's own end.

@@ -53,6 +53,7 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		}
 	}
 	cur := t.feed.Open(startAfter)
+	goOn := e.passGoesOn(ctx, t, cur, len(hs) == 0 && len(resend) == 0)
 	if p.carry && len(resend) == 0 {
 		// A poll: its first read is made here, and a look that finds
 		// one page, the end of its feed, goes no further than lookOnce.
@@ -60,11 +61,11 @@ func (e *Exporter) carryingPass(ctx context.Context, lk *locks.Lock, t target, s
 		var more bool
 		first, more, err = p.look(ctx, cur, skip)
 		if err == nil && more {
-			rd := e.startReader(ctx, t.feed, cur, first, maxBatches, until, skip, p.leaveUnchanged)
+			rd := e.startReader(ctx, t.feed, cur, first, maxBatches, until, skip, p.leaveUnchanged, goOn)
 			err = p.run(ctx, nil, rd, e.isStopping)
 		}
 	} else {
-		rd := e.startReader(ctx, t.feed, cur, nil, maxBatches, until, skip, p.leaveUnchanged)
+		rd := e.startReader(ctx, t.feed, cur, nil, maxBatches, until, skip, p.leaveUnchanged, goOn)
 		// The reader closes its channel at the end of the feed, at
 		// maxBatches or at until; only the first means the pass is
 		// done.

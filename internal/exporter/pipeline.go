@@ -439,6 +439,10 @@ type target struct {
 	destName, source string
 	// bodies compares its bodies with those last accepted; nil: none.
 	bodies *bodies
+	// goOn, when not nil, is asked as a pass of a lane's feed reaches its
+	// time: true lets it go on (lanePassLongest), since nothing waits for
+	// its end (lanepass.go).
+	goOn func(context.Context) bool
 }
 
 // pipeline builds the stages of a pipeline of t under lk.

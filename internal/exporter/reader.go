@@ -30,8 +30,12 @@ type fetched struct {
 // of the batches: an earlier pass sent them and their outcomes are not
 // written yet. leave moves the items of each page read whose body the
 // third party already has to its Unchanged (first was read through it).
+//
+// goOn, when not nil, is asked each time until passes: true moves until
+// on by PassLength (a lane's pass with nothing waiting for its end,
+// lanepass.go).
 func (e *Exporter) startReader(ctx context.Context, f Feed, cur Cursor, first *feed.Page, maxBatches int, until time.Time, skip sentItems,
-	leave func(context.Context, *feed.Page) error) *reader {
+	leave func(context.Context, *feed.Page) error, goOn func() bool) *reader {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &reader{ch: make(chan fetched, 1), cancel: cancel, done: make(chan struct{}), timeUp: make(chan struct{})}
 	go func() {
@@ -39,8 +43,11 @@ func (e *Exporter) startReader(ctx context.Context, f Feed, cur Cursor, first *f
 		defer close(r.ch)
 		for n := 0; maxBatches == 0 || n < maxBatches; n++ {
 			if first == nil && !until.IsZero() && e.now().After(until) {
-				close(r.timeUp)
-				return
+				if goOn == nil || !goOn() {
+					close(r.timeUp)
+					return
+				}
+				until = e.now().Add(e.cfg.PassLength)
 			}
 			var page feed.Page
 			var err error

@@ -169,6 +169,16 @@ func (ls *laneShares) awakenWithin(name string, share int) (a *awake, over bool)
 // took lanes only as their jobs reached their run limit (30 s). One lane
 // leaves at a time: the lanes leaving are not counted as running.
 func (ls *laneShares) leaveForShare(ctx context.Context, name string, started time.Time) bool {
+	return ls.leave(ctx, name, started, true)
+}
+
+// wouldLeave is leaveForShare's answer, with nothing noted: a lane's
+// pass asks it before it goes on (lanepass.go).
+func (ls *laneShares) wouldLeave(ctx context.Context, name string, started time.Time) bool {
+	return ls.leave(ctx, name, started, false)
+}
+
+func (ls *laneShares) leave(ctx context.Context, name string, started time.Time, note bool) bool {
 	if _, _, ok := jobs.LaneOf(name); !ok || ls.since(started) < laneLeaveAfter {
 		return false
 	}
@@ -180,6 +190,9 @@ func (ls *laneShares) leaveForShare(ctx context.Context, name string, started ti
 	defer ls.mu.Unlock()
 	if ls.running(sourceOfLane(name)) <= share {
 		return false
+	}
+	if !note {
+		return true
 	}
 	if ls.left == nil {
 		ls.left = map[string]time.Time{}

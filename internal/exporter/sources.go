@@ -7,6 +7,7 @@ import (
 
 	"github.com/syncer-dev/syncer/internal/checkpoint"
 	"github.com/syncer-dev/syncer/internal/feed"
+	"github.com/syncer-dev/syncer/internal/jobs"
 	"github.com/syncer-dev/syncer/internal/sources"
 )
 
@@ -88,7 +89,11 @@ func (e *Exporter) drainSource(r *run, src *sources.Source, name string, live ta
 				}
 				snapshotDone = done
 			}
-			res, ok, err := e.turnPass(ctx, r, live, feed.Start, 0, e.now().Add(e.cfg.PassLength), false)
+			t := live
+			if _, _, lane := jobs.LaneOf(name); lane {
+				t.goOn = e.laneGoesOn(r, name, snapshotDone && busy == nil)
+			}
+			res, ok, err := e.turnPass(ctx, r, t, feed.Start, 0, e.now().Add(e.cfg.PassLength), false)
 			n += res.rows
 			if err != nil {
 				return n, err

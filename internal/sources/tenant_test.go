@@ -2,9 +2,11 @@ package sources_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/syncer-dev/syncer/internal/feed"
@@ -280,4 +282,60 @@ func TestFailuresPerTenantAndKey(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Equal(t, []string{"2"}, keys(b.tenantPending(t, src, "acme")))
+}
+
+// lookUps counts the statements a pool runs.
+type lookUps struct{ n atomic.Int64 }
+
+func (l *lookUps) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	l.n.Add(1)
+	return ctx
+}
+
+func (l *lookUps) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Issue 54: a look-up of a lane's tenants that wraps around (fewer
+// tenants after the one served last than it asks for: lanes of 8 to 15
+// tenants looking 16 up, at nearly every turn) ran two statements, each
+// waiting for one of the pool's connections; it is one now, with the same
+// answers.
+func TestTenantsWrapAroundInOneStatement(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE contacts (id bigint PRIMARY KEY, account text NOT NULL)`)
+	_, srcs := b.install(t, "  - table: contacts\n    key: id\n    tenant: account\n    lanes: 1\n    destination: crm\n    snapshot: false\n")
+	src := srcs["contacts"]
+	b.exec(t, `INSERT INTO contacts SELECT i, 't' || (i % 5) FROM generate_series(1, 50) i`)
+	ctx := context.Background()
+	cfg := b.pool.Config().Copy()
+	looks := &lookUps{}
+	cfg.ConnConfig.Tracer = looks
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	for _, c := range []struct {
+		after string
+		skip  []string
+		n     int
+		want  []string
+	}{
+		{"t2", nil, 3, []string{"t3", "t4", "t0"}},
+		{"t2", nil, 2, []string{"t3", "t4"}},
+		{"t3", []string{"t0", "t4"}, 10, []string{"t1", "t2", "t3"}},
+		{"t4", nil, 10, []string{"t0", "t1", "t2", "t3", "t4"}},
+		{"t1", nil, 10, []string{"t2", "t3", "t4", "t0", "t1"}},
+		{"zz", nil, 2, []string{"t0", "t1"}},
+		{"t0", []string{"t0", "t1", "t2", "t3", "t4"}, 10, []string{}},
+		{"", nil, 2, []string{"t0", "t1"}},
+	} {
+		before := looks.n.Load()
+		got, err := sources.Tenants(ctx, pool, src, 0, c.after, c.skip, c.n)
+		require.NoError(t, err)
+		if len(got) == 0 {
+			got = []string{}
+		}
+		require.Equal(t, c.want, got, "after %q, skip %v, %d", c.after, c.skip, c.n)
+		require.Equal(t, int64(1), looks.n.Load()-before, "one statement, after %q, skip %v, %d", c.after, c.skip, c.n)
+	}
 }
