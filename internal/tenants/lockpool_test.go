@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/tenants"
 )
 
@@ -160,4 +163,80 @@ func lock(t *testing.T, b *bundle) {
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	_, err = tx.Exec(t.Context(), `LOCK TABLE connections IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
+}
+
+// The same for the read of a tenant's row under its account record's
+// lock (noteAccount: a tenant's first read, or its url or account column
+// changed), the table locked between the tenant's read and that one: it
+// takes a slot of the gate as the registry's reads do, so that at most
+// QueryConnsDefault of the daemon's sessions wait on the lock at once,
+// each for tenants.timeout. On 68002ef it took a connection outside the
+// gate: as many sessions as tenants noting their account (4, the whole
+// pool here) waited in the lock's queue.
+func TestLockedConnectionsTableKeepsThePoolFromAnAccountRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	const n = 4
+	b.exec(t, `INSERT INTO connections (account, url, token) SELECT 'w' || i, $1, 'tok' FROM generate_series(1, $2::int) i`, b.url+"/t/w", n)
+	const timeout = time.Second
+	pool := daemonPool(t, b, pgx.QueryExecModeCacheStatement)
+	r := b.registry(t, tenants.Config{Settings: &tenants.Settings{Query: tokenQuery, Timeout: timeout}, Pool: pool, Replay: (&replayCalls{}).replay})
+
+	// The account records exist, and a transaction of the test holds
+	// them: each tenant's noteAccount, its row read, waits there.
+	ns := func(i int) string { return breakerstore.TenantNamespace("crm", tenant.Tenant(fmt.Sprintf("w%d", i))) }
+	require.NoError(t, pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+		for i := 1; i <= n; i++ {
+			if _, _, err := breakerstore.LockAccount(t.Context(), tx, ns(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	records, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = records.Rollback(context.Background()) }()
+	for i := 1; i <= n; i++ {
+		_, _, err := breakerstore.LockAccount(t.Context(), records, ns(i))
+		require.NoError(t, err)
+	}
+	blockedBy := func(tx pgx.Tx) func() int {
+		var pid int
+		require.NoError(t, tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid))
+		return func() int {
+			var k int
+			require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&k))
+			return k
+		}
+	}
+	atRecords := blockedBy(records)
+
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		wg.Go(func() { _, _ = r.For(t.Context(), fmt.Sprintf("w%d", i)) })
+	}
+	require.Eventually(t, func() bool { return atRecords() >= min(n, tenants.QueryConnsDefault) }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // any more that would come
+	t.Logf("%d sessions wait on the account records", atRecords())
+
+	locker, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(context.Background()) }()
+	_, err = locker.Exec(t.Context(), `LOCK TABLE connections IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	atLock := blockedBy(locker)
+	require.NoError(t, records.Commit(t.Context()))
+	start := time.Now()
+	most := 0
+	for time.Since(start) < timeout+500*time.Millisecond {
+		most = max(most, atLock())
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	took := time.Since(start)
+	t.Logf("at most %d sessions waited on the lock at once; the reads ended after %s", most, took.Round(time.Millisecond))
+	require.LessOrEqual(t, most, tenants.QueryConnsDefault, "the account records' reads hold the gate's slots, not the pool")
+	require.Less(t, took, 2*timeout+time.Second, "tenants.timeout bounds each read")
+	require.Contains(t, b.logs.String(), "SQLSTATE 55P03", "a read ended by the lock timeout")
+	requirePoolWhole(t, b, pool)
 }
