@@ -240,3 +240,45 @@ func TestLockedConnectionsTableKeepsThePoolFromAnAccountRecord(t *testing.T) {
 	require.Contains(t, b.logs.String(), "SQLSTATE 55P03", "a read ended by the lock timeout")
 	requirePoolWhole(t, b, pool)
 }
+
+// A command's check that a tenant has a connection row (HasRow: pause,
+// probe, verify, replay with --tenant and --config) runs the query with
+// tenants.timeout as its statement and lock timeouts: with the table
+// locked it fails in that time with a *QueryError naming tenants.timeout
+// and the lock, and the command exits 1 rather than hang. On 68002ef it
+// waited on the lock with no timeout.
+func TestLockedConnectionsTableFailsHasRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	const timeout = time.Second
+	settings := &tenants.Settings{Query: tokenQuery, Timeout: timeout}
+	b.exec(t, `INSERT INTO connections (account, url, token) VALUES ('acme', $1, 'tok-secret')`, b.url+"/t/acme")
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
+		pool := daemonPool(t, b, mode)
+		ok, err := tenants.HasRow(t.Context(), pool, settings, "acme")
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	lock(t, b)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pool := daemonPool(t, b, mode) // connections that never ran the query
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			ok, err := tenants.HasRow(ctx, pool, settings, "acme")
+			took := time.Since(start)
+			t.Logf("HasRow ended after %s: %v", took.Round(time.Millisecond), err)
+			require.False(t, ok)
+			var qe *tenants.QueryError
+			require.True(t, errors.As(err, &qe), "the server's lock timeout ended the read, not its context: %v", err)
+			// Both timeouts are tenants.timeout: either ends the wait.
+			require.Contains(t, []string{"55P03", "57014"}, qe.Code)
+			require.Contains(t, err.Error(), "tenants.timeout, 1s")
+			require.Contains(t, err.Error(), "locked")
+			require.NotContains(t, err.Error(), "tok-secret")
+			require.Less(t, took, timeout+time.Second, "tenants.timeout bounds the read")
+			requirePoolWhole(t, b, pool)
+		})
+	}
+}
