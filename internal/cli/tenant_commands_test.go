@@ -242,3 +242,41 @@ func TestDestinationLineSaysATenantIsRefused(t *testing.T) {
 	require.Regexp(t, `destination crm +breaker closed, credentials of 1 tenant REFUSED \(see tenants of contacts\), the others ok, `, r.stdout)
 	require.NotContains(t, r.stdout, "credentials ok")
 }
+
+// Contract 10.1 (issue 54 point 3): a command that asks the tenants
+// query whether a tenant has a connection row, with the connections table
+// locked by a migration, exits 1 within tenants.timeout (and the client's
+// grace) with one line naming tenants.timeout and the lock, never a
+// secret of a row. On 68002ef it waited on the lock with no end.
+func TestTenantCommandsFailOnALockedConnectionsTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := tenantsWithQuery(t)
+	yaml := "destinations:\n  crm:\n    url: http://127.0.0.1:1/t/{tenant}\n    tenants:\n      query: SELECT token FROM connections WHERE account = $1\n      timeout: 1s\n" +
+		"sources:\n  - {table: contacts, key: id, tenant: account, destination: crm, snapshot: false}\n"
+	cfg := filepath.Join(t.TempDir(), "syncer.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(yaml), 0o600))
+	lock, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `LOCK TABLE connections IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	for _, args := range [][]string{
+		{"pause", "--destination", "crm", "--tenant", "nosuch"},
+		{"replay", "--source", "contacts", "--tenant", "nosuch"},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		start := time.Now()
+		r := run(cctx, append(args, "--database-url", b.dsn, "--config", cfg)...)
+		took := time.Since(start)
+		cancel()
+		t.Logf("%v: exit %d after %s: %s", args, r.code, took.Round(time.Millisecond), r.stderr)
+		require.Equal(t, 1, r.code, "%v: %s%s", args, r.stdout, r.stderr)
+		require.Less(t, took, 4*time.Second, "%v: tenants.timeout bounds the query", args)
+		oneLine(t, r, "tenants.timeout, 1s")
+		require.Contains(t, r.stderr, "locked")
+		require.NotContains(t, r.stderr+r.stdout, "tok-")
+	}
+	require.Zero(t, stateKeys(t, b, "nosuch"), "nothing kept of the tenant")
+}

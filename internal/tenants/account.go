@@ -20,7 +20,27 @@ import (
 // read the row before the change undo it. A tenant seen for the first
 // time gets no replay: its rows go to its account as they are exported.
 // A failure is logged; the next read of the row tries again.
+//
+// The read takes a slot of the gate, waiting at most QueryWait, before
+// its transaction takes a connection, and frees it once the row is read:
+// a connections table locked by a migration then holds no more of the
+// pool than the registry's own reads do (contract section 10.1), where
+// every tenant noting its account at once held a connection in the
+// lock's queue. No slot in time: compared at the next read of the row.
 func (r *Registry) noteAccount(ctx context.Context, e *entry) {
+	if err := r.cfg.Queries.wait(ctx, QueryWait); err != nil {
+		r.logger.DebugContext(ctx, "tenants: compare the tenant's account with the one recorded: no slot of the tenants query's gate; tried again at the next read of its row",
+			slog.String("tenant", e.tenant), slog.String("error", err.Error()))
+		return
+	}
+	slot := true
+	free := func() {
+		if slot {
+			slot = false
+			r.cfg.Queries.release()
+		}
+	}
+	defer free()
 	ns := r.namespace(e.tenant)
 	var (
 		seen    string
@@ -33,6 +53,7 @@ func (r *Registry) noteAccount(ctx context.Context, e *entry) {
 			return err
 		}
 		conn, err := readInTx(ctx, tx, r.cfg.Settings.Query, e.tenant, r.timeout())
+		free() // the replay, if any, is not the query's
 		if re := (*rowError)(nil); errors.As(err, &re) || (err == nil && conn == nil) {
 			return nil // an unusable or missing row: nothing to compare
 		}

@@ -24,7 +24,9 @@
 //     each run has Settings.Timeout as its statement and lock timeout, set
 //     for its own transaction; every registry of a daemon shares one
 //     QueryGate, so at most QueryConnsDefault (2) runs hold a connection
-//     at once. A tenant with a deliverer has its row read again behind its
+//     at once (a refresh grant's read aside: it runs on the connection
+//     the grant holds for the token endpoint, one per tenant at a time).
+//     A command's check (HasRow) has the same timeouts. A tenant with a deliverer has its row read again behind its
 //     batches (in a goroutine only while a slot is free) and goes on with
 //     the row it has while the query cannot run.
 //   - A tenant is never sent when its value is empty, "." or "..", or

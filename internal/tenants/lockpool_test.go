@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/breakerstore"
 	"github.com/syncer-dev/syncer/internal/database"
 	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
+	"github.com/syncer-dev/syncer/internal/tenant"
 	"github.com/syncer-dev/syncer/internal/tenants"
 )
 
@@ -160,4 +163,122 @@ func lock(t *testing.T, b *bundle) {
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	_, err = tx.Exec(t.Context(), `LOCK TABLE connections IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
+}
+
+// The same for the read of a tenant's row under its account record's
+// lock (noteAccount: a tenant's first read, or its url or account column
+// changed), the table locked between the tenant's read and that one: it
+// takes a slot of the gate as the registry's reads do, so that at most
+// QueryConnsDefault of the daemon's sessions wait on the lock at once,
+// each for tenants.timeout. On 68002ef it took a connection outside the
+// gate: as many sessions as tenants noting their account (4, the whole
+// pool here) waited in the lock's queue.
+func TestLockedConnectionsTableKeepsThePoolFromAnAccountRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	const n = 4
+	b.exec(t, `INSERT INTO connections (account, url, token) SELECT 'w' || i, $1, 'tok' FROM generate_series(1, $2::int) i`, b.url+"/t/w", n)
+	const timeout = time.Second
+	pool := daemonPool(t, b, pgx.QueryExecModeCacheStatement)
+	r := b.registry(t, tenants.Config{Settings: &tenants.Settings{Query: tokenQuery, Timeout: timeout}, Pool: pool, Replay: (&replayCalls{}).replay})
+
+	// The account records exist, and a transaction of the test holds
+	// them: each tenant's noteAccount, its row read, waits there.
+	ns := func(i int) string { return breakerstore.TenantNamespace("crm", tenant.Tenant(fmt.Sprintf("w%d", i))) }
+	require.NoError(t, pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+		for i := 1; i <= n; i++ {
+			if _, _, err := breakerstore.LockAccount(t.Context(), tx, ns(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	records, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = records.Rollback(context.Background()) }()
+	for i := 1; i <= n; i++ {
+		_, _, err := breakerstore.LockAccount(t.Context(), records, ns(i))
+		require.NoError(t, err)
+	}
+	blockedBy := func(tx pgx.Tx) func() int {
+		var pid int
+		require.NoError(t, tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid))
+		return func() int {
+			var k int
+			require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&k))
+			return k
+		}
+	}
+	atRecords := blockedBy(records)
+
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		wg.Go(func() { _, _ = r.For(t.Context(), fmt.Sprintf("w%d", i)) })
+	}
+	require.Eventually(t, func() bool { return atRecords() >= min(n, tenants.QueryConnsDefault) }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // any more that would come
+	t.Logf("%d sessions wait on the account records", atRecords())
+
+	locker, err := b.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(context.Background()) }()
+	_, err = locker.Exec(t.Context(), `LOCK TABLE connections IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	atLock := blockedBy(locker)
+	require.NoError(t, records.Commit(t.Context()))
+	start := time.Now()
+	most := 0
+	for time.Since(start) < timeout+500*time.Millisecond {
+		most = max(most, atLock())
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	took := time.Since(start)
+	t.Logf("at most %d sessions waited on the lock at once; the reads ended after %s", most, took.Round(time.Millisecond))
+	require.LessOrEqual(t, most, tenants.QueryConnsDefault, "the account records' reads hold the gate's slots, not the pool")
+	require.Less(t, took, 2*timeout+time.Second, "tenants.timeout bounds each read")
+	require.Contains(t, b.logs.String(), "SQLSTATE 55P03", "a read ended by the lock timeout")
+	requirePoolWhole(t, b, pool)
+}
+
+// A command's check that a tenant has a connection row (HasRow: pause,
+// probe, verify, replay with --tenant and --config) runs the query with
+// tenants.timeout as its statement and lock timeouts: with the table
+// locked it fails in that time with a *QueryError naming tenants.timeout
+// and the lock, and the command exits 1 rather than hang. On 68002ef it
+// waited on the lock with no timeout.
+func TestLockedConnectionsTableFailsHasRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{})
+	const timeout = time.Second
+	settings := &tenants.Settings{Query: tokenQuery, Timeout: timeout}
+	b.exec(t, `INSERT INTO connections (account, url, token) VALUES ('acme', $1, 'tok-secret')`, b.url+"/t/acme")
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
+		pool := daemonPool(t, b, mode)
+		ok, err := tenants.HasRow(t.Context(), pool, settings, "acme")
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	lock(t, b)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pool := daemonPool(t, b, mode) // connections that never ran the query
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			ok, err := tenants.HasRow(ctx, pool, settings, "acme")
+			took := time.Since(start)
+			t.Logf("HasRow ended after %s: %v", took.Round(time.Millisecond), err)
+			require.False(t, ok)
+			var qe *tenants.QueryError
+			require.True(t, errors.As(err, &qe), "the server's lock timeout ended the read, not its context: %v", err)
+			// Both timeouts are tenants.timeout: either ends the wait.
+			require.Contains(t, []string{"55P03", "57014"}, qe.Code)
+			require.Contains(t, err.Error(), "tenants.timeout, 1s")
+			require.Contains(t, err.Error(), "locked")
+			require.NotContains(t, err.Error(), "tok-secret")
+			require.Less(t, took, timeout+time.Second, "tenants.timeout bounds the read")
+			requirePoolWhole(t, b, pool)
+		})
+	}
 }

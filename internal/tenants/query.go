@@ -101,7 +101,8 @@ func (e *QueryError) Error() string {
 	msg := "tenants.query failed for the tenant: SQLSTATE " + e.State
 	switch e.Code {
 	case "57014": // query_canceled: the statement timeout
-		msg += " (it ran past tenants.timeout, " + e.Timeout.String() + ")"
+		// The lock timeout is the same: either may end a wait on a lock.
+		msg += " (it ran past tenants.timeout, " + e.Timeout.String() + ": a table it reads is locked, or the query is slow)"
 	case "55P03": // lock_not_available: the lock timeout
 		msg += " (a table it reads stayed locked past tenants.timeout, " + e.Timeout.String() + ")"
 	}

@@ -62,11 +62,14 @@ func (b *bundle) exec(t *testing.T, sql string, args ...any) {
 	require.NoError(t, err)
 }
 
-// registry is a registry of destination crm on b's database.
+// registry is a registry of destination crm on b's database (on
+// cfg.Pool when given: a pool as the daemon opens it).
 func (b *bundle) registry(t testing.TB, cfg tenants.Config) *tenants.Registry {
 	t.Helper()
 	cfg.Destination = "crm"
-	cfg.Pool = b.pool
+	if cfg.Pool == nil {
+		cfg.Pool = b.pool
+	}
 	cfg.Now = b.clock.Now
 	cfg.ThirdParty.Timeout = 5 * time.Second
 	if cfg.Delivery.Format == nil {

@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -220,13 +221,32 @@ func (c *connection) readHeaders(v any) error {
 // or not; nothing of the row is kept or returned. A command that names a
 // tenant asks it (docs/protocol.md section 10.1, "Commands name real
 // tenants").
-func HasRow(ctx context.Context, q database.Querier, s *Settings, tenant string) (bool, error) {
-	c, err := readConnection(ctx, q, s.Query, tenant)
+//
+// It runs as the daemon's reads do, in a transaction whose statement and
+// lock timeouts are tenants.timeout, set before the statement is parsed
+// (or prepared, or described) in it: a connections table locked by a
+// migration fails it in that time with a *QueryError saying so, where the
+// command waited in the lock's queue with no end.
+func HasRow(ctx context.Context, db database.DB, s *Settings, tenant string) (bool, error) {
+	timeout := cmp.Or(s.Timeout, QueryTimeoutDefault)
+	ctx, cancel := context.WithTimeout(ctx, timeout+queryGrace)
+	defer cancel()
+	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"
+	var c *connection
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, readTimeoutsSQL, ms); err != nil {
+			return err
+		}
+		var err error
+		c, err = readConnection(ctx, tx, s.Query, tenant)
+		return err
+	})
 	var re *rowError
 	switch {
 	case errors.As(err, &re):
 		return true, nil
 	case err != nil:
+		_, err = readOutcome(nil, err, timeout)
 		return false, err
 	}
 	return c != nil, nil
