@@ -131,12 +131,21 @@ var compareFigures = map[string][]figureSpec{
 	"tenants: a daemon joins":     {{"took_s", "s to send", "", false}},
 	"tenants: two daemons":        {{"took_s", "s", "", false}},
 	"tenants: unannounced limits": {{"ratio", "x allowed", "", true}},
+	// Each tenant against its own limit: the slowest is the row's
+	// target (>= 0.9x), the median says whether the rest moved.
+	ownSharedRow: ownFigures,
+	ownQueryRow:  ownFigures,
 	// The database's share: syncer's CPU a row against the WAL reader's
 	// of the same run (lower is better), its writers' and its sessions'
 	// shares, and the writers' rate.
 	dbshareRow500:   dbshareFigures,
 	dbshareRow2000:  dbshareFigures,
 	dbshareRowDrain: {{"db_cpu_us_per_row", "database µs/row", "", false}, {"syncer_sessions_us_per_row", "sessions µs/row", "", false}},
+}
+
+var ownFigures = []figureSpec{
+	{"worst_ratio", "slowest tenant x own limit", "", true},
+	{"median_ratio", "median tenant x own limit", "", true},
 }
 
 var dbshareFigures = []figureSpec{
@@ -246,8 +255,14 @@ func compareRuns(base, head [][]Row) []Figure {
 			}
 		}
 		if specs == nil {
+			// A row measured with no figure to compare is said, not
+			// dropped: a comparison that prints nothing for a row it
+			// ran reads as a row with nothing worse.
 			f := Figure{Row: name, Name: "-", Ratio: math.NaN(), BaseMedian: math.NaN(), HeadMedian: math.NaN()}
 			f.Error = errorOf(berr, herr)
+			if f.Error == "" && slices.ContainsFunc(append(slices.Clone(hv), bv...), func(v map[string]float64) bool { return v != nil }) {
+				f.Error = "no figure of this row is compared (compareFigures)"
+			}
 			if f.Error != "" {
 				out = append(out, f)
 			}

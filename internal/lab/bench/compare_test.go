@@ -66,3 +66,26 @@ func TestCompareRunsNamesFallsEachWay(t *testing.T) {
 	require.NoError(t, cmp.WriteJSON(&js), "NaN of a failed round is written as null")
 	require.Contains(t, js.String(), "null")
 }
+
+// TestCompareRunsShowsEveryRowItRan: each tenant's own limit is compared
+// on its slowest and median tenant (the row printed nothing before), and
+// a row whose figures no spec names is said, not left out.
+func TestCompareRunsShowsEveryRowItRan(t *testing.T) {
+	t.Parallel()
+	own := func(worst, median float64) Row {
+		return Row{Scenario: ownQueryRow, Values: map[string]float64{"worst_ratio": worst, "median_ratio": median, "below": 0}}
+	}
+	odd := Row{Scenario: "odd row", Values: map[string]float64{"seconds": 3}}
+	base := [][]Row{{own(0.91, 0.97), odd}, {own(0.92, 0.98), odd}, {own(0.91, 0.98), odd}}
+	head := [][]Row{{own(0.95, 0.98), odd}, {own(0.95, 1.0), odd}, {own(0.98, 0.99), odd}}
+	got := map[string]Figure{}
+	for _, f := range compareRuns(base, head) {
+		got[f.Row+" "+f.Name] = f
+	}
+	worst := got[ownQueryRow+" slowest tenant x own limit"]
+	require.InDelta(t, 0.95, worst.HeadMedian, 1e-9)
+	require.InDelta(t, 0.91, worst.BaseMedian, 1e-9)
+	require.False(t, worst.Worse)
+	require.Contains(t, got, ownQueryRow+" median tenant x own limit")
+	require.Contains(t, got["odd row -"].Error, "no figure of this row is compared")
+}
