@@ -239,7 +239,7 @@ func listReplays(ctx context.Context, w io.Writer, pool *pgxpool.Pool) error {
 	for _, p := range all {
 		if p.Source != "" {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%d of %d keys sent (%d queued)\t%s\n",
-				p.ID, p.State, describeSourceRange(p.Source, p.Range), p.Sent, p.TotalRows, p.Queued, p.CreatedAt.Format(time.RFC3339))
+				p.ID, p.ShownState(), describeSourceRange(p.Source, p.Range), p.Sent, p.TotalRows, p.Queued, p.CreatedAt.Format(time.RFC3339))
 			continue
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d of %d rows (%.1f%%)\t%s\n",
@@ -290,15 +290,14 @@ func endLine(p replays.Progress) (end, detail string) {
 	return end, ""
 }
 
-// progressState is the state a progress line names. A replay of a
-// source's keys is done once its keys are queued, while the daemons
-// still send them: until the last is sent (end is then said) the line
-// says "sending", not "done" beside "0 of 40 keys sent".
+// progressState is the state a progress line names: the model's shown
+// state, "sending" until the last key of a source's replay is sent (end
+// is then said), as replay --list and status name it.
 func progressState(p replays.Progress, end string) string {
-	if p.State == replays.StateDone && end == "" {
-		return "sending"
+	if end == "" && p.State == replays.StateDone {
+		return string(replays.StateSending)
 	}
-	return string(p.State)
+	return string(p.ShownState())
 }
 
 // follow shows a replay's progress, read by read, until it is finished: a

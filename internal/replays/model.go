@@ -197,8 +197,33 @@ type Progress struct {
 	Over bool
 }
 
-// Percent is the share of the replay sent.
-func (p Progress) Percent() float64 { return p.Replay.Percent(p.Sent) }
+// Percent is the share of the replay sent. A replay of a source's keys
+// is done once its keys are queued, while the daemons still send them (a
+// tenant refused holds them all): until the last is sent it is the share
+// sent, never 100 beside "0 of 41 keys".
+func (p Progress) Percent() float64 {
+	if p.Source == "" || p.Over {
+		return p.Replay.Percent(p.Sent)
+	}
+	if p.TotalRows == 0 {
+		return 0
+	}
+	return min(100, float64(p.Sent)*100/float64(p.TotalRows))
+}
+
+// StateSending is what a replay of a source's keys is shown as once its
+// keys are queued (State done) while some are still to be sent.
+const StateSending State = "sending"
+
+// ShownState is the state every reader names (replay --list and --wait,
+// status, the console): done only once nothing of the replay is left to
+// send.
+func (p Progress) ShownState() State {
+	if p.State == StateDone && !p.Over {
+		return StateSending
+	}
+	return p.State
+}
 
 // Unsent counts the keys still pending from the changes up to each source
 // replay's last one (syncer_changes is internal/sources' table, which

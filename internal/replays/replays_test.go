@@ -267,3 +267,25 @@ func TestSourceCursorRoundTrip(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// Issue 54, found by the five-workspace walk-through: a tenant's replay
+// queued its 41 keys (state done) while the tenant was refused, and
+// `replay --list` and `status` said "done, 0 of 41 keys ... (100.0%)".
+// Until its last key is sent a replay of a source's keys is "sending" and
+// its share is what was sent.
+func TestProgressOfAQueuedSourceReplayIsNotDone(t *testing.T) {
+	queued := replays.Progress{Replay: replays.Replay{ID: 1, Source: "contacts", State: replays.StateDone, TotalRows: 41}, Queued: 41}
+	require.Equal(t, replays.StateSending, queued.ShownState())
+	require.InDelta(t, 0.0, queued.Percent(), 0.001)
+
+	queued.Sent = 10
+	require.InDelta(t, 100*10/41.0, queued.Percent(), 0.001)
+
+	queued.Sent, queued.Over = 41, true
+	require.Equal(t, replays.StateDone, queued.ShownState())
+	require.InDelta(t, 100.0, queued.Percent(), 0.001)
+
+	rows := replays.Progress{Replay: replays.Replay{ID: 2, State: replays.StateDone, TotalRows: 10}, Sent: 8, Over: true}
+	require.Equal(t, replays.StateDone, rows.ShownState())
+	require.InDelta(t, 100.0, rows.Percent(), 0.001)
+}

@@ -246,7 +246,9 @@ type Replay struct {
 	Source string `json:"source,omitempty"`
 	// Tenant names the tenant of a replay of one tenant's rows
 	// (replay --source S --tenant T), whose progress counts its keys.
-	Tenant    string        `json:"tenant,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	// State is the progress's shown state: "sending" while a source's
+	// replay has queued its keys (done) and some are still to be sent.
 	State     replays.State `json:"state"`
 	TotalRows int64         `json:"total_rows"`
 	RowsDone  int64         `json:"rows_done"`

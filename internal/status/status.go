@@ -163,7 +163,7 @@ func Gather(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Report, erro
 		return nil, err
 	}
 	for _, p := range progress {
-		r.Replays = append(r.Replays, Replay{ID: p.ID, Source: p.Source, Tenant: p.Range.Tenant.String(), State: p.State, TotalRows: p.TotalRows,
+		r.Replays = append(r.Replays, Replay{ID: p.ID, Source: p.Source, Tenant: p.Range.Tenant.String(), State: p.ShownState(), TotalRows: p.TotalRows,
 			RowsDone: p.Sent, Percent: p.Percent(), CreatedAt: p.CreatedAt})
 	}
 

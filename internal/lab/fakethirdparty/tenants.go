@@ -459,6 +459,12 @@ func (ts *tenants) serveToken(w http.ResponseWriter, r *http.Request, tenant str
 	access := ts.configLocked(tenant).Token
 	life := ts.base.Tenants.TokenLife
 	ts.mu.Unlock()
+	if access == "" {
+		// The tenant takes any bearer token, but an OAuth2 client refuses
+		// an answer without one after the refresh token was rotated here,
+		// and would spend the old one again.
+		access = "access-" + tenant
+	}
 	if life <= 0 {
 		life = time.Hour
 	}

@@ -193,6 +193,25 @@ func TestTenantTokenEndpointRotatesRefreshToken(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code)
 }
 
+// Found by the five-workspace walk-through of docs/destinations.md: a
+// fake started with --tenant-refresh-prefix alone (every tenant taking any
+// bearer token) granted an empty access_token, which an OAuth2 client
+// refuses ("server response missing access_token") after the fake had
+// rotated the refresh token: the client's next grant reused the old one
+// and, with --tenant-refresh-family, every tenant was revoked. A tenant
+// that requires no token is given one all the same.
+func TestTenantTokenEndpointGivesATokenWhenNoneIsRequired(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{RefreshPrefix: "rt-"}}, nil)
+	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	code, _, body := b.post(t, http.MethodPost, "/t/acme/oauth/token", form, "grant_type=refresh_token&refresh_token=rt-acme")
+	require.Equal(t, http.StatusOK, code)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &out))
+	require.NotEmpty(t, out["access_token"])
+	require.Equal(t, "rt-acme.1", out["refresh_token"])
+}
+
 // RefreshFamily: a spent refresh token used again revokes the tenant's
 // whole family, the newest token included, until a restore starts a new
 // one; an unknown token is refused alone.
