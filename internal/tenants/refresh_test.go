@@ -1,6 +1,9 @@
 package tenants_test
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -205,4 +208,52 @@ func TestRefusedRefreshTokenEchoedIsScrubbed(t *testing.T) {
 	require.ErrorIs(t, err, delivery.ErrCredentials)
 	require.Contains(t, err.Error(), "no such token: [redacted]")
 	b.requireNoSecret(t, "rt-secret-")
+}
+
+// Issue 54 (the five-workspace walk-through): a token endpoint that
+// answers a grant 200 with a rotated refresh token and no access token
+// has spent the old token all the same. The OAuth2 client refuses the
+// answer; syncer stores the new refresh token first (on_refresh), so its
+// next grant spends that one, not the old one again, and an endpoint that
+// revokes the family on reuse keeps the tenant. The tenant's last error
+// says the endpoint gave no access token, with no token in it.
+func TestRefreshTokenOfAnAnswerWithoutAccessTokenIsStored(t *testing.T) {
+	t.Parallel()
+	cfg := rotating(true, time.Hour)
+	cfg.Tenants.NoAccessToken = true
+	b := setup(t, cfg)
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme')`)
+	rcfg := refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true)
+	rcfg.Delivery.MaxElapsed = 300 * time.Millisecond
+	r := b.registry(t, rcfg)
+
+	d, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	_, err = d.Deliver(ctx, delivery.Batch{Items: []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{"n":1}`)}}, Source: "contacts", Time: time.Unix(1700000000, 0)})
+	cancel()
+	require.Error(t, err)
+	require.NotErrorIs(t, err, delivery.ErrCredentials, "the tenant is not refused: %v", err)
+	tokens := b.fake.TenantStats().Tokens["acme"]
+	require.Zero(t, tokens.Reuses, "no refresh token spent twice")
+	require.False(t, tokens.FamilyRevoked)
+	require.Positive(t, tokens.Grants)
+	require.Equal(t, fmt.Sprintf("rt-secret-acme.%d", tokens.Grants), b.storedRefresh(t, "acme"), "each rotated token stored")
+	facts, err := breakerstore.ReadTenant(t.Context(), b.pool, "crm", "acme")
+	require.NoError(t, err)
+	require.False(t, facts.Credentials.Refused)
+	require.Contains(t, facts.LastError.Text, "without a usable access token")
+	require.NotContains(t, facts.LastError.Text, "rt-secret-")
+
+	// The endpoint answers well again: the tenant's next grant spends the
+	// token stored last.
+	cfg.Tenants.NoAccessToken = false
+	b.fake.SetConfig(cfg)
+	_, err = deliver(t, r, "acme", 1)
+	require.NoError(t, err)
+	tokens = b.fake.TenantStats().Tokens["acme"]
+	require.Zero(t, tokens.Reuses)
+	require.Zero(t, tokens.Refused)
+	require.Equal(t, fmt.Sprintf("rt-secret-acme.%d", tokens.Grants), b.storedRefresh(t, "acme"))
+	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
 }
