@@ -257,3 +257,80 @@ func TestRefreshTokenOfAnAnswerWithoutAccessTokenIsStored(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("rt-secret-acme.%d", tokens.Grants), b.storedRefresh(t, "acme"))
 	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
 }
+
+// Issue 54 (the five-workspace walk-through): a tenant whose refresh
+// token was refused is connected again; its next grant succeeds and the
+// third party turns the request down for another reason (a 400 on the
+// body). The grant ended the refusal: the tenant's state no longer gives
+// the token endpoint's old "refresh token" refusal as its reason, and its
+// rows are no longer held for the refusal's probe interval.
+func TestGrantedTokenEndsTheTokenEndpointsRefusal(t *testing.T) {
+	t.Parallel()
+	cfg := rotating(false, time.Hour)
+	b := setup(t, cfg)
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme-spent')`)
+	r := b.registry(t, refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true))
+	_, err := deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrCredentials)
+	state, text := b.stateOf(t, "acme")
+	require.Equal(t, breakerstore.TenantRefused, state)
+	require.Contains(t, text, "the refresh token refused")
+
+	// Connected again; the third party refuses the next batch's body.
+	b.exec(t, `UPDATE connections SET refresh_token = 'rt-secret-acme' WHERE account = 'acme'`)
+	cfg.PoisonField = "poison"
+	b.fake.SetConfig(cfg)
+	b.clock.Advance(delivery.AuthProbeIntervalDefault + time.Second)
+	d, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	_, err = d.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{{ID: "p1", Version: 1, Payload: json.RawMessage(`{"poison":1}`)}}, Source: "contacts", Time: time.Unix(1700000000, 0)})
+	require.NotErrorIs(t, err, delivery.ErrCredentials)
+	require.Equal(t, int64(1), b.fake.TenantStats().Tokens["acme"].Grants)
+	facts, err := breakerstore.ReadTenant(t.Context(), b.pool, "crm", "acme")
+	require.NoError(t, err)
+	require.False(t, facts.Credentials.Refused, "the grant ended the endpoint's refusal: %s", facts.Credentials.Message)
+	state, text = b.stateOf(t, "acme")
+	require.NotEqual(t, breakerstore.TenantRefused, state, text)
+	require.NotContains(t, text, "refresh token")
+	require.Contains(t, b.logs.String(), "the token endpoint grants the credentials again")
+
+	// The next batch is not held for the probe interval.
+	cfg.PoisonField = ""
+	b.fake.SetConfig(cfg)
+	_, err = deliver(t, r, "acme", 1)
+	require.NoError(t, err)
+	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
+}
+
+// The same with the deliverer that was refused (its row unchanged: the
+// connection was revoked at the token endpoint, then restored): its own
+// standing refusal ends with the grant.
+func TestGrantedTokenEndsTheSameDeliverersRefusal(t *testing.T) {
+	t.Parallel()
+	cfg := rotating(false, time.Hour)
+	b := setup(t, cfg)
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme')`)
+	rcfg := refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true)
+	rcfg.Delivery.AuthProbeInterval = 200 * time.Millisecond
+	r := b.registry(t, rcfg)
+	b.fake.RevokeTenant("acme")
+	_, err := deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrCredentials)
+	before, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+
+	b.fake.RestoreTenant("acme", "")
+	cfg.PoisonField = "poison"
+	b.fake.SetConfig(cfg)
+	time.Sleep(250 * time.Millisecond) // the deliverer's probe time
+	d, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	require.Same(t, before, d)
+	_, err = d.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{{ID: "p1", Version: 1, Payload: json.RawMessage(`{"poison":1}`)}}, Source: "contacts", Time: time.Unix(1700000000, 0)})
+	require.NotErrorIs(t, err, delivery.ErrCredentials)
+	require.Equal(t, int64(1), b.fake.TenantStats().Tokens["acme"].Grants)
+	state, text := b.stateOf(t, "acme")
+	require.NotEqual(t, breakerstore.TenantRefused, state, text)
+	require.NotContains(t, text, "refresh token")
+	require.Equal(t, 1, strings.Count(b.logs.String(), "the token endpoint grants the credentials again"))
+}
