@@ -165,6 +165,10 @@ type refusal struct {
 	// item it carried says nothing new, and only one that accepts an
 	// item ends it (an answer at all ends the others).
 	storm bool
+	// storedByEndpoint says the refusal the store held when last read,
+	// while this process knew none of its own (refusalUnknown), is the
+	// token endpoint's: a grant ends it (granted).
+	storedByEndpoint bool
 }
 
 type refusalState int

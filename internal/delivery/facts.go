@@ -38,6 +38,11 @@ func (d *Deliverer) loadShared(ctx context.Context) {
 		return
 	}
 	d.adoptPerson(ctx, st, first)
+	d.mu.Lock()
+	if d.creds.state == refusalUnknown {
+		d.creds.storedByEndpoint = st.Credentials.Refused && st.Credentials.TokenEndpoint != ""
+	}
+	d.mu.Unlock()
 	inherited := d.breaker.adopt(st.Breaker)
 	if state, until := d.breaker.state(); !until.IsZero() || inherited {
 		d.metrics.SetBreakerState(int(state))

@@ -68,6 +68,9 @@ func (d *Deliverer) observe(ctx context.Context, key string, sentAt time.Time, r
 		return
 	}
 
+	if tpErr.TokenEndpoint == "" && !tpErr.AuthRefused() {
+		d.granted(ctx)
+	}
 	if tpErr.RateLimited() {
 		d.metrics.RateLimitedInc()
 		switch {

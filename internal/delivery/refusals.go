@@ -97,47 +97,80 @@ func (d *Deliverer) accepted(ctx context.Context, acceptedAny bool) {
 		return // a pause holds, and nothing is refused
 	}
 	for _, r := range []*refusal{&d.creds, &d.conf} {
-		d.mu.Lock()
-		prev, program := r.state, errors.Is(r.err, ErrProgram)
-		if prev == refusalStanding && r.storm && !acceptedAny {
-			d.mu.Unlock()
-			continue // the storm goes on: every item rejected again
-		}
-		r.state, r.until, r.err, r.storm = refusalNone, time.Time{}, nil, false
-		d.heldLocked(d.now())
-		d.mu.Unlock()
-		if prev == refusalNone {
-			continue
-		}
-		d.setRefusalMetric(r, false)
-		changed := prev == refusalStanding
-		if d.store != nil {
-			wctx, cancel := d.writeContext(ctx)
-			c, err := d.store.SetRefusal(wctx, r.key, breakerstore.Refusal{})
-			cancel()
-			if err != nil {
-				d.logger.WarnContext(ctx, "delivery: record the refusal's end", slog.String("error", err.Error()))
-				d.mu.Lock()
-				if r.state == refusalNone {
-					r.state = refusalUnknown // try again at the next success
-					d.held.Store(true)
-				}
-				d.mu.Unlock()
-				continue
-			}
-			changed = c
-		}
-		if changed {
-			msg := "delivery: the third party accepts the credentials again"
-			switch {
-			case program:
-				msg = "delivery: the request program renders rows again, and the third party accepts them"
-			case r == &d.conf:
-				msg = "delivery: the third party accepts the URL again"
-			}
-			d.logger.WarnContext(ctx, msg)
-		}
+		d.end(ctx, r, func(r *refusal) bool {
+			// The storm goes on while every item is rejected again.
+			return r.state != refusalStanding || !r.storm || acceptedAny
+		}, "")
 	}
+}
+
+// granted ends a refusal of the credentials' token endpoint once a request
+// went to the destination: it carried a token the endpoint granted, so
+// whatever the destination answered (a 400 on the body, a 5xx, no answer)
+// the endpoint's refusal is over, and status and the probe tell the
+// current reason rather than the endpoint's old one. A refusal of the
+// destination's own (401, 403) ends only with an answer that accepts
+// (accepted).
+func (d *Deliverer) granted(ctx context.Context) {
+	if !d.held.Load() {
+		return // nothing is refused: the common case
+	}
+	d.end(ctx, &d.creds, func(r *refusal) bool {
+		if r.state == refusalUnknown {
+			return r.storedByEndpoint // an earlier process's, or another daemon's
+		}
+		var tpErr *thirdparty.Error
+		return r.state == refusalStanding && errors.As(r.err, &tpErr) && tpErr.TokenEndpoint != ""
+	}, "delivery: the token endpoint grants the credentials again, and a request went to the third party")
+}
+
+// end ends refusal r when may holds of it (under d.mu), here and in the
+// store, and logs the end once across daemons (msg, or the refusal's own
+// words when "").
+func (d *Deliverer) end(ctx context.Context, r *refusal, may func(*refusal) bool, msg string) {
+	d.mu.Lock()
+	if !may(r) {
+		d.mu.Unlock()
+		return
+	}
+	prev, program := r.state, errors.Is(r.err, ErrProgram)
+	r.state, r.until, r.err, r.storm, r.storedByEndpoint = refusalNone, time.Time{}, nil, false, false
+	d.heldLocked(d.now())
+	d.mu.Unlock()
+	if prev == refusalNone {
+		return
+	}
+	d.setRefusalMetric(r, false)
+	changed := prev == refusalStanding
+	if d.store != nil {
+		wctx, cancel := d.writeContext(ctx)
+		c, err := d.store.SetRefusal(wctx, r.key, breakerstore.Refusal{})
+		cancel()
+		if err != nil {
+			d.logger.WarnContext(ctx, "delivery: record the refusal's end", slog.String("error", err.Error()))
+			d.mu.Lock()
+			if r.state == refusalNone {
+				r.state = refusalUnknown // try again at the next success
+				d.held.Store(true)
+			}
+			d.mu.Unlock()
+			return
+		}
+		changed = c
+	}
+	if !changed {
+		return
+	}
+	switch {
+	case msg != "":
+	case program:
+		msg = "delivery: the request program renders rows again, and the third party accepts them"
+	case r == &d.conf:
+		msg = "delivery: the third party accepts the URL again"
+	default:
+		msg = "delivery: the third party accepts the credentials again"
+	}
+	d.logger.WarnContext(ctx, msg)
 }
 
 func (d *Deliverer) setRefusalMetric(r *refusal, refused bool) {

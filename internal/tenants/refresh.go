@@ -170,25 +170,29 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 			return err
 		}
 		askedAtLeast = true
-		tok, askErr = g.ask(txCtx, used)
+		var answered string
+		tok, answered, askErr = g.ask(txCtx, used)
 		if invalidGrant(askErr) {
 			if again, againFromRow, err := g.current(txCtx, tx); err == nil && again != used {
 				used, fromRow = again, againFromRow
-				tok, askErr = g.ask(txCtx, used)
+				tok, answered, askErr = g.ask(txCtx, used)
 			}
 		}
-		if askErr != nil {
+		next = used
+		if askErr == nil {
+			answered = tok.RefreshToken
+		}
+		if answered == "" || answered == used {
+			if askErr == nil {
+				g.mem.kept(used, fromRow)
+			}
 			return g.unclaim(txCtx, tx) // nothing to store; the commit frees the lock
 		}
-		next = used
-		if tok.RefreshToken == "" || tok.RefreshToken == used {
-			g.mem.kept(used, fromRow)
-			return g.unclaim(txCtx, tx)
-		}
-		// The endpoint rotated the token: the old one is dead whatever
-		// becomes of this transaction. Remembered before the lock goes,
-		// so that no store of this process puts a spent token back.
-		next = tok.RefreshToken
+		// The endpoint rotated the token, even if its answer is otherwise
+		// unusable: the old one is dead whatever becomes of this
+		// transaction. Remembered before the lock goes, so that no store
+		// of this process puts a spent token back.
+		next = answered
 		g.mem.rotated(used, next)
 		storedByTx = g.store(txCtx, tx, next)
 		return g.unclaim(txCtx, tx)
@@ -197,12 +201,23 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 	switch {
 	case !askedAtLeast || (askErr == nil && tok == nil):
 		return nil, err
-	case askErr != nil:
+	case next == used && askErr != nil:
 		return nil, g.tokenError(askErr, used)
-	}
-	if next == used {
+	case next == used:
 		return tok, nil
 	}
+	g.settle(ctx, err, storedByTx, used, next)
+	if askErr != nil {
+		return nil, g.tokenError(askErr, used, next)
+	}
+	return tok, nil
+}
+
+// settle follows up the store of the token the endpoint rotated to, next,
+// once the grant's transaction is over (txErr its failure): marked
+// stored, or retried behind the grant.
+func (g *refreshGrant) settle(ctx context.Context, txErr error, storedByTx bool, used, next string) {
+	err := txErr
 	switch {
 	case err == nil && storedByTx:
 		g.mem.stored(next)
@@ -216,7 +231,6 @@ func (g *refreshGrant) grant(ctx context.Context) (*oauth2.Token, error) {
 		}
 		g.storeLater()
 	}
-	return tok, nil
 }
 
 // current is the refresh token to spend, and whether it is the one
@@ -234,10 +248,32 @@ func (g *refreshGrant) current(ctx context.Context, q database.Querier) (string,
 	return used, fromRow, nil
 }
 
-// ask is one grant at the endpoint with refresh.
-func (g *refreshGrant) ask(ctx context.Context, refresh string) (*oauth2.Token, error) {
-	return g.conf.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, g.client), &oauth2.Token{RefreshToken: refresh}).Token()
+// ask is one grant at the endpoint with refresh. answered is the
+// refresh_token of the endpoint's 2xx answer, read before the OAuth2
+// client judged it (rotated.go): the token rotated to even when the
+// answer is refused (err), "" when the answer carried none.
+func (g *refreshGrant) ask(ctx context.Context, refresh string) (tok *oauth2.Token, answered string, err error) {
+	client := *g.client
+	reader := &rotatedReader{base: client.Transport}
+	if reader.base == nil {
+		reader.base = http.DefaultTransport
+	}
+	client.Transport = reader
+	tok, err = g.conf.TokenSource(context.WithValue(ctx, oauth2.HTTPClient, &client), &oauth2.Token{RefreshToken: refresh}).Token()
+	answered, ok := reader.answered()
+	var re *oauth2.RetrieveError
+	if err != nil && ok && !errors.As(err, &re) {
+		// A 2xx the client refused: no access token, or one it could
+		// not read. Its own words say nothing of which token was spent.
+		err = fmt.Errorf("%w (%w)", errUnusableAnswer, err)
+	}
+	return tok, answered, err
 }
+
+// errUnusableAnswer is an endpoint's 2xx answer to a grant that gives no
+// access token the client can use ("server response missing
+// access_token"): transient, since the next grant may be answered well.
+var errUnusableAnswer = errors.New("answered 2xx without a usable access token")
 
 // store runs on_refresh with the rotated token in a savepoint of the
 // grant's transaction, so that its failure keeps the lock and the grant;
@@ -306,7 +342,7 @@ func (g *refreshGrant) scrub(s string, also ...string) string {
 // scrubbed: a refusal (400, 401, 403) refuses the tenant's credentials,
 // named for what was refused (the refresh token, or the client that
 // presented it); anything else is transient.
-func (g *refreshGrant) tokenError(err error, used string) error {
+func (g *refreshGrant) tokenError(err error, spent ...string) error {
 	te := &credentials.TokenError{Endpoint: g.endpoint, Refused: credentials.RefusedRefreshToken}
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) {
@@ -327,7 +363,10 @@ func (g *refreshGrant) tokenError(err error, used string) error {
 	} else {
 		te.Text = strings.ReplaceAll(err.Error(), g.conf.Endpoint.TokenURL, g.endpoint)
 	}
-	te.Text = g.scrub(te.Text, used)
+	if errors.Is(err, errUnusableAnswer) && len(spent) > 1 {
+		te.Text += "; the refresh token it rotated to is kept"
+	}
+	te.Text = g.scrub(te.Text, spent...)
 	if len(te.Text) > 512 {
 		te.Text = te.Text[:512] + "…"
 	}

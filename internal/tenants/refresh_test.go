@@ -1,6 +1,9 @@
 package tenants_test
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -205,4 +208,129 @@ func TestRefusedRefreshTokenEchoedIsScrubbed(t *testing.T) {
 	require.ErrorIs(t, err, delivery.ErrCredentials)
 	require.Contains(t, err.Error(), "no such token: [redacted]")
 	b.requireNoSecret(t, "rt-secret-")
+}
+
+// Issue 54 (the five-workspace walk-through): a token endpoint that
+// answers a grant 200 with a rotated refresh token and no access token
+// has spent the old token all the same. The OAuth2 client refuses the
+// answer; syncer stores the new refresh token first (on_refresh), so its
+// next grant spends that one, not the old one again, and an endpoint that
+// revokes the family on reuse keeps the tenant. The tenant's last error
+// says the endpoint gave no access token, with no token in it.
+func TestRefreshTokenOfAnAnswerWithoutAccessTokenIsStored(t *testing.T) {
+	t.Parallel()
+	cfg := rotating(true, time.Hour)
+	cfg.Tenants.NoAccessToken = true
+	b := setup(t, cfg)
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme')`)
+	rcfg := refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true)
+	rcfg.Delivery.MaxElapsed = 300 * time.Millisecond
+	r := b.registry(t, rcfg)
+
+	d, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	_, err = d.Deliver(ctx, delivery.Batch{Items: []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{"n":1}`)}}, Source: "contacts", Time: time.Unix(1700000000, 0)})
+	cancel()
+	require.Error(t, err)
+	require.NotErrorIs(t, err, delivery.ErrCredentials, "the tenant is not refused: %v", err)
+	tokens := b.fake.TenantStats().Tokens["acme"]
+	require.Zero(t, tokens.Reuses, "no refresh token spent twice")
+	require.False(t, tokens.FamilyRevoked)
+	require.Positive(t, tokens.Grants)
+	require.Equal(t, fmt.Sprintf("rt-secret-acme.%d", tokens.Grants), b.storedRefresh(t, "acme"), "each rotated token stored")
+	facts, err := breakerstore.ReadTenant(t.Context(), b.pool, "crm", "acme")
+	require.NoError(t, err)
+	require.False(t, facts.Credentials.Refused)
+	require.Contains(t, facts.LastError.Text, "without a usable access token")
+	require.NotContains(t, facts.LastError.Text, "rt-secret-")
+
+	// The endpoint answers well again: the tenant's next grant spends the
+	// token stored last.
+	cfg.Tenants.NoAccessToken = false
+	b.fake.SetConfig(cfg)
+	_, err = deliver(t, r, "acme", 1)
+	require.NoError(t, err)
+	tokens = b.fake.TenantStats().Tokens["acme"]
+	require.Zero(t, tokens.Reuses)
+	require.Zero(t, tokens.Refused)
+	require.Equal(t, fmt.Sprintf("rt-secret-acme.%d", tokens.Grants), b.storedRefresh(t, "acme"))
+	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
+}
+
+// Issue 54 (the five-workspace walk-through): a tenant whose refresh
+// token was refused is connected again; its next grant succeeds and the
+// third party turns the request down for another reason (a 400 on the
+// body). The grant ended the refusal: the tenant's state no longer gives
+// the token endpoint's old "refresh token" refusal as its reason, and its
+// rows are no longer held for the refusal's probe interval.
+func TestGrantedTokenEndsTheTokenEndpointsRefusal(t *testing.T) {
+	t.Parallel()
+	cfg := rotating(false, time.Hour)
+	b := setup(t, cfg)
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme-spent')`)
+	r := b.registry(t, refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true))
+	_, err := deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrCredentials)
+	state, text := b.stateOf(t, "acme")
+	require.Equal(t, breakerstore.TenantRefused, state)
+	require.Contains(t, text, "the refresh token refused")
+
+	// Connected again; the third party refuses the next batch's body.
+	b.exec(t, `UPDATE connections SET refresh_token = 'rt-secret-acme' WHERE account = 'acme'`)
+	cfg.PoisonField = "poison"
+	b.fake.SetConfig(cfg)
+	b.clock.Advance(delivery.AuthProbeIntervalDefault + time.Second)
+	d, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	_, err = d.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{{ID: "p1", Version: 1, Payload: json.RawMessage(`{"poison":1}`)}}, Source: "contacts", Time: time.Unix(1700000000, 0)})
+	require.NotErrorIs(t, err, delivery.ErrCredentials)
+	require.Equal(t, int64(1), b.fake.TenantStats().Tokens["acme"].Grants)
+	facts, err := breakerstore.ReadTenant(t.Context(), b.pool, "crm", "acme")
+	require.NoError(t, err)
+	require.False(t, facts.Credentials.Refused, "the grant ended the endpoint's refusal: %s", facts.Credentials.Message)
+	state, text = b.stateOf(t, "acme")
+	require.NotEqual(t, breakerstore.TenantRefused, state, text)
+	require.NotContains(t, text, "refresh token")
+	require.Contains(t, b.logs.String(), "the token endpoint grants the credentials again")
+
+	// The next batch is not held for the probe interval.
+	cfg.PoisonField = ""
+	b.fake.SetConfig(cfg)
+	_, err = deliver(t, r, "acme", 1)
+	require.NoError(t, err)
+	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
+}
+
+// The same with the deliverer that was refused (its row unchanged: the
+// connection was revoked at the token endpoint, then restored): its own
+// standing refusal ends with the grant.
+func TestGrantedTokenEndsTheSameDeliverersRefusal(t *testing.T) {
+	t.Parallel()
+	cfg := rotating(false, time.Hour)
+	b := setup(t, cfg)
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme', 'rt-secret-acme')`)
+	rcfg := refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true)
+	rcfg.Delivery.AuthProbeInterval = 200 * time.Millisecond
+	r := b.registry(t, rcfg)
+	b.fake.RevokeTenant("acme")
+	_, err := deliver(t, r, "acme", 1)
+	require.ErrorIs(t, err, delivery.ErrCredentials)
+	before, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+
+	b.fake.RestoreTenant("acme", "")
+	cfg.PoisonField = "poison"
+	b.fake.SetConfig(cfg)
+	time.Sleep(250 * time.Millisecond) // the deliverer's probe time
+	d, err := r.For(t.Context(), "acme")
+	require.NoError(t, err)
+	require.Same(t, before, d)
+	_, err = d.Deliver(t.Context(), delivery.Batch{Items: []thirdparty.Item{{ID: "p1", Version: 1, Payload: json.RawMessage(`{"poison":1}`)}}, Source: "contacts", Time: time.Unix(1700000000, 0)})
+	require.NotErrorIs(t, err, delivery.ErrCredentials)
+	require.Equal(t, int64(1), b.fake.TenantStats().Tokens["acme"].Grants)
+	state, text := b.stateOf(t, "acme")
+	require.NotEqual(t, breakerstore.TenantRefused, state, text)
+	require.NotContains(t, text, "refresh token")
+	require.Equal(t, 1, strings.Count(b.logs.String(), "the token endpoint grants the credentials again"))
 }

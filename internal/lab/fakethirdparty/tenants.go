@@ -63,6 +63,13 @@ type TenantConfig struct {
 	// TokenLife is the life of the access tokens the token endpoint gives
 	// (its expires_in, in whole seconds, at least 1). Defaults to an hour.
 	TokenLife time.Duration
+	// NoAccessToken, with RefreshPrefix, answers each grant 200 with the
+	// rotated refresh token and no access_token, as a misbehaving token
+	// endpoint does: the refresh token is rotated all the same, so a
+	// client that drops the answer spends a spent token at its next grant.
+	// SetConfig turns it on and off while the fake serves. Defaults to
+	// false.
+	NoAccessToken bool
 }
 
 // TokenStats is what a tenant's token endpoint answered (RefreshPrefix).
@@ -458,7 +465,16 @@ func (ts *tenants) serveToken(w http.ResponseWriter, r *http.Request, tenant str
 	next := ts.refreshTokenLocked(tenant, n+1)
 	access := ts.configLocked(tenant).Token
 	life := ts.base.Tenants.TokenLife
+	noAccess := ts.base.Tenants.NoAccessToken
 	ts.mu.Unlock()
+	if noAccess {
+		b, _ := json.Marshal(struct {
+			TokenType    string `json:"token_type"`
+			RefreshToken string `json:"refresh_token"`
+		}{"Bearer", next})
+		writeJSON(w, http.StatusOK, b)
+		return
+	}
 	if access == "" {
 		// The tenant takes any bearer token, but an OAuth2 client refuses
 		// an answer without one after the refresh token was rotated here,

@@ -212,6 +212,22 @@ func TestTenantTokenEndpointGivesATokenWhenNoneIsRequired(t *testing.T) {
 	require.Equal(t, "rt-acme.1", out["refresh_token"])
 }
 
+// NoAccessToken: a grant answered 200 with the rotated refresh token and
+// no access_token; the refresh token is rotated all the same.
+func TestTenantTokenEndpointMayAnswerWithoutAnAccessToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakethirdparty.Config{Tenants: fakethirdparty.TenantConfig{TokenPrefix: "tok-", RefreshPrefix: "rt-", NoAccessToken: true}}, nil)
+	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	code, _, body := b.post(t, http.MethodPost, "/t/acme/oauth/token", form, "grant_type=refresh_token&refresh_token=rt-acme")
+	require.Equal(t, http.StatusOK, code)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &out))
+	require.NotContains(t, out, "access_token")
+	require.Equal(t, "rt-acme.1", out["refresh_token"])
+	code, _, _ = b.post(t, http.MethodPost, "/t/acme/oauth/token", form, "grant_type=refresh_token&refresh_token=rt-acme")
+	require.Equal(t, http.StatusBadRequest, code, "the token was rotated")
+}
+
 // RefreshFamily: a spent refresh token used again revokes the tenant's
 // whole family, the newest token included, until a restore starts a new
 // one; an unknown token is refused alone.

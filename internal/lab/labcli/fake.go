@@ -55,6 +55,7 @@ type FakeThirdpartyCmd struct {
 	TenantTokenPrefix  string        `name:"tenant-token-prefix" env:"FAKE_TENANT_TOKEN_PREFIX" help:"Each tenant accepts only the bearer token PREFIX+tenant (401 otherwise). Default: --token."`
 	TenantRefresh      string        `name:"tenant-refresh-prefix" env:"FAKE_TENANT_REFRESH_PREFIX" help:"Serve POST /t/{tenant}/oauth/token (refresh_token grant, first token PREFIX+tenant), rotating the refresh token at each grant."`
 	TenantFamily       bool          `name:"tenant-refresh-family" env:"FAKE_TENANT_REFRESH_FAMILY" help:"With --tenant-refresh-prefix: a refresh token already rotated away from, used again, revokes the tenant's whole family (Auth0's and Okta's reuse detection): every later grant, the newest token's included, is 400 invalid_grant until POST /v1/admin/tenants/{tenant}/restore starts a new family at the first token. GET /v1/tenants/stats counts grants, refusals and reuses under \"tokens\"."`
+	TenantNoAccess     bool          `name:"tenant-no-access-token" env:"FAKE_TENANT_NO_ACCESS_TOKEN" help:"With --tenant-refresh-prefix: answer each grant 200 with the rotated refresh token and no access_token, as a misbehaving token endpoint does (the token is rotated all the same)."`
 	TenantTokenLife    time.Duration `name:"tenant-token-life" env:"FAKE_TENANT_TOKEN_LIFE" default:"1h" help:"Life (expires_in) of the access tokens --tenant-refresh-prefix's endpoint gives: short, the daemon renews often."`
 	AnswerLoad         int64         `name:"answer-load" env:"FAKE_ANSWER_LOAD" default:"0" help:"Add \"n\": N to every custom answer, a count a response program may iterate over (range(.body.n)): a third party making a response program slow."`
 	EchoAuthorization  bool          `name:"echo-authorization" env:"FAKE_ECHO_AUTHORIZATION" help:"Quote the Authorization header back: POST /oauth/token refuses every grant (401 invalid_client) quoting the header and the form, and lookups add it to every payload as seen_authorization."`
@@ -116,7 +117,7 @@ func (c *FakeThirdpartyCmd) config() fakethirdparty.Config {
 
 func (c *FakeThirdpartyCmd) tenants() fakethirdparty.TenantConfig {
 	return fakethirdparty.TenantConfig{RateLimit: c.TenantRateLimit, Burst: c.TenantRateBurst, Announced: c.TenantAnnounced, TokenPrefix: c.TenantTokenPrefix, RefreshPrefix: c.TenantRefresh,
-		RefreshFamily: c.TenantFamily, TokenLife: c.TenantTokenLife}
+		RefreshFamily: c.TenantFamily, TokenLife: c.TenantTokenLife, NoAccessToken: c.TenantNoAccess}
 }
 
 // Run serves until SIGTERM or SIGINT.
