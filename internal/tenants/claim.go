@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,13 +24,23 @@ import (
 // someone else's younger than claimLife waits for it to go, as it waits
 // for the lock. The grant's own transaction deletes the claim with the
 // store; when that transaction fails, keepStoring deletes it with the
-// retried store. A claim whose process died mid-grant stands claimLife.
+// retried store. A live process touches its claim while keepStoring
+// retries (claimTouchEvery), so only a claim whose process died mid-grant
+// goes untouched: it stands claimLife from its last touch.
 
 const (
-	// claimLife is how long a claim stands when its process never
-	// released it (it died mid-grant): past it, the tenant's token is
-	// spent by others as stored.
-	claimLife = 2 * time.Minute
+	// claimLife is how long a claim stands untouched when its process
+	// never released it (it died mid-grant): past it, the tenant's token
+	// is spent by others as stored. A live process releases or touches
+	// its claim within grantTimeout of taking it (the grant's
+	// transaction, then keepStoring's first try), and every
+	// claimTouchEvery after; the rest is slack for a slow database. Two
+	// minutes held every row of a tenant whose grant a SIGKILL cut that
+	// long (the soak, seed 20261125: the whole drain waited on it).
+	claimLife = grantTimeout + 3*claimTouchEvery
+	// claimTouchEvery spaces the touches of a claim this process keeps
+	// while its rotated token waits to be stored (keepStoring).
+	claimTouchEvery = 5 * time.Second
 	// claimPoll is the wait between looks at another process's claim.
 	claimPoll = 200 * time.Millisecond
 	// claimSuffix ends the key of a tenant's claim in its namespace.
@@ -95,4 +106,38 @@ func (g *refreshGrant) unclaim(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("tenants: release the tenant's refresh claim: %w", err)
 	}
 	return nil
+}
+
+// waitClaimed waits d, touching this process's claim of the tenant (if it
+// holds one) first and every claimTouchEvery meanwhile, so that other
+// processes see it is alive and keep waiting for its store. It reports
+// false when ctx ended first.
+func (g *refreshGrant) waitClaimed(ctx context.Context, d time.Duration) bool {
+	for {
+		if _, claimed := g.mem.releasable(); claimed {
+			g.touchClaim(ctx)
+		}
+		step := min(d, claimTouchEvery)
+		t := time.NewTimer(step)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if d -= step; d <= 0 {
+			return true
+		}
+	}
+}
+
+// touchClaim renews this process's claim of the tenant, if it still
+// stands. A failure is left to the next touch: the database is what the
+// others need to spend the token too.
+func (g *refreshGrant) touchClaim(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, claimTouchEvery)
+	defer cancel()
+	if _, err := g.pool.Exec(ctx, `UPDATE syncer_state SET updated_at = now() WHERE key = $1 AND value = $2`, g.claimKey, []byte(g.mem.ownerID())); err != nil {
+		g.logger.DebugContext(ctx, "tenants: touch the tenant's refresh claim", slog.String("error", err.Error()))
+	}
 }

@@ -102,15 +102,11 @@ func (g *refreshGrant) keepStoring(ctx context.Context) {
 	wait := storeRetryFirst
 	var warned time.Time
 	for tries := 1; ; tries++ {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !g.waitClaimed(ctx, wait) {
 			g.mem.stopStoring()
 			g.logger.Error("tenants: this process stops without having stored the tenant's rotated refresh token (on_refresh); the row still gives the spent token, which an endpoint that revokes the family on reuse refuses: connect the tenant again if it is refused",
 				slog.Int("tries", tries-1), slog.String("for", time.Since(began).Round(time.Millisecond).String()))
 			return
-		case <-t.C:
 		}
 		outcome, err := g.storeHeld(ctx)
 		if err != nil {

@@ -2,6 +2,7 @@ package tenants_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/syncer-dev/syncer/internal/delivery"
 	"github.com/syncer-dev/syncer/internal/lab/fakethirdparty"
 	"github.com/syncer-dev/syncer/internal/tenants"
 	"github.com/syncer-dev/syncer/internal/thirdparty"
@@ -166,4 +168,60 @@ func TestGrantWhoseSessionEndsMidAskKeepsItsClaim(t *testing.T) {
 	require.Equal(t, fakethirdparty.TokenStats{Grants: 2}, b.fake.TenantStats().Tokens["acme-midask"], "no token spent twice")
 	require.Equal(t, "rt-secret-acme-midask.2", b.storedRefresh(t, "acme-midask"))
 	b.requireNoSecret(t, "tok-secret-", "rt-secret-")
+}
+
+// A process died mid-grant (SIGKILL) and left its claim of the tenant:
+// nothing will touch or release it, so the other processes wait for it
+// only claimLife (35 s) from its last touch, not two minutes. The soak
+// (seed 20261125) held every row of such a tenant that long, its
+// tombstones included, and the whole drain with them.
+func TestClaimOfADeadProcessLapses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, rotating(true, time.Hour))
+	b.exec(t, `INSERT INTO connections (account, refresh_token) VALUES ('acme-dead', 'rt-secret-acme-dead')`)
+	daemon := b.registry(t, refreshConfig(b, b.url+"/t/{tenant}/oauth/token", true))
+	claim := tenants.ClaimKey("crm", "acme-dead")
+	send := func(within time.Duration) error {
+		ctx, cancel := context.WithTimeout(t.Context(), within)
+		defer cancel()
+		d, err := daemon.For(ctx, "acme-dead")
+		if err != nil {
+			return err
+		}
+		_, err = d.Deliver(ctx, delivery.Batch{Items: []thirdparty.Item{{ID: "1", Version: 1, Payload: json.RawMessage(`{}`)}}, Source: "contacts", Time: time.Unix(1700000000, 0)})
+		return err
+	}
+
+	// Touched 5 s ago: its process may be alive and storing; it holds.
+	b.exec(t, `INSERT INTO syncer_state (key, value, updated_at) VALUES ($1, 'a-dead-process', now() - interval '5 seconds')`, claim)
+	require.Error(t, send(2*time.Second), "a claim touched lately holds the grant")
+	require.Zero(t, b.fake.TenantStats().Tokens["acme-dead"].Grants)
+
+	// Untouched for 40 s: its process is gone; the grant goes at once.
+	b.exec(t, `UPDATE syncer_state SET updated_at = now() - interval '40 seconds' WHERE key = $1`, claim)
+	start := time.Now()
+	require.NoError(t, send(10*time.Second), "a claim untouched past claimLife holds nothing")
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, fakethirdparty.TokenStats{Grants: 1}, b.fake.TenantStats().Tokens["acme-dead"])
+	require.Equal(t, "rt-secret-acme-dead.1", b.storedRefresh(t, "acme-dead"))
+}
+
+// A live process whose rotated token waits to be stored (keepStoring,
+// its store failing for a minute between tries) touches its claim, so
+// the others never take it for a dead process's and spend the token it
+// is rotating away from; another process's claim it leaves alone.
+func TestStoringProcessTouchesItsClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, rotating(true, time.Hour))
+	mine, theirs := tenants.ClaimKey("crm", "acme-touch"), tenants.ClaimKey("crm", "acme-other")
+	b.exec(t, `INSERT INTO syncer_state (key, value, updated_at) VALUES ($1, 'me', now() - interval '30 seconds'), ($2, 'me', now() - interval '30 seconds')`, mine, theirs)
+	b.exec(t, `UPDATE syncer_state SET value = 'someone else' WHERE key = $1`, theirs)
+	require.True(t, tenants.WaitClaimed(t.Context(), b.pool, "crm", "acme-touch", "me", 6*time.Second))
+	age := func(key string) float64 {
+		var s float64
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT extract(epoch FROM now() - updated_at)::float8 FROM syncer_state WHERE key = $1`, key).Scan(&s))
+		return s
+	}
+	require.Less(t, age(mine), 2.0, "touched as it waited, the last time after 5 s")
+	require.Greater(t, age(theirs), 30.0, "another process's claim untouched")
 }
