@@ -101,20 +101,49 @@ func (r *run) injectHeld(ctx context.Context, f fault) error {
 	return nil
 }
 
-// lockConnections holds ticket_connections ACCESS EXCLUSIVE for d, in a
-// transaction of the soak's own (its session is spared by pgTerminate).
+// lockConnections holds ticket_connections ACCESS EXCLUSIVE until d from
+// now, in a transaction of the soak's own (its session is spared by
+// pgTerminate). A try that cannot connect or lock (the server restarting:
+// the schedule often puts pg-restart just before) is tried again until the
+// lock can still be held connectionsLockLeast: a fault that silently never
+// happens would pass the soak without its case.
 func (r *run) lockConnections(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	var err error
+	for tries := 1; time.Until(end) >= connectionsLockLeast; tries++ {
+		var locked bool
+		locked, err = r.holdConnectionsLock(ctx, end)
+		if locked {
+			if tries > 1 {
+				fmt.Fprintf(r.cfg.Progress, "soak: %7s connections-lock taken at its try %d, held to its end\n", r.since(), tries)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+	return err
+}
+
+// connectionsLockLeast is the shortest lock worth taking late.
+const connectionsLockLeast = 5 * time.Second
+
+// holdConnectionsLock takes the lock and holds it until end; it reports
+// whether the lock was held.
+func (r *run) holdConnectionsLock(ctx context.Context, end time.Time) (bool, error) {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("soak: lock connections: %w", err)
+		return false, fmt.Errorf("soak: lock connections: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	lock := "LOCK TABLE " + pgx.Identifier{"ticket_connections"}.Sanitize() + " IN ACCESS EXCLUSIVE MODE"
 	if _, err := tx.Exec(ctx, lock); err != nil {
-		return fmt.Errorf("soak: lock connections: %w", err)
+		return false, fmt.Errorf("soak: lock connections: %w", err)
 	}
-	sleep(ctx, d)
-	return nil
+	sleep(ctx, time.Until(end))
+	return true, nil
 }
 
 // keyBackoffGrace is how long after a per-item transient ends its keys
